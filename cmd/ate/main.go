@@ -1,0 +1,60 @@
+// Command ate is Substrate's single binary: the CLI client verbs and the
+// server subcommands. main only parses flags and wires packages.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/up"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	root := cli.NewRootCommand()
+	root.AddCommand(upCommand())
+	code := cli.Main(ctx, root)
+	stop()
+	os.Exit(code)
+}
+
+func upCommand() *cobra.Command {
+	cfg := up.Config{}
+	var logLevel string
+	home, _ := os.UserHomeDir()
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run everything on this machine: API server, embedded store, node agent with gVisor workers, router",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return err
+			}
+			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			return up.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", home+"/.ate", "directory for the store, snapshots, images and logs")
+	f.IntVar(&cfg.Workers, "workers", 4, "number of local gVisor workers")
+	f.StringVar(&cfg.APIAddr, "api-addr", "127.0.0.1:7070", "gRPC Control API listen address")
+	f.StringVar(&cfg.RouterAddr, "router-addr", "127.0.0.1:8080", "HTTP router listen address")
+	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "127.0.0.1:0", "worker tunnel listen address")
+	f.StringVar(&cfg.ActorDomain, "actor-domain", "actors.localhost", "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
+	f.IntVar(&cfg.ParkMax, "park-max", 2048, "most requests waiting for a resume at once")
+	f.DurationVar(&cfg.ParkBudget, "park-budget", 30*time.Second, "longest a request waits for its actor to resume")
+	f.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
+	f.StringVar(&cfg.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
+	f.BoolVar(&cfg.Demo, "demo", false, "create template counter and actor counter-1")
+	f.StringVar(&cfg.DemoTemplate, "demo-template", "examples/counter/template.yaml", "template file used by --demo")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

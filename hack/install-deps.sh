@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything a fresh machine needs to build, run and test Substrate.
+# Idempotent and cached under ${ATE_CACHE:-$HOME/.cache/ate}: a second run
+# on the same machine does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+for cmd in ip:iproute2 nsenter:util-linux debootstrap:debootstrap protoc:protobuf-compiler; do
+	command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd#*:}")
+done
+if ((${#missing[@]})); then
+	echo "install-deps: apt-get install ${missing[*]}" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+bash hack/install-runsc.sh

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# python-rootfs.sh builds (once) a minimal Debian bookworm root filesystem
+# with python3 in it, for the python-notes example image.
+#
+# Result: ${ATE_CACHE:-$HOME/.cache/ate}/rootfs/python3-bookworm plus a stamp
+# file python3-bookworm.stamp beside it (outside, so it is not packed into
+# the image; its mtime tells build-examples.sh when the rootfs changed). The
+# directory is built under a temporary name next to it and renamed only when
+# debootstrap succeeded, and the stamp is written after the rename, so an
+# interrupted run never leaves a half-built rootfs that a later run would
+# take as done. A second run with the stamp present does nothing.
+#
+# python3-minimal lacks most of the standard library (no http.server), so
+# the full python3 package is included (~330 MB; see
+# shared/notes/gvisor-on-these-machines.md item 13). debootstrap needs root.
+#
+# Prints the rootfs path on stdout as its last line; progress goes to stderr.
+set -euo pipefail
+
+cache="${ATE_CACHE:-$HOME/.cache/ate}"
+suite=bookworm
+dest="$cache/rootfs/python3-$suite"
+stamp="$dest.stamp"
+
+log() { printf 'python-rootfs: %s\n' "$*" >&2; }
+
+if [[ -f "$stamp" ]]; then
+	log "cached: $dest"
+	echo "$dest"
+	exit 0
+fi
+
+if [[ $EUID -ne 0 ]]; then
+	log "debootstrap needs root"
+	exit 1
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+	log "installing debootstrap"
+	apt-get update >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y debootstrap >&2
+fi
+
+# mirror prints the Debian archive URL this machine's apt uses (only
+# deb.debian.org is reachable here), from one-line or deb822 sources, and
+# falls back to deb.debian.org. Security and updates suites are skipped.
+mirror() {
+	local url=""
+	if [[ -f /etc/apt/sources.list ]]; then
+		url=$(awk '$1 == "deb" && $0 !~ /security/ {
+			for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\//) { print $i; exit }
+		}' /etc/apt/sources.list)
+	fi
+	if [[ -z "$url" ]]; then
+		url=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+			awk 'tolower($1) == "uris:" && $2 ~ /\/debian\/?$/ { print $2; exit }')
+	fi
+	echo "${url:-http://deb.debian.org/debian}"
+}
+
+url=$(mirror)
+mkdir -p "$cache/rootfs"
+tmp=$(mktemp -d "$cache/rootfs/.python3-$suite.XXXXXX")
+# debootstrap leaves proc/sys mounts behind on some failures; unmount before
+# removing so rm never walks into the host's /proc.
+cleanup() {
+	if [[ -n "${tmp:-}" && -d "$tmp" ]]; then
+		umount -R "$tmp/proc" 2>/dev/null || true
+		umount -R "$tmp/sys" 2>/dev/null || true
+		rm -rf --one-file-system "$tmp"
+	fi
+}
+trap cleanup EXIT
+
+log "debootstrap --variant=minbase --include=python3 $suite from $url (takes 1-2 min)"
+start=$(date +%s)
+debootstrap --variant=minbase --include=python3 "$suite" "$tmp" "$url" >&2
+
+# Shrink: downloaded .debs and package lists are not needed at run time.
+rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/cache/apt/*.bin \
+	"$tmp"/var/lib/apt/lists/* "$tmp"/var/log/*.log "$tmp"/var/log/apt/*
+mkdir -p "$tmp/var/lib/apt/lists/partial"
+
+rm -f "$stamp"
+rm -rf --one-file-system "$dest"
+mv "$tmp" "$dest"
+tmp=""
+date -u +%Y-%m-%dT%H:%M:%SZ >"$stamp"
+log "built $dest in $(($(date +%s) - start)) s ($(du -sh "$dest" | cut -f1))"
+echo "$dest"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests, then end-to-end tests with real runsc
+# sandboxes. Needs root (network namespaces, runsc); CI runs as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ $(id -u) != 0 ]]; then
+	echo "test: must run as root (network namespaces and runsc need it)" >&2
+	exit 1
+fi
+go vet ./...
+# Packages run one at a time: the machine has 2 cores and runsc sandboxes
+# are heavy; e2e tests start their own `ate up`.
+go test -count=1 -p 1 -timeout 60m ./...

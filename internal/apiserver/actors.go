@@ -1,0 +1,166 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/store"
+)
+
+// maxSelector bounds a worker selector's size.
+const maxSelector = 32
+
+func validateSelector(sel map[string]string) error {
+	if len(sel) > maxSelector {
+		return fmt.Errorf("%w: worker selector has %d entries, at most %d", errInvalid, len(sel), maxSelector)
+	}
+	for k, v := range sel {
+		if k == "" || len(k) > 253 || len(v) > 63 {
+			return fmt.Errorf("%w: worker selector entry %q=%q: key 1-253 and value 0-63 characters", errInvalid, k, v)
+		}
+	}
+	return nil
+}
+
+// CreateActor implements atev1.ControlServer.
+func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest) (*atev1.Actor, error) {
+	in := req.GetActor()
+	if err := validatePair("actor name", in.GetAtespace(), in.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := names.ValidateLabel("template name", in.GetTemplate()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validateSelector(in.GetWorkerSelector()); err != nil {
+		return nil, toStatus(err)
+	}
+	now := time.Now().UTC()
+	a := &store.Actor{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(), Template: in.GetTemplate(),
+		State: store.Suspended, WorkerSelector: maps.Clone(in.GetWorkerSelector()), CreateTime: now, StateTime: now}
+	if err := s.store.CreateActor(ctx, a); err != nil {
+		return nil, toStatus(err)
+	}
+	return actorToProto(a), nil
+}
+
+// GetActor implements atev1.ControlServer.
+func (s *Server) GetActor(ctx context.Context, req *atev1.GetActorRequest) (*atev1.Actor, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.store.GetActor(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return actorToProto(a), nil
+}
+
+// ListActors implements atev1.ControlServer; an empty atespace lists all.
+func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (*atev1.ListActorsResponse, error) {
+	if req.GetAtespace() != "" {
+		if err := names.ValidateLabel("atespace", req.GetAtespace()); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, toStatus(fmt.Errorf("%w: page_size must not be negative", errInvalid))
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	list, next, err := s.store.ListActors(ctx, req.GetAtespace(), size, req.GetPageToken())
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) && req.GetPageToken() != "" {
+			err = fmt.Errorf("%w: %w", errInvalid, err)
+		}
+		return nil, toStatus(err)
+	}
+	out := &atev1.ListActorsResponse{NextPageToken: next}
+	for _, a := range list {
+		out.Actors = append(out.Actors, actorToProto(a))
+	}
+	return out, nil
+}
+
+// UpdateActor implements atev1.ControlServer: it replaces the worker
+// selector, which takes effect at the next resume.
+func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest) (*atev1.Actor, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validateSelector(req.GetWorkerSelector()); err != nil {
+		return nil, toStatus(err)
+	}
+	for range 5 {
+		a, err := s.store.GetActor(ctx, req.GetAtespace(), req.GetName())
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		a.WorkerSelector = maps.Clone(req.GetWorkerSelector())
+		out, err := s.store.UpdateActor(ctx, a)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return actorToProto(out), nil
+	}
+	return nil, toStatus(fmt.Errorf("actor %s/%s kept changing: %w", req.GetAtespace(), req.GetName(), store.ErrConflict))
+}
+
+// DeleteActor implements atev1.ControlServer.
+func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest) (*atev1.DeleteActorResponse, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.lc.Delete(ctx, req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &atev1.DeleteActorResponse{}, nil
+}
+
+// SuspendActor implements atev1.ControlServer.
+func (s *Server) SuspendActor(ctx context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.lc.Suspend(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return actorToProto(a), nil
+}
+
+// ResumeActor implements atev1.ControlServer.
+func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.lc.Resume(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return actorToProto(a), nil
+}
+
+// ListWorkers implements atev1.ControlServer.
+func (s *Server) ListWorkers(ctx context.Context, _ *atev1.ListWorkersRequest) (*atev1.ListWorkersResponse, error) {
+	list, err := s.store.ListWorkers(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &atev1.ListWorkersResponse{}
+	for _, w := range list {
+		out.Workers = append(out.Workers, workerToProto(w))
+	}
+	return out, nil
+}

@@ -1,0 +1,39 @@
+package apiserver
+
+import (
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/store"
+)
+
+func atespaceToProto(a *store.Atespace) *atev1.Atespace {
+	return &atev1.Atespace{Name: a.Name, Uid: a.UID, CreateTime: timestamppb.New(a.CreateTime)}
+}
+
+func templateToProto(t *store.Template) *atev1.ActorTemplate {
+	return &atev1.ActorTemplate{
+		Atespace: t.Atespace, Name: t.Name, Uid: t.UID, Spec: t.Spec,
+		Status:     &atev1.ActorTemplateStatus{Phase: t.Phase, Message: t.Message, GoldenSnapshot: t.GoldenSnapshot},
+		CreateTime: timestamppb.New(t.CreateTime),
+	}
+}
+
+func actorToProto(a *store.Actor) *atev1.Actor {
+	return &atev1.Actor{
+		Atespace: a.Atespace, Name: a.Name, Uid: a.UID, Template: a.Template,
+		State:  atev1.ActorState(atev1.ActorState_value[string(a.State)]),
+		Worker: a.Worker, Snapshot: a.Snapshot, WorkerSelector: a.WorkerSelector,
+		Message: a.Message, Version: a.Version, Resumes: a.Resumes,
+		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
+	}
+}
+
+func workerToProto(w *store.Worker) *atev1.Worker {
+	phase := "FREE"
+	if !w.Free() {
+		phase = "CLAIMED"
+	}
+	return &atev1.Worker{Name: w.Name, Node: w.Node, Phase: phase, Actor: w.Actor,
+		TunnelAddress: w.TunnelAddr, Labels: w.Labels, SandboxClass: w.SandboxClass}
+}

@@ -1,0 +1,192 @@
+// Package apiserver implements the gRPC Control API over a store and the
+// lifecycle manager: it validates every request at the edge, converts
+// between API messages and store records, and maps errors to gRPC codes
+// (errors.go). It holds no state of its own.
+package apiserver
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/store"
+)
+
+// Page sizes for ListActors.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// Server implements atev1.ControlServer. Safe for concurrent use.
+type Server struct {
+	atev1.UnimplementedControlServer
+	store        store.Store
+	lc           *lifecycle.Manager
+	sandboxClass string
+	// buildCtx outlives requests: golden builds started by a request run
+	// in the background until the server stops.
+	buildCtx context.Context
+	log      *slog.Logger
+}
+
+var _ atev1.ControlServer = (*Server)(nil)
+
+// New returns a Server. buildCtx bounds background golden builds.
+func New(buildCtx context.Context, s store.Store, lc *lifecycle.Manager, sandboxClass string, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, buildCtx: buildCtx, log: logger}
+}
+
+// NewUID returns a random RFC 4122 version 4 UUID.
+func NewUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// EnsureDefaultAtespace creates the "default" atespace if missing.
+func EnsureDefaultAtespace(ctx context.Context, s store.Store) error {
+	err := s.CreateAtespace(ctx, &store.Atespace{Name: names.DefaultAtespace, UID: NewUID(), CreateTime: time.Now().UTC()})
+	if err != nil && !isAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// CreateAtespace implements atev1.ControlServer.
+func (s *Server) CreateAtespace(ctx context.Context, req *atev1.CreateAtespaceRequest) (*atev1.Atespace, error) {
+	if err := names.ValidateLabel("atespace", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a := &store.Atespace{Name: req.GetName(), UID: NewUID(), CreateTime: time.Now().UTC()}
+	if err := s.store.CreateAtespace(ctx, a); err != nil {
+		return nil, toStatus(err)
+	}
+	return atespaceToProto(a), nil
+}
+
+// GetAtespace implements atev1.ControlServer.
+func (s *Server) GetAtespace(ctx context.Context, req *atev1.GetAtespaceRequest) (*atev1.Atespace, error) {
+	if err := names.ValidateLabel("atespace", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.store.GetAtespace(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return atespaceToProto(a), nil
+}
+
+// ListAtespaces implements atev1.ControlServer.
+func (s *Server) ListAtespaces(ctx context.Context, _ *atev1.ListAtespacesRequest) (*atev1.ListAtespacesResponse, error) {
+	list, err := s.store.ListAtespaces(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &atev1.ListAtespacesResponse{}
+	for _, a := range list {
+		out.Atespaces = append(out.Atespaces, atespaceToProto(a))
+	}
+	return out, nil
+}
+
+// DeleteAtespace implements atev1.ControlServer.
+func (s *Server) DeleteAtespace(ctx context.Context, req *atev1.DeleteAtespaceRequest) (*atev1.DeleteAtespaceResponse, error) {
+	if err := names.ValidateLabel("atespace", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.store.DeleteAtespace(ctx, req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &atev1.DeleteAtespaceResponse{}, nil
+}
+
+// CreateActorTemplate implements atev1.ControlServer.
+func (s *Server) CreateActorTemplate(ctx context.Context, req *atev1.CreateActorTemplateRequest) (*atev1.ActorTemplate, error) {
+	in := req.GetTemplate()
+	if err := names.ValidateLabel("atespace", in.GetAtespace()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := names.ValidateLabel("template name", in.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := validateTemplateSpec(in.GetSpec(), s.sandboxClass); err != nil {
+		return nil, toStatus(err)
+	}
+	t := &store.Template{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(),
+		Spec: proto.CloneOf(in.GetSpec()), CreateTime: time.Now().UTC(), Phase: store.TemplateBuilding}
+	if err := s.store.CreateTemplate(ctx, t); err != nil {
+		return nil, toStatus(err)
+	}
+	go s.lc.BuildGolden(s.buildCtx, t)
+	return templateToProto(t), nil
+}
+
+// GetActorTemplate implements atev1.ControlServer.
+func (s *Server) GetActorTemplate(ctx context.Context, req *atev1.GetActorTemplateRequest) (*atev1.ActorTemplate, error) {
+	if err := validatePair("template name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	t, err := s.store.GetTemplate(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return templateToProto(t), nil
+}
+
+// ListActorTemplates implements atev1.ControlServer; an empty atespace
+// lists every atespace's templates.
+func (s *Server) ListActorTemplates(ctx context.Context, req *atev1.ListActorTemplatesRequest) (*atev1.ListActorTemplatesResponse, error) {
+	if req.GetAtespace() != "" {
+		if err := names.ValidateLabel("atespace", req.GetAtespace()); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	list, err := s.store.ListTemplates(ctx, req.GetAtespace())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &atev1.ListActorTemplatesResponse{}
+	for _, t := range list {
+		out.Templates = append(out.Templates, templateToProto(t))
+	}
+	return out, nil
+}
+
+// DeleteActorTemplate implements atev1.ControlServer.
+func (s *Server) DeleteActorTemplate(ctx context.Context, req *atev1.DeleteActorTemplateRequest) (*atev1.DeleteActorTemplateResponse, error) {
+	if err := validatePair("template name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	t, err := s.store.GetTemplate(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.store.DeleteTemplate(ctx, req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	s.lc.DeleteTemplateSnapshots(ctx, t)
+	return &atev1.DeleteActorTemplateResponse{}, nil
+}
+
+func validatePair(kind, atespace, name string) error {
+	if err := names.ValidateLabel("atespace", atespace); err != nil {
+		return err
+	}
+	return names.ValidateLabel(kind, name)
+}
+
+func isAlreadyExists(err error) bool { return errors.Is(err, store.ErrAlreadyExists) }

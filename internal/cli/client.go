@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// Dial returns a client connection to the API server named by c. It is the
+// one place that decides transport security, so TLS and bearer tokens (new
+// Config fields) land here. For now the server listens on loopback without
+// TLS, matching `ate up`. The connection is lazy: nothing is sent until the
+// first call. The caller must Close it.
+func Dial(c Config) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(c.Server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connect to ate server %s: %w", c.Server, err)
+	}
+	return conn, nil
+}
+
+// session is one command's connection to the server.
+type session struct {
+	client  atev1.ControlClient
+	conn    *grpc.ClientConn
+	server  string
+	timeout time.Duration
+}
+
+// connect validates the global flags, resolves the config and dials. Verbs
+// call it after validating their own arguments, so bad names are rejected
+// even when no server is configured.
+func (a *app) connect() (*session, error) {
+	if err := a.validateGlobals(); err != nil {
+		return nil, err
+	}
+	c, err := a.clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := Dial(c)
+	if err != nil {
+		return nil, err
+	}
+	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, timeout: a.timeout}, nil
+}
+
+// close releases the connection. Its error is dropped: the command's outcome
+// is already decided and nothing useful can be done about a failed close.
+func (s *session) close() { _ = s.conn.Close() }
+
+// call runs one RPC under the per-call deadline and turns a gRPC failure into
+// an APIError, so what the user sees is the server's message rather than
+// "rpc error: code = … desc = …".
+func call[Req, Resp any](ctx context.Context, s *session, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := rpc(ctx, req)
+	if err != nil {
+		return resp, s.apiError(ctx, err)
+	}
+	return resp, nil
+}
+
+// APIError is a failed call to the API server. Error returns the server's
+// message, with a hint for the failures the user can fix locally (server not
+// running, deadline too short). It implements GRPCStatus, so status.Code and
+// status.FromError still see the original code.
+type APIError struct {
+	Status *status.Status
+	hint   string
+}
+
+// Error returns the hint, if any, else the server's message.
+func (e *APIError) Error() string {
+	if e.hint != "" {
+		return e.hint
+	}
+	return e.Status.Message()
+}
+
+// GRPCStatus returns the status the server (or the client library) reported.
+func (e *APIError) GRPCStatus() *status.Status { return e.Status }
+
+// Code returns the gRPC code of the failure.
+func (e *APIError) Code() codes.Code { return e.Status.Code() }
+
+// apiError wraps err, which came from a call made under ctx.
+func (s *session) apiError(ctx context.Context, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("call ate server %s: %w", s.server, err)
+	}
+	e := &APIError{Status: st}
+	switch {
+	case st.Code() == codes.Unavailable:
+		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` running? pass --server to use another): %s", s.server, st.Message())
+	case st.Code() == codes.DeadlineExceeded && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// Our own deadline fired, not one the server applied internally.
+		e.hint = fmt.Sprintf("no answer from the ate server at %s within %s (raise --timeout)", s.server, s.timeout)
+	}
+	return e
+}

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+)
+
+func newCreateCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "create KIND",
+		Short: "Create an actor, actor template or atespace",
+		Example: `  ate create template -f counter.yaml
+  ate create actor counter-1 --template counter
+  ate create actor team/counter-2 --template counter --selector zone=a
+  ate create atespace team`,
+	}
+	cmd.AddCommand(newCreateActorCommand(a), newCreateTemplateCommand(a), &cobra.Command{
+		Use:   "atespace NAME",
+		Short: "Create an atespace",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return a.createAtespace(cmd, args[0]) },
+	})
+	return cmd
+}
+
+func newCreateActorCommand(a *app) *cobra.Command {
+	var template string
+	var selectors []string
+	cmd := &cobra.Command{
+		Use:   "actor NAME | ATESPACE/NAME --template TEMPLATE",
+		Short: "Create a suspended actor from a template (it starts on first resume)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.createActor(cmd, args[0], template, selectors)
+		},
+	}
+	cmd.Flags().StringVar(&template, "template", "", "template to start from, in the actor's atespace (required)")
+	cmd.Flags().StringArrayVar(&selectors, "selector", nil, "worker label the actor must run on, KEY=VALUE (repeatable, or comma-separated)")
+	_ = cmd.MarkFlagRequired("template") // cannot fail: the flag is defined above
+	return cmd
+}
+
+func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []string) error {
+	key, err := a.actorKey(arg)
+	if err != nil {
+		return err
+	}
+	if err := names.ValidateLabel("template name", template); err != nil {
+		return err
+	}
+	selector, err := parseSelector(selectors)
+	if err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	actor, err := call(cmd.Context(), s, s.client.CreateActor, &atev1.CreateActorRequest{Actor: &atev1.Actor{
+		Atespace: key.Atespace, Name: key.Name, Template: template, WorkerSelector: selector,
+	}})
+	if err != nil {
+		return err
+	}
+	return printResult(cmd.OutOrStdout(), a.output, actor, actorTable(a.now()), fmt.Sprintf("actor %s created", key))
+}
+
+// parseSelector turns ["k=v", "a=b,c=d"] into a map. It returns nil for no
+// selectors so the request carries no empty map.
+func parseSelector(flags []string) (map[string]string, error) {
+	var m map[string]string
+	for _, f := range flags {
+		for kv := range strings.SplitSeq(f, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--selector %q: want KEY=VALUE", kv)
+			}
+			if m == nil {
+				m = map[string]string{}
+			}
+			m[k] = v
+		}
+	}
+	return m, nil
+}
+
+func newCreateTemplateCommand(a *app) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "template -f FILE",
+		Short: "Create an actor template from a YAML file and start building its golden snapshot",
+		Long: `Create an actor template from a YAML file ("-" reads standard input):
+
+  name: counter
+  containers:
+  - name: counter
+    image: oci:build/images/counter   # oci:PATH[:TAG], oci-archive:PATH or a registry reference
+    command: ["/counter"]             # optional
+    args: []                          # optional
+    env: {K: V}                       # optional
+    ports: [8080]
+  wakeupProbe:
+    httpGet: {path: /healthz, port: 8080}
+    timeoutSeconds: 60                # optional
+  sandboxClass: gvisor                # optional
+
+Relative oci: and oci-archive: paths are resolved against the current
+directory. The template is created in --atespace.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.createTemplate(cmd, file) },
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "template YAML file, or - for standard input (required)")
+	_ = cmd.MarkFlagRequired("filename") // cannot fail: the flag is defined above
+	return cmd
+}
+
+func (a *app) createTemplate(cmd *cobra.Command, file string) error {
+	atespace, err := a.atespaceName()
+	if err != nil {
+		return err
+	}
+	tmpl, err := a.readTemplate(cmd.InOrStdin(), file)
+	if err != nil {
+		return err
+	}
+	tmpl.Atespace = atespace
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	created, err := call(cmd.Context(), s, s.client.CreateActorTemplate, &atev1.CreateActorTemplateRequest{Template: tmpl})
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("template %s/%s created (golden snapshot %s)", atespace, tmpl.GetName(), phaseOrPending(created))
+	return printResult(cmd.OutOrStdout(), a.output, created, templateTable(a.now()), msg)
+}
+
+// readTemplate loads the -f argument, which is a path or "-" for stdin.
+func (a *app) readTemplate(stdin io.Reader, file string) (*atev1.ActorTemplate, error) {
+	if file != "-" {
+		return LoadTemplateFile(file)
+	}
+	data, err := io.ReadAll(stdin)
+	if err != nil {
+		return nil, fmt.Errorf("read template from stdin: %w", err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("resolve image paths: %w", err)
+	}
+	t, err := parseTemplate(data, cwd)
+	if err != nil {
+		return nil, fmt.Errorf("template from stdin: %w", err)
+	}
+	return t, nil
+}
+
+func phaseOrPending(t *atev1.ActorTemplate) string {
+	if p := t.GetStatus().GetPhase(); p != "" {
+		return strings.ToLower(p)
+	}
+	return "pending"
+}
+
+func (a *app) createAtespace(cmd *cobra.Command, name string) error {
+	if err := names.ValidateLabel("atespace", name); err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ns, err := call(cmd.Context(), s, s.client.CreateAtespace, &atev1.CreateAtespaceRequest{Name: name})
+	if err != nil {
+		return err
+	}
+	return printResult(cmd.OutOrStdout(), a.output, ns, atespaceTable(a.now()), fmt.Sprintf("atespace %s created", name))
+}

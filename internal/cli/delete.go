@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+)
+
+func newDeleteCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete KIND NAME",
+		Short: "Delete an actor, actor template or atespace",
+		Long: `Delete an actor, actor template or atespace.
+
+Only a SUSPENDED actor can be deleted (suspend it first); a template only
+while no actor uses it; an atespace only when it is empty.`,
+		Example: `  ate suspend actor counter-1 && ate delete actor counter-1
+  ate delete template counter
+  ate delete atespace team`,
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "actor NAME | ATESPACE/NAME", Short: "Delete a suspended actor and its snapshots",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteActor(cmd, args[0]) },
+		},
+		&cobra.Command{
+			Use: "template NAME", Short: "Delete an actor template no actor uses",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteTemplate(cmd, args[0]) },
+		},
+		&cobra.Command{
+			Use: "atespace NAME", Short: "Delete an empty atespace",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteAtespace(cmd, args[0]) },
+		},
+	)
+	return cmd
+}
+
+func (a *app) deleteActor(cmd *cobra.Command, arg string) error {
+	key, err := a.actorKey(arg)
+	if err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := call(cmd.Context(), s, s.client.DeleteActor, &atev1.DeleteActorRequest{Atespace: key.Atespace, Name: key.Name}); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "actor %s deleted\n", key)
+	return err
+}
+
+func (a *app) deleteTemplate(cmd *cobra.Command, arg string) error {
+	atespace, name, err := a.templateKey(arg)
+	if err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := call(cmd.Context(), s, s.client.DeleteActorTemplate, &atev1.DeleteActorTemplateRequest{Atespace: atespace, Name: name}); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "template %s/%s deleted\n", atespace, name)
+	return err
+}
+
+func (a *app) deleteAtespace(cmd *cobra.Command, name string) error {
+	if err := names.ValidateLabel("atespace", name); err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := call(cmd.Context(), s, s.client.DeleteAtespace, &atev1.DeleteAtespaceRequest{Name: name}); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "atespace %s deleted\n", name)
+	return err
+}

@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+)
+
+// listPageSize is what `get actors` asks for per page: the server's cap, so
+// large atespaces take few round trips.
+const listPageSize = 1000
+
+func newGetCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get KIND [NAME]",
+		Short: "Show actors, templates, workers or atespaces",
+		Example: `  ate get actors
+  ate get actor counter-1 -o json
+  ate get actor team/counter-1
+  ate get templates -n team
+  ate get workers`,
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
+			Short: "Show one actor, or all actors of the atespace",
+			Args:  cobra.MaximumNArgs(1),
+			RunE:  func(cmd *cobra.Command, args []string) error { return a.getActors(cmd, args) },
+		},
+		&cobra.Command{
+			Use: "template [NAME]", Aliases: []string{"templates"},
+			Short: "Show one actor template, or all templates of the atespace",
+			Args:  cobra.MaximumNArgs(1),
+			RunE:  func(cmd *cobra.Command, args []string) error { return a.getTemplates(cmd, args) },
+		},
+		&cobra.Command{
+			Use: "worker [NAME]", Aliases: []string{"workers"},
+			Short: "Show one worker, or all workers",
+			Args:  cobra.MaximumNArgs(1),
+			RunE:  func(cmd *cobra.Command, args []string) error { return a.getWorkers(cmd, args) },
+		},
+		&cobra.Command{
+			Use: "atespace [NAME]", Aliases: []string{"atespaces"},
+			Short: "Show one atespace, or all atespaces",
+			Args:  cobra.MaximumNArgs(1),
+			RunE:  func(cmd *cobra.Command, args []string) error { return a.getAtespaces(cmd, args) },
+		},
+	)
+	return cmd
+}
+
+func (a *app) getActors(cmd *cobra.Command, args []string) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	var key names.ActorKey
+	var err error
+	if len(args) == 1 {
+		key, err = a.actorKey(args[0])
+	} else {
+		key.Atespace, err = a.atespaceName()
+	}
+	if err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	t := actorTable(a.now())
+	if len(args) == 1 {
+		actor, err := call(ctx, s, s.client.GetActor, &atev1.GetActorRequest{Atespace: key.Atespace, Name: key.Name})
+		if err != nil {
+			return err
+		}
+		return printObjects(out, a.output, []*atev1.Actor{actor}, true, t)
+	}
+	actors, err := listActors(ctx, s, key.Atespace)
+	if err != nil {
+		return err
+	}
+	if len(actors) == 0 && a.output == formatTable {
+		fmt.Fprintf(cmd.ErrOrStderr(), "No actors found in atespace %s.\n", key.Atespace)
+		return nil
+	}
+	return printObjects(out, a.output, actors, false, t)
+}
+
+// listActors follows next_page_token until the server says there is no more.
+func listActors(ctx context.Context, s *session, atespace string) ([]*atev1.Actor, error) {
+	var all []*atev1.Actor
+	seen := map[string]bool{}
+	req := &atev1.ListActorsRequest{Atespace: atespace, PageSize: listPageSize}
+	for {
+		resp, err := call(ctx, s, s.client.ListActors, req)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, resp.GetActors()...)
+		next := resp.GetNextPageToken()
+		if next == "" {
+			return all, nil
+		}
+		// A server bug that hands back an old token would loop forever.
+		if seen[next] {
+			return nil, fmt.Errorf("list actors: server repeated page token %q", next)
+		}
+		seen[next] = true
+		req.PageToken = next
+	}
+}
+
+func (a *app) getTemplates(cmd *cobra.Command, args []string) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	var atespace, name string
+	var err error
+	if len(args) == 1 {
+		atespace, name, err = a.templateKey(args[0])
+	} else {
+		atespace, err = a.atespaceName()
+	}
+	if err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	t := templateTable(a.now())
+	if len(args) == 1 {
+		tmpl, err := call(ctx, s, s.client.GetActorTemplate, &atev1.GetActorTemplateRequest{Atespace: atespace, Name: name})
+		if err != nil {
+			return err
+		}
+		return printObjects(out, a.output, []*atev1.ActorTemplate{tmpl}, true, t)
+	}
+	resp, err := call(ctx, s, s.client.ListActorTemplates, &atev1.ListActorTemplatesRequest{Atespace: atespace})
+	if err != nil {
+		return err
+	}
+	if len(resp.GetTemplates()) == 0 && a.output == formatTable {
+		fmt.Fprintf(cmd.ErrOrStderr(), "No templates found in atespace %s.\n", atespace)
+		return nil
+	}
+	return printObjects(out, a.output, resp.GetTemplates(), false, t)
+}
+
+func (a *app) getWorkers(cmd *cobra.Command, args []string) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	if len(args) == 1 {
+		if err := names.ValidateLabel("worker name", args[0]); err != nil {
+			return err
+		}
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	resp, err := call(ctx, s, s.client.ListWorkers, &atev1.ListWorkersRequest{})
+	if err != nil {
+		return err
+	}
+	workers := resp.GetWorkers()
+	if len(args) == 1 {
+		// The API has no GetWorker; the list is small (one entry per slot).
+		for _, w := range workers {
+			if w.GetName() == args[0] {
+				return printObjects(out, a.output, []*atev1.Worker{w}, true, workerTable())
+			}
+		}
+		return &APIError{Status: status.Newf(codes.NotFound, "worker %s not found", args[0])}
+	}
+	if len(workers) == 0 && a.output == formatTable {
+		fmt.Fprintln(cmd.ErrOrStderr(), "No workers found.")
+		return nil
+	}
+	return printObjects(out, a.output, workers, false, workerTable())
+}
+
+func (a *app) getAtespaces(cmd *cobra.Command, args []string) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	if len(args) == 1 {
+		if err := names.ValidateLabel("atespace", args[0]); err != nil {
+			return err
+		}
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	t := atespaceTable(a.now())
+	if len(args) == 1 {
+		ns, err := call(ctx, s, s.client.GetAtespace, &atev1.GetAtespaceRequest{Name: args[0]})
+		if err != nil {
+			return err
+		}
+		return printObjects(out, a.output, []*atev1.Atespace{ns}, true, t)
+	}
+	resp, err := call(ctx, s, s.client.ListAtespaces, &atev1.ListAtespacesRequest{})
+	if err != nil {
+		return err
+	}
+	return printObjects(out, a.output, resp.GetAtespaces(), false, t)
+}

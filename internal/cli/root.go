@@ -1,0 +1,165 @@
+// Package cli is the `ate` command-line client: kubectl-like verbs (get,
+// create, delete, suspend, resume, wait) that talk to the API server's gRPC
+// Control service and print tables, JSON or YAML.
+//
+// The package builds the client half of the `ate` binary only. cmd/ate adds
+// the server subcommands (`up`, `apiserver`, …) to the root returned by
+// NewRootCommand and runs it through Main:
+//
+//	root := cli.NewRootCommand()
+//	root.AddCommand(newUpCommand())
+//	os.Exit(cli.Main(ctx, root))
+//
+// Server subcommands inherit the global flags (--config, --server,
+// -n/--atespace, -o/--output, --timeout); `ate up` reads --config through
+// ConfigPath and records its address with WriteConfig.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"substrate.dev/ate/internal/names"
+)
+
+// Global flag names, exported so server subcommands added by cmd/ate can read
+// the inherited values (e.g. `ate up` reads FlagConfig to know where to write).
+const (
+	FlagConfig   = "config"
+	FlagServer   = "server"
+	FlagAtespace = "atespace"
+	FlagOutput   = "output"
+	FlagTimeout  = "timeout"
+)
+
+// DefaultTimeout bounds each RPC unless --timeout says otherwise. It is long
+// because ResumeActor legitimately waits for a worker to free up.
+const DefaultTimeout = 60 * time.Second
+
+// defaultPollInterval paces `ate wait`: a resume takes well under a second, so
+// polling twice a second reports it promptly without loading the server.
+const defaultPollInterval = 500 * time.Millisecond
+
+// Option adjusts NewRootCommand; the defaults suit the real binary, options
+// exist so tests can pin the environment and clock.
+type Option func(*app)
+
+// WithGetenv replaces os.Getenv for $ATE_CONFIG and $HOME lookups.
+func WithGetenv(getenv func(string) string) Option {
+	return func(a *app) { a.getenv = getenv }
+}
+
+// WithNow replaces time.Now for the AGE column.
+func WithNow(now func() time.Time) Option {
+	return func(a *app) { a.now = now }
+}
+
+// WithPollInterval sets how often `ate wait` polls GetActor.
+func WithPollInterval(d time.Duration) Option {
+	return func(a *app) { a.pollInterval = d }
+}
+
+// app carries one invocation's dependencies and parsed global flags. It is
+// built per root command and used by one goroutine at a time (cobra runs one
+// command), so it needs no locking.
+type app struct {
+	getenv       func(string) string
+	now          func() time.Time
+	pollInterval time.Duration
+
+	configFlag string
+	server     string
+	atespace   string
+	output     string
+	timeout    time.Duration
+}
+
+// NewRootCommand returns the `ate` root command with the client verbs
+// attached and the global flags defined as persistent flags. The caller adds
+// server subcommands with root.AddCommand and runs the result with Main.
+func NewRootCommand(opts ...Option) *cobra.Command {
+	a := &app{getenv: os.Getenv, now: time.Now, pollInterval: defaultPollInterval}
+	for _, o := range opts {
+		o(a)
+	}
+	root := &cobra.Command{
+		Use:   "ate",
+		Short: "Run stateful actors in sandboxes; suspend them when idle, resume on demand",
+		// Main prints errors once, in our format; usage on every failed RPC
+		// would bury the message.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&a.configFlag, FlagConfig, "", "client config file (default $ATE_CONFIG, else $HOME/.ate/config.yaml)")
+	f.StringVar(&a.server, FlagServer, "", "API server address host:port (overrides the config file)")
+	f.StringVarP(&a.atespace, FlagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
+	f.StringVarP(&a.output, FlagOutput, "o", formatTable, "output format: table, json or yaml")
+	f.DurationVar(&a.timeout, FlagTimeout, DefaultTimeout, "deadline for each call to the server (for wait: the whole wait)")
+
+	root.AddCommand(
+		newGetCommand(a),
+		newCreateCommand(a),
+		newDeleteCommand(a),
+		newSuspendCommand(a),
+		newResumeCommand(a),
+		newWaitCommand(a),
+	)
+	return root
+}
+
+// Main runs root under ctx and returns the process exit code: 0 on success,
+// 1 after printing "Error: <message>" to root's error stream. cmd/ate's main
+// does no more than os.Exit(cli.Main(ctx, root)).
+func Main(ctx context.Context, root *cobra.Command) int {
+	// Set here too so commands built elsewhere print through this path only.
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(root.ErrOrStderr(), "Error: %s\n", err)
+		return 1
+	}
+	return 0
+}
+
+// validateGlobals checks the flags every client verb relies on before it
+// does any work, so a typo fails fast instead of after a round trip.
+func (a *app) validateGlobals() error {
+	switch a.output {
+	case formatTable, formatJSON, formatYAML:
+	default:
+		return fmt.Errorf("unknown output format %q: use table, json or yaml", a.output)
+	}
+	if a.timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", a.timeout)
+	}
+	return nil
+}
+
+// atespaceName returns the validated --atespace value.
+func (a *app) atespaceName() (string, error) {
+	if err := names.ValidateLabel("atespace", a.atespace); err != nil {
+		return "", err
+	}
+	return a.atespace, nil
+}
+
+// actorKey parses an actor argument, "NAME" in --atespace or "ATESPACE/NAME".
+func (a *app) actorKey(arg string) (names.ActorKey, error) {
+	return names.ParseActorKey(arg, a.atespace)
+}
+
+// templateKey validates a template argument and pairs it with --atespace.
+func (a *app) templateKey(arg string) (atespace, name string, err error) {
+	if atespace, err = a.atespaceName(); err != nil {
+		return "", "", err
+	}
+	if err := names.ValidateLabel("template name", arg); err != nil {
+		return "", "", err
+	}
+	return atespace, arg, nil
+}

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+)
+
+// templateFile is the YAML a user writes for `ate create template -f`:
+//
+//	name: counter
+//	containers:
+//	- name: counter
+//	  image: oci:build/images/counter
+//	  command: ["/counter"]
+//	  ports: [8080]
+//	wakeupProbe:
+//	  httpGet: {path: /healthz, port: 8080}
+//
+// It is a separate type rather than protojson over ActorTemplate so the file
+// format is exactly what is documented: server-owned fields (uid, status) and
+// snake_case spellings are rejected instead of silently accepted.
+type templateFile struct {
+	Name           string            `json:"name"`
+	Containers     []containerFile   `json:"containers"`
+	WakeupProbe    *probeFile        `json:"wakeupProbe,omitempty"`
+	SandboxClass   string            `json:"sandboxClass,omitempty"`
+	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
+}
+
+type containerFile struct {
+	Name       string            `json:"name"`
+	Image      string            `json:"image"`
+	Command    []string          `json:"command,omitempty"`
+	Args       []string          `json:"args,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Ports      []int32           `json:"ports,omitempty"`
+	WorkingDir string            `json:"workingDir,omitempty"`
+}
+
+type probeFile struct {
+	HTTPGet        *httpGetFile `json:"httpGet,omitempty"`
+	TimeoutSeconds int32        `json:"timeoutSeconds,omitempty"`
+}
+
+type httpGetFile struct {
+	Path string `json:"path"`
+	Port int32  `json:"port"`
+}
+
+// Image reference prefixes that name paths on the client's disk.
+var localImagePrefixes = []string{"oci:", "oci-archive:"}
+
+// LoadTemplateFile reads an actor template from a YAML file ("-" is not
+// special here; callers handle stdin). Unknown fields are errors, so a typo
+// does not silently drop a setting. Relative oci: and oci-archive: image
+// paths are made absolute against the current directory, because the server
+// that opens them may run in a different directory. The result has no
+// atespace set; the caller fills it in.
+func LoadTemplateFile(path string) (*atev1.ActorTemplate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read template: %w", err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("resolve image paths: %w", err)
+	}
+	t, err := parseTemplate(data, cwd)
+	if err != nil {
+		return nil, fmt.Errorf("template %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// parseTemplate decodes and checks a template file, resolving relative local
+// image paths against baseDir.
+func parseTemplate(data []byte, baseDir string) (*atev1.ActorTemplate, error) {
+	var f templateFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	if err := names.ValidateLabel("template name", f.Name); err != nil {
+		return nil, err
+	}
+	if len(f.Containers) == 0 {
+		return nil, fmt.Errorf("containers: at least one container is required")
+	}
+	spec := &atev1.ActorTemplateSpec{SandboxClass: f.SandboxClass, WorkerSelector: f.WorkerSelector}
+	for i, c := range f.Containers {
+		cs, err := c.spec(baseDir)
+		if err != nil {
+			return nil, fmt.Errorf("containers[%d]: %w", i, err)
+		}
+		spec.Containers = append(spec.Containers, cs)
+	}
+	if p := f.WakeupProbe; p != nil {
+		spec.WakeupProbe = &atev1.Probe{TimeoutSeconds: p.TimeoutSeconds}
+		if p.TimeoutSeconds < 0 {
+			return nil, fmt.Errorf("wakeupProbe.timeoutSeconds must not be negative")
+		}
+		if g := p.HTTPGet; g != nil {
+			if err := checkPort(g.Port); err != nil {
+				return nil, fmt.Errorf("wakeupProbe.httpGet.port: %w", err)
+			}
+			spec.WakeupProbe.HttpGet = &atev1.HTTPGetAction{Path: g.Path, Port: g.Port}
+		}
+	}
+	return &atev1.ActorTemplate{Name: f.Name, Spec: spec}, nil
+}
+
+func (c containerFile) spec(baseDir string) (*atev1.ContainerSpec, error) {
+	if err := names.ValidateLabel("container name", c.Name); err != nil {
+		return nil, err
+	}
+	image, err := resolveImage(c.Image, baseDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range c.Ports {
+		if err := checkPort(p); err != nil {
+			return nil, fmt.Errorf("ports: %w", err)
+		}
+	}
+	return &atev1.ContainerSpec{
+		Name: c.Name, Image: image, Command: c.Command, Args: c.Args,
+		Env: c.Env, Ports: c.Ports, WorkingDir: c.WorkingDir,
+	}, nil
+}
+
+// resolveImage makes a local image path absolute against baseDir and leaves
+// registry references alone. A ":TAG" after an OCI layout path rides along
+// unchanged as part of the last path element.
+func resolveImage(image, baseDir string) (string, error) {
+	if image == "" {
+		return "", fmt.Errorf("image is required")
+	}
+	for _, prefix := range localImagePrefixes {
+		p, ok := strings.CutPrefix(image, prefix)
+		if !ok {
+			continue
+		}
+		if p == "" {
+			return "", fmt.Errorf("image %q names no path", image)
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(baseDir, p)
+		}
+		return prefix + p, nil
+	}
+	return image, nil
+}
+
+func checkPort(p int32) error {
+	if p < 1 || p > 65535 {
+		return fmt.Errorf("port %d is not in 1-65535", p)
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// archive is an OCI image layout read in place from a tar file
+// (oci-archive:). Opening it reads only the tar headers (seeking over the
+// data), so resolving a cached image's digest costs a header scan, not a
+// copy of the blobs; blobs are later read as sections of the file. It is
+// safe for concurrent use (reads use ReadAt) until Close.
+type archive struct {
+	path  string
+	f     *os.File
+	files map[string]section // cleaned member name → data
+}
+
+// section is where a regular member's data sits in the archive file.
+type section struct{ off, size int64 }
+
+// maxMetaBlob bounds manifests, indexes and configs read into memory, so a
+// corrupt archive cannot make us allocate gigabytes. Real ones are a few KB.
+const maxMetaBlob = 16 << 20
+
+var _ io.Closer = (*archive)(nil)
+
+// openArchive indexes the members of the tar file at p.
+func openArchive(p string) (*archive, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("open oci archive: %w", err)
+	}
+	a := &archive{path: p, f: f, files: map[string]section{}}
+	// tar.Reader does not read ahead and skips data by seeking when it can,
+	// so after Next the file offset is exactly where the member's data
+	// starts.
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("read oci archive %s: %w", p, err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		off, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("read oci archive %s: %w", p, err)
+		}
+		a.files[path.Clean(h.Name)] = section{off: off, size: h.Size}
+	}
+	return a, nil
+}
+
+// Close releases the archive file; images read from it fail afterwards.
+func (a *archive) Close() error { return a.f.Close() }
+
+// open returns a reader over member name.
+func (a *archive) open(name string) (*io.SectionReader, error) {
+	s, ok := a.files[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: oci archive %s has no %s", ErrNotFound, a.path, name)
+	}
+	return io.NewSectionReader(a.f, s.off, s.size), nil
+}
+
+// blob returns a reader over the blob with digest h.
+func (a *archive) blob(h v1.Hash) (*io.SectionReader, error) {
+	return a.open(path.Join("blobs", h.Algorithm, h.Hex))
+}
+
+// readMeta reads a small member (index.json, a manifest or a config) into
+// memory.
+func (a *archive) readMeta(name string) ([]byte, error) {
+	r, err := a.open(name)
+	if err != nil {
+		return nil, err
+	}
+	if r.Size() > maxMetaBlob {
+		return nil, fmt.Errorf("oci archive %s: %s is %d bytes, more than the %d allowed for metadata", a.path, name, r.Size(), maxMetaBlob)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read %s from oci archive %s: %w", name, a.path, err)
+	}
+	return b, nil
+}
+
+func (a *archive) readBlob(h v1.Hash) ([]byte, error) {
+	return a.readMeta(path.Join("blobs", h.Algorithm, h.Hex))
+}
+
+// index returns the layout's top-level index (index.json).
+func (a *archive) index() (v1.ImageIndex, error) {
+	raw, err := a.readMeta("index.json")
+	if err != nil {
+		return nil, err
+	}
+	return &archiveIndex{a: a, raw: raw}, nil
+}
+
+// archiveIndex is an image index stored in an archive.
+type archiveIndex struct {
+	a   *archive
+	raw []byte
+}
+
+var _ v1.ImageIndex = (*archiveIndex)(nil)
+
+func (x *archiveIndex) MediaType() (types.MediaType, error) {
+	im, err := x.IndexManifest()
+	if err != nil {
+		return "", err
+	}
+	if im.MediaType == "" {
+		return types.OCIImageIndex, nil
+	}
+	return im.MediaType, nil
+}
+
+func (x *archiveIndex) Digest() (v1.Hash, error) {
+	h, _, err := v1.SHA256(bytes.NewReader(x.raw))
+	return h, err
+}
+
+func (x *archiveIndex) Size() (int64, error) { return int64(len(x.raw)), nil }
+
+func (x *archiveIndex) IndexManifest() (*v1.IndexManifest, error) {
+	return v1.ParseIndexManifest(bytes.NewReader(x.raw))
+}
+
+func (x *archiveIndex) RawManifest() ([]byte, error) { return x.raw, nil }
+
+func (x *archiveIndex) Image(h v1.Hash) (v1.Image, error) {
+	raw, err := x.a.readBlob(h)
+	if err != nil {
+		return nil, err
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse manifest %s in oci archive %s: %w", h, x.a.path, err)
+	}
+	return partial.CompressedToImage(&archiveImage{a: x.a, raw: raw, manifest: m})
+}
+
+func (x *archiveIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
+	raw, err := x.a.readBlob(h)
+	if err != nil {
+		return nil, err
+	}
+	return &archiveIndex{a: x.a, raw: raw}, nil
+}
+
+// archiveImage is the minimal core of an image stored in an archive;
+// partial.CompressedToImage derives the rest of v1.Image from it.
+type archiveImage struct {
+	a        *archive
+	raw      []byte
+	manifest *v1.Manifest
+}
+
+var _ partial.CompressedImageCore = (*archiveImage)(nil)
+
+func (i *archiveImage) RawConfigFile() ([]byte, error) {
+	return i.a.readBlob(i.manifest.Config.Digest)
+}
+
+func (i *archiveImage) MediaType() (types.MediaType, error) {
+	if i.manifest.MediaType == "" {
+		return types.OCIManifestSchema1, nil
+	}
+	return i.manifest.MediaType, nil
+}
+
+func (i *archiveImage) RawManifest() ([]byte, error) { return i.raw, nil }
+
+func (i *archiveImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if h == i.manifest.Config.Digest {
+		return &archiveBlob{a: i.a, desc: i.manifest.Config}, nil
+	}
+	for _, d := range i.manifest.Layers {
+		if d.Digest == h {
+			return &archiveBlob{a: i.a, desc: d}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: blob %s is not in manifest", ErrNotFound, h)
+}
+
+// archiveBlob is a layer (or config) blob stored in an archive. Compressed
+// returns the blob as stored; partial sniffs whether it is gzip, zstd or a
+// plain tar when uncompressing.
+type archiveBlob struct {
+	a    *archive
+	desc v1.Descriptor
+}
+
+var _ partial.CompressedLayer = (*archiveBlob)(nil)
+
+func (b *archiveBlob) Digest() (v1.Hash, error) { return b.desc.Digest, nil }
+
+func (b *archiveBlob) Compressed() (io.ReadCloser, error) {
+	r, err := b.a.blob(b.desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(r), nil
+}
+
+func (b *archiveBlob) Size() (int64, error) { return b.desc.Size, nil }
+
+func (b *archiveBlob) MediaType() (types.MediaType, error) { return b.desc.MediaType, nil }

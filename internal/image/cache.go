@@ -1,0 +1,231 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"golang.org/x/sync/singleflight"
+)
+
+// Image is an image whose root filesystem is unpacked on local disk.
+type Image struct {
+	// Digest is the image manifest's digest, "sha256:<64 hex>". For a
+	// multi-platform reference it is the linux/GOARCH manifest's digest.
+	Digest string
+	// RootFS is the absolute path of the unpacked, flattened root
+	// filesystem. It is shared by every user of the image and must be
+	// treated as read-only; it lives as long as the cache directory.
+	RootFS string
+	// Config is the runtime part of the image configuration.
+	Config Config
+}
+
+// Config is what an image says about how to run it.
+type Config struct {
+	Entrypoint []string
+	Cmd        []string
+	// Env is KEY=VALUE, in image order.
+	Env        []string
+	WorkingDir string
+	// ExposedPorts are the TCP ports of the image's ExposedPorts ("8080/tcp"
+	// or "8080"), ascending. UDP and SCTP ports are left out: actors are
+	// reached through TCP only.
+	ExposedPorts []int
+}
+
+// Cache unpacks images into a directory, one root filesystem per manifest
+// digest:
+//
+//	<dir>/rootfs/<manifest digest hex>/   complete, never modified again
+//	<dir>/rootfs/.unpack-<hex>-<random>/  in progress (removed on failure)
+//
+// A root filesystem appears under its final name only once complete (it is
+// renamed into place), so its presence is the cache-hit test, also for other
+// processes sharing dir. Temporary directories left by a crash are not
+// reclaimed. A Cache is safe for concurrent use.
+type Cache struct {
+	dir    string
+	logger *slog.Logger
+	// flight coalesces concurrent unpacks of one digest (keyed by hex).
+	flight singleflight.Group
+	// unpacks counts extractions started, so tests can tell a cache hit
+	// from a re-extraction.
+	unpacks atomic.Int64
+}
+
+// NewCache returns a cache rooted at dir, which is created on first use. A
+// nil logger discards logs.
+func NewCache(dir string, logger *slog.Logger) *Cache {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Cache{dir: dir, logger: logger}
+}
+
+// Ensure resolves ref (see ParseRef), unpacks the image's flattened root
+// filesystem unless this digest is already unpacked, and returns it.
+// Concurrent calls for one digest share a single unpack; a caller whose ctx
+// ends stops waiting, and the unpack goes on for the others unless it was
+// the caller that started it, in which case a waiting caller takes over.
+//
+// Errors wrap ErrBadRef, ErrNotFound, ErrAmbiguous, ErrUnsafePath, or the
+// underlying I/O or registry error. On error nothing is left under the
+// final rootfs name.
+func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
+	r, err := ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	img, closer, err := resolve(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("digest of %s: %w", r, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("config of %s: %w", r, err)
+	}
+	dir, err := filepath.Abs(c.dir)
+	if err != nil {
+		return nil, fmt.Errorf("image cache dir: %w", err)
+	}
+	out := &Image{
+		Digest: digest.String(),
+		RootFS: filepath.Join(dir, "rootfs", digest.Hex),
+		Config: c.config(cf, digest),
+	}
+	switch done, err := isDir(out.RootFS); {
+	case err != nil:
+		return nil, err
+	case done:
+		c.logger.Debug("image cached", "ref", r.String(), "rootfs", out.RootFS)
+		return out, nil
+	}
+
+	for {
+		ch := c.flight.DoChan(digest.Hex, func() (any, error) {
+			return nil, c.unpack(ctx, r, img, out.RootFS)
+		})
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("unpack %s: %w", r, ctx.Err())
+		case res := <-ch:
+			if res.Err != nil && isContextErr(res.Err) && ctx.Err() == nil {
+				// The caller that ran the shared unpack went away; ours
+				// is still wanted, so run it again (it resumes nothing:
+				// the failed attempt's temp dir is gone).
+				continue
+			}
+			if res.Err != nil {
+				return nil, res.Err
+			}
+			return out, nil
+		}
+	}
+}
+
+// unpack extracts img's flattened layers into a temporary directory next to
+// root and renames it to root. It runs at most once at a time per digest.
+func (c *Cache) unpack(ctx context.Context, r Ref, img v1.Image, root string) (err error) {
+	// A previous flight may have finished between Ensure's check and ours.
+	if done, err := isDir(root); err != nil || done {
+		return err
+	}
+	c.unpacks.Add(1)
+	start := time.Now()
+	parent := filepath.Dir(root)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("image cache dir: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, ".unpack-"+filepath.Base(root)[:12]+"-")
+	if err != nil {
+		return fmt.Errorf("image cache dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+
+	// mutate.Extract streams the flattened filesystem: layers top-down,
+	// each path once, whiteouts applied (see extract.go for what that order
+	// means for the writer).
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	st, err := extractTar(ctx, rc, tmp, c.logger)
+	if err != nil {
+		return fmt.Errorf("unpack %s: %w", r, err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		// Another process sharing the cache dir won the race: its copy is
+		// as good as ours.
+		if done, _ := isDir(root); done {
+			_ = os.RemoveAll(tmp)
+			return nil
+		}
+		return fmt.Errorf("unpack %s: %w", r, err)
+	}
+	c.logger.Info("unpacked image", "ref", r.String(), "rootfs", root,
+		"files", st.files, "bytes", st.bytes, "skipped", st.skipped,
+		"duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// config converts the image configuration, dropping ports it cannot parse
+// (the image is third-party input; a bad port should not make it unusable).
+func (c *Cache) config(cf *v1.ConfigFile, digest v1.Hash) Config {
+	cfg := Config{
+		Entrypoint: cf.Config.Entrypoint,
+		Cmd:        cf.Config.Cmd,
+		Env:        cf.Config.Env,
+		WorkingDir: cf.Config.WorkingDir,
+	}
+	for p := range cf.Config.ExposedPorts {
+		num, proto, _ := strings.Cut(p, "/")
+		if proto != "" && !strings.EqualFold(proto, "tcp") {
+			continue
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 1 || n > 65535 {
+			c.logger.Warn("ignoring malformed exposed port", "digest", digest.String(), "port", p)
+			continue
+		}
+		cfg.ExposedPorts = append(cfg.ExposedPorts, n)
+	}
+	slices.Sort(cfg.ExposedPorts)
+	cfg.ExposedPorts = slices.Compact(cfg.ExposedPorts)
+	return cfg
+}
+
+// isDir reports whether p exists as a directory.
+func isDir(p string) (bool, error) {
+	fi, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("image cache: %w", err)
+	}
+	return fi.IsDir(), nil
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,150 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// annotationRefName is the index.json annotation that carries an image's tag
+// in an OCI layout (image-spec annotations.go).
+const annotationRefName = "org.opencontainers.image.ref.name"
+
+// platform is the only platform sandboxes run: multi-platform indexes are
+// resolved to the linux image for the host's architecture.
+var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+
+// resolve opens the image r points to. The returned closer releases files
+// the image reads lazily (the oci-archive tar) and must be called once the
+// image's blobs are no longer read; it is never nil on success. For registry
+// references ctx also bounds every later blob download of the image.
+func resolve(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
+	switch r.Transport {
+	case TransportOCI:
+		p, err := layout.FromPath(r.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open oci layout %s: %w", r.Path, err)
+		}
+		idx, err := p.ImageIndex()
+		if err != nil {
+			return nil, nil, fmt.Errorf("read oci layout %s: %w", r.Path, err)
+		}
+		img, err := pickImage(idx, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return img, noClose{}, nil
+	case TransportOCIArchive:
+		a, err := openArchive(r.Path)
+		if err != nil {
+			return nil, nil, err
+		}
+		idx, err := a.index()
+		if err != nil {
+			_ = a.Close()
+			return nil, nil, err
+		}
+		img, err := pickImage(idx, r)
+		if err != nil {
+			_ = a.Close()
+			return nil, nil, err
+		}
+		return img, a, nil
+	case TransportRegistry:
+		img, err := remote.Image(r.Remote,
+			remote.WithContext(ctx),
+			remote.WithAuthFromKeychain(authn.DefaultKeychain),
+			remote.WithPlatform(platform))
+		if err != nil {
+			return nil, nil, fmt.Errorf("fetch %s: %w", r.Remote.Name(), err)
+		}
+		return img, noClose{}, nil
+	}
+	return nil, nil, fmt.Errorf("%w: unknown transport %q", ErrBadRef, r.Transport)
+}
+
+// noClose is the closer of images that hold nothing open.
+type noClose struct{}
+
+func (noClose) Close() error { return nil }
+
+// pickImage selects the manifest r names from a layout's index.json: the
+// one tagged r.Tag, or the only one when r.Tag is empty. A selected index
+// (a multi-platform image) is narrowed to this host's platform.
+func pickImage(idx v1.ImageIndex, r Ref) (v1.Image, error) {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("read index of %s: %w", r, err)
+	}
+	var found []v1.Descriptor
+	for _, d := range im.Manifests {
+		if r.Tag == "" || d.Annotations[annotationRefName] == r.Tag {
+			found = append(found, d)
+		}
+	}
+	switch {
+	case len(found) == 0 && r.Tag == "":
+		return nil, fmt.Errorf("%w: %s: layout has no manifests", ErrNotFound, r)
+	case len(found) == 0:
+		return nil, fmt.Errorf("%w: %s: no manifest tagged %q (tags: %s)", ErrNotFound, r, r.Tag, tags(im))
+	case len(found) > 1 && r.Tag == "":
+		return nil, fmt.Errorf("%w: %s: layout has %d manifests, add :TAG (tags: %s)", ErrAmbiguous, r, len(found), tags(im))
+	case len(found) > 1:
+		return nil, fmt.Errorf("%w: %s: %d manifests tagged %q", ErrAmbiguous, r, len(found), r.Tag)
+	}
+	return imageFor(idx, found[0], r)
+}
+
+// imageFor opens the image desc describes, descending through nested
+// indexes (at most a few levels: layouts written by `skopeo copy --all` hold
+// an index of per-platform manifests) to the one for this host's platform.
+func imageFor(idx v1.ImageIndex, desc v1.Descriptor, r Ref) (v1.Image, error) {
+	for depth := 0; depth < 4; depth++ {
+		if !desc.MediaType.IsIndex() {
+			img, err := idx.Image(desc.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("open image %s in %s: %w", desc.Digest, r, err)
+			}
+			return img, nil
+		}
+		child, err := idx.ImageIndex(desc.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("open index %s in %s: %w", desc.Digest, r, err)
+		}
+		im, err := child.IndexManifest()
+		if err != nil {
+			return nil, fmt.Errorf("read index %s in %s: %w", desc.Digest, r, err)
+		}
+		i := slices.IndexFunc(im.Manifests, func(d v1.Descriptor) bool {
+			return d.Platform != nil && d.Platform.OS == platform.OS && d.Platform.Architecture == platform.Architecture
+		})
+		if i < 0 {
+			return nil, fmt.Errorf("%w: %s: no manifest for %s/%s in index %s", ErrNotFound, r, platform.OS, platform.Architecture, desc.Digest)
+		}
+		idx, desc = child, im.Manifests[i]
+	}
+	return nil, fmt.Errorf("%w: %s: indexes nested too deeply", ErrNotFound, r)
+}
+
+// tags lists the ref.name annotations of a layout's manifests for error
+// messages.
+func tags(im *v1.IndexManifest) string {
+	var ts []string
+	for _, d := range im.Manifests {
+		if t := d.Annotations[annotationRefName]; t != "" {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) == 0 {
+		return "none"
+	}
+	return strings.Join(ts, ", ")
+}

@@ -1,0 +1,48 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+)
+
+// keyedMutex is a set of mutexes by key, created on demand and dropped
+// when unused, so memory tracks actors in flight rather than all actors.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	ch      chan struct{} // holds one token while locked
+	waiters int           // guarded by keyedMutex.mu
+}
+
+// lock waits for key's lock until ctx ends and returns its unlock func.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l, ok := k.locks[key]
+	if !ok {
+		l = &keyedLock{ch: make(chan struct{}, 1)}
+		k.locks[key] = l
+	}
+	l.waiters++
+	k.mu.Unlock()
+	done := func() {
+		k.mu.Lock()
+		l.waiters--
+		if l.waiters == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+}

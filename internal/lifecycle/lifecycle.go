@@ -1,0 +1,184 @@
+// Package lifecycle runs the actor workflows — resume, suspend, delete,
+// golden builds — over a store and a node. Every workflow follows
+// DESIGN.md's rules: write the -ING state before touching the node, make
+// every write compare-and-set, hold the actor's lease, and never leave an
+// actor wedged or a worker claimed after a failure.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/store"
+)
+
+// Node is what workflows need from a node agent.
+type Node interface {
+	Start(ctx context.Context, req node.StartRequest) error
+	Checkpoint(ctx context.Context, worker, actorUID string) (string, error)
+	Stop(ctx context.Context, worker, actorUID string) error
+	BuildGolden(ctx context.Context, ownerUID string, spec *atev1.ActorTemplateSpec) (string, error)
+}
+
+// Snapshots deletes snapshots that no record points to any more.
+type Snapshots interface {
+	Delete(ref string) error
+	DeleteOwner(owner string) error
+}
+
+// Tuning. LeaseTTL outlives the longest workflow step (a cold boot waits up
+// to node.DefaultProbeTimeout); the lease is released at the end anyway.
+const (
+	LeaseTTL = 3 * time.Minute
+	// nodeOpTimeout bounds a node operation once started; it runs detached
+	// from the caller so a client hanging up mid-restore cannot wedge it.
+	nodeOpTimeout = 2 * time.Minute
+	// claimPoll re-checks for free workers that another API server
+	// replica freed, which this process is not told about.
+	claimPoll = 250 * time.Millisecond
+)
+
+// Manager runs workflows. Safe for concurrent use.
+type Manager struct {
+	store  store.Store
+	node   Node
+	snaps  Snapshots
+	holder string
+	log    *slog.Logger
+
+	locks keyedMutex
+
+	// mu guards freed, closed and replaced whenever a worker is freed so
+	// that waiting resumes wake up.
+	mu    sync.Mutex
+	freed chan struct{}
+}
+
+// New returns a Manager. holder identifies this process in leases.
+func New(s store.Store, n Node, snaps Snapshots, holder string, logger *slog.Logger) *Manager {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{store: s, node: n, snaps: snaps, holder: holder, log: logger, freed: make(chan struct{})}
+}
+
+func (m *Manager) freedCh() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.freed
+}
+
+// workerFreed wakes every resume waiting for a worker.
+func (m *Manager) workerFreed() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	close(m.freed)
+	m.freed = make(chan struct{})
+}
+
+// withActor runs fn holding the actor's in-process lock and store lease.
+// The in-process lock makes concurrent callers queue instead of polling
+// the lease; the lease fences other replicas.
+func (m *Manager) withActor(ctx context.Context, atespace, name string, fn func() error) error {
+	key := atespace + "/" + name
+	unlock, err := m.locks.lock(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for {
+		_, err := m.store.AcquireLease(ctx, "actor/"+key, m.holder, LeaseTTL)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrLeaseHeld) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("actor %s is busy in another API server: %w", key, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	defer func() {
+		if err := m.store.ReleaseLease(context.WithoutCancel(ctx), "actor/"+key, m.holder); err != nil {
+			m.log.Warn("release lease", "actor", key, "err", err)
+		}
+	}()
+	return fn()
+}
+
+// update writes a with new state fields, logging the transition.
+func (m *Manager) update(ctx context.Context, a *store.Actor) (*store.Actor, error) {
+	a.StateTime = time.Now().UTC()
+	out, err := m.store.UpdateActor(context.WithoutCancel(ctx), a)
+	if err != nil {
+		return nil, err
+	}
+	m.log.DebugContext(ctx, "actor state", "actor", a.Name, "atespace", a.Atespace, "state", a.State, "worker", a.Worker)
+	return out, nil
+}
+
+// recoverLocked returns an actor left in RESUMING or SUSPENDING by a
+// workflow that died (this process holds its lease now, so none runs) to a
+// resumable state at its last snapshot, freeing its worker.
+func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string) (*store.Actor, error) {
+	if a.Worker != "" {
+		if err := m.node.Stop(ctx, a.Worker, a.UID); err != nil {
+			m.log.WarnContext(ctx, "stop during recovery", "actor", a.Key(), "worker", a.Worker, "err", err)
+		}
+	}
+	n := *a
+	n.State, n.Worker, n.Message = store.Crashed, "", why
+	out, err := m.update(ctx, &n)
+	if err == nil && a.Worker != "" {
+		m.workerFreed()
+	}
+	return out, err
+}
+
+// Recover repairs state after this node restarted: every actor holding a
+// worker has lost its sandbox, so it becomes CRASHED at its last snapshot
+// (resumable), and unfinished golden builds start again.
+func (m *Manager) Recover(ctx context.Context) error {
+	workers, err := m.store.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range workers {
+		if w.Free() {
+			continue
+		}
+		atespace, name, _ := cutKey(w.Actor)
+		err := m.withActor(ctx, atespace, name, func() error {
+			a, err := m.store.GetActor(ctx, atespace, name)
+			if errors.Is(err, store.ErrNotFound) || (err == nil && a.UID != w.ActorUID) {
+				return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
+			}
+			if err != nil {
+				return err
+			}
+			_, err = m.recoverLocked(ctx, a, "node restarted: memory since the last snapshot was lost")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("recover actor %s: %w", w.Actor, err)
+		}
+	}
+	return m.resumeGoldenBuilds(ctx)
+}
+
+func cutKey(key string) (atespace, name string, ok bool) {
+	for i := range len(key) {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}

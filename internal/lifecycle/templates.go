@@ -1,0 +1,55 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"substrate.dev/ate/internal/store"
+)
+
+// BuildGolden builds t's golden snapshot and records the outcome in the
+// template's status (READY with the snapshot, or FAILED with the reason).
+// It is meant to run in the background after CreateTemplate.
+func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
+	log := m.log.With("template", t.Name, "atespace", t.Atespace)
+	ref, err := m.node.BuildGolden(ctx, t.UID, t.Spec)
+	cur, gerr := m.store.GetTemplate(ctx, t.Atespace, t.Name)
+	if gerr != nil || cur.UID != t.UID {
+		// The template was deleted meanwhile; nobody will use the snapshot.
+		if ref != "" {
+			_ = m.snaps.DeleteOwner(t.UID)
+		}
+		return
+	}
+	if err != nil {
+		cur.Phase, cur.Message = store.TemplateFailed, err.Error()
+		log.WarnContext(ctx, "golden build failed", "err", err)
+	} else {
+		cur.Phase, cur.Message, cur.GoldenSnapshot = store.TemplateReady, "", ref
+		log.InfoContext(ctx, "golden snapshot ready", "snapshot", ref)
+	}
+	if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil && !errors.Is(err, context.Canceled) {
+		log.WarnContext(ctx, "record golden build", "err", err)
+	}
+}
+
+// resumeGoldenBuilds restarts builds that a previous process did not finish.
+func (m *Manager) resumeGoldenBuilds(ctx context.Context) error {
+	tpls, err := m.store.ListTemplates(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range tpls {
+		if t.Phase == store.TemplateBuilding {
+			go m.BuildGolden(ctx, t)
+		}
+	}
+	return nil
+}
+
+// DeleteTemplateSnapshots removes a deleted template's golden snapshot.
+func (m *Manager) DeleteTemplateSnapshots(ctx context.Context, t *store.Template) {
+	if err := m.snaps.DeleteOwner(t.UID); err != nil {
+		m.log.WarnContext(ctx, "delete golden snapshot", "template", t.Name, "err", err)
+	}
+}

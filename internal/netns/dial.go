@@ -1,0 +1,84 @@
+package netns
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+
+	vns "github.com/vishvananda/netns"
+)
+
+// DialContext connects to addr on network ("tcp", "tcp4", "udp", ...) from
+// inside the network namespace mounted at nsPath. The socket belongs to
+// that namespace for its whole life, so the returned conn keeps working
+// from any goroutine after the dialing thread has gone back to the host
+// namespace; the caller owns and closes it.
+//
+// addr's host must be an IP literal: name resolution and dual-stack dialing
+// would run on other goroutines, outside the namespace. ctx's deadline and
+// cancellation bound the connect as for net.Dialer.DialContext.
+func DialContext(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("netns: dial %s: %w", addr, err)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return nil, fmt.Errorf("netns: dial %s: host must be an IP literal: %w", addr, err)
+	}
+	var conn net.Conn
+	err = inNetNS(nsPath, func() error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		conn = c
+		return err
+	})
+	if err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		return nil, fmt.Errorf("netns: dial %s in %s: %w", addr, nsPath, err)
+	}
+	return conn, nil
+}
+
+// inNetNS runs fn on a goroutine whose OS thread is in the namespace at
+// nsPath, and waits for it. fn must create its sockets on the calling
+// goroutine (not start goroutines that do). If the thread cannot be put
+// back into its original namespace it stays locked, and the runtime
+// terminates it when the goroutine ends, so no thread leaks into the pool
+// in the wrong namespace.
+func inNetNS(nsPath string, fn func() error) error {
+	target, err := openNS(nsPath)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := vns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := vns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter %s: %w", nsPath, err)
+			return
+		}
+		fnErr := fn()
+		if err := vns.Set(orig); err != nil {
+			// Stay locked: this thread dies with the goroutine.
+			errc <- fmt.Errorf("return from %s: %w (fn: %v)", nsPath, err, fnErr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- fnErr
+	}()
+	return <-errc
+}

@@ -1,0 +1,136 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"substrate.dev/ate/internal/names"
+)
+
+// The router's own failure conditions. Resolver failures are gRPC status
+// errors (see Resolver); classify maps both kinds to HTTP.
+var (
+	// errNoActor: the request names no actor (neither Host nor header).
+	errNoActor = errors.New("no actor addressed")
+	// errParkFull: ParkMax requests are already waiting for resumes.
+	errParkFull = errors.New("too many parked requests")
+	// errParkBudget: the request waited ParkBudget for its actor.
+	errParkBudget = errors.New("park budget exhausted")
+	// errStale: the tunnel said the actor is no longer on that worker and
+	// the request could not be (or was already) retried.
+	errStale = errors.New("stale actor assignment")
+	// errMisdirected: the tunnel answered 421 Misdirected Request.
+	errMisdirected = errors.New("tunnel answered 421 Misdirected Request")
+)
+
+// statusClientClosedRequest is nginx's convention for "the client went
+// away before the answer"; nobody reads it, but it keeps such requests out
+// of 5xx counts.
+const statusClientClosedRequest = 499
+
+// failure is how the router answers one error.
+type failure struct {
+	status int
+	// body is one line of text/plain telling the client what to do.
+	body string
+	// retryAfter adds "Retry-After: 1": the condition is transient.
+	retryAfter bool
+	// clientGone: nobody is listening; log quietly.
+	clientGone bool
+}
+
+// classify maps any error the request path produces to its HTTP answer.
+// It is the only place that does: router sentinels first, then context
+// errors, then gRPC status codes from the Resolver. key is the addressed
+// actor (zero when none was); cfg supplies the limits named in bodies.
+func classify(err error, key names.ActorKey, cfg Config) failure {
+	actor := key.String()
+	switch {
+	case errors.Is(err, errNoActor):
+		return failure{status: http.StatusNotFound, body: fmt.Sprintf(
+			"no actor addressed: use Host: <name>.<atespace>.%s or header %s: <atespace>/<name>",
+			cfg.ActorDomain, HeaderTargetActor)}
+	case errors.Is(err, names.ErrInvalid):
+		return failure{status: http.StatusBadRequest, body: oneLine(err.Error())}
+	case errors.Is(err, errParkFull):
+		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"too many requests are waiting for actors to resume (limit %d); retry shortly", cfg.ParkMax)}
+	case errors.Is(err, errParkBudget), errors.Is(err, context.DeadlineExceeded):
+		return notResumedInTime(actor, cfg)
+	case errors.Is(err, errStale):
+		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"actor %s moved while the request was in flight and the request cannot be replayed; retry", actor)}
+	case errors.Is(err, context.Canceled):
+		return failure{status: statusClientClosedRequest, clientGone: true, body: "client closed request"}
+	}
+	st, ok := grpcStatus(err)
+	if !ok {
+		// Not from the control plane: the tunnel could not be reached
+		// or broke. The cause (with internal addresses) is logged only.
+		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+			"actor %s is unreachable; retry later", actor)}
+	}
+	msg := oneLine(st.Message())
+	switch st.Code() {
+	case codes.NotFound:
+		return failure{status: http.StatusNotFound, body: fmt.Sprintf("actor %s not found", actor)}
+	case codes.InvalidArgument:
+		return failure{status: http.StatusBadRequest, body: fmt.Sprintf("invalid request for actor %s: %s", actor, msg)}
+	case codes.ResourceExhausted:
+		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"no free worker for actor %s within %s; retry later", actor, cfg.ParkBudget)}
+	case codes.DeadlineExceeded:
+		return notResumedInTime(actor, cfg)
+	case codes.FailedPrecondition:
+		return failure{status: http.StatusConflict, body: fmt.Sprintf("actor %s cannot be resumed now: %s", actor, msg)}
+	case codes.Unavailable:
+		return failure{status: http.StatusBadGateway, body: fmt.Sprintf("actor %s could not be resumed: %s", actor, msg)}
+	case codes.Canceled:
+		return failure{status: statusClientClosedRequest, clientGone: true, body: "client closed request"}
+	default:
+		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+			"actor %s could not be resumed: %s: %s", actor, st.Code(), msg)}
+	}
+}
+
+func notResumedInTime(actor string, cfg Config) failure {
+	return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+		"actor %s was not resumed within %s; retry later", actor, cfg.ParkBudget)}
+}
+
+// grpcStatus finds the gRPC status in err's chain. Unlike status.FromError
+// it returns the status as the server sent it, so its message is not
+// prefixed with the router's own wrapping.
+func grpcStatus(err error) (*status.Status, bool) {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) || se.GRPCStatus() == nil {
+		return nil, false
+	}
+	return se.GRPCStatus(), true
+}
+
+// oneLine keeps a message on one line of the text/plain body.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// writeFailure answers err. Nothing may have been written to w yet.
+func writeFailure(w http.ResponseWriter, f failure) {
+	h := w.Header()
+	h.Del(HeaderActivation)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if f.retryAfter {
+		h.Set("Retry-After", "1")
+	}
+	w.WriteHeader(f.status)
+	// The client may be gone; there is nobody to tell about a failed write.
+	_, _ = io.WriteString(w, f.body+"\n")
+}

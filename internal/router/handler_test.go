@@ -1,0 +1,384 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"substrate.dev/ate/internal/names"
+)
+
+func TestRouting(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		if key.Name == "ghost" {
+			return Target{}, false, status.Error(codes.NotFound, "no such actor")
+		}
+		return targetAt(key, "w-"+key.Name, tunnel), true, nil
+	}}
+	srv, _ := newRouter(t, Config{}, res)
+
+	tests := []struct {
+		name       string
+		host, path string
+		hdr        map[string]string
+		wantStatus int
+		wantBody   []string
+	}{
+		{name: "host", host: "app.default.actors.localhost", path: "/p?q=1", wantStatus: 200,
+			wantBody: []string{"host=app.default.actors.localhost ", "worker=w-app ", "uid=uid-default/app ", "uri=/p?q=1 ", "xff=true"}},
+		{name: "host with port", host: "app.team.actors.localhost:8080", path: "/", wantStatus: 200,
+			wantBody: []string{"uid=uid-team/app ", "host=app.team.actors.localhost:8080 "}},
+		{name: "header", host: "localhost", path: "/x", hdr: map[string]string{HeaderTargetActor: "team/app"}, wantStatus: 200,
+			wantBody: []string{"uid=uid-team/app ", "host=localhost ", "uri=/x "}},
+		{name: "header in default atespace", host: "localhost", path: "/", hdr: map[string]string{HeaderTargetActor: "app"}, wantStatus: 200,
+			wantBody: []string{"uid=uid-default/app "}},
+		{name: "header wins over host", host: "app.default.actors.localhost", path: "/", hdr: map[string]string{HeaderTargetActor: "team/other"}, wantStatus: 200,
+			wantBody: []string{"uid=uid-team/other ", "worker=w-other "}},
+		{name: "health of an actor is proxied", host: "app.default.actors.localhost", path: "/healthz", wantStatus: 200,
+			wantBody: []string{"uri=/healthz "}},
+		{name: "no actor", host: "localhost", path: "/", wantStatus: 404,
+			wantBody: []string{"Host: <name>.<atespace>.actors.localhost", HeaderTargetActor + ": <atespace>/<name>"}},
+		{name: "healthz", host: "localhost", path: "/healthz", wantStatus: 200, wantBody: []string{"ok"}},
+		{name: "readyz", host: "localhost", path: "/readyz", wantStatus: 200, wantBody: []string{"ok"}},
+		{name: "invalid header name", host: "localhost", path: "/", hdr: map[string]string{HeaderTargetActor: "Team/App"}, wantStatus: 400,
+			wantBody: []string{"invalid name", "DNS-1123"}},
+		{name: "invalid host name", host: "a_b.default.actors.localhost", path: "/", wantStatus: 400,
+			wantBody: []string{"invalid name", `"a_b"`}},
+		{name: "unknown actor", host: "ghost.default.actors.localhost", path: "/", wantStatus: 404,
+			wantBody: []string{"actor default/ghost not found"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := get(t, srv, tt.host, tt.path, tt.hdr)
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			if got.status != tt.wantStatus {
+				t.Fatalf("status = %d, want %d (body %q)", got.status, tt.wantStatus, got.body)
+			}
+			for _, want := range tt.wantBody {
+				if !strings.Contains(got.body, want) {
+					t.Errorf("body %q lacks %q", got.body, want)
+				}
+			}
+		})
+	}
+}
+
+func TestWarmTargetIsCached(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		return targetAt(key, "w1", tunnel), true, nil
+	}}
+	srv, _ := newRouter(t, Config{}, res)
+	for i := range 3 {
+		got := get(t, srv, "app.default.actors.localhost", "/", nil)
+		if got.status != 200 || got.activation != "warm" {
+			t.Fatalf("request %d: status %d activation %q, want 200 warm", i, got.status, got.activation)
+		}
+	}
+	if n := res.lookups.Load(); n != 1 {
+		t.Errorf("Lookup called %d times, want 1 (then cached)", n)
+	}
+}
+
+func TestClientWorkerHeadersAreReplaced(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		return targetAt(key, "w1", tunnel), true, nil
+	}}
+	srv, _ := newRouter(t, Config{}, res)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "app.default.actors.localhost"
+	req.Header.Add(HeaderWorker, "evil")
+	req.Header.Add(HeaderWorker, "evil2")
+	req.Header.Set(HeaderActorUID, "forged")
+	got := send(srv, req)
+	if got.status != 200 || !strings.Contains(got.body, "worker=w1 uid=uid-default/app ") {
+		t.Fatalf("got %d %q, want 200 with only the router's worker and uid", got.status, got.body)
+	}
+}
+
+// TestConcurrentColdRequestsShareOneResume parks 30 requests on one
+// not-running actor and releases the resume only once all have joined.
+func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
+	const n = 30
+	tunnel := echoTunnel(t, "tunnel", nil)
+	release := make(chan struct{})
+	res := &fakeResolver{t: t, resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+		select {
+		case <-release:
+			return targetAt(key, "w1", tunnel), nil
+		case <-ctx.Done():
+			return Target{}, ctx.Err()
+		}
+	}}
+	srv, h := newRouter(t, Config{}, res)
+
+	replies := make(chan reply, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+	}
+	waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.waiting.Load() == n })
+	close(release)
+	wg.Wait()
+	close(replies)
+
+	count := map[string]int{}
+	for r := range replies {
+		if r.err != nil || r.status != 200 {
+			t.Errorf("reply: status %d err %v body %q", r.status, r.err, r.body)
+		}
+		count[r.activation]++
+	}
+	if count["resumed"] != 1 || count["joined"] != n-1 {
+		t.Errorf("activations = %v, want 1 resumed and %d joined", count, n-1)
+	}
+	if l, r := res.lookups.Load(), res.resumes.Load(); l != 1 || r != 1 {
+		t.Errorf("Lookup called %d times, Resume %d times; want 1 and 1", l, r)
+	}
+	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.activation != "warm" {
+		t.Errorf("after the resume: activation %q, want warm", got.activation)
+	}
+}
+
+func TestParkMaxExceeded(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	release := make(chan struct{})
+	res := &fakeResolver{t: t, resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+		select {
+		case <-release:
+			return targetAt(key, "w1", tunnel), nil
+		case <-ctx.Done():
+			return Target{}, ctx.Err()
+		}
+	}}
+	srv, h := newRouter(t, Config{ParkMax: 2}, res)
+
+	parked := make(chan reply, 2)
+	for _, name := range []string{"a", "b"} {
+		go func() { parked <- get(t, srv, name+".default.actors.localhost", "/", nil) }()
+	}
+	waitFor(t, "two parked requests", func() bool { return h.act.flights.waiting.Load() == 2 })
+
+	got := get(t, srv, "c.default.actors.localhost", "/", nil)
+	if got.status != http.StatusServiceUnavailable || got.retryAfter != "1" || !strings.Contains(got.body, "limit 2") {
+		t.Errorf("over ParkMax: got %d Retry-After %q body %q; want 503, 1, naming the limit", got.status, got.retryAfter, got.body)
+	}
+	close(release)
+	for range 2 {
+		if r := <-parked; r.status != 200 {
+			t.Errorf("parked request: status %d body %q err %v", r.status, r.body, r.err)
+		}
+	}
+}
+
+func TestResumeFailures(t *testing.T) {
+	tests := []struct {
+		name           string
+		budget         time.Duration
+		resume         func(ctx context.Context) error
+		wantStatus     int
+		wantRetryAfter string
+		wantBody       string
+	}{
+		{name: "park budget exhausted while resume blocks", budget: 50 * time.Millisecond,
+			resume:     func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+			wantStatus: 503, wantRetryAfter: "1", wantBody: "actor default/app was not resumed within 50ms; retry later\n"},
+		{name: "no free worker",
+			resume:     func(context.Context) error { return status.Error(codes.ResourceExhausted, "all workers busy") },
+			wantStatus: 503, wantRetryAfter: "1", wantBody: "no free worker for actor default/app within 30s; retry later\n"},
+		{name: "unavailable",
+			resume:     func(context.Context) error { return status.Error(codes.Unavailable, "restore failed: snapshot corrupt") },
+			wantStatus: 502, wantBody: "actor default/app could not be resumed: restore failed: snapshot corrupt\n"},
+		{name: "failed precondition",
+			resume:     func(context.Context) error { return status.Error(codes.FailedPrecondition, "actor is DELETING") },
+			wantStatus: 409, wantBody: "actor default/app cannot be resumed now: actor is DELETING\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := &fakeResolver{t: t, resume: func(ctx context.Context, _ names.ActorKey) (Target, error) {
+				return Target{}, tt.resume(ctx)
+			}}
+			srv, _ := newRouter(t, Config{ParkBudget: tt.budget}, res)
+			got := get(t, srv, "app.default.actors.localhost", "/", nil)
+			if got.status != tt.wantStatus || got.retryAfter != tt.wantRetryAfter || got.body != tt.wantBody {
+				t.Errorf("got %d Retry-After %q body %q; want %d %q %q",
+					got.status, got.retryAfter, got.body, tt.wantStatus, tt.wantRetryAfter, tt.wantBody)
+			}
+		})
+	}
+}
+
+// TestStaleTarget: a tunnel that answers 421 or refuses connections gets
+// the actor resolved again once; only a replayable request is retried.
+func TestStaleTarget(t *testing.T) {
+	misdirected := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
+	})
+	tests := []struct {
+		name         string
+		staleAddr    string
+		method, body string
+		wantStatus   int
+		wantFreshHit int64
+	}{
+		{name: "421 GET is retried", staleAddr: misdirected, method: http.MethodGet, wantStatus: 200, wantFreshHit: 1},
+		{name: "421 POST is not", staleAddr: misdirected, method: http.MethodPost, body: "x", wantStatus: 503},
+		{name: "refused GET is retried", staleAddr: deadAddr(t), method: http.MethodGet, wantStatus: 200, wantFreshHit: 1},
+		{name: "refused POST is not", staleAddr: deadAddr(t), method: http.MethodPost, body: "x", wantStatus: 503},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var freshHits, lookups atomic.Int64
+			fresh := echoTunnel(t, "fresh", &freshHits)
+			res := &fakeResolver{t: t,
+				// Running on the stale tunnel at first, then suspended.
+				lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+					return targetAt(key, "stale", tt.staleAddr), lookups.Add(1) == 1, nil
+				},
+				resume: func(_ context.Context, key names.ActorKey) (Target, error) {
+					return targetAt(key, "fresh", fresh), nil
+				},
+			}
+			srv, _ := newRouter(t, Config{}, res)
+			var body io.Reader
+			if tt.body != "" {
+				body = strings.NewReader(tt.body)
+			}
+			req, err := http.NewRequestWithContext(t.Context(), tt.method, srv.URL+"/", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = "app.default.actors.localhost"
+			got := send(srv, req)
+			if got.status != tt.wantStatus {
+				t.Fatalf("status = %d, want %d (body %q)", got.status, tt.wantStatus, got.body)
+			}
+			if got.status == 503 && (got.retryAfter != "1" || !strings.Contains(got.body, "retry")) {
+				t.Errorf("503 without Retry-After or advice: %q %q", got.retryAfter, got.body)
+			}
+			if got.status == 200 && got.activation != "resumed" {
+				t.Errorf("activation = %q, want resumed", got.activation)
+			}
+			if n := freshHits.Load(); n != tt.wantFreshHit {
+				t.Errorf("fresh tunnel hit %d times, want %d", n, tt.wantFreshHit)
+			}
+			// Retried or not, the actor is resolved again exactly once
+			// (in the background for the unreplayable request).
+			waitFor(t, "the re-resolve", func() bool { return res.resumes.Load() == 1 })
+			if n := lookups.Load(); n != 2 {
+				t.Errorf("Lookup called %d times, want 2", n)
+			}
+		})
+	}
+}
+
+func TestStreamingIsFlushedIncrementally(t *testing.T) {
+	second := make(chan struct{})
+	tunnel := newTunnel(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "first\n")
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flush: %v", err)
+			return
+		}
+		select {
+		case <-second:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "second\n")
+	})
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		return targetAt(key, "w1", tunnel), true, nil
+	}}
+	srv, _ := newRouter(t, Config{}, res)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "app.default.actors.localhost"
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	// The backend holds the second chunk until we have read the first: a
+	// buffering proxy would deadlock here until ctx's deadline.
+	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first chunk: %q, %v", line, err)
+	}
+	close(second)
+	if line, err := br.ReadString('\n'); err != nil || line != "second\n" {
+		t.Fatalf("second chunk: %q, %v", line, err)
+	}
+}
+
+// TestWaiterCancelDoesNotCancelSharedResume: the request that started the
+// resume leaves; the resume goes on and serves the request still waiting.
+func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	release := make(chan struct{})
+	resumeCtx := make(chan context.Context, 1)
+	res := &fakeResolver{t: t, resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+		resumeCtx <- ctx
+		select {
+		case <-release:
+			return targetAt(key, "w1", tunnel), nil
+		case <-ctx.Done():
+			return Target{}, ctx.Err()
+		}
+	}}
+	srv, h := newRouter(t, Config{}, res)
+	waiting := func(n int64) func() bool {
+		return func() bool { return h.act.flights.waiting.Load() == n }
+	}
+
+	leaderCtx, cancelLeader := context.WithCancel(t.Context())
+	defer cancelLeader()
+	leaderReq, err := http.NewRequestWithContext(leaderCtx, http.MethodGet, srv.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderReq.Host = "app.default.actors.localhost"
+	leader := make(chan reply, 1)
+	go func() { leader <- send(srv, leaderReq) }()
+	waitFor(t, "the leader to start the resume", waiting(1))
+
+	joiner := make(chan reply, 1)
+	go func() { joiner <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
+	waitFor(t, "a second waiter", waiting(2))
+
+	cancelLeader()
+	if r := <-leader; r.err == nil {
+		t.Fatalf("cancelled leader got an answer: %d %q", r.status, r.body)
+	}
+	waitFor(t, "the leader to stop waiting", waiting(1))
+	if err := (<-resumeCtx).Err(); err != nil {
+		t.Fatalf("shared resume context ended with the leader: %v", err)
+	}
+	close(release)
+	if r := <-joiner; r.status != 200 || r.activation != "joined" {
+		t.Errorf("joiner: status %d activation %q err %v, want 200 joined", r.status, r.activation, r.err)
+	}
+	if n := res.resumes.Load(); n != 1 {
+		t.Errorf("Resume called %d times, want 1", n)
+	}
+}

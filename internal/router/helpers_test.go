@@ -1,0 +1,159 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"substrate.dev/ate/internal/names"
+)
+
+// fakeResolver stands in for the Control API. A nil lookup reports every
+// actor as not running; a nil resume fails the test.
+type fakeResolver struct {
+	t       *testing.T
+	lookup  func(ctx context.Context, key names.ActorKey) (Target, bool, error)
+	resume  func(ctx context.Context, key names.ActorKey) (Target, error)
+	lookups atomic.Int64
+	resumes atomic.Int64
+}
+
+var _ Resolver = (*fakeResolver)(nil)
+
+func (f *fakeResolver) Lookup(ctx context.Context, key names.ActorKey) (Target, bool, error) {
+	f.lookups.Add(1)
+	if f.lookup == nil {
+		return Target{}, false, nil
+	}
+	return f.lookup(ctx, key)
+}
+
+func (f *fakeResolver) Resume(ctx context.Context, key names.ActorKey) (Target, error) {
+	f.resumes.Add(1)
+	if f.resume == nil {
+		f.t.Errorf("unexpected Resume(%s)", key)
+		return Target{}, fmt.Errorf("unexpected resume")
+	}
+	return f.resume(ctx, key)
+}
+
+// targetAt is the target the fakes hand out for key on a tunnel at addr.
+func targetAt(key names.ActorKey, worker, addr string) Target {
+	return Target{Actor: key, UID: "uid-" + key.String(), Worker: worker, TunnelAddr: addr}
+}
+
+// newTunnel starts a backend standing in for a worker tunnel and returns
+// its host:port.
+func newTunnel(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// echoTunnel answers 200 with one line describing what it received:
+// "<name> host=<Host> worker=<Ate-Worker values> uid=<Ate-Actor-Uid values> uri=<RequestURI> xff=<set?>".
+// hits counts its requests.
+func echoTunnel(t *testing.T, name string, hits *atomic.Int64) string {
+	return newTunnel(t, func(w http.ResponseWriter, r *http.Request) {
+		if hits != nil {
+			hits.Add(1)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%s host=%s worker=%s uid=%s uri=%s xff=%t\n", name, r.Host,
+			strings.Join(r.Header.Values(HeaderWorker), ","),
+			strings.Join(r.Header.Values(HeaderActorUID), ","),
+			r.RequestURI, r.Header.Get("X-Forwarded-For") != "")
+	})
+}
+
+// deadAddr returns a local address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// newRouter serves NewHandler(cfg, res) on a test server and returns it
+// with the handler, whose internals tests observe.
+func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *handler) {
+	t.Helper()
+	tr := newTunnelTransport()
+	if cfg.Transport == nil {
+		cfg.Transport = tr
+	}
+	h := NewHandler(cfg, res, nil)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		tr.CloseIdleConnections()
+	})
+	return srv, h.(*handler)
+}
+
+// reply is a response read to the end.
+type reply struct {
+	status     int
+	body       string
+	activation string
+	retryAfter string
+	err        error
+}
+
+// send issues req on srv's client and reads the whole answer.
+func send(srv *httptest.Server, req *http.Request) reply {
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, body: string(b), err: err,
+		activation: resp.Header.Get(HeaderActivation), retryAfter: resp.Header.Get("Retry-After")}
+}
+
+// get sends a GET for path with the given Host and headers.
+func get(t *testing.T, srv *httptest.Server, host, path string, hdr map[string]string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return send(srv, req)
+}
+
+// waitFor polls cond until it holds, failing the test after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}

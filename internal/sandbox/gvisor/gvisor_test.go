@@ -1,0 +1,435 @@
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"substrate.dev/ate/internal/netns"
+	"substrate.dev/ate/internal/sandbox"
+)
+
+// counterPort is where testdata/counter listens inside the sandbox.
+const counterPort = 8080
+
+// testDir holds what all tests share (the counter rootfs); made in TestMain.
+var testDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ate-gvisor-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// rootFS builds testdata/counter as a static binary into a root filesystem
+// holding nothing else (runsc's overlay provides the mount points), once
+// per test binary.
+var rootFS = sync.OnceValues(func() (string, error) {
+	root := filepath.Join(testDir, "rootfs")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "counter"), "./testdata/counter")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build counter: %w\n%s", err, out)
+	}
+	return root, nil
+})
+
+// newRuntime returns a Runtime on the real runsc binary with its own
+// state dir, and checks in cleanup that the test left no container behind.
+// A missing runsc fails the test: these tests are the proof the runtime
+// works, so they must not pass by skipping.
+func newRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("gvisor tests need root (runsc and network namespaces)")
+	}
+	path := os.Getenv("RUNSC")
+	if path == "" {
+		path = DefaultRunscPath()
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("runsc not found at %s (%v): install it with `bash hack/install-runsc.sh`, or set RUNSC=/path/to/runsc", path, err)
+	}
+	r, err := New(Config{RunscPath: path, RootDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		out, err := r.command(context.Background(), "list", "-quiet")
+		if err != nil {
+			t.Errorf("runsc list: %v", err)
+		} else if ids := strings.Fields(string(out)); len(ids) > 0 {
+			t.Errorf("containers left behind: %v", ids)
+			for _, id := range ids {
+				r.Destroy(context.Background(), sandbox.Slot{}, id)
+			}
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newSlot ensures a worker with a unique name, removed in cleanup.
+func newSlot(t *testing.T) sandbox.Slot {
+	t.Helper()
+	slot, err := netns.Ensure(t.Context(), "atet-"+randHex(3))
+	if err != nil {
+		t.Fatalf("netns.Ensure: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Remove(context.Background(), slot); err != nil {
+			t.Errorf("netns.Remove: %v", err)
+		}
+	})
+	return slot
+}
+
+// newSpec returns a counter container spec with a fresh ID whose Destroy
+// is registered for cleanup (registered before the slot's, so it runs
+// first).
+func newSpec(t *testing.T, r *Runtime) sandbox.Spec {
+	t.Helper()
+	root, err := rootFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "c-" + randHex(4)
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if err := r.Destroy(context.Background(), sandbox.Slot{}, id); err != nil {
+			t.Errorf("Destroy(%s): %v", id, err)
+		}
+	})
+	return sandbox.Spec{
+		ID:        id,
+		RootFS:    root,
+		Args:      []string{"/counter"},
+		LogPath:   filepath.Join(dir, "out.log"),
+		BundleDir: filepath.Join(dir, "bundle"),
+	}
+}
+
+// get does one HTTP GET of path against the counter in slot, on a
+// connection it dials itself so that no dial outlives the call (an
+// http.Transport would finish a timed-out dial in the background).
+func get(ctx context.Context, r *Runtime, slot sandbox.Slot, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := r.DialContext(ctx, slot, counterPort)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sandbox"+path, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// shortCtx bounds a GET expected to fail: with nothing owning the interior
+// address, ARP goes unanswered and a dial would wait out get's timeout.
+func shortCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mustGet is get that fails the test.
+func mustGet(t *testing.T, r *Runtime, slot sandbox.Slot, path string) string {
+	t.Helper()
+	s, err := get(t.Context(), r, slot, path)
+	if err != nil {
+		t.Fatalf("GET %s in %s: %v", path, slot.Name, err)
+	}
+	return s
+}
+
+// waitReady polls /healthz until it answers or 15 s pass, and returns how
+// long that took.
+func waitReady(t *testing.T, r *Runtime, slot sandbox.Slot) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(15 * time.Second)
+	for {
+		_, err := get(t.Context(), r, slot, "/healthz")
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counter in %s not ready after 15s: %v", slot.Name, err)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, not synchronisation
+	}
+}
+
+// listDir returns "name size mode mtime" for every entry of dir, to show
+// the host RootFS is untouched.
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out = append(out, fmt.Sprintf("%s %d %v %v", p, fi.Size(), fi.Mode(), fi.ModTime().UnixNano()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// runReady runs spec in slot and waits for it to serve.
+func runReady(t *testing.T, r *Runtime, slot sandbox.Slot, spec sandbox.Spec) {
+	t.Helper()
+	start := time.Now()
+	if err := r.Run(t.Context(), slot, spec); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	ran := time.Since(start)
+	ready := waitReady(t, r, slot)
+	t.Logf("run %v, first answer %v after run returned", ran, ready)
+}
+
+// checkpoint checkpoints id into a fresh image dir and returns it.
+func checkpoint(t *testing.T, r *Runtime, slot sandbox.Slot, id string) string {
+	t.Helper()
+	img := t.TempDir()
+	start := time.Now()
+	if err := r.Checkpoint(t.Context(), slot, id, img); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	t.Logf("checkpoint %v", time.Since(start))
+	return img
+}
+
+func TestRunCheckpointRestoreIntoAnotherSlot(t *testing.T) {
+	r := newRuntime(t)
+	w1, w2 := newSlot(t), newSlot(t)
+	spec := newSpec(t, r)
+	before := listDir(t, spec.RootFS)
+
+	runReady(t, r, w1, spec)
+	for want := 1; want <= 3; want++ {
+		if got := mustGet(t, r, w1, "/"); got != fmt.Sprint(want) {
+			t.Fatalf("counter = %s, want %d", got, want)
+		}
+	}
+	mustGet(t, r, w1, "/write?v=kept")
+	if got := mustGet(t, r, w1, "/read"); got != "kept" {
+		t.Fatalf("/read before checkpoint = %q", got)
+	}
+
+	img := checkpoint(t, r, w1, spec.ID)
+	if _, err := get(shortCtx(t), r, w1, "/healthz"); err == nil {
+		t.Fatal("w1 still answers after Checkpoint; the slot should be empty")
+	}
+	if _, err := r.command(t.Context(), "state", spec.ID); err == nil {
+		t.Fatalf("container %s still known to runsc after Checkpoint", spec.ID)
+	}
+
+	restored := newSpec(t, r)
+	start := time.Now()
+	if err := r.Restore(t.Context(), w2, restored, img); err != nil {
+		t.Fatalf("Restore into %s: %v", w2.Name, err)
+	}
+	t.Logf("restore %v", time.Since(start))
+	if got := mustGet(t, r, w2, "/"); got != "4" {
+		t.Fatalf("counter after restore = %s, want 4 (memory lost?)", got)
+	}
+	t.Logf("restore to first answer %v", time.Since(start))
+	if got := mustGet(t, r, w2, "/read"); got != "kept" {
+		t.Fatalf("/read after restore = %q, want the file written before checkpoint", got)
+	}
+	if after := listDir(t, spec.RootFS); !equal(before, after) {
+		t.Fatalf("host RootFS changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if b, err := os.ReadFile(spec.LogPath); err != nil || !strings.Contains(string(b), "counter listening") {
+		t.Fatalf("container stdout not in LogPath: %q, %v", b, err)
+	}
+	if err := r.Destroy(t.Context(), w2, restored.ID); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+}
+
+func equal(a, b []string) bool {
+	return strings.Join(a, "\n") == strings.Join(b, "\n")
+}
+
+func TestCorruptImageFailsRestoreAndLeavesSlotUsable(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	spec := newSpec(t, r)
+	runReady(t, r, w, spec)
+	mustGet(t, r, w, "/")
+	img := checkpoint(t, r, w, spec.ID)
+
+	// Overwrite part of the state file; pages alone might restore "fine".
+	f, err := os.OpenFile(filepath.Join(img, "checkpoint.img"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 4096)
+	rand.Read(junk)
+	if _, err := f.WriteAt(junk, 64); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	bad := newSpec(t, r)
+	err = r.Restore(t.Context(), w, bad, img)
+	if !errors.Is(err, sandbox.ErrRestoreFailed) {
+		t.Fatalf("Restore of a corrupt image: err = %v, want ErrRestoreFailed", err)
+	}
+	t.Logf("restore error: %v", err)
+	if _, err := r.command(t.Context(), "state", bad.ID); err == nil {
+		t.Fatalf("half-restored container %s still exists", bad.ID)
+	}
+
+	next := newSpec(t, r)
+	runReady(t, r, w, next)
+	if got := mustGet(t, r, w, "/"); got != "1" {
+		t.Fatalf("fresh counter after failed restore = %s, want 1", got)
+	}
+}
+
+func TestRestoreFromMissingImageFails(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	spec := newSpec(t, r)
+	err := r.Restore(t.Context(), w, spec, filepath.Join(t.TempDir(), "absent"))
+	if !errors.Is(err, sandbox.ErrRestoreFailed) {
+		t.Fatalf("err = %v, want ErrRestoreFailed", err)
+	}
+}
+
+func TestRunFailureIsActionableAndSlotStaysUsable(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	spec := newSpec(t, r)
+	spec.Args = []string{"/no-such-binary"}
+	err := r.Run(t.Context(), w, spec)
+	if err == nil {
+		t.Fatal("Run of a missing binary succeeded")
+	}
+	t.Logf("run error: %v", err)
+	if !strings.Contains(err.Error(), "no-such-binary") {
+		t.Errorf("error does not say what failed: %v", err)
+	}
+	runReady(t, r, w, newSpec(t, r))
+}
+
+func TestDestroyIsIdempotent(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	if err := r.Destroy(t.Context(), w, "never-existed"); err != nil {
+		t.Fatalf("Destroy of unknown id: %v", err)
+	}
+	spec := newSpec(t, r)
+	runReady(t, r, w, spec)
+	for i := range 2 {
+		if err := r.Destroy(t.Context(), w, spec.ID); err != nil {
+			t.Fatalf("Destroy #%d: %v", i+1, err)
+		}
+	}
+	if _, err := get(shortCtx(t), r, w, "/healthz"); err == nil {
+		t.Fatal("counter still answers after Destroy")
+	}
+}
+
+func TestRunHonoursCancelledContext(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	spec := newSpec(t, r)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := r.Run(ctx, w, spec); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run with cancelled ctx: err = %v, want context.Canceled", err)
+	}
+}
+
+func TestNewWithoutRunscSaysHowToInstall(t *testing.T) {
+	_, err := New(Config{RunscPath: filepath.Join(t.TempDir(), "runsc"), RootDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "hack/install-runsc.sh") {
+		t.Fatalf("New with missing runsc: err = %v", err)
+	}
+}
+
+func TestDefaultRunscPath(t *testing.T) {
+	for _, tc := range []struct {
+		name, cache, home, want string
+	}{
+		{"ATE_CACHE wins", "/c", "/h", "/c/bin/runsc"},
+		{"HOME fallback", "", "/h", "/h/.cache/ate/bin/runsc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("ATE_CACHE", tc.cache)
+			t.Setenv("HOME", tc.home)
+			if got := DefaultRunscPath(); got != tc.want {
+				t.Fatalf("DefaultRunscPath() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

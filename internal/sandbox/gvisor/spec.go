@@ -1,0 +1,176 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"substrate.dev/ate/internal/sandbox"
+)
+
+// The subset of the OCI runtime spec (v1.0) that runsc reads for our
+// containers. Declared here rather than importing
+// github.com/opencontainers/runtime-spec to keep the module's dependencies
+// to what the design needs.
+type ociSpec struct {
+	OCIVersion string     `json:"ociVersion"`
+	Process    ociProcess `json:"process"`
+	Root       ociRoot    `json:"root"`
+	Hostname   string     `json:"hostname,omitempty"`
+	Mounts     []ociMount `json:"mounts"`
+	Linux      ociLinux   `json:"linux"`
+}
+
+type ociProcess struct {
+	Terminal     bool        `json:"terminal"`
+	User         ociUser     `json:"user"`
+	Args         []string    `json:"args"`
+	Env          []string    `json:"env"`
+	Cwd          string      `json:"cwd"`
+	Capabilities ociCaps     `json:"capabilities"`
+	Rlimits      []ociRlimit `json:"rlimits"`
+}
+
+type ociUser struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+type ociCaps struct {
+	Bounding    []string `json:"bounding"`
+	Effective   []string `json:"effective"`
+	Inheritable []string `json:"inheritable"`
+	Permitted   []string `json:"permitted"`
+}
+
+type ociRlimit struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
+}
+
+type ociRoot struct {
+	Path     string `json:"path"`
+	Readonly bool   `json:"readonly"`
+}
+
+type ociMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Source      string   `json:"source"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type ociLinux struct {
+	Namespaces []ociNamespace `json:"namespaces"`
+}
+
+type ociNamespace struct {
+	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
+}
+
+// defaultCaps is Docker's default capability set without CAP_NET_RAW (raw
+// sockets also need runsc --net-raw). They apply to the sandbox's own
+// kernel, not the host, so they are the familiar container set rather than
+// runsc spec's bare three.
+var defaultCaps = []string{
+	"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+	"CAP_FSETID", "CAP_KILL", "CAP_MKNOD", "CAP_NET_BIND_SERVICE",
+	"CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
+}
+
+// defaultPath is the PATH given to a process whose Env sets none (the
+// value runsc spec and Docker use).
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// hostname is the same in every sandbox: a restored actor keeps the
+// hostname it booted with, so a per-worker one would be wrong after a move.
+const hostname = "ate"
+
+// buildSpec returns the OCI spec for spec in slot. The root is writable:
+// runsc's root overlay (--overlay2=root:memory) keeps every write in the
+// sandbox's memory, so RootFS on the host is never modified and the writes
+// are part of the checkpoint.
+func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
+	env := slices.Clone(spec.Env)
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		env = append(env, defaultPath)
+	}
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	netns := ociNamespace{Type: "network", Path: slot.NetNSPath}
+	return ociSpec{
+		OCIVersion: "1.0.0",
+		Process: ociProcess{
+			Args: spec.Args,
+			Env:  env,
+			Cwd:  cwd,
+			Capabilities: ociCaps{
+				Bounding:    defaultCaps,
+				Effective:   defaultCaps,
+				Inheritable: defaultCaps,
+				Permitted:   defaultCaps,
+			},
+			// Soft 1024 keeps select()-era programs safe; hard lets servers
+			// that raise their own limit (Go does) have plenty.
+			Rlimits: []ociRlimit{{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 524288}},
+		},
+		Root:     ociRoot{Path: spec.RootFS, Readonly: false},
+		Hostname: hostname,
+		Mounts: []ociMount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			// Sandbox-internal tmpfs: lives in sentry memory, so it is
+			// checkpointed with the process.
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		},
+		Linux: ociLinux{Namespaces: []ociNamespace{
+			{Type: "pid"}, netns, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
+		}},
+	}
+}
+
+// validateSpec checks what runsc would otherwise reject less clearly.
+func validateSpec(slot sandbox.Slot, spec sandbox.Spec) error {
+	switch {
+	case spec.ID == "":
+		return fmt.Errorf("spec: empty ID")
+	case !filepath.IsAbs(spec.RootFS):
+		// runsc resolves a relative root.path against the bundle (notes,
+		// item 5); we always want the caller's directory.
+		return fmt.Errorf("spec %s: RootFS %q is not absolute", spec.ID, spec.RootFS)
+	case len(spec.Args) == 0:
+		return fmt.Errorf("spec %s: no Args", spec.ID)
+	case spec.LogPath == "":
+		return fmt.Errorf("spec %s: no LogPath", spec.ID)
+	case spec.BundleDir == "":
+		return fmt.Errorf("spec %s: no BundleDir", spec.ID)
+	case slot.NetNSPath == "":
+		return fmt.Errorf("slot %s: no NetNSPath", slot.Name)
+	}
+	return nil
+}
+
+// writeBundle writes config.json for spec into spec.BundleDir, creating
+// the directory.
+func writeBundle(slot sandbox.Slot, spec sandbox.Spec) error {
+	if err := os.MkdirAll(spec.BundleDir, 0o700); err != nil {
+		return fmt.Errorf("bundle %s: %w", spec.BundleDir, err)
+	}
+	b, err := json.MarshalIndent(buildSpec(slot, spec), "", "  ")
+	if err != nil {
+		return fmt.Errorf("bundle %s: %w", spec.BundleDir, err)
+	}
+	p := filepath.Join(spec.BundleDir, "config.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		return fmt.Errorf("bundle %s: %w", spec.BundleDir, err)
+	}
+	return nil
+}

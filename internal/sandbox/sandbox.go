@@ -1,0 +1,75 @@
+// Package sandbox defines the interface every sandbox class (gvisor, fake)
+// implements for the node agent. A Runtime drives sandboxes in worker slots;
+// one slot hosts at most one container at a time.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"net"
+)
+
+// InteriorAddr is the IPv4 address every sandbox sees on its only interface
+// (169.254.17.2/30, gateway .1), identical on every worker so that a
+// checkpoint taken on one worker restores on any other
+// (shared/notes/gvisor-on-these-machines.md, item 7).
+const InteriorAddr = "169.254.17.2"
+
+// Slot identifies the worker a container runs in.
+type Slot struct {
+	// Name is the worker's name, unique on the node (e.g. "w0").
+	Name string
+	// NetNSPath is the inner network namespace the sandbox joins
+	// (e.g. /run/netns/ate-w0); empty for classes that need none.
+	NetNSPath string
+	// DialNetNSPath is the namespace from which InteriorAddr is reachable
+	// (the outer per-worker namespace); empty for classes that need none.
+	DialNetNSPath string
+}
+
+// Spec is one container to boot or restore in a slot.
+type Spec struct {
+	// ID is the container ID, unique per boot or restore (runsc refuses a
+	// reused ID while the old one exists).
+	ID string
+	// RootFS is the absolute path of the unpacked image root filesystem. It
+	// is shared read-only between containers; writes go to the sandbox's
+	// in-memory overlay and are part of its checkpoint.
+	RootFS string
+	// Args is argv[0..]; Env is KEY=VALUE; Cwd defaults to "/".
+	Args []string
+	Env  []string
+	Cwd  string
+	// LogPath is a regular file that receives the container's stdout and
+	// stderr (appended). It must be a file at both checkpoint and restore
+	// (notes, item 6).
+	LogPath string
+	// BundleDir is a directory the runtime may use for the OCI bundle of
+	// this container; the caller removes it after Destroy.
+	BundleDir string
+}
+
+// Runtime is a sandbox class. Implementations are safe for concurrent use
+// on different slots; calls for one slot are serialised by the caller.
+type Runtime interface {
+	// Run boots spec in slot and returns once the container process has
+	// started (not when it is ready to serve).
+	Run(ctx context.Context, slot Slot, spec Spec) error
+	// Checkpoint writes the container's full state (memory and root
+	// filesystem overlay) into imageDir, which exists and is empty, and
+	// stops the container. After it returns the slot is empty.
+	Checkpoint(ctx context.Context, slot Slot, id string, imageDir string) error
+	// Restore starts spec from the checkpoint in imageDir and returns once
+	// the restored process runs.
+	Restore(ctx context.Context, slot Slot, spec Spec, imageDir string) error
+	// Destroy stops and removes container id if it exists. It is
+	// idempotent and returns nil for an unknown id.
+	Destroy(ctx context.Context, slot Slot, id string) error
+	// DialContext opens a TCP connection to port on the container's
+	// interior address.
+	DialContext(ctx context.Context, slot Slot, port int) (net.Conn, error)
+}
+
+// ErrRestoreFailed marks a Restore that failed because of the checkpoint
+// image or the restore itself; the slot is empty again afterwards.
+var ErrRestoreFailed = errors.New("restore failed")

@@ -1,0 +1,221 @@
+// Package snapshot is the snapshot store: where checkpoints live between a
+// suspend and the next resume. Local is a directory (the default, under the
+// data dir). A snapshot is complete only once its manifest is written, and
+// it becomes visible under its final name only then, so a crash mid-write
+// never leaves a snapshot that looks usable.
+//
+// Layout: <dir>/<owner>/<id>/{files…, manifest.json}; staging happens in
+// <dir>/.staging/<id>/ and is renamed into place on Commit.
+package snapshot
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ManifestName is written last into every complete snapshot.
+const ManifestName = "manifest.json"
+
+// ErrNotFound: no complete snapshot has that reference.
+var ErrNotFound = errors.New("snapshot not found")
+
+// ErrCorrupt: the snapshot's files do not match its manifest.
+var ErrCorrupt = errors.New("snapshot corrupt")
+
+// File is one file of a snapshot, with its size in bytes.
+type File struct {
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+}
+
+// Manifest describes a complete snapshot.
+type Manifest struct {
+	// Ref is "<owner>/<id>".
+	Ref        string    `json:"ref"`
+	CreateTime time.Time `json:"createTime"`
+	// Scope is "Full" (memory and root filesystem) for now.
+	Scope string `json:"scope"`
+	Files []File `json:"files"`
+}
+
+// Local is a snapshot store in a local directory. Safe for concurrent use:
+// every snapshot has its own directory and ids are random.
+type Local struct {
+	dir string
+}
+
+// NewLocal returns a store rooted at dir, creating it.
+func NewLocal(dir string) (*Local, error) {
+	if err := os.MkdirAll(filepath.Join(dir, ".staging"), 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
+	}
+	return &Local{dir: dir}, nil
+}
+
+// Staged is a snapshot being written; write its files into Dir, then
+// Commit or Abort it.
+type Staged struct {
+	Owner, ID, Dir string
+}
+
+// Stage creates an empty staging directory for a new snapshot of owner (an
+// actor or template uid; a DNS-1123 label or uid, never containing '/').
+func (l *Local) Stage(owner string) (*Staged, error) {
+	if owner == "" || strings.ContainsAny(owner, `/\`) || owner[0] == '.' {
+		return nil, fmt.Errorf("invalid snapshot owner %q", owner)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+	dir := filepath.Join(l.dir, ".staging", id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("stage snapshot: %w", err)
+	}
+	return &Staged{Owner: owner, ID: id, Dir: dir}, nil
+}
+
+// Abort removes a staged snapshot.
+func (l *Local) Abort(s *Staged) error { return os.RemoveAll(s.Dir) }
+
+// Commit makes every staged file durable, writes the manifest last, and
+// moves the snapshot to its final place. It returns the reference to store
+// in the actor's record; only after Commit returns may the pointer move.
+func (l *Local) Commit(s *Staged) (string, error) {
+	ref := s.Owner + "/" + s.ID
+	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: "Full"}
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(s.Dir, e.Name())
+		size, err := syncFile(p)
+		if err != nil {
+			return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
+		}
+		m.Files = append(m.Files, File{Name: e.Name(), Size: size})
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := writeSync(filepath.Join(s.Dir, ManifestName), data); err != nil {
+		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
+	}
+	ownerDir := filepath.Join(l.dir, s.Owner)
+	if err := os.MkdirAll(ownerDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.Rename(s.Dir, filepath.Join(ownerDir, s.ID)); err != nil {
+		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
+	}
+	if err := syncDir(ownerDir); err != nil {
+		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
+	}
+	return ref, nil
+}
+
+// Open checks that ref is complete and its files have the sizes its
+// manifest records, and returns its directory. Errors wrap ErrNotFound or
+// ErrCorrupt.
+func (l *Local) Open(ref string) (string, error) {
+	dir, err := l.path(ref)
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, ref)
+	}
+	if err != nil {
+		return "", err
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return "", fmt.Errorf("%w: %s: manifest: %v", ErrCorrupt, ref, err)
+	}
+	for _, f := range m.Files {
+		st, err := os.Stat(filepath.Join(dir, f.Name))
+		if err != nil || st.Size() != f.Size {
+			return "", fmt.Errorf("%w: %s: file %s missing or not %d bytes", ErrCorrupt, ref, f.Name, f.Size)
+		}
+	}
+	return dir, nil
+}
+
+// Delete removes snapshot ref; deleting a missing one succeeds.
+func (l *Local) Delete(ref string) error {
+	dir, err := l.path(ref)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", ref, err)
+	}
+	return nil
+}
+
+// DeleteOwner removes every snapshot of owner.
+func (l *Local) DeleteOwner(owner string) error {
+	if owner == "" || strings.ContainsAny(owner, `/\`) || owner[0] == '.' {
+		return fmt.Errorf("invalid snapshot owner %q", owner)
+	}
+	return os.RemoveAll(filepath.Join(l.dir, owner))
+}
+
+func (l *Local) path(ref string) (string, error) {
+	owner, id, ok := strings.Cut(ref, "/")
+	if !ok || owner == "" || id == "" || strings.ContainsAny(id, `/\`) || owner[0] == '.' || id[0] == '.' {
+		return "", fmt.Errorf("%w: malformed reference %q", ErrNotFound, ref)
+	}
+	return filepath.Join(l.dir, owner, id), nil
+}
+
+func syncFile(p string) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), f.Sync()
+}
+
+func writeSync(p string, data []byte) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

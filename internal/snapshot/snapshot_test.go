@@ -1,0 +1,69 @@
+package snapshot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestCommitOpenDelete(t *testing.T) {
+	l, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Stage("actor-uid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(st.Dir, "pages.img"), []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Not visible before Commit.
+	if _, err := l.Open("actor-uid/" + st.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("staged snapshot visible: %v", err)
+	}
+	ref, err := l.Commit(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := l.Open(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "pages.img")); string(data) != "12345" {
+		t.Fatalf("content = %q", data)
+	}
+	// Truncation is detected from the manifest.
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Open(ref); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open of truncated snapshot = %v, want ErrCorrupt", err)
+	}
+	if err := l.Delete(ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Open after delete = %v", err)
+	}
+}
+
+func TestBadRefs(t *testing.T) {
+	l, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"", "a", "a/", "/b", "../x", "a/../b", ".staging/x", "a/b/c"} {
+		t.Run(ref, func(t *testing.T) {
+			if _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Open(%q) = %v, want ErrNotFound", ref, err)
+			}
+		})
+	}
+	for _, owner := range []string{"", "a/b", ".staging"} {
+		if _, err := l.Stage(owner); err == nil {
+			t.Fatalf("Stage(%q) accepted", owner)
+		}
+	}
+}

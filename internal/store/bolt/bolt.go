@@ -1,0 +1,506 @@
+// Package bolt is the embedded Store backend: one bbolt file in the data
+// directory. Every operation is one bbolt transaction, so compare-and-set
+// and the worker claim are atomic; bbolt serialises writers, which is what
+// makes them correct without further locking.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/store"
+)
+
+var (
+	bAtespaces = []byte("atespaces")
+	bTemplates = []byte("templates")
+	bActors    = []byte("actors")
+	bWorkers   = []byte("workers")
+	// bFree indexes free workers by name so a claim never scans claimed
+	// ones.
+	bFree   = []byte("freeWorkers")
+	bLeases = []byte("leases")
+	bMeta   = []byte("meta")
+
+	kLeaseToken = []byte("leaseToken")
+)
+
+// Store is a bbolt-backed store.Store. Safe for concurrent use.
+type Store struct {
+	db *bbolt.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database file at path. It fails after
+// timeout if another process holds the file's lock.
+func Open(path string, timeout time.Duration) (*Store, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("init store %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database file.
+func (s *Store) Close() error { return s.db.Close() }
+
+func key2(a, b string) []byte { return []byte(a + "/" + b) }
+
+func get[T any](b *bbolt.Bucket, k []byte) (*T, error) {
+	v := b.Get(k)
+	if v == nil {
+		return nil, store.ErrNotFound
+	}
+	var out T
+	if err := json.Unmarshal(v, &out); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", k, err)
+	}
+	return &out, nil
+}
+
+func put(b *bbolt.Bucket, k []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", k, err)
+	}
+	return b.Put(k, data)
+}
+
+// hasPrefix reports whether bucket b holds any key starting with prefix.
+func hasPrefix(b *bbolt.Bucket, prefix []byte) bool {
+	k, _ := b.Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+// CreateAtespace implements store.Store.
+func (s *Store) CreateAtespace(_ context.Context, a *store.Atespace) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bAtespaces)
+		if b.Get([]byte(a.Name)) != nil {
+			return fmt.Errorf("atespace %s: %w", a.Name, store.ErrAlreadyExists)
+		}
+		return put(b, []byte(a.Name), a)
+	})
+}
+
+// GetAtespace implements store.Store.
+func (s *Store) GetAtespace(_ context.Context, name string) (out *store.Atespace, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		out, err = get[store.Atespace](tx.Bucket(bAtespaces), []byte(name))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("atespace %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// ListAtespaces implements store.Store.
+func (s *Store) ListAtespaces(_ context.Context) (out []*store.Atespace, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bAtespaces).ForEach(func(k, _ []byte) error {
+			a, err := get[store.Atespace](tx.Bucket(bAtespaces), k)
+			out = append(out, a)
+			return err
+		})
+	})
+	return out, err
+}
+
+// DeleteAtespace implements store.Store.
+func (s *Store) DeleteAtespace(_ context.Context, name string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bAtespaces).Get([]byte(name)) == nil {
+			return fmt.Errorf("atespace %s: %w", name, store.ErrNotFound)
+		}
+		prefix := []byte(name + "/")
+		if hasPrefix(tx.Bucket(bActors), prefix) || hasPrefix(tx.Bucket(bTemplates), prefix) {
+			return fmt.Errorf("atespace %s holds actors or templates: %w", name, store.ErrNotEmpty)
+		}
+		return tx.Bucket(bAtespaces).Delete([]byte(name))
+	})
+}
+
+// templateRecord is a Template with its spec in protobuf wire form, since
+// the spec is an API message.
+type templateRecord struct {
+	store.Template
+	SpecProto []byte `json:"spec"`
+}
+
+func getTemplate(tx *bbolt.Tx, k []byte) (*store.Template, error) {
+	r, err := get[templateRecord](tx.Bucket(bTemplates), k)
+	if err != nil {
+		return nil, err
+	}
+	t := r.Template
+	t.Spec = &atev1.ActorTemplateSpec{}
+	if err := proto.Unmarshal(r.SpecProto, t.Spec); err != nil {
+		return nil, fmt.Errorf("decode template %s spec: %w", k, err)
+	}
+	return &t, nil
+}
+
+func putTemplate(tx *bbolt.Tx, t *store.Template) error {
+	spec, err := proto.Marshal(t.Spec)
+	if err != nil {
+		return fmt.Errorf("encode template spec: %w", err)
+	}
+	return put(tx.Bucket(bTemplates), key2(t.Atespace, t.Name), templateRecord{Template: *t, SpecProto: spec})
+}
+
+// CreateTemplate implements store.Store.
+func (s *Store) CreateTemplate(_ context.Context, t *store.Template) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bAtespaces).Get([]byte(t.Atespace)) == nil {
+			return fmt.Errorf("atespace %s: %w", t.Atespace, store.ErrNotFound)
+		}
+		if tx.Bucket(bTemplates).Get(key2(t.Atespace, t.Name)) != nil {
+			return fmt.Errorf("template %s/%s: %w", t.Atespace, t.Name, store.ErrAlreadyExists)
+		}
+		return putTemplate(tx, t)
+	})
+}
+
+// GetTemplate implements store.Store.
+func (s *Store) GetTemplate(_ context.Context, atespace, name string) (out *store.Template, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		out, err = getTemplate(tx, key2(atespace, name))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("template %s/%s: %w", atespace, name, err)
+	}
+	return out, nil
+}
+
+// ListTemplates implements store.Store.
+func (s *Store) ListTemplates(_ context.Context, atespace string) (out []*store.Template, err error) {
+	prefix := []byte(atespace + "/")
+	if atespace == "" {
+		prefix = nil
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bTemplates).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			t, err := getTemplate(tx, k)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UpdateTemplateStatus implements store.Store.
+func (s *Store) UpdateTemplateStatus(_ context.Context, t *store.Template) (out *store.Template, err error) {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		cur, err := getTemplate(tx, key2(t.Atespace, t.Name))
+		if err != nil {
+			return fmt.Errorf("template %s/%s: %w", t.Atespace, t.Name, err)
+		}
+		if cur.UID != t.UID || cur.Version != t.Version {
+			return fmt.Errorf("template %s/%s: %w", t.Atespace, t.Name, store.ErrConflict)
+		}
+		cur.Phase, cur.Message, cur.GoldenSnapshot = t.Phase, t.Message, t.GoldenSnapshot
+		cur.Version++
+		out = cur
+		return putTemplate(tx, cur)
+	})
+	return out, err
+}
+
+// DeleteTemplate implements store.Store. Finding users scans the
+// atespace's actors; deletes are rare and never on the request path.
+func (s *Store) DeleteTemplate(_ context.Context, atespace, name string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		k := key2(atespace, name)
+		if tx.Bucket(bTemplates).Get(k) == nil {
+			return fmt.Errorf("template %s/%s: %w", atespace, name, store.ErrNotFound)
+		}
+		prefix := []byte(atespace + "/")
+		c := tx.Bucket(bActors).Cursor()
+		for ak, v := c.Seek(prefix); ak != nil && bytes.HasPrefix(ak, prefix); ak, v = c.Next() {
+			var a store.Actor
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("decode %s: %w", ak, err)
+			}
+			if a.Template == name {
+				return fmt.Errorf("template %s/%s is used by actor %s: %w", atespace, name, a.Name, store.ErrNotEmpty)
+			}
+		}
+		return tx.Bucket(bTemplates).Delete(k)
+	})
+}
+
+// CreateActor implements store.Store.
+func (s *Store) CreateActor(_ context.Context, a *store.Actor) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bAtespaces).Get([]byte(a.Atespace)) == nil {
+			return fmt.Errorf("atespace %s: %w", a.Atespace, store.ErrNotFound)
+		}
+		if tx.Bucket(bTemplates).Get(key2(a.Atespace, a.Template)) == nil {
+			return fmt.Errorf("template %s/%s: %w", a.Atespace, a.Template, store.ErrNotFound)
+		}
+		k := key2(a.Atespace, a.Name)
+		if tx.Bucket(bActors).Get(k) != nil {
+			return fmt.Errorf("actor %s: %w", k, store.ErrAlreadyExists)
+		}
+		return put(tx.Bucket(bActors), k, a)
+	})
+}
+
+// GetActor implements store.Store.
+func (s *Store) GetActor(_ context.Context, atespace, name string) (out *store.Actor, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		out, err = get[store.Actor](tx.Bucket(bActors), key2(atespace, name))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("actor %s/%s: %w", atespace, name, err)
+	}
+	return out, nil
+}
+
+// ListActors implements store.Store. The page token is the last key
+// returned, base64-encoded, so a page costs O(pageSize) whatever the total.
+func (s *Store) ListActors(_ context.Context, atespace string, pageSize int, pageToken string) (out []*store.Actor, next string, err error) {
+	var prefix []byte
+	if atespace != "" {
+		prefix = []byte(atespace + "/")
+	}
+	after, err := base64.RawURLEncoding.DecodeString(pageToken)
+	if err != nil || (pageToken != "" && !bytes.HasPrefix(after, prefix)) {
+		return nil, "", fmt.Errorf("invalid page token %q", pageToken)
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bActors).Cursor()
+		k, v := c.Seek(prefix)
+		if len(after) > 0 {
+			k, v = c.Seek(after)
+			if bytes.Equal(k, after) {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if len(out) == pageSize {
+				next = base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key()))
+				return nil
+			}
+			var a store.Actor
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("decode %s: %w", k, err)
+			}
+			out = append(out, &a)
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+// casActor loads the stored actor and checks a's UID and Version against it.
+func casActor(tx *bbolt.Tx, a *store.Actor) (*store.Actor, error) {
+	cur, err := get[store.Actor](tx.Bucket(bActors), key2(a.Atespace, a.Name))
+	if err != nil {
+		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
+	}
+	if cur.UID != a.UID || cur.Version != a.Version {
+		return nil, fmt.Errorf("actor %s (version %d, stored %d): %w", a.Key(), a.Version, cur.Version, store.ErrConflict)
+	}
+	return cur, nil
+}
+
+// UpdateActor implements store.Store.
+func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor, err error) {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		cur, err := casActor(tx, a)
+		if err != nil {
+			return err
+		}
+		if cur.Worker != "" && cur.Worker != a.Worker {
+			if err := release(tx, cur.Worker, cur.UID); err != nil {
+				return err
+			}
+		}
+		n := *a
+		n.Version++
+		out = &n
+		return put(tx.Bucket(bActors), key2(a.Atespace, a.Name), &n)
+	})
+	return out, err
+}
+
+// ClaimWorker implements store.Store.
+func (s *Store) ClaimWorker(_ context.Context, a *store.Actor) (outA *store.Actor, outW *store.Worker, err error) {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		if _, err := casActor(tx, a); err != nil {
+			return err
+		}
+		c := tx.Bucket(bFree).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			w, err := get[store.Worker](tx.Bucket(bWorkers), k)
+			if err != nil {
+				return fmt.Errorf("free worker %s: %w", k, err)
+			}
+			if !store.MatchLabels(a.WorkerSelector, w.Labels) {
+				continue
+			}
+			w.ActorUID, w.Actor = a.UID, a.Key()
+			if err := put(tx.Bucket(bWorkers), k, w); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bFree).Delete(k); err != nil {
+				return err
+			}
+			n := *a
+			n.State, n.Worker, n.Version = store.Resuming, w.Name, a.Version+1
+			n.StateTime = time.Now().UTC()
+			outA, outW = &n, w
+			return put(tx.Bucket(bActors), key2(a.Atespace, a.Name), &n)
+		}
+		return fmt.Errorf("actor %s: %w", a.Key(), store.ErrNoFreeWorker)
+	})
+	return outA, outW, err
+}
+
+// DeleteActor implements store.Store.
+func (s *Store) DeleteActor(_ context.Context, a *store.Actor) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		cur, err := casActor(tx, a)
+		if err != nil {
+			return err
+		}
+		if cur.Worker != "" {
+			if err := release(tx, cur.Worker, cur.UID); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bActors).Delete(key2(a.Atespace, a.Name))
+	})
+}
+
+// release frees worker name if actorUID holds it.
+func release(tx *bbolt.Tx, name, actorUID string) error {
+	w, err := get[store.Worker](tx.Bucket(bWorkers), []byte(name))
+	if err != nil {
+		// The worker was unregistered; nothing to free.
+		return nil
+	}
+	if w.ActorUID != actorUID {
+		return nil
+	}
+	w.ActorUID, w.Actor = "", ""
+	if err := put(tx.Bucket(bWorkers), []byte(name), w); err != nil {
+		return err
+	}
+	return tx.Bucket(bFree).Put([]byte(name), nil)
+}
+
+// PutWorker implements store.Store.
+func (s *Store) PutWorker(_ context.Context, w *store.Worker) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		n := *w
+		if cur, err := get[store.Worker](tx.Bucket(bWorkers), []byte(w.Name)); err == nil {
+			n.ActorUID, n.Actor = cur.ActorUID, cur.Actor
+		}
+		if err := put(tx.Bucket(bWorkers), []byte(w.Name), &n); err != nil {
+			return err
+		}
+		if n.Free() {
+			return tx.Bucket(bFree).Put([]byte(w.Name), nil)
+		}
+		return nil
+	})
+}
+
+// GetWorker implements store.Store.
+func (s *Store) GetWorker(_ context.Context, name string) (out *store.Worker, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		out, err = get[store.Worker](tx.Bucket(bWorkers), []byte(name))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// ListWorkers implements store.Store.
+func (s *Store) ListWorkers(_ context.Context) (out []*store.Worker, err error) {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bWorkers).ForEach(func(k, _ []byte) error {
+			w, err := get[store.Worker](tx.Bucket(bWorkers), k)
+			out = append(out, w)
+			return err
+		})
+	})
+	return out, err
+}
+
+// ReleaseWorker implements store.Store.
+func (s *Store) ReleaseWorker(_ context.Context, name, actorUID string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error { return release(tx, name, actorUID) })
+}
+
+// AcquireLease implements store.Store.
+func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bLeases)
+		now := time.Now()
+		if cur, err := get[store.Lease](b, []byte(key)); err == nil && cur.Holder != holder && now.Before(cur.Expiry) {
+			return fmt.Errorf("lease %s held by %s: %w", key, cur.Holder, store.ErrLeaseHeld)
+		}
+		var token int64
+		if v := tx.Bucket(bMeta).Get(kLeaseToken); v != nil {
+			if err := json.Unmarshal(v, &token); err != nil {
+				return fmt.Errorf("decode lease token: %w", err)
+			}
+		}
+		token++
+		if err := put(tx.Bucket(bMeta), kLeaseToken, token); err != nil {
+			return err
+		}
+		out = &store.Lease{Key: key, Holder: holder, Token: token, Expiry: now.Add(ttl)}
+		return put(b, []byte(key), out)
+	})
+	return out, err
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(_ context.Context, key, holder string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bLeases)
+		cur, err := get[store.Lease](b, []byte(key))
+		if err != nil || cur.Holder != holder {
+			return nil
+		}
+		return b.Delete([]byte(key))
+	})
+}
+
+// String describes the store for logs.
+func (s *Store) String() string { return "bolt:" + strings.TrimSpace(s.db.Path()) }

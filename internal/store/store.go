@@ -1,0 +1,189 @@
+// Package store defines Substrate's persistent records and the domain
+// operations on them. Every write of an actor is compare-and-set on (uid,
+// version); the claim of a worker and the actor's move to RESUMING happen in
+// one transaction. Backends: bolt (embedded, the default) and, later,
+// PostgreSQL; storetest is the conformance suite every backend passes.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// Errors returned by every backend; callers match them with errors.Is.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrConflict: a compare-and-set found another uid, version or state.
+	ErrConflict = errors.New("conflict: record changed concurrently")
+	// ErrNotEmpty: an atespace still holds actors or templates, or a
+	// template is still used by actors.
+	ErrNotEmpty = errors.New("still in use")
+	// ErrNoFreeWorker: no free worker matches the actor's selector now.
+	ErrNoFreeWorker = errors.New("no free worker")
+	// ErrLeaseHeld: another holder owns an unexpired lease.
+	ErrLeaseHeld = errors.New("lease held by another holder")
+)
+
+// ActorState is the actor's lifecycle state (DESIGN.md, state machine). The
+// strings equal the atev1.ActorState enum names.
+type ActorState string
+
+// Actor states.
+const (
+	Suspended  ActorState = "SUSPENDED"
+	Resuming   ActorState = "RESUMING"
+	Running    ActorState = "RUNNING"
+	Suspending ActorState = "SUSPENDING"
+	Crashed    ActorState = "CRASHED"
+	Deleting   ActorState = "DELETING"
+)
+
+// Atespace is a tenant namespace.
+type Atespace struct {
+	Name       string    `json:"name"`
+	UID        string    `json:"uid"`
+	CreateTime time.Time `json:"createTime"`
+}
+
+// Template phases: the state of its golden snapshot.
+const (
+	TemplateBuilding = "BUILDING"
+	TemplateReady    = "READY"
+	TemplateFailed   = "FAILED"
+)
+
+// Template is an immutable ActorTemplate plus the status of its golden
+// snapshot (the only part that changes, by CAS on Version).
+type Template struct {
+	Atespace   string                   `json:"atespace"`
+	Name       string                   `json:"name"`
+	UID        string                   `json:"uid"`
+	Spec       *atev1.ActorTemplateSpec `json:"-"`
+	CreateTime time.Time                `json:"createTime"`
+	Version    int64                    `json:"version"`
+	// Phase is TemplateBuilding, TemplateReady or TemplateFailed.
+	Phase          string `json:"phase"`
+	Message        string `json:"message,omitempty"`
+	GoldenSnapshot string `json:"goldenSnapshot,omitempty"`
+}
+
+// Actor is one stateful instance.
+type Actor struct {
+	Atespace string     `json:"atespace"`
+	Name     string     `json:"name"`
+	UID      string     `json:"uid"`
+	Template string     `json:"template"`
+	State    ActorState `json:"state"`
+	// Worker holds the worker's name while the actor owns it (RESUMING,
+	// RUNNING, SUSPENDING). Clearing it in UpdateActor frees the worker.
+	Worker string `json:"worker,omitempty"`
+	// Snapshot is the id of the latest complete snapshot, empty until the
+	// first suspend.
+	Snapshot       string            `json:"snapshot,omitempty"`
+	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
+	Message        string            `json:"message,omitempty"`
+	// Version increases by one on every write; CAS compares it.
+	Version    int64     `json:"version"`
+	CreateTime time.Time `json:"createTime"`
+	StateTime  time.Time `json:"stateTime"`
+	Resumes    int64     `json:"resumes"`
+}
+
+// Key returns "<atespace>/<name>".
+func (a *Actor) Key() string { return a.Atespace + "/" + a.Name }
+
+// Worker is one sandbox slot, registered by its node agent.
+type Worker struct {
+	Name         string            `json:"name"`
+	Node         string            `json:"node"`
+	TunnelAddr   string            `json:"tunnelAddr"`
+	SandboxClass string            `json:"sandboxClass"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	// ActorUID and Actor name the actor holding the worker; empty when free.
+	ActorUID string `json:"actorUid,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+}
+
+// Free reports whether no actor holds the worker.
+func (w *Worker) Free() bool { return w.ActorUID == "" }
+
+// Lease is a per-key exclusive lease with a fencing token that grows with
+// every acquisition, so a stale holder's writes can be recognised.
+type Lease struct {
+	Key    string    `json:"key"`
+	Holder string    `json:"holder"`
+	Token  int64     `json:"token"`
+	Expiry time.Time `json:"expiry"`
+}
+
+// Store is the persistence contract. Implementations are safe for
+// concurrent use. Returned records are copies the caller owns.
+type Store interface {
+	CreateAtespace(ctx context.Context, a *Atespace) error
+	GetAtespace(ctx context.Context, name string) (*Atespace, error)
+	ListAtespaces(ctx context.Context) ([]*Atespace, error)
+	// DeleteAtespace returns ErrNotEmpty while actors or templates remain.
+	DeleteAtespace(ctx context.Context, name string) error
+
+	// CreateTemplate returns ErrNotFound when the atespace does not exist.
+	CreateTemplate(ctx context.Context, t *Template) error
+	GetTemplate(ctx context.Context, atespace, name string) (*Template, error)
+	ListTemplates(ctx context.Context, atespace string) ([]*Template, error)
+	// UpdateTemplateStatus writes t's status fields if the stored UID and
+	// Version equal t's; it returns the stored record with Version+1.
+	UpdateTemplateStatus(ctx context.Context, t *Template) (*Template, error)
+	// DeleteTemplate returns ErrNotEmpty while actors use the template.
+	DeleteTemplate(ctx context.Context, atespace, name string) error
+
+	// CreateActor returns ErrNotFound when the atespace or template does
+	// not exist.
+	CreateActor(ctx context.Context, a *Actor) error
+	GetActor(ctx context.Context, atespace, name string) (*Actor, error)
+	// ListActors returns at most pageSize actors of atespace (all
+	// atespaces when empty) in name order after pageToken, and the token
+	// of the next page ("" at the end).
+	ListActors(ctx context.Context, atespace string, pageSize int, pageToken string) ([]*Actor, string, error)
+	// UpdateActor writes a if the stored record has a's UID and Version
+	// (else ErrConflict) and returns it with Version+1. If a.Worker no
+	// longer names the worker the stored record held, that worker is freed
+	// in the same transaction.
+	UpdateActor(ctx context.Context, a *Actor) (*Actor, error)
+	// ClaimWorker atomically picks a free worker whose labels match a's
+	// WorkerSelector, assigns it to a, and writes a as RESUMING on it, CAS
+	// on a's UID and Version. ErrNoFreeWorker when none is free.
+	ClaimWorker(ctx context.Context, a *Actor) (*Actor, *Worker, error)
+	// DeleteActor deletes the actor if UID and Version match, freeing any
+	// worker it holds.
+	DeleteActor(ctx context.Context, a *Actor) error
+
+	// PutWorker registers or updates a worker's description; it keeps the
+	// stored assignment unless w is being registered for the first time.
+	PutWorker(ctx context.Context, w *Worker) error
+	GetWorker(ctx context.Context, name string) (*Worker, error)
+	ListWorkers(ctx context.Context) ([]*Worker, error)
+	// ReleaseWorker frees the worker if actorUID holds it; a no-op
+	// otherwise.
+	ReleaseWorker(ctx context.Context, name, actorUID string) error
+
+	// AcquireLease takes key's lease for holder for ttl if it is free,
+	// expired or already holder's, returning it with a new token.
+	AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (*Lease, error)
+	// ReleaseLease ends holder's lease; a no-op when holder lost it.
+	ReleaseLease(ctx context.Context, key, holder string) error
+
+	Close() error
+}
+
+// MatchLabels reports whether labels contain every selector pair.
+func MatchLabels(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}

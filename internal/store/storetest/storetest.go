@@ -1,0 +1,281 @@
+// Package storetest is the conformance suite every store.Store backend
+// passes: call Run from the backend's tests with a constructor of empty
+// stores.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/store"
+)
+
+// Run runs the suite; newStore returns an empty store that the suite closes.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Helper()
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"Atespaces", testAtespaces},
+		{"Templates", testTemplates},
+		{"ActorCAS", testActorCAS},
+		{"ListActorsPages", testListActorsPages},
+		{"ClaimWorker", testClaimWorker},
+		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
+		{"Leases", testLeases},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tc.fn(t, s)
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantErr(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want %v", err, target)
+	}
+}
+
+// seed creates atespace "default" with template "tpl".
+func seed(t *testing.T, s store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, s.CreateAtespace(ctx, &store.Atespace{Name: "default", UID: "ns-1"}))
+	must(t, s.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "t-1",
+		Phase: store.TemplateBuilding, Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+}
+
+func newActor(t *testing.T, s store.Store, name string, selector map[string]string) *store.Actor {
+	t.Helper()
+	a := &store.Actor{Atespace: "default", Name: name, UID: "uid-" + name, Template: "tpl", State: store.Suspended, WorkerSelector: selector}
+	must(t, s.CreateActor(context.Background(), a))
+	return a
+}
+
+func testAtespaces(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	wantErr(t, s.CreateAtespace(ctx, &store.Atespace{Name: "default"}), store.ErrAlreadyExists)
+	_, err := s.GetAtespace(ctx, "nope")
+	wantErr(t, err, store.ErrNotFound)
+	wantErr(t, s.DeleteAtespace(ctx, "default"), store.ErrNotEmpty)
+	must(t, s.CreateAtespace(ctx, &store.Atespace{Name: "empty"}))
+	list, err := s.ListAtespaces(ctx)
+	must(t, err)
+	if len(list) != 2 {
+		t.Fatalf("ListAtespaces = %d, want 2", len(list))
+	}
+	must(t, s.DeleteAtespace(ctx, "empty"))
+	wantErr(t, s.DeleteAtespace(ctx, "empty"), store.ErrNotFound)
+}
+
+func testTemplates(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	tpl, err := s.GetTemplate(ctx, "default", "tpl")
+	must(t, err)
+	if got := tpl.Spec.GetContainers()[0].GetImage(); got != "oci:/x" {
+		t.Fatalf("spec image = %q", got)
+	}
+	wantErr(t, s.CreateTemplate(ctx, &store.Template{Atespace: "missing", Name: "x", Spec: tpl.Spec}), store.ErrNotFound)
+	tpl.Phase, tpl.GoldenSnapshot = store.TemplateReady, "snap-1"
+	upd, err := s.UpdateTemplateStatus(ctx, tpl)
+	must(t, err)
+	if upd.Version != tpl.Version+1 || upd.Phase != store.TemplateReady {
+		t.Fatalf("updated template = %+v", upd)
+	}
+	_, err = s.UpdateTemplateStatus(ctx, tpl) // stale version
+	wantErr(t, err, store.ErrConflict)
+	newActor(t, s, "a", nil)
+	wantErr(t, s.DeleteTemplate(ctx, "default", "tpl"), store.ErrNotEmpty)
+}
+
+func testActorCAS(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	a := newActor(t, s, "a", nil)
+	wantErr(t, s.CreateActor(ctx, a), store.ErrAlreadyExists)
+	wantErr(t, s.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "b", Template: "nope"}), store.ErrNotFound)
+	b := *a
+	b.Message = "first"
+	upd, err := s.UpdateActor(ctx, &b)
+	must(t, err)
+	if upd.Version != a.Version+1 {
+		t.Fatalf("version = %d, want %d", upd.Version, a.Version+1)
+	}
+	c := *a // stale: late finisher must not overwrite
+	c.Message = "late"
+	_, err = s.UpdateActor(ctx, &c)
+	wantErr(t, err, store.ErrConflict)
+	other := *upd
+	other.UID = "someone-else"
+	_, err = s.UpdateActor(ctx, &other)
+	wantErr(t, err, store.ErrConflict)
+	got, err := s.GetActor(ctx, "default", "a")
+	must(t, err)
+	if got.Message != "first" {
+		t.Fatalf("message = %q, want first", got.Message)
+	}
+	wantErr(t, s.DeleteActor(ctx, a), store.ErrConflict)
+	must(t, s.DeleteActor(ctx, got))
+	_, err = s.GetActor(ctx, "default", "a")
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func testListActorsPages(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	must(t, s.CreateAtespace(ctx, &store.Atespace{Name: "other"}))
+	for i := range 7 {
+		newActor(t, s, fmt.Sprintf("a%02d", i), nil)
+	}
+	var names []string
+	token := ""
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("pagination does not end")
+		}
+		page, next, err := s.ListActors(ctx, "default", 3, token)
+		must(t, err)
+		for _, a := range page {
+			names = append(names, a.Name)
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if fmt.Sprint(names) != "[a00 a01 a02 a03 a04 a05 a06]" {
+		t.Fatalf("paged names = %v", names)
+	}
+	if page, _, err := s.ListActors(ctx, "other", 3, ""); err != nil || len(page) != 0 {
+		t.Fatalf("other atespace = %v, %v", page, err)
+	}
+	if _, _, err := s.ListActors(ctx, "default", 3, "!!"); err == nil {
+		t.Fatal("bad page token accepted")
+	}
+}
+
+func testClaimWorker(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n", Labels: map[string]string{"pool": "a"}}))
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n", Labels: map[string]string{"pool": "b"}}))
+	a := newActor(t, s, "a", map[string]string{"pool": "b"})
+	ra, w, err := s.ClaimWorker(ctx, a)
+	must(t, err)
+	if w.Name != "w1" || ra.State != store.Resuming || ra.Worker != "w1" || w.ActorUID != a.UID {
+		t.Fatalf("claim = %+v %+v", ra, w)
+	}
+	_, _, err = s.ClaimWorker(ctx, a) // stale version
+	wantErr(t, err, store.ErrConflict)
+	b := newActor(t, s, "b", map[string]string{"pool": "b"})
+	_, _, err = s.ClaimWorker(ctx, b)
+	wantErr(t, err, store.ErrNoFreeWorker)
+	// Re-registering a claimed worker keeps its assignment.
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n", Labels: map[string]string{"pool": "b"}}))
+	_, _, err = s.ClaimWorker(ctx, b)
+	wantErr(t, err, store.ErrNoFreeWorker)
+	// Clearing Worker in an update frees it.
+	ra.State, ra.Worker = store.Suspended, ""
+	_, err = s.UpdateActor(ctx, ra)
+	must(t, err)
+	_, w, err = s.ClaimWorker(ctx, b)
+	must(t, err)
+	if w.Name != "w1" {
+		t.Fatalf("b claimed %s, want w1", w.Name)
+	}
+	// Release by a non-holder is a no-op; by the holder frees.
+	must(t, s.ReleaseWorker(ctx, "w1", a.UID))
+	if got, _ := s.GetWorker(ctx, "w1"); got.ActorUID != b.UID {
+		t.Fatalf("w1 holder = %q, want %q", got.ActorUID, b.UID)
+	}
+	must(t, s.ReleaseWorker(ctx, "w1", b.UID))
+	if got, _ := s.GetWorker(ctx, "w1"); !got.Free() {
+		t.Fatal("w1 not free after release")
+	}
+}
+
+func testClaimWorkerConcurrent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	for i := range 3 {
+		must(t, s.PutWorker(ctx, &store.Worker{Name: fmt.Sprintf("w%d", i)}))
+	}
+	var actors []*store.Actor
+	for i := range 10 {
+		actors = append(actors, newActor(t, s, fmt.Sprintf("a%d", i), nil))
+	}
+	var mu sync.Mutex
+	claimed := map[string]string{}
+	var wg sync.WaitGroup
+	for _, a := range actors {
+		wg.Go(func() {
+			_, w, err := s.ClaimWorker(ctx, a)
+			if errors.Is(err, store.ErrNoFreeWorker) {
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, dup := claimed[w.Name]; dup {
+				t.Errorf("worker %s claimed by %s and %s", w.Name, prev, a.Name)
+			}
+			claimed[w.Name] = a.Name
+		})
+	}
+	wg.Wait()
+	if len(claimed) != 3 {
+		t.Fatalf("claimed %d workers, want 3", len(claimed))
+	}
+}
+
+func testLeases(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	l1, err := s.AcquireLease(ctx, "actor/a", "h1", time.Minute)
+	must(t, err)
+	_, err = s.AcquireLease(ctx, "actor/a", "h2", time.Minute)
+	wantErr(t, err, store.ErrLeaseHeld)
+	l1b, err := s.AcquireLease(ctx, "actor/a", "h1", time.Minute)
+	must(t, err)
+	if l1b.Token <= l1.Token {
+		t.Fatalf("token did not grow: %d then %d", l1.Token, l1b.Token)
+	}
+	must(t, s.ReleaseLease(ctx, "actor/a", "h2")) // not the holder: no-op
+	_, err = s.AcquireLease(ctx, "actor/a", "h2", time.Minute)
+	wantErr(t, err, store.ErrLeaseHeld)
+	must(t, s.ReleaseLease(ctx, "actor/a", "h1"))
+	l2, err := s.AcquireLease(ctx, "actor/a", "h2", time.Nanosecond)
+	must(t, err)
+	if l2.Token <= l1b.Token {
+		t.Fatal("token did not grow across holders")
+	}
+	// An expired lease can be taken over.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = s.AcquireLease(ctx, "actor/a", "h3", time.Minute)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	must(t, err)
+}

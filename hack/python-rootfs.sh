@@ -45,12 +45,9 @@ fi
 # deb.debian.org is reachable here), from one-line or deb822 sources, and
 # falls back to deb.debian.org. Security and updates suites are skipped.
 mirror() {
-	local url=""
-	if [[ -f /etc/apt/sources.list ]]; then
-		url=$(awk '$1 == "deb" && $0 !~ /security/ {
-			for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\//) { print $i; exit }
-		}' /etc/apt/sources.list)
-	fi
+	local url
+	url=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) { print $i; exit } }')
 	if [[ -z "$url" ]]; then
 		url=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
 			awk 'tolower($1) == "uris:" && $2 ~ /\/debian\/?$/ { print $2; exit }')
@@ -58,9 +55,25 @@ mirror() {
 	echo "${url:-http://deb.debian.org/debian}"
 }
 
-url=$(mirror)
 mkdir -p "$cache/rootfs"
+# One build at a time; the winner's result satisfies the others. Holding the
+# lock also makes temp dirs of killed runs safe to delete.
+exec 9>"$cache/rootfs/.python3-$suite.lock"
+flock 9
+if [[ -f "$stamp" ]]; then
+	log "cached: $dest"
+	echo "$dest"
+	exit 0
+fi
+for stale in "$cache/rootfs/.python3-$suite".*; do
+	[[ -d "$stale" ]] || continue
+	umount -R "$stale/proc" "$stale/sys" 2>/dev/null || true
+	rm -rf --one-file-system "$stale"
+done
+
+url=$(mirror)
 tmp=$(mktemp -d "$cache/rootfs/.python3-$suite.XXXXXX")
+chmod 0755 "$tmp" # mktemp makes it 0700; it becomes the image's /
 # debootstrap leaves proc/sys mounts behind on some failures; unmount before
 # removing so rm never walks into the host's /proc.
 cleanup() {

@@ -25,7 +25,7 @@ func newSuspendCommand(a *app) *cobra.Command {
 		Use:   "suspend KIND NAME",
 		Short: "Checkpoint a running actor to the snapshot store and free its worker",
 	}
-	cmd.AddCommand(&cobra.Command{
+	kindGroup(cmd, &cobra.Command{
 		Use:   "actor NAME | ATESPACE/NAME",
 		Short: "Suspend an actor (a suspended actor stays suspended)",
 		Args:  cobra.ExactArgs(1),
@@ -43,7 +43,7 @@ func newResumeCommand(a *app) *cobra.Command {
 		Use:   "resume KIND NAME",
 		Short: "Restore an actor on a free worker",
 	}
-	cmd.AddCommand(&cobra.Command{
+	kindGroup(cmd, &cobra.Command{
 		Use:   "actor NAME | ATESPACE/NAME",
 		Short: "Resume an actor, waiting up to --timeout for a free worker",
 		Args:  cobra.ExactArgs(1),
@@ -88,15 +88,16 @@ func newWaitCommand(a *app) *cobra.Command {
 	actor := &cobra.Command{
 		Use:   "actor NAME | ATESPACE/NAME --for state=STATE",
 		Short: "Poll an actor until it is in STATE or --timeout passes",
-		Long: `Poll an actor until it is in STATE or --timeout passes; here --timeout
-bounds the whole wait, not each call. STATE is one of ` + strings.Join(waitableStates(), ", ") + `.`,
+		Long: "Poll an actor until it is in STATE or --timeout passes; here --timeout\n" +
+			"bounds the whole wait, not each call. An unreachable server is retried.\n" +
+			"STATE is one of " + strings.Join(waitableStates(), ", ") + ".",
 		Example: "  ate wait actor counter-1 --for state=RUNNING --timeout 60s",
 		Args:    cobra.ExactArgs(1),
 		RunE:    func(cmd *cobra.Command, args []string) error { return a.waitActor(cmd, args[0], cond) },
 	}
 	actor.Flags().StringVar(&cond, "for", "", "condition to wait for: state=STATE (required)")
 	_ = actor.MarkFlagRequired("for") // cannot fail: the flag is defined above
-	cmd.AddCommand(actor)
+	kindGroup(cmd, actor)
 	return cmd
 }
 
@@ -166,8 +167,10 @@ func pollActor(ctx context.Context, s *session, key names.ActorKey, want atev1.A
 				return actor, nil
 			}
 			last = actor
-		case ctx.Err() != nil, status.Code(err) == codes.Unavailable:
-			// Deadline hit mid-call, or the server is away: decide below.
+		case ctx.Err() != nil, status.Code(err) == codes.Unavailable, status.Code(err) == codes.DeadlineExceeded:
+			// The deadline hit mid-call (the server may say so before our
+			// own timer fires), or the server is away: retry unless ctx is
+			// done.
 		default:
 			return nil, err
 		}

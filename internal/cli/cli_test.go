@@ -260,6 +260,8 @@ func TestClientSideValidation(t *testing.T) {
 		{"wait condition key", []string{"wait", "actor", "x", "--for", "phase=RUNNING"}, "~want state=STATE"},
 		{"output format", []string{"get", "actors", "-o", "xml"}, "Error: unknown output format \"xml\": use table, json or yaml\n"},
 		{"missing template flag", []string{"create", "actor", "x"}, "~\"template\" not set"},
+		{"no kind", []string{"delete"}, "Error: ate delete needs a kind: actor, template, atespace\n"},
+		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, atespace\n"},
 		{"too many args", []string{"get", "actor", "a", "b"}, "~accepts at most 1 arg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -294,6 +296,16 @@ func TestServerErrors(t *testing.T) {
 		res := runServer(t, newFake(), "get", "actor", "nope")
 		if res.code != 1 || res.stderr != "Error: actor default/nope not found\n" {
 			t.Errorf("got %+v", res)
+		}
+	})
+	t.Run("client deadline", func(t *testing.T) {
+		f := newFake()
+		f.noWorkers = true
+		addr := serve(t, f)
+		res := runCLI(t, "--server", addr, "--timeout", "100ms", "resume", "actor", "counter-0")
+		want := "Error: no answer from the ate server at " + addr + " within 100ms (raise --timeout)\n"
+		if res.code != 1 || res.stderr != want {
+			t.Errorf("stderr %q, want %q", res.stderr, want)
 		}
 	})
 	t.Run("unavailable", func(t *testing.T) {

@@ -103,9 +103,24 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	switch {
 	case st.Code() == codes.Unavailable:
 		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` running? pass --server to use another): %s", s.server, st.Message())
-	case st.Code() == codes.DeadlineExceeded && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		// Our own deadline fired, not one the server applied internally.
+	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):
 		e.hint = fmt.Sprintf("no answer from the ate server at %s within %s (raise --timeout)", s.server, s.timeout)
 	}
 	return e
+}
+
+// deadlineSlack is how early the server may report our deadline: gRPC sends
+// the deadline along and the server enforces it too, so its
+// DEADLINE_EXCEEDED can arrive a moment before our own timer fires.
+const deadlineSlack = time.Second
+
+// deadlineReached reports whether ctx's deadline has (about) passed, i.e. a
+// DEADLINE_EXCEEDED is ours to explain rather than one the server hit while
+// calling something else.
+func deadlineReached(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) < deadlineSlack
 }

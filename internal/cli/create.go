@@ -21,7 +21,7 @@ func newCreateCommand(a *app) *cobra.Command {
   ate create actor team/counter-2 --template counter --selector zone=a
   ate create atespace team`,
 	}
-	cmd.AddCommand(newCreateActorCommand(a), newCreateTemplateCommand(a), &cobra.Command{
+	kindGroup(cmd, newCreateActorCommand(a), newCreateTemplateCommand(a), &cobra.Command{
 		Use:   "atespace NAME",
 		Short: "Create an atespace",
 		Args:  cobra.ExactArgs(1),

@@ -21,7 +21,7 @@ while no actor uses it; an atespace only when it is empty.`,
   ate delete template counter
   ate delete atespace team`,
 	}
-	cmd.AddCommand(
+	kindGroup(cmd,
 		&cobra.Command{
 			Use: "actor NAME | ATESPACE/NAME", Short: "Delete a suspended actor and its snapshots",
 			Args: cobra.ExactArgs(1),

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,7 @@ type fakeControl struct {
 	pageSize  int                // ListActors page size; the request's is ignored
 	stuckPage bool               // ListActors always returns the same next token
 	onGet     func(*atev1.Actor) // called under mu on every successful GetActor
+	noWorkers bool               // ResumeActor blocks until the call's deadline
 }
 
 var _ atev1.ControlServer = (*fakeControl)(nil)
@@ -264,8 +266,14 @@ func (f *fakeControl) SuspendActor(_ context.Context, r *atev1.SuspendActorReque
 	return proto.Clone(a).(*atev1.Actor), nil
 }
 
-func (f *fakeControl) ResumeActor(_ context.Context, r *atev1.ResumeActorRequest) (*atev1.Actor, error) {
+func (f *fakeControl) ResumeActor(ctx context.Context, r *atev1.ResumeActorRequest) (*atev1.Actor, error) {
 	f.record(r)
+	if f.noWorkers {
+		// Like the real server: wait for a worker until the caller gives up.
+		f.mu.Unlock()
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	defer f.mu.Unlock()
 	a, err := f.actor(r.GetAtespace(), r.GetName())
 	if err != nil {
@@ -304,7 +312,8 @@ func serve(t *testing.T, f *fakeControl) string {
 	go func() { done <- srv.Serve(lis) }()
 	t.Cleanup(func() {
 		srv.Stop()
-		if err := <-done; err != nil {
+		// ErrServerStopped means Stop won the race with Serve's start.
+		if err := <-done; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			t.Errorf("serve: %v", err)
 		}
 	})

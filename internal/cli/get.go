@@ -26,7 +26,7 @@ func newGetCommand(a *app) *cobra.Command {
   ate get templates -n team
   ate get workers`,
 	}
-	cmd.AddCommand(
+	kindGroup(cmd,
 		&cobra.Command{
 			Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
 			Short: "Show one actor, or all actors of the atespace",

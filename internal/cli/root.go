@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -124,6 +125,24 @@ func Main(ctx context.Context, root *cobra.Command) int {
 		return 1
 	}
 	return 0
+}
+
+// kindGroup makes cmd a verb whose subcommands are the kinds it acts on.
+// Run without a known kind it fails and lists the kinds, rather than printing
+// help and exiting 0, so a script that says `ate delete actr x` notices.
+func kindGroup(cmd *cobra.Command, kinds ...*cobra.Command) {
+	cmd.AddCommand(kinds...)
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var list []string
+		for _, k := range kinds {
+			list = append(list, k.Name())
+		}
+		if len(args) == 0 {
+			return fmt.Errorf("%s needs a kind: %s", cmd.CommandPath(), strings.Join(list, ", "))
+		}
+		return fmt.Errorf("unknown kind %q for %s: use %s", args[0], cmd.CommandPath(), strings.Join(list, ", "))
+	}
 }
 
 // validateGlobals checks the flags every client verb relies on before it

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
@@ -62,7 +63,7 @@ func openArchive(p string) (*archive, error) {
 			_ = f.Close()
 			return nil, fmt.Errorf("read oci archive %s: %w", p, err)
 		}
-		a.files[path.Clean(h.Name)] = section{off: off, size: h.Size}
+		a.files[strings.TrimPrefix(path.Clean(h.Name), "/")] = section{off: off, size: h.Size}
 	}
 	return a, nil
 }

@@ -159,8 +159,15 @@ func (c *Cache) unpack(ctx context.Context, r Ref, img v1.Image, root string) (e
 		return fmt.Errorf("image cache dir: %w", err)
 	}
 	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(tmp)
+		if err == nil {
+			return
+		}
+		_ = os.RemoveAll(tmp)
+		// Once our caller's ctx has ended, Ensure may already have closed
+		// the image's files under us, so whatever failed, the cause is the
+		// cancellation; saying so lets waiting callers take over.
+		if ctx.Err() != nil && !isContextErr(err) {
+			err = fmt.Errorf("unpack %s: %w (after: %v)", r, ctx.Err(), err)
 		}
 	}()
 

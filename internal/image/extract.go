@@ -76,6 +76,13 @@ func extractTar(ctx context.Context, r io.Reader, dir string, logger *slog.Logge
 			return x.st, err
 		}
 	}
+	// mutate.Extract ends its tar cleanly even when it fails (it writes the
+	// end-of-archive blocks before closing the pipe with the error), so a
+	// failed download or a refused entry looks like a short, valid tar.
+	// The error only shows when the stream is read past the tar's end.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return x.st, fmt.Errorf("read layers: %w", err)
+	}
 	return x.st, x.finish()
 }
 

@@ -85,7 +85,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 // claim takes a free worker for a, moving it to RESUMING, and waits for one
 // to be freed while none is.
 func (m *Manager) claim(ctx context.Context, a *store.Actor) (*store.Actor, error) {
-	for {
+	for waiting := false; ; waiting = true {
 		freed := m.freedCh()
 		ra, _, err := m.store.ClaimWorker(ctx, a)
 		if err == nil {
@@ -93,6 +93,9 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor) (*store.Actor, erro
 		}
 		if !errors.Is(err, store.ErrNoFreeWorker) {
 			return nil, err
+		}
+		if !waiting {
+			m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace)
 		}
 		select {
 		case <-ctx.Done():

@@ -100,3 +100,24 @@ func (m *Manager) Delete(ctx context.Context, atespace, name string) error {
 		return nil
 	})
 }
+
+// SuspendAll suspends every actor holding one of this store's workers, so
+// that stopping the node loses no memory. It tries each actor once and
+// returns the first error after trying all.
+func (m *Manager) SuspendAll(ctx context.Context) error {
+	workers, err := m.store.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, w := range workers {
+		if w.Free() {
+			continue
+		}
+		atespace, name, _ := cutKey(w.Actor)
+		if _, err := m.Suspend(ctx, atespace, name); err != nil && first == nil {
+			first = fmt.Errorf("suspend %s: %w", w.Actor, err)
+		}
+	}
+	return first
+}

@@ -103,7 +103,12 @@ func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, act
 // finds its actor running. ctx only lends its values.
 func (a *activator) prewarm(ctx context.Context, key names.ActorKey) {
 	a.flights.start(ctx, key.String(), func(ctx context.Context) (any, error) {
-		return a.lookupOrResume(ctx, key)
+		r, err := a.lookupOrResume(ctx, key)
+		if err != nil {
+			// Nobody waits for this call; its error ends here.
+			a.logger.Warn("background resume failed", "actor", key.Name, "atespace", key.Atespace, "err", err)
+		}
+		return r, err
 	})
 }
 

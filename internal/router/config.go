@@ -31,9 +31,10 @@ type Config struct {
 	// "<name>.<atespace>.<ActorDomain>" addresses an actor. Default
 	// DefaultActorDomain.
 	ActorDomain string
-	// ParkMax is the most requests that may wait for an actor to be
-	// resumed at once, across all actors; a request beyond it is answered
-	// 503 at once. Default DefaultParkMax.
+	// ParkMax is the most requests that may wait at once, across all
+	// actors, for an actor not in the router's cache to be looked up and,
+	// if need be, resumed; a request beyond it is answered 503 at once.
+	// Default DefaultParkMax.
 	ParkMax int
 	// ParkBudget is the longest one request waits for its actor to be
 	// looked up and resumed; it also bounds the shared resume call.

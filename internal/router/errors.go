@@ -66,7 +66,7 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 		return notResumedInTime(actor, cfg)
 	case errors.Is(err, errStale):
 		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
-			"actor %s moved while the request was in flight and the request cannot be replayed; retry", actor)}
+			"actor %s moved while the request was in flight; retry", actor)}
 	case errors.Is(err, context.Canceled):
 		return failure{status: statusClientClosedRequest, clientGone: true, body: "client closed request"}
 	}
@@ -121,7 +121,8 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// writeFailure answers err. Nothing may have been written to w yet.
+// writeFailure writes f as the response. Nothing may have been written
+// to w yet.
 func writeFailure(w http.ResponseWriter, f failure) {
 	h := w.Header()
 	h.Del(HeaderActivation)

@@ -172,8 +172,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
+	// Traffic has stopped; checkpoint what runs so a restart loses nothing.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownSuspendTimeout)
+	defer cancel()
+	if serr := lc.SuspendAll(sctx); serr != nil {
+		log.Warn("suspend on shutdown", "err", serr)
+	}
 	return err
 }
+
+// shutdownSuspendTimeout bounds suspending running actors on shutdown; a
+// checkpoint of a small actor takes ~0.15 s (BENCHMARKS.md).
+const shutdownSuspendTimeout = 60 * time.Second
 
 // serveGRPC serves until ctx ends, then stops gracefully.
 func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener) error {

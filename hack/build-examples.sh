@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# build-examples.sh builds the example images as OCI image layouts:
+#
+#   build/images/counter       static Go server, gzip layer
+#   build/images/python-notes  Debian python3 rootfs + /app/notes.py,
+#                              uncompressed layer (needs root once, for
+#                              hack/python-rootfs.sh)
+#
+# Usage: hack/build-examples.sh [counter] [python-notes]   (default: both)
+#
+# An image is repacked only when one of its inputs is newer than its
+# index.json (which Pack rewrites), so a second run is quick. Packing is
+# deterministic, so a forced rebuild of unchanged inputs gives the same
+# digest. Paths are relative to the repository root, where this script runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'build-examples: %s\n' "$*" >&2; }
+
+ocipack=build/bin/ocipack
+# The packer's own sources are inputs of every image: a change to the
+# layer format must repack.
+pack_inputs=(hack/ocipack internal/image)
+
+# stale OUT INPUT... succeeds when OUT/index.json is missing or older than
+# any input file (directories are searched, test files ignored).
+stale() {
+	local out=$1
+	shift
+	[[ -f "$out/index.json" ]] || return 0
+	[[ -n "$(find "$@" -type f ! -name '*_test.go' -newer "$out/index.json" -print -quit)" ]]
+}
+
+# digest OUT prints the manifest digest recorded in OUT/index.json.
+digest() {
+	grep -o '"digest": *"sha256:[0-9a-f]*"' "$1/index.json" | head -1 | cut -d'"' -f4
+}
+
+build_ocipack() {
+	mkdir -p build/bin
+	# go build is itself cached; this costs well under a second when
+	# nothing changed.
+	go build -o "$ocipack" ./hack/ocipack
+}
+
+build_counter() {
+	local out=build/images/counter
+	if ! stale "$out" examples/counter "${pack_inputs[@]}" go.mod; then
+		log "counter: up to date ($(digest "$out"))"
+		return
+	fi
+	local tmp
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' RETURN
+	# -trimpath and no build ID keep the binary (and so the digest) the
+	# same across checkouts and machines.
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp/counter" ./examples/counter
+	local start=$SECONDS
+	"$ocipack" --add "$tmp/counter:/counter" --entrypoint /counter \
+		--env PORT=8080 --workdir / --port 8080 \
+		--compression gzip --tag latest --out "$out"
+	log "counter: packed in $((SECONDS - start)) s ($(digest "$out"))"
+}
+
+build_python_notes() {
+	local out=build/images/python-notes rootfs
+	rootfs=$(hack/python-rootfs.sh | tail -n 1)
+	if ! stale "$out" "$rootfs.stamp" examples/python-notes/notes.py "${pack_inputs[@]}"; then
+		log "python-notes: up to date ($(digest "$out"))"
+		return
+	fi
+	local start=$SECONDS
+	# --keep-mtimes: the rootfs is built once, so its times are stable, and
+	# Python's .pyc files are validated against the .py files' mtimes.
+	"$ocipack" --add "$rootfs:/" --add examples/python-notes/notes.py:/app/notes.py \
+		--cmd /usr/bin/python3 --cmd /app/notes.py \
+		--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		--env LANG=C.UTF-8 --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1 \
+		--env PORT=8080 --workdir /app --port 8080 \
+		--compression none --keep-mtimes --tag latest --out "$out"
+	log "python-notes: packed in $((SECONDS - start)) s ($(digest "$out"))"
+}
+
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(counter python-notes)
+for t in "${targets[@]}"; do
+	case "$t" in
+	counter | python-notes) ;;
+	*)
+		log "unknown example $t (want counter or python-notes)"
+		exit 2
+		;;
+	esac
+done
+
+build_ocipack
+for t in "${targets[@]}"; do
+	case "$t" in
+	counter) build_counter ;;
+	python-notes) build_python_notes ;;
+	esac
+done

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+const fullTemplate = `name: counter
+containers:
+- name: counter
+  image: oci:build/images/counter
+  command: ["/counter"]
+  args: ["-v"]
+  env: {K: V}
+  ports: [8080]
+  workingDir: /srv
+wakeupProbe:
+  httpGet: {path: /healthz, port: 8080}
+  timeoutSeconds: 30
+sandboxClass: gvisor
+workerSelector: {zone: a}
+`
+
+func TestParseTemplate(t *testing.T) {
+	got, err := parseTemplate([]byte(fullTemplate), "/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &atev1.ActorTemplate{Name: "counter", Spec: &atev1.ActorTemplateSpec{
+		Containers: []*atev1.ContainerSpec{{
+			Name: "counter", Image: "oci:/work/build/images/counter", Command: []string{"/counter"},
+			Args: []string{"-v"}, Env: map[string]string{"K": "V"}, Ports: []int32{8080}, WorkingDir: "/srv",
+		}},
+		WakeupProbe:    &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/healthz", Port: 8080}, TimeoutSeconds: 30},
+		SandboxClass:   "gvisor",
+		WorkerSelector: map[string]string{"zone": "a"},
+	}}
+	if !proto.Equal(got, want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+}
+
+func TestResolveImage(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"oci:build/images/counter", "oci:/base/build/images/counter"},
+		{"oci:./counter:v1", "oci:/base/counter:v1"},
+		{"oci:../up/counter", "oci:/up/counter"},
+		{"oci:/abs/counter:v1", "oci:/abs/counter:v1"},
+		{"oci-archive:counter.tar", "oci-archive:/base/counter.tar"},
+		{"oci-archive:/abs/counter.tar", "oci-archive:/abs/counter.tar"},
+		{"registry.example/repo:tag", "registry.example/repo:tag"},
+		{"ghcr.io/x/y@sha256:abc", "ghcr.io/x/y@sha256:abc"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := resolveImage(tc.in, "/base")
+			if err != nil || got != tc.want {
+				t.Errorf("resolveImage(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseTemplateErrors(t *testing.T) {
+	const c = "containers:\n- name: c\n  image: oci:x\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown container field", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  imagePullPolicy: Always\n", `unknown field "imagePullPolicy"`},
+		{"unknown top-level field", "name: t\nstatus: {phase: READY}\n" + c, `unknown field "status"`},
+		{"snake_case rejected", "name: t\nsandbox_class: fake\n" + c, `unknown field "sandbox_class"`},
+		{"duplicate field", "name: t\nname: u\n" + c, `"name" already set`},
+		{"missing name", c, "template name must not be empty"},
+		{"bad name", "name: Counter\n" + c, `template name "Counter" must be a DNS-1123 label`},
+		{"no containers", "name: t\n", "at least one container"},
+		{"bad container name", "name: t\ncontainers:\n- name: C\n  image: oci:x\n", `containers[0]: invalid name: container name "C"`},
+		{"no image", "name: t\ncontainers:\n- name: c\n", "containers[0]: image is required"},
+		{"empty oci path", "name: t\ncontainers:\n- name: c\n  image: 'oci:'\n", `names no path`},
+		{"bad port", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [70000]\n", "port 70000 is not in 1-65535"},
+		{"bad probe port", "name: t\n" + c + "wakeupProbe:\n  httpGet: {path: /, port: 0}\n", "wakeupProbe.httpGet.port"},
+		{"ports not ints", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [http]\n", "parse:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseTemplate([]byte(tc.yaml), "/base")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadTemplateFile checks relative image paths resolve against the
+// working directory, not the file's directory.
+func TestLoadTemplateFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sub", "t.yaml")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, file, "name: t\ncontainers:\n- name: c\n  image: oci:images/c\n")
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	got, err := LoadTemplateFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, want := got.GetSpec().GetContainers()[0].GetImage(), "oci:"+filepath.Join(cwd, "images/c"); img != want {
+		t.Errorf("image %q, want %q", img, want)
+	}
+	if _, err := LoadTemplateFile(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "read template") {
+		t.Errorf("missing file: %v", err)
+	}
+}

@@ -1,0 +1,217 @@
+package router
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+)
+
+// fakeControl is a Control server over a map of actors and workers.
+type fakeControl struct {
+	atev1.UnimplementedControlServer
+
+	mu      sync.Mutex
+	actors  map[string]*atev1.Actor // by "<atespace>/<name>"; guarded by mu
+	workers []*atev1.Worker         // guarded by mu
+	// onResume sets the resumed actor's worker; nil means "w1".
+	onResume    func(a *atev1.Actor) error
+	listWorkers atomic.Int64
+}
+
+func (f *fakeControl) GetActor(_ context.Context, req *atev1.GetActorRequest) (*atev1.Actor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.actors[req.GetAtespace()+"/"+req.GetName()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "actor %s/%s not found", req.GetAtespace(), req.GetName())
+	}
+	return a, nil
+}
+
+func (f *fakeControl) ResumeActor(_ context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.actors[req.GetAtespace()+"/"+req.GetName()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "actor %s/%s not found", req.GetAtespace(), req.GetName())
+	}
+	if f.onResume != nil {
+		if err := f.onResume(a); err != nil {
+			return nil, err
+		}
+	} else {
+		a.Worker = "w1"
+	}
+	a.State = atev1.ActorState_RUNNING
+	return a, nil
+}
+
+func (f *fakeControl) ListWorkers(context.Context, *atev1.ListWorkersRequest) (*atev1.ListWorkersResponse, error) {
+	f.listWorkers.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &atev1.ListWorkersResponse{Workers: f.workers}, nil
+}
+
+func (f *fakeControl) setWorkers(ws ...*atev1.Worker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.workers = ws
+}
+
+// newControlClient serves fc over an in-memory connection.
+func newControlClient(t *testing.T, fc *fakeControl) atev1.ControlClient {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	atev1.RegisterControlServer(gs, fc)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		gs.Stop()
+		<-served
+	})
+	return atev1.NewControlClient(conn)
+}
+
+func TestControlResolver(t *testing.T) {
+	key := names.ActorKey{Atespace: "default", Name: "app"}
+	actor := func(state atev1.ActorState, worker string) map[string]*atev1.Actor {
+		return map[string]*atev1.Actor{"default/app": {Atespace: "default", Name: "app", Uid: "u1", State: state, Worker: worker}}
+	}
+	w1 := &atev1.Worker{Name: "w1", TunnelAddress: "10.0.0.1:7000"}
+	tests := []struct {
+		name      string
+		actors    map[string]*atev1.Actor
+		workers   []*atev1.Worker
+		onResume  func(*atev1.Actor) error
+		resume    bool // call Resume instead of Lookup
+		want      Target
+		wantOK    bool
+		wantCode  codes.Code
+		wantLists int64
+	}{
+		{name: "lookup running", actors: actor(atev1.ActorState_RUNNING, "w1"), workers: []*atev1.Worker{w1},
+			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
+		{name: "lookup suspended", actors: actor(atev1.ActorState_SUSPENDED, ""), wantOK: false},
+		{name: "lookup resuming is not running", actors: actor(atev1.ActorState_RESUMING, "w1"), wantOK: false},
+		{name: "lookup unknown actor", actors: nil, wantCode: codes.NotFound},
+		{name: "lookup running on an unlisted worker", actors: actor(atev1.ActorState_RUNNING, "w9"), workers: []*atev1.Worker{w1},
+			wantCode: codes.Unavailable, wantLists: 1},
+		{name: "resume", actors: actor(atev1.ActorState_SUSPENDED, ""), workers: []*atev1.Worker{w1}, resume: true,
+			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
+		{name: "resume without a free worker", actors: actor(atev1.ActorState_SUSPENDED, ""), resume: true,
+			onResume: func(*atev1.Actor) error { return status.Error(codes.ResourceExhausted, "no free worker") },
+			wantCode: codes.ResourceExhausted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &fakeControl{actors: tt.actors, workers: tt.workers, onResume: tt.onResume}
+			r := NewControlResolver(newControlClient(t, fc))
+			var got Target
+			var ok bool
+			var err error
+			if tt.resume {
+				got, err = r.Resume(t.Context(), key)
+				ok = err == nil
+			} else {
+				got, ok, err = r.Lookup(t.Context(), key)
+			}
+			// The API's code survives the resolver's wrapping.
+			if st, _ := status.FromError(err); st.Code() != tt.wantCode {
+				t.Fatalf("err = %v, want code %v", err, tt.wantCode)
+			}
+			if err != nil {
+				return
+			}
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("got %+v ok=%t, want %+v ok=%t", got, ok, tt.want, tt.wantOK)
+			}
+			if n := fc.listWorkers.Load(); n != tt.wantLists {
+				t.Errorf("ListWorkers called %d times, want %d", n, tt.wantLists)
+			}
+		})
+	}
+}
+
+func TestControlResolverCachesTunnelsAndRefreshesOnMiss(t *testing.T) {
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/a": {Atespace: "default", Name: "a", State: atev1.ActorState_RUNNING, Worker: "w1"},
+			"default/b": {Atespace: "default", Name: "b", State: atev1.ActorState_RUNNING, Worker: "w2"},
+		},
+		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: "10.0.0.1:7000"}},
+	}
+	r := NewControlResolver(newControlClient(t, fc))
+	a := names.ActorKey{Atespace: "default", Name: "a"}
+	for range 3 {
+		if _, ok, err := r.Lookup(t.Context(), a); err != nil || !ok {
+			t.Fatalf("Lookup(a) = %t, %v", ok, err)
+		}
+	}
+	if n := fc.listWorkers.Load(); n != 1 {
+		t.Fatalf("ListWorkers called %d times for one worker, want 1", n)
+	}
+	// w2 joins after the first refresh: a miss refreshes again.
+	fc.setWorkers(&atev1.Worker{Name: "w1", TunnelAddress: "10.0.0.1:7000"}, &atev1.Worker{Name: "w2", TunnelAddress: "10.0.0.2:7000"})
+	got, ok, err := r.Lookup(t.Context(), names.ActorKey{Atespace: "default", Name: "b"})
+	if err != nil || !ok || got.TunnelAddr != "10.0.0.2:7000" {
+		t.Fatalf("Lookup(b) = %+v, %t, %v", got, ok, err)
+	}
+	if n := fc.listWorkers.Load(); n != 2 {
+		t.Errorf("ListWorkers called %d times, want 2", n)
+	}
+}
+
+// TestHandlerOverControlAPI wires the production pieces end to end: the
+// handler over a ControlResolver over a gRPC Control server.
+func TestHandlerOverControlAPI(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/app": {Atespace: "default", Name: "app", Uid: "u1", State: atev1.ActorState_SUSPENDED},
+		},
+		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: tunnel}},
+	}
+	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc)))
+	tests := []struct {
+		host           string
+		wantStatus     int
+		wantActivation string
+		wantBody       string
+	}{
+		{"app.default.actors.localhost", http.StatusOK, "resumed", "worker=w1 uid=u1 "},
+		{"app.default.actors.localhost", http.StatusOK, "warm", "worker=w1 uid=u1 "},
+		{"ghost.default.actors.localhost", http.StatusNotFound, "", "actor default/ghost not found\n"},
+	}
+	for _, tt := range tests {
+		got := get(t, srv, tt.host, "/", nil)
+		if got.status != tt.wantStatus || got.activation != tt.wantActivation || !strings.Contains(got.body, tt.wantBody) {
+			t.Errorf("%s: got %d %q %q, want %d %q containing %q",
+				tt.host, got.status, got.activation, got.body, tt.wantStatus, tt.wantActivation, tt.wantBody)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"substrate.dev/ate/internal/names"
+)
+
+func TestClassify(t *testing.T) {
+	key := names.ActorKey{Atespace: "default", Name: "x"}
+	cfg := Config{ParkMax: 7, ParkBudget: 30 * time.Second}.withDefaults()
+	wrap := func(err error) error { return fmt.Errorf("resume default/x: %w", err) }
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantBody   string
+		wantRetry  bool
+		wantGone   bool
+	}{
+		{"not found", wrap(status.Error(codes.NotFound, "actor default/x not found")),
+			404, "actor default/x not found", false, false},
+		{"invalid argument", wrap(status.Error(codes.InvalidArgument, "bad\nthing")),
+			400, "invalid request for actor default/x: bad thing", false, false},
+		{"resource exhausted", wrap(status.Error(codes.ResourceExhausted, "busy")),
+			503, "no free worker for actor default/x within 30s; retry later", true, false},
+		{"deadline exceeded", wrap(status.Error(codes.DeadlineExceeded, "late")),
+			503, "actor default/x was not resumed within 30s; retry later", true, false},
+		{"park budget", wrap(errParkBudget),
+			503, "actor default/x was not resumed within 30s; retry later", true, false},
+		{"context deadline", wrap(context.DeadlineExceeded),
+			503, "actor default/x was not resumed within 30s; retry later", true, false},
+		{"park full", wrap(errParkFull),
+			503, "too many requests are waiting for actors to resume (limit 7); retry shortly", true, false},
+		{"failed precondition", wrap(status.Error(codes.FailedPrecondition, "deleting")),
+			409, "actor default/x cannot be resumed now: deleting", false, false},
+		{"unavailable keeps the server's message", wrap(status.Error(codes.Unavailable, "node gone")),
+			502, "actor default/x could not be resumed: node gone", false, false},
+		{"canceled status", wrap(status.Error(codes.Canceled, "")),
+			statusClientClosedRequest, "client closed request", false, true},
+		{"canceled context", wrap(context.Canceled),
+			statusClientClosedRequest, "client closed request", false, true},
+		{"other code", wrap(status.Error(codes.Internal, "boom")),
+			502, "actor default/x could not be resumed: Internal: boom", false, false},
+		{"stale", fmt.Errorf("%w: %w", errStale, errMisdirected),
+			503, "actor default/x moved while the request was in flight; retry", true, false},
+		{"tunnel error", errors.New("dial tcp 10.0.0.1:7000: i/o timeout"),
+			502, "actor default/x is unreachable; retry later", false, false},
+		{"invalid name", fmt.Errorf("header: %w", names.ValidateLabel("atespace", "A")),
+			400, `header: invalid name: atespace "A" must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit`, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := classify(tt.err, key, cfg)
+			if f.status != tt.wantStatus || f.body != tt.wantBody || f.retryAfter != tt.wantRetry || f.clientGone != tt.wantGone {
+				t.Errorf("classify = %+v, want status %d body %q retryAfter %t clientGone %t",
+					f, tt.wantStatus, tt.wantBody, tt.wantRetry, tt.wantGone)
+			}
+			if f.status == http.StatusInternalServerError {
+				t.Error("expected conditions never answer 500")
+			}
+		})
+	}
+}
+
+func TestReplayable(t *testing.T) {
+	tests := []struct {
+		method string
+		body   bool
+		want   bool
+	}{
+		{http.MethodGet, false, true},
+		{http.MethodHead, false, true},
+		{http.MethodOptions, false, true},
+		{http.MethodGet, true, false},
+		{http.MethodPost, false, false},
+		{http.MethodPut, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s body=%t", tt.method, tt.body), func(t *testing.T) {
+			r, err := http.NewRequest(tt.method, "http://a/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Body = http.NoBody
+			if tt.body {
+				r.ContentLength = -1 // chunked
+			}
+			if got := replayable(r); got != tt.want {
+				t.Errorf("replayable = %t, want %t", got, tt.want)
+			}
+		})
+	}
+}

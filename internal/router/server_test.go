@@ -1,0 +1,135 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+
+	"substrate.dev/ate/internal/names"
+)
+
+// startServer serves h on a free local port until the returned stop is
+// called; stop returns Start's error.
+func startServer(t *testing.T, h http.Handler) (s *Server, stop func() error) {
+	t.Helper()
+	s = NewServer("127.0.0.1:0", h, nil)
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Addr() == "" {
+		t.Fatal("Addr empty after Listen")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return s, stop
+}
+
+// serverGet GETs path from addr with the given Host. Safe to call from any
+// goroutine: it reports errors instead of failing the test.
+func serverGet(ctx context.Context, client *http.Client, addr, host, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Host = host
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+func TestServer(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		return targetAt(key, "w1", tunnel), true, nil
+	}}
+	tr := newTunnelTransport()
+	defer tr.CloseIdleConnections()
+	s, stop := startServer(t, NewHandler(Config{Transport: tr}, res, nil))
+	client := &http.Client{Transport: newTunnelTransport()}
+	defer client.CloseIdleConnections()
+
+	tests := []struct {
+		host, path string
+		wantStatus int
+	}{
+		{"localhost", "/healthz", 200},
+		{"localhost", "/readyz", 200},
+		{"localhost", "/", 404},
+		{"app.default.actors.localhost", "/", 200},
+	}
+	for _, tt := range tests {
+		got, body, err := serverGet(t.Context(), client, s.Addr(), tt.host, tt.path)
+		if err != nil || got != tt.wantStatus {
+			t.Errorf("GET %s%s = %d %q %v, want %d", tt.host, tt.path, got, body, err, tt.wantStatus)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Start returned %v after its context ended", err)
+	}
+	if _, err := net.Dial("tcp", s.Addr()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial after stop: %v, want connection refused", err)
+	}
+}
+
+// TestServerDrainsInFlightRequests: a request in flight when the context
+// ends is answered before Start returns.
+func TestServerDrainsInFlightRequests(t *testing.T) {
+	arrived, finish := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(arrived)
+		<-finish
+		_, _ = io.WriteString(w, "done\n")
+	})
+	s, stop := startServer(t, h)
+	client := &http.Client{Transport: newTunnelTransport()}
+	defer client.CloseIdleConnections()
+
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	answered := make(chan result, 1)
+	go func() {
+		code, body, err := serverGet(t.Context(), client, s.Addr(), "localhost", "/slow")
+		answered <- result{code, body, err}
+	}()
+	<-arrived
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// The listener closing shows the drain has begun.
+	waitFor(t, "the listener to close", func() bool {
+		c, err := net.Dial("tcp", s.Addr())
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	})
+	close(finish)
+	if r := <-answered; r.err != nil || r.status != 200 || r.body != "done\n" {
+		t.Errorf("in-flight request: %d %q %v, want 200 done", r.status, r.body, r.err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Start returned %v", err)
+	}
+}

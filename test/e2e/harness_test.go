@@ -1,0 +1,313 @@
+// Package e2e runs Substrate as a user does: the real `ate` binary (`ate
+// up` with real runsc sandboxes, the real router, the CLI) and plain HTTP.
+// It needs root, runsc (hack/install-runsc.sh) and the example images
+// (hack/build-examples.sh); `make test` provides all three. A missing
+// dependency fails the run, it never skips.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/sandbox/gvisor"
+)
+
+var (
+	ateBin  string
+	repoDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	_, file, _, _ := runtime.Caller(0)
+	repoDir = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	var problems []string
+	if os.Geteuid() != 0 {
+		problems = append(problems, "e2e tests must run as root (network namespaces, runsc)")
+	}
+	if _, err := os.Stat(gvisor.DefaultRunscPath()); err != nil {
+		problems = append(problems, "runsc missing: run `bash hack/install-runsc.sh` (or `make test`)")
+	}
+	for _, img := range []string{"counter", "python-notes"} {
+		if _, err := os.Stat(filepath.Join(repoDir, "build/images", img, "index.json")); err != nil {
+			problems = append(problems, "example image build/images/"+img+" missing: run `bash hack/build-examples.sh` (or `make test`)")
+		}
+	}
+	if len(problems) > 0 {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: missing dependencies:\n  "+strings.Join(problems, "\n  "))
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "ate-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ateBin = filepath.Join(dir, "ate")
+	build := exec.Command("go", "build", "-o", ateBin, "./cmd/ate")
+	build.Dir, build.Stdout, build.Stderr = repoDir, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build ate:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// installation is one running `ate up` with its own data dir, ports and
+// worker namespaces.
+type installation struct {
+	t          *testing.T
+	dataDir    string
+	routerAddr string
+	apiAddr    string
+	client     atev1.ControlClient
+
+	mu  sync.Mutex
+	log strings.Builder
+}
+
+// startUp runs `ate up` with the given workers and extra flags and waits
+// until it serves (and, with --demo, until the demo actor exists).
+func startUp(t *testing.T, workers int, extra ...string) *installation {
+	t.Helper()
+	in := &installation{t: t, dataDir: t.TempDir()}
+	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
+		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--log-level", "debug",
+		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml")}, extra...)
+	cmd := exec.Command(ateBin, args...)
+	cmd.Dir = repoDir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan map[string]any, 1)
+	demo := slicesContains(extra, "--demo")
+	go in.readLog(stderr, ready, demo)
+	t.Cleanup(func() {
+		// SIGTERM is what an operator sends; ate up must exit 0 after
+		// suspending its actors.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("ate up exited: %v", err)
+			}
+		case <-time.After(90 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("ate up did not exit within 90s of SIGTERM")
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("ate up log:\n%s", in.logText())
+		}
+	})
+	select {
+	case info := <-ready:
+		in.apiAddr, in.routerAddr = info["api"].(string), info["router"].(string)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ate up did not become ready; log:\n%s", in.logText())
+	}
+	conn, err := grpc.NewClient(in.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	in.client = atev1.NewControlClient(conn)
+	return in
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// readLog keeps the log and reports the "ate up ready" record (after the
+// demo actor exists when demo is set).
+func (in *installation) readLog(r io.Reader, ready chan<- map[string]any, demo bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var info map[string]any
+	for sc.Scan() {
+		line := sc.Text()
+		in.mu.Lock()
+		in.log.WriteString(line + "\n")
+		in.mu.Unlock()
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		switch rec["msg"] {
+		case "ate up ready":
+			info = rec
+			if !demo {
+				ready <- info
+			}
+		case "demo actor ready":
+			ready <- info
+		}
+	}
+}
+
+func (in *installation) logText() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.log.String()
+}
+
+// ate runs the CLI against this installation and returns its stdout; it
+// fails the test if the command fails.
+func (in *installation) ate(args ...string) string {
+	in.t.Helper()
+	out, err := in.ateErr(args...)
+	if err != nil {
+		in.t.Fatalf("ate %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// ateErr runs the CLI and returns its combined output and error.
+func (in *installation) ateErr(args ...string) (string, error) {
+	cmd := exec.Command(ateBin, args...)
+	cmd.Dir = repoDir
+	cmd.Env = append(os.Environ(), "ATE_CONFIG="+filepath.Join(in.dataDir, "config.yaml"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// get sends GET / for actor "<atespace>/<name>" through the router using
+// the ate-target-actor header and returns status and body.
+func (in *installation) get(actor, path string) (int, string) {
+	in.t.Helper()
+	return in.do(http.MethodGet, actor, path, "")
+}
+
+func (in *installation) do(method, actor, path, body string) (int, string) {
+	in.t.Helper()
+	code, b, _, err := in.request(method, actor, path, body)
+	if err != nil {
+		in.t.Fatalf("%s %s %s: %v", method, actor, path, err)
+	}
+	return code, b
+}
+
+var httpClient = &http.Client{Timeout: 90 * time.Second}
+
+func (in *installation) request(method, actor, path, body string) (int, string, http.Header, error) {
+	req, err := http.NewRequest(method, "http://"+in.routerAddr+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", nil, err
+	}
+	req.Header.Set("Ate-Target-Actor", actor)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header, err
+}
+
+// mustCount GETs the counter actor and checks it answers count=want.
+func (in *installation) mustCount(actor string, want int) {
+	in.t.Helper()
+	code, body := in.get(actor, "/")
+	if code != http.StatusOK || strings.TrimSpace(body) != fmt.Sprintf("count=%d", want) {
+		in.t.Fatalf("GET %s = %d %q, want 200 count=%d", actor, code, body, want)
+	}
+}
+
+// actor reads the actor's record through the API.
+func (in *installation) actor(name string) *atev1.Actor {
+	in.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := in.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: "default", Name: name})
+	if err != nil {
+		in.t.Fatalf("GetActor %s: %v", name, err)
+	}
+	return a
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// localhostClient resolves every *.localhost name to 127.0.0.1, as
+// browsers and systemd-resolved do (RFC 6761 §6.3).
+func localhostClient() *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+			host = "127.0.0.1"
+		}
+		return d.DialContext(ctx, network, net.JoinHostPort(host, port))
+	}}
+	return &http.Client{Transport: tr, Timeout: 90 * time.Second}
+}
+
+// createTemplate creates a template from a YAML file under examples/ and
+// waits until its golden snapshot is READY.
+func (in *installation) createTemplate(file, name string) {
+	in.t.Helper()
+	in.ate("create", "template", "-f", filepath.Join(repoDir, file))
+	in.waitTemplateReady(name)
+}
+
+func (in *installation) waitTemplateReady(name string) {
+	in.t.Helper()
+	waitFor(in.t, "template "+name+" READY", 3*time.Minute, func() bool {
+		tpl, err := in.client.GetActorTemplate(context.Background(), &atev1.GetActorTemplateRequest{Atespace: "default", Name: name})
+		if err != nil {
+			in.t.Fatalf("GetActorTemplate: %v", err)
+		}
+		if tpl.GetStatus().GetPhase() == "FAILED" {
+			in.t.Fatalf("template %s golden build failed: %s", name, tpl.GetStatus().GetMessage())
+		}
+		return tpl.GetStatus().GetPhase() == "READY"
+	})
+}
+
+func ioCopy(w io.Writer, resp *http.Response) (int64, error) { return io.Copy(w, resp.Body) }

@@ -63,6 +63,9 @@ type Cache struct {
 	// unpacks counts extractions started, so tests can tell a cache hit
 	// from a re-extraction.
 	unpacks atomic.Int64
+	// joinedHook, if set (tests only, before first use), runs once a
+	// caller has started or joined an unpack flight.
+	joinedHook func()
 }
 
 // NewCache returns a cache rooted at dir, which is created on first use. A
@@ -92,7 +95,7 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer closer.Close()
+	defer func() { _ = closer.Close() }()
 
 	digest, err := img.Digest()
 	if err != nil {
@@ -119,24 +122,34 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 		return out, nil
 	}
 
+	if err := c.unpackShared(ctx, r, img, out.RootFS); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// unpackShared unpacks img into root, joining an unpack of the same digest
+// already in flight instead of starting a second one.
+func (c *Cache) unpackShared(ctx context.Context, r Ref, img v1.Image, root string) error {
+	key := filepath.Base(root)
 	for {
-		ch := c.flight.DoChan(digest.Hex, func() (any, error) {
-			return nil, c.unpack(ctx, r, img, out.RootFS)
+		ch := c.flight.DoChan(key, func() (any, error) {
+			return nil, c.unpack(ctx, r, img, root)
 		})
+		if c.joinedHook != nil {
+			c.joinedHook()
+		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("unpack %s: %w", r, ctx.Err())
+			return fmt.Errorf("unpack %s: %w", r, ctx.Err())
 		case res := <-ch:
 			if res.Err != nil && isContextErr(res.Err) && ctx.Err() == nil {
 				// The caller that ran the shared unpack went away; ours
-				// is still wanted, so run it again (it resumes nothing:
+				// is still wanted, so run it again (nothing to resume:
 				// the failed attempt's temp dir is gone).
 				continue
 			}
-			if res.Err != nil {
-				return nil, res.Err
-			}
-			return out, nil
+			return res.Err
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -425,4 +426,73 @@ func TestEnsureMissingLayerFails(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(c.dir, "rootfs")); len(ents) != 0 {
 		t.Errorf("failed unpack left %v", ents)
 	}
+}
+
+// stallImage is an image whose layers cannot be read until ctx ends, and
+// then fail with a non-context error, as a closed archive file would.
+type stallImage struct {
+	v1.Image
+	ctx     context.Context
+	started chan struct{}
+}
+
+func (s stallImage) Layers() ([]v1.Layer, error) {
+	ls, err := s.Image.Layers()
+	for i := range ls {
+		ls[i] = stallLayer{ls[i], s}
+	}
+	return ls, err
+}
+
+type stallLayer struct {
+	v1.Layer
+	s stallImage
+}
+
+func (l stallLayer) Uncompressed() (io.ReadCloser, error) {
+	close(l.s.started)
+	<-l.s.ctx.Done()
+	return nil, os.ErrClosed
+}
+
+// When the caller running a shared unpack goes away, a caller waiting on it
+// runs the unpack itself instead of failing with the leader's error.
+func TestEnsureWaiterTakesOver(t *testing.T) {
+	img := layered(t, []tarEntry{{name: "f", body: "x"}})
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCache(t.TempDir(), nil)
+	joined := make(chan struct{}, 8)
+	c.joinedHook = func() { joined <- struct{}{} }
+	root := filepath.Join(c.dir, "rootfs", digest.Hex)
+	r := Ref{Transport: TransportOCI, Path: "test"}
+
+	leaderCtx, cancelLeader := context.WithCancel(context.Background())
+	defer cancelLeader()
+	stalled := stallImage{Image: img, ctx: leaderCtx, started: make(chan struct{})}
+	leader := make(chan error, 1)
+	go func() { leader <- c.unpackShared(leaderCtx, r, stalled, root) }()
+	<-stalled.started
+	<-joined // the leader's
+
+	waiter := make(chan error, 1)
+	go func() { waiter <- c.unpackShared(context.Background(), r, img, root) }()
+	<-joined // the waiter is now attached to the leader's flight
+	cancelLeader()
+
+	if err := <-leader; !errors.Is(err, context.Canceled) {
+		t.Errorf("leader: %v, want context.Canceled", err)
+	}
+	if err := <-waiter; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "f")); err != nil || string(b) != "x" {
+		t.Errorf("f = %q, %v", b, err)
+	}
+	if n := c.unpacks.Load(); n != 2 {
+		t.Errorf("%d unpacks, want 2 (the abandoned one and the takeover)", n)
+	}
+	noStrayTemps(t, c.dir)
 }

@@ -125,9 +125,13 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 	}
 	switch h.Typeflag {
 	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
-	default:
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeXGlobalHeader:
 		x.st.skipped++
 		x.logger.Debug("skipping layer entry", "name", name, "type", string(h.Typeflag))
+		return nil
+	default:
+		x.st.skipped++
+		x.logger.Warn("skipping layer entry of unknown type", "name", name, "type", string(h.Typeflag))
 		return nil
 	}
 	if name == "." {

@@ -28,8 +28,9 @@ const (
 	// CompressionGzip stores the layer as application/vnd.oci.image.layer.v1.tar+gzip.
 	CompressionGzip Compression = "gzip"
 	// CompressionNone stores it as a plain application/vnd.oci.image.layer.v1.tar:
-	// for large local images (a ~330 MB Python rootfs) where gzip would
-	// cost more time than the disk space it saves.
+	// for large local images where gzip costs more time than the disk it
+	// saves (the ~170 MB Python example rootfs: 0.6 s to pack uncompressed,
+	// 8.7 s with gzip, on a 2-core VM).
 	CompressionNone Compression = "none"
 )
 
@@ -95,7 +96,8 @@ func Pack(ctx context.Context, o PackOptions) error {
 		return err
 	}
 	start := time.Now()
-	parent := filepath.Dir(filepath.Clean(o.Out))
+	o.Out = filepath.Clean(o.Out)
+	parent := filepath.Dir(o.Out)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
@@ -159,6 +161,8 @@ func (o *PackOptions) defaults() error {
 	switch {
 	case o.Out == "":
 		return errors.New("pack: no output directory")
+	case filepath.Clean(o.Out) == "/":
+		return errors.New("pack: refusing to replace /")
 	case len(o.Sources) == 0:
 		return errors.New("pack: no sources")
 	case o.Compression != CompressionGzip && o.Compression != CompressionNone:

@@ -77,7 +77,7 @@ func run(m *testing.M) int {
 // installation is one running `ate up` with its own data dir, ports and
 // worker namespaces.
 type installation struct {
-	t          *testing.T
+	t          testing.TB
 	dataDir    string
 	routerAddr string
 	apiAddr    string
@@ -89,7 +89,7 @@ type installation struct {
 
 // startUp runs `ate up` with the given workers and extra flags and waits
 // until it serves (and, with --demo, until the demo actor exists).
-func startUp(t *testing.T, workers int, extra ...string) *installation {
+func startUp(t testing.TB, workers int, extra ...string) *installation {
 	t.Helper()
 	in := &installation{t: t, dataDir: t.TempDir()}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
@@ -260,7 +260,7 @@ func (in *installation) actor(name string) *atev1.Actor {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

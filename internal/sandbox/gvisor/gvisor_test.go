@@ -67,7 +67,7 @@ var rootFS = sync.OnceValues(func() (string, error) {
 // state dir, and checks in cleanup that the test left no container behind.
 // A missing runsc fails the test: these tests are the proof the runtime
 // works, so they must not pass by skipping.
-func newRuntime(t *testing.T) *Runtime {
+func newRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("gvisor tests need root (runsc and network namespaces)")
@@ -107,7 +107,7 @@ func randHex(n int) string {
 }
 
 // newSlot ensures a worker with a unique name, removed in cleanup.
-func newSlot(t *testing.T) sandbox.Slot {
+func newSlot(t testing.TB) sandbox.Slot {
 	t.Helper()
 	slot, err := netns.Ensure(t.Context(), "atet-"+randHex(3))
 	if err != nil {
@@ -124,7 +124,7 @@ func newSlot(t *testing.T) sandbox.Slot {
 // newSpec returns a counter container spec with a fresh ID whose Destroy
 // is registered for cleanup (registered before the slot's, so it runs
 // first).
-func newSpec(t *testing.T, r *Runtime) sandbox.Spec {
+func newSpec(t testing.TB, r *Runtime) sandbox.Spec {
 	t.Helper()
 	root, err := rootFS()
 	if err != nil {
@@ -185,14 +185,14 @@ func get(ctx context.Context, r *Runtime, slot sandbox.Slot, path string) (strin
 
 // shortCtx bounds a GET expected to fail: with nothing owning the interior
 // address, ARP goes unanswered and a dial would wait out get's timeout.
-func shortCtx(t *testing.T) context.Context {
+func shortCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // mustGet is get that fails the test.
-func mustGet(t *testing.T, r *Runtime, slot sandbox.Slot, path string) string {
+func mustGet(t testing.TB, r *Runtime, slot sandbox.Slot, path string) string {
 	t.Helper()
 	s, err := get(t.Context(), r, slot, path)
 	if err != nil {
@@ -203,7 +203,7 @@ func mustGet(t *testing.T, r *Runtime, slot sandbox.Slot, path string) string {
 
 // waitReady polls /healthz until it answers or 15 s pass, and returns how
 // long that took.
-func waitReady(t *testing.T, r *Runtime, slot sandbox.Slot) time.Duration {
+func waitReady(t testing.TB, r *Runtime, slot sandbox.Slot) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(15 * time.Second)
@@ -221,7 +221,7 @@ func waitReady(t *testing.T, r *Runtime, slot sandbox.Slot) time.Duration {
 
 // listDir returns "name size mode mtime" for every entry of dir, to show
 // the host RootFS is untouched.
-func listDir(t *testing.T, dir string) []string {
+func listDir(t testing.TB, dir string) []string {
 	t.Helper()
 	var out []string
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
@@ -242,7 +242,7 @@ func listDir(t *testing.T, dir string) []string {
 }
 
 // runReady runs spec in slot and waits for it to serve.
-func runReady(t *testing.T, r *Runtime, slot sandbox.Slot, spec sandbox.Spec) {
+func runReady(t testing.TB, r *Runtime, slot sandbox.Slot, spec sandbox.Spec) {
 	t.Helper()
 	start := time.Now()
 	if err := r.Run(t.Context(), slot, spec); err != nil {
@@ -254,7 +254,7 @@ func runReady(t *testing.T, r *Runtime, slot sandbox.Slot, spec sandbox.Spec) {
 }
 
 // checkpoint checkpoints id into a fresh image dir and returns it.
-func checkpoint(t *testing.T, r *Runtime, slot sandbox.Slot, id string) string {
+func checkpoint(t testing.TB, r *Runtime, slot sandbox.Slot, id string) string {
 	t.Helper()
 	img := t.TempDir()
 	start := time.Now()

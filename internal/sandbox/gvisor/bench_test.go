@@ -1,0 +1,91 @@
+package gvisor
+
+import (
+	"context"
+	"slices"
+	"substrate.dev/ate/internal/sandbox"
+	"testing"
+	"time"
+)
+
+// BenchmarkColdBoot measures `runsc run` of the counter until its first
+// HTTP answer: what an activation costs without any snapshot.
+func BenchmarkColdBoot(b *testing.B) {
+	r := newRuntime(b)
+	slot := newSlot(b)
+	var lat []time.Duration
+	for b.Loop() {
+		spec := newSpec(b, r)
+		start := time.Now()
+		if err := r.Run(b.Context(), slot, spec); err != nil {
+			b.Fatal(err)
+		}
+		waitServing(b, r, slot)
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		if err := r.Destroy(context.Background(), slot, spec.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, lat)
+}
+
+// BenchmarkRestore measures `runsc restore` of one checkpoint of the
+// counter until its first HTTP answer: the sandbox's floor under every
+// activation from a snapshot.
+func BenchmarkRestore(b *testing.B) {
+	r := newRuntime(b)
+	slot := newSlot(b)
+	spec := newSpec(b, r)
+	runReady(b, r, slot, spec)
+	img := checkpoint(b, r, slot, spec.ID)
+	var lat []time.Duration
+	for b.Loop() {
+		spec := newSpec(b, r)
+		start := time.Now()
+		if err := r.Restore(b.Context(), slot, spec, img); err != nil {
+			b.Fatal(err)
+		}
+		waitServing(b, r, slot)
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		if err := r.Destroy(context.Background(), slot, spec.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, lat)
+}
+
+// waitServing polls /healthz with a short interval so the poll itself adds
+// little to the measurement.
+func waitServing(b *testing.B, r *Runtime, slot sandbox.Slot) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(b.Context(), 500*time.Millisecond)
+		_, err := get(ctx, r, slot, "/healthz")
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not serving after 15s: %v", err)
+		}
+		time.Sleep(2 * time.Millisecond) // poll interval
+	}
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// BenchmarkActivationSuspended measures activation through the router:
+// the actor is suspended to the snapshot store (untimed), then one GET is
+// timed from send to the full (tiny) response. Each iteration is one
+// resume: claim a worker, restore, wakeup probe, proxy.
+func BenchmarkActivationSuspended(b *testing.B) {
+	in := startUp(b, 2, "--demo")
+	in.waitTemplateReady("counter")
+	benchActivation(b, in, "counter-1", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "counter-1"}); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkActivationGolden measures a new actor's first request: restore
+// from the template's golden snapshot.
+func BenchmarkActivationGolden(b *testing.B) {
+	in := startUp(b, 2, "--demo")
+	in.waitTemplateReady("counter")
+	i := 0
+	var name string
+	benchActivation(b, in, "", func() {
+		if name != "" {
+			in.ate("suspend", "actor", name)
+			in.ate("delete", "actor", name)
+		}
+		i++
+		name = "golden-" + strconv.Itoa(i)
+		in.ate("create", "actor", name, "--template", "counter")
+	}, func() string { return name })
+}
+
+// BenchmarkWarm measures a request to a RUNNING actor through the router.
+func BenchmarkWarm(b *testing.B) {
+	in := startUp(b, 2, "--demo")
+	in.waitTemplateReady("counter")
+	in.mustCount("default/counter-1", 1)
+	benchActivation(b, in, "counter-1", func() {})
+}
+
+// benchActivation times one GET per iteration after an untimed prepare.
+// name, or names()[0] when name is empty, selects the actor.
+func benchActivation(b *testing.B, in *installation, name string, prepare func(), names ...func() string) {
+	var lat []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		prepare()
+		actor := name
+		if actor == "" {
+			actor = names[0]()
+		}
+		b.StartTimer()
+		start := time.Now()
+		code, body, _, err := in.request(http.MethodGet, "default/"+actor, "/", "")
+		lat = append(lat, time.Since(start))
+		if err != nil || code != http.StatusOK {
+			b.Fatalf("GET = %d %q %v", code, body, err)
+		}
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}

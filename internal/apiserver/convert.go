@@ -20,13 +20,17 @@ func templateToProto(t *store.Template) *atev1.ActorTemplate {
 }
 
 func actorToProto(a *store.Actor) *atev1.Actor {
-	return &atev1.Actor{
+	out := &atev1.Actor{
 		Atespace: a.Atespace, Name: a.Name, Uid: a.UID, Template: a.Template,
 		State:  atev1.ActorState(atev1.ActorState_value[string(a.State)]),
 		Worker: a.Worker, Snapshot: a.Snapshot, WorkerSelector: a.WorkerSelector,
 		Message: a.Message, Version: a.Version, Resumes: a.Resumes,
 		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
 	}
+	if !a.LastActivity.IsZero() {
+		out.LastActivity = timestamppb.New(a.LastActivity)
+	}
+	return out
 }
 
 func workerToProto(w *store.Worker) *atev1.Worker {

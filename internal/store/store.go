@@ -91,6 +91,8 @@ type Actor struct {
 	CreateTime time.Time `json:"createTime"`
 	StateTime  time.Time `json:"stateTime"`
 	Resumes    int64     `json:"resumes"`
+	// LastActivity is when the router last saw traffic for the actor.
+	LastActivity time.Time `json:"lastActivity,omitzero"`
 }
 
 // Key returns "<atespace>/<name>".

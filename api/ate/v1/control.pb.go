@@ -413,8 +413,9 @@ type ContainerSpec struct {
 	Env     map[string]string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// TCP ports the container listens on; the first is where the router sends
 	// HTTP traffic.
-	Ports         []int32 `protobuf:"varint,6,rep,packed,name=ports,proto3" json:"ports,omitempty"`
-	WorkingDir    string  `protobuf:"bytes,7,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	Ports         []int32        `protobuf:"varint,6,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	WorkingDir    string         `protobuf:"bytes,7,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	VolumeMounts  []*VolumeMount `protobuf:"bytes,8,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,6 +499,223 @@ func (x *ContainerSpec) GetWorkingDir() string {
 	return ""
 }
 
+func (x *ContainerSpec) GetVolumeMounts() []*VolumeMount {
+	if x != nil {
+		return x.VolumeMounts
+	}
+	return nil
+}
+
+// VolumeMount mounts one of the template's durable volumes into a container.
+type VolumeMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// mount_path is absolute, e.g. "/data".
+	MountPath     string `protobuf:"bytes,2,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_ate_v1_control_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VolumeMount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
+}
+
+// Volume is a durable directory: its contents survive every suspend, pause
+// and resume and a change of worker, in both snapshot scopes.
+type Volume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_ate_v1_control_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// SnapshotPolicy chooses what a snapshot holds: "Full" (memory, root
+// filesystem and volumes; the default) or "Data" (volumes only; resume
+// cold-boots the image). on_suspend must not hold more than on_pause.
+type SnapshotPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OnPause       string                 `protobuf:"bytes,1,opt,name=on_pause,json=onPause,proto3" json:"on_pause,omitempty"`
+	OnSuspend     string                 `protobuf:"bytes,2,opt,name=on_suspend,json=onSuspend,proto3" json:"on_suspend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotPolicy) Reset() {
+	*x = SnapshotPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotPolicy) ProtoMessage() {}
+
+func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
+func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SnapshotPolicy) GetOnPause() string {
+	if x != nil {
+		return x.OnPause
+	}
+	return ""
+}
+
+func (x *SnapshotPolicy) GetOnSuspend() string {
+	if x != nil {
+		return x.OnSuspend
+	}
+	return ""
+}
+
+// IdlePolicy acts on an actor the router has seen no traffic for.
+type IdlePolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after is a Go duration ("10m"); empty or "0" disables the policy.
+	After string `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
+	// action is "pause" or "suspend".
+	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdlePolicy) Reset() {
+	*x = IdlePolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdlePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdlePolicy) ProtoMessage() {}
+
+func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdlePolicy.ProtoReflect.Descriptor instead.
+func (*IdlePolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *IdlePolicy) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *IdlePolicy) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
 type HTTPGetAction struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -508,7 +726,7 @@ type HTTPGetAction struct {
 
 func (x *HTTPGetAction) Reset() {
 	*x = HTTPGetAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[8]
+	mi := &file_ate_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +738,7 @@ func (x *HTTPGetAction) String() string {
 func (*HTTPGetAction) ProtoMessage() {}
 
 func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[8]
+	mi := &file_ate_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +751,7 @@ func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPGetAction.ProtoReflect.Descriptor instead.
 func (*HTTPGetAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HTTPGetAction) GetPath() string {
@@ -562,7 +780,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_ate_v1_control_proto_msgTypes[9]
+	mi := &file_ate_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +792,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[9]
+	mi := &file_ate_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +805,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Probe) GetHttpGet() *HTTPGetAction {
@@ -611,13 +829,25 @@ type ActorTemplateSpec struct {
 	// Sandbox class: "gvisor" (default) or "fake".
 	SandboxClass   string            `protobuf:"bytes,3,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
 	WorkerSelector map[string]string `protobuf:"bytes,4,rep,name=worker_selector,json=workerSelector,proto3" json:"worker_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	SnapshotPolicy *SnapshotPolicy   `protobuf:"bytes,5,opt,name=snapshot_policy,json=snapshotPolicy,proto3" json:"snapshot_policy,omitempty"`
+	Volumes        []*Volume         `protobuf:"bytes,6,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// drain_grace_seconds is how long in-flight requests may run before a
+	// suspend or pause checkpoints the actor; 0 means the default (10).
+	DrainGraceSeconds int32 `protobuf:"varint,7,opt,name=drain_grace_seconds,json=drainGraceSeconds,proto3" json:"drain_grace_seconds,omitempty"`
+	// route_timeout_seconds bounds the actor's answer to one request
+	// (separate from the resume budget); 0 means the default (300).
+	RouteTimeoutSeconds int32 `protobuf:"varint,8,opt,name=route_timeout_seconds,json=routeTimeoutSeconds,proto3" json:"route_timeout_seconds,omitempty"`
+	// stream_idle_timeout_seconds bounds the silence inside a streaming
+	// response; 0 means the default (300).
+	StreamIdleTimeoutSeconds int32       `protobuf:"varint,9,opt,name=stream_idle_timeout_seconds,json=streamIdleTimeoutSeconds,proto3" json:"stream_idle_timeout_seconds,omitempty"`
+	Idle                     *IdlePolicy `protobuf:"bytes,10,opt,name=idle,proto3" json:"idle,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ActorTemplateSpec) Reset() {
 	*x = ActorTemplateSpec{}
-	mi := &file_ate_v1_control_proto_msgTypes[10]
+	mi := &file_ate_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +859,7 @@ func (x *ActorTemplateSpec) String() string {
 func (*ActorTemplateSpec) ProtoMessage() {}
 
 func (x *ActorTemplateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[10]
+	mi := &file_ate_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +872,7 @@ func (x *ActorTemplateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateSpec.ProtoReflect.Descriptor instead.
 func (*ActorTemplateSpec) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ActorTemplateSpec) GetContainers() []*ContainerSpec {
@@ -673,6 +903,48 @@ func (x *ActorTemplateSpec) GetWorkerSelector() map[string]string {
 	return nil
 }
 
+func (x *ActorTemplateSpec) GetSnapshotPolicy() *SnapshotPolicy {
+	if x != nil {
+		return x.SnapshotPolicy
+	}
+	return nil
+}
+
+func (x *ActorTemplateSpec) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ActorTemplateSpec) GetDrainGraceSeconds() int32 {
+	if x != nil {
+		return x.DrainGraceSeconds
+	}
+	return 0
+}
+
+func (x *ActorTemplateSpec) GetRouteTimeoutSeconds() int32 {
+	if x != nil {
+		return x.RouteTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *ActorTemplateSpec) GetStreamIdleTimeoutSeconds() int32 {
+	if x != nil {
+		return x.StreamIdleTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *ActorTemplateSpec) GetIdle() *IdlePolicy {
+	if x != nil {
+		return x.Idle
+	}
+	return nil
+}
+
 type ActorTemplateStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// BUILDING, READY or FAILED: the state of the golden snapshot.
@@ -685,7 +957,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[11]
+	mi := &file_ate_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +969,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[11]
+	mi := &file_ate_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +982,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -748,7 +1020,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[12]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +1032,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[12]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +1045,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -827,7 +1099,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[13]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1111,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[13]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1124,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -872,7 +1144,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[14]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1156,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[14]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1169,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -923,7 +1195,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1207,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1220,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -967,7 +1239,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1251,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1264,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -1012,7 +1284,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1296,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1309,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -1062,7 +1334,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1346,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1359,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 type Actor struct {
@@ -1109,14 +1381,20 @@ type Actor struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	StateTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=state_time,json=stateTime,proto3" json:"state_time,omitempty"`
 	// resumes counts completed resumes (restores or boots) over the actor's life.
-	Resumes       int64 `protobuf:"varint,13,opt,name=resumes,proto3" json:"resumes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resumes int64 `protobuf:"varint,13,opt,name=resumes,proto3" json:"resumes,omitempty"`
+	// last_activity is when the router last saw traffic for the actor.
+	LastActivity *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=last_activity,json=lastActivity,proto3" json:"last_activity,omitempty"`
+	// node holds the node of a PAUSED actor's local checkpoint.
+	Node string `protobuf:"bytes,15,opt,name=node,proto3" json:"node,omitempty"`
+	// paused_snapshot is the node-local checkpoint of a PAUSED actor.
+	PausedSnapshot string `protobuf:"bytes,16,opt,name=paused_snapshot,json=pausedSnapshot,proto3" json:"paused_snapshot,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1406,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1419,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -1235,6 +1513,27 @@ func (x *Actor) GetResumes() int64 {
 	return 0
 }
 
+func (x *Actor) GetLastActivity() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastActivity
+	}
+	return nil
+}
+
+func (x *Actor) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Actor) GetPausedSnapshot() string {
+	if x != nil {
+		return x.PausedSnapshot
+	}
+	return ""
+}
+
 type CreateActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -1244,7 +1543,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1555,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1568,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1289,7 +1588,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1600,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1613,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -1343,7 +1642,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1654,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1667,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -1402,7 +1701,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1713,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1726,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -1455,7 +1754,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1766,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1779,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -1505,16 +1804,18 @@ func (x *UpdateActorRequest) GetWorkerSelector() map[string]string {
 }
 
 type DeleteActorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// force deletes from any state, stopping the sandbox if it runs.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1827,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1840,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -1556,6 +1857,13 @@ func (x *DeleteActorRequest) GetName() string {
 	return ""
 }
 
+func (x *DeleteActorRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type DeleteActorResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1564,7 +1872,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1884,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1897,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 type SuspendActorRequest struct {
@@ -1602,7 +1910,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1922,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1935,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -1654,7 +1962,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1974,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1987,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -1694,6 +2002,250 @@ func (x *ResumeActorRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+type PauseActorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseActorRequest) Reset() {
+	*x = PauseActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseActorRequest) ProtoMessage() {}
+
+func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
+func (*PauseActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PauseActorRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *PauseActorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RevertActorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevertActorRequest) Reset() {
+	*x = RevertActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevertActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevertActorRequest) ProtoMessage() {}
+
+func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
+func (*RevertActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RevertActorRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *RevertActorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ActorActivity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	LastActivity  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_activity,json=lastActivity,proto3" json:"last_activity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorActivity) Reset() {
+	*x = ActorActivity{}
+	mi := &file_ate_v1_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorActivity) ProtoMessage() {}
+
+func (x *ActorActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
+func (*ActorActivity) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ActorActivity) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ActorActivity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ActorActivity) GetLastActivity() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastActivity
+	}
+	return nil
+}
+
+type RecordActivityRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Activities    []*ActorActivity       `protobuf:"bytes,1,rep,name=activities,proto3" json:"activities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordActivityRequest) Reset() {
+	*x = RecordActivityRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordActivityRequest) ProtoMessage() {}
+
+func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
+func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
+	if x != nil {
+		return x.Activities
+	}
+	return nil
+}
+
+type RecordActivityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordActivityResponse) Reset() {
+	*x = RecordActivityResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordActivityResponse) ProtoMessage() {}
+
+func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
+func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 type Worker struct {
@@ -1714,7 +2266,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2278,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +2291,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Worker) GetName() string {
@@ -1799,7 +2351,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2363,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2376,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 type ListWorkersResponse struct {
@@ -1836,7 +2388,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2400,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2413,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1890,7 +2442,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tatespaces\x18\x01 \x03(\v2\x10.ate.v1.AtespaceR\tatespaces\"+\n" +
 	"\x15DeleteAtespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
-	"\x16DeleteAtespaceResponse\"\x88\x02\n" +
+	"\x16DeleteAtespaceResponse\"\xc2\x02\n" +
 	"\rContainerSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -1899,23 +2451,45 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x03env\x18\x05 \x03(\v2\x1e.ate.v1.ContainerSpec.EnvEntryR\x03env\x12\x14\n" +
 	"\x05ports\x18\x06 \x03(\x05R\x05ports\x12\x1f\n" +
 	"\vworking_dir\x18\a \x01(\tR\n" +
-	"workingDir\x1a6\n" +
+	"workingDir\x128\n" +
+	"\rvolume_mounts\x18\b \x03(\v2\x13.ate.v1.VolumeMountR\fvolumeMounts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\vVolumeMount\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x02 \x01(\tR\tmountPath\"\x1c\n" +
+	"\x06Volume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
+	"\x0eSnapshotPolicy\x12\x19\n" +
+	"\bon_pause\x18\x01 \x01(\tR\aonPause\x12\x1d\n" +
+	"\n" +
+	"on_suspend\x18\x02 \x01(\tR\tonSuspend\":\n" +
+	"\n" +
+	"IdlePolicy\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\tR\x05after\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\"7\n" +
 	"\rHTTPGetAction\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xbc\x02\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xf2\x04\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
 	"containers\x120\n" +
 	"\fwakeup_probe\x18\x02 \x01(\v2\r.ate.v1.ProbeR\vwakeupProbe\x12#\n" +
 	"\rsandbox_class\x18\x03 \x01(\tR\fsandboxClass\x12V\n" +
-	"\x0fworker_selector\x18\x04 \x03(\v2-.ate.v1.ActorTemplateSpec.WorkerSelectorEntryR\x0eworkerSelector\x1aA\n" +
+	"\x0fworker_selector\x18\x04 \x03(\v2-.ate.v1.ActorTemplateSpec.WorkerSelectorEntryR\x0eworkerSelector\x12?\n" +
+	"\x0fsnapshot_policy\x18\x05 \x01(\v2\x16.ate.v1.SnapshotPolicyR\x0esnapshotPolicy\x12(\n" +
+	"\avolumes\x18\x06 \x03(\v2\x0e.ate.v1.VolumeR\avolumes\x12.\n" +
+	"\x13drain_grace_seconds\x18\a \x01(\x05R\x11drainGraceSeconds\x122\n" +
+	"\x15route_timeout_seconds\x18\b \x01(\x05R\x13routeTimeoutSeconds\x12=\n" +
+	"\x1bstream_idle_timeout_seconds\x18\t \x01(\x05R\x18streamIdleTimeoutSeconds\x12&\n" +
+	"\x04idle\x18\n" +
+	" \x01(\v2\x12.ate.v1.IdlePolicyR\x04idle\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
@@ -1943,7 +2517,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x1aDeleteActorTemplateRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1d\n" +
-	"\x1bDeleteActorTemplateResponse\"\x98\x04\n" +
+	"\x1bDeleteActorTemplateResponse\"\x96\x05\n" +
 	"\x05Actor\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1960,7 +2534,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"createTime\x129\n" +
 	"\n" +
 	"state_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstateTime\x12\x18\n" +
-	"\aresumes\x18\r \x01(\x03R\aresumes\x1aA\n" +
+	"\aresumes\x18\r \x01(\x03R\aresumes\x12?\n" +
+	"\rlast_activity\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\x12\x12\n" +
+	"\x04node\x18\x0f \x01(\tR\x04node\x12'\n" +
+	"\x0fpaused_snapshot\x18\x10 \x01(\tR\x0epausedSnapshot\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
@@ -1983,17 +2560,33 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x0fworker_selector\x18\x03 \x03(\v2..ate.v1.UpdateActorRequest.WorkerSelectorEntryR\x0eworkerSelector\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
 	"\x12DeleteActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x15\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x15\n" +
 	"\x13DeleteActorResponse\"E\n" +
 	"\x13SuspendActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"D\n" +
 	"\x12ResumeActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x97\x02\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"C\n" +
+	"\x11PauseActorRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"D\n" +
+	"\x12RevertActorRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x80\x01\n" +
+	"\rActorActivity\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12?\n" +
+	"\rlast_activity\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\"N\n" +
+	"\x15RecordActivityRequest\x125\n" +
+	"\n" +
+	"activities\x18\x01 \x03(\v2\x15.ate.v1.ActorActivityR\n" +
+	"activities\"\x18\n" +
+	"\x16RecordActivityResponse\"\x97\x02\n" +
 	"\x06Worker\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
@@ -2020,7 +2613,8 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x06PAUSED\x10\x06\x12\v\n" +
 	"\aCRASHED\x10\a\x12\f\n" +
-	"\bDELETING\x10\b2\xf6\b\n" +
+	"\bDELETING\x10\b2\xb9\n" +
+	"\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -2037,7 +2631,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\vUpdateActor\x12\x1a.ate.v1.UpdateActorRequest\x1a\r.ate.v1.Actor\x12F\n" +
 	"\vDeleteActor\x12\x1a.ate.v1.DeleteActorRequest\x1a\x1b.ate.v1.DeleteActorResponse\x12:\n" +
 	"\fSuspendActor\x12\x1b.ate.v1.SuspendActorRequest\x1a\r.ate.v1.Actor\x128\n" +
-	"\vResumeActor\x12\x1a.ate.v1.ResumeActorRequest\x1a\r.ate.v1.Actor\x12F\n" +
+	"\vResumeActor\x12\x1a.ate.v1.ResumeActorRequest\x1a\r.ate.v1.Actor\x126\n" +
+	"\n" +
+	"PauseActor\x12\x19.ate.v1.PauseActorRequest\x1a\r.ate.v1.Actor\x128\n" +
+	"\vRevertActor\x12\x1a.ate.v1.RevertActorRequest\x1a\r.ate.v1.Actor\x12O\n" +
+	"\x0eRecordActivity\x12\x1d.ate.v1.RecordActivityRequest\x1a\x1e.ate.v1.RecordActivityResponse\x12F\n" +
 	"\vListWorkers\x12\x1a.ate.v1.ListWorkersRequest\x1a\x1b.ate.v1.ListWorkersResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
@@ -2053,7 +2651,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(*Atespace)(nil),                    // 1: ate.v1.Atespace
@@ -2064,96 +2662,118 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*DeleteAtespaceRequest)(nil),       // 6: ate.v1.DeleteAtespaceRequest
 	(*DeleteAtespaceResponse)(nil),      // 7: ate.v1.DeleteAtespaceResponse
 	(*ContainerSpec)(nil),               // 8: ate.v1.ContainerSpec
-	(*HTTPGetAction)(nil),               // 9: ate.v1.HTTPGetAction
-	(*Probe)(nil),                       // 10: ate.v1.Probe
-	(*ActorTemplateSpec)(nil),           // 11: ate.v1.ActorTemplateSpec
-	(*ActorTemplateStatus)(nil),         // 12: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 13: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 14: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 15: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 16: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 17: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 18: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 19: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 20: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 21: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 22: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 23: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 24: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 25: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 26: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 27: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 28: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 29: ate.v1.ResumeActorRequest
-	(*Worker)(nil),                      // 30: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 31: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 32: ate.v1.ListWorkersResponse
-	nil,                                 // 33: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 34: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 35: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 36: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 37: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 38: google.protobuf.Timestamp
+	(*VolumeMount)(nil),                 // 9: ate.v1.VolumeMount
+	(*Volume)(nil),                      // 10: ate.v1.Volume
+	(*SnapshotPolicy)(nil),              // 11: ate.v1.SnapshotPolicy
+	(*IdlePolicy)(nil),                  // 12: ate.v1.IdlePolicy
+	(*HTTPGetAction)(nil),               // 13: ate.v1.HTTPGetAction
+	(*Probe)(nil),                       // 14: ate.v1.Probe
+	(*ActorTemplateSpec)(nil),           // 15: ate.v1.ActorTemplateSpec
+	(*ActorTemplateStatus)(nil),         // 16: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 17: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 18: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 19: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 20: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 21: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 22: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 23: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 24: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 25: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 26: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 27: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 28: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 29: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 30: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 31: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 32: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 33: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 34: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 35: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 36: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 37: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 38: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 39: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 40: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 41: ate.v1.ListWorkersResponse
+	nil,                                 // 42: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 43: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 44: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 45: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 46: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 47: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	38, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	47, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	1,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	33, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
-	9,  // 3: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
-	8,  // 4: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
-	10, // 5: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	34, // 6: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	11, // 7: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	12, // 8: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	38, // 9: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	13, // 10: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	13, // 11: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 12: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	35, // 13: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	38, // 14: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	38, // 15: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	20, // 16: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	20, // 17: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	36, // 18: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	37, // 19: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	30, // 20: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	2,  // 21: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	3,  // 22: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	4,  // 23: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	6,  // 24: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	14, // 25: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	15, // 26: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	16, // 27: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	18, // 28: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	21, // 29: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	22, // 30: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	23, // 31: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	25, // 32: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	26, // 33: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	28, // 34: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	29, // 35: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	31, // 36: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	1,  // 37: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	1,  // 38: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	5,  // 39: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	7,  // 40: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	13, // 41: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	13, // 42: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	17, // 43: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	19, // 44: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	20, // 45: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	20, // 46: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	24, // 47: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	20, // 48: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	27, // 49: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	20, // 50: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	20, // 51: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	32, // 52: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	37, // [37:53] is the sub-list for method output_type
-	21, // [21:37] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	42, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	9,  // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
+	13, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
+	8,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
+	14, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
+	43, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	11, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
+	10, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
+	12, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
+	15, // 11: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	16, // 12: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	47, // 13: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	17, // 14: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	17, // 15: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 16: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	44, // 17: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	47, // 18: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	47, // 19: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	47, // 20: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	24, // 21: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	24, // 22: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	45, // 23: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	47, // 24: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	36, // 25: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	46, // 26: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	39, // 27: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	2,  // 28: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	3,  // 29: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	4,  // 30: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	6,  // 31: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	18, // 32: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	19, // 33: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	20, // 34: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	22, // 35: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	25, // 36: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	26, // 37: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	27, // 38: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	29, // 39: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	30, // 40: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	32, // 41: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	33, // 42: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	34, // 43: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	35, // 44: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	37, // 45: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	40, // 46: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	1,  // 47: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	1,  // 48: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	5,  // 49: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	7,  // 50: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	17, // 51: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	17, // 52: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	21, // 53: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	23, // 54: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	24, // 55: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	24, // 56: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	28, // 57: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	24, // 58: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	31, // 59: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	24, // 60: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	24, // 61: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	24, // 62: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	24, // 63: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	38, // 64: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	41, // 65: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	47, // [47:66] is the sub-list for method output_type
+	28, // [28:47] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -2167,7 +2787,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,9 @@ const (
 	Control_DeleteActor_FullMethodName         = "/ate.v1.Control/DeleteActor"
 	Control_SuspendActor_FullMethodName        = "/ate.v1.Control/SuspendActor"
 	Control_ResumeActor_FullMethodName         = "/ate.v1.Control/ResumeActor"
+	Control_PauseActor_FullMethodName          = "/ate.v1.Control/PauseActor"
+	Control_RevertActor_FullMethodName         = "/ate.v1.Control/RevertActor"
+	Control_RecordActivity_FullMethodName      = "/ate.v1.Control/RecordActivity"
 	Control_ListWorkers_FullMethodName         = "/ate.v1.Control/ListWorkers"
 )
 
@@ -77,6 +80,15 @@ type ControlClient interface {
 	// RESOURCE_EXHAUSTED. Resuming a RUNNING actor succeeds at once; callers
 	// racing on one actor are coalesced into one restore.
 	ResumeActor(ctx context.Context, in *ResumeActorRequest, opts ...grpc.CallOption) (*Actor, error)
+	// PauseActor checkpoints a RUNNING actor to its node's disk and frees its
+	// worker; the next resume prefers a worker on that node.
+	PauseActor(ctx context.Context, in *PauseActorRequest, opts ...grpc.CallOption) (*Actor, error)
+	// RevertActor returns a RUNNING, PAUSED or CRASHED actor to SUSPENDED at
+	// its last durable snapshot, discarding what happened since.
+	RevertActor(ctx context.Context, in *RevertActorRequest, opts ...grpc.CallOption) (*Actor, error)
+	// RecordActivity tells the API server when the router last saw traffic
+	// for actors (shown as last_activity); idle policies act on it.
+	RecordActivity(ctx context.Context, in *RecordActivityRequest, opts ...grpc.CallOption) (*RecordActivityResponse, error)
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 }
 
@@ -238,6 +250,36 @@ func (c *controlClient) ResumeActor(ctx context.Context, in *ResumeActorRequest,
 	return out, nil
 }
 
+func (c *controlClient) PauseActor(ctx context.Context, in *PauseActorRequest, opts ...grpc.CallOption) (*Actor, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Actor)
+	err := c.cc.Invoke(ctx, Control_PauseActor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RevertActor(ctx context.Context, in *RevertActorRequest, opts ...grpc.CallOption) (*Actor, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Actor)
+	err := c.cc.Invoke(ctx, Control_RevertActor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RecordActivity(ctx context.Context, in *RecordActivityRequest, opts ...grpc.CallOption) (*RecordActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordActivityResponse)
+	err := c.cc.Invoke(ctx, Control_RecordActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListWorkersResponse)
@@ -284,6 +326,15 @@ type ControlServer interface {
 	// RESOURCE_EXHAUSTED. Resuming a RUNNING actor succeeds at once; callers
 	// racing on one actor are coalesced into one restore.
 	ResumeActor(context.Context, *ResumeActorRequest) (*Actor, error)
+	// PauseActor checkpoints a RUNNING actor to its node's disk and frees its
+	// worker; the next resume prefers a worker on that node.
+	PauseActor(context.Context, *PauseActorRequest) (*Actor, error)
+	// RevertActor returns a RUNNING, PAUSED or CRASHED actor to SUSPENDED at
+	// its last durable snapshot, discarding what happened since.
+	RevertActor(context.Context, *RevertActorRequest) (*Actor, error)
+	// RecordActivity tells the API server when the router last saw traffic
+	// for actors (shown as last_activity); idle policies act on it.
+	RecordActivity(context.Context, *RecordActivityRequest) (*RecordActivityResponse, error)
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
@@ -339,6 +390,15 @@ func (UnimplementedControlServer) SuspendActor(context.Context, *SuspendActorReq
 }
 func (UnimplementedControlServer) ResumeActor(context.Context, *ResumeActorRequest) (*Actor, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeActor not implemented")
+}
+func (UnimplementedControlServer) PauseActor(context.Context, *PauseActorRequest) (*Actor, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseActor not implemented")
+}
+func (UnimplementedControlServer) RevertActor(context.Context, *RevertActorRequest) (*Actor, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevertActor not implemented")
+}
+func (UnimplementedControlServer) RecordActivity(context.Context, *RecordActivityRequest) (*RecordActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordActivity not implemented")
 }
 func (UnimplementedControlServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
@@ -634,6 +694,60 @@ func _Control_ResumeActor_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_PauseActor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseActorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).PauseActor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_PauseActor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).PauseActor(ctx, req.(*PauseActorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RevertActor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevertActorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RevertActor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RevertActor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RevertActor(ctx, req.(*RevertActorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RecordActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RecordActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RecordActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RecordActivity(ctx, req.(*RecordActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListWorkersRequest)
 	if err := dec(in); err != nil {
@@ -718,6 +832,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeActor",
 			Handler:    _Control_ResumeActor_Handler,
+		},
+		{
+			MethodName: "PauseActor",
+			Handler:    _Control_PauseActor_Handler,
+		},
+		{
+			MethodName: "RevertActor",
+			Handler:    _Control_RevertActor_Handler,
+		},
+		{
+			MethodName: "RecordActivity",
+			Handler:    _Control_RecordActivity_Handler,
 		},
 		{
 			MethodName: "ListWorkers",

@@ -122,7 +122,7 @@ func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest)
 	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
-	if err := s.lc.Delete(ctx, req.GetAtespace(), req.GetName()); err != nil {
+	if err := s.lc.Delete(ctx, req.GetAtespace(), req.GetName(), req.GetForce()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &atev1.DeleteActorResponse{}, nil
@@ -146,6 +146,30 @@ func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest)
 		return nil, toStatus(err)
 	}
 	a, err := s.lc.Resume(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return actorToProto(a), nil
+}
+
+// PauseActor implements atev1.ControlServer.
+func (s *Server) PauseActor(ctx context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.lc.Pause(ctx, req.GetAtespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return actorToProto(a), nil
+}
+
+// RevertActor implements atev1.ControlServer.
+func (s *Server) RevertActor(ctx context.Context, req *atev1.RevertActorRequest) (*atev1.Actor, error) {
+	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.lc.Revert(ctx, req.GetAtespace(), req.GetName())
 	if err != nil {
 		return nil, toStatus(err)
 	}

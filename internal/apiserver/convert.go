@@ -25,6 +25,7 @@ func actorToProto(a *store.Actor) *atev1.Actor {
 		State:  atev1.ActorState(atev1.ActorState_value[string(a.State)]),
 		Worker: a.Worker, Snapshot: a.Snapshot, WorkerSelector: a.WorkerSelector,
 		Message: a.Message, Version: a.Version, Resumes: a.Resumes,
+		Node: a.Node, PausedSnapshot: a.PausedSnapshot,
 		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
 	}
 	if !a.LastActivity.IsZero() {

@@ -2,7 +2,9 @@ package apiserver
 
 import (
 	"fmt"
+	"path"
 	"strings"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
@@ -67,6 +69,78 @@ func validateTemplateSpec(spec *atev1.ActorTemplateSpec, sandboxClass string) er
 	}
 	if c := spec.GetSandboxClass(); c != "" && c != sandboxClass {
 		return fmt.Errorf("%w: sandboxClass %q: this installation runs %q workers", errInvalid, c, sandboxClass)
+	}
+	if err := validateVolumes(spec); err != nil {
+		return err
+	}
+	if err := validatePolicies(spec); err != nil {
+		return err
+	}
+	return nil
+}
+
+// maxVolumes bounds a template's durable volumes.
+const maxVolumes = 16
+
+func validateVolumes(spec *atev1.ActorTemplateSpec) error {
+	if len(spec.GetVolumes()) > maxVolumes {
+		return fmt.Errorf("%w: at most %d volumes", errInvalid, maxVolumes)
+	}
+	vols := map[string]bool{}
+	for i, v := range spec.GetVolumes() {
+		if err := names.ValidateLabel(fmt.Sprintf("volumes[%d].name", i), v.GetName()); err != nil {
+			return err
+		}
+		if vols[v.GetName()] {
+			return fmt.Errorf("%w: volume %q declared twice", errInvalid, v.GetName())
+		}
+		vols[v.GetName()] = true
+	}
+	paths := map[string]bool{}
+	for i, vm := range spec.GetContainers()[0].GetVolumeMounts() {
+		p := vm.GetMountPath()
+		switch {
+		case !vols[vm.GetName()]:
+			return fmt.Errorf("%w: containers[0].volumeMounts[%d]: no volume %q in volumes", errInvalid, i, vm.GetName())
+		case !path.IsAbs(p) || path.Clean(p) != p || p == "/":
+			return fmt.Errorf("%w: containers[0].volumeMounts[%d].mountPath %q must be a clean absolute path other than /", errInvalid, i, p)
+		case p == "/run/ate" || strings.HasPrefix(p, "/run/ate/") || p == "/proc" || p == "/dev" || p == "/sys":
+			return fmt.Errorf("%w: containers[0].volumeMounts[%d].mountPath %q is reserved", errInvalid, i, p)
+		case paths[p]:
+			return fmt.Errorf("%w: containers[0].volumeMounts: %q mounted twice", errInvalid, p)
+		}
+		paths[p] = true
+	}
+	return nil
+}
+
+// maxTimeoutSeconds bounds template timeouts (a day).
+const maxTimeoutSeconds = 86400
+
+func validatePolicies(spec *atev1.ActorTemplateSpec) error {
+	sp := spec.GetSnapshotPolicy()
+	for field, v := range map[string]string{"snapshotPolicy.onPause": sp.GetOnPause(), "snapshotPolicy.onSuspend": sp.GetOnSuspend()} {
+		if v != "" && v != "Full" && v != "Data" {
+			return fmt.Errorf("%w: %s must be Full or Data, got %q", errInvalid, field, v)
+		}
+	}
+	if sp.GetOnPause() == "Data" && sp.GetOnSuspend() != "Data" {
+		return fmt.Errorf("%w: snapshotPolicy.onSuspend must not hold more than onPause: with onPause Data, set onSuspend Data", errInvalid)
+	}
+	for field, v := range map[string]int32{"drainGraceSeconds": spec.GetDrainGraceSeconds(),
+		"routeTimeoutSeconds": spec.GetRouteTimeoutSeconds(), "streamIdleTimeoutSeconds": spec.GetStreamIdleTimeoutSeconds()} {
+		if v < 0 || v > maxTimeoutSeconds {
+			return fmt.Errorf("%w: %s must be 0..%d", errInvalid, field, maxTimeoutSeconds)
+		}
+	}
+	if idle := spec.GetIdle(); idle.GetAfter() != "" {
+		d, err := time.ParseDuration(idle.GetAfter())
+		if err != nil || d < 0 {
+			return fmt.Errorf("%w: idle.after %q is not a duration like 10m", errInvalid, idle.GetAfter())
+		}
+		if a := idle.GetAction(); d > 0 && a != "pause" && a != "suspend" {
+			return fmt.Errorf("%w: idle.action must be pause or suspend, got %q", errInvalid, a)
+		}
 	}
 	return nil
 }

@@ -15,18 +15,21 @@ func newDeleteCommand(a *app) *cobra.Command {
 		Short: "Delete an actor, actor template or atespace",
 		Long: `Delete an actor, actor template or atespace.
 
-Only a SUSPENDED actor can be deleted (suspend it first); a template only
+Only a SUSPENDED or CRASHED actor can be deleted (suspend it first, or
+pass --force to stop it and delete it from any state); a template only
 while no actor uses it; an atespace only when it is empty.`,
 		Example: `  ate suspend actor counter-1 && ate delete actor counter-1
   ate delete template counter
   ate delete atespace team`,
 	}
+	actor := &cobra.Command{
+		Use: "actor NAME | ATESPACE/NAME", Short: "Delete a suspended actor and its snapshots",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return a.deleteActor(cmd, args[0]) },
+	}
+	actor.Flags().Bool("force", false, "delete from any state, stopping the actor's sandbox first")
 	kindGroup(cmd,
-		&cobra.Command{
-			Use: "actor NAME | ATESPACE/NAME", Short: "Delete a suspended actor and its snapshots",
-			Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteActor(cmd, args[0]) },
-		},
+		actor,
 		&cobra.Command{
 			Use: "template NAME", Short: "Delete an actor template no actor uses",
 			Args: cobra.ExactArgs(1),
@@ -51,7 +54,8 @@ func (a *app) deleteActor(cmd *cobra.Command, arg string) error {
 		return err
 	}
 	defer s.close()
-	if _, err := call(cmd.Context(), s, s.client.DeleteActor, &atev1.DeleteActorRequest{Atespace: key.Atespace, Name: key.Name}); err != nil {
+	force, _ := cmd.Flags().GetBool("force")
+	if _, err := call(cmd.Context(), s, s.client.DeleteActor, &atev1.DeleteActorRequest{Atespace: key.Atespace, Name: key.Name, Force: force}); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "actor %s deleted\n", key)

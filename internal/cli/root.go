@@ -108,6 +108,8 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newDeleteCommand(a),
 		newSuspendCommand(a),
 		newResumeCommand(a),
+		newPauseCommand(a),
+		newRevertCommand(a),
 		newWaitCommand(a),
 	)
 	return root

@@ -20,16 +20,21 @@ import (
 
 // Node is what workflows need from a node agent.
 type Node interface {
+	Name() string
 	Start(ctx context.Context, req node.StartRequest) error
-	Checkpoint(ctx context.Context, worker, actorUID string) (string, error)
+	Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error)
 	Stop(ctx context.Context, worker, actorUID string) error
-	BuildGolden(ctx context.Context, ownerUID string, spec *atev1.ActorTemplateSpec) (string, error)
+	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (string, error)
+	Upload(ctx context.Context, pausedRef, owner, scope string) (string, error)
+	DeletePaused(ref string) error
+	ForgetActor(actorUID string)
 }
 
-// Snapshots deletes snapshots that no record points to any more.
+// Snapshots is the durable snapshot store as workflows use it.
 type Snapshots interface {
 	Delete(ref string) error
 	DeleteOwner(owner string) error
+	List() ([]string, error)
 }
 
 // Tuning. LeaseTTL outlives the longest workflow step (a cold boot waits up
@@ -171,7 +176,75 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return fmt.Errorf("recover actor %s: %w", w.Actor, err)
 		}
 	}
+	if err := m.collectGarbage(ctx); err != nil {
+		return fmt.Errorf("snapshot garbage collection: %w", err)
+	}
 	return m.resumeGoldenBuilds(ctx)
+}
+
+// collectGarbage deletes every durable snapshot no actor or template
+// points to: leftovers of a crash between a commit and the pointer move,
+// or between the pointer move and the old snapshot's deletion. It runs at
+// start-up, before any workflow can be writing a snapshot.
+func (m *Manager) collectGarbage(ctx context.Context) error {
+	live := map[string]bool{}
+	tpls, err := m.store.ListTemplates(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range tpls {
+		live[t.GoldenSnapshot] = true
+	}
+	for token := ""; ; {
+		page, next, err := m.store.ListActors(ctx, "", 1000, token)
+		if err != nil {
+			return err
+		}
+		for _, a := range page {
+			live[a.Snapshot] = true
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	refs, err := m.snaps.List()
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if !live[ref] {
+			m.log.InfoContext(ctx, "deleting unreferenced snapshot", "snapshot", ref)
+			if err := m.snaps.Delete(ref); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// WorkerExited is the node's report that an actor's sandbox died on its
+// own: the actor becomes CRASHED at its last snapshot, resumable, and its
+// worker is free.
+func (m *Manager) WorkerExited(worker, actorUID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := m.store.GetWorker(ctx, worker)
+	if err != nil || w.ActorUID != actorUID {
+		return
+	}
+	atespace, name, _ := cutKey(w.Actor)
+	err = m.withActor(ctx, atespace, name, func() error {
+		a, err := m.store.GetActor(ctx, atespace, name)
+		if err != nil || a.UID != actorUID || a.Worker != worker {
+			return m.store.ReleaseWorker(ctx, worker, actorUID)
+		}
+		_, err = m.recoverLocked(ctx, a, "sandbox exited unexpectedly on worker "+worker)
+		return err
+	})
+	if err != nil {
+		m.log.Warn("record crashed actor", "worker", worker, "err", err)
+	}
 }
 
 func cutKey(key string) (atespace, name string, ok bool) {

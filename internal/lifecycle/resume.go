@@ -11,21 +11,34 @@ import (
 )
 
 // Resume makes the actor RUNNING: it claims a free worker (waiting for one
-// until ctx ends) and restores the actor's latest snapshot, else its
-// template's golden snapshot, else cold-boots the image. Concurrent calls
-// for one actor queue on its lock and the later ones find it RUNNING, so an
-// actor is restored once however many callers race.
+// until ctx ends) and restores, in order of preference, the actor's paused
+// checkpoint (on a worker of the node that holds it), its latest durable
+// snapshot, its template's golden snapshot, or cold-boots the image.
+// Concurrent calls for one actor queue on its lock and the later ones find
+// it RUNNING, so an actor is restored once however many callers race.
+//
+// Resuming a CRASHED actor restores its last snapshot and says so in the
+// actor's message; a PAUSED actor whose node is gone resumes from its last
+// durable snapshot, and the message says that work since then was lost.
 //
 // Errors: store.ErrNotFound; ErrFailedPrecondition (e.g. DELETING);
 // ErrNoCapacity wrapping ctx's error when no worker freed in time;
-// ErrResumeFailed when the restore or boot failed — the actor is then
-// SUSPENDED or CRASHED at its last snapshot and the worker is free.
+// ErrResumeFailed when the restore or boot failed — the actor is then back
+// where it was (SUSPENDED, PAUSED or CRASHED) and the worker is free.
 func (m *Manager) Resume(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
 	err = m.withActor(ctx, atespace, name, func() error {
 		out, err = m.resumeLocked(ctx, atespace, name)
 		return err
 	})
 	return out, err
+}
+
+// source is what a resume starts from.
+type source struct {
+	ref    string
+	paused bool
+	node   string // claim only on this node ("" = any)
+	note   string // goes into the actor's message
 }
 
 func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*store.Actor, error) {
@@ -36,11 +49,11 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	switch a.State {
 	case store.Running:
 		return a, nil
-	case store.Resuming, store.Suspending:
+	case store.Resuming, store.Suspending, store.Pausing:
 		if a, err = m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back"); err != nil {
 			return nil, err
 		}
-	case store.Suspended, store.Crashed:
+	case store.Suspended, store.Crashed, store.Paused:
 	default:
 		return nil, fmt.Errorf("%w: actor %s is %s and cannot be resumed", ErrFailedPrecondition, a.Key(), a.State)
 	}
@@ -48,11 +61,12 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	if err != nil {
 		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
 	}
-	snap := a.Snapshot
-	if snap == "" && tpl.Phase == store.TemplateReady {
-		snap = tpl.GoldenSnapshot
+	src, err := m.sourceFor(ctx, a, tpl)
+	if err != nil {
+		return nil, err
 	}
-	a, err = m.claim(ctx, a)
+	prev := a.State
+	a, err = m.claim(ctx, a, src.node)
 	if err != nil {
 		return nil, err
 	}
@@ -61,33 +75,85 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeOpTimeout)
 	defer cancel()
 	start := time.Now()
-	err = m.node.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Actor: a.Key(), Spec: tpl.Spec, Snapshot: snap})
+	err = m.node.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
+		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused})
 	if err != nil {
-		return nil, m.resumeFailed(nctx, a, err)
+		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
 	running := *a
-	running.State, running.Message = store.Running, ""
+	running.State, running.Message = store.Running, src.note
 	running.Resumes++
+	if src.paused || prev == store.Paused {
+		running.PausedSnapshot, running.Node = "", ""
+	}
 	out, err := m.update(nctx, &running)
 	if err != nil {
-		// A late finisher: someone else changed the actor while we
-		// restored. Give up without overwriting, and free what we hold.
-		_ = m.node.Stop(nctx, a.Worker, a.UID)
-		_ = m.store.ReleaseWorker(nctx, a.Worker, a.UID)
-		m.workerFreed()
-		return nil, fmt.Errorf("%w: actor %s changed during resume: %w", ErrResumeFailed, a.Key(), err)
+		return nil, m.lateFinisher(nctx, a, prev, err)
+	}
+	if a.PausedSnapshot != "" && out.PausedSnapshot == "" && src.paused {
+		// The paused copy is now older than the running actor.
+		_ = m.node.DeletePaused(a.PausedSnapshot)
 	}
 	m.log.InfoContext(ctx, "actor resumed", "actor", a.Name, "atespace", a.Atespace, "worker", a.Worker,
-		"snapshot", snap, "ms", time.Since(start).Milliseconds())
+		"snapshot", src.ref, "paused", src.paused, "ms", time.Since(start).Milliseconds())
 	return out, nil
 }
 
-// claim takes a free worker for a, moving it to RESUMING, and waits for one
-// to be freed while none is.
-func (m *Manager) claim(ctx context.Context, a *store.Actor) (*store.Actor, error) {
+// sourceFor picks what to restore.
+func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Template) (source, error) {
+	if a.State == store.Paused && a.PausedSnapshot != "" {
+		alive, err := m.nodeAlive(ctx, a.Node)
+		if err != nil {
+			return source{}, err
+		}
+		if alive {
+			return source{ref: a.PausedSnapshot, paused: true, node: a.Node}, nil
+		}
+		src := m.durableSource(a, tpl)
+		src.note = fmt.Sprintf("node %s holding the paused checkpoint is gone: resumed from the last durable snapshot; work since then was lost", a.Node)
+		return src, nil
+	}
+	src := m.durableSource(a, tpl)
+	if a.State == store.Crashed {
+		from := src.ref
+		if from == "" {
+			from = "a cold boot"
+		}
+		src.note = fmt.Sprintf("resumed from %s after a crash (%s)", from, a.Message)
+	}
+	return src, nil
+}
+
+func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
+	if a.Snapshot != "" {
+		return source{ref: a.Snapshot}
+	}
+	if tpl.Phase == store.TemplateReady {
+		return source{ref: tpl.GoldenSnapshot}
+	}
+	return source{}
+}
+
+// nodeAlive reports whether any worker of node is registered.
+func (m *Manager) nodeAlive(ctx context.Context, node string) (bool, error) {
+	workers, err := m.store.ListWorkers(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, w := range workers {
+		if w.Node == node {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// claim takes a free worker for a (on node, if set), moving it to
+// RESUMING, and waits for one to be freed while none is.
+func (m *Manager) claim(ctx context.Context, a *store.Actor, node string) (*store.Actor, error) {
 	for waiting := false; ; waiting = true {
 		freed := m.freedCh()
-		ra, _, err := m.store.ClaimWorker(ctx, a)
+		ra, _, err := m.store.ClaimWorker(ctx, a, node)
 		if err == nil {
 			return ra, nil
 		}
@@ -95,7 +161,7 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor) (*store.Actor, erro
 			return nil, err
 		}
 		if !waiting {
-			m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace)
+			m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace, "node", node)
 		}
 		select {
 		case <-ctx.Done():
@@ -106,11 +172,11 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor) (*store.Actor, erro
 	}
 }
 
-// resumeFailed puts the actor back where Resume found it (minus the
-// worker) and reports the cause.
-func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, cause error) error {
+// resumeFailed puts the actor back in the state Resume found it (minus
+// the worker) and reports the cause.
+func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.ActorState, cause error) error {
 	back := *a
-	back.State, back.Worker = store.Suspended, ""
+	back.State, back.Worker = prev, ""
 	back.Message = "resume failed: " + cause.Error()
 	if _, err := m.update(ctx, &back); err != nil {
 		// Someone else moved the actor; free the worker if still ours.
@@ -118,4 +184,26 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, cause error)
 	}
 	m.workerFreed()
 	return fmt.Errorf("%w: %w", ErrResumeFailed, cause)
+}
+
+// lateFinisher handles a restore that succeeded on the node but whose
+// RUNNING write was refused: the actor or its worker changed meanwhile
+// (e.g. the worker was deleted). It never overwrites what changed: it
+// stops the sandbox, and only if the record still shows this resume's
+// RESUMING does it put the actor back, so it is never RUNNING without a
+// worker nor SUSPENDED without its snapshot.
+func (m *Manager) lateFinisher(ctx context.Context, a *store.Actor, prev store.ActorState, cause error) error {
+	_ = m.node.Stop(ctx, a.Worker, a.UID)
+	cur, err := m.store.GetActor(ctx, a.Atespace, a.Name)
+	if err == nil && cur.UID == a.UID && cur.State == store.Resuming && cur.Worker == a.Worker {
+		back := *cur
+		back.State, back.Worker = prev, ""
+		back.Message = "worker " + a.Worker + " was lost while resuming: " + cause.Error()
+		if _, uerr := m.update(ctx, &back); uerr != nil {
+			m.log.WarnContext(ctx, "roll back late resume", "actor", a.Key(), "err", uerr)
+		}
+	}
+	_ = m.store.ReleaseWorker(ctx, a.Worker, a.UID)
+	m.workerFreed()
+	return fmt.Errorf("%w: actor %s changed during resume: %w", ErrResumeFailed, a.Key(), cause)
 }

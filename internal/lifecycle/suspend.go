@@ -4,49 +4,104 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
-// Suspend checkpoints a RUNNING actor to the snapshot store, frees its
-// worker and leaves it SUSPENDED with the new snapshot. The actor's
-// pointer moves only after the snapshot is committed, and the previous
-// snapshot is deleted only after that. Suspending a SUSPENDED actor is a
-// no-op.
+// Suspend checkpoints the actor to the durable snapshot store and leaves
+// it SUSPENDED: a RUNNING actor is drained and checkpointed (scope from
+// its template's snapshotPolicy.onSuspend) and its worker freed; a PAUSED
+// actor's local checkpoint is uploaded. The pointer moves only after the
+// snapshot is committed, and the previous snapshot is deleted only after
+// that. Suspending a SUSPENDED actor is a no-op.
 //
 // Errors: store.ErrNotFound; ErrFailedPrecondition for other states;
 // ErrSuspendFailed when the checkpoint failed — the actor is then CRASHED
 // at its previous snapshot and its worker is free.
 func (m *Manager) Suspend(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
 	err = m.withActor(ctx, atespace, name, func() error {
-		out, err = m.suspendLocked(ctx, atespace, name)
+		a, err := m.store.GetActor(ctx, atespace, name)
+		if err != nil {
+			return err
+		}
+		switch a.State {
+		case store.Suspended:
+			out = a
+			return nil
+		case store.Running:
+			out, err = m.checkpointLocked(ctx, a, false)
+		case store.Paused:
+			out, err = m.uploadLocked(ctx, a)
+		default:
+			err = fmt.Errorf("%w: actor %s is %s; only a RUNNING or PAUSED actor can be suspended", ErrFailedPrecondition, a.Key(), a.State)
+		}
 		return err
 	})
 	return out, err
 }
 
-func (m *Manager) suspendLocked(ctx context.Context, atespace, name string) (*store.Actor, error) {
-	a, err := m.store.GetActor(ctx, atespace, name)
+// Pause checkpoints a RUNNING actor to its node's disk (scope from
+// snapshotPolicy.onPause) and frees its worker; the next resume prefers
+// that node. Pausing a PAUSED actor is a no-op.
+func (m *Manager) Pause(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
+	err = m.withActor(ctx, atespace, name, func() error {
+		a, err := m.store.GetActor(ctx, atespace, name)
+		if err != nil {
+			return err
+		}
+		switch a.State {
+		case store.Paused:
+			out = a
+			return nil
+		case store.Running:
+			out, err = m.checkpointLocked(ctx, a, true)
+		default:
+			err = fmt.Errorf("%w: actor %s is %s; only a RUNNING actor can be paused", ErrFailedPrecondition, a.Key(), a.State)
+		}
+		return err
+	})
+	return out, err
+}
+
+// policy returns the checkpoint options for a pause or a suspend of a.
+func (m *Manager) policy(ctx context.Context, a *store.Actor, paused bool) node.CheckpointOptions {
+	opts := node.CheckpointOptions{Paused: paused, Scope: snapshot.ScopeFull}
+	tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
+	if err != nil {
+		return opts
+	}
+	spec := tpl.Spec
+	scope := spec.GetSnapshotPolicy().GetOnSuspend()
+	if paused {
+		scope = spec.GetSnapshotPolicy().GetOnPause()
+	}
+	if scope == snapshot.ScopeData {
+		opts.Scope = snapshot.ScopeData
+	}
+	opts.Grace = time.Duration(spec.GetDrainGraceSeconds()) * time.Second
+	return opts
+}
+
+// checkpointLocked runs RUNNING → SUSPENDING|PAUSING → SUSPENDED|PAUSED.
+func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused bool) (*store.Actor, error) {
+	opts := m.policy(ctx, a, paused)
+	ing := *a
+	ing.State = store.Suspending
+	if paused {
+		ing.State = store.Pausing
+	}
+	a, err := m.update(ctx, &ing)
 	if err != nil {
 		return nil, err
 	}
-	switch a.State {
-	case store.Suspended:
-		return a, nil
-	case store.Running:
-	default:
-		return nil, fmt.Errorf("%w: actor %s is %s; only a RUNNING actor can be suspended", ErrFailedPrecondition, a.Key(), a.State)
-	}
-	s := *a
-	s.State = store.Suspending
-	if a, err = m.update(ctx, &s); err != nil {
-		return nil, err
-	}
-	ref, err := m.node.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID)
+	ref, err := m.node.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
 	if err != nil {
 		// The sandbox may be gone; the last snapshot is still good.
 		crashed := *a
-		crashed.State, crashed.Worker, crashed.Message = store.Crashed, "", "suspend failed: "+err.Error()
+		crashed.State, crashed.Worker, crashed.Message = store.Crashed, "", "checkpoint failed: "+err.Error()
 		_, uerr := m.update(ctx, &crashed)
 		m.workerFreed()
 		if uerr != nil {
@@ -55,17 +110,61 @@ func (m *Manager) suspendLocked(ctx context.Context, atespace, name string) (*st
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	done.State, done.Worker, done.Snapshot, done.Message = store.Suspended, "", ref, ""
+	done.Worker, done.Message = "", ""
+	if paused {
+		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, m.node.Name()
+	} else {
+		done.State, done.Snapshot = store.Suspended, ref
+	}
 	out, err := m.update(ctx, &done)
 	m.workerFreed()
 	if err != nil {
 		// Lost the race: the new snapshot is referenced by nobody.
-		_ = m.snaps.Delete(ref)
+		m.dropSnapshot(ref, paused)
 		return nil, err
 	}
-	m.deleteOld(ctx, a, a.Snapshot)
-	m.log.InfoContext(ctx, "actor suspended", "actor", a.Name, "atespace", a.Atespace, "snapshot", ref)
+	if !paused {
+		m.deleteOld(ctx, a, a.Snapshot)
+	}
+	m.log.InfoContext(ctx, "actor checkpointed", "actor", a.Name, "atespace", a.Atespace, "state", out.State, "snapshot", ref, "scope", opts.Scope)
 	return out, nil
+}
+
+// uploadLocked runs PAUSED → SUSPENDING → SUSPENDED by uploading the
+// node's paused checkpoint to the durable store.
+func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor) (*store.Actor, error) {
+	opts := m.policy(ctx, a, false)
+	ing := *a
+	ing.State = store.Suspending
+	a, err := m.update(ctx, &ing)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := m.node.Upload(ctx, a.PausedSnapshot, a.UID, opts.Scope)
+	if err != nil {
+		back := *a
+		back.State, back.Message = store.Paused, "upload of the paused checkpoint failed: "+err.Error()
+		_, _ = m.update(ctx, &back)
+		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
+	}
+	done := *a
+	done.State, done.Snapshot, done.PausedSnapshot, done.Node, done.Message = store.Suspended, ref, "", "", ""
+	out, err := m.update(ctx, &done)
+	if err != nil {
+		m.dropSnapshot(ref, false)
+		return nil, err
+	}
+	_ = m.node.DeletePaused(a.PausedSnapshot)
+	m.deleteOld(ctx, a, a.Snapshot)
+	return out, nil
+}
+
+func (m *Manager) dropSnapshot(ref string, paused bool) {
+	if paused {
+		_ = m.node.DeletePaused(ref)
+		return
+	}
+	_ = m.snaps.Delete(ref)
 }
 
 // deleteOld removes the actor's previous snapshot; the golden snapshot
@@ -79,24 +178,68 @@ func (m *Manager) deleteOld(ctx context.Context, a *store.Actor, ref string) {
 	}
 }
 
-// Delete removes a SUSPENDED or CRASHED actor and its snapshots. Other
-// states fail with ErrFailedPrecondition, telling the user to suspend first.
-func (m *Manager) Delete(ctx context.Context, atespace, name string) error {
+// Revert returns a RUNNING, PAUSED or CRASHED actor to SUSPENDED at its
+// last durable snapshot (or its golden start), discarding memory, the
+// paused checkpoint and volume changes since. SUSPENDED is a no-op.
+func (m *Manager) Revert(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
+	err = m.withActor(ctx, atespace, name, func() error {
+		a, err := m.store.GetActor(ctx, atespace, name)
+		if err != nil {
+			return err
+		}
+		switch a.State {
+		case store.Suspended:
+			out = a
+			return nil
+		case store.Running, store.Paused, store.Crashed, store.Resuming, store.Suspending, store.Pausing:
+		default:
+			return fmt.Errorf("%w: actor %s is %s and cannot be reverted", ErrFailedPrecondition, a.Key(), a.State)
+		}
+		if a.Worker != "" {
+			_ = m.node.Stop(ctx, a.Worker, a.UID)
+		}
+		r := *a
+		r.State, r.Worker, r.PausedSnapshot, r.Node = store.Suspended, "", "", ""
+		r.Message = "reverted to the last durable snapshot"
+		if out, err = m.update(ctx, &r); err != nil {
+			return err
+		}
+		if a.PausedSnapshot != "" {
+			_ = m.node.DeletePaused(a.PausedSnapshot)
+		}
+		m.workerFreed()
+		return nil
+	})
+	return out, err
+}
+
+// Delete removes an actor and its snapshots. Without force only a
+// SUSPENDED or CRASHED actor may go (others fail with
+// ErrFailedPrecondition, telling the user to suspend first); with force
+// any state goes, its sandbox stopped first.
+func (m *Manager) Delete(ctx context.Context, atespace, name string, force bool) error {
 	return m.withActor(ctx, atespace, name, func() error {
 		a, err := m.store.GetActor(ctx, atespace, name)
 		if err != nil {
 			return err
 		}
-		if a.State != store.Suspended && a.State != store.Crashed {
-			return fmt.Errorf("%w: actor %s is %s; suspend it first (ate suspend actor %s -n %s)",
+		if !force && a.State != store.Suspended && a.State != store.Crashed {
+			return fmt.Errorf("%w: actor %s is %s; suspend it first (ate suspend actor %s -n %s) or delete with --force",
 				ErrFailedPrecondition, a.Key(), a.State, a.Name, a.Atespace)
+		}
+		if a.Worker != "" {
+			_ = m.node.Stop(ctx, a.Worker, a.UID)
 		}
 		if err := m.store.DeleteActor(ctx, a); err != nil {
 			return err
 		}
+		if a.Worker != "" {
+			m.workerFreed()
+		}
 		if err := m.snaps.DeleteOwner(a.UID); err != nil {
 			m.log.WarnContext(ctx, "delete snapshots", "actor", a.Key(), "err", err)
 		}
+		m.node.ForgetActor(a.UID)
 		return nil
 	})
 }

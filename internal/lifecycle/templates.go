@@ -12,7 +12,7 @@ import (
 // It is meant to run in the background after CreateTemplate.
 func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	log := m.log.With("template", t.Name, "atespace", t.Atespace)
-	ref, err := m.node.BuildGolden(ctx, t.UID, t.Spec)
+	ref, err := m.node.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
 	cur, gerr := m.store.GetTemplate(ctx, t.Atespace, t.Name)
 	if gerr != nil || cur.UID != t.UID {
 		// The template was deleted meanwhile; nobody will use the snapshot.

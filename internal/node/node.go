@@ -1,13 +1,12 @@
 // Package node is the node agent: it owns this machine's worker slots,
 // turns a template into a running sandbox (image → bundle → run or restore
-// → wakeup probe), checkpoints sandboxes into the snapshot store, and fronts
-// every worker with the worker tunnel (tunnel.go).
+// → wakeup probe), checkpoints sandboxes into the snapshot store (or, for a
+// pause, the node's own disk), notices sandboxes that die on their own, and
+// fronts every worker with the worker tunnel (tunnel.go).
 package node
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
@@ -44,9 +42,13 @@ type Images interface {
 // SlotSetup prepares the sandbox slot (network namespaces) of worker name.
 type SlotSetup func(ctx context.Context, name string) (sandbox.Slot, error)
 
+// ExitFunc is told when the sandbox of actorUID on worker exited on its
+// own (not by checkpoint or stop). The worker is already empty.
+type ExitFunc func(worker, actorUID string)
+
 // Config configures a Node.
 type Config struct {
-	// Name of this node, recorded on its workers.
+	// Name of this node, recorded on its workers and on paused actors.
 	Name string
 	// Workers is how many worker slots to run; WorkerPrefix names them
 	// "<prefix>-w<i>" (and the golden-build slot "<prefix>-build"), so
@@ -58,23 +60,41 @@ type Config struct {
 	Runtime      sandbox.Runtime
 	Setup        SlotSetup
 	Images       Images
-	Snapshots    *snapshot.Local
-	// StateDir holds bundles and per-actor logs.
+	// Snapshots is the durable snapshot store; Paused holds paused
+	// actors' checkpoints on this node's disk.
+	Snapshots *snapshot.Local
+	Paused    *snapshot.Local
+	// StateDir holds bundles, per-actor logs, identity files and volumes.
 	StateDir string
 	// TunnelAddr is the address the tunnel listens on, recorded on workers.
 	TunnelAddr string
 	Logger     *slog.Logger
 }
 
-// slot is one worker. mu serialises sandbox operations on it and guards
-// the fields below it.
+// slot is one worker. opMu serialises sandbox operations on it; mu guards
+// the fields below it and is only held briefly, so the tunnel never waits
+// behind a checkpoint. Lock order: opMu, then mu.
 type slot struct {
-	sb sandbox.Slot
+	name string
+	sb   sandbox.Slot
+
+	opMu sync.Mutex
 
 	mu          sync.Mutex
 	containerID string
 	actorUID    string
 	port        int
+	volumes     []volume
+	// stopping is set while a checkpoint or stop ends the container on
+	// purpose, so the exit watcher does not report it as a crash.
+	stopping bool
+	// draining refuses new tunnel requests; inflight counts admitted
+	// ones; drained is closed when inflight reaches zero while draining.
+	draining bool
+	inflight int
+	drained  chan struct{}
+	// cut counts requests cut off by a checkpoint since the last start.
+	cut bool
 }
 
 // Node is the node agent. Safe for concurrent use.
@@ -84,16 +104,25 @@ type Node struct {
 	slots map[string]*slot
 	order []string
 	build *slot
+
+	// ctx bounds exit watchers; cancelled by Shutdown.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	exitMu sync.Mutex
+	onExit ExitFunc
 }
 
-// New sets up every worker slot (and the golden-build slot) and destroys
-// whatever containers a previous run left in them.
+// New sets up every worker slot (and the golden-build slot). A previous
+// run's containers are gone with its runsc state; volumes and identity
+// files of actors stay on disk.
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}}
-	for _, d := range []string{"bundles", "logs"} {
+	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, d := range []string{"bundles", "logs", "identity", "volumes"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("node state dir: %w", err)
 		}
@@ -107,7 +136,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("set up worker %s: %w", name, err)
 		}
-		s := &slot{sb: sb}
+		s := &slot{name: name, sb: sb}
 		if i == 0 {
 			n.build = s
 			continue
@@ -116,6 +145,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.order = append(n.order, name)
 	}
 	return n, nil
+}
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// SetExitHandler sets who is told about sandboxes that exit on their own.
+func (n *Node) SetExitHandler(f ExitFunc) {
+	n.exitMu.Lock()
+	defer n.exitMu.Unlock()
+	n.onExit = f
 }
 
 // Workers describes this node's workers for registration in the store.
@@ -128,116 +167,12 @@ func (n *Node) Workers() []*store.Worker {
 	return out
 }
 
-// StartRequest asks a worker to host an actor.
-type StartRequest struct {
-	Worker   string
-	ActorUID string
-	// Actor is "<atespace>/<name>", for logs.
-	Actor string
-	Spec  *atev1.ActorTemplateSpec
-	// Snapshot is the reference to restore; empty means a cold boot.
-	Snapshot string
-}
-
-// Start brings the actor up on the worker and returns once its wakeup probe
-// passes. Errors wrap ErrStartFailed (plus sandbox.ErrRestoreFailed,
-// snapshot.ErrCorrupt… where they apply) or ErrUnknownWorker.
-func (n *Node) Start(ctx context.Context, req StartRequest) error {
-	s, ok := n.slots[req.Worker]
+func (n *Node) slot(worker string) (*slot, error) {
+	s, ok := n.slots[worker]
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownWorker, req.Worker)
+		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, worker)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n.clearLocked(ctx, s)
-	port, id, err := n.startIn(ctx, s, req.ActorUID, req.Spec, req.Snapshot)
-	if err != nil {
-		n.log.WarnContext(ctx, "start failed", "actor", req.Actor, "worker", req.Worker, "snapshot", req.Snapshot, "err", err)
-		return fmt.Errorf("%w: actor %s on worker %s: %w", ErrStartFailed, req.Actor, req.Worker, err)
-	}
-	s.containerID, s.actorUID, s.port = id, req.ActorUID, port
-	return nil
-}
-
-// startIn boots or restores spec in s and waits for the wakeup probe. On
-// failure the slot is left empty. It returns the traffic port and container id.
-func (n *Node) startIn(ctx context.Context, s *slot, ownerUID string, spec *atev1.ActorTemplateSpec, snapRef string) (int, string, error) {
-	if len(spec.GetContainers()) != 1 {
-		return 0, "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
-	}
-	c := spec.GetContainers()[0]
-	img, err := n.cfg.Images.Ensure(ctx, c.GetImage())
-	if err != nil {
-		return 0, "", fmt.Errorf("image %s: %w", c.GetImage(), err)
-	}
-	sspec, err := n.containerSpec(ownerUID, c, img)
-	if err != nil {
-		return 0, "", err
-	}
-	if snapRef == "" {
-		err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
-	} else {
-		var dir string
-		if dir, err = n.cfg.Snapshots.Open(snapRef); err == nil {
-			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, dir)
-		}
-	}
-	if err == nil {
-		err = n.probe(ctx, s.sb, spec, trafficPort(c, img))
-	}
-	if err != nil {
-		n.destroy(ctx, s.sb, sspec.ID)
-		return 0, "", err
-	}
-	return trafficPort(c, img), sspec.ID, nil
-}
-
-func trafficPort(c *atev1.ContainerSpec, img *image.Image) int {
-	if len(c.GetPorts()) > 0 {
-		return int(c.GetPorts()[0])
-	}
-	if len(img.Config.ExposedPorts) > 0 {
-		return img.Config.ExposedPorts[0]
-	}
-	return 8080
-}
-
-// containerSpec merges the image config with the template's container.
-func (n *Node) containerSpec(ownerUID string, c *atev1.ContainerSpec, img *image.Image) (sandbox.Spec, error) {
-	args := slices.Concat(img.Config.Entrypoint, img.Config.Cmd)
-	if len(c.GetCommand()) > 0 {
-		args = slices.Concat(c.GetCommand(), c.GetArgs())
-	} else if len(c.GetArgs()) > 0 {
-		args = slices.Concat(img.Config.Entrypoint, c.GetArgs())
-	}
-	if len(args) == 0 {
-		return sandbox.Spec{}, fmt.Errorf("container %s has no command and its image no entrypoint", c.GetName())
-	}
-	env := slices.Clone(img.Config.Env)
-	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
-		env = append(env, k+"="+c.GetEnv()[k])
-	}
-	cwd := c.GetWorkingDir()
-	if cwd == "" {
-		cwd = img.Config.WorkingDir
-	}
-	id := newContainerID(ownerUID)
-	return sandbox.Spec{
-		ID: id, RootFS: img.RootFS, Args: args, Env: env, Cwd: cwd,
-		LogPath:   filepath.Join(n.cfg.StateDir, "logs", ownerUID+".log"),
-		BundleDir: filepath.Join(n.cfg.StateDir, "bundles", id),
-	}, nil
-}
-
-// newContainerID is unique per boot or restore: runsc refuses to reuse an
-// id, and a fresh one keeps a late cleanup of the old container harmless.
-func newContainerID(ownerUID string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	if len(ownerUID) > 12 {
-		ownerUID = ownerUID[:12]
-	}
-	return "ate-" + ownerUID + "-" + hex.EncodeToString(b[:])
+	return s, nil
 }
 
 func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
@@ -250,103 +185,112 @@ func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
 	_ = os.RemoveAll(filepath.Join(n.cfg.StateDir, "bundles", id))
 }
 
-// clearLocked destroys whatever s hosts. s.mu must be held.
-func (n *Node) clearLocked(ctx context.Context, s *slot) {
-	if s.containerID != "" {
-		n.destroy(ctx, s.sb, s.containerID)
-	}
-	s.containerID, s.actorUID, s.port = "", "", 0
-}
-
-// Checkpoint writes a full snapshot of the actor hosting worker into the
-// snapshot store and empties the worker. It returns the committed
-// snapshot's reference. Errors wrap ErrStale when actorUID is not hosted
-// there; on any error the worker is emptied too, since a failed checkpoint
-// may have stopped the sandbox.
-func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string) (string, error) {
-	s, ok := n.slots[worker]
-	if !ok {
-		return "", fmt.Errorf("%w: %s", ErrUnknownWorker, worker)
+// clearOp destroys whatever s hosts. s.opMu must be held.
+func (n *Node) clearOp(ctx context.Context, s *slot) {
+	s.mu.Lock()
+	id := s.containerID
+	s.stopping = true
+	s.mu.Unlock()
+	if id != "" {
+		n.destroy(ctx, s.sb, id)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.actorUID != actorUID {
-		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
-	}
-	ref, err := n.checkpointLocked(ctx, s, actorUID)
-	n.clearLocked(ctx, s)
-	return ref, err
-}
-
-func (n *Node) checkpointLocked(ctx context.Context, s *slot, owner string) (string, error) {
-	st, err := n.cfg.Snapshots.Stage(owner)
-	if err != nil {
-		return "", err
-	}
-	if err := n.cfg.Runtime.Checkpoint(ctx, s.sb, s.containerID, st.Dir); err != nil {
-		_ = n.cfg.Snapshots.Abort(st)
-		return "", fmt.Errorf("checkpoint: %w", err)
-	}
-	ref, err := n.cfg.Snapshots.Commit(st)
-	if err != nil {
-		_ = n.cfg.Snapshots.Abort(st)
-		return "", err
-	}
-	return ref, nil
+	s.containerID, s.actorUID, s.port, s.volumes = "", "", 0, nil
+	s.stopping, s.draining, s.inflight, s.drained = false, false, 0, nil
+	s.mu.Unlock()
 }
 
 // Stop destroys the actor's sandbox on worker; a no-op when the worker
 // hosts another actor or none.
 func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
-	s, ok := n.slots[worker]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownWorker, worker)
+	s, err := n.slot(worker)
+	if err != nil {
+		return err
 	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.actorUID == actorUID {
-		n.clearLocked(ctx, s)
+	mine := s.actorUID == actorUID
+	s.mu.Unlock()
+	if mine {
+		n.clearOp(ctx, s)
 	}
 	return nil
 }
 
-// BuildGolden boots spec on the node's build slot, waits for its wakeup
-// probe, and checkpoints it as the golden snapshot owned by ownerUID (the
-// template's uid). Builds are serialised; they never use a worker.
-func (n *Node) BuildGolden(ctx context.Context, ownerUID string, spec *atev1.ActorTemplateSpec) (string, error) {
-	s := n.build
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n.clearLocked(ctx, s)
-	_, id, err := n.startIn(ctx, s, ownerUID, spec, "")
-	if err != nil {
-		return "", fmt.Errorf("golden build: %w", err)
-	}
-	s.containerID = id
-	ref, err := n.checkpointLocked(ctx, s, ownerUID)
-	n.clearLocked(ctx, s)
-	if err != nil {
-		return "", fmt.Errorf("golden build: %w", err)
-	}
-	return ref, nil
-}
-
-// Shutdown destroys every container on the node.
+// Shutdown destroys every container on the node and stops exit watchers.
 func (n *Node) Shutdown(ctx context.Context) {
+	n.cancel()
 	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.build) {
-		s.mu.Lock()
-		n.clearLocked(ctx, s)
-		s.mu.Unlock()
+		s.opMu.Lock()
+		n.clearOp(ctx, s)
+		s.opMu.Unlock()
 	}
 }
 
-// assignment returns the actor uid and port worker hosts now.
-func (n *Node) assignment(worker string) (uid string, port int, sb sandbox.Slot, err error) {
-	s, ok := n.slots[worker]
-	if !ok {
-		return "", 0, sandbox.Slot{}, fmt.Errorf("%w: %s", ErrUnknownWorker, worker)
+// watch waits for container id in s to exit and reports it if nobody
+// ended it on purpose.
+func (n *Node) watch(s *slot, id, actorUID string) {
+	err := n.cfg.Runtime.Wait(n.ctx, s.sb, id)
+	if n.ctx.Err() != nil {
+		return
+	}
+	s.mu.Lock()
+	died := s.containerID == id && !s.stopping
+	s.mu.Unlock()
+	if !died {
+		return
+	}
+	n.log.Warn("sandbox exited on its own", "worker", s.name, "container", id, "err", err)
+	s.opMu.Lock()
+	s.mu.Lock()
+	still := s.containerID == id
+	s.mu.Unlock()
+	if still {
+		n.clearOp(n.ctx, s)
+	}
+	s.opMu.Unlock()
+	n.exitMu.Lock()
+	f := n.onExit
+	n.exitMu.Unlock()
+	if still && f != nil {
+		f(s.name, actorUID)
+	}
+}
+
+// enter admits one tunnel request for actorUID on worker. ok is false
+// when the worker does not host that actor or is draining it for a
+// checkpoint; otherwise release must be called when the request ends.
+func (n *Node) enter(worker, actorUID string) (t tunnelTarget, release func(), ok bool) {
+	s, err := n.slot(worker)
+	if err != nil || actorUID == "" {
+		return tunnelTarget{}, nil, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.actorUID, s.port, s.sb, nil
+	if s.actorUID != actorUID || s.draining {
+		return tunnelTarget{}, nil, false
+	}
+	s.inflight++
+	return tunnelTarget{worker: worker, container: s.containerID, port: s.port, sb: s.sb}, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.inflight--
+		if s.inflight == 0 && s.drained != nil {
+			close(s.drained)
+			s.drained = nil
+		}
+	}, true
+}
+
+// wasCut reports whether worker's last checkpoint cut requests off, so
+// the tunnel can answer them 503 + Retry-After instead of a bare 502.
+func (n *Node) wasCut(worker string) bool {
+	s, err := n.slot(worker)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut || s.draining
 }

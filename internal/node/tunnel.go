@@ -12,15 +12,21 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/sandbox"
 )
 
 type ctxKey int
 
 const targetKey ctxKey = iota
 
+// tunnelTarget is one admitted request's destination: the container, not
+// just the worker, so a pooled connection never outlives the sandbox it
+// was made to.
 type tunnelTarget struct {
-	worker string
-	port   int
+	worker    string
+	container string
+	port      int
+	sb        sandbox.Slot
 }
 
 // NewTunnel returns the worker tunnel: an HTTP handler that forwards each
@@ -32,11 +38,7 @@ func (n *Node) NewTunnel() http.Handler {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			t := ctx.Value(targetKey).(tunnelTarget)
-			_, _, sb, err := n.assignment(t.worker)
-			if err != nil {
-				return nil, err
-			}
-			return n.cfg.Runtime.DialContext(ctx, sb, t.port)
+			return n.cfg.Runtime.DialContext(ctx, t.sb, t.port)
 		},
 		// Connections are per worker and port; the key below keeps a
 		// pooled connection from going to another worker's sandbox.
@@ -47,8 +49,8 @@ func (n *Node) NewTunnel() http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey).(tunnelTarget)
 			// The URL host only keys the connection pool: one pool per
-			// worker and port, never shared across sandboxes.
-			pr.Out.URL = &url.URL{Scheme: "http", Host: t.worker + ".ate:" + strconv.Itoa(t.port),
+			// container and port, never shared across sandboxes.
+			pr.Out.URL = &url.URL{Scheme: "http", Host: t.container + ".ate:" + strconv.Itoa(t.port),
 				Path: pr.In.URL.Path, RawPath: pr.In.URL.RawPath, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(router.HeaderWorker)
@@ -61,19 +63,27 @@ func (n *Node) NewTunnel() http.Handler {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
-			n.log.WarnContext(r.Context(), "tunnel upstream", "worker", r.Header.Get(router.HeaderWorker), "err", err)
+			worker := r.Context().Value(targetKey).(tunnelTarget).worker
+			if n.wasCut(worker) {
+				// A checkpoint ended the request after its drain grace:
+				// the actor will be back, so say when to retry.
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "actor is being suspended; retry", http.StatusServiceUnavailable)
+				return
+			}
+			n.log.WarnContext(r.Context(), "tunnel upstream", "worker", worker, "err", err)
 			http.Error(w, "actor did not answer: "+err.Error(), http.StatusBadGateway)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		worker, uid := r.Header.Get(router.HeaderWorker), r.Header.Get(router.HeaderActorUID)
-		have, port, _, err := n.assignment(worker)
-		if err != nil || uid == "" || have != uid {
+		t, release, ok := n.enter(worker, uid)
+		if !ok {
 			n.log.DebugContext(r.Context(), "stale assignment", slog.String("worker", worker), slog.String("uid", uid))
 			http.Error(w, "worker "+worker+" does not host this actor now", http.StatusMisdirectedRequest)
 			return
 		}
-		ctx := context.WithValue(r.Context(), targetKey, tunnelTarget{worker: worker, port: port})
-		proxy.ServeHTTP(w, r.WithContext(ctx))
+		defer release()
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey, t)))
 	})
 }

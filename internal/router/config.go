@@ -17,6 +17,25 @@ const (
 	// enough to ride out a restore plus a wait for a worker to free up,
 	// short enough that clients and load balancers have not given up.
 	DefaultParkBudget = 30 * time.Second
+	// DefaultParkGrace is the extra wait for a request whose budget ran
+	// out while its actor was already being restored on a worker: a
+	// restore takes well under a second and a cold boot of an interpreter
+	// ~11 s (BENCHMARKS.md), so 10 s turns most late restores into
+	// answers instead of 503s without holding clients much longer.
+	DefaultParkGrace = 10 * time.Second
+	// DefaultRouteTimeout bounds the wait for an actor's response header,
+	// for templates that set none (route_timeout_seconds).
+	DefaultRouteTimeout = 5 * time.Minute
+	// DefaultStreamIdleTimeout bounds the silence in a streaming response
+	// or WebSocket, for templates that set none
+	// (stream_idle_timeout_seconds).
+	DefaultStreamIdleTimeout = 5 * time.Minute
+	// DefaultIdleCheckInterval is how often idle actors are looked for:
+	// an actor is put away between idle.after and idle.after plus this.
+	DefaultIdleCheckInterval = time.Second
+	// DefaultActivityInterval is how often observed activity is reported
+	// to the control plane; last activity is shown with this resolution.
+	DefaultActivityInterval = 2 * time.Second
 )
 
 // tunnelDialTimeout bounds connecting to a worker tunnel. Tunnels are on the
@@ -40,6 +59,25 @@ type Config struct {
 	// looked up and resumed; it also bounds the shared resume call.
 	// Default DefaultParkBudget.
 	ParkBudget time.Duration
+	// ParkGrace is the most a request waits beyond ParkBudget when, as the
+	// budget runs out, its actor has already been given a worker (the
+	// restore is under way). Default DefaultParkGrace.
+	ParkGrace time.Duration
+	// RouteTimeout and StreamIdleTimeout apply to actors whose template
+	// sets no timeout of its own (see Policy). Defaults
+	// DefaultRouteTimeout and DefaultStreamIdleTimeout.
+	RouteTimeout      time.Duration
+	StreamIdleTimeout time.Duration
+	// Idler puts actors away once idle (Policy.IdleAfter); nil disables
+	// idle handling.
+	Idler Idler
+	// Activity receives activity reports every ActivityInterval; nil
+	// disables them.
+	Activity ActivityRecorder
+	// IdleCheckInterval and ActivityInterval pace Handler.Start's loop.
+	// Defaults DefaultIdleCheckInterval and DefaultActivityInterval.
+	IdleCheckInterval time.Duration
+	ActivityInterval  time.Duration
 	// Transport carries proxied requests to worker tunnels. Default: a
 	// clone of http.DefaultTransport tuned for tunnels (no environment
 	// proxy, no transparent compression, short dial timeout).
@@ -57,10 +95,29 @@ func (c Config) withDefaults() Config {
 	if c.ParkBudget <= 0 {
 		c.ParkBudget = DefaultParkBudget
 	}
+	c.ParkGrace = orDefault(c.ParkGrace, DefaultParkGrace)
+	c.RouteTimeout = orDefault(c.RouteTimeout, DefaultRouteTimeout)
+	c.StreamIdleTimeout = orDefault(c.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	c.IdleCheckInterval = orDefault(c.IdleCheckInterval, DefaultIdleCheckInterval)
+	c.ActivityInterval = orDefault(c.ActivityInterval, DefaultActivityInterval)
 	if c.Transport == nil {
 		c.Transport = newTunnelTransport()
 	}
 	return c
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// withDefaults returns p with its zero timeouts replaced by cfg's.
+func (p Policy) withDefaults(cfg Config) Policy {
+	p.RouteTimeout = orDefault(p.RouteTimeout, cfg.RouteTimeout)
+	p.StreamIdleTimeout = orDefault(p.StreamIdleTimeout, cfg.StreamIdleTimeout)
+	return p
 }
 
 // newTunnelTransport returns the default transport to worker tunnels.
@@ -78,7 +135,10 @@ func newTunnelTransport() *http.Transport {
 	// per host would make concurrent requests to it churn connections.
 	t.MaxIdleConnsPerHost = 64
 	t.MaxIdleConns = 1024
-	// Tunnels speak cleartext HTTP/1.1.
+	// Tunnels speak cleartext HTTP/1.1, which carries upgrades
+	// (WebSocket) and full-duplex bodies.
 	t.ForceAttemptHTTP2 = false
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
 	return t
 }

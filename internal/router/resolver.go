@@ -2,12 +2,14 @@ package router
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"substrate.dev/ate/internal/names"
 )
 
 // Target is where an actor's traffic goes right now: the worker tunnel that
-// fronts the worker the actor is assigned to.
+// fronts the worker the actor is assigned to. Targets are comparable.
 type Target struct {
 	Actor names.ActorKey
 	// UID identifies this incarnation of the actor; the tunnel rejects a
@@ -16,6 +18,35 @@ type Target struct {
 	// Worker is the worker's name; TunnelAddr the tunnel's host:port.
 	Worker     string
 	TunnelAddr string
+	// Policy is the routing policy of the actor's template.
+	Policy Policy
+}
+
+// IdleAction is what the router does with an actor idle for
+// Policy.IdleAfter.
+type IdleAction string
+
+const (
+	// IdlePause checkpoints the actor to its node's disk (Control.PauseActor).
+	IdlePause IdleAction = "pause"
+	// IdleSuspend checkpoints it to the snapshot store (Control.SuspendActor).
+	IdleSuspend IdleAction = "suspend"
+)
+
+// Policy is the part of an actor's template the router enforces. Zero
+// durations mean the router's defaults (Config); it is comparable.
+type Policy struct {
+	// RouteTimeout bounds the wait for the actor's response header once
+	// the request has been sent to its worker. 0: Config.RouteTimeout.
+	RouteTimeout time.Duration
+	// StreamIdleTimeout bounds the silence in a response body or an
+	// upgraded connection (both directions). 0: Config.StreamIdleTimeout.
+	StreamIdleTimeout time.Duration
+	// IdleAfter is how long the actor may go without traffic (no request
+	// in flight, no open stream or WebSocket) before IdleAction is taken;
+	// 0 disables idle handling.
+	IdleAfter  time.Duration
+	IdleAction IdleAction
 }
 
 // Resolver finds and wakes actors. Implementations are safe for concurrent
@@ -30,6 +61,36 @@ type Resolver interface {
 	// Resume wakes the actor (waiting for a free worker until ctx ends) and
 	// returns its target once it is RUNNING and ready.
 	Resume(ctx context.Context, key names.ActorKey) (Target, error)
+	// Assigned reports whether a worker has been claimed for the actor:
+	// it is being restored on one (RESUMING) or is RUNNING.
+	Assigned(ctx context.Context, key names.ActorKey) (bool, error)
+}
+
+// ErrPauseUnsupported is returned by Idler.Pause when the control plane
+// cannot pause actors; the router then suspends instead.
+var ErrPauseUnsupported = errors.New("pause is not supported by the control plane")
+
+// Idler puts idle actors away. Implementations are safe for concurrent use.
+type Idler interface {
+	// Pause checkpoints a RUNNING actor to its node's disk and frees its
+	// worker. Errors: ErrPauseUnsupported (wrapped), or the control
+	// plane's gRPC status errors.
+	Pause(ctx context.Context, key names.ActorKey) error
+	// Suspend checkpoints a RUNNING actor to the snapshot store and frees
+	// its worker; a SUSPENDED actor is left alone.
+	Suspend(ctx context.Context, key names.ActorKey) error
+}
+
+// Activity is when the router last saw traffic for an actor.
+type Activity struct {
+	Actor names.ActorKey
+	Last  time.Time
+}
+
+// ActivityRecorder receives the router's activity reports (shown as the
+// actor's last activity). Implementations are safe for concurrent use.
+type ActivityRecorder interface {
+	RecordActivity(ctx context.Context, acts []Activity) error
 }
 
 // Tunnel protocol headers: the router names the worker and the actor

@@ -47,6 +47,17 @@ type Spec struct {
 	// BundleDir is a directory the runtime may use for the OCI bundle of
 	// this container; the caller removes it after Destroy.
 	BundleDir string
+	// Mounts are host directories bind-mounted into the container (durable
+	// volumes, the identity directory). Their contents live on the host,
+	// not in the checkpoint; a restore must be given mounts with the same
+	// destinations.
+	Mounts []Mount
+}
+
+// Mount bind-mounts the host directory Source at Destination.
+type Mount struct {
+	Source, Destination string
+	ReadOnly            bool
 }
 
 // Runtime is a sandbox class. Implementations are safe for concurrent use
@@ -68,6 +79,10 @@ type Runtime interface {
 	// DialContext opens a TCP connection to port on the container's
 	// interior address.
 	DialContext(ctx context.Context, slot Slot, port int) (net.Conn, error)
+	// Wait blocks until container id exits (for whatever reason: its
+	// process ended, it was checkpointed or destroyed) or ctx ends. The
+	// node uses it to notice sandboxes that die on their own.
+	Wait(ctx context.Context, slot Slot, id string) error
 }
 
 // ErrRestoreFailed marks a Restore that failed because of the checkpoint

@@ -24,6 +24,16 @@ import (
 // ManifestName is written last into every complete snapshot.
 const ManifestName = "manifest.json"
 
+// Snapshot scopes (DESIGN.md glossary).
+const (
+	ScopeFull = "Full"
+	ScopeData = "Data"
+)
+
+// VolumesDir is the subdirectory of a snapshot that holds a copy of each
+// durable volume, one directory per volume name.
+const VolumesDir = "volumes"
+
 // ErrNotFound: no complete snapshot has that reference.
 var ErrNotFound = errors.New("snapshot not found")
 
@@ -41,7 +51,8 @@ type Manifest struct {
 	// Ref is "<owner>/<id>".
 	Ref        string    `json:"ref"`
 	CreateTime time.Time `json:"createTime"`
-	// Scope is "Full" (memory and root filesystem) for now.
+	// Scope is ScopeFull (memory, root filesystem overlay and volumes) or
+	// ScopeData (volumes only: resuming it cold-boots the image).
 	Scope string `json:"scope"`
 	Files []File `json:"files"`
 }
@@ -88,23 +99,23 @@ func (l *Local) Abort(s *Staged) error { return os.RemoveAll(s.Dir) }
 // Commit makes every staged file durable, writes the manifest last, and
 // moves the snapshot to its final place. It returns the reference to store
 // in the actor's record; only after Commit returns may the pointer move.
-func (l *Local) Commit(s *Staged) (string, error) {
+func (l *Local) Commit(s *Staged, scope string) (string, error) {
 	ref := s.Owner + "/" + s.ID
-	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: "Full"}
-	entries, err := os.ReadDir(s.Dir)
-	if err != nil {
-		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
+	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: scope}
+	err := filepath.WalkDir(s.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
 		}
-		p := filepath.Join(s.Dir, e.Name())
 		size, err := syncFile(p)
 		if err != nil {
-			return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
+			return err
 		}
-		m.Files = append(m.Files, File{Name: e.Name(), Size: size})
+		rel, _ := filepath.Rel(s.Dir, p)
+		m.Files = append(m.Files, File{Name: filepath.ToSlash(rel), Size: size})
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -127,31 +138,83 @@ func (l *Local) Commit(s *Staged) (string, error) {
 }
 
 // Open checks that ref is complete and its files have the sizes its
-// manifest records, and returns its directory. Errors wrap ErrNotFound or
-// ErrCorrupt.
-func (l *Local) Open(ref string) (string, error) {
+// manifest records, and returns its directory and manifest. Errors wrap
+// ErrNotFound or ErrCorrupt.
+func (l *Local) Open(ref string) (string, *Manifest, error) {
 	dir, err := l.path(ref)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, ref)
+		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return "", fmt.Errorf("%w: %s: manifest: %v", ErrCorrupt, ref, err)
+		return "", nil, fmt.Errorf("%w: %s: manifest: %v", ErrCorrupt, ref, err)
 	}
 	for _, f := range m.Files {
-		st, err := os.Stat(filepath.Join(dir, f.Name))
+		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Name)))
 		if err != nil || st.Size() != f.Size {
-			return "", fmt.Errorf("%w: %s: file %s missing or not %d bytes", ErrCorrupt, ref, f.Name, f.Size)
+			return "", nil, fmt.Errorf("%w: %s: file %s missing or not %d bytes", ErrCorrupt, ref, f.Name, f.Size)
 		}
 	}
-	return dir, nil
+	return dir, &m, nil
+}
+
+// List returns the reference of every committed snapshot and removes
+// leftovers of staging (a crash between Stage and Commit), for garbage
+// collection at start-up, when nothing is being written.
+func (l *Local) List() ([]string, error) {
+	if err := os.RemoveAll(filepath.Join(l.dir, ".staging")); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(l.dir, ".staging"), 0o700); err != nil {
+		return nil, err
+	}
+	owners, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, o := range owners {
+		if !o.IsDir() || strings.HasPrefix(o.Name(), ".") {
+			continue
+		}
+		ids, err := os.ReadDir(filepath.Join(l.dir, o.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			refs = append(refs, o.Name()+"/"+id.Name())
+		}
+		if len(ids) == 0 {
+			_ = os.Remove(filepath.Join(l.dir, o.Name()))
+		}
+	}
+	return refs, nil
+}
+
+// Import copies the complete snapshot at srcDir (another store's, e.g. a
+// node's paused copy) into this store as a new snapshot of owner and
+// returns its reference: the "upload" of a paused snapshot.
+func (l *Local) Import(owner, srcDir string, scope string) (string, error) {
+	st, err := l.Stage(owner)
+	if err != nil {
+		return "", err
+	}
+	err = CopyTree(st.Dir, srcDir, func(rel string) bool { return rel == ManifestName })
+	if err == nil {
+		var ref string
+		if ref, err = l.Commit(st, scope); err == nil {
+			return ref, nil
+		}
+	}
+	_ = l.Abort(st)
+	return "", fmt.Errorf("import snapshot from %s: %w", srcDir, err)
 }
 
 // Delete removes snapshot ref; deleting a missing one succeeds.

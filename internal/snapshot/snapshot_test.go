@@ -20,14 +20,14 @@ func TestCommitOpenDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not visible before Commit.
-	if _, err := l.Open("actor-uid/" + st.ID); !errors.Is(err, ErrNotFound) {
+	if _, _, err := l.Open("actor-uid/" + st.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("staged snapshot visible: %v", err)
 	}
-	ref, err := l.Commit(st)
+	ref, err := l.Commit(st, ScopeFull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := l.Open(ref)
+	dir, _, err := l.Open(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +38,13 @@ func TestCommitOpenDelete(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Open(ref); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := l.Open(ref); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Open of truncated snapshot = %v, want ErrCorrupt", err)
 	}
 	if err := l.Delete(ref); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
+	if _, _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Open after delete = %v", err)
 	}
 }
@@ -56,7 +56,7 @@ func TestBadRefs(t *testing.T) {
 	}
 	for _, ref := range []string{"", "a", "a/", "/b", "../x", "a/../b", ".staging/x", "a/b/c"} {
 		t.Run(ref, func(t *testing.T) {
-			if _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
+			if _, _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Open(%q) = %v, want ErrNotFound", ref, err)
 			}
 		})

@@ -38,6 +38,8 @@ const (
 	Resuming   ActorState = "RESUMING"
 	Running    ActorState = "RUNNING"
 	Suspending ActorState = "SUSPENDING"
+	Pausing    ActorState = "PAUSING"
+	Paused     ActorState = "PAUSED"
 	Crashed    ActorState = "CRASHED"
 	Deleting   ActorState = "DELETING"
 )
@@ -81,9 +83,13 @@ type Actor struct {
 	// Worker holds the worker's name while the actor owns it (RESUMING,
 	// RUNNING, SUSPENDING). Clearing it in UpdateActor frees the worker.
 	Worker string `json:"worker,omitempty"`
-	// Snapshot is the id of the latest complete snapshot, empty until the
-	// first suspend.
-	Snapshot       string            `json:"snapshot,omitempty"`
+	// Snapshot is the id of the latest complete durable snapshot, empty
+	// until the first suspend.
+	Snapshot string `json:"snapshot,omitempty"`
+	// PausedSnapshot and Node locate a PAUSED actor's checkpoint on a
+	// node's disk; it is newer than Snapshot.
+	PausedSnapshot string            `json:"pausedSnapshot,omitempty"`
+	Node           string            `json:"node,omitempty"`
 	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
 	Message        string            `json:"message,omitempty"`
 	// Version increases by one on every write; CAS compares it.
@@ -152,12 +158,16 @@ type Store interface {
 	// UpdateActor writes a if the stored record has a's UID and Version
 	// (else ErrConflict) and returns it with Version+1. If a.Worker no
 	// longer names the worker the stored record held, that worker is freed
-	// in the same transaction.
+	// in the same transaction. a.Worker may keep or clear the stored
+	// worker, never name another, and a kept worker must still be held by
+	// the actor (else ErrConflict): an actor never points at a worker it
+	// does not hold.
 	UpdateActor(ctx context.Context, a *Actor) (*Actor, error)
 	// ClaimWorker atomically picks a free worker whose labels match a's
-	// WorkerSelector, assigns it to a, and writes a as RESUMING on it, CAS
-	// on a's UID and Version. ErrNoFreeWorker when none is free.
-	ClaimWorker(ctx context.Context, a *Actor) (*Actor, *Worker, error)
+	// WorkerSelector (and, if node is set, on that node), assigns it to a,
+	// and writes a as RESUMING on it, CAS on a's UID and Version.
+	// ErrNoFreeWorker when none is free.
+	ClaimWorker(ctx context.Context, a *Actor, node string) (*Actor, *Worker, error)
 	// DeleteActor deletes the actor if UID and Version match, freeing any
 	// worker it holds.
 	DeleteActor(ctx context.Context, a *Actor) error
@@ -170,6 +180,9 @@ type Store interface {
 	// ReleaseWorker frees the worker if actorUID holds it; a no-op
 	// otherwise.
 	ReleaseWorker(ctx context.Context, name, actorUID string) error
+	// DeleteWorker unregisters a worker (its node lost it). An actor that
+	// still points at it keeps doing so until its workflow notices.
+	DeleteWorker(ctx context.Context, name string) error
 
 	// AcquireLease takes key's lease for holder for ttl if it is free,
 	// expired or already holder's, returning it with a new token.

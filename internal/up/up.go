@@ -90,6 +90,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// Paused checkpoints stay on this node's disk, apart from the
+	// durable store (which would be S3 or shared storage in a cluster).
+	paused, err := snapshot.NewLocal(filepath.Join(dataDir, "node", "paused"))
+	if err != nil {
+		return err
+	}
 	rt, err := gvisor.New(gvisor.Config{RunscPath: cfg.RunscPath, RootDir: filepath.Join("/run/ate", cfg.WorkerPrefix), Logger: log})
 	if err != nil {
 		return err
@@ -108,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 	nd, err := node.New(ctx, node.Config{
 		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: "gvisor",
 		Runtime: rt, Setup: netns.Ensure, Images: image.NewCache(filepath.Join(dataDir, "images"), log),
-		Snapshots: snaps, StateDir: dataDir, TunnelAddr: ts.Addr(), Logger: log,
+		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dataDir, "node"), TunnelAddr: ts.Addr(), Logger: log,
 	})
 	if err != nil {
 		return err
@@ -121,6 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	holder, _ := os.Hostname()
 	lc := lifecycle.New(st, nd, snaps, fmt.Sprintf("%s/%d", holder, os.Getpid()), log)
+	nd.SetExitHandler(lc.WorkerExited)
 	if err := lc.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

@@ -206,6 +206,15 @@ func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) err
 	return nil
 }
 
+// Wait blocks in `runsc wait` until container id exits or ctx ends. An
+// unknown id returns at once with an error.
+func (r *Runtime) Wait(ctx context.Context, slot sandbox.Slot, id string) error {
+	if _, err := r.command(ctx, "wait", id); err != nil {
+		return fmt.Errorf("gvisor: wait %s in %s: %w", id, slot.Name, err)
+	}
+	return nil
+}
+
 // DialContext connects to port on the sandbox's interior address from the
 // slot's outer namespace. The caller owns the returned conn.
 func (r *Runtime) DialContext(ctx context.Context, slot sandbox.Slot, port int) (net.Conn, error) {

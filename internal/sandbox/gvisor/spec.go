@@ -105,6 +105,21 @@ func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
 		cwd = "/"
 	}
 	netns := ociNamespace{Type: "network", Path: slot.NetNSPath}
+	mounts := []ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		// Sandbox-internal tmpfs: lives in sentry memory, so it is
+		// checkpointed with the process.
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+	}
+	for _, m := range spec.Mounts {
+		opts := []string{"rbind", "rw"}
+		if m.ReadOnly {
+			opts[1] = "ro"
+		}
+		mounts = append(mounts, ociMount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
 	return ociSpec{
 		OCIVersion: "1.0.0",
 		Process: ociProcess{
@@ -123,14 +138,7 @@ func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
 		},
 		Root:     ociRoot{Path: spec.RootFS, Readonly: false},
 		Hostname: hostname,
-		Mounts: []ociMount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			// Sandbox-internal tmpfs: lives in sentry memory, so it is
-			// checkpointed with the process.
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-		},
+		Mounts:   mounts,
 		Linux: ociLinux{Namespaces: []ociNamespace{
 			{Type: "pid"}, netns, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
 		}},

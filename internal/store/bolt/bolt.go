@@ -341,6 +341,12 @@ func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor
 		if err != nil {
 			return err
 		}
+		if a.Worker != "" {
+			w, err := get[store.Worker](tx.Bucket(bWorkers), []byte(a.Worker))
+			if a.Worker != cur.Worker || err != nil || w.ActorUID != a.UID {
+				return fmt.Errorf("actor %s: worker %s is not held by it: %w", a.Key(), a.Worker, store.ErrConflict)
+			}
+		}
 		if cur.Worker != "" && cur.Worker != a.Worker {
 			if err := release(tx, cur.Worker, cur.UID); err != nil {
 				return err
@@ -355,7 +361,7 @@ func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor
 }
 
 // ClaimWorker implements store.Store.
-func (s *Store) ClaimWorker(_ context.Context, a *store.Actor) (outA *store.Actor, outW *store.Worker, err error) {
+func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (outA *store.Actor, outW *store.Worker, err error) {
 	err = s.db.Update(func(tx *bbolt.Tx) error {
 		if _, err := casActor(tx, a); err != nil {
 			return err
@@ -366,7 +372,7 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor) (outA *store.Acto
 			if err != nil {
 				return fmt.Errorf("free worker %s: %w", k, err)
 			}
-			if !store.MatchLabels(a.WorkerSelector, w.Labels) {
+			if !store.MatchLabels(a.WorkerSelector, w.Labels) || (node != "" && w.Node != node) {
 				continue
 			}
 			w.ActorUID, w.Actor = a.UID, a.Key()
@@ -459,6 +465,16 @@ func (s *Store) ListWorkers(_ context.Context) (out []*store.Worker, err error) 
 		})
 	})
 	return out, err
+}
+
+// DeleteWorker implements store.Store.
+func (s *Store) DeleteWorker(_ context.Context, name string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		if err := tx.Bucket(bFree).Delete([]byte(name)); err != nil {
+			return err
+		}
+		return tx.Bucket(bWorkers).Delete([]byte(name))
+	})
 }
 
 // ReleaseWorker implements store.Store.

@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClaimWorker", testClaimWorker},
 		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
 		{"Leases", testLeases},
+		{"WorkerInvariant", testWorkerInvariant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
@@ -178,30 +179,31 @@ func testClaimWorker(t *testing.T, s store.Store) {
 	must(t, s.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n", Labels: map[string]string{"pool": "a"}}))
 	must(t, s.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n", Labels: map[string]string{"pool": "b"}}))
 	a := newActor(t, s, "a", map[string]string{"pool": "b"})
-	ra, w, err := s.ClaimWorker(ctx, a)
+	ra, w, err := s.ClaimWorker(ctx, a, "")
 	must(t, err)
 	if w.Name != "w1" || ra.State != store.Resuming || ra.Worker != "w1" || w.ActorUID != a.UID {
 		t.Fatalf("claim = %+v %+v", ra, w)
 	}
-	_, _, err = s.ClaimWorker(ctx, a) // stale version
+	_, _, err = s.ClaimWorker(ctx, a, "") // stale version
 	wantErr(t, err, store.ErrConflict)
 	b := newActor(t, s, "b", map[string]string{"pool": "b"})
-	_, _, err = s.ClaimWorker(ctx, b)
+	_, _, err = s.ClaimWorker(ctx, b, "")
 	wantErr(t, err, store.ErrNoFreeWorker)
 	// Re-registering a claimed worker keeps its assignment.
 	must(t, s.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n", Labels: map[string]string{"pool": "b"}}))
-	_, _, err = s.ClaimWorker(ctx, b)
+	_, _, err = s.ClaimWorker(ctx, b, "")
 	wantErr(t, err, store.ErrNoFreeWorker)
 	// Clearing Worker in an update frees it.
 	ra.State, ra.Worker = store.Suspended, ""
 	_, err = s.UpdateActor(ctx, ra)
 	must(t, err)
-	_, w, err = s.ClaimWorker(ctx, b)
+	_, w, err = s.ClaimWorker(ctx, b, "")
 	must(t, err)
 	if w.Name != "w1" {
 		t.Fatalf("b claimed %s, want w1", w.Name)
 	}
 	// Release by a non-holder is a no-op; by the holder frees.
+	_ = ra
 	must(t, s.ReleaseWorker(ctx, "w1", a.UID))
 	if got, _ := s.GetWorker(ctx, "w1"); got.ActorUID != b.UID {
 		t.Fatalf("w1 holder = %q, want %q", got.ActorUID, b.UID)
@@ -227,7 +229,7 @@ func testClaimWorkerConcurrent(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for _, a := range actors {
 		wg.Go(func() {
-			_, w, err := s.ClaimWorker(ctx, a)
+			_, w, err := s.ClaimWorker(ctx, a, "")
 			if errors.Is(err, store.ErrNoFreeWorker) {
 				return
 			}
@@ -278,4 +280,35 @@ func testLeases(t *testing.T, s store.Store) {
 		}
 	}
 	must(t, err)
+}
+
+// testWorkerInvariant: an actor can never be written as holding a worker
+// that was deleted or claimed by someone else, and node preference holds.
+func testWorkerInvariant(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n0"}))
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n1"}))
+	a := newActor(t, s, "a", nil)
+	ra, w, err := s.ClaimWorker(ctx, a, "n1")
+	must(t, err)
+	if w.Name != "w1" {
+		t.Fatalf("claim on node n1 got %s", w.Name)
+	}
+	must(t, s.DeleteWorker(ctx, "w1"))
+	running := *ra
+	running.State = store.Running
+	_, err = s.UpdateActor(ctx, &running)
+	wantErr(t, err, store.ErrConflict)
+	other := *ra
+	other.Worker = "w0" // never point at a worker it did not claim
+	_, err = s.UpdateActor(ctx, &other)
+	wantErr(t, err, store.ErrConflict)
+	back := *ra
+	back.State, back.Worker = store.Suspended, ""
+	_, err = s.UpdateActor(ctx, &back)
+	must(t, err)
+	b := newActor(t, s, "b", nil)
+	_, _, err = s.ClaimWorker(ctx, b, "n1")
+	wantErr(t, err, store.ErrNoFreeWorker)
 }

@@ -23,6 +23,20 @@ func main() {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		}
 	})
+	// /put?p=PATH&v=V writes V to PATH; /cat?p=PATH reads it (mounts).
+	http.HandleFunc("/put", func(w http.ResponseWriter, r *http.Request) {
+		if err := os.WriteFile(r.URL.Query().Get("p"), []byte(r.URL.Query().Get("v")), 0o644); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	http.HandleFunc("/cat", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("p"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	})
 	http.HandleFunc("/read", func(w http.ResponseWriter, r *http.Request) {
 		b, err := os.ReadFile("/written")
 		if err != nil {

@@ -1,0 +1,165 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// DefaultDrainGrace is how long in-flight requests may run before a
+// checkpoint cuts them off, when the template sets none.
+const DefaultDrainGrace = 10 * time.Second
+
+// CheckpointOptions say where a checkpoint goes and what it holds.
+type CheckpointOptions struct {
+	// Paused keeps the checkpoint in the node's paused store instead of
+	// the durable snapshot store.
+	Paused bool
+	// Scope is snapshot.ScopeFull or snapshot.ScopeData.
+	Scope string
+	// Grace bounds the wait for in-flight requests; 0 means
+	// DefaultDrainGrace.
+	Grace time.Duration
+}
+
+// Checkpoint drains the worker (new requests are refused with 421 so the
+// router holds them; in-flight ones get up to opts.Grace), writes a
+// snapshot of the actor and empties the worker. It returns the committed
+// snapshot's reference. Errors wrap ErrStale when actorUID is not hosted
+// there; on any error the worker is emptied too, since a failed checkpoint
+// may have stopped the sandbox.
+func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts CheckpointOptions) (string, error) {
+	s, err := n.slot(worker)
+	if err != nil {
+		return "", err
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	if s.actorUID != actorUID {
+		s.mu.Unlock()
+		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
+	}
+	s.mu.Unlock()
+	n.drain(ctx, s, opts.Grace)
+	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
+	n.clearOp(ctx, s)
+	return ref, err
+}
+
+// drain stops admitting requests and waits until in-flight ones end or
+// grace passes; whatever is still running is cut off by the checkpoint.
+func (n *Node) drain(ctx context.Context, s *slot, grace time.Duration) {
+	if grace <= 0 {
+		grace = DefaultDrainGrace
+	}
+	s.mu.Lock()
+	s.draining = true
+	if s.inflight == 0 {
+		s.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	s.drained = done
+	s.mu.Unlock()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.mu.Lock()
+		s.cut = s.inflight > 0
+		s.mu.Unlock()
+		n.log.WarnContext(ctx, "drain grace over, cutting requests off", "worker", s.name, "grace", grace)
+	case <-ctx.Done():
+	}
+}
+
+// checkpointOp writes s's container into a new snapshot. s.opMu is held.
+func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts CheckpointOptions) (string, error) {
+	store := n.cfg.Snapshots
+	if opts.Paused {
+		store = n.cfg.Paused
+	}
+	st, err := store.Stage(owner)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	id, vols := s.containerID, s.volumes
+	s.stopping = true
+	s.mu.Unlock()
+	if opts.Scope == snapshot.ScopeData {
+		// Volumes only: the container just stops.
+		n.destroy(ctx, s.sb, id)
+	} else if err := n.cfg.Runtime.Checkpoint(ctx, s.sb, id, st.Dir); err != nil {
+		_ = store.Abort(st)
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	// The container has stopped, so the volumes are quiescent.
+	for _, v := range vols {
+		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {
+			_ = store.Abort(st)
+			return "", fmt.Errorf("copy volume %s: %w", v.name, err)
+		}
+	}
+	ref, err := store.Commit(st, opts.Scope)
+	if err != nil {
+		_ = store.Abort(st)
+		return "", err
+	}
+	return ref, nil
+}
+
+// Upload copies a paused checkpoint into the durable snapshot store and
+// returns the new durable reference; scope Data uploads only the volumes
+// (a template's onSuspend may hold less than its onPause). The paused
+// copy stays until DeletePaused.
+func (n *Node) Upload(_ context.Context, pausedRef, owner, scope string) (string, error) {
+	dir, m, err := n.cfg.Paused.Open(pausedRef)
+	if err != nil {
+		return "", err
+	}
+	if m.Scope == snapshot.ScopeData {
+		scope = snapshot.ScopeData
+	}
+	if scope == snapshot.ScopeData {
+		vols := filepath.Join(dir, snapshot.VolumesDir)
+		st, err := n.cfg.Snapshots.Stage(owner)
+		if err != nil {
+			return "", err
+		}
+		if _, serr := os.Stat(vols); serr == nil {
+			err = snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir), vols, nil)
+		}
+		var ref string
+		if err == nil {
+			ref, err = n.cfg.Snapshots.Commit(st, snapshot.ScopeData)
+		}
+		if err != nil {
+			_ = n.cfg.Snapshots.Abort(st)
+		}
+		return ref, err
+	}
+	return n.cfg.Snapshots.Import(owner, dir, snapshot.ScopeFull)
+}
+
+// DeletePaused removes a paused checkpoint from this node's disk.
+func (n *Node) DeletePaused(ref string) error { return n.cfg.Paused.Delete(ref) }
+
+// ForgetActor removes an actor's files on this node (identity, volumes,
+// log, paused checkpoints) after it was deleted.
+func (n *Node) ForgetActor(actorUID string) {
+	for _, p := range []string{
+		filepath.Join(n.cfg.StateDir, "identity", actorUID),
+		filepath.Join(n.cfg.StateDir, "volumes", actorUID),
+		filepath.Join(n.cfg.StateDir, "logs", actorUID+".log"),
+	} {
+		_ = os.RemoveAll(p)
+	}
+	_ = n.cfg.Paused.DeleteOwner(actorUID)
+}

@@ -1,0 +1,234 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// IdentityDir is where every actor finds its identity files, rewritten
+// before every boot and restore: actor-name, atespace, actor-uid (no
+// trailing newline).
+const IdentityDir = "/run/ate"
+
+// StartRequest asks a worker to host an actor.
+type StartRequest struct {
+	Worker   string
+	ActorUID string
+	Atespace string
+	Name     string
+	Spec     *atev1.ActorTemplateSpec
+	// Snapshot is the reference to restore; empty means a cold boot.
+	// Paused says it is in the node's paused store, not the durable one.
+	Snapshot string
+	Paused   bool
+}
+
+type volume struct{ name, hostDir string }
+
+// Start brings the actor up on the worker and returns once its wakeup probe
+// passes. A Data-scope snapshot restores only the volumes and cold-boots.
+// Errors wrap ErrStartFailed (plus sandbox.ErrRestoreFailed,
+// snapshot.ErrCorrupt… where they apply) or ErrUnknownWorker.
+func (n *Node) Start(ctx context.Context, req StartRequest) error {
+	s, err := n.slot(req.Worker)
+	if err != nil {
+		return err
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	n.clearOp(ctx, s)
+	id, err := n.startIn(ctx, s, req)
+	if err != nil {
+		n.log.WarnContext(ctx, "start failed", "actor", req.Name, "atespace", req.Atespace, "worker", req.Worker, "snapshot", req.Snapshot, "err", err)
+		return fmt.Errorf("%w: actor %s/%s on worker %s: %w", ErrStartFailed, req.Atespace, req.Name, req.Worker, err)
+	}
+	go n.watch(s, id, req.ActorUID)
+	return nil
+}
+
+// startIn boots or restores req in s and waits for the wakeup probe. On
+// failure the slot is left empty. It returns the container id.
+func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, error) {
+	spec := req.Spec
+	if len(spec.GetContainers()) != 1 {
+		return "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
+	}
+	c := spec.GetContainers()[0]
+	img, err := n.cfg.Images.Ensure(ctx, c.GetImage())
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", c.GetImage(), err)
+	}
+	snapDir, scope := "", snapshot.ScopeFull
+	if req.Snapshot != "" {
+		store := n.cfg.Snapshots
+		if req.Paused {
+			store = n.cfg.Paused
+		}
+		dir, m, err := store.Open(req.Snapshot)
+		if err != nil {
+			return "", err
+		}
+		snapDir, scope = dir, m.Scope
+	}
+	vols, err := n.prepareVolumes(req.ActorUID, spec, snapDir)
+	if err != nil {
+		return "", err
+	}
+	sspec, err := n.containerSpec(req, c, img, vols)
+	if err != nil {
+		return "", err
+	}
+	port := trafficPort(c, img)
+	s.mu.Lock()
+	s.containerID, s.volumes, s.cut = sspec.ID, vols, false
+	s.mu.Unlock()
+	if snapDir == "" || scope == snapshot.ScopeData {
+		err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
+	} else {
+		err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
+	}
+	if err == nil {
+		err = n.probe(ctx, s.sb, spec, port)
+	}
+	if err != nil {
+		n.clearOp(ctx, s)
+		return "", err
+	}
+	s.mu.Lock()
+	s.actorUID, s.port = req.ActorUID, port
+	s.mu.Unlock()
+	return sspec.ID, nil
+}
+
+func trafficPort(c *atev1.ContainerSpec, img *image.Image) int {
+	if len(c.GetPorts()) > 0 {
+		return int(c.GetPorts()[0])
+	}
+	if len(img.Config.ExposedPorts) > 0 {
+		return img.Config.ExposedPorts[0]
+	}
+	return 8080
+}
+
+// prepareVolumes makes each durable volume's host directory hold the
+// snapshot's copy (the snapshot is authoritative: a revert brings volumes
+// back too), or creates it empty when there is no snapshot.
+func (n *Node) prepareVolumes(ownerUID string, spec *atev1.ActorTemplateSpec, snapDir string) ([]volume, error) {
+	var vols []volume
+	for _, v := range spec.GetVolumes() {
+		host := filepath.Join(n.cfg.StateDir, "volumes", ownerUID, v.GetName())
+		src := filepath.Join(snapDir, snapshot.VolumesDir, v.GetName())
+		if _, err := os.Stat(src); snapDir != "" && err == nil {
+			if err := snapshot.ReplaceTree(host, src); err != nil {
+				return nil, fmt.Errorf("restore volume %s: %w", v.GetName(), err)
+			}
+		} else if err := os.MkdirAll(host, 0o755); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", v.GetName(), err)
+		}
+		vols = append(vols, volume{name: v.GetName(), hostDir: host})
+	}
+	return vols, nil
+}
+
+// writeIdentity rewrites the actor's identity files before every boot or
+// restore; a restore from a golden snapshot must read its own name.
+func (n *Node) writeIdentity(req StartRequest) (string, error) {
+	dir := filepath.Join(n.cfg.StateDir, "identity", req.ActorUID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, v := range map[string]string{"actor-name": req.Name, "atespace": req.Atespace, "actor-uid": req.ActorUID} {
+		tmp := filepath.Join(dir, "."+name)
+		if err := os.WriteFile(tmp, []byte(v), 0o644); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// containerSpec merges the image config with the template's container.
+func (n *Node) containerSpec(req StartRequest, c *atev1.ContainerSpec, img *image.Image, vols []volume) (sandbox.Spec, error) {
+	args := slices.Concat(img.Config.Entrypoint, img.Config.Cmd)
+	if len(c.GetCommand()) > 0 {
+		args = slices.Concat(c.GetCommand(), c.GetArgs())
+	} else if len(c.GetArgs()) > 0 {
+		args = slices.Concat(img.Config.Entrypoint, c.GetArgs())
+	}
+	if len(args) == 0 {
+		return sandbox.Spec{}, fmt.Errorf("container %s has no command and its image no entrypoint", c.GetName())
+	}
+	env := slices.Clone(img.Config.Env)
+	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
+		env = append(env, k+"="+c.GetEnv()[k])
+	}
+	cwd := c.GetWorkingDir()
+	if cwd == "" {
+		cwd = img.Config.WorkingDir
+	}
+	idDir, err := n.writeIdentity(req)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("identity files: %w", err)
+	}
+	mounts := []sandbox.Mount{{Source: idDir, Destination: IdentityDir, ReadOnly: true}}
+	for _, vm := range c.GetVolumeMounts() {
+		for _, v := range vols {
+			if v.name == vm.GetName() {
+				mounts = append(mounts, sandbox.Mount{Source: v.hostDir, Destination: vm.GetMountPath()})
+			}
+		}
+	}
+	id := newContainerID(req.ActorUID)
+	return sandbox.Spec{
+		ID: id, RootFS: img.RootFS, Args: args, Env: env, Cwd: cwd, Mounts: mounts,
+		LogPath:   filepath.Join(n.cfg.StateDir, "logs", req.ActorUID+".log"),
+		BundleDir: filepath.Join(n.cfg.StateDir, "bundles", id),
+	}, nil
+}
+
+// newContainerID is unique per boot or restore: runsc refuses to reuse an
+// id, and a fresh one keeps a late cleanup of the old container harmless.
+func newContainerID(ownerUID string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	if len(ownerUID) > 12 {
+		ownerUID = ownerUID[:12]
+	}
+	return "ate-" + ownerUID + "-" + hex.EncodeToString(b[:])
+}
+
+// BuildGolden boots spec on the node's build slot, waits for its wakeup
+// probe, and checkpoints it (Full) as the golden snapshot owned by the
+// template's uid, whose identity files name the template. Builds are
+// serialised; they never use a worker.
+func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (string, error) {
+	s := n.build
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	n.clearOp(ctx, s)
+	defer n.clearOp(ctx, s)
+	if _, err := n.startIn(ctx, s, StartRequest{ActorUID: tplUID, Atespace: atespace, Name: tplName, Spec: spec}); err != nil {
+		return "", fmt.Errorf("golden build: %w", err)
+	}
+	ref, err := n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull})
+	if err != nil {
+		return "", fmt.Errorf("golden build: %w", err)
+	}
+	// The golden actor's volumes live in the snapshot; the host copy is
+	// no one's.
+	_ = os.RemoveAll(filepath.Join(n.cfg.StateDir, "volumes", tplUID))
+	return ref, nil
+}

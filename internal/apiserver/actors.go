@@ -8,6 +8,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
@@ -38,6 +39,14 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	}
 	if err := validateSelector(in.GetWorkerSelector()); err != nil {
 		return nil, toStatus(err)
+	}
+	tpl, err := s.store.GetTemplate(ctx, in.GetAtespace(), in.GetTemplate())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if tpl.Phase == store.TemplateFailed {
+		return nil, toStatus(fmt.Errorf("%w: template %s/%s failed to build (%s); fix it and create a new template",
+			lifecycle.ErrFailedPrecondition, tpl.Atespace, tpl.Name, tpl.Message))
 	}
 	now := time.Now().UTC()
 	a := &store.Actor{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(), Template: in.GetTemplate(),

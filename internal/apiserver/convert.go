@@ -14,7 +14,8 @@ func atespaceToProto(a *store.Atespace) *atev1.Atespace {
 func templateToProto(t *store.Template) *atev1.ActorTemplate {
 	return &atev1.ActorTemplate{
 		Atespace: t.Atespace, Name: t.Name, Uid: t.UID, Spec: t.Spec,
-		Status:     &atev1.ActorTemplateStatus{Phase: t.Phase, Message: t.Message, GoldenSnapshot: t.GoldenSnapshot},
+		Status: &atev1.ActorTemplateStatus{Phase: t.Phase, Message: t.Message, GoldenSnapshot: t.GoldenSnapshot,
+			ImageDigest: t.ImageDigest},
 		CreateTime: timestamppb.New(t.CreateTime),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,28 +24,38 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	code := codes.Internal
+	code, reason := codes.Internal, "INTERNAL"
 	switch {
 	case errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid), errors.Is(err, image.ErrBadRef):
-		code = codes.InvalidArgument
+		code, reason = codes.InvalidArgument, "INVALID_ARGUMENT"
 	case errors.Is(err, store.ErrNotFound):
-		code = codes.NotFound
+		code, reason = codes.NotFound, "NOT_FOUND"
 	case errors.Is(err, store.ErrAlreadyExists):
-		code = codes.AlreadyExists
+		code, reason = codes.AlreadyExists, "ALREADY_EXISTS"
 	case errors.Is(err, store.ErrConflict):
-		code = codes.Aborted
+		code, reason = codes.Aborted, "CONFLICT"
 	case errors.Is(err, store.ErrNotEmpty), errors.Is(err, lifecycle.ErrFailedPrecondition):
-		code = codes.FailedPrecondition
+		code, reason = codes.FailedPrecondition, "FAILED_PRECONDITION"
 	case errors.Is(err, lifecycle.ErrNoCapacity):
-		code = codes.ResourceExhausted
+		code, reason = codes.ResourceExhausted, "NO_FREE_WORKER"
 	case errors.Is(err, lifecycle.ErrResumeFailed), errors.Is(err, lifecycle.ErrSuspendFailed):
-		code = codes.Unavailable
+		code, reason = codes.Unavailable, "ACTOR_START_OR_CHECKPOINT_FAILED"
 	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
+		code, reason = codes.DeadlineExceeded, "DEADLINE_EXCEEDED"
 	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
+		code, reason = codes.Canceled, "CANCELED"
 	}
-	return status.Error(code, err.Error())
+	st := status.New(code, err.Error())
+	// The detail marks the status as the server's verdict, so a client can
+	// tell "the actor failed to start" (UNAVAILABLE from us) from "the
+	// server is unreachable" (UNAVAILABLE from the transport).
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); derr == nil {
+		st = d
+	}
+	return st.Err()
 }
+
+// ErrorDomain is the ErrorInfo domain of every error this API returns.
+const ErrorDomain = "ate.substrate.dev"
 
 var errInvalid = errors.New("invalid argument")

@@ -24,7 +24,7 @@ type Node interface {
 	Start(ctx context.Context, req node.StartRequest) error
 	Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error)
 	Stop(ctx context.Context, worker, actorUID string) error
-	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (string, error)
+	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (ref, digest string, err error)
 	Upload(ctx context.Context, pausedRef, owner, scope string) (string, error)
 	DeletePaused(ref string) error
 	ForgetActor(actorUID string)

@@ -76,7 +76,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	defer cancel()
 	start := time.Now()
 	err = m.node.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
-		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused})
+		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest})
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}

@@ -12,7 +12,7 @@ import (
 // It is meant to run in the background after CreateTemplate.
 func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	log := m.log.With("template", t.Name, "atespace", t.Atespace)
-	ref, err := m.node.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
+	ref, digest, err := m.node.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
 	cur, gerr := m.store.GetTemplate(ctx, t.Atespace, t.Name)
 	if gerr != nil || cur.UID != t.UID {
 		// The template was deleted meanwhile; nobody will use the snapshot.
@@ -25,7 +25,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 		cur.Phase, cur.Message = store.TemplateFailed, err.Error()
 		log.WarnContext(ctx, "golden build failed", "err", err)
 	} else {
-		cur.Phase, cur.Message, cur.GoldenSnapshot = store.TemplateReady, "", ref
+		cur.Phase, cur.Message, cur.GoldenSnapshot, cur.ImageDigest = store.TemplateReady, "", ref, digest
 		log.InfoContext(ctx, "golden snapshot ready", "snapshot", ref)
 	}
 	if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil && !errors.Is(err, context.Canceled) {

@@ -34,9 +34,10 @@ var ErrUnknownWorker = errors.New("unknown worker")
 // boot, restore, wakeup probe). The slot is empty again when it is returned.
 var ErrStartFailed = errors.New("start failed")
 
-// Images resolves image references to unpacked root filesystems.
+// Images resolves image references to unpacked root filesystems; a
+// non-empty digest pins the content (image.Cache.EnsurePinned).
 type Images interface {
-	Ensure(ctx context.Context, ref string) (*image.Image, error)
+	EnsurePinned(ctx context.Context, ref, digest string) (*image.Image, error)
 }
 
 // SlotSetup prepares the sandbox slot (network namespaces) of worker name.
@@ -95,6 +96,8 @@ type slot struct {
 	drained  chan struct{}
 	// cut counts requests cut off by a checkpoint since the last start.
 	cut bool
+	// imageDigest is the image the last start used (for golden builds).
+	imageDigest string
 }
 
 // Node is the node agent. Safe for concurrent use.
@@ -125,6 +128,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	for _, d := range []string{"bundles", "logs", "identity", "volumes"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("node state dir: %w", err)
+		}
+	}
+	// Sandboxes a killed predecessor left running would hold the worker
+	// namespaces and answer for actors they no longer host.
+	if da, ok := cfg.Runtime.(interface{ DestroyAll(context.Context) error }); ok {
+		if err := da.DestroyAll(ctx); err != nil {
+			return nil, fmt.Errorf("clean up previous sandboxes: %w", err)
 		}
 	}
 	names := []string{cfg.WorkerPrefix + "-build"}

@@ -32,6 +32,9 @@ type StartRequest struct {
 	// Paused says it is in the node's paused store, not the durable one.
 	Snapshot string
 	Paused   bool
+	// ImageDigest pins the image content (the template's); empty means
+	// whatever the reference names now.
+	ImageDigest string
 }
 
 type volume struct{ name, hostDir string }
@@ -65,10 +68,13 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		return "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
 	}
 	c := spec.GetContainers()[0]
-	img, err := n.cfg.Images.Ensure(ctx, c.GetImage())
+	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), req.ImageDigest)
 	if err != nil {
 		return "", fmt.Errorf("image %s: %w", c.GetImage(), err)
 	}
+	s.mu.Lock()
+	s.imageDigest = img.Digest
+	s.mu.Unlock()
 	snapDir, scope := "", snapshot.ScopeFull
 	if req.Snapshot != "" {
 		store := n.cfg.Snapshots
@@ -212,23 +218,27 @@ func newContainerID(ownerUID string) string {
 
 // BuildGolden boots spec on the node's build slot, waits for its wakeup
 // probe, and checkpoints it (Full) as the golden snapshot owned by the
-// template's uid, whose identity files name the template. Builds are
-// serialised; they never use a worker.
-func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (string, error) {
+// template's uid, whose identity files name the template. It returns the
+// snapshot and the digest of the image it ran, which the template pins.
+// Builds are serialised; they never use a worker.
+func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (ref, digest string, err error) {
 	s := n.build
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	n.clearOp(ctx, s)
 	defer n.clearOp(ctx, s)
 	if _, err := n.startIn(ctx, s, StartRequest{ActorUID: tplUID, Atespace: atespace, Name: tplName, Spec: spec}); err != nil {
-		return "", fmt.Errorf("golden build: %w", err)
+		return "", "", fmt.Errorf("golden build: %w", err)
 	}
-	ref, err := n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull})
+	s.mu.Lock()
+	digest = s.imageDigest
+	s.mu.Unlock()
+	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull})
 	if err != nil {
-		return "", fmt.Errorf("golden build: %w", err)
+		return "", "", fmt.Errorf("golden build: %w", err)
 	}
 	// The golden actor's volumes live in the snapshot; the host copy is
 	// no one's.
 	_ = os.RemoveAll(filepath.Join(n.cfg.StateDir, "volumes", tplUID))
-	return ref, nil
+	return ref, digest, nil
 }

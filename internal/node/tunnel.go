@@ -34,7 +34,14 @@ type tunnelTarget struct {
 // only if that worker hosts the actor named by Ate-Actor-Uid; otherwise it
 // answers 421 Misdirected Request (RFC 9110 §15.5.20) so the router
 // re-resolves. Both headers are removed before forwarding.
+//
+// Bodies stream both ways at once (full duplex) and upgrades (WebSocket)
+// pass through. A request still running when a checkpoint's drain grace
+// runs out, or when its container is gone, is cut (cut.go): a stream or
+// WebSocket to a sandbox that no longer answers would otherwise hang, as
+// nothing answers at its address to reset the connection.
 func (n *Node) NewTunnel() http.Handler {
+	cuts := newCutter(n)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			t := ctx.Value(targetKey).(tunnelTarget)
@@ -60,11 +67,12 @@ func (n *Node) NewTunnel() http.Handler {
 		Transport:     tr,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
+			cut := errors.Is(context.Cause(r.Context()), errCut)
+			if errors.Is(err, context.Canceled) && !cut {
+				return // the router gave up on the request
 			}
 			worker := r.Context().Value(targetKey).(tunnelTarget).worker
-			if n.wasCut(worker) {
+			if cut || n.wasCut(worker) {
 				// A checkpoint ended the request after its drain grace:
 				// the actor will be back, so say when to retry.
 				w.Header().Set("Retry-After", "1")
@@ -84,6 +92,16 @@ func (n *Node) NewTunnel() http.Handler {
 			return
 		}
 		defer release()
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey, t)))
+		if r.ProtoMajor == 1 && http.NewResponseController(w).EnableFullDuplex() == nil {
+			// Stream the body to the actor while its answer streams
+			// back. Closing it before returning works around
+			// golang/go#68560 (an unread body drained after the
+			// handler races the next request's read).
+			defer r.Body.Close()
+		}
+		ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), targetKey, t))
+		defer cancel(nil)
+		defer cuts.track(t, cancel)()
+		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

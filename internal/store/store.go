@@ -71,6 +71,8 @@ type Template struct {
 	Phase          string `json:"phase"`
 	Message        string `json:"message,omitempty"`
 	GoldenSnapshot string `json:"goldenSnapshot,omitempty"`
+	// ImageDigest pins the image the golden snapshot was built from.
+	ImageDigest string `json:"imageDigest,omitempty"`
 }
 
 // Actor is one stateful instance.

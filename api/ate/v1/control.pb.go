@@ -951,8 +951,11 @@ type ActorTemplateStatus struct {
 	Phase          string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
 	Message        string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	GoldenSnapshot string `protobuf:"bytes,3,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// image_digest pins the image the golden snapshot was built from; every
+	// start uses exactly that content.
+	ImageDigest   string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorTemplateStatus) Reset() {
@@ -1002,6 +1005,13 @@ func (x *ActorTemplateStatus) GetMessage() string {
 func (x *ActorTemplateStatus) GetGoldenSnapshot() string {
 	if x != nil {
 		return x.GoldenSnapshot
+	}
+	return ""
+}
+
+func (x *ActorTemplateStatus) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
 	}
 	return ""
 }
@@ -2492,11 +2502,12 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	" \x01(\v2\x12.ate.v1.IdlePolicyR\x04idle\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\x01\n" +
 	"\x13ActorTemplateStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
-	"\x0fgolden_snapshot\x18\x03 \x01(\tR\x0egoldenSnapshot\"\xf2\x01\n" +
+	"\x0fgolden_snapshot\x18\x03 \x01(\tR\x0egoldenSnapshot\x12!\n" +
+	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\"\xf2\x01\n" +
 	"\rActorTemplate\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +

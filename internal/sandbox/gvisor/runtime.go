@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -202,6 +203,21 @@ func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) err
 	}
 	if _, err := r.command(ctx, "delete", "--force", id); err != nil {
 		return fmt.Errorf("gvisor: destroy %s in %s: %w", id, slot.Name, err)
+	}
+	return nil
+}
+
+// DestroyAll force-deletes every container under RootDir: what a
+// previous process left running when it died without cleaning up.
+func (r *Runtime) DestroyAll(ctx context.Context) error {
+	out, err := r.command(ctx, "list", "-quiet")
+	if err != nil {
+		return fmt.Errorf("gvisor: list containers: %w", err)
+	}
+	for _, id := range strings.Fields(string(out)) {
+		if err := r.Destroy(ctx, sandbox.Slot{Name: "?"}, id); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -1,0 +1,80 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrDigestMismatch: a reference now names other content than the digest
+// a template was built from (the image was rebuilt or replaced in place).
+var ErrDigestMismatch = errors.New("image changed since the template was built")
+
+// EnsurePinned is Ensure for an image a template pinned by digest: an
+// already unpacked digest is served from the cache without resolving ref
+// (so moving or rebuilding the source layout cannot break actors that were
+// built from it), and a ref that now resolves to other content fails with
+// ErrDigestMismatch instead of restoring a checkpoint onto a different
+// binary. An empty digest means no pin: plain Ensure.
+func (c *Cache) EnsurePinned(ctx context.Context, ref, digest string) (*Image, error) {
+	if digest != "" {
+		if img, ok := c.cached(digest); ok {
+			return img, nil
+		}
+	}
+	img, err := c.Ensure(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if digest != "" && img.Digest != digest {
+		return nil, fmt.Errorf("%w: %s is now %s, the template was built from %s; create a new template for the new image",
+			ErrDigestMismatch, ref, img.Digest, digest)
+	}
+	if err := c.remember(img); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+func (c *Cache) configPath(digest string) string {
+	return filepath.Join(c.dir, "config", strings.TrimPrefix(digest, "sha256:")+".json")
+}
+
+// cached returns the unpacked image of digest if both its root filesystem
+// and its recorded config are on disk.
+func (c *Cache) cached(digest string) (*Image, bool) {
+	data, err := os.ReadFile(c.configPath(digest))
+	if err != nil {
+		return nil, false
+	}
+	var img Image
+	if json.Unmarshal(data, &img) != nil || img.Digest != digest {
+		return nil, false
+	}
+	if ok, err := isDir(img.RootFS); err != nil || !ok {
+		return nil, false
+	}
+	return &img, true
+}
+
+// remember records img's config next to its root filesystem, written to a
+// temporary file and renamed so a reader never sees half of it.
+func (c *Cache) remember(img *Image) error {
+	p := c.configPath(img.Digest)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	data, err := json.Marshal(img)
+	if err != nil {
+		return err
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}

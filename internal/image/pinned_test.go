@@ -1,0 +1,47 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func packFile(t *testing.T, out, content string) {
+	t.Helper()
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "hello"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Pack(context.Background(), PackOptions{Out: out, Sources: []PackSource{{Src: src, Dest: "/"}}, Entrypoint: []string{"/hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnsurePinned(t *testing.T) {
+	ctx := context.Background()
+	layout := filepath.Join(t.TempDir(), "layout")
+	packFile(t, layout, "v1")
+	c := NewCache(t.TempDir(), nil)
+	img, err := c.EnsurePinned(ctx, "oci:"+layout, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The source layout is gone: the pinned digest is served from cache.
+	if err := os.RemoveAll(layout); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.EnsurePinned(ctx, "oci:"+layout, img.Digest)
+	if err != nil || got.RootFS != img.RootFS || got.Config.Entrypoint[0] != "/hello" {
+		t.Fatalf("pinned image after its layout was removed: %+v, %v", got, err)
+	}
+	// The layout is rebuilt with other content: a cache that does not hold
+	// the pinned digest refuses instead of using the new content.
+	packFile(t, layout, "v2")
+	fresh := NewCache(t.TempDir(), nil)
+	if _, err := fresh.EnsurePinned(ctx, "oci:"+layout, img.Digest); !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("EnsurePinned of a changed image = %v, want ErrDigestMismatch", err)
+	}
+}

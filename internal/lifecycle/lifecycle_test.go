@@ -1,0 +1,324 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/store/bolt"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeNode stands in for the node agent (the lifecycle's neighbour): it
+// records what it was asked and lets a test inject what happens.
+type fakeNode struct {
+	name   string
+	starts atomic.Int64
+	// onStart, if set, runs inside Start and its error is Start's.
+	onStart func(req node.StartRequest) error
+	mu      sync.Mutex
+	last    node.StartRequest
+}
+
+func (f *fakeNode) Name() string { return f.name }
+func (f *fakeNode) Start(_ context.Context, req node.StartRequest) error {
+	f.starts.Add(1)
+	f.mu.Lock()
+	f.last = req
+	f.mu.Unlock()
+	if f.onStart != nil {
+		return f.onStart(req)
+	}
+	return nil
+}
+func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.CheckpointOptions) (string, error) {
+	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
+}
+func (f *fakeNode) Stop(context.Context, string, string) error { return nil }
+func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec) (string, string, error) {
+	return "", "", nil
+}
+func (f *fakeNode) Upload(_ context.Context, _, owner, _ string) (string, error) {
+	return owner + "/uploaded", nil
+}
+func (f *fakeNode) DeletePaused(string) error { return nil }
+func (f *fakeNode) ForgetActor(string)        {}
+
+type env struct {
+	st    store.Store
+	node  *fakeNode
+	snaps *snapshot.Local
+	m     *Manager
+	actor *store.Actor
+}
+
+// newEnv makes a real bolt store with one template, one actor and two
+// workers on node "n1".
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must(t, st.CreateAtespace(ctx, &store.Atespace{Name: "default"}))
+	must(t, st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl-uid",
+		Phase: store.TemplateReady, GoldenSnapshot: "tpl-uid/golden",
+		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+	a := &store.Actor{Atespace: "default", Name: "a", UID: "a-uid", Template: "tpl", State: store.Suspended}
+	must(t, st.CreateActor(ctx, a))
+	for _, w := range []string{"w0", "w1"} {
+		must(t, st.PutWorker(ctx, &store.Worker{Name: w, Node: "n1"}))
+	}
+	n := &fakeNode{name: "n1"}
+	return &env{st: st, node: n, snaps: snaps, m: New(st, n, snaps, "test", nil), actor: a}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) get(t *testing.T) *store.Actor {
+	t.Helper()
+	a, err := e.st.GetActor(context.Background(), "default", "a")
+	must(t, err)
+	return a
+}
+
+func (e *env) claimedWorkers(t *testing.T) int {
+	t.Helper()
+	ws, err := e.st.ListWorkers(context.Background())
+	must(t, err)
+	n := 0
+	for _, w := range ws {
+		if !w.Free() {
+			n++
+		}
+	}
+	return n
+}
+
+func TestResumeCoalesces(t *testing.T) {
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, err := e.m.Resume(context.Background(), "default", "a"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := e.node.starts.Load(); got != 1 {
+		t.Fatalf("20 concurrent resumes started the actor %d times, want 1", got)
+	}
+	if a := e.get(t); a.State != store.Running || a.Resumes != 1 || e.node.last.Snapshot != "tpl-uid/golden" {
+		t.Fatalf("actor %+v, restored %q", a, e.node.last.Snapshot)
+	}
+}
+
+func TestFailedStartLeavesActorResumable(t *testing.T) {
+	e := newEnv(t)
+	e.node.onStart = func(node.StartRequest) error { return errors.New("injected restore failure") }
+	_, err := e.m.Resume(context.Background(), "default", "a")
+	if !errors.Is(err, ErrResumeFailed) {
+		t.Fatalf("Resume = %v, want ErrResumeFailed", err)
+	}
+	a := e.get(t)
+	if a.State != store.Suspended || a.Worker != "" || !strings.Contains(a.Message, "injected") {
+		t.Fatalf("after failed start: %+v", a)
+	}
+	if n := e.claimedWorkers(t); n != 0 {
+		t.Fatalf("%d workers still claimed", n)
+	}
+	e.node.onStart = nil
+	if _, err := e.m.Resume(context.Background(), "default", "a"); err != nil {
+		t.Fatalf("resume after a failure: %v", err)
+	}
+}
+
+// TestWorkerLostBetweenRestoreAndRunning deletes the worker after the
+// restore returned but before the actor is marked RUNNING: the actor must
+// not end RUNNING without a worker, nor lose its snapshot.
+func TestWorkerLostBetweenRestoreAndRunning(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.node.onStart = func(req node.StartRequest) error {
+		return e.st.DeleteWorker(ctx, req.Worker)
+	}
+	_, err := e.m.Resume(ctx, "default", "a")
+	if !errors.Is(err, ErrResumeFailed) {
+		t.Fatalf("Resume = %v, want ErrResumeFailed", err)
+	}
+	a := e.get(t)
+	if a.State == store.Running || a.Worker != "" {
+		t.Fatalf("actor %s on %q after its worker vanished", a.State, a.Worker)
+	}
+	if a.State != store.Suspended || !strings.Contains(a.Message, "lost") {
+		t.Fatalf("actor %+v", a)
+	}
+	e.node.onStart = nil
+	if a, err := e.m.Resume(ctx, "default", "a"); err != nil || a.State != store.Running {
+		t.Fatalf("resume on the remaining worker: %v %v", a, err)
+	}
+}
+
+// TestLateFinisherDoesNotOverwrite: someone else changes the actor while a
+// restore runs; the resume gives up without writing over the change.
+func TestLateFinisherDoesNotOverwrite(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.node.onStart = func(node.StartRequest) error {
+		a, err := e.st.GetActor(ctx, "default", "a")
+		if err != nil {
+			return err
+		}
+		a.State, a.Worker, a.Message = store.Crashed, "", "set by another workflow"
+		_, err = e.st.UpdateActor(ctx, a)
+		return err
+	}
+	if _, err := e.m.Resume(ctx, "default", "a"); !errors.Is(err, ErrResumeFailed) {
+		t.Fatalf("Resume = %v", err)
+	}
+	if a := e.get(t); a.State != store.Crashed || a.Message != "set by another workflow" {
+		t.Fatalf("late finisher overwrote: %+v", a)
+	}
+	if n := e.claimedWorkers(t); n != 0 {
+		t.Fatalf("%d workers still claimed", n)
+	}
+}
+
+func TestCrashedResumeSaysSo(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.m.WorkerExited(e.get(t).Worker, "a-uid")
+	a := e.get(t)
+	if a.State != store.Crashed || a.Worker != "" || e.claimedWorkers(t) != 0 {
+		t.Fatalf("after the sandbox died: %+v", a)
+	}
+	a, err := e.m.Resume(ctx, "default", "a")
+	if err != nil || a.State != store.Running || !strings.Contains(a.Message, "after a crash") {
+		t.Fatalf("resume of CRASHED: %+v %v", a, err)
+	}
+}
+
+// TestPausedOnLostNode: the node holding a paused checkpoint is gone; the
+// actor resumes from its last durable snapshot and the message says work
+// was lost.
+func TestPausedOnLostNode(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.get(t)
+	a.State, a.Snapshot, a.PausedSnapshot, a.Node = store.Paused, "a-uid/durable", "a-uid/paused", "gone-node"
+	_, err := e.st.UpdateActor(ctx, a)
+	must(t, err)
+	out, err := e.m.Resume(ctx, "default", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.node.last.Snapshot != "a-uid/durable" || e.node.last.Paused {
+		t.Fatalf("restored %q (paused=%v), want the durable snapshot", e.node.last.Snapshot, e.node.last.Paused)
+	}
+	if !strings.Contains(out.Message, "work since then was lost") || out.PausedSnapshot != "" {
+		t.Fatalf("actor %+v", out)
+	}
+}
+
+func TestPauseThenResumePrefersNode(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.m.Pause(ctx, "default", "a")
+	if err != nil || p.State != store.Paused || p.Node != "n1" || p.PausedSnapshot == "" || p.Worker != "" {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !e.node.last.Paused || e.node.last.Snapshot != p.PausedSnapshot {
+		t.Fatalf("resume used %+v, want the paused checkpoint", e.node.last)
+	}
+	if _, err := e.m.Pause(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.m.Suspend(ctx, "default", "a")
+	if err != nil || s.State != store.Suspended || s.Snapshot != "a-uid/uploaded" || s.PausedSnapshot != "" {
+		t.Fatalf("suspend of PAUSED: %+v %v", s, err)
+	}
+}
+
+func TestDeleteNeedsSuspendOrForce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Delete(ctx, "default", "a", false); !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "suspend it first") {
+		t.Fatalf("Delete of RUNNING = %v", err)
+	}
+	if err := e.m.Delete(ctx, "default", "a", true); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.claimedWorkers(t); n != 0 {
+		t.Fatalf("%d workers claimed after force delete", n)
+	}
+}
+
+// TestGarbageCollection: snapshots nobody points to (a crash between
+// commit and pointer move) are deleted at start-up; referenced ones stay.
+func TestGarbageCollection(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	mk := func(owner string) string {
+		st, err := e.snaps.Stage(owner)
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+		ref, err := e.snaps.Commit(st, snapshot.ScopeFull)
+		must(t, err)
+		return ref
+	}
+	kept, orphan := mk("a-uid"), mk("a-uid")
+	leftover, err := e.snaps.Stage("a-uid") // crash before commit
+	must(t, err)
+	a := e.get(t)
+	a.Snapshot = kept
+	_, err = e.st.UpdateActor(ctx, a)
+	must(t, err)
+	must(t, e.m.Recover(ctx))
+	if _, _, err := e.snaps.Open(kept); err != nil {
+		t.Fatalf("referenced snapshot removed: %v", err)
+	}
+	if _, _, err := e.snaps.Open(orphan); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("orphan snapshot survived: %v", err)
+	}
+	if _, err := os.Stat(leftover.Dir); !os.IsNotExist(err) {
+		t.Fatalf("staging leftover survived: %v", err)
+	}
+}

@@ -1,0 +1,438 @@
+// Package fake is the in-process sandbox class "fake": a sandbox.Runtime for
+// control-plane tests and benchmarks that needs no runsc, no network
+// namespaces and no root.
+//
+// Each container is a tiny HTTP server on 127.0.0.1:0 that behaves like
+// examples/counter:
+//
+//	GET /         increments the count, answers "count=N\n"
+//	GET /healthz  answers "ok\n" without counting (the wakeup probe)
+//
+// The count is the container's whole state. Checkpoint writes it as a small
+// file (StateFile) into the image directory and Restore reads it back, so the
+// node's snapshot staging, commit and open run unchanged over it. RootFS,
+// Args, Mounts and BundleDir are ignored; the interior port is $PORT from
+// Spec.Env (default 8080), as for the counter.
+//
+// Config's per-operation delays emulate runsc's cost (BENCHMARKS.md has
+// measured values); zero delays measure the control plane alone. Kill
+// emulates a sandbox that dies on its own.
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"substrate.dev/ate/internal/sandbox"
+)
+
+// Class is the sandbox class name workers of this runtime report.
+const Class = "fake"
+
+// StateFile is the file Checkpoint writes into the image directory.
+const StateFile = "fake-state.json"
+
+// defaultPort is the counter's default $PORT.
+const defaultPort = 8080
+
+// readHeaderTimeout bounds a client that opens a connection and sends
+// nothing; requests here are tiny, so it is only a backstop.
+const readHeaderTimeout = 10 * time.Second
+
+// Errors of this runtime; callers match them with errors.Is.
+var (
+	// ErrUnknownContainer: no live container has that id (in that slot).
+	ErrUnknownContainer = errors.New("unknown container")
+	// ErrSlotBusy: the slot already hosts a container.
+	ErrSlotBusy = errors.New("slot already hosts a container")
+	// ErrNoContainer: DialContext found no container in the slot.
+	ErrNoContainer = errors.New("no container in slot")
+)
+
+// Config configures a Runtime. The zero value is valid: no delays.
+type Config struct {
+	// RunDelay, RestoreDelay, CheckpointDelay and DestroyDelay are added
+	// to each operation before it takes effect, to emulate the sandbox's
+	// own cost (e.g. runsc restore ≈ 230 ms on the development VM). An
+	// operation whose context ends during its delay fails and changes
+	// nothing.
+	RunDelay        time.Duration
+	RestoreDelay    time.Duration
+	CheckpointDelay time.Duration
+	DestroyDelay    time.Duration
+	// Logger receives debug records of every operation; nil discards.
+	Logger *slog.Logger
+}
+
+// Runtime is the fake sandbox class. It is safe for concurrent use; unlike
+// sandbox.Runtime requires, even calls for one slot may race (the first to
+// take effect wins, the others see ErrSlotBusy or ErrUnknownContainer).
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+
+	// mu guards byID and bySlot, which always index the same live
+	// containers. A container leaves both maps before it is stopped, and
+	// whoever removes it stops it, so it is stopped exactly once.
+	mu     sync.Mutex
+	byID   map[string]*container
+	bySlot map[string]*container
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime with no containers.
+func New(cfg Config) *Runtime {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime{cfg: cfg, log: log, byID: map[string]*container{}, bySlot: map[string]*container{}}
+}
+
+// Setup is the node.SlotSetup of this class: a slot needs nothing but its
+// name (no network namespaces).
+func Setup(_ context.Context, name string) (sandbox.Slot, error) {
+	return sandbox.Slot{Name: name}, nil
+}
+
+// state is the content of StateFile.
+type state struct {
+	Count int64 `json:"count"`
+}
+
+// Run boots spec in slot with a count of zero and returns once it serves.
+func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	if err := delay(ctx, r.cfg.RunDelay); err != nil {
+		return fmt.Errorf("fake: run %s in %s: %w", spec.ID, slot.Name, err)
+	}
+	if err := r.start(slot, spec, 0); err != nil {
+		return fmt.Errorf("fake: run %s in %s: %w", spec.ID, slot.Name, err)
+	}
+	return nil
+}
+
+// Restore starts spec in slot with the count saved in imageDir. A missing
+// or unreadable state file, or a context that ends first, fails with an
+// error wrapping sandbox.ErrRestoreFailed; the slot is then left as it was.
+func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec, imageDir string) error {
+	if err := delay(ctx, r.cfg.RestoreDelay); err != nil {
+		return fmt.Errorf("fake: restore %s in %s: %w: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
+	}
+	data, err := os.ReadFile(filepath.Join(imageDir, StateFile))
+	if err != nil {
+		return fmt.Errorf("fake: restore %s in %s: %w: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("fake: restore %s in %s: %w: state file: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
+	}
+	if err := r.start(slot, spec, st.Count); err != nil {
+		return fmt.Errorf("fake: restore %s in %s: %w", spec.ID, slot.Name, err)
+	}
+	return nil
+}
+
+// Checkpoint stops container id in slot and writes its count into imageDir.
+// The container is stopped before the file is written, as a real
+// checkpoint freezes the sandbox first, so no request counts after the
+// snapshot; if writing fails the container is gone all the same.
+func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, imageDir string) error {
+	if err := delay(ctx, r.cfg.CheckpointDelay); err != nil {
+		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, err)
+	}
+	c := r.remove(slot.Name, id)
+	if c == nil {
+		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, ErrUnknownContainer)
+	}
+	count := c.stop()
+	data, err := json.Marshal(state{Count: count})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(imageDir, StateFile), data, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, err)
+	}
+	r.log.DebugContext(ctx, "fake checkpoint", "worker", slot.Name, "container", id, "count", count)
+	return nil
+}
+
+// Destroy stops and forgets container id. It is idempotent and returns nil
+// for an unknown id.
+func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {
+	if err := delay(ctx, r.cfg.DestroyDelay); err != nil {
+		return fmt.Errorf("fake: destroy %s in %s: %w", id, slot.Name, err)
+	}
+	if c := r.remove(slot.Name, id); c != nil {
+		c.stop()
+		r.log.DebugContext(ctx, "fake destroy", "worker", slot.Name, "container", id)
+	}
+	return nil
+}
+
+// DialContext connects to port of the container in slot. A port the
+// container does not serve is refused (syscall.ECONNREFUSED), like a real
+// one; an empty slot fails with ErrNoContainer.
+func (r *Runtime) DialContext(ctx context.Context, slot sandbox.Slot, port int) (net.Conn, error) {
+	r.mu.Lock()
+	c := r.bySlot[slot.Name]
+	r.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("fake: dial port %d in %s: %w", port, slot.Name, ErrNoContainer)
+	}
+	if port != c.port {
+		return nil, fmt.Errorf("fake: dial port %d in %s (serves %d): %w", port, slot.Name, c.port, syscall.ECONNREFUSED)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return nil, fmt.Errorf("fake: dial port %d in %s: %w", port, slot.Name, err)
+	}
+	return conn, nil
+}
+
+// Wait blocks until container id ends (checkpoint, Destroy or Kill) and
+// then returns nil, or until ctx ends. An unknown id returns at once with
+// ErrUnknownContainer.
+func (r *Runtime) Wait(ctx context.Context, slot sandbox.Slot, id string) error {
+	r.mu.Lock()
+	c := r.byID[id]
+	r.mu.Unlock()
+	if c == nil || c.slot != slot.Name {
+		return fmt.Errorf("fake: wait %s in %s: %w", id, slot.Name, ErrUnknownContainer)
+	}
+	select {
+	case <-c.exited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("fake: wait %s in %s: %w", id, slot.Name, ctx.Err())
+	}
+}
+
+// Kill ends container id as if its process had crashed: its server stops,
+// Wait returns and the slot is empty, with no checkpoint. It is the test
+// hook for crash detection. ErrUnknownContainer when id is not running.
+func (r *Runtime) Kill(id string) error {
+	r.mu.Lock()
+	c := r.byID[id]
+	r.mu.Unlock()
+	if c == nil || r.remove(c.slot, id) == nil {
+		return fmt.Errorf("fake: kill %s: %w", id, ErrUnknownContainer)
+	}
+	c.stop()
+	r.log.Debug("fake kill", "worker", c.slot, "container", id)
+	return nil
+}
+
+// Container returns the id of the container slot hosts, if any.
+func (r *Runtime) Container(slot string) (id string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.bySlot[slot]
+	if c == nil {
+		return "", false
+	}
+	return c.id, true
+}
+
+// Len returns how many containers are running.
+func (r *Runtime) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID)
+}
+
+// Close stops every container. The Runtime stays usable.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	all := make([]*container, 0, len(r.byID))
+	for id, c := range r.byID {
+		all = append(all, c)
+		delete(r.byID, id)
+		delete(r.bySlot, c.slot)
+	}
+	r.mu.Unlock()
+	for _, c := range all {
+		c.stop()
+	}
+	return nil
+}
+
+// start registers and starts a container serving count in slot.
+func (r *Runtime) start(slot sandbox.Slot, spec sandbox.Spec, count int64) error {
+	port, err := specPort(spec.Env)
+	if err != nil {
+		return err
+	}
+	if spec.ID == "" {
+		return errors.New("container id is required")
+	}
+	r.mu.Lock()
+	if cur := r.bySlot[slot.Name]; cur != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrSlotBusy, cur.id)
+	}
+	if r.byID[spec.ID] != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("container id %s is in use", spec.ID)
+	}
+	// Listening under mu keeps a concurrent start in the same slot from
+	// slipping in; it is a loopback bind, so mu is held only briefly.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("listen: %w", err)
+	}
+	c := newContainer(spec.ID, slot.Name, port, ln, count, r.log)
+	r.byID[c.id], r.bySlot[c.slot] = c, c
+	r.mu.Unlock()
+	go c.serve()
+	appendLog(spec.LogPath, c, count)
+	r.log.Debug("fake start", "worker", slot.Name, "container", spec.ID, "addr", c.addr, "count", count)
+	return nil
+}
+
+// remove takes container id out of the maps if slot hosts it and returns
+// it; nil when it is not there. The caller must stop it.
+func (r *Runtime) remove(slot, id string) *container {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.byID[id]
+	if c == nil || c.slot != slot {
+		return nil
+	}
+	delete(r.byID, id)
+	delete(r.bySlot, slot)
+	return c
+}
+
+// appendLog records the start in the container's log file, as the
+// counter's own "listening" line would; failures only cost the line.
+func appendLog(path string, c *container, count int64) {
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = fmt.Fprintf(f, "fake container %s listening on port %d (count %d)\n", c.id, c.port, count)
+	_ = f.Close()
+}
+
+// specPort returns $PORT from env (the last one wins, as in a process
+// environment), or defaultPort.
+func specPort(env []string) (int, error) {
+	port := defaultPort
+	for _, kv := range env {
+		v, ok := strings.CutPrefix(kv, "PORT=")
+		if !ok {
+			continue
+		}
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 1 || p > 65535 {
+			return 0, fmt.Errorf("PORT=%q is not a TCP port", v)
+		}
+		port = p
+	}
+	return port, nil
+}
+
+// delay waits d, or fails when ctx ends first. A zero d still fails on an
+// ended ctx, as a real runtime would refuse to start work for it.
+func delay(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// container is one running fake sandbox.
+type container struct {
+	id, slot string
+	port     int    // the interior port it serves
+	addr     string // its real loopback address
+	ln       net.Listener
+	srv      *http.Server
+	served   chan struct{} // closed when srv.Serve returned
+	exited   chan struct{} // closed once stopped
+
+	// mu guards count and stopped, so that no request counts after a
+	// checkpoint read the count.
+	mu      sync.Mutex
+	count   int64
+	stopped bool
+}
+
+func newContainer(id, slot string, port int, ln net.Listener, count int64, log *slog.Logger) *container {
+	c := &container{id: id, slot: slot, port: port, addr: ln.Addr().String(), ln: ln, count: count,
+		served: make(chan struct{}), exited: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		n, ok := c.increment()
+		if !ok {
+			http.Error(w, "container stopped", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "count=%d\n", n)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, "ok\n")
+	})
+	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	return c
+}
+
+func (c *container) serve() {
+	defer close(c.served)
+	_ = c.srv.Serve(c.ln) // ErrServerClosed once stopped
+}
+
+func (c *container) increment() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return 0, false
+	}
+	c.count++
+	return c.count, true
+}
+
+// stop freezes the count, closes the listener and every connection (as a
+// sandbox that ends drops them), waits for the server to return, and
+// returns the final count. Called once, by whoever removed c.
+func (c *container) stop() int64 {
+	c.mu.Lock()
+	c.stopped = true
+	count := c.count
+	c.mu.Unlock()
+	_ = c.srv.Close()
+	<-c.served
+	close(c.exited)
+	return count
+}

@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/sandbox/gvisor"
+)
+
+// faultyRunsc writes a runsc wrapper that injects faults on demand: when
+// the file <dir>/kill-restore exists, the next restore is killed 0.2 s in
+// (SIGKILL, as an OOM killer would); when <dir>/slow-checkpoint exists, the
+// next checkpoint starts 3 s late (a window to kill the node agent in).
+// The trigger files are consumed. It returns the wrapper and dir.
+func faultyRunsc(t *testing.T) (wrapper, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	wrapper = filepath.Join(dir, "runsc")
+	script := fmt.Sprintf(`#!/bin/sh
+real=%q
+dir=%q
+case " $* " in
+*" restore "*)
+	if rm "$dir/kill-restore" 2>/dev/null; then
+		"$real" "$@" & pid=$!
+		sleep 0.2
+		kill -9 $pid
+		exit 137
+	fi ;;
+*" checkpoint "*)
+	if rm "$dir/slow-checkpoint" 2>/dev/null; then sleep 3; fi ;;
+esac
+exec "$real" "$@"
+`, gvisor.DefaultRunscPath(), dir)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, dir
+}
+
+func trigger(t *testing.T, dir, name string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (in *installation) workersFree(t *testing.T) bool {
+	t.Helper()
+	ws, err := in.client.ListWorkers(context.Background(), &atev1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws.GetWorkers() {
+		if w.GetPhase() != "FREE" {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRestoreKilled: runsc is killed in the middle of a restore; the
+// request gets a clear 5xx, the actor is not left RESUMING, the worker is
+// free, and the next request resumes it with its memory.
+func TestRestoreKilled(t *testing.T) {
+	wrapper, dir := faultyRunsc(t)
+	in := startUp(t, 2, "--demo", "--runsc", wrapper)
+	in.waitTemplateReady("counter")
+	in.mustCount("default/counter-1", 1)
+	in.ate("suspend", "actor", "counter-1")
+	trigger(t, dir, "kill-restore")
+	code, body, _, err := in.request(http.MethodGet, "default/counter-1", "/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code < 500 || code == http.StatusInternalServerError || !strings.Contains(body, "could not be resumed") {
+		t.Fatalf("request during a killed restore = %d %q", code, body)
+	}
+	in.wantState("counter-1", atev1.ActorState_SUSPENDED)
+	if !in.workersFree(t) {
+		t.Fatal("a worker is still claimed after the killed restore")
+	}
+	in.mustCount("default/counter-1", 2)
+}
+
+// TestNodeAgentKilledDuringSuspend: `ate up` is SIGKILLed while a suspend
+// is checkpointing. After a restart the actor is in a consistent,
+// resumable state, no sandbox of the old process survives, and no
+// unreferenced snapshot directory remains.
+func TestNodeAgentKilledDuringSuspend(t *testing.T) {
+	wrapper, dir := faultyRunsc(t)
+	dataDir := t.TempDir()
+	in := startUpIn(t, dataDir, 2, "--demo", "--runsc", wrapper)
+	in.waitTemplateReady("counter")
+	in.mustCount("default/counter-1", 1)
+	in.ate("suspend", "actor", "counter-1")
+	in.mustCount("default/counter-1", 2) // snapshot at count=1 is the last good one
+	trigger(t, dir, "slow-checkpoint")
+	go func() { _, _ = in.ateErr("suspend", "actor", "counter-1") }()
+	staging := filepath.Join(dataDir, "snapshots", ".staging")
+	waitFor(t, "the checkpoint to start staging", 30*time.Second, func() bool {
+		entries, _ := os.ReadDir(staging)
+		return len(entries) > 0
+	})
+	in.kill()
+
+	in2 := startUpIn(t, dataDir, 2, "--runsc", wrapper)
+	a := in2.actor("counter-1")
+	if a.GetState() != atev1.ActorState_CRASHED && a.GetState() != atev1.ActorState_SUSPENDED {
+		t.Fatalf("after restart the actor is %s (%s)", a.GetState(), a.GetMessage())
+	}
+	if a.GetWorker() != "" || !in2.workersFree(t) {
+		t.Fatalf("after restart a worker is still held (actor on %q)", a.GetWorker())
+	}
+	// Only snapshots something points to remain.
+	tpl, err := in2.client.GetActorTemplate(context.Background(), &atev1.GetActorTemplateRequest{Atespace: "default", Name: "counter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{a.GetSnapshot(): true, tpl.GetStatus().GetGoldenSnapshot(): true}
+	dirs, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "*"))
+	for _, d := range dirs {
+		rel, _ := filepath.Rel(filepath.Join(dataDir, "snapshots"), d)
+		if !want[rel] {
+			t.Errorf("unreferenced snapshot directory survived the restart: %s", rel)
+		}
+	}
+	if entries, _ := os.ReadDir(staging); len(entries) > 0 {
+		t.Errorf("staging leftovers survived the restart: %v", entries)
+	}
+	// Resumable from the last good snapshot (count=1 there).
+	in2.mustCount("default/counter-1", 2)
+}
+
+// TestSandboxDiesOnItsOwn: the actor's sandbox is killed behind the node
+// agent's back; within seconds the actor is CRASHED with its worker
+// free, and the next request resumes it from its last snapshot.
+func TestSandboxDiesOnItsOwn(t *testing.T) {
+	in := startUp(t, 2, "--demo")
+	in.waitTemplateReady("counter")
+	in.mustCount("default/counter-1", 1)
+	in.ate("suspend", "actor", "counter-1")
+	in.mustCount("default/counter-1", 2)
+	a := in.actor("counter-1")
+	prefix := strings.TrimSuffix(a.GetWorker(), a.GetWorker()[strings.LastIndex(a.GetWorker(), "-"):])
+	root := filepath.Join("/run/ate", prefix)
+	out, err := exec.Command(gvisor.DefaultRunscPath(), "--root", root, "list", "-quiet").Output()
+	if err != nil {
+		t.Fatalf("runsc list: %v", err)
+	}
+	var id string
+	for _, c := range strings.Fields(string(out)) {
+		if strings.HasPrefix(c, "ate-"+a.GetUid()[:12]) {
+			id = c
+		}
+	}
+	if id == "" {
+		t.Fatalf("no container of actor %s in %q", a.GetUid(), out)
+	}
+	if out, err := exec.Command(gvisor.DefaultRunscPath(), "--root", root, "kill", id, "KILL").CombinedOutput(); err != nil {
+		t.Fatalf("runsc kill: %v %s", err, out)
+	}
+	waitFor(t, "the actor to be marked CRASHED", 15*time.Second, func() bool {
+		return in.actor("counter-1").GetState() == atev1.ActorState_CRASHED
+	})
+	if !in.workersFree(t) {
+		t.Fatal("the crashed actor's worker is not free")
+	}
+	in.mustCount("default/counter-1", 2) // from the snapshot taken at count=1
+	if msg := in.actor("counter-1").GetMessage(); !strings.Contains(msg, "after a crash") {
+		t.Fatalf("resume after a crash does not say so: %q", msg)
+	}
+}

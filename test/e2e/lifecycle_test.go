@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// put writes a file inside the actor through the counter's file API.
+func (in *installation) put(actor, path, data string) {
+	in.t.Helper()
+	if code, body := in.do(http.MethodPut, actor, "/files"+path, data); code != http.StatusNoContent {
+		in.t.Fatalf("PUT %s%s = %d %q", actor, path, code, body)
+	}
+}
+
+// cat reads a file inside the actor; it fails the test unless it reads want.
+func (in *installation) cat(actor, path, want string) {
+	in.t.Helper()
+	code, body := in.get(actor, "/files"+path)
+	if code != http.StatusOK || body != want {
+		in.t.Fatalf("GET %s%s = %d %q, want %q", actor, path, code, body, want)
+	}
+}
+
+func (in *installation) wantState(name string, want atev1.ActorState) *atev1.Actor {
+	in.t.Helper()
+	a := in.actor(name)
+	if a.GetState() != want {
+		in.t.Fatalf("actor %s is %s (%s), want %s", name, a.GetState(), a.GetMessage(), want)
+	}
+	return a
+}
+
+// TestPauseSuspendCycles: ten pause → resume → write files → suspend →
+// resume cycles on one actor; after each, every file in the durable
+// volume and in the root filesystem, and the in-memory counter, equal
+// what was last written.
+func TestPauseSuspendCycles(t *testing.T) {
+	in := startUp(t, 2)
+	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
+	in.ate("create", "actor", "cyc", "--template", "durable")
+	const actor = "default/cyc"
+	in.mustCount(actor, 1)
+	count := 1
+	for i := 1; i <= 10; i++ {
+		in.ate("pause", "actor", "cyc")
+		if a := in.wantState("cyc", atev1.ActorState_PAUSED); a.GetWorker() != "" || a.GetPausedSnapshot() == "" {
+			t.Fatalf("cycle %d: paused actor holds worker %q, paused snapshot %q", i, a.GetWorker(), a.GetPausedSnapshot())
+		}
+		count++
+		in.mustCount(actor, count) // resumed from the pause
+		in.put(actor, fmt.Sprintf("/data/file-%d", i), fmt.Sprintf("volume %d", i))
+		in.put(actor, fmt.Sprintf("/var/tmp/root-%d", i), fmt.Sprintf("rootfs %d", i))
+		in.ate("suspend", "actor", "cyc")
+		in.wantState("cyc", atev1.ActorState_SUSPENDED)
+		count++
+		in.mustCount(actor, count) // resumed from the durable snapshot
+		for j := 1; j <= i; j++ {
+			in.cat(actor, fmt.Sprintf("/data/file-%d", j), fmt.Sprintf("volume %d", j))
+			in.cat(actor, fmt.Sprintf("/var/tmp/root-%d", j), fmt.Sprintf("rootfs %d", j))
+		}
+	}
+}
+
+// TestDataScope: with snapshotPolicy.onSuspend Data, a suspend keeps only
+// the volume: the resume cold-boots (memory starts over) with /data
+// intact, while a pause (Full) keeps memory.
+func TestDataScope(t *testing.T) {
+	in := startUp(t, 2)
+	in.createTemplate("test/e2e/testdata/durable-data.yaml", "durable-data")
+	in.ate("create", "actor", "d", "--template", "durable-data")
+	in.mustCount("default/d", 1)
+	in.mustCount("default/d", 2)
+	in.put("default/d", "/data/kept", "yes")
+	in.put("default/d", "/var/tmp/lost", "memory only")
+	in.ate("pause", "actor", "d")
+	in.mustCount("default/d", 3) // Full: memory kept
+	in.ate("suspend", "actor", "d")
+	in.mustCount("default/d", 1) // Data: cold boot
+	in.cat("default/d", "/data/kept", "yes")
+	if code, _ := in.get("default/d", "/files/var/tmp/lost"); code != http.StatusNotFound {
+		t.Fatalf("root filesystem file survived a Data-scope suspend: %d", code)
+	}
+}
+
+// TestIdentityFiles: actors started from one golden snapshot each read
+// their own identity, before and after a move.
+func TestIdentityFiles(t *testing.T) {
+	in := startUp(t, 2, "--demo")
+	in.waitTemplateReady("counter")
+	for _, n := range []string{"id-a", "id-b"} {
+		in.ate("create", "actor", n, "--template", "counter")
+	}
+	for round := range 2 {
+		for _, n := range []string{"id-a", "id-b"} {
+			in.cat("default/"+n, "/run/ate/actor-name", n)
+			in.cat("default/"+n, "/run/ate/atespace", "default")
+			in.cat("default/"+n, "/run/ate/actor-uid", in.actor(n).GetUid())
+		}
+		if round == 0 {
+			in.ate("suspend", "actor", "id-a")
+			in.ate("suspend", "actor", "id-b")
+		}
+	}
+}
+
+// TestInFlightRequestSurvivesSuspend: a request whose handler takes 2 s is
+// in flight when suspend is called; it completes with 200, then the actor
+// is suspended, and the next request resumes it.
+func TestInFlightRequestSurvivesSuspend(t *testing.T) {
+	in := startUp(t, 2)
+	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
+	in.ate("create", "actor", "slow", "--template", "durable")
+	in.mustCount("default/slow", 1)
+	uid := in.actor("slow").GetUid()
+	mark := filepath.Join(in.dataDir, "node", "volumes", uid, "data", "arrived")
+	type result struct {
+		code int
+		body string
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, b, _, err := in.request(http.MethodGet, "default/slow", "/slow?ms=2000&mark=/data/arrived", "")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- result{c, b}
+	}()
+	waitFor(t, "the slow request to reach the actor", 30*time.Second, func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	out := in.ate("suspend", "actor", "slow")
+	r := <-done
+	if r.code != http.StatusOK || strings.TrimSpace(r.body) != "slow done" {
+		t.Fatalf("in-flight request = %d %q (suspend said %q)", r.code, r.body, out)
+	}
+	in.wantState("slow", atev1.ActorState_SUSPENDED)
+	in.mustCount("default/slow", 2)
+}
+
+// TestRevertAndForceDelete: revert drops what happened since the last
+// durable snapshot; force delete removes a RUNNING actor.
+func TestRevertAndForceDelete(t *testing.T) {
+	in := startUp(t, 2, "--demo")
+	in.waitTemplateReady("counter")
+	in.mustCount("default/counter-1", 1)
+	in.ate("suspend", "actor", "counter-1")
+	in.mustCount("default/counter-1", 2)
+	in.mustCount("default/counter-1", 3)
+	in.ate("revert", "actor", "counter-1")
+	in.wantState("counter-1", atev1.ActorState_SUSPENDED)
+	in.mustCount("default/counter-1", 2) // back at the snapshot taken at count=1
+	in.ate("pause", "actor", "counter-1")
+	in.ate("revert", "actor", "counter-1")
+	in.mustCount("default/counter-1", 2)
+	in.ate("delete", "actor", "counter-1", "--force")
+	if code, _ := in.get("default/counter-1", "/"); code != http.StatusNotFound {
+		t.Fatalf("force-deleted actor answered %d", code)
+	}
+	ws := in.ate("get", "workers", "-o", "json")
+	if strings.Contains(ws, "CLAIMED") {
+		t.Fatalf("worker still claimed after force delete:\n%s", ws)
+	}
+}
+
+// TestCutOffAfterGrace: a request still running when the drain grace
+// (drainGraceSeconds: 5 in durable-data.yaml) is over is cut off by the
+// checkpoint and answered 503 with Retry-After, never a bare 502.
+func TestCutOffAfterGrace(t *testing.T) {
+	in := startUp(t, 2)
+	in.createTemplate("test/e2e/testdata/durable-data.yaml", "durable-data")
+	in.ate("create", "actor", "cut", "--template", "durable-data")
+	in.mustCount("default/cut", 1)
+	mark := filepath.Join(in.dataDir, "node", "volumes", in.actor("cut").GetUid(), "data", "arrived")
+	type result struct {
+		code int
+		hdr  http.Header
+		body string
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, b, h, err := in.request(http.MethodGet, "default/cut", "/slow?ms=60000&mark=/data/arrived", "")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- result{c, h, b}
+	}()
+	waitFor(t, "the slow request to reach the actor", 30*time.Second, func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	in.ate("pause", "actor", "cut")
+	r := <-done
+	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
+		t.Fatalf("cut-off request = %d %q (Retry-After %q), want 503 with Retry-After", r.code, r.body, r.hdr.Get("Retry-After"))
+	}
+	in.wantState("cut", atev1.ActorState_PAUSED)
+	in.mustCount("default/cut", 2) // the pause (Full) kept memory
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/up"
 )
 
@@ -49,8 +50,14 @@ func upCommand() *cobra.Command {
 	f.StringVar(&cfg.RouterAddr, "router-addr", "127.0.0.1:8080", "HTTP router listen address")
 	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "127.0.0.1:0", "worker tunnel listen address")
 	f.StringVar(&cfg.ActorDomain, "actor-domain", "actors.localhost", "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
-	f.IntVar(&cfg.ParkMax, "park-max", 2048, "most requests waiting for a resume at once")
-	f.DurationVar(&cfg.ParkBudget, "park-budget", 30*time.Second, "longest a request waits for its actor to resume")
+	f.IntVar(&cfg.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
+	f.DurationVar(&cfg.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
+	f.DurationVar(&cfg.ParkGrace, "park-grace", router.DefaultParkGrace,
+		"extra wait for a request whose budget ran out while its actor was already being restored on a worker")
+	f.DurationVar(&cfg.DrainDelay, "drain-delay", 5*time.Second,
+		"on SIGTERM, how long the router keeps serving with /readyz answering 503 before it stops accepting")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
+		"on SIGTERM, how long in-flight and parked requests may take to finish once the router stops accepting")
 	f.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
 	f.StringVar(&cfg.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
 	f.BoolVar(&cfg.Demo, "demo", false, "create template counter and actor counter-1")

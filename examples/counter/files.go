@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 )
 
 // registerFiles adds a tiny file API so tests can check what survives a
@@ -14,7 +16,29 @@ import (
 //	GET /files/{path...}  answers the file's bytes (404 if missing)
 //	PUT /files/{path...}  writes the request body to the file, creating
 //	                      parent directories; answers 204
+//	GET /slow?ms=N&mark=P writes P (if given; e.g. in a volume, so a test
+//	                      sees the request arrive) then answers after N ms
+//	POST /ask?action=suspend|pause asks the node, from inside the sandbox,
+//	                      to suspend or pause this actor
 func registerFiles(mux *http.ServeMux) {
+	mux.HandleFunc("POST /ask", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := http.Post("http://169.254.17.1/v1/"+r.URL.Query().Get("action"), "text/plain", nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		if mark := r.URL.Query().Get("mark"); mark != "" {
+			_ = os.WriteFile(mark, []byte("arrived"), 0o644)
+		}
+		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		_, _ = w.Write([]byte("slow done\n"))
+	})
 	mux.HandleFunc("GET /files/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		b, err := os.ReadFile("/" + r.PathValue("path"))
 		if err != nil {

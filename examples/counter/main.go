@@ -5,6 +5,10 @@
 //	GET /         increments the counter, answers "count=N\n"
 //	GET /healthz  answers "ok\n" without counting (the wakeup probe)
 //
+// Tests use more: streams and timing in stream.go (/sse, /ws, /sleep,
+// /echo), a warm-up after restores in warmup.go (/ready, /warm), files in
+// files.go. LISTEN_DELAY_MS delays listening at start.
+//
 // It listens on :$PORT (default 8080) and exits cleanly on SIGTERM/SIGINT.
 // Build it static (CGO_ENABLED=0) so it runs on an empty rootfs.
 package main
@@ -17,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -38,7 +43,23 @@ func main() {
 
 // run serves on addr until ctx ends, then shuts down gracefully.
 func run(ctx context.Context, addr string) error {
-	srv := &http.Server{Addr: addr, Handler: newHandler(), ReadHeaderTimeout: 10 * time.Second}
+	wu, err := warmupFromEnv()
+	if err != nil {
+		return err
+	}
+	if wu != nil {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go wu.watch(wctx)
+	}
+	// LISTEN_DELAY_MS plays a runtime that loads its code before it
+	// listens, so a TCP wakeup probe has something to wait for.
+	delay, err := envMillis("LISTEN_DELAY_MS", 0)
+	if err != nil {
+		return err
+	}
+	time.Sleep(delay)
+	srv := &http.Server{Addr: addr, Handler: newHandler(wu), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	slog.Info("counter listening", "addr", addr)
@@ -60,7 +81,8 @@ func run(ctx context.Context, addr string) error {
 }
 
 // newHandler returns the counter's routes; each handler has its own count.
-func newHandler() http.Handler {
+// wu may be nil (no warm-up after restores).
+func newHandler(wu *warmup) http.Handler {
 	var count atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -68,11 +90,39 @@ func newHandler() http.Handler {
 		fmt.Fprintf(w, "count=%d\n", count.Add(1))
 	})
 	registerFiles(mux)
+	registerStreams(mux)
+	wu.register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "ok\n")
 	})
 	return mux
+}
+
+// warmupFromEnv reads WARMUP_MS and RESTORE_GAP_MS (see warmup); nil when
+// WARMUP_MS is unset.
+func warmupFromEnv() (*warmup, error) {
+	d, err := envMillis("WARMUP_MS", 0)
+	if err != nil || d == 0 {
+		return nil, err
+	}
+	gap, err := envMillis("RESTORE_GAP_MS", time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return newWarmup(d, gap), nil
+}
+
+func envMillis(k string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(k)
+	if v == "" {
+		return def, nil
+	}
+	ms, err := strconv.Atoi(v)
+	if err != nil || ms < 0 {
+		return 0, fmt.Errorf("%s=%q: want milliseconds", k, v)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 func envOr(k, def string) string {

@@ -8,7 +8,7 @@ import (
 )
 
 func TestHandler(t *testing.T) {
-	srv := httptest.NewServer(newHandler())
+	srv := httptest.NewServer(newHandler(nil))
 	t.Cleanup(srv.Close)
 
 	steps := []struct {

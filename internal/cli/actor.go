@@ -20,42 +20,6 @@ import (
 // passes before the actor reaches the wanted state.
 var errWaitTimedOut = errors.New("timed out")
 
-func newSuspendCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "suspend KIND NAME",
-		Short: "Checkpoint a running actor to the snapshot store and free its worker",
-	}
-	kindGroup(cmd, &cobra.Command{
-		Use:   "actor NAME | ATESPACE/NAME",
-		Short: "Suspend an actor (a suspended actor stays suspended)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.actorAction(cmd, args[0], "suspended", func(ctx context.Context, s *session, k names.ActorKey) (*atev1.Actor, error) {
-				return call(ctx, s, s.client.SuspendActor, &atev1.SuspendActorRequest{Atespace: k.Atespace, Name: k.Name})
-			})
-		},
-	})
-	return cmd
-}
-
-func newResumeCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "resume KIND NAME",
-		Short: "Restore an actor on a free worker",
-	}
-	kindGroup(cmd, &cobra.Command{
-		Use:   "actor NAME | ATESPACE/NAME",
-		Short: "Resume an actor, waiting up to --timeout for a free worker",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.actorAction(cmd, args[0], "resumed", func(ctx context.Context, s *session, k names.ActorKey) (*atev1.Actor, error) {
-				return call(ctx, s, s.client.ResumeActor, &atev1.ResumeActorRequest{Atespace: k.Atespace, Name: k.Name})
-			})
-		},
-	})
-	return cmd
-}
-
 // actorAction runs one state-changing RPC on an actor (suspend, resume) and
 // reports the actor's new state.
 func (a *app) actorAction(cmd *cobra.Command, arg, verb string, rpc func(context.Context, *session, names.ActorKey) (*atev1.Actor, error)) error {

@@ -165,12 +165,12 @@ func TestTableOutput(t *testing.T) {
 		want string
 	}{
 		{"actors", []string{"get", "actors"}, "" +
-			"ATESPACE   NAME        TEMPLATE   STATE       WORKER   SNAPSHOT   AGE\n" +
-			"default    counter-0   counter    SUSPENDED   <none>   <none>     90s\n" +
-			"default    counter-1   counter    RUNNING     w-0      s-7        5m\n"},
+			"ATESPACE   NAME        TEMPLATE   STATE       WORKER   SNAPSHOT   LAST ACTIVITY   AGE\n" +
+			"default    counter-0   counter    SUSPENDED   <none>   <none>     <none>          90s\n" +
+			"default    counter-1   counter    RUNNING     w-0      s-7        12s ago         5m\n"},
 		{"one actor", []string{"get", "actor", "team/counter-1"}, "" +
-			"ATESPACE   NAME        TEMPLATE   STATE       WORKER   SNAPSHOT   AGE\n" +
-			"team       counter-1   counter    SUSPENDED   <none>   s-2        26h\n"},
+			"ATESPACE   NAME        TEMPLATE   STATE       WORKER   SNAPSHOT   LAST ACTIVITY   AGE\n" +
+			"team       counter-1   counter    SUSPENDED   <none>   s-2        <none>          26h\n"},
 		{"templates", []string{"get", "templates"}, "" +
 			"ATESPACE   NAME      PHASE   IMAGE                 AGE\n" +
 			"default    counter   READY   oci:/images/counter   3h\n"},

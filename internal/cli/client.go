@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -101,7 +102,7 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	}
 	e := &APIError{Status: st}
 	switch {
-	case st.Code() == codes.Unavailable:
+	case st.Code() == codes.Unavailable && !fromServer(st):
 		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` running? pass --server to use another): %s", s.server, st.Message())
 	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):
 		e.hint = fmt.Sprintf("no answer from the ate server at %s within %s (raise --timeout)", s.server, s.timeout)
@@ -123,4 +124,15 @@ func deadlineReached(ctx context.Context) bool {
 	}
 	deadline, ok := ctx.Deadline()
 	return ok && time.Until(deadline) < deadlineSlack
+}
+
+// fromServer reports whether st carries the ate API's ErrorInfo, i.e. the
+// server answered; a transport failure carries none.
+func fromServer(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == "ate.substrate.dev" {
+			return true
+		}
+	}
+	return false
 }

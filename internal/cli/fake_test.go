@@ -72,7 +72,8 @@ func newFake() *fakeControl {
 	f.addActor(&atev1.Actor{Atespace: "default", Name: "counter-0", Template: "counter",
 		State: atev1.ActorState_SUSPENDED, CreateTime: ago(90 * time.Second)})
 	f.addActor(&atev1.Actor{Atespace: "default", Name: "counter-1", Template: "counter",
-		State: atev1.ActorState_RUNNING, Worker: "w-0", Snapshot: "s-7", Version: 4, CreateTime: ago(5 * time.Minute)})
+		State: atev1.ActorState_RUNNING, Worker: "w-0", Snapshot: "s-7", Version: 4, CreateTime: ago(5 * time.Minute),
+		LastActivity: ago(12 * time.Second)})
 	f.addActor(&atev1.Actor{Atespace: "team", Name: "counter-1", Template: "counter",
 		State: atev1.ActorState_SUSPENDED, Snapshot: "s-2", CreateTime: ago(26 * time.Hour)})
 	f.workers = []*atev1.Worker{

@@ -114,10 +114,10 @@ func printTable[T proto.Message](w io.Writer, items []T, t table[T]) error {
 
 func actorTable(now time.Time) table[*atev1.Actor] {
 	return table[*atev1.Actor]{
-		header: []string{"ATESPACE", "NAME", "TEMPLATE", "STATE", "WORKER", "SNAPSHOT", "AGE"},
+		header: []string{"ATESPACE", "NAME", "TEMPLATE", "STATE", "WORKER", "SNAPSHOT", "LAST ACTIVITY", "AGE"},
 		row: func(x *atev1.Actor) []string {
 			return []string{x.GetAtespace(), x.GetName(), x.GetTemplate(), x.GetState().String(),
-				x.GetWorker(), x.GetSnapshot(), age(now, x.GetCreateTime())}
+				x.GetWorker(), x.GetSnapshot(), since(now, x.GetLastActivity()), age(now, x.GetCreateTime())}
 		},
 	}
 }
@@ -175,6 +175,14 @@ func age(now time.Time, ts *timestamppb.Timestamp) string {
 	default:
 		return strconv.Itoa(int(d.Hours()/24/365)) + "y"
 	}
+}
+
+// since renders the time since ts as "<age> ago", or "" when it is unset.
+func since(now time.Time, ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return age(now, ts) + " ago"
 }
 
 // printResult reports a mutating verb: the returned object for -o json|yaml,

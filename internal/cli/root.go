@@ -106,12 +106,9 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newGetCommand(a),
 		newCreateCommand(a),
 		newDeleteCommand(a),
-		newSuspendCommand(a),
-		newResumeCommand(a),
-		newPauseCommand(a),
-		newRevertCommand(a),
 		newWaitCommand(a),
 	)
+	root.AddCommand(newActorVerbCommands(a)...)
 	return root
 }
 

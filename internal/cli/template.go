@@ -32,6 +32,8 @@ type templateFile struct {
 	WakeupProbe    *probeFile        `json:"wakeupProbe,omitempty"`
 	SandboxClass   string            `json:"sandboxClass,omitempty"`
 	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
+	lifecycleFields
+	routingFields
 }
 
 type containerFile struct {
@@ -42,6 +44,8 @@ type containerFile struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Ports      []int32           `json:"ports,omitempty"`
 	WorkingDir string            `json:"workingDir,omitempty"`
+	// VolumeMounts mount the template's durable volumes.
+	VolumeMounts []volumeMountFile `json:"volumeMounts,omitempty"`
 }
 
 type probeFile struct {
@@ -112,6 +116,8 @@ func parseTemplate(data []byte, baseDir string) (*atev1.ActorTemplate, error) {
 			spec.WakeupProbe.HttpGet = &atev1.HTTPGetAction{Path: g.Path, Port: g.Port}
 		}
 	}
+	f.lifecycleFields.apply(spec)
+	f.routingFields.apply(spec)
 	return &atev1.ActorTemplate{Name: f.Name, Spec: spec}, nil
 }
 
@@ -130,7 +136,7 @@ func (c containerFile) spec(baseDir string) (*atev1.ContainerSpec, error) {
 	}
 	return &atev1.ContainerSpec{
 		Name: c.Name, Image: image, Command: c.Command, Args: c.Args,
-		Env: c.Env, Ports: c.Ports, WorkingDir: c.WorkingDir,
+		Env: c.Env, Ports: c.Ports, WorkingDir: c.WorkingDir, VolumeMounts: c.volumeMounts(),
 	}, nil
 }
 

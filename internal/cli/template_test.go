@@ -114,3 +114,25 @@ func TestLoadTemplateFile(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestParseTemplateRoutingFields: the router's fields reach the spec as
+// written (the server validates them).
+func TestParseTemplateRoutingFields(t *testing.T) {
+	const doc = "name: t\ncontainers:\n- name: c\n  image: oci:/x\n" +
+		"routeTimeoutSeconds: 30\nstreamIdleTimeoutSeconds: 5\nidle: {after: 10m, action: pause}\n"
+	got, err := parseTemplate([]byte(doc), "/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &atev1.ActorTemplateSpec{
+		Containers:          []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}},
+		RouteTimeoutSeconds: 30, StreamIdleTimeoutSeconds: 5,
+		Idle: &atev1.IdlePolicy{After: "10m", Action: "pause"},
+	}
+	if !proto.Equal(got.GetSpec(), want) {
+		t.Errorf("got %v\nwant %v", got.GetSpec(), want)
+	}
+	if _, err := parseTemplate([]byte(doc+"idle_after: 1m\n"), "/base"); err == nil || !strings.Contains(err.Error(), `unknown field "idle_after"`) {
+		t.Errorf("misspelt field: %v", err)
+	}
+}

@@ -119,15 +119,41 @@ func (m *Manager) withActor(ctx context.Context, atespace, name string, fn func(
 	return fn()
 }
 
-// update writes a with new state fields, logging the transition.
-func (m *Manager) update(ctx context.Context, a *store.Actor) (*store.Actor, error) {
-	a.StateTime = time.Now().UTC()
-	out, err := m.store.UpdateActor(context.WithoutCancel(ctx), a)
-	if err != nil {
-		return nil, err
+// update writes next, a copy of base with lifecycle fields changed. The
+// write is compare-and-set on base's version; when it loses only to a
+// change of other fields (the router's last_activity, a new worker
+// selector), it re-applies next's lifecycle fields onto the fresh record
+// and tries again. A change of the lifecycle fields themselves is a real
+// conflict and is returned (store.ErrConflict): a late finisher never
+// overwrites another workflow's state.
+func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.Actor, error) {
+	ctx = context.WithoutCancel(ctx)
+	next.StateTime = time.Now().UTC()
+	for attempt := 0; ; attempt++ {
+		out, err := m.store.UpdateActor(ctx, next)
+		if err == nil {
+			m.log.DebugContext(ctx, "actor state", "actor", next.Name, "atespace", next.Atespace, "state", next.State, "worker", next.Worker)
+			return out, nil
+		}
+		if !errors.Is(err, store.ErrConflict) || attempt == 5 {
+			return nil, err
+		}
+		cur, gerr := m.store.GetActor(ctx, base.Atespace, base.Name)
+		if gerr != nil || !sameLifecycle(cur, base) {
+			return nil, err
+		}
+		merged := *cur
+		merged.State, merged.Worker, merged.Snapshot = next.State, next.Worker, next.Snapshot
+		merged.PausedSnapshot, merged.Node, merged.Message = next.PausedSnapshot, next.Node, next.Message
+		merged.Resumes, merged.StateTime = next.Resumes, next.StateTime
+		base, next = cur, &merged
 	}
-	m.log.DebugContext(ctx, "actor state", "actor", a.Name, "atespace", a.Atespace, "state", a.State, "worker", a.Worker)
-	return out, nil
+}
+
+// sameLifecycle reports whether a and b agree on every field workflows own.
+func sameLifecycle(a, b *store.Actor) bool {
+	return a.UID == b.UID && a.State == b.State && a.Worker == b.Worker && a.Snapshot == b.Snapshot &&
+		a.PausedSnapshot == b.PausedSnapshot && a.Node == b.Node && a.Resumes == b.Resumes
 }
 
 // recoverLocked returns an actor left in RESUMING or SUSPENDING by a
@@ -141,7 +167,7 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 	}
 	n := *a
 	n.State, n.Worker, n.Message = store.Crashed, "", why
-	out, err := m.update(ctx, &n)
+	out, err := m.update(ctx, a, &n)
 	if err == nil && a.Worker != "" {
 		m.workerFreed()
 	}
@@ -221,6 +247,29 @@ func (m *Manager) collectGarbage(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// SelfRequest is an actor asking, from inside its sandbox, to be
+// suspended or paused ("suspend" | "pause"). It runs the workflow in the
+// background, since the caller is the actor being checkpointed.
+func (m *Manager) SelfRequest(worker, actorUID, action string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*LeaseTTL)
+		defer cancel()
+		w, err := m.store.GetWorker(ctx, worker)
+		if err != nil || w.ActorUID != actorUID {
+			return
+		}
+		atespace, name, _ := cutKey(w.Actor)
+		if action == "pause" {
+			_, err = m.Pause(ctx, atespace, name)
+		} else {
+			_, err = m.Suspend(ctx, atespace, name)
+		}
+		if err != nil {
+			m.log.Warn("self-requested "+action, "actor", name, "atespace", atespace, "err", err)
+		}
+	}()
 }
 
 // WorkerExited is the node's report that an actor's sandbox died on its

@@ -29,8 +29,10 @@ type fakeNode struct {
 	starts atomic.Int64
 	// onStart, if set, runs inside Start and its error is Start's.
 	onStart func(req node.StartRequest) error
-	mu      sync.Mutex
-	last    node.StartRequest
+	// onCheckpoint, if set, runs inside Checkpoint.
+	onCheckpoint func()
+	mu           sync.Mutex
+	last         node.StartRequest
 }
 
 func (f *fakeNode) Name() string { return f.name }
@@ -45,6 +47,9 @@ func (f *fakeNode) Start(_ context.Context, req node.StartRequest) error {
 	return nil
 }
 func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.CheckpointOptions) (string, error) {
+	if f.onCheckpoint != nil {
+		f.onCheckpoint()
+	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
 func (f *fakeNode) Stop(context.Context, string, string) error { return nil }
@@ -320,5 +325,35 @@ func TestGarbageCollection(t *testing.T) {
 	}
 	if _, err := os.Stat(leftover.Dir); !os.IsNotExist(err) {
 		t.Fatalf("staging leftover survived: %v", err)
+	}
+}
+
+// TestMetadataChangesDoNotAbortWorkflows: the router records activity (a
+// write of last_activity) while a suspend checkpoints; the suspend must
+// still complete, and the activity must survive it.
+func TestMetadataChangesDoNotAbortWorkflows(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	e.node.onCheckpoint = func() {
+		a, err := e.st.GetActor(ctx, "default", "a")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		a.LastActivity = seen
+		if _, err := e.st.UpdateActor(ctx, a); err != nil {
+			t.Error(err)
+		}
+	}
+	out, err := e.m.Suspend(ctx, "default", "a")
+	if err != nil {
+		t.Fatalf("Suspend with a concurrent activity write: %v", err)
+	}
+	if out.State != store.Suspended || !out.LastActivity.Equal(seen) || e.claimedWorkers(t) != 0 {
+		t.Fatalf("after suspend: %+v", out)
 	}
 }

@@ -86,7 +86,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	if src.paused || prev == store.Paused {
 		running.PausedSnapshot, running.Node = "", ""
 	}
-	out, err := m.update(nctx, &running)
+	out, err := m.update(nctx, a, &running)
 	if err != nil {
 		return nil, m.lateFinisher(nctx, a, prev, err)
 	}
@@ -178,7 +178,7 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.A
 	back := *a
 	back.State, back.Worker = prev, ""
 	back.Message = "resume failed: " + cause.Error()
-	if _, err := m.update(ctx, &back); err != nil {
+	if _, err := m.update(ctx, a, &back); err != nil {
 		// Someone else moved the actor; free the worker if still ours.
 		_ = m.store.ReleaseWorker(ctx, a.Worker, a.UID)
 	}
@@ -199,7 +199,7 @@ func (m *Manager) lateFinisher(ctx context.Context, a *store.Actor, prev store.A
 		back := *cur
 		back.State, back.Worker = prev, ""
 		back.Message = "worker " + a.Worker + " was lost while resuming: " + cause.Error()
-		if _, uerr := m.update(ctx, &back); uerr != nil {
+		if _, uerr := m.update(ctx, cur, &back); uerr != nil {
 			m.log.WarnContext(ctx, "roll back late resume", "actor", a.Key(), "err", uerr)
 		}
 	}

@@ -93,7 +93,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused b
 	if paused {
 		ing.State = store.Pausing
 	}
-	a, err := m.update(ctx, &ing)
+	a, err := m.update(ctx, a, &ing)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused b
 		// The sandbox may be gone; the last snapshot is still good.
 		crashed := *a
 		crashed.State, crashed.Worker, crashed.Message = store.Crashed, "", "checkpoint failed: "+err.Error()
-		_, uerr := m.update(ctx, &crashed)
+		_, uerr := m.update(ctx, a, &crashed)
 		m.workerFreed()
 		if uerr != nil {
 			return nil, fmt.Errorf("%w: %w (and recording it: %w)", ErrSuspendFailed, err, uerr)
@@ -116,7 +116,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused b
 	} else {
 		done.State, done.Snapshot = store.Suspended, ref
 	}
-	out, err := m.update(ctx, &done)
+	out, err := m.update(ctx, a, &done)
 	m.workerFreed()
 	if err != nil {
 		// Lost the race: the new snapshot is referenced by nobody.
@@ -136,7 +136,7 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor) (*store.Acto
 	opts := m.policy(ctx, a, false)
 	ing := *a
 	ing.State = store.Suspending
-	a, err := m.update(ctx, &ing)
+	a, err := m.update(ctx, a, &ing)
 	if err != nil {
 		return nil, err
 	}
@@ -144,12 +144,12 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor) (*store.Acto
 	if err != nil {
 		back := *a
 		back.State, back.Message = store.Paused, "upload of the paused checkpoint failed: "+err.Error()
-		_, _ = m.update(ctx, &back)
+		_, _ = m.update(ctx, a, &back)
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
 	done.State, done.Snapshot, done.PausedSnapshot, done.Node, done.Message = store.Suspended, ref, "", "", ""
-	out, err := m.update(ctx, &done)
+	out, err := m.update(ctx, a, &done)
 	if err != nil {
 		m.dropSnapshot(ref, false)
 		return nil, err
@@ -201,7 +201,7 @@ func (m *Manager) Revert(ctx context.Context, atespace, name string) (out *store
 		r := *a
 		r.State, r.Worker, r.PausedSnapshot, r.Node = store.Suspended, "", "", ""
 		r.Message = "reverted to the last durable snapshot"
-		if out, err = m.update(ctx, &r); err != nil {
+		if out, err = m.update(ctx, a, &r); err != nil {
 			return err
 		}
 		if a.PausedSnapshot != "" {

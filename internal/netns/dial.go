@@ -82,3 +82,22 @@ func inNetNS(nsPath string, fn func() error) error {
 	}()
 	return <-errc
 }
+
+// Listen opens a listener on addr (an IP literal and port) inside the
+// network namespace mounted at nsPath. Like a dialed conn, the listening
+// socket stays in that namespace; the caller closes it.
+func Listen(nsPath, network, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := inNetNS(nsPath, func() error {
+		l, err := net.Listen(network, addr)
+		ln = l
+		return err
+	})
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("netns: listen %s in %s: %w", addr, nsPath, err)
+	}
+	return ln, nil
+}

@@ -64,8 +64,10 @@ func (n *Node) NewTunnel() http.Handler {
 			pr.Out.Header.Del(router.HeaderActorUID)
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 		},
-		Transport:     tr,
-		FlushInterval: -1,
+		Transport:  tr,
+		BufferPool: router.NewBufferPool(),
+		// FlushInterval 0 flushes streams (no Content-Length, or
+		// text/event-stream) on every write, and buffers the rest.
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			cut := errors.Is(context.Cause(r.Context()), errCut)
 			if errors.Is(err, context.Canceled) && !cut {

@@ -2,11 +2,14 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"substrate.dev/ate/internal/names"
 )
@@ -24,30 +27,70 @@ const (
 	activationJoined activation = "joined"
 )
 
-// activator turns an actor key into a RUNNING target: from its cache, or by
+// Tuning of the park loop.
+const (
+	// assignedCheckTimeout bounds the one control-plane read made when a
+	// request's budget runs out; it is a store read.
+	assignedCheckTimeout = 2 * time.Second
+	// parkRetryBackoff spaces new shared calls after one ran out of its
+	// own time while this request still had budget, so a control plane
+	// that answers "no capacity" at once is not hammered.
+	parkRetryBackoff = 50 * time.Millisecond
+)
+
+// activator turns an actor key into a RUNNING target: from its table, or by
 // a Lookup and, when the actor is not running, a Resume. Lookup and Resume
 // are coalesced per actor, and requests waiting for them are "parked":
-// bounded in number (parkMax, across all actors) and in time (budget).
+// bounded in number (parkMax, across all actors) and in time (budget, plus
+// grace when the actor already has a worker as the budget runs out).
+//
+// The same table counts the requests being proxied to each actor and when
+// it last saw traffic; idle.go acts on that. Keeping both under one mutex
+// makes "take the cached target and count the request" atomic with "the
+// actor is idle: drop its target and put it away".
 //
 // An activator is safe for concurrent use.
 type activator struct {
 	res     Resolver
 	logger  *slog.Logger
 	budget  time.Duration
+	grace   time.Duration
 	parkMax int64
 	// parked counts requests admitted to wait for a resolution; it never
 	// exceeds parkMax.
 	parked atomic.Int64
-	// flights runs one Lookup(+Resume) per actor at a time; keyed by
-	// ActorKey.String().
+	// flights runs one Lookup(+Resume) per actor at a time; checks one
+	// Assigned per actor. Both keyed by ActorKey.String().
 	flights coalescer
+	checks  coalescer
 
 	mu sync.Mutex
-	// cache holds the last RUNNING target seen per actor; guarded by mu.
-	// Entries are dropped when a tunnel rejects or cannot be reached, so a
-	// stale one costs one failed attempt. It grows with the number of
-	// actors ever addressed (a few hundred bytes each).
-	cache map[names.ActorKey]Target
+	// actors is what the router knows per actor; guarded by mu, as are
+	// the fields of its entries. An entry lives while it has a target, a
+	// request, an idle action in progress or unreported activity (a few
+	// hundred bytes each).
+	actors map[names.ActorKey]*actorState
+}
+
+// actorState is one actor's entry in the activator's table.
+type actorState struct {
+	// target is the last RUNNING target seen, valid while hasTarget. It
+	// is dropped when a tunnel rejects it or cannot be reached, so a
+	// stale one costs one failed attempt.
+	target    Target
+	hasTarget bool
+	// open counts requests being proxied to the actor, streams and
+	// WebSockets included.
+	open int
+	// last is when a request to the actor last started or ended, or its
+	// target was stored; reported is the last activity sent to the
+	// control plane.
+	last, reported time.Time
+	// away is non-nil while this router pauses or suspends the actor, and
+	// closed when that call returns; resolutions wait for it.
+	away chan struct{}
+	// resolving is set while a shared Lookup(+Resume) of the actor runs.
+	resolving bool
 }
 
 func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
@@ -55,9 +98,11 @@ func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 		res:     res,
 		logger:  logger,
 		budget:  cfg.ParkBudget,
+		grace:   cfg.ParkGrace,
 		parkMax: int64(cfg.ParkMax),
 		flights: coalescer{timeout: cfg.ParkBudget},
-		cache:   make(map[names.ActorKey]Target),
+		checks:  coalescer{timeout: assignedCheckTimeout},
+		actors:  make(map[names.ActorKey]*actorState),
 	}
 }
 
@@ -67,35 +112,108 @@ type resolution struct {
 	resumed bool
 }
 
-// target returns key's RUNNING target and how it was found. Errors are
-// the Resolver's (wrapped), errParkFull, errParkBudget, or the cause of
-// ctx ending.
-func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, activation, error) {
-	if t, ok := a.cached(key); ok {
-		return t, activationWarm, nil
+// target returns key's RUNNING target, how it was found and how long this
+// request waited for it, and counts the request as open on the actor: the
+// caller must call done(key) when it ends. Errors are the Resolver's
+// (wrapped), errParkFull, errParkBudget, errParkGrace, or the cause of ctx
+// ending.
+func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, activation, time.Duration, error) {
+	if t, ok := a.acquireCached(key); ok {
+		return t, activationWarm, 0, nil
 	}
-	if !a.admit() {
-		return Target{}, "", fmt.Errorf("park request for %s: %w", key, errParkFull)
+	n, ok := a.admit()
+	if !ok {
+		return Target{}, "", 0, fmt.Errorf("park request for %s: %w", key, errParkFull)
 	}
 	defer a.parked.Add(-1)
-	// The cause tells a spent budget (503) from a client gone (499).
-	ctx, cancel := context.WithTimeoutCause(ctx, a.budget, errParkBudget)
-	defer cancel()
-	v, leader, err := a.flights.do(ctx, key.String(), func(ctx context.Context) (any, error) {
-		return a.lookupOrResume(ctx, key)
-	})
+	a.logger.Debug("request parked", "actor", key.Name, "atespace", key.Atespace, "parked", n)
+	start := time.Now()
+	r, leader, err := a.park(ctx, key)
 	if err != nil {
-		return Target{}, "", fmt.Errorf("wait for %s: %w", key, err)
+		return Target{}, "", 0, fmt.Errorf("wait for %s: %w", key, err)
 	}
-	r := v.(resolution)
+	a.acquire(key)
+	waited := time.Since(start)
 	switch {
 	case !r.resumed:
-		return r.target, activationWarm, nil
+		return r.target, activationWarm, waited, nil
 	case leader:
-		return r.target, activationResumed, nil
+		return r.target, activationResumed, waited, nil
 	default:
-		return r.target, activationJoined, nil
+		return r.target, activationJoined, waited, nil
 	}
+}
+
+// park waits for the shared resolution of key for up to the budget, then,
+// if the actor has a worker by then, for up to the grace.
+func (a *activator) park(ctx context.Context, key names.ActorKey) (resolution, bool, error) {
+	r, leader, err := a.wait(ctx, key, a.budget, errParkBudget)
+	if !errors.Is(err, errParkBudget) || ctx.Err() != nil || !a.assigned(ctx, key) {
+		return r, leader, err
+	}
+	// The budget ran out while the actor is being restored on a worker:
+	// finishing costs less than failing and starting over.
+	return a.wait(ctx, key, a.grace, errParkGrace)
+}
+
+// wait waits up to d for the shared resolution of key. A shared call that
+// ran out of its own time (it was started by an earlier request, and the
+// control plane found no worker before its deadline), or that the control
+// plane aborted over a concurrent change, is started again while this
+// request still has time. When d runs out the error is cause; when ctx
+// ends, ctx's cause.
+func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duration, cause error) (resolution, bool, error) {
+	wctx, cancel := context.WithTimeoutCause(ctx, d, cause)
+	defer cancel()
+	for {
+		v, leader, err := a.flights.do(wctx, key.String(), func(ctx context.Context) (any, error) {
+			return a.lookupOrResume(ctx, key)
+		})
+		if err == nil {
+			return v.(resolution), leader, nil
+		}
+		if wctx.Err() == nil {
+			if !errors.Is(err, errCallExpired) && !aborted(err) {
+				return resolution{}, false, err
+			}
+			if pause(wctx, parkRetryBackoff) == nil {
+				continue
+			}
+		}
+		return resolution{}, false, context.Cause(wctx)
+	}
+}
+
+// aborted reports whether the control plane gave up on a call because of
+// a concurrent change (codes.Aborted): it asks callers to try again.
+func aborted(err error) bool {
+	st, ok := grpcStatus(err)
+	return ok && st.Code() == codes.Aborted
+}
+
+// pause waits for d or until ctx ends (returning its error).
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// assigned asks, once per actor however many requests' budgets run out
+// together, whether the actor has a worker. A failed check counts as no.
+func (a *activator) assigned(ctx context.Context, key names.ActorKey) bool {
+	v, _, err := a.checks.do(ctx, key.String(), func(ctx context.Context) (any, error) {
+		return a.res.Assigned(ctx, key)
+	})
+	if err != nil {
+		a.logger.Debug("assignment check failed", "actor", key.Name, "atespace", key.Atespace, "err", err)
+		return false
+	}
+	return v.(bool)
 }
 
 // prewarm starts resolving key in the background (or leaves a running
@@ -112,22 +230,34 @@ func (a *activator) prewarm(ctx context.Context, key names.ActorKey) {
 	})
 }
 
-// admit reserves a parking slot unless parkMax are taken.
-func (a *activator) admit() bool {
+// admit reserves a parking slot unless parkMax are taken, and returns
+// how many are taken with it.
+func (a *activator) admit() (int64, bool) {
 	for {
 		n := a.parked.Load()
 		if n >= a.parkMax {
-			return false
+			return n, false
 		}
 		if a.parked.CompareAndSwap(n, n+1) {
-			return true
+			return n + 1, true
 		}
 	}
 }
 
 // lookupOrResume is the shared call: it runs once per actor at a time,
-// with a context detached from any one request.
+// with a context detached from any one request. It first lets this
+// router's own pause or suspend of the actor finish, so the Lookup does
+// not find it RUNNING just before its worker goes.
 func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey) (resolution, error) {
+	away := a.resolving(key, true)
+	defer a.resolving(key, false)
+	if away != nil {
+		select {
+		case <-away:
+		case <-ctx.Done():
+			return resolution{}, context.Cause(ctx)
+		}
+	}
 	t, running, err := a.res.Lookup(ctx, key)
 	if err != nil {
 		return resolution{}, fmt.Errorf("look up %s: %w", key, err)
@@ -141,17 +271,81 @@ func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey) (res
 		a.logger.Info("actor resumed", "actor", key.Name, "atespace", key.Atespace,
 			"worker", t.Worker, "duration", time.Since(start))
 	}
-	a.mu.Lock()
-	a.cache[key] = t
-	a.mu.Unlock()
+	a.store(key, t)
 	return resolution{target: t, resumed: !running}, nil
 }
 
+// entry returns key's entry, creating it. a.mu must be held.
+func (a *activator) entry(key names.ActorKey) *actorState {
+	st, ok := a.actors[key]
+	if !ok {
+		st = &actorState{}
+		a.actors[key] = st
+	}
+	return st
+}
+
+// store records t as key's RUNNING target. A target just stored counts as
+// activity, so an actor is never put away the moment it came up.
+func (a *activator) store(key names.ActorKey, t Target) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.entry(key)
+	st.target, st.hasTarget, st.last = t, true, time.Now()
+}
+
+// acquireCached returns key's cached target and counts a request open on
+// it, or reports false when there is none.
+func (a *activator) acquireCached(key names.ActorKey) (Target, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.actors[key]
+	if !ok || !st.hasTarget {
+		return Target{}, false
+	}
+	st.open++
+	st.last = time.Now()
+	return st.target, true
+}
+
+// acquire counts a request open on key.
+func (a *activator) acquire(key names.ActorKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.entry(key)
+	st.open++
+	st.last = time.Now()
+}
+
+// done ends a request counted by target.
+func (a *activator) done(key names.ActorKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st, ok := a.actors[key]; ok {
+		st.open--
+		st.last = time.Now()
+	}
+}
+
+// resolving marks whether a shared resolution of key runs, and returns
+// key's away channel.
+func (a *activator) resolving(key names.ActorKey, on bool) chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.entry(key)
+	st.resolving = on
+	return st.away
+}
+
+// cached returns key's cached target without counting a request.
 func (a *activator) cached(key names.ActorKey) (Target, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	t, ok := a.cache[key]
-	return t, ok
+	st, ok := a.actors[key]
+	if !ok || !st.hasTarget {
+		return Target{}, false
+	}
+	return st.target, true
 }
 
 // forget drops key's cached target if it is still t, so that a fresher
@@ -159,7 +353,7 @@ func (a *activator) cached(key names.ActorKey) (Target, bool) {
 func (a *activator) forget(key names.ActorKey, t Target) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cache[key] == t {
-		delete(a.cache, key)
+	if st, ok := a.actors[key]; ok && st.hasTarget && st.target == t {
+		st.hasTarget = false
 	}
 }

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -53,8 +55,16 @@ func (c *coalescer) start(ctx context.Context, key string, fn func(context.Conte
 	c.group.DoChan(key, func() (any, error) { return c.run(ctx, fn) })
 }
 
+// errCallExpired marks the error of a shared call that ended with its
+// timeout: a caller that has time left may start another.
+var errCallExpired = errors.New("shared call ran out of time")
+
 func (c *coalescer) run(ctx context.Context, fn func(context.Context) (any, error)) (any, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
-	return fn(ctx)
+	v, err := fn(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w after %s: %w", errCallExpired, c.timeout, err)
+	}
+	return v, err
 }

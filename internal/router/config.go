@@ -10,8 +10,8 @@ import (
 const (
 	DefaultActorDomain = "actors.localhost"
 	// DefaultParkMax bounds parked requests: each costs a goroutine and an
-	// open client connection (tens of KiB), so 2048 stays around 100 MiB
-	// in the worst case while absorbing a large burst of cold requests.
+	// open client connection, ~22 KiB measured (BENCHMARKS.md), so 2048
+	// stay under 50 MiB while absorbing a large burst of cold requests.
 	DefaultParkMax = 2048
 	// DefaultParkBudget is how long a request waits for a resume: long
 	// enough to ride out a restore plus a wait for a worker to free up,

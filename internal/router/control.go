@@ -3,11 +3,14 @@ package router
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
@@ -17,9 +20,11 @@ import (
 // the store, so anything slower means the API server is in trouble.
 const listWorkersTimeout = 10 * time.Second
 
-// ControlResolver is the Resolver over Substrate's Control API. Worker
-// tunnel addresses come from ListWorkers and are cached by worker name;
-// a name missing from the cache triggers one shared refresh.
+// ControlResolver is the Resolver, Idler and ActivityRecorder over
+// Substrate's Control API. Worker tunnel addresses come from ListWorkers
+// and are cached by worker name; a name missing from the cache triggers
+// one shared refresh. Each actor's policy comes from its template
+// (GetActorTemplate), fetched once per actor incarnation (policies.go).
 //
 // A ControlResolver is safe for concurrent use. Errors are the API's gRPC
 // status errors, wrapped; conditions the router detects itself (an actor
@@ -28,6 +33,8 @@ type ControlResolver struct {
 	client atev1.ControlClient
 	// refresh runs one ListWorkers at a time, shared by every miss.
 	refresh coalescer
+	// policies caches templates' policies (policies.go).
+	policies policyCache
 
 	mu sync.Mutex
 	// tunnels maps worker name → tunnel host:port; guarded by mu and
@@ -35,14 +42,23 @@ type ControlResolver struct {
 	tunnels map[string]string
 }
 
-var _ Resolver = (*ControlResolver)(nil)
+var (
+	_ Resolver         = (*ControlResolver)(nil)
+	_ Idler            = (*ControlResolver)(nil)
+	_ ActivityRecorder = (*ControlResolver)(nil)
+)
 
-// NewControlResolver returns a Resolver that asks client.
-func NewControlResolver(client atev1.ControlClient) *ControlResolver {
+// NewControlResolver returns a ControlResolver that asks client. A nil
+// logger discards.
+func NewControlResolver(client atev1.ControlClient, logger *slog.Logger) *ControlResolver {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &ControlResolver{
-		client:  client,
-		refresh: coalescer{timeout: listWorkersTimeout},
-		tunnels: make(map[string]string),
+		client:   client,
+		refresh:  coalescer{timeout: listWorkersTimeout},
+		policies: newPolicyCache(client, logger),
+		tunnels:  make(map[string]string),
 	}
 }
 
@@ -76,8 +92,65 @@ func (c *ControlResolver) Resume(ctx context.Context, key names.ActorKey) (Targe
 	return c.target(ctx, key, a)
 }
 
-// target builds a's target: its incarnation, worker and the worker's
-// tunnel address.
+// Assigned implements Resolver with GetActor.
+func (c *ControlResolver) Assigned(ctx context.Context, key names.ActorKey) (bool, error) {
+	a, err := c.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: key.Atespace, Name: key.Name})
+	if err != nil {
+		return false, fmt.Errorf("get actor %s: %w", key, err)
+	}
+	switch a.GetState() {
+	case atev1.ActorState_RUNNING:
+		return true, nil
+	case atev1.ActorState_RESUMING:
+		return a.GetWorker() != "", nil
+	default:
+		return false, nil
+	}
+}
+
+// Pause implements Idler with PauseActor; an API server without it
+// (codes.Unimplemented) yields ErrPauseUnsupported.
+func (c *ControlResolver) Pause(ctx context.Context, key names.ActorKey) error {
+	_, err := c.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: key.Atespace, Name: key.Name})
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("pause actor %s: %w: %w", key, ErrPauseUnsupported, err)
+	}
+	if err != nil {
+		return fmt.Errorf("pause actor %s: %w", key, err)
+	}
+	return nil
+}
+
+// Suspend implements Idler with SuspendActor.
+func (c *ControlResolver) Suspend(ctx context.Context, key names.ActorKey) error {
+	if _, err := c.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: key.Atespace, Name: key.Name}); err != nil {
+		return fmt.Errorf("suspend actor %s: %w", key, err)
+	}
+	return nil
+}
+
+// maxActivitiesPerCall keeps one RecordActivity call under the API
+// server's limit (10000 per call).
+const maxActivitiesPerCall = 5000
+
+// RecordActivity implements ActivityRecorder, in calls of at most
+// maxActivitiesPerCall actors.
+func (c *ControlResolver) RecordActivity(ctx context.Context, acts []Activity) error {
+	for chunk := range slices.Chunk(acts, maxActivitiesPerCall) {
+		req := &atev1.RecordActivityRequest{Activities: make([]*atev1.ActorActivity, 0, len(chunk))}
+		for _, act := range chunk {
+			req.Activities = append(req.Activities, &atev1.ActorActivity{
+				Atespace: act.Actor.Atespace, Name: act.Actor.Name, LastActivity: timestamppb.New(act.Last)})
+		}
+		if _, err := c.client.RecordActivity(ctx, req); err != nil {
+			return fmt.Errorf("record activity of %d actors: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
+// target builds a's target: its incarnation, worker, the worker's tunnel
+// address and the template's policy.
 func (c *ControlResolver) target(ctx context.Context, key names.ActorKey, a *atev1.Actor) (Target, error) {
 	if a.GetWorker() == "" {
 		return Target{}, status.Errorf(codes.Unavailable, "actor %s is %s but has no worker", key, a.GetState())
@@ -86,7 +159,11 @@ func (c *ControlResolver) target(ctx context.Context, key names.ActorKey, a *ate
 	if err != nil {
 		return Target{}, err
 	}
-	return Target{Actor: key, UID: a.GetUid(), Worker: a.GetWorker(), TunnelAddr: addr}, nil
+	p, err := c.policies.get(ctx, a)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Actor: key, UID: a.GetUid(), Worker: a.GetWorker(), TunnelAddr: addr, Policy: p}, nil
 }
 
 // tunnelAddr returns worker's tunnel address, refreshing the cache from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,9 +27,67 @@ type fakeControl struct {
 	mu      sync.Mutex
 	actors  map[string]*atev1.Actor // by "<atespace>/<name>"; guarded by mu
 	workers []*atev1.Worker         // guarded by mu
+	// templates by "<atespace>/<name>"; a missing one is served with an
+	// empty spec. Guarded by mu.
+	templates map[string]*atev1.ActorTemplate
+	// calls lists the idle RPCs and activity reports received, e.g.
+	// "pause default/app"; guarded by mu.
+	calls []string
 	// onResume sets the resumed actor's worker; nil means "w1".
-	onResume    func(a *atev1.Actor) error
-	listWorkers atomic.Int64
+	onResume func(a *atev1.Actor) error
+	// pauseErr, if set, is PauseActor's answer; guarded by mu.
+	pauseErr     error
+	listWorkers  atomic.Int64
+	templateGets atomic.Int64
+}
+
+func (f *fakeControl) GetActorTemplate(_ context.Context, req *atev1.GetActorTemplateRequest) (*atev1.ActorTemplate, error) {
+	f.templateGets.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t, ok := f.templates[req.GetAtespace()+"/"+req.GetName()]; ok {
+		return t, nil
+	}
+	return &atev1.ActorTemplate{Atespace: req.GetAtespace(), Name: req.GetName(), Uid: "tpl-" + req.GetName(),
+		Spec: &atev1.ActorTemplateSpec{}}, nil
+}
+
+func (f *fakeControl) PauseActor(_ context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "pause "+req.GetAtespace()+"/"+req.GetName())
+	if f.pauseErr != nil {
+		return nil, f.pauseErr
+	}
+	return &atev1.Actor{Atespace: req.GetAtespace(), Name: req.GetName(), State: atev1.ActorState_PAUSED}, nil
+}
+
+func (f *fakeControl) SuspendActor(_ context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "suspend "+req.GetAtespace()+"/"+req.GetName())
+	return &atev1.Actor{Atespace: req.GetAtespace(), Name: req.GetName(), State: atev1.ActorState_SUSPENDED}, nil
+}
+
+func (f *fakeControl) RecordActivity(_ context.Context, req *atev1.RecordActivityRequest) (*atev1.RecordActivityResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range req.GetActivities() {
+		f.calls = append(f.calls, "activity "+a.GetAtespace()+"/"+a.GetName())
+	}
+	return &atev1.RecordActivityResponse{}, nil
+}
+
+func (f *fakeControl) setPauseErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pauseErr = err
+}
+
+func (f *fakeControl) callLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 func (f *fakeControl) GetActor(_ context.Context, req *atev1.GetActorRequest) (*atev1.Actor, error) {
@@ -130,7 +189,7 @@ func TestControlResolver(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fc := &fakeControl{actors: tt.actors, workers: tt.workers, onResume: tt.onResume}
-			r := NewControlResolver(newControlClient(t, fc))
+			r := NewControlResolver(newControlClient(t, fc), nil)
 			var got Target
 			var ok bool
 			var err error
@@ -165,7 +224,7 @@ func TestControlResolverCachesTunnelsAndRefreshesOnMiss(t *testing.T) {
 		},
 		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: "10.0.0.1:7000"}},
 	}
-	r := NewControlResolver(newControlClient(t, fc))
+	r := NewControlResolver(newControlClient(t, fc), nil)
 	a := names.ActorKey{Atespace: "default", Name: "a"}
 	for range 3 {
 		if _, ok, err := r.Lookup(t.Context(), a); err != nil || !ok {
@@ -196,7 +255,7 @@ func TestHandlerOverControlAPI(t *testing.T) {
 		},
 		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: tunnel}},
 	}
-	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc)))
+	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc), nil))
 	tests := []struct {
 		host           string
 		wantStatus     int

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,8 +23,18 @@ var (
 	errNoActor = errors.New("no actor addressed")
 	// errParkFull: ParkMax requests are already waiting for resumes.
 	errParkFull = errors.New("too many parked requests")
-	// errParkBudget: the request waited ParkBudget for its actor.
+	// errParkBudget: the request waited ParkBudget for its actor, which
+	// had no worker yet.
 	errParkBudget = errors.New("park budget exhausted")
+	// errParkGrace: the request waited ParkBudget and then ParkGrace for
+	// an actor that was being restored.
+	errParkGrace = errors.New("park grace exhausted")
+	// errRouteTimeout: the actor sent no response header within the
+	// route timeout (see routeTimeoutError).
+	errRouteTimeout = errors.New("route timeout")
+	// errStreamIdle: a response body or upgraded connection was silent
+	// for the stream idle timeout and was cut.
+	errStreamIdle = errors.New("stream idle timeout")
 	// errStale: the tunnel said the actor is no longer on that worker and
 	// the request could not be (or was already) retried.
 	errStale = errors.New("stale actor assignment")
@@ -44,7 +56,28 @@ type failure struct {
 	retryAfter bool
 	// clientGone: nobody is listening; log quietly.
 	clientGone bool
+	// delivered, when set, is sent as HeaderRequestDelivered.
+	delivered string
 }
+
+// HeaderRequestDelivered is set on a 504 Gateway Timeout: "true" when the
+// request had been handed to the actor's worker (the actor may have acted
+// on it, so only an idempotent request is safe to retry), "false" when it
+// never left the router.
+const HeaderRequestDelivered = "Ate-Request-Delivered"
+
+// routeTimeoutError: the actor did not answer within its route timeout.
+// It unwraps to errRouteTimeout.
+type routeTimeoutError struct {
+	timeout   time.Duration
+	delivered bool
+}
+
+func (e *routeTimeoutError) Error() string {
+	return fmt.Sprintf("no response within the route timeout of %s (request delivered: %t)", e.timeout, e.delivered)
+}
+
+func (e *routeTimeoutError) Unwrap() error { return errRouteTimeout }
 
 // classify maps any error the request path produces to its HTTP answer.
 // It is the only place that does: router sentinels first, then context
@@ -52,7 +85,11 @@ type failure struct {
 // actor (zero when none was); cfg supplies the limits named in bodies.
 func classify(err error, key names.ActorKey, cfg Config) failure {
 	actor := key.String()
+	var rte *routeTimeoutError
 	switch {
+	case errors.As(err, &rte):
+		return failure{status: http.StatusGatewayTimeout, delivered: strconv.FormatBool(rte.delivered), body: fmt.Sprintf(
+			"actor %s did not answer within its route timeout of %s", actor, rte.timeout)}
 	case errors.Is(err, errNoActor):
 		return failure{status: http.StatusNotFound, body: fmt.Sprintf(
 			"no actor addressed: use Host: <name>.<atespace>.%s or header %s: <atespace>/<name>",
@@ -61,9 +98,13 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 		return failure{status: http.StatusBadRequest, body: oneLine(err.Error())}
 	case errors.Is(err, errParkFull):
 		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
-			"too many requests are waiting for actors to resume (limit %d); retry shortly", cfg.ParkMax)}
+			"parking lot full: too many requests are waiting for actors to resume (limit %d); retry shortly", cfg.ParkMax)}
 	case errors.Is(err, errParkBudget), errors.Is(err, context.DeadlineExceeded):
 		return notResumedInTime(actor, cfg)
+	case errors.Is(err, errParkGrace):
+		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"park budget of %s and grace of %s exhausted: actor %s was still being restored; retry later",
+			cfg.ParkBudget, cfg.ParkGrace, actor)}
 	case errors.Is(err, errStale):
 		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"actor %s moved while the request was in flight; retry", actor)}
@@ -102,7 +143,7 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 
 func notResumedInTime(actor string, cfg Config) failure {
 	return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
-		"actor %s was not resumed within %s; retry later", actor, cfg.ParkBudget)}
+		"park budget of %s exhausted: actor %s was not resumed in time; retry later", cfg.ParkBudget, actor)}
 }
 
 // grpcStatus finds the gRPC status in err's chain. Unlike status.FromError
@@ -128,8 +169,12 @@ func writeFailure(w http.ResponseWriter, f failure) {
 	h.Del(HeaderActivation)
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del(HeaderActivationMs)
 	if f.retryAfter {
 		h.Set("Retry-After", "1")
+	}
+	if f.delivered != "" {
+		h.Set(HeaderRequestDelivered, f.delivered)
 	}
 	w.WriteHeader(f.status)
 	// The client may be gone; there is nobody to tell about a failed write.

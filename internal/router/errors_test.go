@@ -33,13 +33,13 @@ func TestClassify(t *testing.T) {
 		{"resource exhausted", wrap(status.Error(codes.ResourceExhausted, "busy")),
 			503, "no free worker for actor default/x within 30s; retry later", true, false},
 		{"deadline exceeded", wrap(status.Error(codes.DeadlineExceeded, "late")),
-			503, "actor default/x was not resumed within 30s; retry later", true, false},
+			503, "park budget of 30s exhausted: actor default/x was not resumed in time; retry later", true, false},
 		{"park budget", wrap(errParkBudget),
-			503, "actor default/x was not resumed within 30s; retry later", true, false},
+			503, "park budget of 30s exhausted: actor default/x was not resumed in time; retry later", true, false},
 		{"context deadline", wrap(context.DeadlineExceeded),
-			503, "actor default/x was not resumed within 30s; retry later", true, false},
+			503, "park budget of 30s exhausted: actor default/x was not resumed in time; retry later", true, false},
 		{"park full", wrap(errParkFull),
-			503, "too many requests are waiting for actors to resume (limit 7); retry shortly", true, false},
+			503, "parking lot full: too many requests are waiting for actors to resume (limit 7); retry shortly", true, false},
 		{"failed precondition", wrap(status.Error(codes.FailedPrecondition, "deleting")),
 			409, "actor default/x cannot be resumed now: deleting", false, false},
 		{"unavailable keeps the server's message", wrap(status.Error(codes.Unavailable, "node gone")),
@@ -50,6 +50,8 @@ func TestClassify(t *testing.T) {
 			statusClientClosedRequest, "client closed request", false, true},
 		{"other code", wrap(status.Error(codes.Internal, "boom")),
 			502, "actor default/x could not be resumed: Internal: boom", false, false},
+		{"park grace", wrap(errParkGrace),
+			503, "park budget of 30s and grace of 10s exhausted: actor default/x was still being restored; retry later", true, false},
 		{"stale", fmt.Errorf("%w: %w", errStale, errMisdirected),
 			503, "actor default/x moved while the request was in flight; retry", true, false},
 		{"tunnel error", errors.New("dial tcp 10.0.0.1:7000: i/o timeout"),
@@ -98,5 +100,21 @@ func TestReplayable(t *testing.T) {
 				t.Errorf("replayable = %t, want %t", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestClassifyRouteTimeout(t *testing.T) {
+	key := names.ActorKey{Atespace: "default", Name: "x"}
+	for _, delivered := range []bool{true, false} {
+		err := fmt.Errorf("proxy: %w", &routeTimeoutError{timeout: 5 * time.Minute, delivered: delivered})
+		f := classify(err, key, Config{}.withDefaults())
+		want := failure{status: http.StatusGatewayTimeout, delivered: fmt.Sprint(delivered),
+			body: "actor default/x did not answer within its route timeout of 5m0s"}
+		if f != want {
+			t.Errorf("delivered=%t: classify = %+v, want %+v", delivered, f, want)
+		}
+		if !errors.Is(err, errRouteTimeout) {
+			t.Errorf("a route timeout is not errRouteTimeout")
+		}
 	}
 }

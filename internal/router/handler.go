@@ -7,61 +7,96 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"sync/atomic"
 
 	"substrate.dev/ate/internal/names"
 )
 
-// HeaderActivation is set on proxied responses: "warm" (the actor was
-// running), "resumed" (this request resumed it) or "joined" (it waited on
-// another request's resume).
-const HeaderActivation = "Ate-Activation"
+// Activation response headers. HeaderActivation is set on proxied
+// responses: "warm" (the actor was running), "resumed" (this request
+// resumed it) or "joined" (it waited on another request's resume).
+// HeaderActivationMs, set with "resumed" and "joined", is how long the
+// request waited for its actor, in milliseconds.
+const (
+	HeaderActivation   = "Ate-Activation"
+	HeaderActivationMs = "Ate-Activation-Ms"
+)
 
 // NewHandler returns the router's whole request chain, for main and tests
 // alike. Stages, outer → inner:
 //
 //  1. Select the actor: header Ate-Target-Actor ("<atespace>/<name>", or
 //     "<name>" in the default atespace) wins over
-//     Host "<name>.<atespace>.<ActorDomain>[:port]". Neither: /healthz and
-//     /readyz answer 200, anything else 404 explaining both ways. An
-//     invalid name: 400 with the validation message.
+//     Host "<name>.<atespace>.<ActorDomain>[:port]". Neither: /healthz
+//     answers 200, /readyz 200 (503 once Drain was called), anything else
+//     404 explaining both ways. An invalid name: 400 with the validation
+//     message.
 //  2. Activate: a cached RUNNING target is used at once; otherwise the
 //     request parks (at most cfg.ParkMax at once, else 503) for up to
-//     cfg.ParkBudget (else 503) on a Lookup and, if the actor is not
-//     running, a Resume — one per actor at a time, shared by all waiters
-//     and not cancelled when any one of them leaves.
-//  3. Proxy to the target's tunnel, streaming. If the tunnel answers 421
-//     or refuses the connection, the target is dropped and the actor
-//     resolved again once; a GET/HEAD/OPTIONS without body is replayed,
-//     anything else gets 503 with Retry-After.
+//     cfg.ParkBudget (else 503; plus cfg.ParkGrace if the actor has a
+//     worker by then) on a Lookup and, if the actor is not running, a
+//     Resume — one per actor at a time, shared by all waiters and not
+//     cancelled when any one of them leaves.
+//  3. Proxy to the target's tunnel, streaming both ways (full duplex,
+//     upgrades), with the actor's route timeout (504 +
+//     Ate-Request-Delivered) and stream idle timeout. If the tunnel
+//     answers 421 or refuses the connection, the target is dropped and
+//     the actor resolved again once; a GET/HEAD/OPTIONS without body is
+//     replayed, anything else gets 503 with Retry-After.
 //
 // Failures are answered by classify: one text/plain line, never 500 for
 // expected conditions. res must be safe for concurrent use; a nil logger
-// discards.
-func NewHandler(cfg Config, res Resolver, logger *slog.Logger) http.Handler {
+// discards. Idle handling and activity reports need Handler.Start.
+func NewHandler(cfg Config, res Resolver, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	return &handler{
+	return &Handler{
 		cfg:      cfg,
 		act:      newActivator(res, cfg, logger),
+		buffers:  NewBufferPool(),
 		logger:   logger,
 		errorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 
-// handler is the chain NewHandler documents. Safe for concurrent use.
-type handler struct {
+// Handler is the chain NewHandler documents; Start runs its background
+// work (idle.go). Safe for concurrent use.
+type Handler struct {
 	cfg      Config
 	act      *activator
+	buffers  httputil.BufferPool
 	logger   *slog.Logger
 	errorLog *log.Logger
+	// draining is set by Drain; inflight counts ServeHTTP calls, upgraded
+	// connections included (their ServeHTTP lasts as long as they do).
+	draining atomic.Bool
+	inflight atomic.Int64
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+var _ drainer = (*Handler)(nil)
+
+// Drain makes /readyz answer 503 from now on, so load balancers take the
+// router out of rotation; requests are still served.
+func (h *Handler) Drain() { h.draining.Store(true) }
+
+// InFlight returns how many requests are being served: parked, proxied,
+// streaming or upgraded.
+func (h *Handler) InFlight() int64 { return h.inflight.Load() }
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.inflight.Add(1)
+	defer h.inflight.Add(-1)
 	key, err := selectActor(r, h.cfg.ActorDomain)
 	if errors.Is(err, errNoActor) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if r.URL.Path == "/readyz" && h.draining.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "draining\n")
+			return
+		}
 		_, _ = io.WriteString(w, "ok\n")
 		return
 	}
@@ -94,20 +129,30 @@ func selectActor(r *http.Request, domain string) (names.ActorKey, error) {
 
 // serveActor activates key's actor and proxies r to it, re-resolving once
 // when the target turns out stale.
-func (h *handler) serveActor(w http.ResponseWriter, r *http.Request, key names.ActorKey) {
+func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.ActorKey) {
+	if r.ProtoMajor == 1 && http.NewResponseController(w).EnableFullDuplex() == nil {
+		// Full duplex streams the request body to the actor while its
+		// response streams back (HTTP/2 always does); without it an
+		// HTTP/1 server reads the whole body before the first response
+		// byte. Closing the body before returning works around
+		// golang/go#68560: a body nobody read (the tunnel refused the
+		// connection) is otherwise drained after the handler, racing
+		// the read of the next request on the connection.
+		defer r.Body.Close()
+	}
 	rlog := h.logger.With("actor", key.Name, "atespace", key.Atespace)
 	ctx := r.Context()
-	t, act, err := h.act.target(ctx, key)
-	if err != nil {
-		h.fail(w, key, err, rlog)
-		return
-	}
-	err = h.forward(w, r, t, act)
+	t, err := h.attempt(w, r, key)
 	if err == nil {
 		return
 	}
-	if ctx.Err() == nil {
-		// Whatever went wrong, the next request should look again.
+	if t.Worker == "" {
+		h.fail(w, key, err, rlog)
+		return
+	}
+	if ctx.Err() == nil && !errors.Is(err, errRouteTimeout) {
+		// Whatever went wrong, the next request should look again; a
+		// slow actor is still where it was.
 		h.act.forget(key, t)
 	}
 	if !isStale(err) {
@@ -121,16 +166,11 @@ func (h *handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		return
 	}
 	rlog.Info("actor assignment stale, resolving again", "worker", t.Worker, "err", err)
-	t, act, err = h.act.target(ctx, key)
-	if err != nil {
-		h.fail(w, key, err, rlog)
-		return
-	}
-	err = h.forward(w, r, t, act)
+	t, err = h.attempt(w, r, key)
 	if err == nil {
 		return
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && t.Worker != "" && !errors.Is(err, errRouteTimeout) {
 		h.act.forget(key, t)
 	}
 	if isStale(err) {
@@ -139,9 +179,23 @@ func (h *handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 	h.fail(w, key, err, rlog.With("worker", t.Worker))
 }
 
+// attempt activates key's actor and forwards r to it once, counting the
+// request as activity while it runs. On error nothing has been written
+// to w; t is the target tried, zero when activation failed.
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey) (t Target, err error) {
+	t, act, waited, err := h.act.target(r.Context(), key)
+	if err != nil {
+		return Target{}, err
+	}
+	// Deferred: a stream cut mid-way ends the handler with a panic
+	// (http.ErrAbortHandler), and the request must still stop counting.
+	defer h.act.done(key)
+	return t, h.forward(w, r, t, act, waited)
+}
+
 // fail answers err as classify says and logs it: client errors at debug,
 // the router's and the actor's troubles at warn.
-func (h *handler) fail(w http.ResponseWriter, key names.ActorKey, err error, rlog *slog.Logger) {
+func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, err error, rlog *slog.Logger) {
 	f := classify(err, key, h.cfg)
 	switch {
 	case f.clientGone:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,6 +144,9 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 		if r.err != nil || r.status != 200 {
 			t.Errorf("reply: status %d err %v body %q", r.status, r.err, r.body)
 		}
+		if _, err := strconv.Atoi(r.header.Get(HeaderActivationMs)); err != nil {
+			t.Errorf("%s reply without %s: %q", r.activation, HeaderActivationMs, r.header.Get(HeaderActivationMs))
+		}
 		count[r.activation]++
 	}
 	if count["resumed"] != 1 || count["joined"] != n-1 {
@@ -151,8 +155,9 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	if l, r := res.lookups.Load(), res.resumes.Load(); l != 1 || r != 1 {
 		t.Errorf("Lookup called %d times, Resume %d times; want 1 and 1", l, r)
 	}
-	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.activation != "warm" {
-		t.Errorf("after the resume: activation %q, want warm", got.activation)
+	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.activation != "warm" || got.header.Get(HeaderActivationMs) != "" {
+		t.Errorf("after the resume: activation %q, %s %q; want warm without it", got.activation,
+			HeaderActivationMs, got.header.Get(HeaderActivationMs))
 	}
 }
 
@@ -198,7 +203,7 @@ func TestResumeFailures(t *testing.T) {
 	}{
 		{name: "park budget exhausted while resume blocks", budget: 50 * time.Millisecond,
 			resume:     func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
-			wantStatus: 503, wantRetryAfter: "1", wantBody: "actor default/app was not resumed within 50ms; retry later\n"},
+			wantStatus: 503, wantRetryAfter: "1", wantBody: "park budget of 50ms exhausted: actor default/app was not resumed in time; retry later\n"},
 		{name: "no free worker",
 			resume:     func(context.Context) error { return status.Error(codes.ResourceExhausted, "all workers busy") },
 			wantStatus: 503, wantRetryAfter: "1", wantBody: "no free worker for actor default/app within 30s; retry later\n"},

@@ -16,13 +16,16 @@ import (
 )
 
 // fakeResolver stands in for the Control API. A nil lookup reports every
-// actor as not running; a nil resume fails the test.
+// actor as not running; a nil resume fails the test; a nil assigned says
+// no worker is assigned.
 type fakeResolver struct {
-	t       *testing.T
-	lookup  func(ctx context.Context, key names.ActorKey) (Target, bool, error)
-	resume  func(ctx context.Context, key names.ActorKey) (Target, error)
-	lookups atomic.Int64
-	resumes atomic.Int64
+	t        *testing.T
+	lookup   func(ctx context.Context, key names.ActorKey) (Target, bool, error)
+	resume   func(ctx context.Context, key names.ActorKey) (Target, error)
+	assigned func(ctx context.Context, key names.ActorKey) (bool, error)
+	lookups  atomic.Int64
+	resumes  atomic.Int64
+	checks   atomic.Int64
 }
 
 var _ Resolver = (*fakeResolver)(nil)
@@ -42,6 +45,14 @@ func (f *fakeResolver) Resume(ctx context.Context, key names.ActorKey) (Target, 
 		return Target{}, fmt.Errorf("unexpected resume")
 	}
 	return f.resume(ctx, key)
+}
+
+func (f *fakeResolver) Assigned(ctx context.Context, key names.ActorKey) (bool, error) {
+	f.checks.Add(1)
+	if f.assigned == nil {
+		return false, nil
+	}
+	return f.assigned(ctx, key)
 }
 
 // targetAt is the target the fakes hand out for key on a tunnel at addr.
@@ -90,7 +101,7 @@ func deadAddr(t *testing.T) string {
 
 // newRouter serves NewHandler(cfg, res) on a test server and returns it
 // with the handler, whose internals tests observe.
-func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *handler) {
+func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *Handler) {
 	t.Helper()
 	tr := newTunnelTransport()
 	if cfg.Transport == nil {
@@ -102,7 +113,7 @@ func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *handl
 		srv.Close()
 		tr.CloseIdleConnections()
 	})
-	return srv, h.(*handler)
+	return srv, h
 }
 
 // reply is a response read to the end.
@@ -111,6 +122,7 @@ type reply struct {
 	body       string
 	activation string
 	retryAfter string
+	header     http.Header
 	err        error
 }
 
@@ -122,7 +134,7 @@ func send(srv *httptest.Server, req *http.Request) reply {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, body: string(b), err: err,
+	return reply{status: resp.StatusCode, body: string(b), err: err, header: resp.Header,
 		activation: resp.Header.Get(HeaderActivation), retryAfter: resp.Header.Get("Retry-After")}
 }
 

@@ -1,45 +1,81 @@
 package router
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // forward proxies r to t's tunnel and returns nil once the tunnel's
 // response has been relayed to w. On error nothing has been written to w
 // (the caller answers): a 421 from the tunnel (errMisdirected), a
-// transport error (connection refused, timeouts), or the client going away.
-func (h *handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activation) error {
+// *routeTimeoutError, a transport error (connection refused, timeouts), or
+// the client going away. A stream cut after the response header went out
+// (stream idle timeout, actor gone) aborts the handler with
+// http.ErrAbortHandler, which tells the client the body is incomplete.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activation, waited time.Duration) error {
+	p := t.Policy.withDefaults(h.cfg)
+	// Cancelling the outbound request closes its tunnel connection, so a
+	// reply that comes late can never be read by another request.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	var sent atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
+	deadline := time.AfterFunc(p.RouteTimeout, func() { cancel(errRouteTimeout) })
+	defer deadline.Stop()
+
 	var failed error
 	// A ReverseProxy is a few words of configuration; one per attempt lets
-	// the hooks close over this attempt's target and error.
+	// the hooks close over this attempt's target, timers and error.
 	rp := &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, t) },
-		Transport: h.cfg.Transport,
-		// Flush every write at once: actors stream (SSE, logs, tokens).
-		FlushInterval: -1,
-		ErrorLog:      h.errorLog,
+		Rewrite:    func(pr *httputil.ProxyRequest) { rewrite(pr, t) },
+		Transport:  h.cfg.Transport,
+		BufferPool: h.buffers,
+		// FlushInterval 0: responses without a Content-Length (chunked
+		// streams) and Server-Sent Events are flushed on every write;
+		// responses of known length go out in full buffers, which saves
+		// a write per response on ordinary requests.
+		ErrorLog: h.errorLog,
 		ModifyResponse: func(res *http.Response) error {
+			if !deadline.Stop() {
+				// The timeout fired as the header arrived; the
+				// request is already cancelled.
+				return errRouteTimeout
+			}
 			if res.StatusCode == http.StatusMisdirectedRequest {
 				// Surfaces in ErrorHandler before anything is written,
 				// so the request can be re-resolved and replayed.
 				return errMisdirected
 			}
+			res.Body = watchIdle(res.Body, p.StreamIdleTimeout, func() {
+				h.logger.Info("stream idle timeout, cutting it", "actor", t.Actor.Name, "atespace", t.Actor.Atespace,
+					"worker", t.Worker, "timeout", p.StreamIdleTimeout)
+				cancel(errStreamIdle)
+			})
+			res.Header.Set(HeaderActivation, string(act))
+			if act != activationWarm {
+				res.Header.Set(HeaderActivationMs, strconv.FormatInt(waited.Milliseconds(), 10))
+			}
 			return nil
 		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
 	}
-	w.Header().Set(HeaderActivation, string(act))
-	rp.ServeHTTP(w, r)
-	if failed != nil {
-		w.Header().Del(HeaderActivation)
-		return fmt.Errorf("proxy to worker %s: %w", t.Worker, failed)
+	rp.ServeHTTP(w, r.WithContext(ctx))
+	if failed == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(context.Cause(ctx), errRouteTimeout) {
+		return &routeTimeoutError{timeout: p.RouteTimeout, delivered: sent.Load()}
+	}
+	return fmt.Errorf("proxy to worker %s: %w", t.Worker, failed)
 }
 
 // rewrite points the outbound request at t's tunnel, keeping path, query

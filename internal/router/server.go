@@ -13,9 +13,12 @@ import (
 
 // Server timeouts.
 const (
-	// DefaultShutdownTimeout matches DefaultParkBudget, so requests parked
-	// when shutdown begins can still be answered.
-	DefaultShutdownTimeout = DefaultParkBudget
+	// DefaultDrainTimeout lets a request parked just before the drain
+	// began wait out its budget and grace and still be answered.
+	DefaultDrainTimeout = DefaultParkBudget + DefaultParkGrace
+	// drainPoll paces the wait for upgraded connections, which
+	// http.Server.Shutdown does not track, at the end of a drain.
+	drainPoll = 20 * time.Millisecond
 	// readHeaderTimeout stops clients that open connections and never
 	// finish a request header (slowloris). There is deliberately no write
 	// or whole-request timeout: responses stream for as long as actors do.
@@ -24,14 +27,21 @@ const (
 )
 
 // Server serves a handler (normally NewHandler's, which also answers
-// /healthz and /readyz for requests not addressed to an actor) over plain
-// HTTP until its context ends. Use: NewServer, optionally Listen (to learn
-// Addr before serving, e.g. for ":0"), then Start once.
+// /healthz and /readyz for requests not addressed to an actor) over
+// cleartext HTTP/1.1 and HTTP/2 (h2c, prior knowledge) until its context
+// ends, then drains. Use: NewServer, optionally Listen (to learn Addr
+// before serving, e.g. for ":0"), then Start once.
 type Server struct {
-	// ShutdownTimeout bounds the graceful drain once Start's context ends;
-	// connections still open after it are closed. Set before Start.
-	// Default DefaultShutdownTimeout.
-	ShutdownTimeout time.Duration
+	// DrainDelay is how long the server keeps serving after Start's
+	// context ends, with its handler told to drain (/readyz answers 503),
+	// so load balancers stop sending before the listener closes. Set
+	// before Start. Default 0.
+	DrainDelay time.Duration
+	// DrainTimeout bounds the wait for in-flight requests (parked,
+	// streaming, upgraded) once the listener is closed; connections still
+	// open after it are cut. Set before Start. Default
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
 
 	addr    string
 	handler http.Handler
@@ -47,7 +57,7 @@ func NewServer(addr string, handler http.Handler, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{ShutdownTimeout: DefaultShutdownTimeout, addr: addr, handler: handler, logger: logger}
+	return &Server{DrainTimeout: DefaultDrainTimeout, addr: addr, handler: handler, logger: logger}
 }
 
 // Listen binds the server's address; Start then serves on it. Calling it
@@ -76,10 +86,20 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
+// drainer is implemented by handlers that take part in a drain
+// (NewHandler's).
+type drainer interface {
+	// Drain marks the handler as draining (/readyz answers 503).
+	Drain()
+	// InFlight counts requests being served, upgraded ones included.
+	InFlight() int64
+}
+
 // Start serves until ctx ends (listening first if Listen was not called),
-// then stops accepting, waits up to ShutdownTimeout for in-flight requests,
-// closes what is left, and returns nil. It returns an error only when it
-// cannot listen or serve.
+// then drains: it tells the handler (if it is a drainer), keeps serving
+// for DrainDelay, stops accepting, waits up to DrainTimeout for in-flight
+// requests, cuts what is left, and returns nil. It returns an error only
+// when it cannot listen or serve.
 func (s *Server) Start(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
@@ -92,7 +112,11 @@ func (s *Server) Start(ctx context.Context) error {
 	// which Shutdown does not track, are told to end.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
+		Protocols:         protocols,
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
@@ -107,7 +131,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("router: serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	s.shutdown(srv)
+	s.drain(srv)
 	cancelBase()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("router: serve on %s: %w", ln.Addr(), err)
@@ -115,17 +139,47 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// shutdown drains srv for up to ShutdownTimeout, then closes it.
-func (s *Server) shutdown(srv *http.Server) {
-	timeout := s.ShutdownTimeout
+// drain runs the drain Start documents on srv.
+func (s *Server) drain(srv *http.Server) {
+	d, _ := s.handler.(drainer)
+	if d != nil {
+		d.Drain()
+	}
+	timeout := s.DrainTimeout
 	if timeout <= 0 {
-		timeout = DefaultShutdownTimeout
+		timeout = DefaultDrainTimeout
+	}
+	s.logger.Info("router draining", "delay", s.DrainDelay, "timeout", timeout)
+	if s.DrainDelay > 0 {
+		// Not a wait for anything in particular: the time endpoint
+		// removal takes to reach every load balancer.
+		time.Sleep(s.DrainDelay)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
+	err := srv.Shutdown(ctx)
+	if err == nil && d != nil {
+		err = waitIdle(ctx, d)
+	}
+	if err != nil {
 		// Long streams outlived the drain; cutting them is the intent.
 		s.logger.Warn("router drain timed out, closing connections", "timeout", timeout, "err", err)
 		_ = srv.Close()
+		return
 	}
+	s.logger.Info("router drained")
+}
+
+// waitIdle waits until d has nothing in flight or ctx ends.
+func waitIdle(ctx context.Context, d drainer) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for d.InFlight() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d requests still in flight: %w", d.InFlight(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
 }

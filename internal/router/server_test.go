@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"substrate.dev/ate/internal/names"
 )
@@ -18,6 +19,9 @@ import (
 func startServer(t *testing.T, h http.Handler) (s *Server, stop func() error) {
 	t.Helper()
 	s = NewServer("127.0.0.1:0", h, nil)
+	// A test that leaves a request hanging fails fast instead of waiting
+	// out the default drain.
+	s.DrainTimeout = 5 * time.Second
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,12 @@ type Config struct {
 	ActorDomain string
 	ParkMax     int
 	ParkBudget  time.Duration
-	RunscPath   string
+	ParkGrace   time.Duration
+	// DrainDelay and DrainTimeout shape the router's drain on shutdown
+	// (router.Server).
+	DrainDelay   time.Duration
+	DrainTimeout time.Duration
+	RunscPath    string
 	// WorkerPrefix names this node's network namespaces and workers;
 	// empty derives one from DataDir so two installations never collide.
 	WorkerPrefix string
@@ -125,8 +130,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("register worker %s: %w", w.Name, err)
 		}
 	}
-	holder, _ := os.Hostname()
-	lc := lifecycle.New(st, nd, snaps, fmt.Sprintf("%s/%d", holder, os.Getpid()), log)
+	// The embedded store has exactly one API server (bbolt's file lock
+	// sees to that), so it holds every lease under one stable name: after
+	// a crash the restarted process takes its predecessor's leases over at
+	// once instead of waiting out their TTL.
+	lc := lifecycle.New(st, nd, snaps, "ate-up:"+dataDir, log)
 	nd.SetExitHandler(lc.WorkerExited)
 	if err := lc.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
@@ -145,9 +153,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer conn.Close()
 	client := atev1.NewControlClient(conn)
-	rh := router.NewHandler(router.Config{ActorDomain: cfg.ActorDomain, ParkMax: cfg.ParkMax, ParkBudget: cfg.ParkBudget},
-		router.NewControlResolver(client), log)
+	res := router.NewControlResolver(client, log)
+	rh := router.NewHandler(router.Config{ActorDomain: cfg.ActorDomain, ParkMax: cfg.ParkMax, ParkBudget: cfg.ParkBudget,
+		ParkGrace: cfg.ParkGrace, Idler: res, Activity: res}, res, log)
 	rs := router.NewServer(cfg.RouterAddr, rh, log)
+	rs.DrainDelay, rs.DrainTimeout = cfg.DrainDelay, cfg.DrainTimeout
 	if err := rs.Listen(); err != nil {
 		return err
 	}
@@ -158,15 +168,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveGRPC(gctx, gs, apiLn) })
-	g.Go(func() error { return rs.Start(gctx) })
-	g.Go(func() error { return ts.Start(gctx) })
-	g.Go(func() error {
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, lc: lc, log: log,
+		self: func(ctx context.Context) error { return nd.ServeSelfService(ctx, lc.SelfRequest) }}
+	return parts.serve(ctx, func(ctx context.Context) error {
 		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Workers,
 			"dataDir", dataDir, "config", info.ConfigPath)
 		if cfg.Demo {
-			if err := demo(gctx, client, cfg.DemoTemplate, info, log); err != nil {
+			if err := demo(ctx, client, cfg.DemoTemplate, info, log); err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
 		}
@@ -175,15 +183,65 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	})
-	err = g.Wait()
-	if errors.Is(err, context.Canceled) {
-		err = nil
+}
+
+// serving is what Run starts once everything is built.
+type serving struct {
+	api    *grpc.Server
+	apiLn  net.Listener
+	tunnel *router.Server
+	router *router.Server
+	routes *router.Handler
+	lc     *lifecycle.Manager
+	log    *slog.Logger
+	// self serves actors' requests for their own suspension.
+	self func(context.Context) error
+}
+
+// serve runs every server until ctx ends (or one fails), then shuts down
+// in order: the router drains first while the API server, the node and
+// its tunnel keep working — parked requests still need resumes, other
+// clients may suspend actors meanwhile, and the router's idle loop keeps
+// freeing workers; then every running actor is suspended; then the API
+// server and the tunnel stop. ready runs once all serve; an error from it
+// stops everything.
+func (s serving) serve(ctx context.Context, ready func(context.Context) error) error {
+	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServices()
+	services, svcCtx := errgroup.WithContext(base)
+	services.Go(func() error { return serveGRPC(svcCtx, s.api, s.apiLn) })
+	services.Go(func() error { return s.tunnel.Start(svcCtx) })
+	services.Go(func() error { return s.self(svcCtx) })
+
+	// The router stops when ctx ends or a service fails.
+	rctx, stopRouter := context.WithCancel(ctx)
+	defer stopRouter()
+	stopAfter := context.AfterFunc(svcCtx, stopRouter)
+	defer stopAfter()
+	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- s.routes.Start(loopCtx) }()
+	front, fctx := errgroup.WithContext(rctx)
+	front.Go(func() error { return s.router.Start(fctx) })
+	front.Go(func() error { return ready(fctx) })
+	err := front.Wait()
+	stopLoop()
+	if lerr := <-loopDone; err == nil {
+		err = lerr
 	}
+
 	// Traffic has stopped; checkpoint what runs so a restart loses nothing.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownSuspendTimeout)
 	defer cancel()
-	if serr := lc.SuspendAll(sctx); serr != nil {
-		log.Warn("suspend on shutdown", "err", serr)
+	if serr := s.lc.SuspendAll(sctx); serr != nil {
+		s.log.Warn("suspend on shutdown", "err", serr)
+	}
+	stopServices()
+	if serr := services.Wait(); err == nil {
+		err = serr
+	}
+	if errors.Is(err, context.Canceled) {
+		err = nil
 	}
 	return err
 }

@@ -83,6 +83,9 @@ type installation struct {
 	apiAddr    string
 	client     atev1.ControlClient
 
+	cmd    *exec.Cmd
+	exited chan error
+
 	mu  sync.Mutex
 	log strings.Builder
 }
@@ -91,28 +94,42 @@ type installation struct {
 // until it serves (and, with --demo, until the demo actor exists).
 func startUp(t testing.TB, workers int, extra ...string) *installation {
 	t.Helper()
-	in := &installation{t: t, dataDir: t.TempDir()}
+	return startUpIn(t, t.TempDir(), workers, extra...)
+}
+
+// startUpIn is startUp on a given data dir, e.g. to restart an
+// installation on the same state.
+func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *installation {
+	t.Helper()
+	in := &installation{t: t, dataDir: dataDir, exited: make(chan error, 1)}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
 		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--log-level", "debug",
-		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml")}, extra...)
+		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml"),
+		// Nothing balances load in front of a test's router; tests of the
+		// drain set their own delay (flags given later win).
+		"--drain-delay", "0s"}, extra...)
 	cmd := exec.Command(ateBin, args...)
 	cmd.Dir = repoDir
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout = io.Discard
+	cmd.Stdout = logWriter{in}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	in.cmd = cmd
 	ready := make(chan map[string]any, 1)
 	demo := slicesContains(extra, "--demo")
 	go in.readLog(stderr, ready, demo)
 	t.Cleanup(func() {
 		// SIGTERM is what an operator sends; ate up must exit 0 after
 		// suspending its actors.
+		if in.killed() {
+			return
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		exited := make(chan error, 1)
+		exited := in.exited
 		go func() { exited <- cmd.Wait() }()
 		select {
 		case err := <-exited:
@@ -141,6 +158,32 @@ func startUp(t testing.TB, workers int, extra ...string) *installation {
 	t.Cleanup(func() { conn.Close() })
 	in.client = atev1.NewControlClient(conn)
 	return in
+}
+
+// logWriter keeps `ate up`'s stdout (the demo banner, a fatal error) in
+// the installation's log next to its stderr.
+type logWriter struct{ in *installation }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.in.mu.Lock()
+	defer w.in.mu.Unlock()
+	return w.in.log.Write(p)
+}
+
+// kill ends `ate up` with SIGKILL, as a crash would, and waits for it.
+func (in *installation) kill() {
+	in.t.Helper()
+	_ = in.cmd.Process.Kill()
+	_ = in.cmd.Wait()
+	in.mu.Lock()
+	in.cmd = nil
+	in.mu.Unlock()
+}
+
+func (in *installation) killed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cmd == nil
 }
 
 func slicesContains(s []string, v string) bool {

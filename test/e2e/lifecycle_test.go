@@ -112,8 +112,9 @@ func TestIdentityFiles(t *testing.T) {
 }
 
 // TestInFlightRequestSurvivesSuspend: a request whose handler takes 2 s is
-// in flight when suspend is called; it completes with 200, then the actor
-// is suspended, and the next request resumes it.
+// in flight when suspend is called; it completes with 200. A request that
+// arrives while the actor is SUSPENDING is held and served by a resume
+// once the suspend is done.
 func TestInFlightRequestSurvivesSuspend(t *testing.T) {
 	in := startUp(t, 2)
 	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
@@ -137,13 +138,27 @@ func TestInFlightRequestSurvivesSuspend(t *testing.T) {
 		_, err := os.Stat(mark)
 		return err == nil
 	})
-	out := in.ate("suspend", "actor", "slow")
+	suspended := make(chan string, 1)
+	go func() {
+		out, err := in.ateErr("suspend", "actor", "slow")
+		if err != nil {
+			t.Errorf("suspend: %v %s", err, out)
+		}
+		suspended <- out
+	}()
+	waitFor(t, "the actor to be SUSPENDING", 30*time.Second, func() bool {
+		return in.actor("slow").GetState() == atev1.ActorState_SUSPENDING
+	})
+	// Arrives during the drain: held, then served after a resume.
+	in.mustCount("default/slow", 2)
 	r := <-done
 	if r.code != http.StatusOK || strings.TrimSpace(r.body) != "slow done" {
-		t.Fatalf("in-flight request = %d %q (suspend said %q)", r.code, r.body, out)
+		t.Fatalf("in-flight request = %d %q", r.code, r.body)
 	}
-	in.wantState("slow", atev1.ActorState_SUSPENDED)
-	in.mustCount("default/slow", 2)
+	<-suspended
+	if a := in.actor("slow"); a.GetResumes() != 2 || a.GetState() != atev1.ActorState_RUNNING {
+		t.Fatalf("after suspend and the held request: %s with %d resumes, want RUNNING after 2", a.GetState(), a.GetResumes())
+	}
 }
 
 // TestRevertAndForceDelete: revert drops what happened since the last
@@ -204,4 +219,23 @@ func TestCutOffAfterGrace(t *testing.T) {
 	}
 	in.wantState("cut", atev1.ActorState_PAUSED)
 	in.mustCount("default/cut", 2) // the pause (Full) kept memory
+}
+
+// TestActorAsksForItsOwnSuspension: the actor calls the well-known
+// address inside its sandbox; it is suspended (or paused), and the next
+// request resumes it with its memory.
+func TestActorAsksForItsOwnSuspension(t *testing.T) {
+	in := startUp(t, 2, "--demo")
+	in.waitTemplateReady("counter")
+	in.mustCount("default/counter-1", 1)
+	for i, action := range []string{"suspend", "pause"} {
+		want := map[string]atev1.ActorState{"suspend": atev1.ActorState_SUSPENDED, "pause": atev1.ActorState_PAUSED}[action]
+		if code, body := in.do(http.MethodPost, "default/counter-1", "/ask?action="+action, ""); code != http.StatusAccepted {
+			t.Fatalf("self-%s = %d %q", action, code, body)
+		}
+		waitFor(t, "the actor to be "+want.String(), 30*time.Second, func() bool {
+			return in.actor("counter-1").GetState() == want
+		})
+		in.mustCount("default/counter-1", i+2)
+	}
 }

@@ -89,6 +89,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	byID   map[string]*container
 	bySlot map[string]*container
+
+	// waiting, if set, is called once Wait has found its container and
+	// is about to block: tests use it to end the container only then.
+	waiting func(id string)
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -212,6 +216,9 @@ func (r *Runtime) Wait(ctx context.Context, slot sandbox.Slot, id string) error 
 	r.mu.Unlock()
 	if c == nil || c.slot != slot.Name {
 		return fmt.Errorf("fake: wait %s in %s: %w", id, slot.Name, ErrUnknownContainer)
+	}
+	if r.waiting != nil {
+		r.waiting(id)
 	}
 	select {
 	case <-c.exited:

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/websocket"
+)
+
+// registerStreams adds the endpoints the router's tests stream through:
+//
+//	GET  /sse?n=N&gap=MS&every=K&slow=MS  Server-Sent Events "id: i" /
+//	                      "data: event i" for i in 1..N, flushed one by
+//	                      one, MS apart — or slow MS before every K-th
+//	GET  /ws              WebSocket echo
+//	GET  /sleep?ms=N&tag=T  answers "slept N ms tag=T" after N ms (or not
+//	                      at all if the client leaves first)
+//	POST /echo            streams the request body back as it arrives,
+//	                      both ways at once (full duplex)
+func registerStreams(mux *http.ServeMux) {
+	mux.HandleFunc("GET /sse", serveSSE)
+	mux.Handle("GET /ws", websocket.Handler(func(ws *websocket.Conn) {
+		_, _ = io.Copy(ws, ws)
+	}))
+	mux.HandleFunc("GET /sleep", func(w http.ResponseWriter, r *http.Request) {
+		ms := intParam(r, "ms", 0)
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprintf(w, "slept %d ms tag=%s\n", ms, r.URL.Query().Get("tag"))
+	})
+	mux.HandleFunc("POST /echo", serveEcho)
+}
+
+func serveSSE(w http.ResponseWriter, r *http.Request) {
+	n, gap := intParam(r, "n", 10), intParam(r, "gap", 0)
+	every, slow := intParam(r, "every", 0), intParam(r, "slow", 0)
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	for i := 1; i <= n; i++ {
+		if i > 1 {
+			wait := gap
+			if every > 0 && i%every == 0 {
+				wait = slow
+			}
+			t := time.NewTimer(time.Duration(wait) * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\ndata: event %d\n\n", i, i); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// serveEcho copies the request body to the response chunk by chunk,
+// flushing each, so a client can converse with it over one request.
+func serveEcho(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	// HTTP/1 needs leave to read the body after the response started.
+	_ = rc.EnableFullDuplex()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil { // io.EOF included: the client is done
+			return
+		}
+	}
+}
+
+// intParam returns query parameter name as an int, or def.
+func intParam(r *http.Request, name string, def int) int {
+	v, err := strconv.Atoi(r.URL.Query().Get(name))
+	if err != nil {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,182 @@
+// Package bench measures the control plane: it wires, in one process, what
+// `ate up` wires — a bbolt store, durable and paused snapshot stores, a node
+// agent with N workers, the lifecycle manager and the API server behind a
+// real gRPC server on loopback — but with the in-process fake sandbox
+// (internal/sandbox/fake) instead of runsc, so what is measured is the
+// control plane's own cost: gRPC, validation, leases, store transactions
+// (each fsync'd), the node's image/snapshot/identity bookkeeping and its
+// wakeup probe over loopback TCP.
+//
+// The benchmarks live in this package's _test files; BENCHMARKS.md
+// ("Control plane (fake sandbox)") lists them, how to run them and what
+// they measured. The router and the worker tunnel are not part of the
+// measured path (the router has its own tests and the tunnel only forwards
+// bytes once an actor runs).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store/bolt"
+)
+
+// DBName is the store file's name in the data directory, as in `ate up`.
+const DBName = "ate.db"
+
+// Config configures a Cluster.
+type Config struct {
+	// Dir is the data directory; it must exist. A store file already in
+	// it (see Preload) is used as it is, as `ate up` would after a
+	// restart.
+	Dir string
+	// Workers is the number of worker slots of the one node.
+	Workers int
+	// Fake configures the sandbox runtime (its per-operation delays).
+	Fake fake.Config
+	// Logger receives every component's logs; nil discards them, which
+	// keeps logging's cost out of the numbers.
+	Logger *slog.Logger
+}
+
+// Cluster is a running all-in-one installation over the fake sandbox
+// class. Its exported fields are for the caller to use, not replace; Close
+// stops everything. Safe for concurrent use (as its parts are).
+type Cluster struct {
+	// Client talks to the API server over gRPC on loopback.
+	Client atev1.ControlClient
+	// Store, Runtime and Node are the parts, for setup and inspection
+	// that the API does not offer.
+	Store     *bolt.Store
+	Runtime   *fake.Runtime
+	Node      *node.Node
+	Snapshots *snapshot.Local
+	// DBPath is the store file.
+	DBPath string
+	// Started is how long Start took, including lifecycle.Recover, which
+	// reads every actor to collect unreferenced snapshots.
+	Started time.Duration
+
+	cancel context.CancelFunc
+	gs     *grpc.Server
+	served chan error
+	conn   *grpc.ClientConn
+}
+
+// Start builds and starts a Cluster the way internal/up.Run does for `ate
+// up` (same order: store, default atespace, snapshot stores, node,
+// workers registered, lifecycle manager with exit handler, Recover, gRPC
+// API), with fake.Runtime and fake.Setup in place of runsc and network
+// namespaces. Keep the two in step: a change to up.Run's wiring belongs
+// here too.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if cfg.Dir == "" || cfg.Workers < 1 {
+		return nil, errors.New("bench: Config.Dir and at least one worker are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	began := time.Now()
+	// The cluster's own context outlives ctx (which only bounds Start):
+	// golden builds started by Recover and by the API run on it.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c = &Cluster{cancel: cancel, DBPath: filepath.Join(cfg.Dir, DBName)}
+	defer func() {
+		if err != nil {
+			_ = c.Close()
+		}
+	}()
+	if c.Store, err = bolt.Open(c.DBPath, 5*time.Second); err != nil {
+		return nil, err
+	}
+	if err := apiserver.EnsureDefaultAtespace(ctx, c.Store); err != nil {
+		return nil, err
+	}
+	snaps, err := snapshot.NewLocal(filepath.Join(cfg.Dir, "snapshots"))
+	if err != nil {
+		return nil, err
+	}
+	c.Snapshots = snaps
+	paused, err := snapshot.NewLocal(filepath.Join(cfg.Dir, "node", "paused"))
+	if err != nil {
+		return nil, err
+	}
+	c.Runtime = fake.New(cfg.Fake)
+	c.Node, err = node.New(ctx, node.Config{
+		Name: "local", Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
+		Runtime: c.Runtime, Setup: fake.Setup, Images: image.NewCache(filepath.Join(cfg.Dir, "images"), log),
+		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(cfg.Dir, "node"),
+		// No tunnel serves here; workers record where it would be.
+		TunnelAddr: "127.0.0.1:0", Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range c.Node.Workers() {
+		if err := c.Store.PutWorker(ctx, w); err != nil {
+			return nil, fmt.Errorf("register worker %s: %w", w.Name, err)
+		}
+	}
+	lc := lifecycle.New(c.Store, c.Node, snaps, "bench:"+cfg.Dir, log)
+	c.Node.SetExitHandler(lc.WorkerExited)
+	if err := lc.Recover(runCtx); err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("api listen: %w", err)
+	}
+	c.gs = grpc.NewServer()
+	atev1.RegisterControlServer(c.gs, apiserver.New(runCtx, c.Store, lc, fake.Class, log))
+	c.served = make(chan error, 1)
+	go func() { c.served <- c.gs.Serve(ln) }()
+	if c.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return nil, err
+	}
+	c.Client = atev1.NewControlClient(c.conn)
+	c.Started = time.Since(began)
+	return c, nil
+}
+
+// Close stops the API server, the node (destroying every sandbox) and the
+// store, in that order. Actors still running are not suspended first (`ate
+// up` would); a benchmark's data directory is thrown away.
+func (c *Cluster) Close() error {
+	var errs []error
+	if c.conn != nil {
+		errs = append(errs, c.conn.Close())
+	}
+	if c.gs != nil {
+		c.gs.Stop()
+		if err := <-c.served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errs = append(errs, fmt.Errorf("api server: %w", err))
+		}
+	}
+	c.cancel()
+	if c.Node != nil {
+		c.Node.Shutdown(context.Background())
+	}
+	if c.Runtime != nil {
+		errs = append(errs, c.Runtime.Close())
+	}
+	if c.Store != nil {
+		errs = append(errs, c.Store.Close())
+	}
+	return errors.Join(errs...)
+}

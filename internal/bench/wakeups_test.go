@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"substrate.dev/ate/internal/sandbox/fake"
+)
+
+// Wake-up benchmark shape: the most clients any sub-benchmark runs, and
+// how many actors each client cycles through. Every client owns its
+// actors and there is a worker per client, so clients never wait for one
+// actor's lock or for a free worker: what is measured is the control
+// plane's own throughput.
+const (
+	maxClients      = 64
+	actorsPerClient = 2
+)
+
+// BenchmarkWakeups measures control-plane throughput with zero sandbox
+// cost: each client loops ResumeActor → SuspendActor over its own actors
+// through the gRPC API. One op is one wake-up (a resume and the suspend
+// that frees its worker again); wakeups/s counts resumes completed per
+// second of wall time across all clients, and p50/p99 are ResumeActor's
+// latency as the client sees it.
+func BenchmarkWakeups(b *testing.B) {
+	dir := b.TempDir()
+	// Built by the first sub-benchmark that runs (so a -bench filter
+	// that selects none builds nothing) and shared by the rest.
+	var c *Cluster
+	var actors []string
+	defer func() {
+		if c != nil {
+			closeCluster(b, c)
+		}
+	}()
+	for _, clients := range []int{1, 4, 16, maxClients} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			if c == nil {
+				c = startCluster(b, dir, maxClients, fake.Config{})
+				actors = createActors(b, c.Client, maxClients*actorsPerClient)
+			}
+			runWakeups(b, c, actors, clients)
+		})
+	}
+}
+
+// runWakeups runs b.N wake-ups spread over clients goroutines.
+func runWakeups(b *testing.B, c *Cluster, actors []string, clients int) {
+	ctx := context.Background()
+	var next atomic.Int64
+	resumes := make([][]time.Duration, clients)
+	suspends := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i := range clients {
+		mine := actors[i*actorsPerClient : (i+1)*actorsPerClient]
+		wg.Go(func() {
+			for n := 0; next.Add(1) <= int64(b.N); n++ {
+				name := mine[n%len(mine)]
+				t0 := time.Now()
+				if _, err := resume(ctx, c.Client, name); err != nil {
+					b.Error(err)
+					return
+				}
+				t1 := time.Now()
+				if _, err := suspend(ctx, c.Client, name); err != nil {
+					b.Error(err)
+					return
+				}
+				resumes[i] = append(resumes[i], t1.Sub(t0))
+				suspends[i] = append(suspends[i], time.Since(t1))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if n := c.Runtime.Len(); n != 0 {
+		b.Fatalf("%d sandboxes still run after every wake-up was suspended", n)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "wakeups/s")
+	reportLatency(b, "", slices.Concat(resumes...))
+	reportLatency(b, "suspend-", slices.Concat(suspends...))
+}
+
+// reportLatency reports the p50 and p99 of lat as <prefix>p50-ms and
+// <prefix>p99-ms.
+func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), prefix+"p50-ms")
+	b.ReportMetric(pct(0.99), prefix+"p99-ms")
+}

@@ -1,0 +1,138 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"substrate.dev/ate/internal/names"
+)
+
+// TestDrain: once Start's context ends, /readyz answers 503 at once while
+// /healthz and actors are still served for DrainDelay; then the listener
+// closes, and Start returns only after the parked request and the open
+// WebSocket have finished, every one answered.
+func TestDrain(t *testing.T) {
+	ws := newTunnel(t, websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }).ServeHTTP)
+	warm := echoTunnel(t, "warm", nil)
+	release := make(chan struct{})
+	res := drainResolver(t, ws, warm, release)
+	tr := newTunnelTransport()
+	defer tr.CloseIdleConnections()
+	h := NewHandler(Config{Transport: tr}, res, nil)
+	s := NewServer("127.0.0.1:0", h, nil)
+	s.DrainDelay, s.DrainTimeout = 300*time.Millisecond, 10*time.Second
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	started := make(chan error, 1)
+	go func() { started <- s.Start(ctx) }()
+	client := &http.Client{Transport: newTunnelTransport()}
+	defer client.CloseIdleConnections()
+	getStatus := func(host, path string) int {
+		code, _, err := serverGet(t.Context(), client, s.Addr(), host, path)
+		if err != nil {
+			t.Errorf("GET %s%s: %v", host, path, err)
+		}
+		return code
+	}
+
+	conn := dialWebSocket(t, s.Addr(), "default/ws")
+	defer conn.Close()
+	parked := make(chan int, 1)
+	go func() { parked <- getStatus("parked.default.actors.localhost", "/") }()
+	waitFor(t, "the request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+
+	stop()
+	waitFor(t, "/readyz to answer 503", func() bool { return getStatus("localhost", "/readyz") == http.StatusServiceUnavailable })
+	if code := getStatus("localhost", "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while draining: %d, want 200", code)
+	}
+	if code := getStatus("warm.default.actors.localhost", "/"); code != http.StatusOK {
+		t.Errorf("request during the drain delay: %d, want 200", code)
+	}
+	waitFor(t, "the listener to close", func() bool {
+		c, err := net.Dial("tcp", s.Addr())
+		if err == nil {
+			_ = c.Close()
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+	// Still in flight: both keep working and Start waits for them.
+	echo(t, conn, "still there")
+	close(release)
+	if code := <-parked; code != http.StatusOK {
+		t.Errorf("parked request: %d, want 200", code)
+	}
+	// http.Server.Shutdown is done now; the WebSocket must still work.
+	waitFor(t, "the parked request to end", func() bool { return h.InFlight() == 1 })
+	echo(t, conn, "after the parked request")
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned %v with a WebSocket open", err)
+	default:
+	}
+	_ = conn.Close()
+	if err := <-started; err != nil {
+		t.Errorf("Start returned %v", err)
+	}
+}
+
+// drainResolver serves actor "ws" on tunnel ws and "warm" on warm, both
+// RUNNING; any other actor is suspended and resumes (onto warm) once
+// release is closed.
+func drainResolver(t *testing.T, ws, warm string, release <-chan struct{}) *fakeResolver {
+	return &fakeResolver{t: t,
+		lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+			switch key.Name {
+			case "ws":
+				return targetAt(key, "w1", ws), true, nil
+			case "warm":
+				return targetAt(key, "w2", warm), true, nil
+			}
+			return Target{}, false, nil
+		},
+		resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+			select {
+			case <-release:
+				return targetAt(key, "w3", warm), nil
+			case <-ctx.Done():
+				return Target{}, ctx.Err()
+			}
+		},
+	}
+}
+
+func dialWebSocket(t *testing.T, addr, actor string) *websocket.Conn {
+	t.Helper()
+	cfg, err := websocket.NewConfig("ws://"+addr+"/ws", "http://localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Header = http.Header{HeaderTargetActor: {actor}}
+	c, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func echo(t *testing.T, c *websocket.Conn, msg string) {
+	t.Helper()
+	if err := websocket.Message.Send(c, msg); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := websocket.Message.Receive(c, &got); err != nil || got != msg {
+		t.Fatalf("echo of %q: %q %v", msg, got, err)
+	}
+}

@@ -1,0 +1,178 @@
+package router
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"substrate.dev/ate/internal/names"
+)
+
+// slowRestore mimics the API server's ResumeActor for one actor: the
+// first call claims a worker after claimAfter (if ever) and the restore
+// lands at restoreAt, whatever the calls' deadlines; a call whose deadline
+// passes first fails with DeadlineExceeded, as over gRPC, and a later
+// call waits for the same restore (the server serialises resumes per
+// actor).
+type slowRestore struct {
+	tunnel     string
+	claimAfter time.Duration // <0: no worker is ever free
+	restoreIn  time.Duration
+
+	mu        sync.Mutex
+	started   time.Time
+	claimedAt time.Time
+}
+
+func (s *slowRestore) resume(ctx context.Context, key names.ActorKey) (Target, error) {
+	s.mu.Lock()
+	if s.started.IsZero() {
+		s.started = time.Now()
+		if s.claimAfter >= 0 {
+			s.claimedAt = s.started.Add(s.claimAfter)
+		}
+	}
+	claimed := s.claimedAt
+	s.mu.Unlock()
+	if claimed.IsZero() {
+		<-ctx.Done()
+		return Target{}, status.Error(codes.ResourceExhausted, "no free worker")
+	}
+	t := time.NewTimer(time.Until(claimed.Add(s.restoreIn)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return targetAt(key, "w1", s.tunnel), nil
+	case <-ctx.Done():
+		return Target{}, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (s *slowRestore) assigned(context.Context, names.ActorKey) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.claimedAt.IsZero() && time.Now().After(s.claimedAt), nil
+}
+
+// TestParkBudgetAndGrace: a request whose budget runs out while its actor
+// is being restored on a worker waits a bounded grace instead of failing;
+// without a worker, or past the grace, it gets 503 naming the reason.
+func TestParkBudgetAndGrace(t *testing.T) {
+	const budget, grace = 400 * time.Millisecond, 600 * time.Millisecond
+	tests := []struct {
+		name                  string
+		claimAfter, restoreIn time.Duration
+		wantStatus            int
+		wantBody              string
+		minWait, maxWait      time.Duration
+	}{
+		{name: "resume lands 300ms after the budget", claimAfter: 50 * time.Millisecond, restoreIn: budget + 250*time.Millisecond,
+			wantStatus: 200, wantBody: "tunnel ", minWait: budget + 250*time.Millisecond, maxWait: budget + grace},
+		{name: "no worker within the budget", claimAfter: -1,
+			wantStatus: 503, wantBody: "park budget of 400ms exhausted: actor default/app was not resumed in time; retry later\n",
+			minWait: budget, maxWait: budget + 300*time.Millisecond},
+		{name: "restore outlasts the grace", claimAfter: 50 * time.Millisecond, restoreIn: budget + grace + time.Second,
+			wantStatus: 503, wantBody: "park budget of 400ms and grace of 600ms exhausted: actor default/app was still being restored; retry later\n",
+			minWait: budget + grace, maxWait: budget + grace + 300*time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &slowRestore{tunnel: echoTunnel(t, "tunnel", nil), claimAfter: tt.claimAfter, restoreIn: tt.restoreIn}
+			res := &fakeResolver{t: t, resume: s.resume, assigned: s.assigned}
+			srv, _ := newRouter(t, Config{ParkBudget: budget, ParkGrace: grace}, res)
+			start := time.Now()
+			got := get(t, srv, "app.default.actors.localhost", "/", nil)
+			took := time.Since(start)
+			if got.status != tt.wantStatus || !strings.HasPrefix(got.body, tt.wantBody) {
+				t.Fatalf("got %d %q, want %d %q", got.status, got.body, tt.wantStatus, tt.wantBody)
+			}
+			if took < tt.minWait || took > tt.maxWait {
+				t.Errorf("answered after %s, want %s..%s", took, tt.minWait, tt.maxWait)
+			}
+			if got.status == 503 && got.retryAfter != "1" {
+				t.Errorf("503 without Retry-After")
+			}
+			if got.status == 200 {
+				ms, err := strconv.Atoi(got.header.Get(HeaderActivationMs))
+				if got.activation != "resumed" || err != nil || time.Duration(ms)*time.Millisecond < tt.minWait {
+					t.Errorf("activation %q, %s %q; want resumed and at least %s",
+						got.activation, HeaderActivationMs, got.header.Get(HeaderActivationMs), tt.minWait)
+				}
+			}
+		})
+	}
+}
+
+// TestLateJoinerOutlivesTheSharedCall: a request that joins a resume late
+// keeps its own budget. When the shared call runs out of time before it
+// (no worker freed), it starts another and is served once a worker frees.
+func TestLateJoinerOutlivesTheSharedCall(t *testing.T) {
+	const budget = time.Second
+	tunnel := echoTunnel(t, "tunnel", nil)
+	var mu sync.Mutex
+	var freeAt time.Time // zero until the test decides
+	res := &fakeResolver{t: t, resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+		for {
+			mu.Lock()
+			free := !freeAt.IsZero() && time.Now().After(freeAt)
+			mu.Unlock()
+			if free {
+				return targetAt(key, "w1", tunnel), nil
+			}
+			select {
+			case <-ctx.Done():
+				return Target{}, status.Error(codes.ResourceExhausted, "no free worker")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}}
+	srv, h := newRouter(t, Config{ParkBudget: budget}, res)
+	first := make(chan reply, 1)
+	go func() { first <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
+	waitFor(t, "the first request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+	start := time.Now()
+	second := make(chan reply, 1)
+	time.AfterFunc(budget/2, func() { second <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+	if r := <-first; r.status != 503 {
+		t.Fatalf("first request: %d %q, want 503 (no worker within its budget)", r.status, r.body)
+	}
+	// The shared call is over; a worker frees while the second request
+	// still has budget left.
+	mu.Lock()
+	freeAt = time.Now().Add(budget / 4)
+	mu.Unlock()
+	r := <-second
+	if r.status != 200 {
+		t.Fatalf("late joiner: %d %q after %s, want 200", r.status, r.body, time.Since(start))
+	}
+	if n := res.resumes.Load(); n < 2 {
+		t.Errorf("Resume called %d times, want a second shared call", n)
+	}
+}
+
+// TestAbortedResumeIsRetried: a resume the control plane aborted over a
+// concurrent change is tried again within the budget.
+func TestAbortedResumeIsRetried(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	var calls atomic.Int64
+	res := &fakeResolver{t: t, resume: func(_ context.Context, key names.ActorKey) (Target, error) {
+		if calls.Add(1) == 1 {
+			return Target{}, status.Error(codes.Aborted, "record changed concurrently")
+		}
+		return targetAt(key, "w1", tunnel), nil
+	}}
+	srv, _ := newRouter(t, Config{}, res)
+	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.status != 200 {
+		t.Fatalf("got %d %q, want 200 after a retry", got.status, got.body)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("Resume called %d times, want 2", n)
+	}
+}

@@ -1,0 +1,94 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// policyCache holds the policy of each actor incarnation's template,
+// keyed by the actor's uid. That key never goes stale: an actor's template
+// never changes (UpdateActor changes only its worker selector), templates
+// are immutable, and a template cannot be deleted while an actor uses it.
+// The template's name alone would not do, since a name can be reused once
+// its template is deleted, and an Actor does not carry its template's
+// uid; so each incarnation costs one GetActorTemplate, once, next to the
+// GetActor or ResumeActor that found it.
+//
+// Safe for concurrent use. It grows by one small entry per actor
+// incarnation the router has routed to.
+type policyCache struct {
+	client atev1.ControlClient
+	logger *slog.Logger
+
+	mu sync.Mutex
+	// byActor maps actor uid → policy; guarded by mu.
+	byActor map[string]Policy
+}
+
+func newPolicyCache(client atev1.ControlClient, logger *slog.Logger) policyCache {
+	return policyCache{client: client, logger: logger, byActor: make(map[string]Policy)}
+}
+
+// get returns a's policy, fetching its template on the first call for a's
+// uid. Errors are GetActorTemplate's, wrapped.
+func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
+	c.mu.Lock()
+	p, ok := c.byActor[a.GetUid()]
+	c.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	tpl, err := c.client.GetActorTemplate(ctx, &atev1.GetActorTemplateRequest{Atespace: a.GetAtespace(), Name: a.GetTemplate()})
+	if err != nil {
+		return Policy{}, fmt.Errorf("get template %s/%s of actor %s/%s: %w",
+			a.GetAtespace(), a.GetTemplate(), a.GetAtespace(), a.GetName(), err)
+	}
+	p, err = policyOf(tpl.GetSpec())
+	if err != nil {
+		// The API validates templates; one that slipped through still
+		// routes, without idle handling.
+		c.logger.Warn("template's idle policy ignored", "template", a.GetTemplate(), "atespace", a.GetAtespace(),
+			"uid", tpl.GetUid(), "err", err)
+	}
+	c.mu.Lock()
+	c.byActor[a.GetUid()] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// policyOf reads the router's policy from a template spec. Zero timeouts
+// stay zero (the router's defaults apply). An empty idle.after, or one of
+// zero, disables idle handling; an empty idle.action means suspend, which
+// keeps the checkpoint durable. On error the timeouts are still returned.
+func policyOf(spec *atev1.ActorTemplateSpec) (Policy, error) {
+	p := Policy{
+		RouteTimeout:      time.Duration(spec.GetRouteTimeoutSeconds()) * time.Second,
+		StreamIdleTimeout: time.Duration(spec.GetStreamIdleTimeoutSeconds()) * time.Second,
+	}
+	after := spec.GetIdle().GetAfter()
+	if after == "" {
+		return p, nil
+	}
+	d, err := time.ParseDuration(after)
+	if err != nil {
+		return p, fmt.Errorf("idle.after %q: %w", after, err)
+	}
+	if d <= 0 {
+		return p, nil
+	}
+	action := IdleAction(spec.GetIdle().GetAction())
+	switch action {
+	case "":
+		action = IdleSuspend
+	case IdlePause, IdleSuspend:
+	default:
+		return p, fmt.Errorf("idle.action %q: want %q or %q", action, IdlePause, IdleSuspend)
+	}
+	p.IdleAfter, p.IdleAction = d, action
+	return p, nil
+}

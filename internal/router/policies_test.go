@@ -1,0 +1,132 @@
+package router
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
+)
+
+func TestPolicyOf(t *testing.T) {
+	tests := []struct {
+		name    string
+		spec    *atev1.ActorTemplateSpec
+		want    Policy
+		wantErr bool
+	}{
+		{name: "nothing set", spec: &atev1.ActorTemplateSpec{}, want: Policy{}},
+		{name: "timeouts", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 30, StreamIdleTimeoutSeconds: 5},
+			want: Policy{RouteTimeout: 30 * time.Second, StreamIdleTimeout: 5 * time.Second}},
+		{name: "idle pause", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "10m", Action: "pause"}},
+			want: Policy{IdleAfter: 10 * time.Minute, IdleAction: IdlePause}},
+		{name: "idle without action suspends", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "2s"}},
+			want: Policy{IdleAfter: 2 * time.Second, IdleAction: IdleSuspend}},
+		{name: "idle after 0 is off", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "0", Action: "pause"}},
+			want: Policy{}},
+		{name: "bad duration", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 9, Idle: &atev1.IdlePolicy{After: "soon"}},
+			want: Policy{RouteTimeout: 9 * time.Second}, wantErr: true},
+		{name: "bad action", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "1m", Action: "freeze"}},
+			want: Policy{}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := policyOf(tt.spec)
+			if got != tt.want || (err != nil) != tt.wantErr {
+				t.Errorf("policyOf = %+v, %v; want %+v, error %t", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestControlResolverPolicy: targets carry their template's policy,
+// fetched once per actor incarnation.
+func TestControlResolverPolicy(t *testing.T) {
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/a": {Atespace: "default", Name: "a", Uid: "ua", Template: "slow", State: atev1.ActorState_RUNNING, Worker: "w1"},
+			"default/b": {Atespace: "default", Name: "b", Uid: "ub", Template: "slow", State: atev1.ActorState_SUSPENDED},
+		},
+		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: "10.0.0.1:7000"}},
+		templates: map[string]*atev1.ActorTemplate{"default/slow": {Atespace: "default", Name: "slow", Uid: "t1",
+			Spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 600, Idle: &atev1.IdlePolicy{After: "2s", Action: "pause"}}}},
+	}
+	r := NewControlResolver(newControlClient(t, fc), nil)
+	want := Policy{RouteTimeout: 10 * time.Minute, IdleAfter: 2 * time.Second, IdleAction: IdlePause}
+	a := names.ActorKey{Atespace: "default", Name: "a"}
+	for range 3 {
+		got, ok, err := r.Lookup(t.Context(), a)
+		if err != nil || !ok || got.Policy != want {
+			t.Fatalf("Lookup(a) = %+v, %t, %v; want policy %+v", got, ok, err, want)
+		}
+	}
+	if n := fc.templateGets.Load(); n != 1 {
+		t.Errorf("GetActorTemplate called %d times for one actor, want 1", n)
+	}
+	got, err := r.Resume(t.Context(), names.ActorKey{Atespace: "default", Name: "b"})
+	if err != nil || got.Policy != want {
+		t.Fatalf("Resume(b) = %+v, %v", got, err)
+	}
+	if n := fc.templateGets.Load(); n != 2 {
+		t.Errorf("GetActorTemplate called %d times for two actors, want 2", n)
+	}
+}
+
+func TestControlResolverAssigned(t *testing.T) {
+	key := names.ActorKey{Atespace: "default", Name: "app"}
+	for _, tt := range []struct {
+		state  atev1.ActorState
+		worker string
+		want   bool
+	}{
+		{atev1.ActorState_SUSPENDED, "", false},
+		{atev1.ActorState_RESUMING, "", false},
+		{atev1.ActorState_RESUMING, "w1", true},
+		{atev1.ActorState_RUNNING, "w1", true},
+		{atev1.ActorState_SUSPENDING, "w1", false},
+		{atev1.ActorState_PAUSED, "", false},
+	} {
+		t.Run(tt.state.String()+"/"+tt.worker, func(t *testing.T) {
+			fc := &fakeControl{actors: map[string]*atev1.Actor{
+				"default/app": {Atespace: "default", Name: "app", State: tt.state, Worker: tt.worker}}}
+			got, err := NewControlResolver(newControlClient(t, fc), nil).Assigned(t.Context(), key)
+			if err != nil || got != tt.want {
+				t.Errorf("Assigned = %t, %v; want %t", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestControlResolverIdlerAndActivity(t *testing.T) {
+	key := names.ActorKey{Atespace: "default", Name: "app"}
+	fc := &fakeControl{}
+	r := NewControlResolver(newControlClient(t, fc), nil)
+	if err := r.Pause(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Suspend(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	acts := []Activity{{Actor: key, Last: time.Now()}, {Actor: names.ActorKey{Atespace: "team", Name: "b"}, Last: time.Now()}}
+	if err := r.RecordActivity(t.Context(), acts); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pause default/app", "suspend default/app", "activity default/app", "activity team/b"}
+	if got := fc.callLog(); !slices.Equal(got, want) {
+		t.Errorf("calls %v, want %v", got, want)
+	}
+
+	fc.setPauseErr(status.Error(codes.Unimplemented, "unknown method PauseActor"))
+	if err := r.Pause(t.Context(), key); !errors.Is(err, ErrPauseUnsupported) {
+		t.Errorf("Pause against a server without it: %v, want ErrPauseUnsupported", err)
+	}
+	fc.setPauseErr(status.Error(codes.FailedPrecondition, "actor is SUSPENDED"))
+	if err := r.Pause(t.Context(), key); errors.Is(err, ErrPauseUnsupported) || status.Code(errors.Unwrap(err)) != codes.FailedPrecondition {
+		t.Errorf("Pause of a suspended actor: %v, want FailedPrecondition", err)
+	}
+}

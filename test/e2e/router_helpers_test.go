@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// counterTemplate creates template name running the counter example with
+// env, plus extra top-level template YAML (e.g. "idle: {after: 2s}"), and
+// waits until its golden snapshot is READY.
+func (in *installation) counterTemplate(name string, env map[string]string, extra string) {
+	in.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\ncontainers:\n- name: counter\n  image: oci:%s\n  ports: [8080]\n",
+		name, filepath.Join(repoDir, "build/images/counter"))
+	if len(env) > 0 {
+		b.WriteString("  env:\n")
+		for k, v := range env {
+			fmt.Fprintf(&b, "    %s: %q\n", k, v)
+		}
+	}
+	b.WriteString(extra)
+	file := filepath.Join(in.t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		in.t.Fatal(err)
+	}
+	in.ate("create", "template", "-f", file)
+	in.waitTemplateReady(name)
+}
+
+// suspend suspends actor name of the default atespace through the API.
+func (in *installation) suspend(name string) {
+	in.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: name}); err != nil {
+		in.t.Fatalf("suspend %s: %v", name, err)
+	}
+}
+
+// terminate sends SIGTERM to `ate up` and waits up to timeout for it to
+// exit, returning how it exited; the harness's cleanup has nothing left
+// to stop afterwards. The log is printed if the test failed.
+func (in *installation) terminate(timeout time.Duration) error {
+	in.t.Helper()
+	in.mu.Lock()
+	cmd := in.cmd
+	in.cmd = nil
+	in.mu.Unlock()
+	in.t.Cleanup(func() {
+		if in.t.Failed() {
+			in.t.Logf("ate up log:\n%s", in.logText())
+		}
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		return err
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("ate up did not exit within %s of SIGTERM", timeout)
+	}
+}
+
+// parkedLogged counts the router's "request parked" log lines that report
+// exactly n requests parked at once.
+func (in *installation) parkedLogged(n int) int {
+	re := regexp.MustCompile(`"msg":"request parked".*"parked":` + fmt.Sprint(n) + `[,}]`)
+	return len(re.FindAllString(in.logText(), -1))
+}
+
+// routerURL is the router's base URL.
+func (in *installation) routerURL() string { return "http://" + in.routerAddr }
+
+// newRequest builds a request for actor ("<atespace>/<name>") through the
+// router.
+func (in *installation) newRequest(ctx context.Context, method, actor, path string, body io.Reader) *http.Request {
+	in.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, in.routerURL()+path, body)
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	req.Header.Set("Ate-Target-Actor", actor)
+	return req
+}
+
+// dialWS opens a WebSocket to actor's /ws through the router.
+func (in *installation) dialWS(actor string) (*websocket.Conn, error) {
+	cfg, err := websocket.NewConfig("ws://"+in.routerAddr+"/ws", "http://localhost/")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Header = http.Header{"Ate-Target-Actor": {actor}}
+	return websocket.DialConfig(cfg)
+}
+
+// wsEcho sends msg and checks it comes back within 30s.
+func wsEcho(ws *websocket.Conn, msg string) error {
+	if err := ws.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return err
+	}
+	if err := websocket.Message.Send(ws, msg); err != nil {
+		return fmt.Errorf("send %q: %w", msg, err)
+	}
+	var got string
+	if err := websocket.Message.Receive(ws, &got); err != nil {
+		return fmt.Errorf("receive echo of %q: %w", msg, err)
+	}
+	if got != msg {
+		return fmt.Errorf("echo of %q came back as %q", msg, got)
+	}
+	return nil
+}
+
+// state reads the actor's state.
+func (in *installation) state(name string) atev1.ActorState {
+	in.t.Helper()
+	return in.actor(name).GetState()
+}
+
+// elapsedAtLeast polls until d has passed since from: an observation
+// window or a gap the scenario needs, not a wait for an event.
+func elapsedAtLeast(t testing.TB, what string, from time.Time, d time.Duration) {
+	t.Helper()
+	waitFor(t, what, d+time.Second, func() bool { return time.Since(from) >= d })
+}
+
+// websocketReceive reads one message, without a deadline.
+func websocketReceive(ws *websocket.Conn, msg *string) error {
+	if err := ws.SetDeadline(time.Time{}); err != nil {
+		return err
+	}
+	return websocket.Message.Receive(ws, msg)
+}
+
+// pid is the process id of `ate up`.
+func (in *installation) pid() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cmd.Process.Pid
+}

@@ -58,6 +58,7 @@ func upCommand() *cobra.Command {
 		"on SIGTERM, how long the router keeps serving with /readyz answering 503 before it stops accepting")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
 		"on SIGTERM, how long in-flight and parked requests may take to finish once the router stops accepting")
+	f.StringVar(&cfg.SandboxClass, "sandbox-class", "gvisor", "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
 	f.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
 	f.StringVar(&cfg.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
 	f.BoolVar(&cfg.Demo, "demo", false, "create template counter and actor counter-1")

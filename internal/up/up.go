@@ -28,6 +28,8 @@ import (
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store/bolt"
@@ -50,6 +52,8 @@ type Config struct {
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
 	RunscPath    string
+	// SandboxClass is "gvisor" (default) or "fake".
+	SandboxClass string
 	// WorkerPrefix names this node's network namespaces and workers;
 	// empty derives one from DataDir so two installations never collide.
 	WorkerPrefix string
@@ -101,11 +105,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	rt, err := gvisor.New(gvisor.Config{RunscPath: cfg.RunscPath, RootDir: filepath.Join("/run/ate", cfg.WorkerPrefix), Logger: log})
+	rt, setup, closeRT, err := sandboxClass(cfg, log)
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
+	defer closeRT()
 
 	// The tunnel must listen before the node exists (workers record its
 	// address) and serve the node's handler once it does.
@@ -117,8 +121,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("tunnel: %w", err)
 	}
 	nd, err := node.New(ctx, node.Config{
-		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: "gvisor",
-		Runtime: rt, Setup: netns.Ensure, Images: image.NewCache(filepath.Join(dataDir, "images"), log),
+		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
+		Runtime: rt, Setup: setup, Images: image.NewCache(filepath.Join(dataDir, "images"), log),
 		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dataDir, "node"), TunnelAddr: ts.Addr(), Logger: log,
 	})
 	if err != nil {
@@ -145,7 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	gs := grpc.NewServer()
-	atev1.RegisterControlServer(gs, apiserver.New(ctx, st, lc, "gvisor", log))
+	atev1.RegisterControlServer(gs, apiserver.New(ctx, st, lc, cfg.SandboxClass, log))
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -266,5 +270,24 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener) error {
 			gs.Stop()
 		}
 		return nil
+	}
+}
+
+// sandboxClass builds the runtime of cfg.SandboxClass and its slot setup.
+func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, func(), error) {
+	switch cfg.SandboxClass {
+	case "gvisor":
+		rt, err := gvisor.New(gvisor.Config{RunscPath: cfg.RunscPath, RootDir: filepath.Join("/run/ate", cfg.WorkerPrefix), Logger: log})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return rt, netns.Ensure, func() { _ = rt.Close() }, nil
+	case "fake":
+		// In-process stand-ins that emulate the counter: for trying the
+		// control plane without root or runsc, and for benchmarks.
+		rt := fake.New(fake.Config{})
+		return rt, fake.Setup, func() { _ = rt.Close() }, nil
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", cfg.SandboxClass)
 	}
 }

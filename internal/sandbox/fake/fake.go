@@ -65,9 +65,9 @@ var (
 type Config struct {
 	// RunDelay, RestoreDelay, CheckpointDelay and DestroyDelay are added
 	// to each operation before it takes effect, to emulate the sandbox's
-	// own cost (e.g. runsc restore ≈ 230 ms on the development VM). An
-	// operation whose context ends during its delay fails and changes
-	// nothing.
+	// own cost (runsc restore ≈ 250 ms and checkpoint ≈ 150 ms on the
+	// development VM, BENCHMARKS.md). An operation whose context ends
+	// during its delay fails and changes nothing.
 	RunDelay        time.Duration
 	RestoreDelay    time.Duration
 	CheckpointDelay time.Duration

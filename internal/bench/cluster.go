@@ -133,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return nil, fmt.Errorf("register worker %s: %w", w.Name, err)
 		}
 	}
-	lc := lifecycle.New(c.Store, c.Node, snaps, "bench:"+cfg.Dir, log)
+	lc := lifecycle.New(c.Store, c.Node, snaps, "", log)
 	c.Node.SetExitHandler(lc.WorkerExited)
 	if err := lc.Recover(runCtx); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)

@@ -135,10 +135,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	// The embedded store has exactly one API server (bbolt's file lock
-	// sees to that), so it holds every lease under one stable name: after
-	// a crash the restarted process takes its predecessor's leases over at
-	// once instead of waiting out their TTL.
-	lc := lifecycle.New(st, nd, snaps, "ate-up:"+dataDir, log)
+	// sees to that), so it needs no store leases: the in-process lock
+	// serialises workflows, and a restarted process never waits out a
+	// dead predecessor's lease.
+	lc := lifecycle.New(st, nd, snaps, "", log)
 	nd.SetExitHandler(lc.WorkerExited)
 	if err := lc.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)

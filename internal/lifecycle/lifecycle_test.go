@@ -357,3 +357,34 @@ func TestMetadataChangesDoNotAbortWorkflows(t *testing.T) {
 		t.Fatalf("after suspend: %+v", out)
 	}
 }
+
+// TestPausedMovesOnlyAfterUpload: the paused actor's node has no free
+// worker but another node has; the resume uploads the paused checkpoint
+// first and restores the uploaded copy there.
+func TestPausedMovesOnlyAfterUpload(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	must(t, e.st.PutWorker(ctx, &store.Worker{Name: "other", Node: "n2"}))
+	for _, n := range []string{"b", "c"} { // occupy both workers of n1
+		must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: n, UID: n + "-uid", Template: "tpl", State: store.Suspended}))
+		b, err := e.st.GetActor(ctx, "default", n)
+		must(t, err)
+		if _, _, err := e.st.ClaimWorker(ctx, b, "n1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := e.get(t)
+	a.State, a.PausedSnapshot, a.Node = store.Paused, "a-uid/paused", "n1"
+	_, err := e.st.UpdateActor(ctx, a)
+	must(t, err)
+	out, err := e.m.Resume(ctx, "default", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.node.last.Paused || e.node.last.Snapshot != "a-uid/uploaded" || e.node.last.Worker != "other" {
+		t.Fatalf("started %+v, want the uploaded copy on the other node", e.node.last)
+	}
+	if out.Snapshot != "a-uid/uploaded" || out.PausedSnapshot != "" || out.Worker != "other" {
+		t.Fatalf("actor %+v", out)
+	}
+}

@@ -17,6 +17,10 @@ import (
 // Concurrent calls for one actor queue on its lock and the later ones find
 // it RUNNING, so an actor is restored once however many callers race.
 //
+// A PAUSED actor prefers a worker on its node; if that node has none free
+// but another has, the paused checkpoint is uploaded to the durable store
+// first and the upload is restored there.
+//
 // Resuming a CRASHED actor restores its last snapshot and says so in the
 // actor's message; a PAUSED actor whose node is gone resumes from its last
 // durable snapshot, and the message says that work since then was lost.
@@ -66,7 +70,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 		return nil, err
 	}
 	prev := a.State
-	a, err = m.claim(ctx, a, src.node)
+	a, w, err := m.claim(ctx, a, src.node)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +78,18 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	// even if the caller gives up, and every exit frees it on failure.
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeOpTimeout)
 	defer cancel()
+	oldDurable := a.Snapshot
+	if src.paused && w.Node != src.node {
+		// The paused node had no free worker: the checkpoint moves only
+		// once uploaded to the durable store.
+		ref, uerr := m.node.Upload(nctx, src.ref, a.UID, m.policy(nctx, a, false).Scope)
+		if uerr != nil {
+			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
+		}
+		_ = m.node.DeletePaused(src.ref)
+		a.PausedSnapshot, a.Node, a.Snapshot = "", "", ref
+		prev, src = store.Suspended, source{ref: ref}
+	}
 	start := time.Now()
 	err = m.node.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
 		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest})
@@ -93,6 +109,9 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	if a.PausedSnapshot != "" && out.PausedSnapshot == "" && src.paused {
 		// The paused copy is now older than the running actor.
 		_ = m.node.DeletePaused(a.PausedSnapshot)
+	}
+	if out.Snapshot != oldDurable {
+		m.deleteOld(ctx, a, oldDurable)
 	}
 	m.log.InfoContext(ctx, "actor resumed", "actor", a.Name, "atespace", a.Atespace, "worker", a.Worker,
 		"snapshot", src.ref, "paused", src.paused, "ms", time.Since(start).Milliseconds())
@@ -148,24 +167,28 @@ func (m *Manager) nodeAlive(ctx context.Context, node string) (bool, error) {
 	return false, nil
 }
 
-// claim takes a free worker for a (on node, if set), moving it to
-// RESUMING, and waits for one to be freed while none is.
-func (m *Manager) claim(ctx context.Context, a *store.Actor, node string) (*store.Actor, error) {
+// claim takes a free worker for a, moving it to RESUMING, and waits for
+// one to be freed while none is. A worker on prefer (if set) wins; another
+// node's is taken only when prefer has none free.
+func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string) (*store.Actor, *store.Worker, error) {
 	for waiting := false; ; waiting = true {
 		freed := m.freedCh()
-		ra, _, err := m.store.ClaimWorker(ctx, a, node)
+		ra, w, err := m.store.ClaimWorker(ctx, a, prefer)
+		if errors.Is(err, store.ErrNoFreeWorker) && prefer != "" {
+			ra, w, err = m.store.ClaimWorker(ctx, a, "")
+		}
 		if err == nil {
-			return ra, nil
+			return ra, w, nil
 		}
 		if !errors.Is(err, store.ErrNoFreeWorker) {
-			return nil, err
+			return nil, nil, err
 		}
 		if !waiting {
-			m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace, "node", node)
+			m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace, "prefer", prefer)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w for actor %s before the deadline: %w", ErrNoCapacity, a.Key(), ctx.Err())
+			return nil, nil, fmt.Errorf("%w for actor %s before the deadline: %w", ErrNoCapacity, a.Key(), ctx.Err())
 		case <-freed:
 		case <-time.After(claimPoll):
 		}

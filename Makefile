@@ -25,3 +25,6 @@ up: deps examples
 
 test: deps examples
 	bash hack/test.sh
+
+bench: deps examples
+	bash hack/bench.sh

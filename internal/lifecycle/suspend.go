@@ -21,45 +21,37 @@ import (
 // Errors: store.ErrNotFound; ErrFailedPrecondition for other states;
 // ErrSuspendFailed when the checkpoint failed — the actor is then CRASHED
 // at its previous snapshot and its worker is free.
-func (m *Manager) Suspend(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
-	err = m.withActor(ctx, atespace, name, func() error {
-		a, err := m.store.GetActor(ctx, atespace, name)
-		if err != nil {
-			return err
-		}
-		switch a.State {
-		case store.Suspended:
-			out = a
-			return nil
-		case store.Running:
-			out, err = m.checkpointLocked(ctx, a, false)
-		case store.Paused:
-			out, err = m.uploadLocked(ctx, a)
-		default:
-			err = fmt.Errorf("%w: actor %s is %s; only a RUNNING or PAUSED actor can be suspended", ErrFailedPrecondition, a.Key(), a.State)
-		}
-		return err
-	})
-	return out, err
+func (m *Manager) Suspend(ctx context.Context, atespace, name string) (*store.Actor, error) {
+	return m.putAway(ctx, atespace, name, false)
 }
 
 // Pause checkpoints a RUNNING actor to its node's disk (scope from
 // snapshotPolicy.onPause) and frees its worker; the next resume prefers
 // that node. Pausing a PAUSED actor is a no-op.
-func (m *Manager) Pause(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
+func (m *Manager) Pause(ctx context.Context, atespace, name string) (*store.Actor, error) {
+	return m.putAway(ctx, atespace, name, true)
+}
+
+// putAway runs Suspend (paused false) or Pause (paused true).
+func (m *Manager) putAway(ctx context.Context, atespace, name string, paused bool) (out *store.Actor, err error) {
+	target, verb, from := store.Suspended, "suspended", "a RUNNING or PAUSED"
+	if paused {
+		target, verb, from = store.Paused, "paused", "a RUNNING"
+	}
 	err = m.withActor(ctx, atespace, name, func() error {
 		a, err := m.store.GetActor(ctx, atespace, name)
 		if err != nil {
 			return err
 		}
-		switch a.State {
-		case store.Paused:
+		switch {
+		case a.State == target:
 			out = a
-			return nil
-		case store.Running:
-			out, err = m.checkpointLocked(ctx, a, true)
+		case a.State == store.Running:
+			out, err = m.checkpointLocked(ctx, a, paused)
+		case a.State == store.Paused && !paused:
+			out, err = m.uploadLocked(ctx, a)
 		default:
-			err = fmt.Errorf("%w: actor %s is %s; only a RUNNING actor can be paused", ErrFailedPrecondition, a.Key(), a.State)
+			err = fmt.Errorf("%w: actor %s is %s; only %s actor can be %s", ErrFailedPrecondition, a.Key(), a.State, from, verb)
 		}
 		return err
 	})

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The full benchmark run (`make bench`): activation tiers through the
+# router with real runsc, the runtime alone, the router's overhead and the
+# control plane with the fake sandbox, in one run on this machine. The
+# results go into BENCHMARKS.md's generated section; the hand-written
+# sections there explain them. Takes ~10 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+{
+	go test -run XXX -bench 'Activation|Warm$|RouterWarm' -benchtime 30x ./test/e2e/
+	go test -run XXX -bench . -benchtime 30x ./internal/sandbox/gvisor/
+	go test -run XXX -bench 'Wakeups|Scale|Workers' -benchtime 2s ./internal/bench/
+} 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'
+go run ./hack/benchtable -file BENCHMARKS.md \
+	-method "Activation and runtime rows: 30 iterations each, p50/p95/p99 of one GET from send to full response; control-plane rows: the fake sandbox, 2 s each." < "$out"
+echo "bench: BENCHMARKS.md updated"

@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -27,31 +26,14 @@ func (s *Server) RecordActivity(ctx context.Context, req *atev1.RecordActivityRe
 			return nil, toStatus(fmt.Errorf("%w: last_activity of %s/%s is missing or invalid", errInvalid, act.GetAtespace(), act.GetName()))
 		}
 	}
+	acts := make([]store.Activity, 0, len(req.GetActivities()))
 	for _, act := range req.GetActivities() {
-		if err := s.recordOne(ctx, act); err != nil {
-			return nil, toStatus(err)
-		}
+		acts = append(acts, store.Activity{Atespace: act.GetAtespace(), Name: act.GetName(), At: act.GetLastActivity().AsTime()})
+	}
+	// One transaction for the whole report: a write per actor would hold
+	// the store's single writer for a fsync each and stall resumes.
+	if err := s.store.RecordActivity(ctx, acts); err != nil {
+		return nil, toStatus(err)
 	}
 	return &atev1.RecordActivityResponse{}, nil
-}
-
-func (s *Server) recordOne(ctx context.Context, act *atev1.ActorActivity) error {
-	at := act.GetLastActivity().AsTime()
-	for range 5 {
-		a, err := s.store.GetActor(ctx, act.GetAtespace(), act.GetName())
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !at.After(a.LastActivity) {
-			return nil
-		}
-		a.LastActivity = at
-		if _, err = s.store.UpdateActor(ctx, a); !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-	}
-	return nil // lost every race to workflows; the next report catches up
 }

@@ -106,6 +106,12 @@ type Actor struct {
 // Key returns "<atespace>/<name>".
 func (a *Actor) Key() string { return a.Atespace + "/" + a.Name }
 
+// Activity is when traffic for an actor was last seen.
+type Activity struct {
+	Atespace, Name string
+	At             time.Time
+}
+
 // Worker is one sandbox slot, registered by its node agent.
 type Worker struct {
 	Name         string            `json:"name"`
@@ -170,6 +176,10 @@ type Store interface {
 	// and writes a as RESUMING on it, CAS on a's UID and Version.
 	// ErrNoFreeWorker when none is free.
 	ClaimWorker(ctx context.Context, a *Actor, node string) (*Actor, *Worker, error)
+	// RecordActivity moves each named actor's LastActivity forward (never
+	// back), in one transaction, bumping the Version of those it changes;
+	// unknown actors are skipped.
+	RecordActivity(ctx context.Context, acts []Activity) error
 	// DeleteActor deletes the actor if UID and Version match, freeing any
 	// worker it holds.
 	DeleteActor(ctx context.Context, a *Actor) error

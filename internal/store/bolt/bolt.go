@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -391,6 +392,32 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (out
 		return fmt.Errorf("actor %s: %w", a.Key(), store.ErrNoFreeWorker)
 	})
 	return outA, outW, err
+}
+
+// RecordActivity implements store.Store.
+func (s *Store) RecordActivity(_ context.Context, acts []store.Activity) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bActors)
+		for _, act := range acts {
+			k := key2(act.Atespace, act.Name)
+			a, err := get[store.Actor](b, k)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if !act.At.After(a.LastActivity) {
+				continue
+			}
+			a.LastActivity = act.At
+			a.Version++
+			if err := put(b, k, a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // DeleteActor implements store.Store.

@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
 		{"Leases", testLeases},
 		{"WorkerInvariant", testWorkerInvariant},
+		{"RecordActivity", testRecordActivity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
@@ -311,4 +312,24 @@ func testWorkerInvariant(t *testing.T, s store.Store) {
 	b := newActor(t, s, "b", nil)
 	_, _, err = s.ClaimWorker(ctx, b, "n1")
 	wantErr(t, err, store.ErrNoFreeWorker)
+}
+
+func testRecordActivity(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	a := newActor(t, s, "a", nil)
+	t1 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	must(t, s.RecordActivity(ctx, []store.Activity{
+		{Atespace: "default", Name: "a", At: t1},
+		{Atespace: "default", Name: "gone", At: t1}, // skipped
+	}))
+	got, err := s.GetActor(ctx, "default", "a")
+	must(t, err)
+	if !got.LastActivity.Equal(t1) || got.Version != a.Version+1 {
+		t.Fatalf("after activity: %+v", got)
+	}
+	must(t, s.RecordActivity(ctx, []store.Activity{{Atespace: "default", Name: "a", At: t1.Add(-time.Hour)}}))
+	if again, _ := s.GetActor(ctx, "default", "a"); !again.LastActivity.Equal(t1) || again.Version != got.Version {
+		t.Fatalf("older activity moved the record: %+v", again)
+	}
 }

@@ -1,0 +1,105 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/store"
+)
+
+func validSpec() *atev1.ActorTemplateSpec {
+	return &atev1.ActorTemplateSpec{
+		Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/images/counter", Ports: []int32{8080},
+			VolumeMounts: []*atev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes:     []*atev1.Volume{{Name: "data"}},
+		WakeupProbe: &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/healthz", Port: 8080}},
+	}
+}
+
+func TestValidateTemplateSpec(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*atev1.ActorTemplateSpec)
+		want   string // substring of the error; "" means valid
+	}{
+		{"valid", func(*atev1.ActorTemplateSpec) {}, ""},
+		{"no containers", func(s *atev1.ActorTemplateSpec) { s.Containers = nil }, "exactly one container"},
+		{"bad image", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "dir:/x" }, "image"},
+		{"bad port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{70000} }, "not a TCP port"},
+		{"bad env", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Env = map[string]string{"A=B": "x"} }, "invalid variable name"},
+		{"probe path", func(s *atev1.ActorTemplateSpec) { s.WakeupProbe.HttpGet.Path = "healthz" }, "must start with /"},
+		{"other class", func(s *atev1.ActorTemplateSpec) { s.SandboxClass = "kata" }, "runs \"gvisor\""},
+		{"unknown volume", func(s *atev1.ActorTemplateSpec) { s.Volumes = nil }, "no volume \"data\""},
+		{"reserved mount", func(s *atev1.ActorTemplateSpec) { s.Containers[0].VolumeMounts[0].MountPath = "/run/ate" }, "reserved"},
+		{"relative mount", func(s *atev1.ActorTemplateSpec) { s.Containers[0].VolumeMounts[0].MountPath = "data" }, "clean absolute path"},
+		{"bad scope", func(s *atev1.ActorTemplateSpec) { s.SnapshotPolicy = &atev1.SnapshotPolicy{OnPause: "Memory"} }, "Full or Data"},
+		{"suspend holds more", func(s *atev1.ActorTemplateSpec) {
+			s.SnapshotPolicy = &atev1.SnapshotPolicy{OnPause: "Data", OnSuspend: "Full"}
+		}, "must not hold more"},
+		{"bad idle", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "soon"} }, "not a duration"},
+		{"bad idle action", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "1m", Action: "kill"} }, "pause or suspend"},
+		{"negative timeout", func(s *atev1.ActorTemplateSpec) { s.RouteTimeoutSeconds = -1 }, "routeTimeoutSeconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.mutate(spec)
+			err := validateTemplateSpec(spec, "gvisor")
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("valid spec rejected: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if status.Code(toStatus(err)) != codes.InvalidArgument {
+				t.Fatalf("%v maps to %v, want InvalidArgument", err, status.Code(toStatus(err)))
+			}
+		})
+	}
+}
+
+func TestToStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("x: %w", names.ErrInvalid), codes.InvalidArgument},
+		{fmt.Errorf("actor: %w", store.ErrNotFound), codes.NotFound},
+		{store.ErrAlreadyExists, codes.AlreadyExists},
+		{store.ErrConflict, codes.Aborted},
+		{store.ErrNotEmpty, codes.FailedPrecondition},
+		{lifecycle.ErrFailedPrecondition, codes.FailedPrecondition},
+		{lifecycle.ErrNoCapacity, codes.ResourceExhausted},
+		{fmt.Errorf("%w: boom", lifecycle.ErrResumeFailed), codes.Unavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{errors.New("surprise"), codes.Internal},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			st := status.Convert(toStatus(tc.err))
+			if st.Code() != tc.want || st.Message() != tc.err.Error() {
+				t.Fatalf("toStatus(%v) = %v %q, want %v", tc.err, st.Code(), st.Message(), tc.want)
+			}
+			var info *errdetails.ErrorInfo
+			for _, d := range st.Details() {
+				if i, ok := d.(*errdetails.ErrorInfo); ok {
+					info = i
+				}
+			}
+			if info == nil || info.GetDomain() != ErrorDomain || info.GetReason() == "" {
+				t.Fatalf("status lacks the ErrorInfo that marks it as the server's: %v", st.Details())
+			}
+		})
+	}
+}

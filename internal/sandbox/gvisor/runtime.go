@@ -29,6 +29,7 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -224,11 +225,46 @@ func (r *Runtime) DestroyAll(ctx context.Context) error {
 
 // Wait blocks in `runsc wait` until container id exits or ctx ends. An
 // unknown id returns at once with an error.
+//
+// It watches the sandbox process through a pidfd instead of running
+// `runsc wait`, which would keep a ~20 MB runsc process alive per running
+// actor (measured: 9 waits held 188 MB RSS, a quarter of what 8 counter
+// actors cost).
 func (r *Runtime) Wait(ctx context.Context, slot sandbox.Slot, id string) error {
-	if _, err := r.command(ctx, "wait", id); err != nil {
+	out, err := r.command(ctx, "state", id)
+	if err != nil {
 		return fmt.Errorf("gvisor: wait %s in %s: %w", id, slot.Name, err)
 	}
-	return nil
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return fmt.Errorf("gvisor: wait %s: state: %w", id, err)
+	}
+	if st.Pid <= 0 || st.Status == "stopped" {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(st.Pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil // already gone
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: wait %s: pidfd: %w", id, err)
+	}
+	defer unix.Close(fd)
+	for ctx.Err() == nil {
+		// A pidfd becomes readable when the process exits; the timeout
+		// only bounds how late a cancelled ctx is noticed.
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 500)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("gvisor: wait %s: poll: %w", id, err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return ctx.Err()
 }
 
 // DialContext connects to port on the sandbox's interior address from the

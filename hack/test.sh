@@ -15,5 +15,5 @@ go test -count=1 -p 1 -timeout 60m ./...
 go test -run XXX -bench . -benchtime 1x ./internal/bench/
 # One iteration of the activation benchmarks with real runsc (~40 s), for
 # the same reason; `make bench` runs them in full.
-go test -run XXX -bench 'Activation|Warm$' -benchtime 1x ./test/e2e/
+go test -run XXX -bench 'Activation|Warm$|Density' -benchtime 1x ./test/e2e/
 go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/

@@ -10,6 +10,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 {
 	go test -run XXX -bench 'Activation|Warm$|RouterWarm' -benchtime 30x ./test/e2e/
+	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
 	go test -run XXX -bench . -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Wakeups|Scale|Workers' -benchtime 2s ./internal/bench/
 } 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"os"
 	"slices"
 	"substrate.dev/ate/internal/sandbox"
 	"testing"
@@ -35,11 +36,27 @@ func BenchmarkColdBoot(b *testing.B) {
 // counter until its first HTTP answer: the sandbox's floor under every
 // activation from a snapshot.
 func BenchmarkRestore(b *testing.B) {
-	r := newRuntime(b)
+	for _, v := range []struct {
+		name                string
+		checkpoint, restore []string
+	}{
+		{"default", nil, nil},
+		{"uncompressed", []string{"-compression=none"}, nil},
+		{"uncompressed-background", []string{"-compression=none"}, []string{"-background"}},
+		{"zero-pages-excluded", []string{"-exclude-committed-zero-pages"}, nil},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			benchRestore(b, newRuntimeWith(b, Config{CheckpointFlags: v.checkpoint, RestoreFlags: v.restore}))
+		})
+	}
+}
+
+func benchRestore(b *testing.B, r *Runtime) {
 	slot := newSlot(b)
 	spec := newSpec(b, r)
 	runReady(b, r, slot, spec)
 	img := checkpoint(b, r, slot, spec.ID)
+	size := float64(dirBytes(b, img)) / (1 << 20)
 	var lat []time.Duration
 	for b.Loop() {
 		spec := newSpec(b, r)
@@ -56,6 +73,7 @@ func BenchmarkRestore(b *testing.B) {
 		b.StartTimer()
 	}
 	reportPercentiles(b, lat)
+	b.ReportMetric(size, "image-MiB")
 }
 
 // waitServing polls /healthz with a short interval so the poll itself adds
@@ -88,4 +106,18 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(pct(0.95), "p95-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+func dirBytes(b *testing.B, dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			total += info.Size()
+		}
+	}
+	return total
 }

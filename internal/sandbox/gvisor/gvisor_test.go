@@ -69,6 +69,12 @@ var rootFS = sync.OnceValues(func() (string, error) {
 // works, so they must not pass by skipping.
 func newRuntime(t testing.TB) *Runtime {
 	t.Helper()
+	return newRuntimeWith(t, Config{})
+}
+
+// newRuntimeWith is newRuntime with cfg's flags.
+func newRuntimeWith(t testing.TB, cfg Config) *Runtime {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("gvisor tests need root (runsc and network namespaces)")
 	}
@@ -79,7 +85,8 @@ func newRuntime(t testing.TB) *Runtime {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("runsc not found at %s (%v): install it with `bash hack/install-runsc.sh`, or set RUNSC=/path/to/runsc", path, err)
 	}
-	r, err := New(Config{RunscPath: path, RootDir: t.TempDir()})
+	cfg.RunscPath, cfg.RootDir = path, t.TempDir()
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

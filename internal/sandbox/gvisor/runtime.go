@@ -74,6 +74,9 @@ type Config struct {
 	// ExtraFlags are global runsc flags appended after ours (e.g.
 	// "--debug-log=/dir/", "--debug").
 	ExtraFlags []string
+	// CheckpointFlags and RestoreFlags are appended to those subcommands
+	// (e.g. "-compression=none", "-background"); for measuring options.
+	CheckpointFlags, RestoreFlags []string
 }
 
 // Runtime is the gvisor sandbox class. It is safe for concurrent use on
@@ -85,6 +88,8 @@ type Runtime struct {
 	rootDir    string
 	log        *slog.Logger
 	extraFlags []string
+
+	checkpointFlags, restoreFlags []string
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -136,6 +141,9 @@ func New(cfg Config) (*Runtime, error) {
 		rootDir:    root,
 		log:        log,
 		extraFlags: cfg.ExtraFlags,
+
+		checkpointFlags: cfg.CheckpointFlags,
+		restoreFlags:    cfg.RestoreFlags,
 	}, nil
 }
 
@@ -162,7 +170,8 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 // the error carries runsc's message and the caller decides whether to
 // Destroy it.
 func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, imageDir string) error {
-	if _, err := r.command(ctx, "checkpoint", "--image-path="+imageDir, id); err != nil {
+	args := append([]string{"checkpoint", "--image-path=" + imageDir}, r.checkpointFlags...)
+	if _, err := r.command(ctx, append(args, id)...); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s in %s: %w", id, slot.Name, err)
 	}
 	// The image is complete once checkpoint returns; the sandbox is then
@@ -184,8 +193,8 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	if err := r.prepare(ctx, slot, spec); err != nil {
 		return fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 	}
-	err := r.runDetached(ctx, spec, "restore", "--image-path="+imageDir,
-		"--bundle", spec.BundleDir, "--detach", spec.ID)
+	args := append([]string{"restore", "--image-path=" + imageDir}, r.restoreFlags...)
+	err := r.runDetached(ctx, spec, append(args, "--bundle", spec.BundleDir, "--detach", spec.ID)...)
 	if err != nil {
 		r.forceDelete(ctx, spec.ID)
 		return fmt.Errorf("gvisor: restore %s in %s: %w: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)

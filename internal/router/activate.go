@@ -337,17 +337,6 @@ func (a *activator) resolving(key names.ActorKey, on bool) chan struct{} {
 	return st.away
 }
 
-// cached returns key's cached target without counting a request.
-func (a *activator) cached(key names.ActorKey) (Target, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, ok := a.actors[key]
-	if !ok || !st.hasTarget {
-		return Target{}, false
-	}
-	return st.target, true
-}
-
 // forget drops key's cached target if it is still t, so that a fresher
 // target stored meanwhile by another request's resolution survives.
 func (a *activator) forget(key names.ActorKey, t Target) {

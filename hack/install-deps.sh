@@ -15,3 +15,8 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 bash hack/install-runsc.sh
+# staticcheck, pinned; lint runs in `make test`.
+cache=${ATE_CACHE:-$HOME/.cache/ate}
+if [[ ! -x $cache/bin/staticcheck ]] || ! go version -m "$cache/bin/staticcheck" | grep -q 'honnef.co/go/tools[[:space:]]*v0.8.2'; then
+	GOBIN=$cache/bin go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+fi

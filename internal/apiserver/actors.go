@@ -40,6 +40,9 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	if err := validateSelector(in.GetWorkerSelector()); err != nil {
 		return nil, toStatus(err)
 	}
+	if _, err := s.store.GetAtespace(ctx, in.GetAtespace()); err != nil {
+		return nil, toStatus(err)
+	}
 	tpl, err := s.store.GetTemplate(ctx, in.GetAtespace(), in.GetTemplate())
 	if err != nil {
 		return nil, toStatus(err)

@@ -43,6 +43,9 @@ type Images interface {
 // SlotSetup prepares the sandbox slot (network namespaces) of worker name.
 type SlotSetup func(ctx context.Context, name string) (sandbox.Slot, error)
 
+// SlotTeardown removes what SlotSetup made.
+type SlotTeardown func(ctx context.Context, slot sandbox.Slot) error
+
 // ExitFunc is told when the sandbox of actorUID on worker exited on its
 // own (not by checkpoint or stop). The worker is already empty.
 type ExitFunc func(worker, actorUID string)
@@ -60,6 +63,9 @@ type Config struct {
 	SandboxClass string
 	Runtime      sandbox.Runtime
 	Setup        SlotSetup
+	// Teardown, if set, runs for every slot at Shutdown, so a stopped
+	// node leaves no network namespaces behind.
+	Teardown SlotTeardown
 	Images       Images
 	// Snapshots is the durable snapshot store; Paused holds paused
 	// actors' checkpoints on this node's disk.
@@ -228,12 +234,18 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 	return nil
 }
 
-// Shutdown destroys every container on the node and stops exit watchers.
+// Shutdown destroys every container on the node, stops exit watchers and
+// tears the slots down.
 func (n *Node) Shutdown(ctx context.Context) {
 	n.cancel()
 	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.build) {
 		s.opMu.Lock()
 		n.clearOp(ctx, s)
+		if n.cfg.Teardown != nil {
+			if err := n.cfg.Teardown(ctx, s.sb); err != nil {
+				n.log.Warn("tear down worker", "worker", s.name, "err", err)
+			}
+		}
 		s.opMu.Unlock()
 	}
 }

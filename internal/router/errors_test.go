@@ -73,36 +73,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestReplayable(t *testing.T) {
-	tests := []struct {
-		method string
-		body   bool
-		want   bool
-	}{
-		{http.MethodGet, false, true},
-		{http.MethodHead, false, true},
-		{http.MethodOptions, false, true},
-		{http.MethodGet, true, false},
-		{http.MethodPost, false, false},
-		{http.MethodPut, true, false},
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%s body=%t", tt.method, tt.body), func(t *testing.T) {
-			r, err := http.NewRequest(tt.method, "http://a/", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.Body = http.NoBody
-			if tt.body {
-				r.ContentLength = -1 // chunked
-			}
-			if got := replayable(r); got != tt.want {
-				t.Errorf("replayable = %t, want %t", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestClassifyRouteTimeout(t *testing.T) {
 	key := names.ActorKey{Atespace: "default", Name: "x"}
 	for _, delivered := range []bool{true, false} {

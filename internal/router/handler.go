@@ -142,6 +142,11 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 	}
 	rlog := h.logger.With("actor", key.Name, "atespace", key.Atespace)
 	ctx := r.Context()
+	var body *replayBody
+	if hasBody(r) {
+		body = newReplayBody(r.Body)
+		r.Body = body
+	}
 	t, err := h.attempt(w, r, key)
 	if err == nil {
 		return
@@ -159,11 +164,17 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		h.fail(w, key, err, rlog.With("worker", t.Worker))
 		return
 	}
-	if !replayable(r) {
-		// Resume in the background so the client's retry finds it warm.
-		h.act.prewarm(ctx, key)
-		h.fail(w, key, fmt.Errorf("%w: %w", errStale, err), rlog.With("worker", t.Worker))
-		return
+	if body != nil {
+		// The actor never saw the request: send it again if the router
+		// still holds all of its body that was read.
+		if again, ok := body.rewind(); ok {
+			r.Body = again
+		} else {
+			// Resume in the background so the client's retry finds it warm.
+			h.act.prewarm(ctx, key)
+			h.fail(w, key, fmt.Errorf("%w: %w", errStale, err), rlog.With("worker", t.Worker))
+			return
+		}
 	}
 	rlog.Info("actor assignment stale, resolving again", "worker", t.Worker, "err", err)
 	t, err = h.attempt(w, r, key)

@@ -232,7 +232,9 @@ func TestResumeFailures(t *testing.T) {
 }
 
 // TestStaleTarget: a tunnel that answers 421 or refuses connections gets
-// the actor resolved again once; only a replayable request is retried.
+// the actor resolved again once, and the request — which the actor never
+// saw — is sent again with its whole body, unless the body outgrew what
+// the router keeps (TestReplayBody).
 func TestStaleTarget(t *testing.T) {
 	misdirected := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
@@ -245,9 +247,11 @@ func TestStaleTarget(t *testing.T) {
 		wantFreshHit int64
 	}{
 		{name: "421 GET is retried", staleAddr: misdirected, method: http.MethodGet, wantStatus: 200, wantFreshHit: 1},
-		{name: "421 POST is not", staleAddr: misdirected, method: http.MethodPost, body: "x", wantStatus: 503},
+		{name: "421 POST is retried with its body", staleAddr: misdirected, method: http.MethodPost, body: "x", wantStatus: 200, wantFreshHit: 1},
 		{name: "refused GET is retried", staleAddr: deadAddr(t), method: http.MethodGet, wantStatus: 200, wantFreshHit: 1},
-		{name: "refused POST is not", staleAddr: deadAddr(t), method: http.MethodPost, body: "x", wantStatus: 503},
+		{name: "refused POST is retried with its body", staleAddr: deadAddr(t), method: http.MethodPost, body: "x", wantStatus: 200, wantFreshHit: 1},
+		{name: "refused POST with a large body is retried (nothing was read)", staleAddr: deadAddr(t), method: http.MethodPost,
+			body: strings.Repeat("y", maxReplayBody+1), wantStatus: 200, wantFreshHit: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -100,14 +100,3 @@ func rewrite(pr *httputil.ProxyRequest, t Target) {
 func isStale(err error) bool {
 	return errors.Is(err, errMisdirected) || errors.Is(err, syscall.ECONNREFUSED)
 }
-
-// replayable reports whether r can be sent again after a failed attempt:
-// a safe method with no body (the first attempt may have consumed it).
-func replayable(r *http.Request) bool {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
-	default:
-		return false
-	}
-	return r.ContentLength == 0 && (r.Body == nil || r.Body == http.NoBody)
-}

@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	rt, setup, closeRT, err := sandboxClass(cfg, log)
+	rt, setup, teardown, closeRT, err := sandboxClass(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	nd, err := node.New(ctx, node.Config{
 		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
-		Runtime: rt, Setup: setup, Images: image.NewCache(filepath.Join(dataDir, "images"), log),
+		Runtime: rt, Setup: setup, Teardown: teardown, Images: image.NewCache(filepath.Join(dataDir, "images"), log),
 		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dataDir, "node"), TunnelAddr: ts.Addr(), Logger: log,
 	})
 	if err != nil {
@@ -274,20 +274,20 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener) error {
 }
 
 // sandboxClass builds the runtime of cfg.SandboxClass and its slot setup.
-func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, func(), error) {
+func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, node.SlotTeardown, func(), error) {
 	switch cfg.SandboxClass {
 	case "gvisor":
 		rt, err := gvisor.New(gvisor.Config{RunscPath: cfg.RunscPath, RootDir: filepath.Join("/run/ate", cfg.WorkerPrefix), Logger: log})
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		return rt, netns.Ensure, func() { _ = rt.Close() }, nil
+		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close() }, nil
 	case "fake":
 		// In-process stand-ins that emulate the counter: for trying the
 		// control plane without root or runsc, and for benchmarks.
 		rt := fake.New(fake.Config{})
-		return rt, fake.Setup, func() { _ = rt.Close() }, nil
+		return rt, fake.Setup, nil, func() { _ = rt.Close() }, nil
 	default:
-		return nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", cfg.SandboxClass)
+		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", cfg.SandboxClass)
 	}
 }

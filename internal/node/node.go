@@ -66,7 +66,7 @@ type Config struct {
 	// Teardown, if set, runs for every slot at Shutdown, so a stopped
 	// node leaves no network namespaces behind.
 	Teardown SlotTeardown
-	Images       Images
+	Images   Images
 	// Snapshots is the durable snapshot store; Paused holds paused
 	// actors' checkpoints on this node's disk.
 	Snapshots *snapshot.Local

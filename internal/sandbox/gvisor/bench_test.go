@@ -4,32 +4,19 @@ import (
 	"context"
 	"os"
 	"slices"
-	"substrate.dev/ate/internal/sandbox"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/sandbox"
 )
 
 // BenchmarkColdBoot measures `runsc run` of the counter until its first
 // HTTP answer: what an activation costs without any snapshot.
 func BenchmarkColdBoot(b *testing.B) {
 	r := newRuntime(b)
-	slot := newSlot(b)
-	var lat []time.Duration
-	for b.Loop() {
-		spec := newSpec(b, r)
-		start := time.Now()
-		if err := r.Run(b.Context(), slot, spec); err != nil {
-			b.Fatal(err)
-		}
-		waitServing(b, r, slot)
-		lat = append(lat, time.Since(start))
-		b.StopTimer()
-		if err := r.Destroy(context.Background(), slot, spec.ID); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
-	reportPercentiles(b, lat)
+	measureStarts(b, r, newSlot(b), func(slot sandbox.Slot, spec sandbox.Spec) error {
+		return r.Run(b.Context(), slot, spec)
+	})
 }
 
 // BenchmarkRestore measures `runsc restore` of one checkpoint of the
@@ -57,15 +44,25 @@ func benchRestore(b *testing.B, r *Runtime) {
 	runReady(b, r, slot, spec)
 	img := checkpoint(b, r, slot, spec.ID)
 	size := float64(dirBytes(b, img)) / (1 << 20)
+	measureStarts(b, r, slot, func(slot sandbox.Slot, spec sandbox.Spec) error {
+		return r.Restore(b.Context(), slot, spec, img)
+	})
+	b.ReportMetric(size, "image-MiB")
+}
+
+// measureStarts times start (a run or a restore of a fresh spec) until
+// the counter answers, once per iteration, and reports percentiles; the
+// container is destroyed untimed after each.
+func measureStarts(b *testing.B, r *Runtime, slot sandbox.Slot, start func(sandbox.Slot, sandbox.Spec) error) {
 	var lat []time.Duration
 	for b.Loop() {
 		spec := newSpec(b, r)
-		start := time.Now()
-		if err := r.Restore(b.Context(), slot, spec, img); err != nil {
+		t0 := time.Now()
+		if err := start(slot, spec); err != nil {
 			b.Fatal(err)
 		}
 		waitServing(b, r, slot)
-		lat = append(lat, time.Since(start))
+		lat = append(lat, time.Since(t0))
 		b.StopTimer()
 		if err := r.Destroy(context.Background(), slot, spec.ID); err != nil {
 			b.Fatal(err)
@@ -73,7 +70,6 @@ func benchRestore(b *testing.B, r *Runtime) {
 		b.StartTimer()
 	}
 	reportPercentiles(b, lat)
-	b.ReportMetric(size, "image-MiB")
 }
 
 // waitServing polls /healthz with a short interval so the poll itself adds

@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -37,6 +38,11 @@ func DialContext(ctx context.Context, nsPath, network, addr string) (net.Conn, e
 	if err != nil {
 		if conn != nil {
 			conn.Close()
+		}
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			// The dialer may report the ctx deadline as the socket's
+			// own i/o timeout; callers match the ctx's error.
+			return nil, fmt.Errorf("netns: dial %s in %s: %w (%w)", addr, nsPath, err, cerr)
 		}
 		return nil, fmt.Errorf("netns: dial %s in %s: %w", addr, nsPath, err)
 	}

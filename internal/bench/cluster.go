@@ -27,17 +27,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/apiserver"
-	"substrate.dev/ate/internal/image"
-	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store/bolt"
+	"substrate.dev/ate/internal/up"
 )
 
 // DBName is the store file's name in the data directory, as in `ate up`.
-const DBName = "ate.db"
+const DBName = up.DBName
 
 // Config configures a Cluster.
 type Config struct {
@@ -72,18 +70,16 @@ type Cluster struct {
 	// reads every actor to collect unreferenced snapshots.
 	Started time.Duration
 
+	cp     *up.ControlPlane
 	cancel context.CancelFunc
 	gs     *grpc.Server
 	served chan error
 	conn   *grpc.ClientConn
 }
 
-// Start builds and starts a Cluster the way internal/up.Run does for `ate
-// up` (same order: store, default atespace, snapshot stores, node,
-// workers registered, lifecycle manager with exit handler, Recover, gRPC
-// API), with fake.Runtime and fake.Setup in place of runsc and network
-// namespaces. Keep the two in step: a change to up.Run's wiring belongs
-// here too.
+// Start builds a Cluster with up.NewControlPlane, exactly as `ate up`
+// builds its control plane, with fake.Runtime and fake.Setup in place of
+// runsc and network namespaces, and serves its API over gRPC.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Dir == "" || cfg.Workers < 1 {
 		return nil, errors.New("bench: Config.Dir and at least one worker are required")
@@ -102,48 +98,23 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			_ = c.Close()
 		}
 	}()
-	if c.Store, err = bolt.Open(c.DBPath, 5*time.Second); err != nil {
-		return nil, err
-	}
-	if err := apiserver.EnsureDefaultAtespace(ctx, c.Store); err != nil {
-		return nil, err
-	}
-	snaps, err := snapshot.NewLocal(filepath.Join(cfg.Dir, "snapshots"))
-	if err != nil {
-		return nil, err
-	}
-	c.Snapshots = snaps
-	paused, err := snapshot.NewLocal(filepath.Join(cfg.Dir, "node", "paused"))
-	if err != nil {
-		return nil, err
-	}
 	c.Runtime = fake.New(cfg.Fake)
-	c.Node, err = node.New(ctx, node.Config{
-		Name: "local", Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
-		Runtime: c.Runtime, Setup: fake.Setup, Images: image.NewCache(filepath.Join(cfg.Dir, "images"), log),
-		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(cfg.Dir, "node"),
+	c.cp, err = up.NewControlPlane(ctx, runCtx, up.ControlPlaneConfig{
+		DataDir: cfg.Dir, Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
+		Runtime: c.Runtime, Setup: fake.Setup,
 		// No tunnel serves here; workers record where it would be.
 		TunnelAddr: "127.0.0.1:0", Logger: log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range c.Node.Workers() {
-		if err := c.Store.PutWorker(ctx, w); err != nil {
-			return nil, fmt.Errorf("register worker %s: %w", w.Name, err)
-		}
-	}
-	lc := lifecycle.New(c.Store, c.Node, snaps, "", log)
-	c.Node.SetExitHandler(lc.WorkerExited)
-	if err := lc.Recover(runCtx); err != nil {
-		return nil, fmt.Errorf("recover: %w", err)
-	}
+	c.Store, c.Node, c.Snapshots = c.cp.Store, c.cp.Node, c.cp.Snapshots
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("api listen: %w", err)
 	}
 	c.gs = grpc.NewServer()
-	atev1.RegisterControlServer(c.gs, apiserver.New(runCtx, c.Store, lc, fake.Class, log))
+	atev1.RegisterControlServer(c.gs, c.cp.API)
 	c.served = make(chan error, 1)
 	go func() { c.served <- c.gs.Serve(ln) }()
 	if c.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
@@ -154,8 +125,8 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	return c, nil
 }
 
-// Close stops the API server, the node (destroying every sandbox) and the
-// store, in that order. Actors still running are not suspended first (`ate
+// Close stops the API server, then the control plane (destroying every
+// sandbox, closing the store). Actors still running are not suspended first (`ate
 // up` would); a benchmark's data directory is thrown away.
 func (c *Cluster) Close() error {
 	var errs []error
@@ -169,14 +140,11 @@ func (c *Cluster) Close() error {
 		}
 	}
 	c.cancel()
-	if c.Node != nil {
-		c.Node.Shutdown(context.Background())
+	if c.cp != nil {
+		errs = append(errs, c.cp.Close())
 	}
 	if c.Runtime != nil {
 		errs = append(errs, c.Runtime.Close())
-	}
-	if c.Store != nil {
-		errs = append(errs, c.Store.Close())
 	}
 	return errors.Join(errs...)
 }

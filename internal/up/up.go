@@ -21,9 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/cli"
-	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
@@ -31,8 +29,6 @@ import (
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/sandbox/gvisor"
-	"substrate.dev/ate/internal/snapshot"
-	"substrate.dev/ate/internal/store/bolt"
 )
 
 // Config is `ate up`'s configuration.
@@ -87,24 +83,6 @@ func Run(ctx context.Context, cfg Config) error {
 		sum := sha256.Sum256([]byte(dataDir))
 		cfg.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
 	}
-	st, err := bolt.Open(filepath.Join(dataDir, "ate.db"), 5*time.Second)
-	if err != nil {
-		return fmt.Errorf("%w (is another `ate up` using %s?)", err, dataDir)
-	}
-	defer st.Close()
-	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {
-		return err
-	}
-	snaps, err := snapshot.NewLocal(filepath.Join(dataDir, "snapshots"))
-	if err != nil {
-		return err
-	}
-	// Paused checkpoints stay on this node's disk, apart from the
-	// durable store (which would be S3 or shared storage in a cluster).
-	paused, err := snapshot.NewLocal(filepath.Join(dataDir, "node", "paused"))
-	if err != nil {
-		return err
-	}
 	rt, setup, teardown, closeRT, err := sandboxClass(cfg, log)
 	if err != nil {
 		return err
@@ -120,36 +98,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
-	nd, err := node.New(ctx, node.Config{
-		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
-		Runtime: rt, Setup: setup, Teardown: teardown, Images: image.NewCache(filepath.Join(dataDir, "images"), log),
-		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dataDir, "node"), TunnelAddr: ts.Addr(), Logger: log,
+	cp, err := NewControlPlane(ctx, ctx, ControlPlaneConfig{
+		DataDir: dataDir, Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
+		Runtime: rt, Setup: setup, Teardown: teardown, TunnelAddr: ts.Addr(), Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	defer nd.Shutdown(context.WithoutCancel(ctx))
-	for _, w := range nd.Workers() {
-		if err := st.PutWorker(ctx, w); err != nil {
-			return fmt.Errorf("register worker %s: %w", w.Name, err)
-		}
-	}
-	// The embedded store has exactly one API server (bbolt's file lock
-	// sees to that), so it needs no store leases: the in-process lock
-	// serialises workflows, and a restarted process never waits out a
-	// dead predecessor's lease.
-	lc := lifecycle.New(st, nd, snaps, "", log)
-	nd.SetExitHandler(lc.WorkerExited)
-	if err := lc.Recover(ctx); err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
+	defer cp.Close()
+	nd, lc := cp.Node, cp.Lifecycle
 
 	apiLn, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	gs := grpc.NewServer()
-	atev1.RegisterControlServer(gs, apiserver.New(ctx, st, lc, cfg.SandboxClass, log))
+	atev1.RegisterControlServer(gs, cp.API)
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

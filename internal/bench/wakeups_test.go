@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/sandbox/fake"
+
+	"substrate.dev/ate/internal/latency"
 )
 
 // Wake-up benchmark shape: the most clients any sub-benchmark runs, and
@@ -93,13 +95,5 @@ func runWakeups(b *testing.B, c *Cluster, actors []string, clients int) {
 // reportLatency reports the p50 and p99 of lat as <prefix>p50-ms and
 // <prefix>p99-ms.
 func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), prefix+"p50-ms")
-	b.ReportMetric(pct(0.99), prefix+"p99-ms")
+	latency.Report(b, prefix, lat, 0.50, 0.99)
 }

@@ -3,12 +3,13 @@ package e2e
 import (
 	"context"
 	"net/http"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+
+	"substrate.dev/ate/internal/latency"
 )
 
 // BenchmarkActivationSuspended measures activation through the router:
@@ -108,12 +109,6 @@ func benchActivation(b *testing.B, in *installation, name string, prepare func()
 			b.Fatalf("GET = %d %q %v", code, body, err)
 		}
 	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.95), "p95-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	latency.Report(b, "", lat, 0.50, 0.95, 0.99)
 	b.ReportMetric(0, "ns/op")
 }

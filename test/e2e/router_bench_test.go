@@ -18,6 +18,8 @@ import (
 
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/sandbox"
+
+	"substrate.dev/ate/internal/latency"
 )
 
 // directClient reaches the counter's server inside worker's sandbox the
@@ -72,12 +74,12 @@ func BenchmarkRouterWarm(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rp50, dp50 := percentile(routerLat, 0.5), percentile(directLat, 0.5)
-	b.ReportMetric(ms(rp50), "router-p50-ms")
-	b.ReportMetric(ms(percentile(routerLat, 0.99)), "router-p99-ms")
-	b.ReportMetric(ms(dp50), "direct-p50-ms")
-	b.ReportMetric(ms(percentile(directLat, 0.99)), "direct-p99-ms")
-	b.ReportMetric(ms(rp50-dp50), "added-p50-ms")
+	rp50, dp50 := latency.Quantile(routerLat, 0.5), latency.Quantile(directLat, 0.5)
+	b.ReportMetric(latency.Ms(rp50), "router-p50-ms")
+	b.ReportMetric(latency.Ms(latency.Quantile(routerLat, 0.99)), "router-p99-ms")
+	b.ReportMetric(latency.Ms(dp50), "direct-p50-ms")
+	b.ReportMetric(latency.Ms(latency.Quantile(directLat, 0.99)), "direct-p99-ms")
+	b.ReportMetric(latency.Ms(rp50-dp50), "added-p50-ms")
 	b.ReportMetric(routerRate, "router-req/s")
 	b.ReportMetric(directRate, "direct-req/s")
 	b.ReportMetric(routerRate/directRate, "throughput-ratio")
@@ -130,14 +132,6 @@ func throughput(conns int, window time.Duration, get func() error) (float64, err
 	}
 	return float64(done.Load()) / window.Seconds(), nil
 }
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // BenchmarkRouterParkedMemory measures what a parked request costs the
 // `ate up` process: its resident memory with 2000 requests parked (the

@@ -3,11 +3,12 @@ package gvisor
 import (
 	"context"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
 	"substrate.dev/ate/internal/sandbox"
+
+	"substrate.dev/ate/internal/latency"
 )
 
 // BenchmarkColdBoot measures `runsc run` of the counter until its first
@@ -61,7 +62,7 @@ func measureStarts(b *testing.B, r *Runtime, slot sandbox.Slot, start func(sandb
 		if err := start(slot, spec); err != nil {
 			b.Fatal(err)
 		}
-		waitServing(b, r, slot)
+		waitReady(b, r, slot)
 		lat = append(lat, time.Since(t0))
 		b.StopTimer()
 		if err := r.Destroy(context.Background(), slot, spec.ID); err != nil {
@@ -69,38 +70,7 @@ func measureStarts(b *testing.B, r *Runtime, slot sandbox.Slot, start func(sandb
 		}
 		b.StartTimer()
 	}
-	reportPercentiles(b, lat)
-}
-
-// waitServing polls /healthz with a short interval so the poll itself adds
-// little to the measurement.
-func waitServing(b *testing.B, r *Runtime, slot sandbox.Slot) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(b.Context(), 500*time.Millisecond)
-		_, err := get(ctx, r, slot, "/healthz")
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("not serving after 15s: %v", err)
-		}
-		time.Sleep(2 * time.Millisecond) // poll interval
-	}
-}
-
-func reportPercentiles(b *testing.B, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.95), "p95-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	latency.Report(b, "", lat, 0.50, 0.95, 0.99)
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -222,8 +222,9 @@ func tarDir(t *testing.T, dir, out string) {
 	}
 }
 
-// layoutDigest returns the manifest digest of the only image in the layout.
-func layoutDigest(t *testing.T, dir string) string {
+// onlyImage opens the only image in the OCI layout at dir and returns it
+// with its index entry.
+func onlyImage(t *testing.T, dir string) (v1.Image, v1.Descriptor) {
 	t.Helper()
 	p, err := layout.FromPath(dir)
 	if err != nil {
@@ -240,7 +241,18 @@ func layoutDigest(t *testing.T, dir string) string {
 	if len(im.Manifests) != 1 {
 		t.Fatalf("%s: %d manifests, want 1", dir, len(im.Manifests))
 	}
-	return im.Manifests[0].Digest.String()
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, im.Manifests[0]
+}
+
+// layoutDigest returns the manifest digest of the only image in the layout.
+func layoutDigest(t *testing.T, dir string) string {
+	t.Helper()
+	_, desc := onlyImage(t, dir)
+	return desc.Digest.String()
 }
 
 // noStrayTemps fails if an unpack left temporary directories behind.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -115,24 +114,9 @@ func configEqual(a, b Config) bool {
 
 func checkLayerMediaType(t *testing.T, dir string, want types.MediaType) {
 	t.Helper()
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := im.Manifests[0].Annotations[annotationRefName]; got != "latest" {
+	img, desc := onlyImage(t, dir)
+	if got := desc.Annotations[annotationRefName]; got != "latest" {
 		t.Errorf("ref.name annotation %q, want latest", got)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
 	}
 	m, err := img.Manifest()
 	if err != nil {

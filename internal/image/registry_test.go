@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -29,22 +28,7 @@ func TestEnsureRegistry(t *testing.T) {
 	host := strings.TrimPrefix(srv.URL, "http://")
 
 	src, out := packed(t, CompressionGzip)
-	p, err := layout.FromPath(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, _ := onlyImage(t, out)
 	tag, err := name.NewTag(host + "/counter:latest")
 	if err != nil {
 		t.Fatal(err)

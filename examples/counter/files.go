@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 )
 
 // registerFiles adds a tiny file API so tests can check what survives a
@@ -16,8 +14,6 @@ import (
 //	GET /files/{path...}  answers the file's bytes (404 if missing)
 //	PUT /files/{path...}  writes the request body to the file, creating
 //	                      parent directories; answers 204
-//	GET /slow?ms=N&mark=P writes P (if given; e.g. in a volume, so a test
-//	                      sees the request arrive) then answers after N ms
 //	POST /ask?action=suspend|pause asks the node, from inside the sandbox,
 //	                      to suspend or pause this actor
 func registerFiles(mux *http.ServeMux) {
@@ -30,14 +26,6 @@ func registerFiles(mux *http.ServeMux) {
 		defer resp.Body.Close()
 		w.WriteHeader(resp.StatusCode)
 		_, _ = io.Copy(w, resp.Body)
-	})
-	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
-		if mark := r.URL.Query().Get("mark"); mark != "" {
-			_ = os.WriteFile(mark, []byte("arrived"), 0o644)
-		}
-		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
-		time.Sleep(time.Duration(ms) * time.Millisecond)
-		_, _ = w.Write([]byte("slow done\n"))
 	})
 	mux.HandleFunc("GET /files/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		b, err := os.ReadFile("/" + r.PathValue("path"))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 //	                      "data: event i" for i in 1..N, flushed one by
 //	                      one, MS apart — or slow MS before every K-th
 //	GET  /ws              WebSocket echo
-//	GET  /sleep?ms=N&tag=T  answers "slept N ms tag=T" after N ms (or not
-//	                      at all if the client leaves first)
+//	GET  /sleep?ms=N&tag=T&mark=P  answers "slept N ms tag=T" after N ms
+//	                      (or not at all if the client leaves first); with
+//	                      mark, first writes the file P (e.g. in a volume,
+//	                      so a test sees the request arrive)
 //	POST /echo            streams the request body back as it arrives,
 //	                      both ways at once (full duplex)
 func registerStreams(mux *http.ServeMux) {
@@ -27,6 +30,9 @@ func registerStreams(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("GET /sleep", func(w http.ResponseWriter, r *http.Request) {
 		ms := intParam(r, "ms", 0)
+		if mark := r.URL.Query().Get("mark"); mark != "" {
+			_ = os.WriteFile(mark, []byte("arrived"), 0o644)
+		}
 		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
 		defer t.Stop()
 		select {

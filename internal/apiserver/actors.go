@@ -40,14 +40,10 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	if err := validateSelector(in.GetWorkerSelector()); err != nil {
 		return nil, toStatus(err)
 	}
-	if _, err := s.store.GetAtespace(ctx, in.GetAtespace()); err != nil {
-		return nil, toStatus(err)
-	}
-	tpl, err := s.store.GetTemplate(ctx, in.GetAtespace(), in.GetTemplate())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if tpl.Phase == store.TemplateFailed {
+	// A missing atespace or template is the store's to report (it checks
+	// both, in that order, in the creating transaction); here only a
+	// template that exists but failed to build is refused.
+	if tpl, err := s.store.GetTemplate(ctx, in.GetAtespace(), in.GetTemplate()); err == nil && tpl.Phase == store.TemplateFailed {
 		return nil, toStatus(fmt.Errorf("%w: template %s/%s failed to build (%s); fix it and create a new template",
 			lifecycle.ErrFailedPrecondition, tpl.Atespace, tpl.Name, tpl.Message))
 	}

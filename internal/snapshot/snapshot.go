@@ -80,8 +80,8 @@ type Staged struct {
 // Stage creates an empty staging directory for a new snapshot of owner (an
 // actor or template uid; a DNS-1123 label or uid, never containing '/').
 func (l *Local) Stage(owner string) (*Staged, error) {
-	if owner == "" || strings.ContainsAny(owner, `/\`) || owner[0] == '.' {
-		return nil, fmt.Errorf("invalid snapshot owner %q", owner)
+	if err := validOwner(owner); err != nil {
+		return nil, err
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -231,10 +231,18 @@ func (l *Local) Delete(ref string) error {
 
 // DeleteOwner removes every snapshot of owner.
 func (l *Local) DeleteOwner(owner string) error {
+	if err := validOwner(owner); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(l.dir, owner))
+}
+
+// validOwner rejects owners that are not one plain directory name.
+func validOwner(owner string) error {
 	if owner == "" || strings.ContainsAny(owner, `/\`) || owner[0] == '.' {
 		return fmt.Errorf("invalid snapshot owner %q", owner)
 	}
-	return os.RemoveAll(filepath.Join(l.dir, owner))
+	return nil
 }
 
 func (l *Local) path(ref string) (string, error) {

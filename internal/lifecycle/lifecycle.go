@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,7 +195,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		atespace, name, _ := cutKey(w.Actor)
+		atespace, name, _ := strings.Cut(w.Actor, "/")
 		err := m.withActor(ctx, atespace, name, func() error {
 			a, err := m.store.GetActor(ctx, atespace, name)
 			if errors.Is(err, store.ErrNotFound) || (err == nil && a.UID != w.ActorUID) {
@@ -268,7 +269,7 @@ func (m *Manager) SelfRequest(worker, actorUID, action string) {
 		if err != nil || w.ActorUID != actorUID {
 			return
 		}
-		atespace, name, _ := cutKey(w.Actor)
+		atespace, name, _ := strings.Cut(w.Actor, "/")
 		if action == "pause" {
 			_, err = m.Pause(ctx, atespace, name)
 		} else {
@@ -290,7 +291,7 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 	if err != nil || w.ActorUID != actorUID {
 		return
 	}
-	atespace, name, _ := cutKey(w.Actor)
+	atespace, name, _ := strings.Cut(w.Actor, "/")
 	err = m.withActor(ctx, atespace, name, func() error {
 		a, err := m.store.GetActor(ctx, atespace, name)
 		if err != nil || a.UID != actorUID || a.Worker != worker {
@@ -302,13 +303,4 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 	if err != nil {
 		m.log.Warn("record crashed actor", "worker", worker, "err", err)
 	}
-}
-
-func cutKey(key string) (atespace, name string, ok bool) {
-	for i := range len(key) {
-		if key[i] == '/' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", key, false
 }

@@ -249,7 +249,7 @@ func (m *Manager) SuspendAll(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		atespace, name, _ := cutKey(w.Actor)
+		atespace, name, _ := strings.Cut(w.Actor, "/")
 		if _, err := m.Suspend(ctx, atespace, name); err != nil && first == nil {
 			first = fmt.Errorf("suspend %s: %w", w.Actor, err)
 		}

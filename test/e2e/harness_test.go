@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,7 +121,7 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	}
 	in.cmd = cmd
 	ready := make(chan map[string]any, 1)
-	demo := slicesContains(extra, "--demo")
+	demo := slices.Contains(extra, "--demo")
 	go in.readLog(stderr, ready, demo)
 	t.Cleanup(func() {
 		// SIGTERM is what an operator sends; ate up must exit 0 after
@@ -184,15 +185,6 @@ func (in *installation) killed() bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.cmd == nil
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // readLog keeps the log and reports the "ate up ready" record (after the
@@ -352,5 +344,3 @@ func (in *installation) waitTemplateReady(name string) {
 		return tpl.GetStatus().GetPhase() == "READY"
 	})
 }
-
-func ioCopy(w io.Writer, resp *http.Response) (int64, error) { return io.Copy(w, resp.Body) }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -102,11 +103,11 @@ func hostGet(t *testing.T, addr, host string) (int, string) {
 
 func readAll(t *testing.T, resp *http.Response) string {
 	t.Helper()
-	var b strings.Builder
-	if _, err := ioCopy(&b, resp); err != nil {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return b.String()
+	return string(b)
 }
 
 func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }

@@ -48,6 +48,7 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	n.drain(ctx, s, opts.Grace)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	n.clearOp(ctx, s)
+	n.refill(s)
 	return ref, err
 }
 
@@ -151,15 +152,9 @@ func (n *Node) Upload(_ context.Context, pausedRef, owner, scope string) (string
 // DeletePaused removes a paused checkpoint from this node's disk.
 func (n *Node) DeletePaused(ref string) error { return n.cfg.Paused.Delete(ref) }
 
-// ForgetActor removes an actor's files on this node (identity, volumes,
-// log, paused checkpoints) after it was deleted.
+// ForgetActor removes an actor's paused checkpoints from this node after
+// it was deleted. Its volumes and identity files were the worker's
+// (prepareVolumes) and are emptied by the next start there.
 func (n *Node) ForgetActor(actorUID string) {
-	for _, p := range []string{
-		filepath.Join(n.cfg.StateDir, "identity", actorUID),
-		filepath.Join(n.cfg.StateDir, "volumes", actorUID),
-		filepath.Join(n.cfg.StateDir, "logs", actorUID+".log"),
-	} {
-		_ = os.RemoveAll(p)
-	}
 	_ = n.cfg.Paused.DeleteOwner(actorUID)
 }

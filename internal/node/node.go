@@ -71,7 +71,8 @@ type Config struct {
 	// actors' checkpoints on this node's disk.
 	Snapshots *snapshot.Local
 	Paused    *snapshot.Local
-	// StateDir holds bundles, per-actor logs, identity files and volumes.
+	// StateDir holds bundles, per-worker container logs, identity files
+	// and volume directories.
 	StateDir string
 	// TunnelAddr is the address the tunnel listens on, recorded on workers.
 	TunnelAddr string
@@ -104,6 +105,10 @@ type slot struct {
 	cut bool
 	// imageDigest is the image the last start used (for golden builds).
 	imageDigest string
+	// standby is the container prepared for the next start, if any;
+	// template is what the worker prepares standbys for (standby.go).
+	standby  *sandbox.Spec
+	template *standbyTemplate
 }
 
 // Node is the node agent. Safe for concurrent use.
@@ -123,15 +128,15 @@ type Node struct {
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous
-// run's containers are gone with its runsc state; volumes and identity
-// files of actors stay on disk.
+// run's containers are gone with its runsc state; actors' data lives in
+// their snapshots.
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	for _, d := range []string{"bundles", "logs", "identity", "volumes"} {
+	for _, d := range []string{"bundles", "logs", "workers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("node state dir: %w", err)
 		}
@@ -201,14 +206,21 @@ func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
 	_ = os.RemoveAll(filepath.Join(n.cfg.StateDir, "bundles", id))
 }
 
-// clearOp destroys whatever s hosts. s.opMu must be held.
+// clearOp destroys whatever s hosts and empties its volume directories:
+// their data is in the actor's snapshot (or was lost with the sandbox),
+// and the worker's next actor must not see it. s.opMu must be held.
 func (n *Node) clearOp(ctx context.Context, s *slot) {
 	s.mu.Lock()
-	id := s.containerID
+	id, vols := s.containerID, s.volumes
 	s.stopping = true
 	s.mu.Unlock()
 	if id != "" {
 		n.destroy(ctx, s.sb, id)
+	}
+	for _, v := range vols {
+		if err := snapshot.EmptyDir(v.hostDir); err != nil {
+			n.log.WarnContext(ctx, "empty volume directory", "worker", s.name, "dir", v.hostDir, "err", err)
+		}
 	}
 	s.mu.Lock()
 	s.containerID, s.actorUID, s.port, s.volumes = "", "", 0, nil
@@ -230,6 +242,7 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 	s.mu.Unlock()
 	if mine {
 		n.clearOp(ctx, s)
+		n.refill(s)
 	}
 	return nil
 }
@@ -241,6 +254,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.build) {
 		s.opMu.Lock()
 		n.clearOp(ctx, s)
+		n.dropStandby(ctx, s)
 		if n.cfg.Teardown != nil {
 			if err := n.cfg.Teardown(ctx, s.sb); err != nil {
 				n.log.Warn("tear down worker", "worker", s.name, "err", err)
@@ -270,6 +284,7 @@ func (n *Node) watch(s *slot, id, actorUID string) {
 	s.mu.Unlock()
 	if still {
 		n.clearOp(n.ctx, s)
+		n.refill(s)
 	}
 	s.opMu.Unlock()
 	n.exitMu.Lock()

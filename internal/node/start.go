@@ -61,7 +61,11 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 }
 
 // startIn boots or restores req in s and waits for the wakeup probe. On
-// failure the slot is left empty. It returns the container id.
+// failure the slot is left empty. It returns the container id. When the
+// slot's standby was prepared for the same container spec, the start goes
+// into it (standby.go); if that fails for any reason but ctx, the start is
+// tried once more the ordinary way, so a dead standby costs time, never
+// the request.
 func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, error) {
 	spec := req.Spec
 	if len(spec.GetContainers()) != 1 {
@@ -87,32 +91,48 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		}
 		snapDir, scope = dir, m.Scope
 	}
-	vols, err := n.prepareVolumes(req.ActorUID, spec, snapDir)
+	vols, err := n.prepareVolumes(s, spec, snapDir)
 	if err != nil {
 		return "", err
 	}
-	sspec, err := n.containerSpec(req, c, img, vols)
+	if err := n.writeIdentity(s, req); err != nil {
+		return "", fmt.Errorf("identity files: %w", err)
+	}
+	sspec, err := n.containerSpec(s, req.ActorUID, c, img, vols)
 	if err != nil {
 		return "", err
 	}
 	port := trafficPort(c, img)
-	s.mu.Lock()
-	s.containerID, s.volumes, s.cut = sspec.ID, vols, false
-	s.mu.Unlock()
-	if snapDir == "" || scope == snapshot.ScopeData {
-		err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
-	} else {
-		err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
+	if sb := n.takeStandby(ctx, s, sspec); sb != nil {
+		sspec.ID, sspec.BundleDir, sspec.Prepared = sb.ID, sb.BundleDir, true
 	}
-	if err == nil {
-		err = n.probe(ctx, s.sb, spec, port)
-	}
-	if err != nil {
+	n.logStart(s, req, sspec.ID)
+	for {
+		s.mu.Lock()
+		s.containerID, s.volumes, s.cut = sspec.ID, vols, false
+		s.mu.Unlock()
+		if snapDir == "" || scope == snapshot.ScopeData {
+			err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
+		} else {
+			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
+		}
+		if err == nil {
+			err = n.probe(ctx, s.sb, spec, port)
+		}
+		if err == nil {
+			break
+		}
 		n.clearOp(ctx, s)
-		return "", err
+		if !sspec.Prepared || ctx.Err() != nil {
+			return "", err
+		}
+		n.log.WarnContext(ctx, "start in standby failed, starting afresh", "worker", s.name, "container", sspec.ID, "err", err)
+		sspec.ID = newContainerID(req.ActorUID)
+		sspec.BundleDir, sspec.Prepared = filepath.Join(n.cfg.StateDir, "bundles", sspec.ID), false
 	}
 	s.mu.Lock()
 	s.actorUID, s.port = req.ActorUID, port
+	s.template = &standbyTemplate{spec: spec, imageDigest: img.Digest}
 	s.mu.Unlock()
 	return sspec.ID, nil
 }
@@ -127,32 +147,49 @@ func trafficPort(c *atev1.ContainerSpec, img *image.Image) int {
 	return 8080
 }
 
-// prepareVolumes makes each durable volume's host directory hold the
-// snapshot's copy (the snapshot is authoritative: a revert brings volumes
-// back too), or creates it empty when there is no snapshot.
-func (n *Node) prepareVolumes(ownerUID string, spec *atev1.ActorTemplateSpec, snapDir string) ([]volume, error) {
+// prepareVolumes makes each durable volume's host directory on the worker
+// hold the snapshot's copy (the snapshot is authoritative: a revert brings
+// volumes back too), or nothing when there is none. The directories belong
+// to the worker, not the actor, so that a standby's bind mounts
+// (standby.go) fit every actor; they are emptied in place because a
+// prepared sandbox holds them open, and emptied always so that no actor
+// sees the previous one's data.
+func (n *Node) prepareVolumes(s *slot, spec *atev1.ActorTemplateSpec, snapDir string) ([]volume, error) {
 	var vols []volume
 	for _, v := range spec.GetVolumes() {
-		host := filepath.Join(n.cfg.StateDir, "volumes", ownerUID, v.GetName())
+		host := n.workerDir(s, "volumes", v.GetName())
+		if err := snapshot.EmptyDir(host); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", v.GetName(), err)
+		}
 		src := filepath.Join(snapDir, snapshot.VolumesDir, v.GetName())
 		if _, err := os.Stat(src); snapDir != "" && err == nil {
-			if err := snapshot.ReplaceTree(host, src); err != nil {
+			if err := snapshot.CopyTree(host, src, nil); err != nil {
 				return nil, fmt.Errorf("restore volume %s: %w", v.GetName(), err)
 			}
-		} else if err := os.MkdirAll(host, 0o755); err != nil {
-			return nil, fmt.Errorf("volume %s: %w", v.GetName(), err)
 		}
 		vols = append(vols, volume{name: v.GetName(), hostDir: host})
 	}
 	return vols, nil
 }
 
-// writeIdentity rewrites the actor's identity files before every boot or
-// restore; a restore from a golden snapshot must read its own name.
-func (n *Node) writeIdentity(req StartRequest) (string, error) {
-	dir := filepath.Join(n.cfg.StateDir, "identity", req.ActorUID)
+// workerLog is the file every container on s writes its output to.
+func (n *Node) workerLog(s *slot) string {
+	return filepath.Join(n.cfg.StateDir, "logs", s.name+".log")
+}
+
+// workerDir is s's own directory elem under the node's state dir.
+func (n *Node) workerDir(s *slot, elem ...string) string {
+	return filepath.Join(append([]string{n.cfg.StateDir, "workers", s.name}, elem...)...)
+}
+
+// writeIdentity rewrites the worker's identity files for req's actor
+// before every boot or restore; a restore from a golden snapshot must read
+// its own name. Files are replaced by rename inside the directory, which
+// a prepared sandbox's bind mount keeps following.
+func (n *Node) writeIdentity(s *slot, req StartRequest) error {
+	dir := n.workerDir(s, "identity")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return err
 	}
 	for name, v := range map[string]string{"actor-name": req.Name, "atespace": req.Atespace, "actor-uid": req.ActorUID} {
 		// Replacing a file costs a writeback (~0.35 ms on ext4); on most
@@ -162,17 +199,20 @@ func (n *Node) writeIdentity(req StartRequest) (string, error) {
 		}
 		tmp := filepath.Join(dir, "."+name)
 		if err := os.WriteFile(tmp, []byte(v), 0o644); err != nil {
-			return "", err
+			return err
 		}
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return dir, nil
+	return nil
 }
 
 // containerSpec merges the image config with the template's container.
-func (n *Node) containerSpec(req StartRequest, c *atev1.ContainerSpec, img *image.Image, vols []volume) (sandbox.Spec, error) {
+// Everything in it but ID and BundleDir follows from the template, image
+// and worker, never the actor, so a standby prepared for the template on
+// this worker fits any of its actors.
+func (n *Node) containerSpec(s *slot, ownerUID string, c *atev1.ContainerSpec, img *image.Image, vols []volume) (sandbox.Spec, error) {
 	args := slices.Concat(img.Config.Entrypoint, img.Config.Cmd)
 	if len(c.GetCommand()) > 0 {
 		args = slices.Concat(c.GetCommand(), c.GetArgs())
@@ -190,11 +230,7 @@ func (n *Node) containerSpec(req StartRequest, c *atev1.ContainerSpec, img *imag
 	if cwd == "" {
 		cwd = img.Config.WorkingDir
 	}
-	idDir, err := n.writeIdentity(req)
-	if err != nil {
-		return sandbox.Spec{}, fmt.Errorf("identity files: %w", err)
-	}
-	mounts := []sandbox.Mount{{Source: idDir, Destination: IdentityDir, ReadOnly: true}}
+	mounts := []sandbox.Mount{{Source: n.workerDir(s, "identity"), Destination: IdentityDir, ReadOnly: true}}
 	for _, vm := range c.GetVolumeMounts() {
 		for _, v := range vols {
 			if v.name == vm.GetName() {
@@ -202,10 +238,10 @@ func (n *Node) containerSpec(req StartRequest, c *atev1.ContainerSpec, img *imag
 			}
 		}
 	}
-	id := newContainerID(req.ActorUID)
+	id := newContainerID(ownerUID)
 	return sandbox.Spec{
 		ID: id, RootFS: img.RootFS, Args: args, Env: env, Cwd: cwd, Mounts: mounts,
-		LogPath:   filepath.Join(n.cfg.StateDir, "logs", req.ActorUID+".log"),
+		LogPath:   n.workerLog(s),
 		BundleDir: filepath.Join(n.cfg.StateDir, "bundles", id),
 	}, nil
 }
@@ -242,8 +278,6 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}
-	// The golden actor's volumes live in the snapshot; the host copy is
-	// no one's.
-	_ = os.RemoveAll(filepath.Join(n.cfg.StateDir, "volumes", tplUID))
+	n.offerTemplate(spec, digest)
 	return ref, digest, nil
 }

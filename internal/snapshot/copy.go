@@ -66,13 +66,21 @@ func copyFile(dst, src string, perm fs.FileMode) error {
 	return out.Close()
 }
 
-// ReplaceTree makes dst an exact copy of src: dst's old contents go first.
-func ReplaceTree(dst, src string) error {
-	if err := os.RemoveAll(dst); err != nil {
+// EmptyDir makes dir an empty directory (creating it if missing) without
+// replacing the directory itself, so that a bind mount of it, which
+// follows the inode, sees the emptied directory.
+func EmptyDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		return err
 	}
-	return CopyTree(dst, src, nil)
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -67,3 +67,35 @@ func TestBadRefs(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyDirKeepsTheDirectory: a bind mount follows the directory's
+// inode, so EmptyDir must empty it in place, nested entries included.
+func TestEmptyDirKeepsTheDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := EmptyDir(dir); err != nil {
+		t.Fatalf("EmptyDir of a missing dir: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a", "b", "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EmptyDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Fatal("EmptyDir replaced the directory instead of emptying it")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("EmptyDir left %d entries", len(entries))
+	}
+}

@@ -20,11 +20,13 @@ func BenchmarkActivationSuspended(b *testing.B) {
 	in := startUp(b, 2, "--demo")
 	in.waitTemplateReady("counter")
 	benchActivation(b, in, "counter-1", func() {
+		k := in.standbysPrepared()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "counter-1"}); err != nil {
 			b.Fatal(err)
 		}
+		in.waitStandbys(k + 1)
 	})
 }
 
@@ -37,7 +39,9 @@ func BenchmarkActivationGolden(b *testing.B) {
 	var name string
 	benchActivation(b, in, "", func() {
 		if name != "" {
+			k := in.standbysPrepared()
 			in.ate("suspend", "actor", name)
+			in.waitStandbys(k + 1)
 			in.ate("delete", "actor", name)
 		}
 		i++
@@ -52,11 +56,13 @@ func BenchmarkActivationPaused(b *testing.B) {
 	in := startUp(b, 2, "--demo")
 	in.waitTemplateReady("counter")
 	benchActivation(b, in, "counter-1", func() {
+		k := in.standbysPrepared()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := in.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: "default", Name: "counter-1"}); err != nil {
 			b.Fatal(err)
 		}
+		in.waitStandbys(k + 1)
 	})
 }
 
@@ -68,11 +74,13 @@ func BenchmarkActivationColdBoot(b *testing.B) {
 	in.createTemplate("test/e2e/testdata/durable-data.yaml", "durable-data")
 	in.ate("create", "actor", "cold", "--template", "durable-data")
 	benchActivation(b, in, "cold", func() {
+		k := in.standbysPrepared()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "cold"}); err != nil {
 			b.Fatal(err)
 		}
+		in.waitStandbys(k + 1)
 	})
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,11 +16,12 @@ import (
 	"substrate.dev/ate/internal/sandbox/gvisor"
 )
 
-// faultyRunsc writes a runsc wrapper that injects faults on demand: when
-// the file <dir>/kill-restore exists, the next restore is killed 0.2 s in
-// (SIGKILL, as an OOM killer would); when <dir>/slow-checkpoint exists, the
-// next checkpoint starts 3 s late (a window to kill the node agent in).
-// The trigger files are consumed. It returns the wrapper and dir.
+// faultyRunsc writes a runsc wrapper that injects faults on demand: while
+// the file <dir>/kill-restore exists, every restore is killed 0.2 s in
+// (SIGKILL, as an OOM killer would; a node retries a restore into a
+// standby once, so one kill would be absorbed); when <dir>/slow-checkpoint
+// exists, the next checkpoint starts 3 s late (a window to kill the node
+// agent in) and the trigger is consumed. It returns the wrapper and dir.
 func faultyRunsc(t *testing.T) (wrapper, dir string) {
 	t.Helper()
 	dir = t.TempDir()
@@ -29,7 +31,7 @@ real=%q
 dir=%q
 case " $* " in
 *" restore "*)
-	if rm "$dir/kill-restore" 2>/dev/null; then
+	if [ -e "$dir/kill-restore" ]; then
 		"$real" "$@" & pid=$!
 		sleep 0.2
 		kill -9 $pid
@@ -79,6 +81,9 @@ func TestRestoreKilled(t *testing.T) {
 	trigger(t, dir, "kill-restore")
 	code, body, _, err := in.request(http.MethodGet, "default/counter-1", "/", "")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "kill-restore")); err != nil {
 		t.Fatal(err)
 	}
 	if code < 500 || code == http.StatusInternalServerError || !strings.Contains(body, "could not be resumed") {
@@ -152,18 +157,27 @@ func TestSandboxDiesOnItsOwn(t *testing.T) {
 	a := in.actor("counter-1")
 	prefix := strings.TrimSuffix(a.GetWorker(), a.GetWorker()[strings.LastIndex(a.GetWorker(), "-"):])
 	root := filepath.Join("/run/ate", prefix)
-	out, err := exec.Command(gvisor.DefaultRunscPath(), "--root", root, "list", "-quiet").Output()
+	// The actor runs in the only running container: the other workers
+	// hold standbys, created but not started.
+	out, err := exec.Command(gvisor.DefaultRunscPath(), "--root", root, "list", "-format=json").Output()
 	if err != nil {
 		t.Fatalf("runsc list: %v", err)
 	}
+	var list []struct{ ID, Status string }
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatalf("runsc list: %v: %s", err, out)
+	}
 	var id string
-	for _, c := range strings.Fields(string(out)) {
-		if strings.HasPrefix(c, "ate-"+a.GetUid()[:12]) {
-			id = c
+	for _, c := range list {
+		if c.Status == "running" {
+			if id != "" {
+				t.Fatalf("more than one running container with one actor: %s", out)
+			}
+			id = c.ID
 		}
 	}
 	if id == "" {
-		t.Fatalf("no container of actor %s in %q", a.GetUid(), out)
+		t.Fatalf("no running container for actor %s in %s", a.GetUid(), out)
 	}
 	if out, err := exec.Command(gvisor.DefaultRunscPath(), "--root", root, "kill", id, "KILL").CombinedOutput(); err != nil {
 		t.Fatalf("runsc kill: %v %s", err, out)

@@ -89,6 +89,9 @@ type installation struct {
 
 	mu  sync.Mutex
 	log strings.Builder
+	// standbys counts "standby prepared" records (the node prepared a
+	// container on a free worker; internal/node/standby.go).
+	standbys int
 }
 
 // startUp runs `ate up` with the given workers and extra flags and waits
@@ -210,7 +213,32 @@ func (in *installation) readLog(r io.Reader, ready chan<- map[string]any, demo b
 			}
 		case "demo actor ready":
 			ready <- info
+		case "standby prepared":
+			in.mu.Lock()
+			in.standbys++
+			in.mu.Unlock()
 		}
+	}
+}
+
+// standbysPrepared returns how many standbys the node has prepared so far.
+func (in *installation) standbysPrepared() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.standbys
+}
+
+// waitStandbys waits until the node has prepared at least n standbys:
+// benchmarks measure activation on a node that had time to get ready, as
+// an actor idle for minutes finds it.
+func (in *installation) waitStandbys(n int) {
+	in.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for in.standbysPrepared() < n {
+		if time.Now().After(deadline) {
+			in.t.Fatalf("node prepared %d standbys, want %d; log:\n%s", in.standbysPrepared(), n, in.logText())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

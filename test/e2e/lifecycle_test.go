@@ -120,8 +120,7 @@ func TestInFlightRequestSurvivesSuspend(t *testing.T) {
 	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
 	in.ate("create", "actor", "slow", "--template", "durable")
 	in.mustCount("default/slow", 1)
-	uid := in.actor("slow").GetUid()
-	mark := filepath.Join(in.dataDir, "node", "volumes", uid, "data", "arrived")
+	mark := filepath.Join(in.dataDir, "node", "workers", in.actor("slow").GetWorker(), "volumes", "data", "arrived")
 	type result struct {
 		code int
 		body string
@@ -194,7 +193,7 @@ func TestCutOffAfterGrace(t *testing.T) {
 	in.createTemplate("test/e2e/testdata/durable-data.yaml", "durable-data")
 	in.ate("create", "actor", "cut", "--template", "durable-data")
 	in.mustCount("default/cut", 1)
-	mark := filepath.Join(in.dataDir, "node", "volumes", in.actor("cut").GetUid(), "data", "arrived")
+	mark := filepath.Join(in.dataDir, "node", "workers", in.actor("cut").GetWorker(), "volumes", "data", "arrived")
 	type result struct {
 		code int
 		hdr  http.Header

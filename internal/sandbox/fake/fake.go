@@ -89,13 +89,18 @@ type Runtime struct {
 	mu     sync.Mutex
 	byID   map[string]*container
 	bySlot map[string]*container
+	// prepared maps a prepared container's id to its slot's name.
+	prepared map[string]string
 
 	// waiting, if set, is called once Wait has found its container and
 	// is about to block: tests use it to end the container only then.
 	waiting func(id string)
 }
 
-var _ sandbox.Runtime = (*Runtime)(nil)
+var (
+	_ sandbox.Runtime  = (*Runtime)(nil)
+	_ sandbox.Preparer = (*Runtime)(nil)
+)
 
 // New returns a Runtime with no containers.
 func New(cfg Config) *Runtime {
@@ -103,7 +108,7 @@ func New(cfg Config) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{cfg: cfg, log: log, byID: map[string]*container{}, bySlot: map[string]*container{}}
+	return &Runtime{cfg: cfg, log: log, byID: map[string]*container{}, bySlot: map[string]*container{}, prepared: map[string]string{}}
 }
 
 // Setup is the node.SlotSetup of this class: a slot needs nothing but its
@@ -115,6 +120,22 @@ func Setup(_ context.Context, name string) (sandbox.Slot, error) {
 // state is the content of StateFile.
 type state struct {
 	Count int64 `json:"count"`
+}
+
+// Prepare records spec.ID as created in slot; a Run or Restore of it with
+// Prepared set must follow in the same slot. It costs nothing, as the
+// fake has no sandbox to start.
+func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fake: prepare %s in %s: %w", spec.ID, slot.Name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.prepared[spec.ID]; ok || r.byID[spec.ID] != nil {
+		return fmt.Errorf("fake: prepare %s in %s: container id is in use", spec.ID, slot.Name)
+	}
+	r.prepared[spec.ID] = slot.Name
+	return nil
 }
 
 // Run boots spec in slot with a count of zero and returns once it serves.
@@ -183,6 +204,11 @@ func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) err
 		c.stop()
 		r.log.DebugContext(ctx, "fake destroy", "worker", slot.Name, "container", id)
 	}
+	r.mu.Lock()
+	if r.prepared[id] == slot.Name {
+		delete(r.prepared, id)
+	}
+	r.mu.Unlock()
 	return nil
 }
 
@@ -261,6 +287,13 @@ func (r *Runtime) Len() int {
 	return len(r.byID)
 }
 
+// Prepared returns how many prepared containers wait for a start.
+func (r *Runtime) Prepared() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.prepared)
+}
+
 // Close stops every container. The Runtime stays usable.
 func (r *Runtime) Close() error {
 	r.mu.Lock()
@@ -270,6 +303,7 @@ func (r *Runtime) Close() error {
 		delete(r.byID, id)
 		delete(r.bySlot, c.slot)
 	}
+	clear(r.prepared)
 	r.mu.Unlock()
 	for _, c := range all {
 		c.stop()
@@ -287,6 +321,13 @@ func (r *Runtime) start(slot sandbox.Slot, spec sandbox.Spec, count int64) error
 		return errors.New("container id is required")
 	}
 	r.mu.Lock()
+	if spec.Prepared {
+		if r.prepared[spec.ID] != slot.Name {
+			r.mu.Unlock()
+			return fmt.Errorf("prepared container %s: %w", spec.ID, ErrUnknownContainer)
+		}
+		delete(r.prepared, spec.ID)
+	}
 	if cur := r.bySlot[slot.Name]; cur != nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrSlotBusy, cur.id)

@@ -302,6 +302,9 @@ func TestRunRefusals(t *testing.T) {
 			"w1", spec("c1"), nil},
 		{"bad PORT", nil, "w0", spec("c1", "PORT=http"), nil},
 		{"no id", nil, "w0", spec(""), nil},
+		{"prepared but never prepared", nil, "w0", sandbox.Spec{ID: "c1", Prepared: true}, ErrUnknownContainer},
+		{"prepared in another slot", func(r *Runtime) error { return r.Prepare(context.Background(), sandbox.Slot{Name: "w1"}, spec("c1")) },
+			"w0", sandbox.Spec{ID: "c1", Prepared: true}, ErrUnknownContainer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRuntime(t, Config{})
@@ -443,5 +446,40 @@ func TestConcurrentSlots(t *testing.T) {
 	wg.Wait()
 	if r.Len() != 0 {
 		t.Fatalf("%d containers left", r.Len())
+	}
+}
+
+func TestPreparedStartsOnceAndDestroyForgetsIt(t *testing.T) {
+	r := newRuntime(t, Config{})
+	w0 := slot(t, "w0")
+	if err := r.Prepare(context.Background(), w0, spec("c1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Prepare(context.Background(), w0, spec("c1")); err == nil {
+		t.Fatal("second Prepare of the same id succeeded")
+	}
+	if r.Prepared() != 1 || r.Len() != 0 {
+		t.Fatalf("prepared %d, running %d; want 1, 0", r.Prepared(), r.Len())
+	}
+	s := spec("c1")
+	s.Prepared = true
+	if err := r.Run(context.Background(), w0, s); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, r, w0, "/", "count=1\n")
+	if r.Prepared() != 0 {
+		t.Fatal("a started prepared container is still counted as prepared")
+	}
+	if err := r.Destroy(context.Background(), w0, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Prepare(context.Background(), w0, spec("c2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Destroy(context.Background(), w0, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	if r.Prepared() != 0 {
+		t.Fatal("Destroy left a prepared container")
 	}
 }

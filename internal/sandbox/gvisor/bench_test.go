@@ -14,10 +14,14 @@ import (
 // BenchmarkColdBoot measures `runsc run` of the counter until its first
 // HTTP answer: what an activation costs without any snapshot.
 func BenchmarkColdBoot(b *testing.B) {
-	r := newRuntime(b)
-	measureStarts(b, r, newSlot(b), func(slot sandbox.Slot, spec sandbox.Spec) error {
-		return r.Run(b.Context(), slot, spec)
-	})
+	for _, prepared := range []bool{false, true} {
+		b.Run(map[bool]string{false: "run", true: "prepared"}[prepared], func(b *testing.B) {
+			r := newRuntime(b)
+			measureStarts(b, r, newSlot(b), prepared, func(slot sandbox.Slot, spec sandbox.Spec) error {
+				return r.Run(b.Context(), slot, spec)
+			})
+		})
+	}
 }
 
 // BenchmarkRestore measures `runsc restore` of one checkpoint of the
@@ -27,25 +31,27 @@ func BenchmarkRestore(b *testing.B) {
 	for _, v := range []struct {
 		name                string
 		checkpoint, restore []string
+		prepared            bool
 	}{
-		{"default", nil, nil},
-		{"uncompressed", []string{"-compression=none"}, nil},
-		{"uncompressed-background", []string{"-compression=none"}, []string{"-background"}},
-		{"zero-pages-excluded", []string{"-exclude-committed-zero-pages"}, nil},
+		{"default", nil, nil, false},
+		{"prepared", nil, nil, true},
+		{"uncompressed", []string{"-compression=none"}, nil, false},
+		{"uncompressed-background", []string{"-compression=none"}, []string{"-background"}, false},
+		{"zero-pages-excluded", []string{"-exclude-committed-zero-pages"}, nil, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			benchRestore(b, newRuntimeWith(b, Config{CheckpointFlags: v.checkpoint, RestoreFlags: v.restore}))
+			benchRestore(b, newRuntimeWith(b, Config{CheckpointFlags: v.checkpoint, RestoreFlags: v.restore}), v.prepared)
 		})
 	}
 }
 
-func benchRestore(b *testing.B, r *Runtime) {
+func benchRestore(b *testing.B, r *Runtime, prepared bool) {
 	slot := newSlot(b)
 	spec := newSpec(b, r)
 	runReady(b, r, slot, spec)
 	img := checkpoint(b, r, slot, spec.ID)
 	size := float64(dirBytes(b, img)) / (1 << 20)
-	measureStarts(b, r, slot, func(slot sandbox.Slot, spec sandbox.Spec) error {
+	measureStarts(b, r, slot, prepared, func(slot sandbox.Slot, spec sandbox.Spec) error {
 		return r.Restore(b.Context(), slot, spec, img)
 	})
 	b.ReportMetric(size, "image-MiB")
@@ -53,11 +59,20 @@ func benchRestore(b *testing.B, r *Runtime) {
 
 // measureStarts times start (a run or a restore of a fresh spec) until
 // the counter answers, once per iteration, and reports percentiles; the
-// container is destroyed untimed after each.
-func measureStarts(b *testing.B, r *Runtime, slot sandbox.Slot, start func(sandbox.Slot, sandbox.Spec) error) {
+// container is destroyed untimed after each. With prepared, each spec is
+// first created untimed (Runtime.Prepare), as a node's standby is.
+func measureStarts(b *testing.B, r *Runtime, slot sandbox.Slot, prepared bool, start func(sandbox.Slot, sandbox.Spec) error) {
 	var lat []time.Duration
 	for b.Loop() {
 		spec := newSpec(b, r)
+		if prepared {
+			b.StopTimer()
+			if err := r.Prepare(b.Context(), slot, spec); err != nil {
+				b.Fatal(err)
+			}
+			spec.Prepared = true
+			b.StartTimer()
+		}
 		t0 := time.Now()
 		if err := start(slot, spec); err != nil {
 			b.Fatal(err)

@@ -443,3 +443,63 @@ func TestDefaultRunscPath(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedRestoreAndRun: a container created ahead of time (a node's
+// standby) takes a restore that keeps the checkpoint's memory and files, or
+// a plain start; Destroy removes a prepared container that never started.
+func TestPreparedRestoreAndRun(t *testing.T) {
+	r := newRuntime(t)
+	w1, w2 := newSlot(t), newSlot(t)
+	spec := newSpec(t, r)
+	runReady(t, r, w1, spec)
+	mustGet(t, r, w1, "/")
+	mustGet(t, r, w1, "/write?v=kept")
+	img := checkpoint(t, r, w1, spec.ID)
+
+	standby := newSpec(t, r)
+	if err := r.Prepare(t.Context(), w2, standby); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if _, err := get(shortCtx(t), r, w2, "/healthz"); err == nil {
+		t.Fatal("a prepared container answers before it was started")
+	}
+	standby.Prepared = true
+	if err := r.Restore(t.Context(), w2, standby, img); err != nil {
+		t.Fatalf("Restore into prepared: %v", err)
+	}
+	if got := mustGet(t, r, w2, "/"); got != "2" {
+		t.Fatalf("counter after restore into prepared = %s, want 2", got)
+	}
+	if got := mustGet(t, r, w2, "/read"); got != "kept" {
+		t.Fatalf("/read after restore into prepared = %q, want kept", got)
+	}
+	if err := r.Destroy(t.Context(), w2, standby.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	fresh := newSpec(t, r)
+	if err := r.Prepare(t.Context(), w1, fresh); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	fresh.Prepared = true
+	if err := r.Run(t.Context(), w1, fresh); err != nil {
+		t.Fatalf("Run prepared: %v", err)
+	}
+	if got := mustGet(t, r, w1, "/"); got != "1" {
+		t.Fatalf("counter of a started prepared container = %s, want 1", got)
+	}
+	if err := r.Destroy(t.Context(), w1, fresh.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	unused := newSpec(t, r)
+	if err := r.Prepare(t.Context(), w1, unused); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if err := r.Destroy(t.Context(), w1, unused.ID); err != nil {
+		t.Fatalf("Destroy prepared: %v", err)
+	}
+	if _, err := r.command(t.Context(), "state", unused.ID); err == nil {
+		t.Fatal("prepared container still known to runsc after Destroy")
+	}
+}

@@ -92,7 +92,10 @@ type Runtime struct {
 	checkpointFlags, restoreFlags []string
 }
 
-var _ sandbox.Runtime = (*Runtime)(nil)
+var (
+	_ sandbox.Runtime  = (*Runtime)(nil)
+	_ sandbox.Preparer = (*Runtime)(nil)
+)
 
 // DefaultRunscPath returns where hack/install-runsc.sh installs runsc:
 // ${ATE_CACHE:-$HOME/.cache/ate}/bin/runsc. If neither ATE_CACHE nor HOME
@@ -151,14 +154,36 @@ func New(cfg Config) (*Runtime, error) {
 // container process has started. It re-applies the slot's interior address
 // first (netns.Reset). On failure the container is force-deleted, so the
 // slot is empty again.
+//
+// A Prepared spec is started with `runsc start`: the sandbox already runs.
 func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
-	if err := r.prepare(ctx, slot, spec); err != nil {
-		return fmt.Errorf("gvisor: run %s: %w", spec.ID, err)
+	args := []string{"start", spec.ID}
+	if !spec.Prepared {
+		if err := r.prepare(ctx, slot, spec); err != nil {
+			return fmt.Errorf("gvisor: run %s: %w", spec.ID, err)
+		}
+		args = []string{"run", "--detach", "--bundle", spec.BundleDir, spec.ID}
 	}
-	err := r.runDetached(ctx, spec, "run", "--detach", "--bundle", spec.BundleDir, spec.ID)
+	err := r.runDetached(ctx, spec, args...)
 	if err != nil {
 		r.forceDelete(ctx, spec.ID)
 		return fmt.Errorf("gvisor: run %s in %s: %w", spec.ID, slot.Name, err)
+	}
+	return nil
+}
+
+// Prepare creates spec's container in slot with `runsc create`, so a later
+// Run or Restore of the same spec with Prepared set skips the sandbox's
+// start-up. It re-applies the slot's interior address first, as Run does.
+// On failure the container is force-deleted. A prepared sandbox (sentry
+// and gofer, no application) holds about 40 MB RSS on the development VM.
+func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	if err := r.prepare(ctx, slot, spec); err != nil {
+		return fmt.Errorf("gvisor: prepare %s: %w", spec.ID, err)
+	}
+	if err := r.runDetached(ctx, spec, "create", "--bundle", spec.BundleDir, spec.ID); err != nil {
+		r.forceDelete(ctx, spec.ID)
+		return fmt.Errorf("gvisor: prepare %s in %s: %w", spec.ID, slot.Name, err)
 	}
 	return nil
 }
@@ -189,9 +214,15 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, 
 // sandbox.ErrRestoreFailed, after force-deleting whatever was half
 // restored, so the slot is empty and usable. Errors preparing the slot or
 // bundle do not wrap ErrRestoreFailed; nothing was started then.
+//
+// A Prepared spec is restored into the container `runsc create` made; runsc
+// then skips starting the sandbox, gofer and network, which is about half
+// of a restore (BENCHMARKS.md, BenchmarkRestore/prepared).
 func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec, imageDir string) error {
-	if err := r.prepare(ctx, slot, spec); err != nil {
-		return fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
+	if !spec.Prepared {
+		if err := r.prepare(ctx, slot, spec); err != nil {
+			return fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
+		}
 	}
 	args := append([]string{"restore", "--image-path=" + imageDir}, r.restoreFlags...)
 	err := r.runDetached(ctx, spec, append(args, "--bundle", spec.BundleDir, "--detach", spec.ID)...)

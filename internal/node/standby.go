@@ -1,0 +1,163 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/sandbox"
+)
+
+// A standby is a container prepared ahead of time on a free worker
+// (sandbox.Preparer; `runsc create` for gVisor): its sandbox, file server
+// and network already run, so the next start of an actor of the same
+// template on that worker only restores (or starts) into it. That takes a
+// restore from about 230 ms to about 110 ms on the development VM
+// (BENCHMARKS.md, BenchmarkRestore/prepared), which is what brings a
+// paused actor's activation near the 150 ms target of issue 5.
+//
+// Which template a free worker prepares for is the one it hosted last
+// (a golden build offers its template to workers that have hosted none):
+// the best guess without a forecast, and right whenever one template
+// dominates. A standby that does not fit the next start is destroyed
+// first, so a wrong guess costs only the destroy (~25 ms). A standby holds
+// a worker's sandbox slot but no actor; the worker stays FREE in the
+// store.
+
+// standbyTemplate is what a worker prepares its standby for.
+type standbyTemplate struct {
+	spec        *atev1.ActorTemplateSpec
+	imageDigest string
+}
+
+// refillTimeout bounds one standby preparation.
+const refillTimeout = 30 * time.Second
+
+// takeStandby returns s's standby if it was prepared for want (equal but
+// for ID and BundleDir) and forgets it either way; one that does not fit
+// is destroyed. s.opMu must be held.
+func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *sandbox.Spec {
+	s.mu.Lock()
+	sb := s.standby
+	s.standby = nil
+	s.mu.Unlock()
+	if sb == nil {
+		return nil
+	}
+	if !sameContainer(*sb, want) {
+		n.destroy(ctx, s.sb, sb.ID)
+		return nil
+	}
+	return sb
+}
+
+// sameContainer reports whether a and b describe the same container but
+// for its ID and bundle directory.
+func sameContainer(a, b sandbox.Spec) bool {
+	return a.RootFS == b.RootFS && slices.Equal(a.Args, b.Args) && slices.Equal(a.Env, b.Env) &&
+		a.Cwd == b.Cwd && a.LogPath == b.LogPath && slices.Equal(a.Mounts, b.Mounts)
+}
+
+// refill prepares a standby on s in the background, for the template s
+// hosted last, unless s hosts an actor or has one already. Failures are
+// logged; the next start then goes the ordinary way.
+func (n *Node) refill(s *slot) {
+	if _, ok := n.cfg.Runtime.(sandbox.Preparer); !ok || s == n.build {
+		return
+	}
+	go func() {
+		s.opMu.Lock()
+		defer s.opMu.Unlock()
+		if err := n.refillOp(s); err != nil {
+			n.log.Warn("prepare standby", "worker", s.name, "err", err)
+		}
+	}()
+}
+
+// refillOp is refill's work; s.opMu is held.
+func (n *Node) refillOp(s *slot) error {
+	s.mu.Lock()
+	tpl, busy := s.template, s.containerID != "" || s.standby != nil
+	s.mu.Unlock()
+	if busy || tpl == nil || n.ctx.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, refillTimeout)
+	defer cancel()
+	c := tpl.spec.GetContainers()[0]
+	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), tpl.imageDigest)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", c.GetImage(), err)
+	}
+	// The volume directories are bind-mounted at Prepare and emptied or
+	// filled in place by the start that takes the standby.
+	var vols []volume
+	for _, v := range tpl.spec.GetVolumes() {
+		dir := n.workerDir(s, "volumes", v.GetName())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		vols = append(vols, volume{name: v.GetName(), hostDir: dir})
+	}
+	if err := os.MkdirAll(n.workerDir(s, "identity"), 0o755); err != nil {
+		return err
+	}
+	spec, err := n.containerSpec(s, "standby", c, img, vols)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := n.cfg.Runtime.(sandbox.Preparer).Prepare(ctx, s.sb, spec); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.standby = &spec
+	s.mu.Unlock()
+	n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start))
+	return nil
+}
+
+// offerTemplate gives a freshly built template to every worker that has
+// hosted no actor yet, so even the first actors start into a standby.
+func (n *Node) offerTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) {
+	for _, name := range n.order {
+		s := n.slots[name]
+		s.mu.Lock()
+		fresh := s.template == nil
+		if fresh {
+			s.template = &standbyTemplate{spec: spec, imageDigest: imageDigest}
+		}
+		s.mu.Unlock()
+		if fresh {
+			n.refill(s)
+		}
+	}
+}
+
+// dropStandby destroys s's standby, if any. s.opMu must be held.
+func (n *Node) dropStandby(ctx context.Context, s *slot) {
+	s.mu.Lock()
+	sb := s.standby
+	s.standby = nil
+	s.mu.Unlock()
+	if sb != nil {
+		n.destroy(ctx, s.sb, sb.ID)
+	}
+}
+
+// logStart appends a line naming the actor to the worker's container log,
+// which every container on the worker shares (a standby's output file is
+// fixed before anyone knows which actor will use it). Failures only cost
+// the line.
+func (n *Node) logStart(s *slot, req StartRequest, containerID string) {
+	f, err := os.OpenFile(n.workerLog(s), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "--- %s ate: actor %s/%s uid=%s container=%s snapshot=%q\n",
+		time.Now().UTC().Format(time.RFC3339Nano), req.Atespace, req.Name, req.ActorUID, containerID, req.Snapshot)
+}

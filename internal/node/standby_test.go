@@ -1,0 +1,170 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// stubImages serves one unpacked image for every reference: the fake
+// sandbox never reads the root filesystem.
+type stubImages struct{ rootfs string }
+
+func (s stubImages) EnsurePinned(_ context.Context, ref, _ string) (*image.Image, error) {
+	return &image.Image{Digest: "sha256:" + ref, RootFS: s.rootfs, Config: image.Config{Cmd: []string{"/counter"}}}, nil
+}
+
+func newTestNode(t *testing.T, rt *fake.Runtime) *Node {
+	t.Helper()
+	dir := t.TempDir()
+	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, err := snapshot.NewLocal(filepath.Join(dir, "paused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(t.Context(), Config{
+		Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake", Runtime: rt,
+		Setup: fake.Setup, Images: stubImages{rootfs: t.TempDir()},
+		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dir, "state"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Shutdown(context.Background()) })
+	return n
+}
+
+func template(image string) *atev1.ActorTemplateSpec {
+	return &atev1.ActorTemplateSpec{
+		Containers: []*atev1.ContainerSpec{{Name: "app", Image: image, VolumeMounts: []*atev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes:    []*atev1.Volume{{Name: "data"}},
+	}
+}
+
+// waitPrepared waits until the fake runtime holds want prepared containers.
+func waitPrepared(t *testing.T, rt *fake.Runtime, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Prepared() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("prepared containers = %d, want %d", rt.Prepared(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func standbyOf(s *slot) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.standby == nil {
+		return ""
+	}
+	return s.standby.ID
+}
+
+// TestStandby: a freed worker prepares a standby for the template it hosted;
+// the next actor of that template starts in it, one of another template
+// gets it destroyed, and no actor sees the previous one's volume.
+func TestStandby(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	w := n.order[0]
+	ctx := t.Context()
+	vol := n.workerDir(n.slots[w], "volumes", "data")
+
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	if rt.Prepared() != 0 {
+		t.Fatal("a worker hosting an actor holds a standby")
+	}
+	if err := os.WriteFile(filepath.Join(vol, "mine"), []byte("a's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refA, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, rt, 1)
+	standbyID := standbyOf(n.slots[w])
+	if entries, _ := os.ReadDir(vol); len(entries) != 0 {
+		t.Fatalf("volume directory after checkpoint holds %d entries, want none", len(entries))
+	}
+
+	// Same template: starts in the standby, with an empty volume.
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "b", Atespace: "ns", Name: "b", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := rt.Container(w); id != standbyID {
+		t.Fatalf("b runs in container %s, want the standby %s", id, standbyID)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "mine")); !os.IsNotExist(err) {
+		t.Fatalf("b sees a's volume file (stat err %v)", err)
+	}
+	if got, _ := os.ReadFile(n.workerDir(n.slots[w], "identity", "actor-name")); string(got) != "b" {
+		t.Fatalf("identity actor-name = %q, want b", got)
+	}
+	if err := n.Stop(ctx, w, "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, rt, 1)
+
+	// Another template: the standby is destroyed, a restores afresh and
+	// finds its own volume.
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img2"), Snapshot: refA}); err != nil {
+		t.Fatal(err)
+	}
+	if rt.Prepared() != 0 || rt.Len() != 1 {
+		t.Fatalf("prepared %d, running %d after a start of another template; want 0, 1", rt.Prepared(), rt.Len())
+	}
+	if got, err := os.ReadFile(filepath.Join(vol, "mine")); err != nil || string(got) != "a's" {
+		t.Fatalf("a's volume after restore = %q, %v", got, err)
+	}
+}
+
+// TestStandbyGoneStillStarts: a standby that died (here: destroyed behind
+// the node's back) costs a retry, not the start.
+func TestStandbyGoneStillStarts(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	w := n.order[0]
+	ctx := t.Context()
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Stop(ctx, w, "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, rt, 1)
+	id := standbyOf(n.slots[w])
+	if err := rt.Destroy(ctx, n.slots[w].sb, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatalf("start after the standby vanished: %v", err)
+	}
+	if got, _ := rt.Container(w); got == id || got == "" {
+		t.Fatalf("container after retry = %q; want a fresh one", got)
+	}
+}
+
+// TestGoldenBuildOffersTemplate: workers that never hosted an actor prepare
+// a standby for a template as soon as its golden snapshot is built.
+func TestGoldenBuildOffersTemplate(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	if _, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "counter", template("img1")); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, rt, 1)
+}

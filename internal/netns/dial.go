@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"time"
 
 	vns "github.com/vishvananda/netns"
 )
@@ -39,7 +40,7 @@ func DialContext(ctx context.Context, nsPath, network, addr string) (net.Conn, e
 		if conn != nil {
 			conn.Close()
 		}
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
 			// The dialer may report the ctx deadline as the socket's
 			// own i/o timeout; callers match the ctx's error.
 			return nil, fmt.Errorf("netns: dial %s in %s: %w (%w)", addr, nsPath, err, cerr)
@@ -47,6 +48,19 @@ func DialContext(ctx context.Context, nsPath, network, addr string) (net.Conn, e
 		return nil, fmt.Errorf("netns: dial %s in %s: %w", addr, nsPath, err)
 	}
 	return conn, nil
+}
+
+// ctxErr is ctx.Err(), or DeadlineExceeded once ctx's deadline has
+// passed: the socket's timer can fire before ctx's own, which leaves
+// ctx.Err() nil for a moment after the dial gave up because of it.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // inNetNS runs fn on a goroutine whose OS thread is in the namespace at

@@ -109,6 +109,10 @@ type slot struct {
 	// template is what the worker prepares standbys for (standby.go).
 	standby  *sandbox.Spec
 	template *standbyTemplate
+
+	// identity is what the worker's identity files hold (name,
+	// atespace, uid); guarded by opMu, not mu.
+	identity [3]string
 }
 
 // Node is the node agent. Safe for concurrent use.

@@ -485,6 +485,7 @@ func TestPreparedRestoreAndRun(t *testing.T) {
 	if err := r.Run(t.Context(), w1, fresh); err != nil {
 		t.Fatalf("Run prepared: %v", err)
 	}
+	waitReady(t, r, w1) // a started container boots; it does not answer at once
 	if got := mustGet(t, r, w1, "/"); got != "1" {
 		t.Fatalf("counter of a started prepared container = %s, want 1", got)
 	}

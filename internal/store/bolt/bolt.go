@@ -38,6 +38,8 @@ var (
 // Store is a bbolt-backed store.Store. Safe for concurrent use.
 type Store struct {
 	db *bbolt.DB
+	// writes group-commits every write transaction (commit.go).
+	writes *committer
 }
 
 var _ store.Store = (*Store)(nil)
@@ -61,11 +63,20 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("init store %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, writes: newCommitter(db)}, nil
 }
 
-// Close closes the database file.
-func (s *Store) Close() error { return s.db.Close() }
+// Close waits for queued writes and closes the database file; writes
+// after Close fail.
+func (s *Store) Close() error {
+	s.writes.close()
+	return s.db.Close()
+}
+
+// update runs fn in a write transaction that concurrent writes may share
+// (committer); fn may run more than once and must set its results anew
+// each time.
+func (s *Store) update(fn func(*bbolt.Tx) error) error { return s.writes.update(fn) }
 
 func key2(a, b string) []byte { return []byte(a + "/" + b) }
 
@@ -97,7 +108,7 @@ func hasPrefix(b *bbolt.Bucket, prefix []byte) bool {
 
 // CreateAtespace implements store.Store.
 func (s *Store) CreateAtespace(_ context.Context, a *store.Atespace) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bAtespaces)
 		if b.Get([]byte(a.Name)) != nil {
 			return fmt.Errorf("atespace %s: %w", a.Name, store.ErrAlreadyExists)
@@ -132,7 +143,7 @@ func (s *Store) ListAtespaces(_ context.Context) (out []*store.Atespace, err err
 
 // DeleteAtespace implements store.Store.
 func (s *Store) DeleteAtespace(_ context.Context, name string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		if tx.Bucket(bAtespaces).Get([]byte(name)) == nil {
 			return fmt.Errorf("atespace %s: %w", name, store.ErrNotFound)
 		}
@@ -174,7 +185,7 @@ func putTemplate(tx *bbolt.Tx, t *store.Template) error {
 
 // CreateTemplate implements store.Store.
 func (s *Store) CreateTemplate(_ context.Context, t *store.Template) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		if tx.Bucket(bAtespaces).Get([]byte(t.Atespace)) == nil {
 			return fmt.Errorf("atespace %s: %w", t.Atespace, store.ErrNotFound)
 		}
@@ -219,7 +230,7 @@ func (s *Store) ListTemplates(_ context.Context, atespace string) (out []*store.
 
 // UpdateTemplateStatus implements store.Store.
 func (s *Store) UpdateTemplateStatus(_ context.Context, t *store.Template) (out *store.Template, err error) {
-	err = s.db.Update(func(tx *bbolt.Tx) error {
+	err = s.update(func(tx *bbolt.Tx) error {
 		cur, err := getTemplate(tx, key2(t.Atespace, t.Name))
 		if err != nil {
 			return fmt.Errorf("template %s/%s: %w", t.Atespace, t.Name, err)
@@ -238,7 +249,7 @@ func (s *Store) UpdateTemplateStatus(_ context.Context, t *store.Template) (out 
 // DeleteTemplate implements store.Store. Finding users scans the
 // atespace's actors; deletes are rare and never on the request path.
 func (s *Store) DeleteTemplate(_ context.Context, atespace, name string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		k := key2(atespace, name)
 		if tx.Bucket(bTemplates).Get(k) == nil {
 			return fmt.Errorf("template %s/%s: %w", atespace, name, store.ErrNotFound)
@@ -260,7 +271,7 @@ func (s *Store) DeleteTemplate(_ context.Context, atespace, name string) error {
 
 // CreateActor implements store.Store.
 func (s *Store) CreateActor(_ context.Context, a *store.Actor) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		if tx.Bucket(bAtespaces).Get([]byte(a.Atespace)) == nil {
 			return fmt.Errorf("atespace %s: %w", a.Atespace, store.ErrNotFound)
 		}
@@ -337,7 +348,7 @@ func casActor(tx *bbolt.Tx, a *store.Actor) (*store.Actor, error) {
 
 // UpdateActor implements store.Store.
 func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor, err error) {
-	err = s.db.Update(func(tx *bbolt.Tx) error {
+	err = s.update(func(tx *bbolt.Tx) error {
 		cur, err := casActor(tx, a)
 		if err != nil {
 			return err
@@ -363,7 +374,7 @@ func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor
 
 // ClaimWorker implements store.Store.
 func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (outA *store.Actor, outW *store.Worker, err error) {
-	err = s.db.Update(func(tx *bbolt.Tx) error {
+	err = s.update(func(tx *bbolt.Tx) error {
 		if _, err := casActor(tx, a); err != nil {
 			return err
 		}
@@ -396,7 +407,7 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (out
 
 // RecordActivity implements store.Store.
 func (s *Store) RecordActivity(_ context.Context, acts []store.Activity) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bActors)
 		for _, act := range acts {
 			k := key2(act.Atespace, act.Name)
@@ -422,7 +433,7 @@ func (s *Store) RecordActivity(_ context.Context, acts []store.Activity) error {
 
 // DeleteActor implements store.Store.
 func (s *Store) DeleteActor(_ context.Context, a *store.Actor) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		cur, err := casActor(tx, a)
 		if err != nil {
 			return err
@@ -455,7 +466,7 @@ func release(tx *bbolt.Tx, name, actorUID string) error {
 
 // PutWorker implements store.Store.
 func (s *Store) PutWorker(_ context.Context, w *store.Worker) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		n := *w
 		if cur, err := get[store.Worker](tx.Bucket(bWorkers), []byte(w.Name)); err == nil {
 			n.ActorUID, n.Actor = cur.ActorUID, cur.Actor
@@ -496,7 +507,7 @@ func (s *Store) ListWorkers(_ context.Context) (out []*store.Worker, err error) 
 
 // DeleteWorker implements store.Store.
 func (s *Store) DeleteWorker(_ context.Context, name string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		if err := tx.Bucket(bFree).Delete([]byte(name)); err != nil {
 			return err
 		}
@@ -506,12 +517,12 @@ func (s *Store) DeleteWorker(_ context.Context, name string) error {
 
 // ReleaseWorker implements store.Store.
 func (s *Store) ReleaseWorker(_ context.Context, name, actorUID string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error { return release(tx, name, actorUID) })
+	return s.update(func(tx *bbolt.Tx) error { return release(tx, name, actorUID) })
 }
 
 // AcquireLease implements store.Store.
 func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
-	err = s.db.Update(func(tx *bbolt.Tx) error {
+	err = s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bLeases)
 		now := time.Now()
 		if cur, err := get[store.Lease](b, []byte(key)); err == nil && cur.Holder != holder && now.Before(cur.Expiry) {
@@ -535,7 +546,7 @@ func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Dur
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(_ context.Context, key, holder string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bLeases)
 		cur, err := get[store.Lease](b, []byte(key))
 		if err != nil || cur.Holder != holder {

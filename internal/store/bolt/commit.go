@@ -1,0 +1,146 @@
+package bolt
+
+import (
+	"errors"
+	"sync"
+
+	bbolt "go.etcd.io/bbolt"
+)
+
+// errClosed is returned by writes after Close.
+var errClosed = errors.New("store is closed")
+
+// committer is group commit for bbolt writes: a write that arrives while
+// none is running commits at once, in its own transaction, and writes
+// that arrive while one commits wait and then share the next transaction
+// and its two fdatasyncs. A lone writer waits for nothing (bbolt's own
+// DB.Batch holds every write for MaxBatchDelay, 10 ms by default, which
+// cost the single-client wake-up more than batching saved; BENCHMARKS.md),
+// and N concurrent writers pay about one commit instead of N.
+//
+// Each write function must be safe to run more than once, as with
+// DB.Batch: when one fails, the transaction is rolled back, the functions
+// queued before it commit again without it, it runs alone so that its
+// error is the one a serial execution gives, and those after it go into
+// the next transaction. Order is preserved, so every caller sees the
+// result it would have seen had the writes run one by one in arrival
+// order.
+type committer struct {
+	db *bbolt.DB
+
+	mu      sync.Mutex
+	queue   []*write
+	running bool
+	closed  bool
+	idle    sync.Cond // signalled when running turns false
+}
+
+type write struct {
+	fn   func(*bbolt.Tx) error
+	done chan error
+}
+
+func newCommitter(db *bbolt.DB) *committer {
+	c := &committer{db: db}
+	c.idle.L = &c.mu
+	return c
+}
+
+// update runs fn in a write transaction, possibly shared with other
+// writes, and returns fn's error or the commit's.
+func (c *committer) update(fn func(*bbolt.Tx) error) error {
+	w := &write{fn: fn, done: make(chan error, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errClosed
+	}
+	c.queue = append(c.queue, w)
+	if !c.running {
+		c.running = true
+		go c.loop()
+	}
+	c.mu.Unlock()
+	return <-w.done
+}
+
+// loop commits queued writes until the queue is empty.
+func (c *committer) loop() {
+	for {
+		c.mu.Lock()
+		batch := c.queue
+		c.queue = nil
+		if len(batch) == 0 {
+			c.running = false
+			c.idle.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.commit(batch)
+	}
+}
+
+// commit runs batch in as few transactions as its failures allow.
+func (c *committer) commit(batch []*write) {
+	for len(batch) > 0 {
+		failed := -1
+		var fnErr error
+		err := c.db.Update(func(tx *bbolt.Tx) error {
+			for i, w := range batch {
+				if fnErr = w.fn(tx); fnErr != nil {
+					failed = i
+					return fnErr
+				}
+			}
+			return nil
+		})
+		switch {
+		case failed < 0:
+			// Committed (err == nil) or the commit itself failed: every
+			// write in it shares the outcome.
+			for _, w := range batch {
+				w.done <- err
+			}
+			return
+		case failed == 0:
+			batch[0].done <- fnErr
+			batch = batch[1:]
+		default:
+			// Commit those before the failure without it; the failing
+			// write then heads the next transaction, so it fails first
+			// and alone, on their result.
+			head := batch[:failed]
+			herr := c.db.Update(func(tx *bbolt.Tx) error {
+				for _, w := range head {
+					if err := w.fn(tx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if herr != nil {
+				// They succeeded a moment ago on the same state, so only
+				// the disk can fail them now: one transaction each.
+				for _, w := range head {
+					w.done <- c.db.Update(w.fn)
+				}
+			} else {
+				for _, w := range head {
+					w.done <- nil
+				}
+			}
+			batch = batch[failed:]
+		}
+	}
+}
+
+// close refuses new writes and waits for queued ones to finish.
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	for c.running {
+		c.idle.Wait()
+	}
+	c.mu.Unlock()
+}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"substrate.dev/ate/internal/image"
@@ -129,6 +130,9 @@ type Node struct {
 
 	exitMu sync.Mutex
 	onExit ExitFunc
+
+	// noStandbys is set by StopStandbys and Shutdown.
+	noStandbys atomic.Bool
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous
@@ -254,6 +258,7 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 // Shutdown destroys every container on the node, stops exit watchers and
 // tears the slots down.
 func (n *Node) Shutdown(ctx context.Context) {
+	n.StopStandbys()
 	n.cancel()
 	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.build) {
 		s.opMu.Lock()

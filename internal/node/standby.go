@@ -65,7 +65,7 @@ func sameContainer(a, b sandbox.Spec) bool {
 // hosted last, unless s hosts an actor or has one already. Failures are
 // logged; the next start then goes the ordinary way.
 func (n *Node) refill(s *slot) {
-	if _, ok := n.cfg.Runtime.(sandbox.Preparer); !ok || s == n.build {
+	if _, ok := n.cfg.Runtime.(sandbox.Preparer); !ok || s == n.build || n.noStandbys.Load() {
 		return
 	}
 	go func() {
@@ -82,10 +82,13 @@ func (n *Node) refillOp(s *slot) error {
 	s.mu.Lock()
 	tpl, busy := s.template, s.containerID != "" || s.standby != nil
 	s.mu.Unlock()
-	if busy || tpl == nil || n.ctx.Err() != nil {
+	if busy || tpl == nil || n.noStandbys.Load() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, refillTimeout)
+	// Not cancelled by Shutdown: killing `runsc create` midway would
+	// orphan the sandbox processes it started before runsc recorded them.
+	// Shutdown waits for opMu instead and destroys the finished standby.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), refillTimeout)
 	defer cancel()
 	c := tpl.spec.GetContainers()[0]
 	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), tpl.imageDigest)
@@ -119,6 +122,11 @@ func (n *Node) refillOp(s *slot) error {
 	n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start))
 	return nil
 }
+
+// StopStandbys stops preparing standbys, e.g. while shutting down, when
+// workers freed by suspending everything will host nothing again. Those
+// already prepared stay until Shutdown.
+func (n *Node) StopStandbys() { n.noStandbys.Store(true) }
 
 // offerTemplate gives a freshly built template to every worker that has
 // hosted no actor yet, so even the first actors start into a standby.

@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, lc: lc, log: log,
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, lc: lc, node: nd, log: log,
 		self: func(ctx context.Context) error { return nd.ServeSelfService(ctx, lc.SelfRequest) }}
 	return parts.serve(ctx, func(ctx context.Context) error {
 		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Workers,
@@ -161,6 +161,7 @@ type serving struct {
 	router *router.Server
 	routes *router.Handler
 	lc     *lifecycle.Manager
+	node   *node.Node
 	log    *slog.Logger
 	// self serves actors' requests for their own suspension.
 	self func(context.Context) error
@@ -198,7 +199,9 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 		err = lerr
 	}
 
-	// Traffic has stopped; checkpoint what runs so a restart loses nothing.
+	// Traffic has stopped; checkpoint what runs so a restart loses
+	// nothing. Workers freed now need no standby.
+	s.node.StopStandbys()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownSuspendTimeout)
 	defer cancel()
 	if serr := s.lc.SuspendAll(sctx); serr != nil {

@@ -103,6 +103,9 @@ func newRuntimeWith(t testing.TB, cfg Config) *Runtime {
 		if err := r.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
+		if _, err := os.Stat(r.rootDir); !os.IsNotExist(err) {
+			t.Errorf("RootDir %s still exists after Close (stat err %v)", r.rootDir, err)
+		}
 	})
 	return r
 }

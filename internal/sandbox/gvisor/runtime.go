@@ -322,20 +322,24 @@ func (r *Runtime) DialContext(ctx context.Context, slot sandbox.Slot, port int) 
 // containers are gone: runsc pins one empty network namespace for its
 // gofers as a bind mount at RootDir/null-netns and never unmounts it, so
 // RootDir cannot be removed (EBUSY) until Close runs. Call it after every
-// container is destroyed; a later Run would pin a new one. It is
-// idempotent.
+// container is destroyed; a later Run would pin a new one. It then
+// removes RootDir if nothing else is left in it. It is idempotent.
 func (r *Runtime) Close() error {
 	p := filepath.Join(r.rootDir, nullNetNS)
 	// Concurrent runsc invocations may stack several mounts there.
 	for {
 		err := unix.Unmount(p, unix.MNT_DETACH)
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("gvisor: unmount %s: %w", p, err)
 		}
 	}
+	// Best effort: a container's state left behind keeps the directory.
+	_ = os.Remove(p)
+	_ = os.Remove(r.rootDir)
+	return nil
 }
 
 // prepare validates spec, resets the slot's network (runsc took the

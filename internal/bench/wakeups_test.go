@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,8 +31,35 @@ const (
 // that frees its worker again); wakeups/s counts resumes completed per
 // second of wall time across all clients, and p50/p99 are ResumeActor's
 // latency as the client sees it.
+//
+// medium=disk keeps the store and the snapshots in the benchmark's temp
+// dir on the machine's disk, as `ate up` does. medium=tmpfs puts them in
+// /dev/shm, where fsync and file creation cost nothing: not a durable
+// setup, but it shows what the control plane's own CPU allows once the
+// file system is out of the way.
 func BenchmarkWakeups(b *testing.B) {
-	dir := b.TempDir()
+	for _, medium := range []string{"disk", "tmpfs"} {
+		b.Run("medium="+medium, func(b *testing.B) {
+			dir := b.TempDir()
+			if medium == "tmpfs" {
+				dir = shmDir(b)
+			}
+			benchWakeups(b, dir)
+		})
+	}
+}
+
+// shmDir returns a fresh directory on /dev/shm, removed after b.
+func shmDir(b *testing.B) string {
+	dir, err := os.MkdirTemp("/dev/shm", "ate-bench-")
+	if err != nil {
+		b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func benchWakeups(b *testing.B, dir string) {
 	// Built by the first sub-benchmark that runs (so a -bench filter
 	// that selects none builds nothing) and shared by the rest.
 	var c *Cluster

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,8 @@ type Cache struct {
 	logger *slog.Logger
 	// flight coalesces concurrent unpacks of one digest (keyed by hex).
 	flight singleflight.Group
+	// hits maps a manifest digest to its *Image once seen complete.
+	hits sync.Map
 	// unpacks counts extractions started, so tests can tell a cache hit
 	// from a re-extraction.
 	unpacks atomic.Int64

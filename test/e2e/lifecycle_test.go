@@ -238,3 +238,55 @@ func TestActorAsksForItsOwnSuspension(t *testing.T) {
 		in.mustCount("default/counter-1", i+2)
 	}
 }
+
+// TestStandbyIsolation: on one worker, actors take turns through the
+// standby the worker prepares after each suspend. Each start goes into a
+// standby (the worker's log says so), and no actor sees the volume files
+// or identity of the one before it, while each gets its own back.
+func TestStandbyIsolation(t *testing.T) {
+	in := startUp(t, 1)
+	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
+	for _, n := range []string{"sb-a", "sb-b"} {
+		in.ate("create", "actor", n, "--template", "durable")
+	}
+	put := func(actor, path, body string) {
+		t.Helper()
+		if code, b, _, err := in.request(http.MethodPut, "default/"+actor, "/files"+path, body); err != nil || code != http.StatusNoContent {
+			t.Fatalf("PUT %s%s = %d %q %v", actor, path, code, b, err)
+		}
+	}
+	suspend := func(actor string) {
+		t.Helper()
+		k := in.standbysPrepared()
+		in.ate("suspend", "actor", actor)
+		in.waitStandbys(k + 1)
+	}
+	put("sb-a", "/data/owner", "a")
+	suspend("sb-a")
+	if code, body := in.get("default/sb-b", "/files/data/owner"); code != http.StatusNotFound {
+		t.Fatalf("sb-b reads sb-a's volume file: %d %q", code, body)
+	}
+	in.cat("default/sb-b", "/run/ate/actor-name", "sb-b")
+	put("sb-b", "/data/owner", "b")
+	suspend("sb-b")
+	in.cat("default/sb-a", "/data/owner", "a")
+	in.cat("default/sb-a", "/run/ate/actor-name", "sb-a")
+
+	w := in.actor("sb-a").GetWorker()
+	log, err := os.ReadFile(filepath.Join(in.dataDir, "node", "logs", w+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := 0
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.HasPrefix(line, "--- ") && strings.Contains(line, " ate: actor default/sb-") {
+			starts++
+			if !strings.Contains(line, "container=ate-standby-") {
+				t.Errorf("a start after a suspend did not use the standby: %s", line)
+			}
+		}
+	}
+	if starts < 3 {
+		t.Fatalf("worker log names %d actor starts, want at least 3:\n%s", starts, log)
+	}
+}

@@ -2,8 +2,8 @@
 // control-plane tests and benchmarks that needs no runsc, no network
 // namespaces and no root.
 //
-// Each container is a tiny HTTP server on 127.0.0.1:0 that behaves like
-// examples/counter:
+// Each container is a tiny HTTP server, reached through in-memory pipes
+// (pipe.go), that behaves like examples/counter:
 //
 //	GET /         increments the count, answers "count=N\n"
 //	GET /healthz  answers "ok\n" without counting (the wakeup probe)
@@ -225,8 +225,11 @@ func (r *Runtime) DialContext(ctx context.Context, slot sandbox.Slot, port int) 
 	if port != c.port {
 		return nil, fmt.Errorf("fake: dial port %d in %s (serves %d): %w", port, slot.Name, c.port, syscall.ECONNREFUSED)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	conn, err := c.ln.dial(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		// It stopped meanwhile: refused, as a sandbox that just ended.
+		err = syscall.ECONNREFUSED
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fake: dial port %d in %s: %w", port, slot.Name, err)
 	}
@@ -336,19 +339,12 @@ func (r *Runtime) start(slot sandbox.Slot, spec sandbox.Spec, count int64) error
 		r.mu.Unlock()
 		return fmt.Errorf("container id %s is in use", spec.ID)
 	}
-	// Listening under mu keeps a concurrent start in the same slot from
-	// slipping in; it is a loopback bind, so mu is held only briefly.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.mu.Unlock()
-		return fmt.Errorf("listen: %w", err)
-	}
-	c := newContainer(spec.ID, slot.Name, port, ln, count, r.log)
+	c := newContainer(spec.ID, slot.Name, port, count, r.log)
 	r.byID[c.id], r.bySlot[c.slot] = c, c
 	r.mu.Unlock()
 	go c.serve()
 	appendLog(spec.LogPath, c, count)
-	r.log.Debug("fake start", "worker", slot.Name, "container", spec.ID, "addr", c.addr, "count", count)
+	r.log.Debug("fake start", "worker", slot.Name, "container", spec.ID, "count", count)
 	return nil
 }
 
@@ -420,9 +416,8 @@ func delay(ctx context.Context, d time.Duration) error {
 // container is one running fake sandbox.
 type container struct {
 	id, slot string
-	port     int    // the interior port it serves
-	addr     string // its real loopback address
-	ln       net.Listener
+	port     int // the interior port it serves
+	ln       *pipeListener
 	srv      *http.Server
 	served   chan struct{} // closed when srv.Serve returned
 	exited   chan struct{} // closed once stopped
@@ -434,8 +429,8 @@ type container struct {
 	stopped bool
 }
 
-func newContainer(id, slot string, port int, ln net.Listener, count int64, log *slog.Logger) *container {
-	c := &container{id: id, slot: slot, port: port, addr: ln.Addr().String(), ln: ln, count: count,
+func newContainer(id, slot string, port int, count int64, log *slog.Logger) *container {
+	c := &container{id: id, slot: slot, port: port, ln: newPipeListener(), count: count,
 		served: make(chan struct{}), exited: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {

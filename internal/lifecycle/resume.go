@@ -106,9 +106,11 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	if err != nil {
 		return nil, m.lateFinisher(nctx, a, prev, err)
 	}
-	if a.PausedSnapshot != "" && out.PausedSnapshot == "" && src.paused {
-		// The paused copy is now older than the running actor.
-		_ = m.node.DeletePaused(a.PausedSnapshot)
+	if ref := a.PausedSnapshot; ref != "" && out.PausedSnapshot == "" && src.paused {
+		// The paused copy is now older than the running actor and nothing
+		// points to it; removing it (1-5 ms for a small actor) need not
+		// delay the request that woke the actor.
+		go func() { _ = m.node.DeletePaused(ref) }()
 	}
 	if out.Snapshot != oldDurable {
 		m.deleteOld(ctx, a, oldDurable)

@@ -17,14 +17,19 @@
 //	                        default, root:self, creates a .gvisor.filestore.ID
 //	                        file inside the host RootFS directory.
 //
-// Timings measured by this package's tests on the 2-core development VM
-// (no KVM, systrap platform; 8 MB static Go counter server, checkpoint
-// image ~1.4 MB on local disk; about 20 runs):
+// Timings measured by this package's benchmarks on the 2-core development
+// VM (no KVM, systrap platform; 8 MB static Go counter server, checkpoint
+// image ~1.3 MB on local disk; runsc built with precompiled seccomp
+// programs by hack/install-runsc.sh; 15-30 runs, p50), each until the
+// first HTTP answer:
 //
-//	runsc run --detach          0.13-0.28 s; first HTTP answer 10-40 ms later
-//	runsc checkpoint (+delete)  0.10-0.18 s
-//	runsc restore --detach      0.20-0.25 s; answers at once (+10 ms)
-//	runsc delete --force        20-30 ms (mostly runsc's own start-up)
+//	runsc run --detach                    ~140 ms
+//	runsc start of a prepared container   ~50 ms
+//	runsc restore --detach                ~190 ms
+//	runsc restore into a prepared one     ~92 ms
+//	runsc checkpoint (+delete)            0.10-0.18 s
+//	runsc delete --force                  20-30 ms (mostly runsc's own start-up)
+//	runsc create (Prepare)                80-120 ms
 package gvisor
 
 import (
@@ -176,7 +181,8 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 // Run or Restore of the same spec with Prepared set skips the sandbox's
 // start-up. It re-applies the slot's interior address first, as Run does.
 // On failure the container is force-deleted. A prepared sandbox (sentry
-// and gofer, no application) holds about 40 MB RSS on the development VM.
+// and gofer, no application) holds about 55 MB RSS on the development VM
+// (sentry ~30, gofer ~25, runsc's binary pages counted in both; ps).
 func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
 	if err := r.prepare(ctx, slot, spec); err != nil {
 		return fmt.Errorf("gvisor: prepare %s: %w", spec.ID, err)

@@ -26,8 +26,9 @@ var (
 	bTemplates = []byte("templates")
 	bActors    = []byte("actors")
 	bWorkers   = []byte("workers")
-	// bFree indexes free workers by name so a claim never scans claimed
-	// ones.
+	// bFree indexes free workers by freeKey (node, then name), so a claim
+	// never scans claimed workers and a claim on one node seeks straight
+	// to that node's free ones.
 	bFree   = []byte("freeWorkers")
 	bLeases = []byte("leases")
 	bMeta   = []byte("meta")
@@ -57,7 +58,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 				return err
 			}
 		}
-		return nil
+		return rebuildFree(tx)
 	})
 	if err != nil {
 		_ = db.Close()
@@ -79,6 +80,33 @@ func (s *Store) Close() error {
 func (s *Store) update(fn func(*bbolt.Tx) error) error { return s.writes.update(fn) }
 
 func key2(a, b string) []byte { return []byte(a + "/" + b) }
+
+// freeKey is w's key in bFree: node and name joined by a NUL byte, which
+// no DNS-1123 name contains, so a node's free workers share one prefix.
+func freeKey(w *store.Worker) []byte { return []byte(w.Node + "\x00" + w.Name) }
+
+// rebuildFree recreates bFree from the workers, at every Open: cheap (one
+// pass over the workers) and it upgrades files whose index was keyed by
+// name alone.
+func rebuildFree(tx *bbolt.Tx) error {
+	if err := tx.DeleteBucket(bFree); err != nil {
+		return err
+	}
+	free, err := tx.CreateBucket(bFree)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bWorkers).ForEach(func(k, _ []byte) error {
+		w, err := get[store.Worker](tx.Bucket(bWorkers), k)
+		if err != nil {
+			return err
+		}
+		if w.Free() {
+			return free.Put(freeKey(w), nil)
+		}
+		return nil
+	})
+}
 
 func get[T any](b *bbolt.Bucket, k []byte) (*T, error) {
 	v := b.Get(k)
@@ -378,17 +406,25 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (out
 		if _, err := casActor(tx, a); err != nil {
 			return err
 		}
+		// With a node, seek to its free workers; without, take the first
+		// free one. Only a worker selector makes this walk past workers
+		// that do not fit.
+		var prefix []byte
+		if node != "" {
+			prefix = []byte(node + "\x00")
+		}
 		c := tx.Bucket(bFree).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			w, err := get[store.Worker](tx.Bucket(bWorkers), k)
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			_, name, _ := bytes.Cut(k, []byte{0})
+			w, err := get[store.Worker](tx.Bucket(bWorkers), name)
 			if err != nil {
-				return fmt.Errorf("free worker %s: %w", k, err)
+				return fmt.Errorf("free worker %s: %w", name, err)
 			}
-			if !store.MatchLabels(a.WorkerSelector, w.Labels) || (node != "" && w.Node != node) {
+			if !store.MatchLabels(a.WorkerSelector, w.Labels) {
 				continue
 			}
 			w.ActorUID, w.Actor = a.UID, a.Key()
-			if err := put(tx.Bucket(bWorkers), k, w); err != nil {
+			if err := put(tx.Bucket(bWorkers), name, w); err != nil {
 				return err
 			}
 			if err := tx.Bucket(bFree).Delete(k); err != nil {
@@ -461,7 +497,7 @@ func release(tx *bbolt.Tx, name, actorUID string) error {
 	if err := put(tx.Bucket(bWorkers), []byte(name), w); err != nil {
 		return err
 	}
-	return tx.Bucket(bFree).Put([]byte(name), nil)
+	return tx.Bucket(bFree).Put(freeKey(w), nil)
 }
 
 // PutWorker implements store.Store.
@@ -470,12 +506,16 @@ func (s *Store) PutWorker(_ context.Context, w *store.Worker) error {
 		n := *w
 		if cur, err := get[store.Worker](tx.Bucket(bWorkers), []byte(w.Name)); err == nil {
 			n.ActorUID, n.Actor = cur.ActorUID, cur.Actor
+			// The node may have changed; the entry goes under the new one.
+			if err := tx.Bucket(bFree).Delete(freeKey(cur)); err != nil {
+				return err
+			}
 		}
 		if err := put(tx.Bucket(bWorkers), []byte(w.Name), &n); err != nil {
 			return err
 		}
 		if n.Free() {
-			return tx.Bucket(bFree).Put([]byte(w.Name), nil)
+			return tx.Bucket(bFree).Put(freeKey(&n), nil)
 		}
 		return nil
 	})
@@ -508,8 +548,10 @@ func (s *Store) ListWorkers(_ context.Context) (out []*store.Worker, err error) 
 // DeleteWorker implements store.Store.
 func (s *Store) DeleteWorker(_ context.Context, name string) error {
 	return s.update(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bFree).Delete([]byte(name)); err != nil {
-			return err
+		if cur, err := get[store.Worker](tx.Bucket(bWorkers), []byte(name)); err == nil {
+			if err := tx.Bucket(bFree).Delete(freeKey(cur)); err != nil {
+				return err
+			}
 		}
 		return tx.Bucket(bWorkers).Delete([]byte(name))
 	})

@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
 		{"Leases", testLeases},
 		{"WorkerInvariant", testWorkerInvariant},
+		{"NodeScopedClaim", testNodeScopedClaim},
 		{"RecordActivity", testRecordActivity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,6 +312,34 @@ func testWorkerInvariant(t *testing.T, s store.Store) {
 	must(t, err)
 	b := newActor(t, s, "b", nil)
 	_, _, err = s.ClaimWorker(ctx, b, "n1")
+	wantErr(t, err, store.ErrNoFreeWorker)
+}
+
+// testNodeScopedClaim: a claim on a node takes only that node's workers,
+// even when another node's name extends it, and follows a worker that
+// re-registers under another node.
+func testNodeScopedClaim(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "a0", Node: "n10"}))
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "z9", Node: "n1"}))
+	a := newActor(t, s, "a", nil)
+	_, w, err := s.ClaimWorker(ctx, a, "n1")
+	must(t, err)
+	if w.Name != "z9" {
+		t.Fatalf("claim on node n1 got %s of node %s", w.Name, w.Node)
+	}
+	b := newActor(t, s, "b", nil)
+	_, _, err = s.ClaimWorker(ctx, b, "n1")
+	wantErr(t, err, store.ErrNoFreeWorker)
+	must(t, s.PutWorker(ctx, &store.Worker{Name: "a0", Node: "n1"}))
+	_, w, err = s.ClaimWorker(ctx, b, "n1")
+	must(t, err)
+	if w.Name != "a0" {
+		t.Fatalf("claim after a0 moved to n1 got %s", w.Name)
+	}
+	c := newActor(t, s, "c", nil)
+	_, _, err = s.ClaimWorker(ctx, c, "n10")
 	wantErr(t, err, store.ErrNoFreeWorker)
 }
 

@@ -107,9 +107,19 @@ class Handler(BaseHTTPRequestHandler):
             sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
 
 
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A connection that was open at checkpoint time is gone after a
+        # restore (its peer never moved with it); that is expected, not
+        # worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 def main():
     port = int(os.environ.get("PORT", "8080"))
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server = Server(("0.0.0.0", port), Handler)
     server.daemon_threads = True
 
     def stop(signum, frame):

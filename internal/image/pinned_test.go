@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -43,5 +44,29 @@ func TestEnsurePinned(t *testing.T) {
 	fresh := NewCache(t.TempDir(), nil)
 	if _, err := fresh.EnsurePinned(ctx, "oci:"+layout, img.Digest); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("EnsurePinned of a changed image = %v, want ErrDigestMismatch", err)
+	}
+}
+
+// TestEnsurePinnedConcurrently: a cold start and a golden build may ask for
+// the same image at once; both get it (they once raced on one temporary
+// file for the recorded config).
+func TestEnsurePinnedConcurrently(t *testing.T) {
+	layout := filepath.Join(t.TempDir(), "layout")
+	packFile(t, layout, "v1")
+	c := NewCache(t.TempDir(), nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			_, err := c.EnsurePinned(context.Background(), "oci:"+layout, "")
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent EnsurePinned: %v", err)
+		}
 	}
 }

@@ -176,7 +176,8 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 			return
 		}
 	}
-	rlog.Info("actor assignment stale, resolving again", "worker", t.Worker, "err", err)
+	// Routine after every suspend or pause: the cached target is gone.
+	rlog.Debug("actor assignment stale, resolving again", "worker", t.Worker, "err", err)
 	t, err = h.attempt(w, r, key)
 	if err == nil {
 		return

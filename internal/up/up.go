@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var tunnel http.Handler
 	ts := router.NewServer(cfg.TunnelAddr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tunnel.ServeHTTP(w, r)
-	}), log)
+	}), log.With("server", "worker-tunnel"))
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config) error {
 	res := router.NewControlResolver(client, log)
 	rh := router.NewHandler(router.Config{ActorDomain: cfg.ActorDomain, ParkMax: cfg.ParkMax, ParkBudget: cfg.ParkBudget,
 		ParkGrace: cfg.ParkGrace, Idler: res, Activity: res}, res, log)
-	rs := router.NewServer(cfg.RouterAddr, rh, log)
+	rs := router.NewServer(cfg.RouterAddr, rh, log.With("server", "router"))
 	rs.DrainDelay, rs.DrainTimeout = cfg.DrainDelay, cfg.DrainTimeout
 	if err := rs.Listen(); err != nil {
 		return err

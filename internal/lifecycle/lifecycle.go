@@ -16,6 +16,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -36,6 +37,7 @@ type Snapshots interface {
 	Delete(ref string) error
 	DeleteOwner(owner string) error
 	List() ([]string, error)
+	ClearStaging() error
 }
 
 // Tuning. LeaseTTL outlives the longest workflow step (a cold boot waits up
@@ -185,7 +187,10 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 
 // Recover repairs state after this node restarted: every actor holding a
 // worker has lost its sandbox, so it becomes CRASHED at its last snapshot
-// (resumable), and unfinished golden builds start again.
+// (resumable), staging leftovers are removed, and unfinished golden builds
+// start again. It reads the workers and templates, never every actor, so
+// start-up does not grow with the number of actors; CollectGarbage, which
+// does, runs afterwards while the API serves.
 func (m *Manager) Recover(ctx context.Context) error {
 	workers, err := m.store.ListWorkers(ctx)
 	if err != nil {
@@ -211,17 +216,20 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return fmt.Errorf("recover actor %s: %w", w.Actor, err)
 		}
 	}
-	if err := m.collectGarbage(ctx); err != nil {
-		return fmt.Errorf("snapshot garbage collection: %w", err)
+	if err := m.snaps.ClearStaging(); err != nil {
+		return fmt.Errorf("clear snapshot staging: %w", err)
 	}
 	return m.resumeGoldenBuilds(ctx)
 }
 
-// collectGarbage deletes every durable snapshot no actor or template
-// points to: leftovers of a crash between a commit and the pointer move,
-// or between the pointer move and the old snapshot's deletion. It runs at
-// start-up, before any workflow can be writing a snapshot.
-func (m *Manager) collectGarbage(ctx context.Context) error {
+// CollectGarbage deletes every durable snapshot staged before cutoff that
+// no actor or template points to: leftovers of a crash between a commit
+// and the pointer move, or between the pointer move and the old
+// snapshot's deletion. Pass the time Recover started, before the API
+// served: workflows running meanwhile only stage snapshots after it, and
+// only ever move pointers to those, so nothing they write or still need
+// is taken. It pages through every actor (~7 µs each, BENCHMARKS.md).
+func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 	live := map[string]bool{}
 	tpls, err := m.store.ListTemplates(ctx, "")
 	if err != nil {
@@ -248,7 +256,7 @@ func (m *Manager) collectGarbage(ctx context.Context) error {
 		return err
 	}
 	for _, ref := range refs {
-		if !live[ref] {
+		if !live[ref] && snapshot.StagedBefore(ref, cutoff) {
 			m.log.InfoContext(ctx, "deleting unreferenced snapshot", "snapshot", ref)
 			if err := m.snaps.Delete(ref); err != nil {
 				return err

@@ -85,7 +85,7 @@ func (l *Local) Stage(owner string) (*Staged, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	id := time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+	id := time.Now().UTC().Format(idTimeLayout) + "-" + hex.EncodeToString(b[:])
 	dir := filepath.Join(l.dir, ".staging", id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stage snapshot: %w", err)
@@ -165,16 +165,18 @@ func (l *Local) Open(ref string) (string, *Manifest, error) {
 	return dir, &m, nil
 }
 
-// List returns the reference of every committed snapshot and removes
-// leftovers of staging (a crash between Stage and Commit), for garbage
-// collection at start-up, when nothing is being written.
-func (l *Local) List() ([]string, error) {
+// ClearStaging removes leftovers of staging (a crash between Stage and
+// Commit). Call it at start-up only, before anything stages a snapshot.
+func (l *Local) ClearStaging() error {
 	if err := os.RemoveAll(filepath.Join(l.dir, ".staging")); err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.MkdirAll(filepath.Join(l.dir, ".staging"), 0o700); err != nil {
-		return nil, err
-	}
+	return os.MkdirAll(filepath.Join(l.dir, ".staging"), 0o700)
+}
+
+// List returns the reference of every committed snapshot. It only reads,
+// so it may run while snapshots are staged and committed.
+func (l *Local) List() ([]string, error) {
 	owners, err := os.ReadDir(l.dir)
 	if err != nil {
 		return nil, err
@@ -191,11 +193,23 @@ func (l *Local) List() ([]string, error) {
 		for _, id := range ids {
 			refs = append(refs, o.Name()+"/"+id.Name())
 		}
-		if len(ids) == 0 {
-			_ = os.Remove(filepath.Join(l.dir, o.Name()))
-		}
 	}
 	return refs, nil
+}
+
+// idTimeLayout starts every snapshot id: the UTC second it was staged.
+const idTimeLayout = "20060102T150405Z"
+
+// StagedBefore reports whether ref was staged (hence committed) before t,
+// to the second, as its id records; false for a ref whose id records no
+// time.
+func StagedBefore(ref string, t time.Time) bool {
+	_, id, ok := strings.Cut(ref, "/")
+	if !ok || len(id) < len(idTimeLayout) {
+		return false
+	}
+	staged, err := time.Parse(idTimeLayout, id[:len(idTimeLayout)])
+	return err == nil && staged.Before(t.UTC().Truncate(time.Second))
 }
 
 // Import copies the complete snapshot at srcDir (another store's, e.g. a

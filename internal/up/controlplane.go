@@ -43,6 +43,11 @@ type ControlPlane struct {
 	Node      *node.Node
 	Lifecycle *lifecycle.Manager
 	API       *apiserver.Server
+
+	// stopGC ends the background snapshot garbage collection; gcDone is
+	// closed when it has returned.
+	stopGC context.CancelFunc
+	gcDone chan struct{}
 }
 
 // DBName is the store file in the data directory.
@@ -96,16 +101,34 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (cp *C
 	// dead predecessor's lease.
 	cp.Lifecycle = lifecycle.New(cp.Store, cp.Node, cp.Snapshots, "", log)
 	cp.Node.SetExitHandler(cp.Lifecycle.WorkerExited)
+	recovered := time.Now()
 	if err := cp.Lifecycle.Recover(runCtx); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	cp.API = apiserver.New(runCtx, cp.Store, cp.Lifecycle, cfg.SandboxClass, log)
+	// Garbage collection reads every actor; it runs while the API serves
+	// so that start-up does not grow with their number.
+	gcCtx, stopGC := context.WithCancel(runCtx)
+	cp.stopGC, cp.gcDone = stopGC, make(chan struct{})
+	go func() {
+		defer close(cp.gcDone)
+		start := time.Now()
+		if err := cp.Lifecycle.CollectGarbage(gcCtx, recovered); err != nil && gcCtx.Err() == nil {
+			log.Warn("snapshot garbage collection", "err", err)
+			return
+		}
+		log.Debug("snapshot garbage collection done", "duration", time.Since(start))
+	}()
 	return cp, nil
 }
 
 // Close shuts the node down (destroying every sandbox, tearing its slots
 // down) and closes the store. It does not suspend running actors first.
 func (cp *ControlPlane) Close() error {
+	if cp.stopGC != nil {
+		cp.stopGC()
+		<-cp.gcDone
+	}
 	if cp.Node != nil {
 		cp.Node.Shutdown(context.Background())
 	}

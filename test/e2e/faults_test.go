@@ -125,19 +125,24 @@ func TestNodeAgentKilledDuringSuspend(t *testing.T) {
 	if a.GetWorker() != "" || !in2.workersFree(t) {
 		t.Fatalf("after restart a worker is still held (actor on %q)", a.GetWorker())
 	}
-	// Only snapshots something points to remain.
+	// Only snapshots something points to remain, once the garbage
+	// collection that runs while the API serves is through.
 	tpl, err := in2.client.GetActorTemplate(context.Background(), &atev1.GetActorTemplateRequest{Atespace: "default", Name: "counter"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{a.GetSnapshot(): true, tpl.GetStatus().GetGoldenSnapshot(): true}
-	dirs, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "*"))
-	for _, d := range dirs {
-		rel, _ := filepath.Rel(filepath.Join(dataDir, "snapshots"), d)
-		if !want[rel] {
-			t.Errorf("unreferenced snapshot directory survived the restart: %s", rel)
+	waitFor(t, "unreferenced snapshots to be collected", 30*time.Second, func() bool {
+		var stray []string
+		dirs, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "*"))
+		for _, d := range dirs {
+			rel, _ := filepath.Rel(filepath.Join(dataDir, "snapshots"), d)
+			if !want[rel] {
+				stray = append(stray, rel)
+			}
 		}
-	}
+		return len(stray) == 0
+	})
 	if entries, _ := os.ReadDir(staging); len(entries) > 0 {
 		t.Errorf("staging leftovers survived the restart: %v", entries)
 	}

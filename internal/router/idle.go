@@ -45,8 +45,8 @@ func (h *Handler) Start(ctx context.Context) error {
 			return nil
 		case now := <-idle.C:
 			if h.cfg.Idler != nil {
-				for _, t := range h.act.idleActors(now) {
-					actions.Go(func() { h.putAway(ctx, t, now) })
+				for _, ia := range h.act.idleActors(now) {
+					actions.Go(func() { h.putAway(ctx, ia, now) })
 				}
 			}
 			if now.Sub(lastReport) >= h.cfg.ActivityInterval {
@@ -58,14 +58,25 @@ func (h *Handler) Start(ctx context.Context) error {
 	}
 }
 
-// putAway pauses or suspends t's actor, as its policy says, and lets
-// resolutions of the actor go on afterwards.
-func (h *Handler) putAway(ctx context.Context, t Target, decided time.Time) {
+// putAway pauses or suspends ia's actor, as its policy says, and lets
+// resolutions of the actor go on afterwards. Activity not yet reported is
+// reported first, so the actor's record has its last activity by the time
+// it is put away (periodic reports skip actors being put away).
+func (h *Handler) putAway(ctx context.Context, ia idleActor, decided time.Time) {
+	t := ia.target
 	defer h.act.back(t.Actor)
 	key := t.Actor
 	log := h.logger.With("actor", key.Name, "atespace", key.Atespace, "worker", t.Worker)
 	ctx, cancel := context.WithTimeout(ctx, idleActionTimeout)
 	defer cancel()
+	if ia.unreported != nil && h.cfg.Activity != nil {
+		acts := []Activity{*ia.unreported}
+		if err := h.cfg.Activity.RecordActivity(ctx, acts); err != nil {
+			log.Warn("activity report before putting the actor away failed; it is retried with the next report", "err", err)
+		} else {
+			h.act.reported(acts)
+		}
+	}
 	action := t.Policy.IdleAction
 	var err error
 	if action == IdlePause {
@@ -105,21 +116,32 @@ func (h *Handler) report(ctx context.Context) {
 	h.act.reported(acts)
 }
 
-// idleActors returns the targets of actors idle past their policy's
-// IdleAfter at now, and marks them away: their targets are dropped (new
-// requests park) and resolutions wait for back.
-func (a *activator) idleActors(now time.Time) []Target {
+// idleActor is an actor to put away, with its activity not yet reported
+// (nil when there is none).
+type idleActor struct {
+	target     Target
+	unreported *Activity
+}
+
+// idleActors returns the actors idle past their policy's IdleAfter at
+// now, and marks them away: their targets are dropped (new requests park)
+// and resolutions wait for back.
+func (a *activator) idleActors(now time.Time) []idleActor {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []Target
-	for _, st := range a.actors {
+	var out []idleActor
+	for key, st := range a.actors {
 		after := st.target.Policy.IdleAfter
 		if !st.hasTarget || after <= 0 || st.open > 0 || st.away != nil || now.Sub(st.last) < after {
 			continue
 		}
 		st.hasTarget = false
 		st.away = make(chan struct{})
-		out = append(out, st.target)
+		ia := idleActor{target: st.target}
+		if st.last.After(st.reported) {
+			ia.unreported = &Activity{Actor: key, Last: st.last}
+		}
+		out = append(out, ia)
 	}
 	return out
 }

@@ -23,6 +23,8 @@ type fakeIdler struct {
 	calls []string    // "pause default/app", "suspend default/app"
 	acts  []Activity  // every activity reported, in order
 	at    []time.Time // when each call in calls was made
+	// reportedBefore is len(acts) when each call in calls was made.
+	reportedBefore []int
 }
 
 var (
@@ -35,6 +37,7 @@ func (f *fakeIdler) record(what string, key names.ActorKey) {
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, what+" "+key.String())
 	f.at = append(f.at, time.Now())
+	f.reportedBefore = append(f.reportedBefore, len(f.acts))
 }
 
 func (f *fakeIdler) wait(ctx context.Context) error {
@@ -172,6 +175,37 @@ func TestIdleActorIsPutAway(t *testing.T) {
 				t.Errorf("Resume called %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// TestActivityReportedBeforePutAway: with periodic reports far apart, an
+// idle actor's last activity is still recorded before it is put away, so
+// its record never shows it paused without it.
+func TestActivityReportedBeforePutAway(t *testing.T) {
+	idler := &fakeIdler{}
+	p := Policy{IdleAfter: 100 * time.Millisecond, IdleAction: IdlePause}
+	tunnel := holdTunnel(t, nil)
+	res := &fakeResolver{t: t,
+		lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+			tg := targetAt(key, "w1", tunnel)
+			tg.Policy = p
+			return tg, true, nil
+		},
+	}
+	cfg := Config{Idler: idler, Activity: idler, IdleCheckInterval: 10 * time.Millisecond, ActivityInterval: time.Hour}
+	srv, h := newRouter(t, cfg, res)
+	startLoop(t, h)
+	if r := get(t, srv, "app.default.actors.localhost", "/", nil); r.status != 200 {
+		t.Fatalf("request: %d %q", r.status, r.body)
+	}
+	served := time.Now()
+	waitFor(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
+	idler.mu.Lock()
+	before := idler.reportedBefore[0]
+	idler.mu.Unlock()
+	acts := idler.reports()
+	if before != 1 || len(acts) != 1 || acts[0].Actor.String() != "default/app" || acts[0].Last.After(served) {
+		t.Fatalf("reports before the pause: %d of %v; want the request's activity, reported first", before, acts)
 	}
 }
 

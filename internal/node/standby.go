@@ -14,10 +14,10 @@ import (
 // A standby is a container prepared ahead of time on a free worker
 // (sandbox.Preparer; `runsc create` for gVisor): its sandbox, file server
 // and network already run, so the next start of an actor of the same
-// template on that worker only restores (or starts) into it. That takes a
-// restore from about 230 ms to about 110 ms on the development VM
-// (BENCHMARKS.md, BenchmarkRestore/prepared), which is what brings a
-// paused actor's activation near the 150 ms target of issue 5.
+// template on that worker only restores (or starts) into it. That halves
+// a restore on the development VM: ~180 to ~90 ms p50 (BENCHMARKS.md,
+// BenchmarkRestore/default vs /prepared), which is what brings a paused
+// actor's activation under the 150 ms target of issue 5.
 //
 // Which template a free worker prepares for is the one it hosted last
 // (a golden build offers its template to workers that have hosted none):

@@ -78,6 +78,10 @@ type Config struct {
 	// TunnelAddr is the address the tunnel listens on, recorded on workers.
 	TunnelAddr string
 	Logger     *slog.Logger
+	// NoStandbys turns standby sandboxes off (standby.go): free workers
+	// then hold no sandbox, saving ~55 MB RSS each, and every start pays
+	// the sandbox's start-up.
+	NoStandbys bool
 }
 
 // slot is one worker. opMu serialises sandbox operations on it; mu guards
@@ -143,6 +147,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}}
+	n.noStandbys.Store(cfg.NoStandbys)
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, d := range []string{"bundles", "logs", "workers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {

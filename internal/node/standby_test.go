@@ -23,6 +23,11 @@ func (s stubImages) EnsurePinned(_ context.Context, ref, _ string) (*image.Image
 
 func newTestNode(t *testing.T, rt *fake.Runtime) *Node {
 	t.Helper()
+	return newTestNodeWith(t, rt, false)
+}
+
+func newTestNodeWith(t *testing.T, rt *fake.Runtime, noStandbys bool) *Node {
+	t.Helper()
 	dir := t.TempDir()
 	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
 	if err != nil {
@@ -35,7 +40,7 @@ func newTestNode(t *testing.T, rt *fake.Runtime) *Node {
 	n, err := New(t.Context(), Config{
 		Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake", Runtime: rt,
 		Setup: fake.Setup, Images: stubImages{rootfs: t.TempDir()},
-		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dir, "state"),
+		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dir, "state"), NoStandbys: noStandbys,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -167,4 +172,35 @@ func TestGoldenBuildOffersTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPrepared(t, rt, 1)
+}
+
+// TestNoStandbys: with standbys turned off a freed worker holds nothing,
+// and starts go the ordinary way.
+func TestNoStandbys(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNodeWith(t, rt, true)
+	w := n.order[0]
+	ctx := t.Context()
+	if _, _, err := n.BuildGolden(ctx, "tpl", "ns", "counter", template("img1")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Stop(ctx, w, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A refill run now, by hand and to its end, must prepare nothing.
+	s := n.slots[w]
+	s.opMu.Lock()
+	err := n.refillOp(s)
+	s.opMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.Prepared(); got != 0 {
+		t.Fatalf("%d standbys prepared with standbys off", got)
+	}
 }

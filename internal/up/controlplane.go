@@ -31,6 +31,8 @@ type ControlPlaneConfig struct {
 	// TunnelAddr is where the worker tunnel listens (recorded on workers).
 	TunnelAddr string
 	Logger     *slog.Logger
+	// NoStandbys turns the node's standby sandboxes off.
+	NoStandbys bool
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
@@ -86,6 +88,7 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (cp *C
 		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
 		Runtime: cfg.Runtime, Setup: cfg.Setup, Teardown: cfg.Teardown, Images: image.NewCache(filepath.Join(cfg.DataDir, "images"), log),
 		Snapshots: cp.Snapshots, Paused: paused, StateDir: filepath.Join(cfg.DataDir, "node"), TunnelAddr: cfg.TunnelAddr, Logger: log,
+		NoStandbys: cfg.NoStandbys,
 	})
 	if err != nil {
 		return nil, err

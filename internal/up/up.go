@@ -53,6 +53,9 @@ type Config struct {
 	// WorkerPrefix names this node's network namespaces and workers;
 	// empty derives one from DataDir so two installations never collide.
 	WorkerPrefix string
+	// NoStandbys turns off the sandboxes free workers prepare ahead of
+	// the next start (node.Config.NoStandbys).
+	NoStandbys bool
 	// Demo creates the template in DemoTemplate and actor counter-1.
 	Demo         bool
 	DemoTemplate string
@@ -101,6 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cp, err := NewControlPlane(ctx, ctx, ControlPlaneConfig{
 		DataDir: dataDir, Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
 		Runtime: rt, Setup: setup, Teardown: teardown, TunnelAddr: ts.Addr(), Logger: log,
+		NoStandbys: cfg.NoStandbys,
 	})
 	if err != nil {
 		return err

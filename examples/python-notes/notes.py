@@ -83,19 +83,15 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(413, {"error": "note larger than %d bytes" % MAX_BODY})
         text = self.rfile.read(length).decode("utf-8", errors="replace")
         note = NOTES.add(text)
-        self.send_response(201)
-        self.send_header("Location", "/notes/%d" % note["id"])
-        body = json.dumps(note).encode() + b"\n"
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        return self._json(201, note, {"Location": "/notes/%d" % note["id"]})
 
-    def _json(self, status, obj):
-        self._send(status, json.dumps(obj).encode() + b"\n", "application/json")
+    def _json(self, status, obj, headers=None):
+        self._send(status, json.dumps(obj).encode() + b"\n", "application/json", headers)
 
-    def _send(self, status, body, content_type):
+    def _send(self, status, body, content_type, headers=None):
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -63,6 +63,8 @@ func TestVerbRequests(t *testing.T) {
 		{"create atespace", []string{"create", "atespace", "new"}, &atev1.CreateAtespaceRequest{Name: "new"}, "atespace new created"},
 		{"delete actor", []string{"delete", "actor", "counter-0"},
 			&atev1.DeleteActorRequest{Atespace: "default", Name: "counter-0"}, "actor default/counter-0 deleted"},
+		{"delete actor --force", []string{"delete", "actor", "counter-0", "--force"},
+			&atev1.DeleteActorRequest{Atespace: "default", Name: "counter-0", Force: true}, "actor default/counter-0 deleted"},
 		{"delete actor slash form", []string{"delete", "actor", "team/counter-1"},
 			&atev1.DeleteActorRequest{Atespace: "team", Name: "counter-1"}, "actor team/counter-1 deleted"},
 		{"delete template", []string{"delete", "template", "counter"},

@@ -22,12 +22,13 @@ while no actor uses it; an atespace only when it is empty.`,
   ate delete template counter
   ate delete atespace team`,
 	}
+	var force bool
 	actor := &cobra.Command{
 		Use: "actor NAME | ATESPACE/NAME", Short: "Delete a suspended actor and its snapshots",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return a.deleteActor(cmd, args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error { return a.deleteActor(cmd, args[0], force) },
 	}
-	actor.Flags().Bool("force", false, "delete from any state, stopping the actor's sandbox first")
+	actor.Flags().BoolVar(&force, "force", false, "delete from any state, stopping the actor's sandbox first")
 	kindGroup(cmd,
 		actor,
 		&cobra.Command{
@@ -44,7 +45,7 @@ while no actor uses it; an atespace only when it is empty.`,
 	return cmd
 }
 
-func (a *app) deleteActor(cmd *cobra.Command, arg string) error {
+func (a *app) deleteActor(cmd *cobra.Command, arg string, force bool) error {
 	key, err := a.actorKey(arg)
 	if err != nil {
 		return err
@@ -54,7 +55,6 @@ func (a *app) deleteActor(cmd *cobra.Command, arg string) error {
 		return err
 	}
 	defer s.close()
-	force, _ := cmd.Flags().GetBool("force")
 	if _, err := call(cmd.Context(), s, s.client.DeleteActor, &atev1.DeleteActorRequest{Atespace: key.Atespace, Name: key.Name, Force: force}); err != nil {
 		return err
 	}

@@ -136,3 +136,25 @@ func TestParseTemplateRoutingFields(t *testing.T) {
 		t.Errorf("misspelt field: %v", err)
 	}
 }
+
+// TestParseTemplateLifecycleFields: volumes, mounts, the snapshot policy and
+// the drain grace reach the spec as written (the server validates them).
+func TestParseTemplateLifecycleFields(t *testing.T) {
+	const doc = "name: t\nvolumes: [{name: data}]\n" +
+		"containers:\n- name: c\n  image: oci:/x\n  volumeMounts: [{name: data, mountPath: /data}]\n" +
+		"snapshotPolicy: {onPause: Full, onSuspend: Data}\ndrainGraceSeconds: 10\n"
+	got, err := parseTemplate([]byte(doc), "/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &atev1.ActorTemplateSpec{
+		Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x",
+			VolumeMounts: []*atev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes:           []*atev1.Volume{{Name: "data"}},
+		SnapshotPolicy:    &atev1.SnapshotPolicy{OnPause: "Full", OnSuspend: "Data"},
+		DrainGraceSeconds: 10,
+	}
+	if !proto.Equal(got.GetSpec(), want) {
+		t.Errorf("got %v\nwant %v", got.GetSpec(), want)
+	}
+}

@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -365,7 +366,7 @@ func TestExtractUnsafe(t *testing.T) {
 			if err := os.MkdirAll(root, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			_, err := extractTar(context.Background(), bytesReader(tarBytes(t, tt.entries)), root, discard)
+			_, err := extractTar(context.Background(), bytes.NewReader(tarBytes(t, tt.entries)), root, discard)
 			if !errors.Is(err, ErrUnsafePath) {
 				t.Fatalf("extractTar = %v, want ErrUnsafePath", err)
 			}
@@ -380,7 +381,7 @@ func TestExtractUnsafe(t *testing.T) {
 
 func TestExtractSkipsDevicesKeepsNames(t *testing.T) {
 	root := t.TempDir()
-	st, err := extractTar(context.Background(), bytesReader(tarBytes(t, []tarEntry{
+	st, err := extractTar(context.Background(), bytes.NewReader(tarBytes(t, []tarEntry{
 		{name: "./dot/slash", body: "1"},
 		{name: "/abs/name", body: "2"},
 		{name: "dev/null", typ: tar.TypeChar},

@@ -1,8 +1,6 @@
 package image
 
 import (
-	"bytes"
-	"io"
 	"log/slog"
 	"testing"
 
@@ -16,5 +14,3 @@ func TestMain(m *testing.M) {
 }
 
 var discard = slog.New(slog.DiscardHandler)
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -19,7 +19,8 @@ var ErrDigestMismatch = errors.New("image changed since the template was built")
 // (so moving or rebuilding the source layout cannot break actors that were
 // built from it), and a ref that now resolves to other content fails with
 // ErrDigestMismatch instead of restoring a checkpoint onto a different
-// binary. An empty digest means no pin: plain Ensure.
+// binary. An empty digest means no pin: plain Ensure. The returned Image
+// may be shared; callers must not modify it.
 func (c *Cache) EnsurePinned(ctx context.Context, ref, digest string) (*Image, error) {
 	if digest != "" {
 		if img, ok := c.cached(digest); ok {
@@ -34,8 +35,13 @@ func (c *Cache) EnsurePinned(ctx context.Context, ref, digest string) (*Image, e
 		return nil, fmt.Errorf("%w: %s is now %s, the template was built from %s; create a new template for the new image",
 			ErrDigestMismatch, ref, img.Digest, digest)
 	}
-	if err := c.remember(img); err != nil {
-		return nil, err
+	// Record the config once per digest; later calls find it in hits
+	// without touching the disk.
+	if _, known := c.hits.Load(img.Digest); !known {
+		if err := c.remember(img); err != nil {
+			return nil, err
+		}
+		c.hits.Store(img.Digest, img)
 	}
 	return img, nil
 }

@@ -34,9 +34,13 @@ func TestEnsurePinned(t *testing.T) {
 	if err := os.RemoveAll(layout); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.EnsurePinned(ctx, "oci:"+layout, img.Digest)
-	if err != nil || got.RootFS != img.RootFS || got.Config.Entrypoint[0] != "/hello" {
-		t.Fatalf("pinned image after its layout was removed: %+v, %v", got, err)
+	// The same cache answers from memory; another one on the same
+	// directory (another process) from the recorded config.
+	for name, c := range map[string]*Cache{"same cache": c, "new cache": NewCache(c.dir, nil)} {
+		got, err := c.EnsurePinned(ctx, "oci:"+layout, img.Digest)
+		if err != nil || got.RootFS != img.RootFS || got.Config.Entrypoint[0] != "/hello" {
+			t.Fatalf("%s: pinned image after its layout was removed: %+v, %v", name, got, err)
+		}
 	}
 	// The layout is rebuilt with other content: a cache that does not hold
 	// the pinned digest refuses instead of using the new content.

@@ -97,10 +97,18 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	if opts.Scope == snapshot.ScopeData {
 		// Volumes only: the container just stops.
 		n.destroy(ctx, s.sb, id)
-	} else if err := n.cfg.Runtime.Checkpoint(ctx, s.sb, id, st.Dir); err != nil {
-		_ = store.Abort(st)
-		return "", fmt.Errorf("checkpoint: %w", err)
+	} else {
+		if err := n.cfg.Runtime.Checkpoint(ctx, s.sb, id, st.Dir); err != nil {
+			_ = store.Abort(st)
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
+		_ = os.RemoveAll(n.bundleDir(id))
 	}
+	// The container is gone (a checkpoint deletes it), so the clearOp
+	// that follows need not destroy it again.
+	s.mu.Lock()
+	s.containerID = ""
+	s.mu.Unlock()
 	// The container has stopped, so the volumes are quiescent.
 	for _, v := range vols {
 		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {

@@ -106,10 +106,9 @@ type slot struct {
 	draining bool
 	inflight int
 	drained  chan struct{}
-	// cut counts requests cut off by a checkpoint since the last start.
+	// cut is set when a checkpoint's drain grace ran out with requests
+	// still in flight; cleared by the next start.
 	cut bool
-	// imageDigest is the image the last start used (for golden builds).
-	imageDigest string
 	// standby is the container prepared for the next start, if any;
 	// template is what the worker prepares standbys for (standby.go).
 	standby  *sandbox.Spec
@@ -216,7 +215,12 @@ func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
 	if err := n.cfg.Runtime.Destroy(ctx, sb, id); err != nil {
 		n.log.WarnContext(ctx, "destroy container", "worker", sb.Name, "container", id, "err", err)
 	}
-	_ = os.RemoveAll(filepath.Join(n.cfg.StateDir, "bundles", id))
+	_ = os.RemoveAll(n.bundleDir(id))
+}
+
+// bundleDir is where container id's OCI bundle goes; destroy removes it.
+func (n *Node) bundleDir(id string) string {
+	return filepath.Join(n.cfg.StateDir, "bundles", id)
 }
 
 // clearOp destroys whatever s hosts and empties its volume directories:

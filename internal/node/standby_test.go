@@ -68,7 +68,11 @@ func waitPrepared(t *testing.T, rt *fake.Runtime, want int) {
 	}
 }
 
+// standbyOf returns s's standby once no operation runs on s: a refill
+// that made the runtime's prepared container records it only afterwards.
 func standbyOf(s *slot) string {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.standby == nil {

@@ -76,9 +76,6 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 	if err != nil {
 		return "", fmt.Errorf("image %s: %w", c.GetImage(), err)
 	}
-	s.mu.Lock()
-	s.imageDigest = img.Digest
-	s.mu.Unlock()
 	snapDir, scope := "", snapshot.ScopeFull
 	if req.Snapshot != "" {
 		store := n.cfg.Snapshots
@@ -128,7 +125,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		}
 		n.log.WarnContext(ctx, "start in standby failed, starting afresh", "worker", s.name, "container", sspec.ID, "err", err)
 		sspec.ID = newContainerID(req.ActorUID)
-		sspec.BundleDir, sspec.Prepared = filepath.Join(n.cfg.StateDir, "bundles", sspec.ID), false
+		sspec.BundleDir, sspec.Prepared = n.bundleDir(sspec.ID), false
 	}
 	s.mu.Lock()
 	s.actorUID, s.port = req.ActorUID, port
@@ -243,7 +240,7 @@ func (n *Node) containerSpec(s *slot, ownerUID string, c *atev1.ContainerSpec, i
 	return sandbox.Spec{
 		ID: id, RootFS: img.RootFS, Args: args, Env: env, Cwd: cwd, Mounts: mounts,
 		LogPath:   n.workerLog(s),
-		BundleDir: filepath.Join(n.cfg.StateDir, "bundles", id),
+		BundleDir: n.bundleDir(id),
 	}, nil
 }
 
@@ -273,7 +270,7 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}
 	s.mu.Lock()
-	digest = s.imageDigest
+	digest = s.template.imageDigest // the image startIn ran
 	s.mu.Unlock()
 	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull})
 	if err != nil {

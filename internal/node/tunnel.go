@@ -47,8 +47,8 @@ func (n *Node) NewTunnel() http.Handler {
 			t := ctx.Value(targetKey).(tunnelTarget)
 			return n.cfg.Runtime.DialContext(ctx, t.sb, t.port)
 		},
-		// Connections are per worker and port; the key below keeps a
-		// pooled connection from going to another worker's sandbox.
+		// Connections are pooled per container and port (the URL host
+		// set in Rewrite), never shared across sandboxes.
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     30 * time.Second,
 	}

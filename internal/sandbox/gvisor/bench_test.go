@@ -64,14 +64,13 @@ func benchRestore(b *testing.B, r *Runtime, prepared bool) {
 func measureStarts(b *testing.B, r *Runtime, slot sandbox.Slot, prepared bool, start func(sandbox.Slot, sandbox.Spec) error) {
 	var lat []time.Duration
 	for b.Loop() {
-		spec := newSpec(b, r)
+		var spec sandbox.Spec
 		if prepared {
 			b.StopTimer()
-			if err := r.Prepare(b.Context(), slot, spec); err != nil {
-				b.Fatal(err)
-			}
-			spec.Prepared = true
+			spec = newPrepared(b, r, slot)
 			b.StartTimer()
+		} else {
+			spec = newSpec(b, r)
 		}
 		t0 := time.Now()
 		if err := start(slot, spec); err != nil {

@@ -459,14 +459,10 @@ func TestPreparedRestoreAndRun(t *testing.T) {
 	mustGet(t, r, w1, "/write?v=kept")
 	img := checkpoint(t, r, w1, spec.ID)
 
-	standby := newSpec(t, r)
-	if err := r.Prepare(t.Context(), w2, standby); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	standby := newPrepared(t, r, w2)
 	if _, err := get(shortCtx(t), r, w2, "/healthz"); err == nil {
 		t.Fatal("a prepared container answers before it was started")
 	}
-	standby.Prepared = true
 	if err := r.Restore(t.Context(), w2, standby, img); err != nil {
 		t.Fatalf("Restore into prepared: %v", err)
 	}
@@ -480,11 +476,7 @@ func TestPreparedRestoreAndRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fresh := newSpec(t, r)
-	if err := r.Prepare(t.Context(), w1, fresh); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	fresh.Prepared = true
+	fresh := newPrepared(t, r, w1)
 	if err := r.Run(t.Context(), w1, fresh); err != nil {
 		t.Fatalf("Run prepared: %v", err)
 	}
@@ -496,16 +488,24 @@ func TestPreparedRestoreAndRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	unused := newSpec(t, r)
-	if err := r.Prepare(t.Context(), w1, unused); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	unused := newPrepared(t, r, w1)
 	if err := r.Destroy(t.Context(), w1, unused.ID); err != nil {
 		t.Fatalf("Destroy prepared: %v", err)
 	}
 	if _, err := r.command(t.Context(), "state", unused.ID); err == nil {
 		t.Fatal("prepared container still known to runsc after Destroy")
 	}
+}
+
+// newPrepared is newSpec created in slot by Prepare, with Prepared set.
+func newPrepared(t testing.TB, r *Runtime, slot sandbox.Slot) sandbox.Spec {
+	t.Helper()
+	spec := newSpec(t, r)
+	if err := r.Prepare(t.Context(), slot, spec); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	spec.Prepared = true
+	return spec
 }
 
 // TestSeccompIsPrecompiled: the runsc that hack/install-runsc.sh builds

@@ -269,8 +269,8 @@ func (r *Runtime) DestroyAll(ctx context.Context) error {
 	return nil
 }
 
-// Wait blocks in `runsc wait` until container id exits or ctx ends. An
-// unknown id returns at once with an error.
+// Wait blocks until container id exits or ctx ends. An unknown id
+// returns at once with an error.
 //
 // It watches the sandbox process through a pidfd instead of running
 // `runsc wait`, which would keep a ~20 MB runsc process alive per running

@@ -241,7 +241,10 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	}
 	s.mu.Lock()
 	s.containerID, s.actorUID, s.port, s.volumes = "", "", 0, nil
-	s.stopping, s.draining, s.inflight, s.drained = false, false, 0, nil
+	// inflight stays: requests still running on the old container (the
+	// cutter ends them) release their count later, and a reset would
+	// drive it negative and let the next drain skip its wait.
+	s.stopping, s.draining, s.drained = false, false, nil
 	s.mu.Unlock()
 }
 

@@ -208,3 +208,31 @@ func TestNoStandbys(t *testing.T) {
 		t.Fatalf("%d standbys prepared with standbys off", got)
 	}
 }
+
+// TestStopKeepsInflightCount: a request still in flight when its actor is
+// stopped releases its count afterwards; the count must come back to zero,
+// not below, or the next checkpoint's drain would not wait.
+func TestStopKeepsInflightCount(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	w := n.order[0]
+	ctx := t.Context()
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	_, release, ok := n.enter(w, "a")
+	if !ok {
+		t.Fatal("request not admitted")
+	}
+	if err := n.Stop(ctx, w, "a"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	s := n.slots[w]
+	s.mu.Lock()
+	got := s.inflight
+	s.mu.Unlock()
+	if got != 0 {
+		t.Fatalf("in-flight count after the request ended = %d, want 0", got)
+	}
+}

@@ -18,6 +18,7 @@ func (s *Server) RecordActivity(ctx context.Context, req *atev1.RecordActivityRe
 	if n := len(req.GetActivities()); n > maxActivities {
 		return nil, toStatus(fmt.Errorf("%w: %d activities in one call, at most %d", errInvalid, n, maxActivities))
 	}
+	acts := make([]store.Activity, 0, len(req.GetActivities()))
 	for _, act := range req.GetActivities() {
 		if err := validatePair("actor name", act.GetAtespace(), act.GetName()); err != nil {
 			return nil, toStatus(err)
@@ -25,9 +26,6 @@ func (s *Server) RecordActivity(ctx context.Context, req *atev1.RecordActivityRe
 		if !act.GetLastActivity().IsValid() {
 			return nil, toStatus(fmt.Errorf("%w: last_activity of %s/%s is missing or invalid", errInvalid, act.GetAtespace(), act.GetName()))
 		}
-	}
-	acts := make([]store.Activity, 0, len(req.GetActivities()))
-	for _, act := range req.GetActivities() {
 		acts = append(acts, store.Activity{Atespace: act.GetAtespace(), Name: act.GetName(), At: act.GetLastActivity().AsTime()})
 	}
 	// One transaction for the whole report: a write per actor would hold

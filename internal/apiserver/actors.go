@@ -138,46 +138,32 @@ func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest)
 
 // SuspendActor implements atev1.ControlServer.
 func (s *Server) SuspendActor(ctx context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	a, err := s.lc.Suspend(ctx, req.GetAtespace(), req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return actorToProto(a), nil
+	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Suspend)
 }
 
 // ResumeActor implements atev1.ControlServer.
 func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	a, err := s.lc.Resume(ctx, req.GetAtespace(), req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return actorToProto(a), nil
+	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Resume)
 }
 
 // PauseActor implements atev1.ControlServer.
 func (s *Server) PauseActor(ctx context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	a, err := s.lc.Pause(ctx, req.GetAtespace(), req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return actorToProto(a), nil
+	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Pause)
 }
 
 // RevertActor implements atev1.ControlServer.
 func (s *Server) RevertActor(ctx context.Context, req *atev1.RevertActorRequest) (*atev1.Actor, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Revert)
+}
+
+// transition validates an actor's name and runs one lifecycle workflow
+// (a lifecycle.Manager method) on it.
+func transition(ctx context.Context, atespace, name string,
+	run func(ctx context.Context, atespace, name string) (*store.Actor, error)) (*atev1.Actor, error) {
+	if err := validatePair("actor name", atespace, name); err != nil {
 		return nil, toStatus(err)
 	}
-	a, err := s.lc.Revert(ctx, req.GetAtespace(), req.GetName())
+	a, err := run(ctx, atespace, name)
 	if err != nil {
 		return nil, toStatus(err)
 	}

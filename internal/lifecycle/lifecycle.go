@@ -273,11 +273,11 @@ func (m *Manager) SelfRequest(worker, actorUID, action string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*LeaseTTL)
 		defer cancel()
-		w, err := m.store.GetWorker(ctx, worker)
-		if err != nil || w.ActorUID != actorUID {
+		atespace, name, ok := m.holderOf(ctx, worker, actorUID)
+		if !ok {
 			return
 		}
-		atespace, name, _ := strings.Cut(w.Actor, "/")
+		var err error
 		if action == "pause" {
 			_, err = m.Pause(ctx, atespace, name)
 		} else {
@@ -295,12 +295,11 @@ func (m *Manager) SelfRequest(worker, actorUID, action string) {
 func (m *Manager) WorkerExited(worker, actorUID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := m.store.GetWorker(ctx, worker)
-	if err != nil || w.ActorUID != actorUID {
+	atespace, name, ok := m.holderOf(ctx, worker, actorUID)
+	if !ok {
 		return
 	}
-	atespace, name, _ := strings.Cut(w.Actor, "/")
-	err = m.withActor(ctx, atespace, name, func() error {
+	err := m.withActor(ctx, atespace, name, func() error {
 		a, err := m.store.GetActor(ctx, atespace, name)
 		if err != nil || a.UID != actorUID || a.Worker != worker {
 			return m.store.ReleaseWorker(ctx, worker, actorUID)
@@ -311,4 +310,16 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 	if err != nil {
 		m.log.Warn("record crashed actor", "worker", worker, "err", err)
 	}
+}
+
+// holderOf returns the atespace and name of the actor holding worker,
+// ok only if that actor is still actorUID (a report about a worker
+// since freed or reassigned is stale).
+func (m *Manager) holderOf(ctx context.Context, worker, actorUID string) (atespace, name string, ok bool) {
+	w, err := m.store.GetWorker(ctx, worker)
+	if err != nil || w.ActorUID != actorUID {
+		return "", "", false
+	}
+	atespace, name, _ = strings.Cut(w.Actor, "/")
+	return atespace, name, true
 }

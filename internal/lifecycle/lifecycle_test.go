@@ -112,6 +112,14 @@ func (e *env) get(t *testing.T) *store.Actor {
 	return a
 }
 
+// resume resumes the actor, failing the test if that fails.
+func (e *env) resume(t *testing.T) {
+	t.Helper()
+	if _, err := e.m.Resume(context.Background(), "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) claimedWorkers(t *testing.T) int {
 	t.Helper()
 	ws, err := e.st.ListWorkers(context.Background())
@@ -218,9 +226,7 @@ func TestLateFinisherDoesNotOverwrite(t *testing.T) {
 func TestCrashedResumeSaysSo(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.resume(t)
 	e.m.WorkerExited(e.get(t).Worker, "a-uid")
 	a := e.get(t)
 	if a.State != store.Crashed || a.Worker != "" || e.claimedWorkers(t) != 0 {
@@ -257,16 +263,12 @@ func TestPausedOnLostNode(t *testing.T) {
 func TestPauseThenResumePrefersNode(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.resume(t)
 	p, err := e.m.Pause(ctx, "default", "a")
 	if err != nil || p.State != store.Paused || p.Node != "n1" || p.PausedSnapshot == "" || p.Worker != "" {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
-	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.resume(t)
 	if !e.node.last.Paused || e.node.last.Snapshot != p.PausedSnapshot {
 		t.Fatalf("resume used %+v, want the paused checkpoint", e.node.last)
 	}
@@ -282,9 +284,7 @@ func TestPauseThenResumePrefersNode(t *testing.T) {
 func TestDeleteNeedsSuspendOrForce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.resume(t)
 	if err := e.m.Delete(ctx, "default", "a", false); !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "suspend it first") {
 		t.Fatalf("Delete of RUNNING = %v", err)
 	}
@@ -341,9 +341,7 @@ func TestGarbageCollection(t *testing.T) {
 func TestMetadataChangesDoNotAbortWorkflows(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.m.Resume(ctx, "default", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.resume(t)
 	seen := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	e.node.onCheckpoint = func() {
 		a, err := e.st.GetActor(ctx, "default", "a")

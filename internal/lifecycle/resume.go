@@ -82,7 +82,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	if src.paused && w.Node != src.node {
 		// The paused node had no free worker: the checkpoint moves only
 		// once uploaded to the durable store.
-		ref, uerr := m.node.Upload(nctx, src.ref, a.UID, m.policy(nctx, a, false).Scope)
+		ref, uerr := m.node.Upload(nctx, src.ref, a.UID, checkpointOptions(tpl.Spec, false).Scope)
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
 		}
@@ -106,11 +106,11 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	if err != nil {
 		return nil, m.lateFinisher(nctx, a, prev, err)
 	}
-	if ref := a.PausedSnapshot; ref != "" && out.PausedSnapshot == "" && src.paused {
+	if src.paused {
 		// The paused copy is now older than the running actor and nothing
 		// points to it; removing it (1-5 ms for a small actor) need not
 		// delay the request that woke the actor.
-		go func() { _ = m.node.DeletePaused(ref) }()
+		go func() { _ = m.node.DeletePaused(src.ref) }()
 	}
 	if out.Snapshot != oldDurable {
 		m.deleteOld(ctx, a, oldDurable)

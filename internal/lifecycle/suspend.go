@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -58,14 +59,20 @@ func (m *Manager) putAway(ctx context.Context, atespace, name string, paused boo
 	return out, err
 }
 
-// policy returns the checkpoint options for a pause or a suspend of a.
+// policy returns the checkpoint options for a pause or a suspend of a,
+// from its template (the defaults if the template cannot be read).
 func (m *Manager) policy(ctx context.Context, a *store.Actor, paused bool) node.CheckpointOptions {
-	opts := node.CheckpointOptions{Paused: paused, Scope: snapshot.ScopeFull}
 	tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
 	if err != nil {
-		return opts
+		return node.CheckpointOptions{Paused: paused, Scope: snapshot.ScopeFull}
 	}
-	spec := tpl.Spec
+	return checkpointOptions(tpl.Spec, paused)
+}
+
+// checkpointOptions returns the checkpoint options spec asks for on a
+// pause or a suspend.
+func checkpointOptions(spec *atev1.ActorTemplateSpec, paused bool) node.CheckpointOptions {
+	opts := node.CheckpointOptions{Paused: paused, Scope: snapshot.ScopeFull}
 	scope := spec.GetSnapshotPolicy().GetOnSuspend()
 	if paused {
 		scope = spec.GetSnapshotPolicy().GetOnPause()

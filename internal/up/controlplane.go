@@ -58,12 +58,14 @@ const DBName = "ate.db"
 // NewControlPlane builds and recovers a control plane. runCtx bounds what
 // keeps running in the background (golden builds, exit watchers); ctx only
 // the building. Errors leave nothing open.
-func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (cp *ControlPlane, err error) {
+func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *ControlPlane, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cp = &ControlPlane{}
+	// A local, not the named result: `return nil, err` clears the result
+	// before the deferred Close runs.
+	cp := &ControlPlane{}
 	defer func() {
 		if err != nil {
 			cp.Close()

@@ -84,16 +84,11 @@ func (c *committer) loop() {
 // commit runs batch in as few transactions as its failures allow.
 func (c *committer) commit(batch []*write) {
 	for len(batch) > 0 {
-		failed := -1
+		failed := -1 // stays -1 if the transaction never began
 		var fnErr error
 		err := c.db.Update(func(tx *bbolt.Tx) error {
-			for i, w := range batch {
-				if fnErr = w.fn(tx); fnErr != nil {
-					failed = i
-					return fnErr
-				}
-			}
-			return nil
+			failed, fnErr = runAll(tx, batch)
+			return fnErr
 		})
 		switch {
 		case failed < 0:
@@ -112,12 +107,8 @@ func (c *committer) commit(batch []*write) {
 			// and alone, on their result.
 			head := batch[:failed]
 			herr := c.db.Update(func(tx *bbolt.Tx) error {
-				for _, w := range head {
-					if err := w.fn(tx); err != nil {
-						return err
-					}
-				}
-				return nil
+				_, err := runAll(tx, head)
+				return err
 			})
 			if herr != nil {
 				// They succeeded a moment ago on the same state, so only
@@ -133,6 +124,17 @@ func (c *committer) commit(batch []*write) {
 			batch = batch[failed:]
 		}
 	}
+}
+
+// runAll runs ws in tx in order until one fails, and returns that one's
+// index and error; -1 and nil when all succeed.
+func runAll(tx *bbolt.Tx, ws []*write) (int, error) {
+	for i, w := range ws {
+		if err := w.fn(tx); err != nil {
+			return i, err
+		}
+	}
+	return -1, nil
 }
 
 // close refuses new writes and waits for queued ones to finish.

@@ -205,7 +205,6 @@ func testClaimWorker(t *testing.T, s store.Store) {
 		t.Fatalf("b claimed %s, want w1", w.Name)
 	}
 	// Release by a non-holder is a no-op; by the holder frees.
-	_ = ra
 	must(t, s.ReleaseWorker(ctx, "w1", a.UID))
 	if got, _ := s.GetWorker(ctx, "w1"); got.ActorUID != b.UID {
 		t.Fatalf("w1 holder = %q, want %q", got.ActorUID, b.UID)

@@ -163,13 +163,13 @@ func oneLine(s string) string {
 }
 
 // writeFailure writes f as the response. Nothing may have been written
-// to w yet.
+// to w yet; a failed attempt leaves no activation headers on w, since
+// forward sets them on the actor's response (copied to w only once it
+// is relayed).
 func writeFailure(w http.ResponseWriter, f failure) {
 	h := w.Header()
-	h.Del(HeaderActivation)
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Del(HeaderActivationMs)
 	if f.retryAfter {
 		h.Set("Retry-After", "1")
 	}

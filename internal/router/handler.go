@@ -140,8 +140,6 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		// the read of the next request on the connection.
 		defer r.Body.Close()
 	}
-	rlog := h.logger.With("actor", key.Name, "atespace", key.Atespace)
-	ctx := r.Context()
 	var body *replayBody
 	if hasBody(r) {
 		body = newReplayBody(r.Body)
@@ -151,50 +149,51 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 	if err == nil {
 		return
 	}
-	if t.Worker == "" {
-		h.fail(w, key, err, rlog)
-		return
-	}
-	if ctx.Err() == nil && !errors.Is(err, errRouteTimeout) {
-		// Whatever went wrong, the next request should look again; a
-		// slow actor is still where it was.
-		h.act.forget(key, t)
-	}
-	if !isStale(err) {
-		h.fail(w, key, err, rlog.With("worker", t.Worker))
+	if t.Worker == "" || !isStale(err) {
+		h.fail(w, key, err, h.requestLog(key, t))
 		return
 	}
 	if body != nil {
 		// The actor never saw the request: send it again if the router
 		// still holds all of its body that was read.
-		if again, ok := body.rewind(); ok {
-			r.Body = again
-		} else {
+		again, ok := body.rewind()
+		if !ok {
 			// Resume in the background so the client's retry finds it warm.
-			h.act.prewarm(ctx, key)
-			h.fail(w, key, fmt.Errorf("%w: %w", errStale, err), rlog.With("worker", t.Worker))
+			h.act.prewarm(r.Context(), key)
+			h.fail(w, key, fmt.Errorf("%w: %w", errStale, err), h.requestLog(key, t))
 			return
 		}
+		r.Body = again
 	}
 	// Routine after every suspend or pause: the cached target is gone.
-	rlog.Debug("actor assignment stale, resolving again", "worker", t.Worker, "err", err)
+	h.requestLog(key, t).Debug("actor assignment stale, resolving again", "err", err)
 	t, err = h.attempt(w, r, key)
 	if err == nil {
 		return
 	}
-	if ctx.Err() == nil && t.Worker != "" && !errors.Is(err, errRouteTimeout) {
-		h.act.forget(key, t)
-	}
 	if isStale(err) {
 		err = fmt.Errorf("%w: %w", errStale, err)
 	}
-	h.fail(w, key, err, rlog.With("worker", t.Worker))
+	h.fail(w, key, err, h.requestLog(key, t))
+}
+
+// requestLog is the logger for a request to key that failed on t (zero
+// when activation failed). It is built only when there is something to
+// log, keeping the attributes' formatting off the path of requests that
+// succeed.
+func (h *Handler) requestLog(key names.ActorKey, t Target) *slog.Logger {
+	if t.Worker == "" {
+		return h.logger.With("actor", key.Name, "atespace", key.Atespace)
+	}
+	return h.logger.With("actor", key.Name, "atespace", key.Atespace, "worker", t.Worker)
 }
 
 // attempt activates key's actor and forwards r to it once, counting the
 // request as activity while it runs. On error nothing has been written
-// to w; t is the target tried, zero when activation failed.
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey) (t Target, err error) {
+// to w, and t is dropped from the cache unless the client left or the
+// actor was merely slow; t is the target tried, zero when activation
+// failed.
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey) (Target, error) {
 	t, act, waited, err := h.act.target(r.Context(), key)
 	if err != nil {
 		return Target{}, err
@@ -202,7 +201,13 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
 	defer h.act.done(key)
-	return t, h.forward(w, r, t, act, waited)
+	err = h.forward(w, r, t, act, waited)
+	if err != nil && r.Context().Err() == nil && !errors.Is(err, errRouteTimeout) {
+		// Whatever went wrong, the next request should look again; a
+		// slow actor is still where it was.
+		h.act.forget(key, t)
+	}
+	return t, err
 }
 
 // fail answers err as classify says and logs it: client errors at debug,

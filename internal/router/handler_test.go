@@ -299,6 +299,30 @@ func TestStaleTarget(t *testing.T) {
 	}
 }
 
+// TestStillStaleAfterRetry: when the re-resolved target is stale too, the
+// client gets 503 with Retry-After, and no activation headers from either
+// attempt.
+func TestStillStaleAfterRetry(t *testing.T) {
+	misdirected := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
+	})
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		return targetAt(key, "stale", misdirected), true, nil
+	}}
+	srv, _ := newRouter(t, Config{}, res)
+	got := get(t, srv, "app.default.actors.localhost", "/", nil)
+	if got.status != 503 || got.retryAfter != "1" || got.body != "actor default/app moved while the request was in flight; retry\n" {
+		t.Fatalf("got %d %q %q, want 503 with Retry-After", got.status, got.retryAfter, got.body)
+	}
+	if got.activation != "" || got.header.Get(HeaderActivationMs) != "" {
+		t.Errorf("failure carries %s %q, %s %q", HeaderActivation, got.activation,
+			HeaderActivationMs, got.header.Get(HeaderActivationMs))
+	}
+	if n := res.lookups.Load(); n != 2 {
+		t.Errorf("Lookup called %d times, want 2", n)
+	}
+}
+
 func TestStreamingIsFlushedIncrementally(t *testing.T) {
 	second := make(chan struct{})
 	tunnel := newTunnel(t, func(w http.ResponseWriter, r *http.Request) {

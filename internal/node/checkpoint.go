@@ -136,25 +136,7 @@ func (n *Node) Upload(_ context.Context, pausedRef, owner, scope string) (string
 	if m.Scope == snapshot.ScopeData {
 		scope = snapshot.ScopeData
 	}
-	if scope == snapshot.ScopeData {
-		vols := filepath.Join(dir, snapshot.VolumesDir)
-		st, err := n.cfg.Snapshots.Stage(owner)
-		if err != nil {
-			return "", err
-		}
-		if _, serr := os.Stat(vols); serr == nil {
-			err = snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir), vols, nil)
-		}
-		var ref string
-		if err == nil {
-			ref, err = n.cfg.Snapshots.Commit(st, snapshot.ScopeData)
-		}
-		if err != nil {
-			_ = n.cfg.Snapshots.Abort(st)
-		}
-		return ref, err
-	}
-	return n.cfg.Snapshots.Import(owner, dir, snapshot.ScopeFull)
+	return n.cfg.Snapshots.Import(owner, dir, scope)
 }
 
 // DeletePaused removes a paused checkpoint from this node's disk.

@@ -214,13 +214,17 @@ func StagedBefore(ref string, t time.Time) bool {
 
 // Import copies the complete snapshot at srcDir (another store's, e.g. a
 // node's paused copy) into this store as a new snapshot of owner and
-// returns its reference: the "upload" of a paused snapshot.
+// returns its reference: the "upload" of a paused snapshot. With scope
+// ScopeData only its volumes are copied.
 func (l *Local) Import(owner, srcDir string, scope string) (string, error) {
 	st, err := l.Stage(owner)
 	if err != nil {
 		return "", err
 	}
-	err = CopyTree(st.Dir, srcDir, func(rel string) bool { return rel == ManifestName })
+	err = CopyTree(st.Dir, srcDir, func(rel string) bool {
+		inVolumes := rel == VolumesDir || strings.HasPrefix(rel, VolumesDir+"/")
+		return rel == ManifestName || (scope == ScopeData && !inVolumes)
+	})
 	if err == nil {
 		var ref string
 		if ref, err = l.Commit(st, scope); err == nil {

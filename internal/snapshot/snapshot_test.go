@@ -119,3 +119,48 @@ func TestStagedBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestImportDataScopeKeepsOnlyVolumes: a Data-scope upload of a paused
+// checkpoint carries its volumes, not its memory image.
+func TestImportDataScopeKeepsOnlyVolumes(t *testing.T) {
+	src, err := NewLocal(filepath.Join(t.TempDir(), "paused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := src.Stage("a-uid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"checkpoint.img", VolumesDir + "/data/note"} {
+		p := filepath.Join(st.Dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref, err := src.Commit(st, ScopeFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _, err := src.Open(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := NewLocal(filepath.Join(t.TempDir(), "durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dst.Import("a-uid", dir, ScopeData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gdir, m, err := dst.Open(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Scope != ScopeData || len(m.Files) != 1 || m.Files[0].Name != VolumesDir+"/data/note" {
+		t.Fatalf("imported %s with %+v; want only the volume file", gdir, m)
+	}
+}

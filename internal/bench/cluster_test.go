@@ -25,18 +25,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // templateName is the template every benchmark creates.
 const templateName = "counter"
 
+// layout packs the benchmark image into dir/image and makes the data
+// directory dir/data; it returns the image reference and the data dir.
+func layout(tb testing.TB, dir string) (ref, data string) {
+	tb.Helper()
+	ref, err := PackImage(context.Background(), filepath.Join(dir, "image"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	data = filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	return ref, data
+}
+
 // startCluster starts a Cluster in dir with the counter template built.
 func startCluster(tb testing.TB, dir string, workers int, fc fake.Config) *Cluster {
 	tb.Helper()
 	ctx := context.Background()
-	ref, err := PackImage(ctx, filepath.Join(dir, "image"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		tb.Fatal(err)
-	}
+	ref, data := layout(tb, dir)
 	c, err := Start(ctx, Config{Dir: data, Workers: workers, Fake: fc})
 	if err != nil {
 		tb.Fatal(err)
@@ -192,15 +200,10 @@ func TestClusterDetectsCrash(t *testing.T) {
 func TestPreloadedClusterBuildsTemplate(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	ref, err := PackImage(ctx, filepath.Join(dir, "image"))
-	if err != nil {
+	ref, data := layout(t, dir)
+	stage := filepath.Join(dir, "stage")
+	if err := os.MkdirAll(stage, 0o700); err != nil {
 		t.Fatal(err)
-	}
-	data, stage := filepath.Join(dir, "data"), filepath.Join(dir, "stage")
-	for _, d := range []string{data, stage} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
 	}
 	const n = 250
 	if _, err := Preload(ctx, PreloadConfig{Dir: data, StageDir: stage, Template: templateName, ImageRef: ref,

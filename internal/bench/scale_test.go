@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -82,15 +81,9 @@ type scaleEnv struct {
 
 func newScaleEnv(b *testing.B, dir string, n int) *scaleEnv {
 	ctx := context.Background()
-	ref, err := PackImage(ctx, filepath.Join(dir, "image"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		b.Fatal(err)
-	}
-	stage := stageDir(b)
+	ref, data := layout(b, dir)
+	// Preload on disk where there is no tmpfs.
+	stage, _ := shmDir(b)
 	stats, err := Preload(ctx, PreloadConfig{Dir: data, StageDir: stage, Template: templateName, ImageRef: ref,
 		Actors: n, Parallel: preloadParallel})
 	if err != nil {
@@ -120,20 +113,6 @@ func newScaleEnv(b *testing.B, dir string, n int) *scaleEnv {
 		env.picks = append(env.picks, ActorName(i*n/scalePicks+n/(2*scalePicks)))
 	}
 	return env
-}
-
-// stageDir returns a fresh directory on /dev/shm to preload the store in,
-// or "" (preload on disk) where there is none.
-func stageDir(b *testing.B) string {
-	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
-		return ""
-	}
-	d, err := os.MkdirTemp("/dev/shm", "ate-bench-")
-	if err != nil {
-		return ""
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(d) })
-	return d
 }
 
 func (e *scaleEnv) run(b *testing.B) {

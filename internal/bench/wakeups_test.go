@@ -42,7 +42,10 @@ func BenchmarkWakeups(b *testing.B) {
 		b.Run("medium="+medium, func(b *testing.B) {
 			dir := b.TempDir()
 			if medium == "tmpfs" {
-				dir = shmDir(b)
+				var err error
+				if dir, err = shmDir(b); err != nil {
+					b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
+				}
 			}
 			benchWakeups(b, dir)
 		})
@@ -50,13 +53,13 @@ func BenchmarkWakeups(b *testing.B) {
 }
 
 // shmDir returns a fresh directory on /dev/shm, removed after b.
-func shmDir(b *testing.B) string {
+func shmDir(b *testing.B) (string, error) {
 	dir, err := os.MkdirTemp("/dev/shm", "ate-bench-")
 	if err != nil {
-		b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
+		return "", err
 	}
 	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return dir, nil
 }
 
 func benchWakeups(b *testing.B, dir string) {

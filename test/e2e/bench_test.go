@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
-
-	atev1 "substrate.dev/ate/api/ate/v1"
 
 	"substrate.dev/ate/internal/latency"
 )
@@ -18,15 +15,10 @@ import (
 // resume: claim a worker, restore, wakeup probe, proxy.
 func BenchmarkActivationSuspended(b *testing.B) {
 	in := startUp(b, 2, "--demo")
-	in.waitTemplateReady("counter")
-	benchActivation(b, in, "counter-1", func() {
-		k := in.standbysPrepared()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "counter-1"}); err != nil {
-			b.Fatal(err)
-		}
-		in.waitStandbys(k + 1)
+	in.mustCount("default/counter-1", 1) // untimed: the actor runs before the first suspend
+	benchActivation(b, in, func() string {
+		in.standbyAfter(func() { in.suspend("counter-1") })
+		return "counter-1"
 	})
 }
 
@@ -34,35 +26,28 @@ func BenchmarkActivationSuspended(b *testing.B) {
 // from the template's golden snapshot.
 func BenchmarkActivationGolden(b *testing.B) {
 	in := startUp(b, 2, "--demo")
-	in.waitTemplateReady("counter")
 	i := 0
 	var name string
-	benchActivation(b, in, "", func() {
+	benchActivation(b, in, func() string {
 		if name != "" {
-			k := in.standbysPrepared()
-			in.ate("suspend", "actor", name)
-			in.waitStandbys(k + 1)
+			in.standbyAfter(func() { in.ate("suspend", "actor", name) })
 			in.ate("delete", "actor", name)
 		}
 		i++
 		name = "golden-" + strconv.Itoa(i)
 		in.ate("create", "actor", name, "--template", "counter")
-	}, func() string { return name })
+		return name
+	})
 }
 
 // BenchmarkActivationPaused measures activation of an actor paused on the
 // node (checkpoint on the node's disk) through the router.
 func BenchmarkActivationPaused(b *testing.B) {
 	in := startUp(b, 2, "--demo")
-	in.waitTemplateReady("counter")
-	benchActivation(b, in, "counter-1", func() {
-		k := in.standbysPrepared()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := in.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: "default", Name: "counter-1"}); err != nil {
-			b.Fatal(err)
-		}
-		in.waitStandbys(k + 1)
+	in.mustCount("default/counter-1", 1) // untimed: the actor runs before the first pause
+	benchActivation(b, in, func() string {
+		in.standbyAfter(func() { in.pause("counter-1") })
+		return "counter-1"
 	})
 }
 
@@ -73,42 +58,27 @@ func BenchmarkActivationColdBoot(b *testing.B) {
 	in := startUp(b, 2)
 	in.createTemplate("test/e2e/testdata/durable-data.yaml", "durable-data")
 	in.ate("create", "actor", "cold", "--template", "durable-data")
-	benchActivation(b, in, "cold", func() {
-		k := in.standbysPrepared()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "cold"}); err != nil {
-			b.Fatal(err)
-		}
-		in.waitStandbys(k + 1)
+	in.mustCount("default/cold", 1) // untimed: the actor runs before the first suspend
+	benchActivation(b, in, func() string {
+		in.standbyAfter(func() { in.suspend("cold") })
+		return "cold"
 	})
 }
 
 // BenchmarkWarm measures a request to a RUNNING actor through the router.
 func BenchmarkWarm(b *testing.B) {
 	in := startUp(b, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
-	benchActivation(b, in, "counter-1", func() {})
+	benchActivation(b, in, func() string { return "counter-1" })
 }
 
-// benchActivation times one GET per iteration after an untimed prepare.
-// name, or names()[0] when name is empty, selects the actor.
-func benchActivation(b *testing.B, in *installation, name string, prepare func(), names ...func() string) {
-	if name != "" {
-		// Untimed: the actor runs before the first prepare.
-		if code, body, _, err := in.request(http.MethodGet, "default/"+name, "/", ""); err != nil || code != http.StatusOK {
-			b.Fatalf("warm-up GET = %d %q %v", code, body, err)
-		}
-	}
+// benchActivation times one GET per iteration of the actor (in the
+// default atespace) that prepare, run untimed before it, names.
+func benchActivation(b *testing.B, in *installation, prepare func() (actor string)) {
 	var lat []time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		prepare()
-		actor := name
-		if actor == "" {
-			actor = names[0]()
-		}
+		actor := prepare()
 		b.StartTimer()
 		start := time.Now()
 		code, body, _, err := in.request(http.MethodGet, "default/"+actor, "/", "")

@@ -32,7 +32,6 @@ import (
 func BenchmarkDensity(b *testing.B) {
 	const workers = 4
 	in := startUp(b, workers, "--demo")
-	in.waitTemplateReady("counter")
 	ctx := context.Background()
 	n := 0
 	start := time.Now()

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
@@ -18,7 +16,6 @@ import (
 // a delete succeeds too.
 func TestFailedRestore(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.mustCount("default/counter-1", 2)
 	in.ate("suspend", "actor", "counter-1")
@@ -52,16 +49,8 @@ func TestFailedRestore(t *testing.T) {
 	if !strings.Contains(a.GetMessage(), "resume failed") {
 		t.Fatalf("actor message %q does not explain the failure", a.GetMessage())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ws, err := in.client.ListWorkers(ctx, &atev1.ListWorkersRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range ws.GetWorkers() {
-		if w.GetPhase() != "FREE" {
-			t.Fatalf("worker %s is %s after the failed restore", w.GetName(), w.GetPhase())
-		}
+	if busy := in.busyWorkers(); len(busy) > 0 {
+		t.Fatalf("workers not FREE after the failed restore: %v", busy)
 	}
 
 	// A good snapshot again: the actor resumes where it was.

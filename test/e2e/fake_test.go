@@ -7,7 +7,6 @@ import "testing"
 // emulated counter's state.
 func TestFakeSandboxClass(t *testing.T) {
 	in := startUp(t, 2, "--demo", "--sandbox-class", "fake")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.mustCount("default/counter-1", 2)
 	in.ate("suspend", "actor", "counter-1")

@@ -55,18 +55,22 @@ func trigger(t *testing.T, dir, name string) {
 	}
 }
 
-func (in *installation) workersFree(t *testing.T) bool {
-	t.Helper()
-	ws, err := in.client.ListWorkers(context.Background(), &atev1.ListWorkersRequest{})
+// busyWorkers lists the workers that are not FREE, as "name phase".
+func (in *installation) busyWorkers() []string {
+	in.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, err := in.client.ListWorkers(ctx, &atev1.ListWorkersRequest{})
 	if err != nil {
-		t.Fatal(err)
+		in.t.Fatal(err)
 	}
+	var busy []string
 	for _, w := range ws.GetWorkers() {
 		if w.GetPhase() != "FREE" {
-			return false
+			busy = append(busy, w.GetName()+" "+w.GetPhase())
 		}
 	}
-	return true
+	return busy
 }
 
 // TestRestoreKilled: runsc is killed in the middle of a restore; the
@@ -75,7 +79,6 @@ func (in *installation) workersFree(t *testing.T) bool {
 func TestRestoreKilled(t *testing.T) {
 	wrapper, dir := faultyRunsc(t)
 	in := startUp(t, 2, "--demo", "--runsc", wrapper)
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.ate("suspend", "actor", "counter-1")
 	trigger(t, dir, "kill-restore")
@@ -90,8 +93,8 @@ func TestRestoreKilled(t *testing.T) {
 		t.Fatalf("request during a killed restore = %d %q", code, body)
 	}
 	in.wantState("counter-1", atev1.ActorState_SUSPENDED)
-	if !in.workersFree(t) {
-		t.Fatal("a worker is still claimed after the killed restore")
+	if busy := in.busyWorkers(); len(busy) > 0 {
+		t.Fatalf("workers still claimed after the killed restore: %v", busy)
 	}
 	in.mustCount("default/counter-1", 2)
 }
@@ -104,7 +107,6 @@ func TestNodeAgentKilledDuringSuspend(t *testing.T) {
 	wrapper, dir := faultyRunsc(t)
 	dataDir := t.TempDir()
 	in := startUpIn(t, dataDir, 2, "--demo", "--runsc", wrapper)
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.ate("suspend", "actor", "counter-1")
 	in.mustCount("default/counter-1", 2) // snapshot at count=1 is the last good one
@@ -122,8 +124,8 @@ func TestNodeAgentKilledDuringSuspend(t *testing.T) {
 	if a.GetState() != atev1.ActorState_CRASHED && a.GetState() != atev1.ActorState_SUSPENDED {
 		t.Fatalf("after restart the actor is %s (%s)", a.GetState(), a.GetMessage())
 	}
-	if a.GetWorker() != "" || !in2.workersFree(t) {
-		t.Fatalf("after restart a worker is still held (actor on %q)", a.GetWorker())
+	if busy := in2.busyWorkers(); a.GetWorker() != "" || len(busy) > 0 {
+		t.Fatalf("after restart a worker is still held (actor on %q, not FREE: %v)", a.GetWorker(), busy)
 	}
 	// Only snapshots something points to remain, once the garbage
 	// collection that runs while the API serves is through.
@@ -155,7 +157,6 @@ func TestNodeAgentKilledDuringSuspend(t *testing.T) {
 // free, and the next request resumes it from its last snapshot.
 func TestSandboxDiesOnItsOwn(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.ate("suspend", "actor", "counter-1")
 	in.mustCount("default/counter-1", 2)
@@ -190,8 +191,8 @@ func TestSandboxDiesOnItsOwn(t *testing.T) {
 	waitFor(t, "the actor to be marked CRASHED", 15*time.Second, func() bool {
 		return in.actor("counter-1").GetState() == atev1.ActorState_CRASHED
 	})
-	if !in.workersFree(t) {
-		t.Fatal("the crashed actor's worker is not free")
+	if busy := in.busyWorkers(); len(busy) > 0 {
+		t.Fatalf("the crashed actor's worker is not free: %v", busy)
 	}
 	in.mustCount("default/counter-1", 2) // from the snapshot taken at count=1
 	if msg := in.actor("counter-1").GetMessage(); !strings.Contains(msg, "after a crash") {

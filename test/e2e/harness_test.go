@@ -84,8 +84,7 @@ type installation struct {
 	apiAddr    string
 	client     atev1.ControlClient
 
-	cmd    *exec.Cmd
-	exited chan error
+	cmd *exec.Cmd // nil once `ate up` was killed or terminated
 
 	mu  sync.Mutex
 	log strings.Builder
@@ -95,7 +94,8 @@ type installation struct {
 }
 
 // startUp runs `ate up` with the given workers and extra flags and waits
-// until it serves (and, with --demo, until the demo actor exists).
+// until it serves (and, with --demo, until the demo actor exists and its
+// template "counter" is READY).
 func startUp(t testing.TB, workers int, extra ...string) *installation {
 	t.Helper()
 	return startUpIn(t, t.TempDir(), workers, extra...)
@@ -105,7 +105,7 @@ func startUp(t testing.TB, workers int, extra ...string) *installation {
 // installation on the same state.
 func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *installation {
 	t.Helper()
-	in := &installation{t: t, dataDir: dataDir, exited: make(chan error, 1)}
+	in := &installation{t: t, dataDir: dataDir}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
 		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--log-level", "debug",
 		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml"),
@@ -129,21 +129,10 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	t.Cleanup(func() {
 		// SIGTERM is what an operator sends; ate up must exit 0 after
 		// suspending its actors.
-		if in.killed() {
-			return
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		exited := in.exited
-		go func() { exited <- cmd.Wait() }()
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("ate up exited: %v", err)
+		if !in.killed() {
+			if err := in.terminate(90 * time.Second); err != nil {
+				t.Errorf("ate up after SIGTERM: %v", err)
 			}
-		case <-time.After(90 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("ate up did not exit within 90s of SIGTERM")
-			<-exited
 		}
 		if t.Failed() {
 			t.Logf("ate up log:\n%s", in.logText())
@@ -161,6 +150,9 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	}
 	t.Cleanup(func() { conn.Close() })
 	in.client = atev1.NewControlClient(conn)
+	if demo {
+		in.waitTemplateReady("counter")
+	}
 	return in
 }
 
@@ -182,6 +174,30 @@ func (in *installation) kill() {
 	in.mu.Lock()
 	in.cmd = nil
 	in.mu.Unlock()
+}
+
+// terminate sends SIGTERM to `ate up` and waits up to timeout for it to
+// exit, returning how it exited; the harness's cleanup has nothing left
+// to stop afterwards.
+func (in *installation) terminate(timeout time.Duration) error {
+	in.t.Helper()
+	in.mu.Lock()
+	cmd := in.cmd
+	in.cmd = nil
+	in.mu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		return err
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("ate up did not exit within %s of SIGTERM", timeout)
+	}
 }
 
 func (in *installation) killed() bool {
@@ -228,18 +244,16 @@ func (in *installation) standbysPrepared() int {
 	return in.standbys
 }
 
-// waitStandbys waits until the node has prepared at least n standbys:
-// benchmarks measure activation on a node that had time to get ready, as
-// an actor idle for minutes finds it.
-func (in *installation) waitStandbys(n int) {
+// standbyAfter runs putAway, a suspend or pause that frees a worker, and
+// waits until the node has prepared one more standby: benchmarks measure
+// activation on a node that had time to get ready, as an actor idle for
+// minutes finds it.
+func (in *installation) standbyAfter(putAway func()) {
 	in.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for in.standbysPrepared() < n {
-		if time.Now().After(deadline) {
-			in.t.Fatalf("node prepared %d standbys, want %d; log:\n%s", in.standbysPrepared(), n, in.logText())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	want := in.standbysPrepared() + 1
+	putAway()
+	waitFor(in.t, fmt.Sprintf("the node to prepare standby %d", want), 30*time.Second,
+		func() bool { return in.standbysPrepared() >= want })
 }
 
 func (in *installation) logText() string {

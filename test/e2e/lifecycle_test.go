@@ -29,6 +29,25 @@ func (in *installation) cat(actor, path, want string) {
 	}
 }
 
+// slowRequest sends GET /sleep?ms=ms to actor name (default atespace), a
+// template with a volume at /data, in the background, and returns once the
+// request has reached the actor (it marks /data/arrived on arrival); its
+// reply comes on the channel.
+func (in *installation) slowRequest(name string, ms int) <-chan reply {
+	in.t.Helper()
+	mark := filepath.Join(in.dataDir, "node", "workers", in.actor(name).GetWorker(), "volumes", "data", "arrived")
+	done := make(chan reply, 1)
+	go func() {
+		code, body, hdr, err := in.request(http.MethodGet, "default/"+name, fmt.Sprintf("/sleep?ms=%d&mark=/data/arrived", ms), "")
+		done <- reply{code: code, body: body, header: hdr, err: err, at: time.Now()}
+	}()
+	waitFor(in.t, "the slow request to reach the actor", 30*time.Second, func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	return done
+}
+
 func (in *installation) wantState(name string, want atev1.ActorState) *atev1.Actor {
 	in.t.Helper()
 	a := in.actor(name)
@@ -94,7 +113,6 @@ func TestDataScope(t *testing.T) {
 // their own identity, before and after a move.
 func TestIdentityFiles(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	for _, n := range []string{"id-a", "id-b"} {
 		in.ate("create", "actor", n, "--template", "counter")
 	}
@@ -120,23 +138,7 @@ func TestInFlightRequestSurvivesSuspend(t *testing.T) {
 	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
 	in.ate("create", "actor", "slow", "--template", "durable")
 	in.mustCount("default/slow", 1)
-	mark := filepath.Join(in.dataDir, "node", "workers", in.actor("slow").GetWorker(), "volumes", "data", "arrived")
-	type result struct {
-		code int
-		body string
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, b, _, err := in.request(http.MethodGet, "default/slow", "/sleep?ms=2000&mark=/data/arrived", "")
-		if err != nil {
-			t.Error(err)
-		}
-		done <- result{c, b}
-	}()
-	waitFor(t, "the slow request to reach the actor", 30*time.Second, func() bool {
-		_, err := os.Stat(mark)
-		return err == nil
-	})
+	done := in.slowRequest("slow", 2000)
 	suspended := make(chan string, 1)
 	go func() {
 		out, err := in.ateErr("suspend", "actor", "slow")
@@ -151,8 +153,8 @@ func TestInFlightRequestSurvivesSuspend(t *testing.T) {
 	// Arrives during the drain: held, then served after a resume.
 	in.mustCount("default/slow", 2)
 	r := <-done
-	if r.code != http.StatusOK || !strings.HasPrefix(r.body, "slept 2000 ms") {
-		t.Fatalf("in-flight request = %d %q", r.code, r.body)
+	if r.err != nil || r.code != http.StatusOK || !strings.HasPrefix(r.body, "slept 2000 ms") {
+		t.Fatalf("in-flight request = %d %q %v", r.code, r.body, r.err)
 	}
 	<-suspended
 	if a := in.actor("slow"); a.GetResumes() != 2 || a.GetState() != atev1.ActorState_RUNNING {
@@ -164,7 +166,6 @@ func TestInFlightRequestSurvivesSuspend(t *testing.T) {
 // durable snapshot; force delete removes a RUNNING actor.
 func TestRevertAndForceDelete(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.ate("suspend", "actor", "counter-1")
 	in.mustCount("default/counter-1", 2)
@@ -193,28 +194,12 @@ func TestCutOffAfterGrace(t *testing.T) {
 	in.createTemplate("test/e2e/testdata/durable-data.yaml", "durable-data")
 	in.ate("create", "actor", "cut", "--template", "durable-data")
 	in.mustCount("default/cut", 1)
-	mark := filepath.Join(in.dataDir, "node", "workers", in.actor("cut").GetWorker(), "volumes", "data", "arrived")
-	type result struct {
-		code int
-		hdr  http.Header
-		body string
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, b, h, err := in.request(http.MethodGet, "default/cut", "/sleep?ms=60000&mark=/data/arrived", "")
-		if err != nil {
-			t.Error(err)
-		}
-		done <- result{c, h, b}
-	}()
-	waitFor(t, "the slow request to reach the actor", 30*time.Second, func() bool {
-		_, err := os.Stat(mark)
-		return err == nil
-	})
+	done := in.slowRequest("cut", 60000)
 	in.ate("pause", "actor", "cut")
 	r := <-done
-	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
-		t.Fatalf("cut-off request = %d %q (Retry-After %q), want 503 with Retry-After", r.code, r.body, r.hdr.Get("Retry-After"))
+	if r.err != nil || r.code != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("cut-off request = %d %q (Retry-After %q) %v, want 503 with Retry-After",
+			r.code, r.body, r.header.Get("Retry-After"), r.err)
 	}
 	in.wantState("cut", atev1.ActorState_PAUSED)
 	in.mustCount("default/cut", 2) // the pause (Full) kept memory
@@ -225,7 +210,6 @@ func TestCutOffAfterGrace(t *testing.T) {
 // request resumes it with its memory.
 func TestActorAsksForItsOwnSuspension(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	for i, action := range []string{"suspend", "pause"} {
 		want := map[string]atev1.ActorState{"suspend": atev1.ActorState_SUSPENDED, "pause": atev1.ActorState_PAUSED}[action]
@@ -249,26 +233,14 @@ func TestStandbyIsolation(t *testing.T) {
 	for _, n := range []string{"sb-a", "sb-b"} {
 		in.ate("create", "actor", n, "--template", "durable")
 	}
-	put := func(actor, path, body string) {
-		t.Helper()
-		if code, b, _, err := in.request(http.MethodPut, "default/"+actor, "/files"+path, body); err != nil || code != http.StatusNoContent {
-			t.Fatalf("PUT %s%s = %d %q %v", actor, path, code, b, err)
-		}
-	}
-	suspend := func(actor string) {
-		t.Helper()
-		k := in.standbysPrepared()
-		in.ate("suspend", "actor", actor)
-		in.waitStandbys(k + 1)
-	}
-	put("sb-a", "/data/owner", "a")
-	suspend("sb-a")
+	in.put("default/sb-a", "/data/owner", "a")
+	in.standbyAfter(func() { in.ate("suspend", "actor", "sb-a") })
 	if code, body := in.get("default/sb-b", "/files/data/owner"); code != http.StatusNotFound {
 		t.Fatalf("sb-b reads sb-a's volume file: %d %q", code, body)
 	}
 	in.cat("default/sb-b", "/run/ate/actor-name", "sb-b")
-	put("sb-b", "/data/owner", "b")
-	suspend("sb-b")
+	in.put("default/sb-b", "/data/owner", "b")
+	in.standbyAfter(func() { in.ate("suspend", "actor", "sb-b") })
 	in.cat("default/sb-a", "/data/owner", "a")
 	in.cat("default/sb-a", "/run/ate/actor-name", "sb-a")
 

@@ -45,7 +45,6 @@ func directClient(conns int, worker string) (*http.Client, string) {
 func BenchmarkRouterWarm(b *testing.B) {
 	const conns, window = 16, 3 * time.Second
 	in := startUp(b, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	direct, directURL := directClient(conns, in.actor("counter-1").GetWorker())
 	routed := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, DisableCompression: true}, Timeout: time.Minute}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,32 +50,13 @@ func (in *installation) suspend(name string) {
 	}
 }
 
-// terminate sends SIGTERM to `ate up` and waits up to timeout for it to
-// exit, returning how it exited; the harness's cleanup has nothing left
-// to stop afterwards. The log is printed if the test failed.
-func (in *installation) terminate(timeout time.Duration) error {
+// pause pauses actor name of the default atespace through the API.
+func (in *installation) pause(name string) {
 	in.t.Helper()
-	in.mu.Lock()
-	cmd := in.cmd
-	in.cmd = nil
-	in.mu.Unlock()
-	in.t.Cleanup(func() {
-		if in.t.Failed() {
-			in.t.Logf("ate up log:\n%s", in.logText())
-		}
-	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		return err
-	case <-time.After(timeout):
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("ate up did not exit within %s of SIGTERM", timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := in.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: "default", Name: name}); err != nil {
+		in.t.Fatalf("pause %s: %v", name, err)
 	}
 }
 

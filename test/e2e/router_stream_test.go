@@ -44,7 +44,6 @@ func h2cClient(t *testing.T) *http.Client {
 // are served.
 func TestRouterStreaming(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	h1 := &http.Client{Timeout: time.Minute}
 

@@ -46,7 +46,6 @@ func (in *installation) burst(n int, actor, path string) []reply {
 func TestRouterBurstFromZero(t *testing.T) {
 	const n = 500
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.suspend("counter-1")
 	before := in.actor("counter-1").GetResumes()

@@ -1,15 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
 // TestMultiplexing runs six counter actors on two workers, several rounds,
@@ -64,37 +60,20 @@ func TestMultiplexing(t *testing.T) {
 // resume counter, kept by the API server, grows by one).
 func TestCoalescedResume(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 	in.mustCount("default/counter-1", 1)
 	in.ate("suspend", "actor", "counter-1")
 	before := in.actor("counter-1").GetResumes()
 
 	const n = 30
-	var wg sync.WaitGroup
-	codes := make([]int, n)
-	bodies := make([]string, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			c, b, _, err := in.request(http.MethodGet, "default/counter-1", "/", "")
-			if err != nil {
-				t.Error(err)
-			}
-			codes[i], bodies[i] = c, strings.TrimSpace(b)
-		})
-	}
-	close(start)
-	wg.Wait()
 	seen := map[string]bool{}
-	for i := range n {
-		if codes[i] != http.StatusOK {
-			t.Fatalf("request %d = %d %q", i, codes[i], bodies[i])
+	for i, r := range in.burst(n, "default/counter-1", "/") {
+		if r.err != nil || r.code != http.StatusOK {
+			t.Fatalf("request %d = %d %q %v", i, r.code, r.body, r.err)
 		}
-		if seen[bodies[i]] {
-			t.Fatalf("two requests got %q", bodies[i])
+		if seen[r.body] {
+			t.Fatalf("two requests got %q", r.body)
 		}
-		seen[bodies[i]] = true
+		seen[r.body] = true
 	}
 	for c := 2; c <= n+1; c++ {
 		if !seen[fmt.Sprintf("count=%d", c)] {
@@ -118,18 +97,10 @@ func TestParkedUntilWorkerFrees(t *testing.T) {
 	in.mustCount("default/busy-a", 1)
 	in.mustCount("default/busy-b", 1)
 
-	type result struct {
-		code int
-		body string
-		at   time.Time
-	}
-	done := make(chan result, 1)
+	done := make(chan reply, 1)
 	go func() {
-		c, b, _, err := in.request(http.MethodGet, "default/waiter", "/", "")
-		if err != nil {
-			t.Error(err)
-		}
-		done <- result{c, strings.TrimSpace(b), time.Now()}
+		code, body, hdr, err := in.request(http.MethodGet, "default/waiter", "/", "")
+		done <- reply{code: code, body: strings.TrimSpace(body), header: hdr, err: err, at: time.Now()}
 	}()
 	// The request is parked once the API server is waiting for a worker
 	// on its behalf; the router reports that in its log.
@@ -142,14 +113,10 @@ func TestParkedUntilWorkerFrees(t *testing.T) {
 	default:
 	}
 	suspendAt := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "busy-a"}); err != nil {
-		t.Fatal(err)
-	}
+	in.suspend("busy-a")
 	r := <-done
-	if r.code != http.StatusOK || r.body != "count=1" {
-		t.Fatalf("parked request = %d %q", r.code, r.body)
+	if r.err != nil || r.code != http.StatusOK || r.body != "count=1" {
+		t.Fatalf("parked request = %d %q %v", r.code, r.body, r.err)
 	}
 	if r.at.Before(suspendAt) {
 		t.Fatal("parked request was served before a worker was freed")

@@ -14,7 +14,6 @@ import (
 // verb in every output format.
 func TestUserStory(t *testing.T) {
 	in := startUp(t, 2, "--demo")
-	in.waitTemplateReady("counter")
 
 	// Host header, ate-target-actor header, and a *.localhost URL.
 	for i, send := range []func() (int, string){

@@ -97,7 +97,7 @@ func TestToStatus(t *testing.T) {
 					info = i
 				}
 			}
-			if info == nil || info.GetDomain() != ErrorDomain || info.GetReason() == "" {
+			if info == nil || info.GetDomain() != atev1.ErrorDomain || info.GetReason() == "" {
 				t.Fatalf("status lacks the ErrorInfo that marks it as the server's: %v", st.Details())
 			}
 		})

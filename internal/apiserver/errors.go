@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
@@ -49,13 +50,10 @@ func toStatus(err error) error {
 	// The detail marks the status as the server's verdict, so a client can
 	// tell "the actor failed to start" (UNAVAILABLE from us) from "the
 	// server is unreachable" (UNAVAILABLE from the transport).
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); derr == nil {
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: atev1.ErrorDomain}); derr == nil {
 		st = d
 	}
 	return st.Err()
 }
-
-// ErrorDomain is the ErrorInfo domain of every error this API returns.
-const ErrorDomain = "ate.substrate.dev"
 
 var errInvalid = errors.New("invalid argument")

@@ -130,7 +130,7 @@ func deadlineReached(ctx context.Context) bool {
 // server answered; a transport failure carries none.
 func fromServer(st *status.Status) bool {
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == "ate.substrate.dev" {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == atev1.ErrorDomain {
 			return true
 		}
 	}

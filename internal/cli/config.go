@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/google/renameio/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -74,22 +75,10 @@ func WriteConfig(path string, c Config) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create config directory: %w", err)
 	}
-	// CreateTemp makes the file 0600, so the secret-to-be is never readable
-	// by others, not even briefly.
-	f, err := os.CreateTemp(dir, ".config-*.yaml")
-	if err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp) // best effort; the write error is what matters
+	// renameio writes a temporary file, syncs it and renames it into
+	// place, so a reader never sees half a config; 0600 because the
+	// config will hold credentials.
+	if err := renameio.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("write config %s: %w", path, err)
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/google/renameio/v2"
 )
 
 // ErrDigestMismatch: a reference now names other content than the digest
@@ -74,8 +76,10 @@ func (c *Cache) cached(digest string) (*Image, bool) {
 	return &img, true
 }
 
-// remember records img's config next to its root filesystem, written to a
-// temporary file and renamed so a reader never sees half of it.
+// remember records img's config next to its root filesystem. renameio
+// writes it to a temporary file of its own and renames it into place, so a
+// reader never sees half of it and a cold start and a golden build
+// remembering the same image at once do not collide.
 func (c *Cache) remember(img *Image) error {
 	p := c.configPath(img.Digest)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -85,21 +89,5 @@ func (c *Cache) remember(img *Image) error {
 	if err != nil {
 		return err
 	}
-	// A temporary file of its own: a cold start and a golden build of
-	// the same image may remember it at the same moment.
-	f, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return renameio.WriteFile(p, data, 0o600)
 }

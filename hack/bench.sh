@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 {
-	go test -run XXX -bench 'Activation|Warm$|RouterWarm' -benchtime 30x ./test/e2e/
+	go test -run XXX -bench 'Activation|Warm$' -benchtime 30x ./test/e2e/
+	go test -run XXX -bench 'RouterParkedMemory' -benchtime 2x ./test/e2e/
 	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
 	go test -run XXX -bench . -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Wakeups|Scale|Workers' -benchtime 2s ./internal/bench/

@@ -13,7 +13,7 @@ go vet ./...
 # One iteration of every benchmark (~1 min), so no harness can rot;
 # `make bench` runs them in full.
 go test -run XXX -bench . -benchtime 1x ./internal/bench/
-go test -run XXX -bench 'Activation|Warm$|Density' -benchtime 1x ./test/e2e/
+go test -run XXX -bench . -benchtime 1x ./test/e2e/
 go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/
 # Packages run one at a time: the machine has 2 cores and runsc sandboxes
 # are heavy; e2e tests start their own `ate up`. Last, so the run closes

@@ -15,7 +15,9 @@
 # seccomp programs). Also installs iproute2 if `ip` is missing.
 #
 # Keep RUNSC_VERSION equal to gvisor.RunscVersion in
-# internal/sandbox/gvisor/runtime.go.
+# internal/sandbox/gvisor/runtime.go and to go.mod's gvisor.dev/gvisor
+# requirement: ate drives runsc's own library in process for starts and
+# restores (TestLibraryIsRunscVersion checks the two Go-side copies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -14,10 +14,17 @@ import (
 // BenchmarkColdBoot measures `runsc run` of the counter until its first
 // HTTP answer: what an activation costs without any snapshot.
 func BenchmarkColdBoot(b *testing.B) {
-	for _, prepared := range []bool{false, true} {
-		b.Run(map[bool]string{false: "run", true: "prepared"}[prepared], func(b *testing.B) {
-			r := newRuntime(b)
-			measureStarts(b, r, newSlot(b), prepared, func(slot sandbox.Slot, spec sandbox.Spec) error {
+	for _, v := range []struct {
+		name          string
+		prepared, cli bool
+	}{
+		{"run", false, false},
+		{"prepared", true, false},
+		{"prepared-cli", true, true},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			r := newRuntimeWith(b, Config{ForceCLI: v.cli})
+			measureStarts(b, r, newSlot(b), v.prepared, func(slot sandbox.Slot, spec sandbox.Spec) error {
 				return r.Run(b.Context(), slot, spec)
 			})
 		})
@@ -31,16 +38,18 @@ func BenchmarkRestore(b *testing.B) {
 	for _, v := range []struct {
 		name                string
 		checkpoint, restore []string
-		prepared            bool
+		prepared, cli       bool
 	}{
-		{"default", nil, nil, false},
-		{"prepared", nil, nil, true},
-		{"uncompressed", []string{"-compression=none"}, nil, false},
-		{"uncompressed-background", []string{"-compression=none"}, []string{"-background"}, false},
-		{"zero-pages-excluded", []string{"-exclude-committed-zero-pages"}, nil, false},
+		{"default", nil, nil, false, false},
+		{"prepared", nil, nil, true, false},
+		{"prepared-cli", nil, nil, true, true},
+		{"uncompressed", []string{"-compression=none"}, nil, false, false},
+		{"uncompressed-background", []string{"-compression=none"}, []string{"-background"}, false, false},
+		{"zero-pages-excluded", []string{"-exclude-committed-zero-pages"}, nil, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			benchRestore(b, newRuntimeWith(b, Config{CheckpointFlags: v.checkpoint, RestoreFlags: v.restore}), v.prepared)
+			cfg := Config{CheckpointFlags: v.checkpoint, RestoreFlags: v.restore, ForceCLI: v.cli}
+			benchRestore(b, newRuntimeWith(b, cfg), v.prepared)
 		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // counterPort is where testdata/counter listens inside the sandbox.
@@ -449,9 +450,23 @@ func TestDefaultRunscPath(t *testing.T) {
 
 // TestPreparedRestoreAndRun: a container created ahead of time (a node's
 // standby) takes a restore that keeps the checkpoint's memory and files, or
-// a plain start; Destroy removes a prepared container that never started.
+// a plain start; a restore of a corrupt image into one fails as a restore
+// failure and leaves nothing behind; Destroy removes a prepared container
+// that never started. Both ways of driving runsc are checked: the library
+// in process (the default with the installed runsc) and the command.
 func TestPreparedRestoreAndRun(t *testing.T) {
-	r := newRuntime(t)
+	for _, cli := range []bool{false, true} {
+		t.Run(map[bool]string{false: "library", true: "cli"}[cli], func(t *testing.T) {
+			r := newRuntimeWith(t, Config{ForceCLI: cli})
+			if usesLib := r.lib != nil; usesLib == cli {
+				t.Fatalf("ForceCLI=%v: runtime uses the library = %v (is the runsc stamp %s?)", cli, usesLib, RunscVersion)
+			}
+			testPreparedRestoreAndRun(t, r)
+		})
+	}
+}
+
+func testPreparedRestoreAndRun(t *testing.T, r *Runtime) {
 	w1, w2 := newSlot(t), newSlot(t)
 	spec := newSpec(t, r)
 	runReady(t, r, w1, spec)
@@ -486,6 +501,21 @@ func TestPreparedRestoreAndRun(t *testing.T) {
 	}
 	if err := r.Destroy(t.Context(), w1, fresh.ID); err != nil {
 		t.Fatal(err)
+	}
+
+	corrupt := filepath.Join(t.TempDir(), "corrupt")
+	if err := snapshot.CopyTree(corrupt, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(corrupt, "checkpoint.img"), []byte("not a state file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := newPrepared(t, r, w2)
+	if err := r.Restore(t.Context(), w2, bad, corrupt); !errors.Is(err, sandbox.ErrRestoreFailed) {
+		t.Fatalf("Restore of a corrupt image into prepared: err = %v, want ErrRestoreFailed", err)
+	}
+	if _, err := r.command(t.Context(), "state", bad.ID); err == nil {
+		t.Fatalf("prepared container %s still exists after its restore failed", bad.ID)
 	}
 
 	unused := newPrepared(t, r, w1)
@@ -543,4 +573,18 @@ func grepLines(text, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestLibraryIsRunscVersion: the gvisor module this package links (its
+// go.mod requirement) is the version of the runsc binary it drives
+// (RunscVersion, which hack/install-runsc.sh installs).
+func TestLibraryIsRunscVersion(t *testing.T) {
+	gomod, err := os.ReadFile("../../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "gvisor.dev/gvisor " + RunscVersion + "\n"
+	if !strings.Contains(string(gomod), want) {
+		t.Fatalf("go.mod does not require %q: keep RunscVersion and the module requirement equal", strings.TrimSpace(want))
+	}
 }

@@ -1,0 +1,124 @@
+package gvisor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/flag"
+)
+
+// library drives runsc's own container package in this process for the
+// two operations on an activation's critical path: starting and restoring
+// a prepared container (a standby). Both are then a few control-socket
+// calls to the running sandbox instead of a runsc command.
+//
+// Why: a `runsc restore` into a standby took ~69 ms, of which ~23 ms was
+// the command itself — exec of the 100 MB binary, Go start-up, flag and
+// config set-up, exit — and ~44 ms the sandbox's restore (runsc debug
+// timeline, 2-core development VM; BENCHMARKS.md). The library does what
+// the command does (container.Load, then Container.Restore or Start, which
+// sets up the network, sends the control call and saves the state file),
+// so runsc's state under --root stays the single truth and every other
+// operation keeps using the binary.
+//
+// It is used only when the runsc binary is the version this module
+// requires (RunscVersion, from the stamp hack/install-runsc.sh writes),
+// since the state file and the control protocol are runsc-internal.
+type library struct {
+	conf *config.Config
+}
+
+// quietLibraryLog points runsc's package-global logger, which writes to
+// stderr by default, at nothing: every failure comes back as an error, and
+// runsc's own logs of an operation are what ForceCLI plus --debug-log are
+// for.
+var quietLibraryLog sync.Once
+
+// newLibrary returns a library configured by runsc's global flags args,
+// exactly as the runsc command would parse them.
+func newLibrary(args []string) (*library, error) {
+	quietLibraryLog.Do(func() { log.SetTarget(discardEmitter{}) })
+	fs := flag.NewFlagSet("runsc", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("runsc flags %q: %w", args, err)
+	}
+	conf, err := config.NewFromFlags(fs)
+	if err != nil {
+		return nil, fmt.Errorf("runsc config: %w", err)
+	}
+	return &library{conf: conf}, nil
+}
+
+// libraryUsable reports whether runsc at path is the build this module's
+// gvisor library matches: its stamp file (path + ".version") starts with
+// RunscVersion.
+func libraryUsable(path string) bool {
+	stamp, err := os.ReadFile(path + ".version")
+	return err == nil && strings.HasPrefix(string(stamp), RunscVersion+" ")
+}
+
+// start starts the application of created container id (`runsc start`).
+func (l *library) start(ctx context.Context, id string) error {
+	return l.call(ctx, id, func(c *container.Container) error { return c.Start(l.conf) })
+}
+
+// restore restores created container id from imageDir (`runsc restore
+// --detach` of an existing container).
+func (l *library) restore(ctx context.Context, id, imageDir string) error {
+	return l.call(ctx, id, func(c *container.Container) error {
+		return c.Restore(l.conf, imageDir, false, false, nil)
+	})
+}
+
+// sandboxPID returns the sandbox process of container id, or 0 if the
+// container has stopped (`runsc state`'s pid and status, without a runsc
+// process competing for the CPU with the actor's first request).
+func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
+	var pid int
+	err := l.call(ctx, id, func(c *container.Container) error {
+		if c.Status != container.Stopped {
+			pid = c.SandboxPid()
+		}
+		return nil
+	})
+	return pid, err
+}
+
+// call loads container id and runs op on it. runsc's calls take no
+// context, so op runs in its own goroutine: if ctx ends first, call
+// returns ctx's error at once and the caller's force-delete of the
+// container is what ends op (its control socket closes).
+func (l *library) call(ctx context.Context, id string, op func(*container.Container) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		c, err := container.Load(l.conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, container.LoadOpts{Exact: true})
+		if err != nil {
+			done <- fmt.Errorf("load container: %w", err)
+			return
+		}
+		done <- op(c)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type discardEmitter struct{}
+
+func (discardEmitter) Emit(int, log.Level, time.Time, string, ...any) {}

@@ -42,6 +42,7 @@ func upCommand() *cobra.Command {
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			cfg.NoStandbys = !standbys
+			cfg.Logger.Debug("garbage collector target", "gogc", up.TuneGC())
 			return up.Run(cmd.Context(), cfg)
 		},
 	}

@@ -18,9 +18,15 @@ import (
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/up"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs with the collector target `ate up` sets (up.TuneGC), since
+// the cluster stands for an `ate up` process.
+func TestMain(m *testing.M) {
+	up.TuneGC()
+	goleak.VerifyTestMain(m)
+}
 
 // templateName is the template every benchmark creates.
 const templateName = "counter"

@@ -109,6 +109,7 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	s.mu.Lock()
 	s.containerID = ""
 	s.mu.Unlock()
+	n.open.closeAll(id)
 	// The container has stopped, so the volumes are quiescent.
 	for _, v := range vols {
 		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {

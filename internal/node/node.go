@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,6 +137,11 @@ type Node struct {
 
 	// noStandbys is set by StopStandbys and Shutdown.
 	noStandbys atomic.Bool
+
+	// conns pools HTTP connections into sandboxes for the tunnel and
+	// the wakeup probe; open tracks them per container (tunnel.go).
+	conns *http.Transport
+	open  openConns
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous
@@ -147,6 +153,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}}
 	n.noStandbys.Store(cfg.NoStandbys)
+	n.conns = n.newSandboxTransport()
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, d := range []string{"bundles", "logs", "workers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
@@ -233,6 +240,7 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	s.mu.Unlock()
 	if id != "" {
 		n.destroy(ctx, s.sb, id)
+		n.open.closeAll(id)
 	}
 	for _, v := range vols {
 		if err := snapshot.EmptyDir(v.hostDir); err != nil {
@@ -283,6 +291,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 		}
 		s.opMu.Unlock()
 	}
+	n.conns.CloseIdleConnections()
 }
 
 // watch waits for container id in s to exit and reports it if nobody

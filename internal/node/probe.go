@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
@@ -21,7 +20,10 @@ const DefaultProbeTimeout = 60 * time.Second
 // 3xx, or, for templates without one, a TCP connect to the traffic port.
 // It polls with a short, growing interval since a restored server usually
 // answers at once and a booting one within seconds.
-func (n *Node) probe(ctx context.Context, sb sandbox.Slot, spec *atev1.ActorTemplateSpec, port int) error {
+//
+// An HTTP probe goes through the node's pooled sandbox connections
+// (tunnel.go), so the actor's first request reuses its connection.
+func (n *Node) probe(ctx context.Context, sb sandbox.Slot, container string, spec *atev1.ActorTemplateSpec, port int) error {
 	p := spec.GetWakeupProbe()
 	timeout := DefaultProbeTimeout
 	if s := p.GetTimeoutSeconds(); s > 0 {
@@ -37,12 +39,15 @@ func (n *Node) probe(ctx context.Context, sb sandbox.Slot, spec *atev1.ActorTemp
 		return conn.Close()
 	}
 	if get := p.GetHttpGet(); get != nil {
-		check = func() error { return n.httpProbe(ctx, sb, get) }
+		t := tunnelTarget{worker: sb.Name, container: container, port: int(get.GetPort()), sb: sb}
+		check = func() error { return n.httpProbe(ctx, t, get.GetPath()) }
 	}
 	wait := 2 * time.Millisecond
-	for {
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
 		err := check()
 		if err == nil {
+			n.log.DebugContext(ctx, "wakeup probe passed", "worker", sb.Name, "attempts", attempt, "duration", time.Since(start))
 			return nil
 		}
 		select {
@@ -54,32 +59,28 @@ func (n *Node) probe(ctx context.Context, sb sandbox.Slot, spec *atev1.ActorTemp
 	}
 }
 
-func (n *Node) httpProbe(ctx context.Context, sb sandbox.Slot, get *atev1.HTTPGetAction) error {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return n.cfg.Runtime.DialContext(ctx, sb, int(get.GetPort()))
-		},
-		DisableKeepAlives: true,
-	}
-	defer tr.CloseIdleConnections()
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+func (n *Node) httpProbe(ctx context.Context, t tunnelTarget, path string) error {
+	rctx, cancel := context.WithTimeout(context.WithValue(ctx, targetKey, t), 2*time.Second)
 	defer cancel()
-	path := get.GetPath()
+	u := t.url()
+	u.Path = path
 	if path == "" {
-		path = "/"
+		u.Path = "/"
 	}
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+sandbox.InteriorAddr+path, nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return err
 	}
-	resp, err := tr.RoundTrip(req)
+	req.Host = sandbox.InteriorAddr
+	resp, err := n.conns.RoundTrip(req)
 	if err != nil {
 		return err
 	}
+	// Read to the end (within reason) so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return fmt.Errorf("probe GET %s answered %d", path, resp.StatusCode)
+		return fmt.Errorf("probe GET %s answered %d", u.Path, resp.StatusCode)
 	}
 	return nil
 }

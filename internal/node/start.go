@@ -114,7 +114,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
 		}
 		if err == nil {
-			err = n.probe(ctx, s.sb, spec, port)
+			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
 		}
 		if err == nil {
 			break

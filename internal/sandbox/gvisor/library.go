@@ -69,23 +69,26 @@ func libraryUsable(path string) bool {
 
 // start starts the application of created container id (`runsc start`).
 func (l *library) start(ctx context.Context, id string) error {
-	return l.call(ctx, id, func(c *container.Container) error { return c.Start(l.conf) })
+	return l.call(ctx, id, container.LoadOpts{Exact: true}, func(c *container.Container) error { return c.Start(l.conf) })
 }
 
 // restore restores created container id from imageDir (`runsc restore
 // --detach` of an existing container).
 func (l *library) restore(ctx context.Context, id, imageDir string) error {
-	return l.call(ctx, id, func(c *container.Container) error {
+	return l.call(ctx, id, container.LoadOpts{Exact: true}, func(c *container.Container) error {
 		return c.Restore(l.conf, imageDir, false, false, nil)
 	})
 }
 
 // sandboxPID returns the sandbox process of container id, or 0 if the
 // container has stopped (`runsc state`'s pid and status, without a runsc
-// process competing for the CPU with the actor's first request).
+// process competing for the CPU with the actor's first request). It reads
+// the state file only (SkipCheck): no control call to a sandbox that is
+// busy answering that request; a caller that finds the pid gone treats
+// the container as stopped.
 func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	var pid int
-	err := l.call(ctx, id, func(c *container.Container) error {
+	err := l.call(ctx, id, container.LoadOpts{Exact: true, SkipCheck: true}, func(c *container.Container) error {
 		if c.Status != container.Stopped {
 			pid = c.SandboxPid()
 		}
@@ -94,17 +97,17 @@ func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	return pid, err
 }
 
-// call loads container id and runs op on it. runsc's calls take no
+// call loads container id with opts and runs op on it. runsc's calls take no
 // context, so op runs in its own goroutine: if ctx ends first, call
 // returns ctx's error at once and the caller's force-delete of the
 // container is what ends op (its control socket closes).
-func (l *library) call(ctx context.Context, id string, op func(*container.Container) error) error {
+func (l *library) call(ctx context.Context, id string, opts container.LoadOpts, op func(*container.Container) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
 	go func() {
-		c, err := container.Load(l.conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, container.LoadOpts{Exact: true})
+		c, err := container.Load(l.conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, opts)
 		if err != nil {
 			done <- fmt.Errorf("load container: %w", err)
 			return

@@ -588,3 +588,35 @@ func TestLibraryIsRunscVersion(t *testing.T) {
 		t.Fatalf("go.mod does not require %q: keep RunscVersion and the module requirement equal", strings.TrimSpace(want))
 	}
 }
+
+// TestPreparedRestoreHonoursCancelledContext: a restore into a prepared
+// container whose context ends midway returns the context's error as a
+// restore failure, leaves no container behind and the slot usable, also
+// when runsc's library runs it in this process (where nothing kills a
+// runsc command for us).
+func TestPreparedRestoreHonoursCancelledContext(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	spec := newSpec(t, r)
+	runReady(t, r, w, spec)
+	mustGet(t, r, w, "/")
+	img := checkpoint(t, r, w, spec.ID)
+
+	standby := newPrepared(t, r, w)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+	defer cancel()
+	err := r.Restore(ctx, w, standby, img)
+	if !errors.Is(err, sandbox.ErrRestoreFailed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Restore with a 5 ms deadline: err = %v, want ErrRestoreFailed and DeadlineExceeded", err)
+	}
+	if _, err := r.command(t.Context(), "state", standby.ID); err == nil {
+		t.Fatalf("container %s still exists after its restore was cancelled", standby.ID)
+	}
+	next := newPrepared(t, r, w)
+	if err := r.Restore(t.Context(), w, next, img); err != nil {
+		t.Fatalf("restore after a cancelled one: %v", err)
+	}
+	if got := mustGet(t, r, w, "/"); got != "2" {
+		t.Fatalf("counter after restore = %s, want 2", got)
+	}
+}

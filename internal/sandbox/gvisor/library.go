@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/container"
@@ -69,13 +70,13 @@ func libraryUsable(path string) bool {
 
 // start starts the application of created container id (`runsc start`).
 func (l *library) start(ctx context.Context, id string) error {
-	return l.call(ctx, id, container.LoadOpts{Exact: true}, func(c *container.Container) error { return c.Start(l.conf) })
+	return l.call(ctx, id, container.LoadOpts{Exact: true}, true, func(c *container.Container) error { return c.Start(l.conf) })
 }
 
 // restore restores created container id from imageDir (`runsc restore
 // --detach` of an existing container).
 func (l *library) restore(ctx context.Context, id, imageDir string) error {
-	return l.call(ctx, id, container.LoadOpts{Exact: true}, func(c *container.Container) error {
+	return l.call(ctx, id, container.LoadOpts{Exact: true}, true, func(c *container.Container) error {
 		return c.Restore(l.conf, imageDir, false, false, nil)
 	})
 }
@@ -88,7 +89,7 @@ func (l *library) restore(ctx context.Context, id, imageDir string) error {
 // the container as stopped.
 func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	var pid int
-	err := l.call(ctx, id, container.LoadOpts{Exact: true, SkipCheck: true}, func(c *container.Container) error {
+	err := l.call(ctx, id, container.LoadOpts{Exact: true, SkipCheck: true}, false, func(c *container.Container) error {
 		if c.Status != container.Stopped {
 			pid = c.SandboxPid()
 		}
@@ -97,29 +98,43 @@ func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	return pid, err
 }
 
-// call loads container id with opts and runs op on it. runsc's calls take no
-// context, so op runs in its own goroutine: if ctx ends first, call
-// returns ctx's error at once and the caller's force-delete of the
-// container is what ends op (its control socket closes).
-func (l *library) call(ctx context.Context, id string, opts container.LoadOpts, op func(*container.Container) error) error {
+// call loads container id with opts and runs op on it. runsc's calls
+// take no context, so op runs in its own goroutine. If ctx ends first and
+// kill is set, the container's sandbox process is killed, which ends op's
+// control call (and releases runsc's lock on the container, which op
+// holds and the caller's force-delete needs); call then waits up to
+// cleanupTimeout for op to return, and returns ctx's error.
+func (l *library) call(ctx context.Context, id string, opts container.LoadOpts, kill bool, op func(*container.Container) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
+	pid := make(chan int, 1)
 	go func() {
 		c, err := container.Load(l.conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, opts)
 		if err != nil {
+			pid <- 0
 			done <- fmt.Errorf("load container: %w", err)
 			return
 		}
+		pid <- c.SandboxPid()
 		done <- op(c)
 	}()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	if kill {
+		if p := <-pid; p > 0 {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		select {
+		case <-done:
+		case <-time.After(cleanupTimeout):
+		}
+	}
+	return ctx.Err()
 }
 
 type discardEmitter struct{}

@@ -335,10 +335,7 @@ func equal(a, b []string) bool {
 func TestCorruptImageFailsRestoreAndLeavesSlotUsable(t *testing.T) {
 	r := newRuntime(t)
 	w := newSlot(t)
-	spec := newSpec(t, r)
-	runReady(t, r, w, spec)
-	mustGet(t, r, w, "/")
-	img := checkpoint(t, r, w, spec.ID)
+	img := countedOnce(t, r, w)
 
 	// Overwrite part of the state file; pages alone might restore "fine".
 	f, err := os.OpenFile(filepath.Join(img, "checkpoint.img"), os.O_WRONLY, 0)
@@ -527,6 +524,16 @@ func testPreparedRestoreAndRun(t *testing.T, r *Runtime) {
 	}
 }
 
+// countedOnce runs a counter in w, counts once and checkpoints it; it
+// returns the image, whose next count is 2.
+func countedOnce(t testing.TB, r *Runtime, w sandbox.Slot) string {
+	t.Helper()
+	spec := newSpec(t, r)
+	runReady(t, r, w, spec)
+	mustGet(t, r, w, "/")
+	return checkpoint(t, r, w, spec.ID)
+}
+
 // newPrepared is newSpec created in slot by Prepare, with Prepared set.
 func newPrepared(t testing.TB, r *Runtime, slot sandbox.Slot) sandbox.Spec {
 	t.Helper()
@@ -597,10 +604,7 @@ func TestLibraryIsRunscVersion(t *testing.T) {
 func TestPreparedRestoreHonoursCancelledContext(t *testing.T) {
 	r := newRuntime(t)
 	w := newSlot(t)
-	spec := newSpec(t, r)
-	runReady(t, r, w, spec)
-	mustGet(t, r, w, "/")
-	img := checkpoint(t, r, w, spec.ID)
+	img := countedOnce(t, r, w)
 
 	standby := newPrepared(t, r, w)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)

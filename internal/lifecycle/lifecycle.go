@@ -30,6 +30,9 @@ type Node interface {
 	Upload(ctx context.Context, pausedRef, owner, scope string) (string, error)
 	DeletePaused(ref string) error
 	ForgetActor(actorUID string)
+	// StandbyWorkers lists the node's free workers holding a sandbox
+	// prepared for spec (from image imageDigest); claims prefer them.
+	StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string
 }
 
 // Snapshots is the durable snapshot store as workflows use it.

@@ -33,6 +33,8 @@ type fakeNode struct {
 	onCheckpoint func()
 	mu           sync.Mutex
 	last         node.StartRequest
+	// standbys is what StandbyWorkers answers.
+	standbys []string
 }
 
 func (f *fakeNode) Name() string { return f.name }
@@ -61,6 +63,9 @@ func (f *fakeNode) Upload(_ context.Context, _, owner, _ string) (string, error)
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
 func (f *fakeNode) ForgetActor(string)        {}
+func (f *fakeNode) StandbyWorkers(*atev1.ActorTemplateSpec, string) []string {
+	return f.standbys
+}
 
 type env struct {
 	st    store.Store
@@ -391,5 +396,17 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	}
 	if out.Snapshot != "a-uid/uploaded" || out.PausedSnapshot != "" || out.Worker != "other" {
 		t.Fatalf("actor %+v", out)
+	}
+}
+
+// TestResumePrefersWorkerWithStandby: of two free workers, the resume
+// takes the one the node says holds a standby for the template, though
+// the other comes first in the store.
+func TestResumePrefersWorkerWithStandby(t *testing.T) {
+	e := newEnv(t)
+	e.node.standbys = []string{"w1"}
+	e.resume(t)
+	if got := e.get(t).Worker; got != "w1" {
+		t.Fatalf("resumed on %s, want w1 (the worker with a standby)", got)
 	}
 }

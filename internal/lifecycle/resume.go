@@ -70,7 +70,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 		return nil, err
 	}
 	prev := a.State
-	a, w, err := m.claim(ctx, a, src.node)
+	a, w, err := m.claim(ctx, a, src.node, m.node.StandbyWorkers(tpl.Spec, tpl.ImageDigest))
 	if err != nil {
 		return nil, err
 	}
@@ -177,13 +177,14 @@ func (m *Manager) nodeAlive(ctx context.Context, node string) (bool, error) {
 
 // claim takes a free worker for a, moving it to RESUMING, and waits for
 // one to be freed while none is. A worker on prefer (if set) wins; another
-// node's is taken only when prefer has none free.
-func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string) (*store.Actor, *store.Worker, error) {
+// node's is taken only when prefer has none free. Among the free, the
+// workers in ready (holding a standby for a's template) go first.
+func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
 	for waiting := false; ; waiting = true {
 		freed := m.freedCh()
-		ra, w, err := m.store.ClaimWorker(ctx, a, prefer)
+		ra, w, err := m.store.ClaimWorker(ctx, a, prefer, ready...)
 		if errors.Is(err, store.ErrNoFreeWorker) && prefer != "" {
-			ra, w, err = m.store.ClaimWorker(ctx, a, "")
+			ra, w, err = m.store.ClaimWorker(ctx, a, "", ready...)
 		}
 		if err == nil {
 			return ra, w, nil

@@ -127,6 +127,13 @@ func TestStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPrepared(t, rt, 1)
+	standbyOf(n.slots[w]) // the refill has finished
+	if got := n.StandbyWorkers(template("img1"), "sha256:img1"); len(got) != 1 || got[0] != w {
+		t.Fatalf("StandbyWorkers(img1) = %v, want [%s]", got, w)
+	}
+	if got := n.StandbyWorkers(template("img2"), "sha256:img2"); len(got) != 0 {
+		t.Fatalf("StandbyWorkers(img2) = %v, want none: the standby is for img1", got)
+	}
 
 	// Another template: the standby is destroyed, a restores afresh and
 	// finds its own volume.

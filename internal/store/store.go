@@ -173,9 +173,12 @@ type Store interface {
 	UpdateActor(ctx context.Context, a *Actor) (*Actor, error)
 	// ClaimWorker atomically picks a free worker whose labels match a's
 	// WorkerSelector (and, if node is set, on that node), assigns it to a,
-	// and writes a as RESUMING on it, CAS on a's UID and Version.
+	// and writes a as RESUMING on it, CAS on a's UID and Version. The
+	// workers named in prefer are tried first, in order (a node lists
+	// those holding a sandbox prepared for a's template); names that are
+	// unknown, taken, elsewhere or not matching are skipped.
 	// ErrNoFreeWorker when none is free.
-	ClaimWorker(ctx context.Context, a *Actor, node string) (*Actor, *Worker, error)
+	ClaimWorker(ctx context.Context, a *Actor, node string, prefer ...string) (*Actor, *Worker, error)
 	// RecordActivity moves each named actor's LastActivity forward (never
 	// back), in one transaction, bumping the Version of those it changes;
 	// unknown actors are skipped.

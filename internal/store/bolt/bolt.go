@@ -91,6 +91,12 @@ func key2(a, b string) []byte { return []byte(a + "/" + b) }
 // no DNS-1123 name contains, so a node's free workers share one prefix.
 func freeKey(w *store.Worker) []byte { return []byte(w.Node + "\x00" + w.Name) }
 
+// seekKey returns the first key of b at or after k.
+func seekKey(b *bbolt.Bucket, k []byte) []byte {
+	got, _ := b.Cursor().Seek(k)
+	return got
+}
+
 // rebuildFree recreates bFree from the workers, at every Open: cheap (one
 // pass over the workers) and it upgrades files whose index was keyed by
 // name alone.
@@ -407,10 +413,36 @@ func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor
 }
 
 // ClaimWorker implements store.Store.
-func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (outA *store.Actor, outW *store.Worker, err error) {
+func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string, prefer ...string) (outA *store.Actor, outW *store.Worker, err error) {
 	err = s.update(func(tx *bbolt.Tx) error {
 		if _, err := casActor(tx, a); err != nil {
 			return err
+		}
+		free, workers := tx.Bucket(bFree), tx.Bucket(bWorkers)
+		// take claims w (free, fitting) under free-index key k.
+		take := func(k []byte, w *store.Worker) error {
+			w.ActorUID, w.Actor = a.UID, a.Key()
+			if err := put(workers, []byte(w.Name), w); err != nil {
+				return err
+			}
+			if err := free.Delete(k); err != nil {
+				return err
+			}
+			n := *a
+			n.State, n.Worker, n.Version = store.Resuming, w.Name, a.Version+1
+			n.StateTime = time.Now().UTC()
+			outA, outW = &n, w
+			return put(tx.Bucket(bActors), key2(a.Atespace, a.Name), &n)
+		}
+		for _, name := range prefer {
+			w, err := get[store.Worker](workers, []byte(name))
+			if err != nil || (node != "" && w.Node != node) || !store.MatchLabels(a.WorkerSelector, w.Labels) {
+				continue
+			}
+			// Free-index values are empty, so presence is a seek.
+			if k := freeKey(w); bytes.Equal(seekKey(free, k), k) {
+				return take(k, w)
+			}
 		}
 		// With a node, seek to its free workers; without, take the first
 		// free one. Only a worker selector makes this walk past workers
@@ -419,28 +451,16 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string) (out
 		if node != "" {
 			prefix = []byte(node + "\x00")
 		}
-		c := tx.Bucket(bFree).Cursor()
+		c := free.Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			_, name, _ := bytes.Cut(k, []byte{0})
-			w, err := get[store.Worker](tx.Bucket(bWorkers), name)
+			w, err := get[store.Worker](workers, name)
 			if err != nil {
 				return fmt.Errorf("free worker %s: %w", name, err)
 			}
-			if !store.MatchLabels(a.WorkerSelector, w.Labels) {
-				continue
+			if store.MatchLabels(a.WorkerSelector, w.Labels) {
+				return take(k, w)
 			}
-			w.ActorUID, w.Actor = a.UID, a.Key()
-			if err := put(tx.Bucket(bWorkers), name, w); err != nil {
-				return err
-			}
-			if err := tx.Bucket(bFree).Delete(k); err != nil {
-				return err
-			}
-			n := *a
-			n.State, n.Worker, n.Version = store.Resuming, w.Name, a.Version+1
-			n.StateTime = time.Now().UTC()
-			outA, outW = &n, w
-			return put(tx.Bucket(bActors), key2(a.Atespace, a.Name), &n)
 		}
 		return fmt.Errorf("actor %s: %w", a.Key(), store.ErrNoFreeWorker)
 	})

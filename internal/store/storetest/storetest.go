@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListActorsPages", testListActorsPages},
 		{"ClaimWorker", testClaimWorker},
 		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
+		{"ClaimWorkerPrefers", testClaimWorkerPrefers},
 		{"Leases", testLeases},
 		{"WorkerInvariant", testWorkerInvariant},
 		{"NodeScopedClaim", testNodeScopedClaim},
@@ -172,6 +173,39 @@ func testListActorsPages(t *testing.T, s store.Store) {
 	}
 	if _, _, err := s.ListActors(ctx, "default", 3, "!!"); err == nil {
 		t.Fatal("bad page token accepted")
+	}
+}
+
+// testClaimWorkerPrefers: preferred workers are taken first, in order,
+// skipping those that are unknown, taken, on another node or not
+// matching; with none of them free the claim falls back to any worker.
+func testClaimWorkerPrefers(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	for _, w := range []*store.Worker{
+		{Name: "w0", Node: "n"}, {Name: "w1", Node: "n"}, {Name: "w2", Node: "n"},
+		{Name: "w3", Node: "other"}, {Name: "w4", Node: "n", Labels: map[string]string{"pool": "gpu"}},
+	} {
+		must(t, s.PutWorker(ctx, w))
+	}
+	claim := func(name, node string, prefer ...string) string {
+		t.Helper()
+		_, w, err := s.ClaimWorker(ctx, newActor(t, s, name, nil), node, prefer...)
+		must(t, err)
+		return w.Name
+	}
+	if got := claim("a", "n", "nope", "w3", "w2", "w1"); got != "w2" {
+		t.Fatalf("claim preferring [nope w3 w2 w1] on n got %s, want w2", got)
+	}
+	if got := claim("b", "n", "w2", "w1"); got != "w1" {
+		t.Fatalf("claim preferring [w2 (taken) w1] got %s, want w1", got)
+	}
+	sel := newActor(t, s, "c", map[string]string{"pool": "cpu"})
+	if _, _, err := s.ClaimWorker(ctx, sel, "", "w4"); !errors.Is(err, store.ErrNoFreeWorker) {
+		t.Fatalf("claim for pool=cpu preferring w4 (pool=gpu), only w0 and w3 free and unlabeled: err = %v, want ErrNoFreeWorker", err)
+	}
+	if got := claim("d", "", "w2"); got != "w0" {
+		t.Fatalf("claim preferring a taken worker got %s, want the first free, w0", got)
 	}
 }
 

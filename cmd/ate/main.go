@@ -43,7 +43,11 @@ func upCommand() *cobra.Command {
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			cfg.NoStandbys = !standbys
 			cfg.Logger.Debug("garbage collector target", "gogc", up.TuneGC())
-			return up.Run(cmd.Context(), cfg)
+			err := up.Run(cmd.Context(), cfg)
+			// After every deferred teardown in Run: the workers and their
+			// network namespaces are gone, the store is closed.
+			cfg.Logger.Info("ate up stopped", "err", err)
+			return err
 		},
 	}
 	f := cmd.Flags()

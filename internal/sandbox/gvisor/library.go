@@ -2,8 +2,10 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -11,24 +13,29 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/state/statefile"
 	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/flag"
+	runscsandbox "gvisor.dev/gvisor/runsc/sandbox"
 )
 
-// library drives runsc's own container package in this process for the
-// two operations on an activation's critical path: starting and restoring
-// a prepared container (a standby). Both are then a few control-socket
-// calls to the running sandbox instead of a runsc command.
+// library drives runsc's own container package in this process instead of
+// running the runsc command, for every operation on a container that
+// exists: start and restore of a prepared one (a standby), checkpoint,
+// delete, and reading its sandbox's pid. Each is then a few control-socket
+// calls to the running sandbox and a state-file update. Creating a
+// container (`runsc create`, `runsc run`) still runs the command, since it
+// starts the sandbox and gofer processes from the runsc binary.
 //
 // Why: a `runsc restore` into a standby took ~69 ms, of which ~23 ms was
 // the command itself — exec of the 100 MB binary, Go start-up, flag and
 // config set-up, exit — and ~44 ms the sandbox's restore (runsc debug
-// timeline, 2-core development VM; BENCHMARKS.md). The library does what
-// the command does (container.Load, then Container.Restore or Start, which
-// sets up the network, sends the control call and saves the state file),
-// so runsc's state under --root stays the single truth and every other
-// operation keeps using the binary.
+// timeline, 2-core development VM; BENCHMARKS.md); `runsc delete` was
+// 15-20 ms of which little is the deletion. The library does what the
+// commands do (container.Load, then the Container method the command
+// calls), so runsc's state under --root stays the single truth and the
+// command and the library can take turns on one container.
 //
 // It is used only when the runsc binary is the version this module
 // requires (RunscVersion, from the stamp hack/install-runsc.sh writes),
@@ -70,15 +77,36 @@ func libraryUsable(path string) bool {
 
 // start starts the application of created container id (`runsc start`).
 func (l *library) start(ctx context.Context, id string) error {
-	return l.call(ctx, id, container.LoadOpts{Exact: true}, true, func(c *container.Container) error { return c.Start(l.conf) })
+	return l.call(ctx, id, container.LoadOpts{}, true, func(c *container.Container) error { return c.Start(l.conf) })
 }
 
 // restore restores created container id from imageDir (`runsc restore
 // --detach` of an existing container).
 func (l *library) restore(ctx context.Context, id, imageDir string) error {
-	return l.call(ctx, id, container.LoadOpts{Exact: true}, true, func(c *container.Container) error {
+	return l.call(ctx, id, container.LoadOpts{}, true, func(c *container.Container) error {
 		return c.Restore(l.conf, imageDir, false, false, nil)
 	})
+}
+
+// checkpoint saves container id into imageDir (`runsc checkpoint`, with
+// runsc's default compression); the sandbox exits afterwards.
+func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
+	return l.call(ctx, id, container.LoadOpts{}, true, func(c *container.Container) error {
+		return c.Checkpoint(l.conf, imageDir, runscsandbox.CheckpointOpts{
+			Compression: statefile.CompressionLevelDefault, SaveRestoreExecContainerID: c.ID})
+	})
+}
+
+// destroy stops container id's processes and removes its state (`runsc
+// delete --force`); an unknown id is not an error.
+func (l *library) destroy(ctx context.Context, id string) error {
+	err := l.call(ctx, id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
+		return c.Destroy()
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // sandboxPID returns the sandbox process of container id, or 0 if the
@@ -89,7 +117,7 @@ func (l *library) restore(ctx context.Context, id, imageDir string) error {
 // the container as stopped.
 func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	var pid int
-	err := l.call(ctx, id, container.LoadOpts{Exact: true, SkipCheck: true}, false, func(c *container.Container) error {
+	err := l.call(ctx, id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
 		if c.Status != container.Stopped {
 			pid = c.SandboxPid()
 		}
@@ -111,10 +139,16 @@ func (l *library) call(ctx context.Context, id string, opts container.LoadOpts, 
 	done := make(chan error, 1)
 	pid := make(chan int, 1)
 	go func() {
-		c, err := container.Load(l.conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, opts)
+		// Not an exact load: for a container that does not exist that
+		// would leave a lock file behind in the root dir. The search
+		// matches id as a prefix, hence the check that it found id.
+		c, err := container.Load(l.conf.RootDir, container.FullID{ContainerID: id}, opts)
+		if err == nil && c.ID != id {
+			err = fmt.Errorf("found %s: %w", c.ID, fs.ErrNotExist)
+		}
 		if err != nil {
 			pid <- 0
-			done <- fmt.Errorf("load container: %w", err)
+			done <- fmt.Errorf("load container %s: %w", id, err)
 			return
 		}
 		pid <- c.SandboxPid()

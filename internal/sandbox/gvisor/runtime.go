@@ -221,16 +221,33 @@ func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 // the error carries runsc's message and the caller decides whether to
 // Destroy it.
 func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, imageDir string) error {
-	args := append([]string{"checkpoint", "--image-path=" + imageDir}, r.checkpointFlags...)
-	if _, err := r.command(ctx, append(args, id)...); err != nil {
+	var err error
+	if r.lib != nil && len(r.checkpointFlags) == 0 {
+		err = r.timed(ctx, "checkpoint", id, func() error { return r.lib.checkpoint(ctx, id, imageDir) })
+	} else {
+		args := append([]string{"checkpoint", "--image-path=" + imageDir}, r.checkpointFlags...)
+		_, err = r.command(ctx, append(args, id)...)
+	}
+	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s in %s: %w", id, slot.Name, err)
 	}
 	// The image is complete once checkpoint returns; the sandbox is then
-	// stopping on its own, and --force makes sure it is gone.
-	if _, err := r.command(ctx, "delete", "--force", id); err != nil {
+	// stopping on its own, and a forced delete makes sure it is gone.
+	if err := r.delete(ctx, id); err != nil {
 		return fmt.Errorf("gvisor: delete %s after checkpoint: %w", id, err)
 	}
 	return nil
+}
+
+// delete force-deletes container id (`runsc delete --force`): its
+// processes are killed and its state removed. An unknown id is not an
+// error.
+func (r *Runtime) delete(ctx context.Context, id string) error {
+	if r.lib != nil {
+		return r.timed(ctx, "delete", id, func() error { return r.lib.destroy(ctx, id) })
+	}
+	_, err := r.command(ctx, "delete", "--force", id)
+	return err
 }
 
 // Restore starts spec in slot from the checkpoint in imageDir with `runsc
@@ -267,13 +284,15 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 // Destroy stops and removes container id with `runsc kill` then `runsc
 // delete --force`. It returns nil for an unknown id.
 func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {
-	// kill fails for an unknown or already stopped container; delete
-	// --force below is what must succeed, so its error is the only one
-	// that counts.
-	if _, err := r.command(ctx, "kill", id, "KILL"); err != nil {
-		r.log.DebugContext(ctx, "runsc kill before delete failed", "id", id, "worker", slot.Name, "err", err)
+	if r.lib == nil {
+		// kill fails for an unknown or already stopped container; the
+		// delete below is what must succeed, so its error is the only
+		// one that counts. (The library's delete kills first itself.)
+		if _, err := r.command(ctx, "kill", id, "KILL"); err != nil {
+			r.log.DebugContext(ctx, "runsc kill before delete failed", "id", id, "worker", slot.Name, "err", err)
+		}
 	}
-	if _, err := r.command(ctx, "delete", "--force", id); err != nil {
+	if err := r.delete(ctx, id); err != nil {
 		return fmt.Errorf("gvisor: destroy %s in %s: %w", id, slot.Name, err)
 	}
 	return nil
@@ -407,7 +426,7 @@ func (r *Runtime) prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 func (r *Runtime) forceDelete(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := r.command(ctx, "delete", "--force", id); err != nil {
+	if err := r.delete(ctx, id); err != nil {
 		r.log.WarnContext(ctx, "force-delete after failure", "id", id, "err", err)
 	}
 }

@@ -112,8 +112,10 @@ type slot struct {
 	cut bool
 	// standby is the container prepared for the next start, if any;
 	// template is what the worker prepares standbys for (standby.go).
-	standby  *sandbox.Spec
-	template *standbyTemplate
+	standby *sandbox.Spec
+	// standbyKey is the template key standby was prepared for.
+	standbyKey string
+	template   *standbyTemplate
 
 	// identity is what the worker's identity files hold (name,
 	// atespace, uid); guarded by opMu, not mu.
@@ -142,6 +144,9 @@ type Node struct {
 	// the wakeup probe; open tracks them per container (tunnel.go).
 	conns *http.Transport
 	open  openConns
+
+	// ready indexes the workers holding a standby (standby.go).
+	ready readyStandbys
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous

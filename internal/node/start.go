@@ -129,7 +129,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 	}
 	s.mu.Lock()
 	s.actorUID, s.port = req.ActorUID, port
-	s.template = &standbyTemplate{spec: spec, imageDigest: img.Digest}
+	s.template = newStandbyTemplate(spec, img.Digest)
 	s.mu.Unlock()
 	return sspec.ID, nil
 }

@@ -29,8 +29,8 @@
 //	start of a prepared container         ~40 ms (library; ~54 ms as a command)
 //	runsc restore --detach                ~180 ms
 //	restore into a prepared one           ~69 ms (library; ~87 ms as a command)
-//	runsc checkpoint (+delete)            0.10-0.18 s
-//	runsc delete --force                  20-30 ms (mostly runsc's own start-up)
+//	checkpoint (+delete)                  ~60 ms (library; 0.10-0.18 s as commands)
+//	delete                                ~10 ms (library; 20-30 ms as a command)
 //	runsc create (Prepare)                80-120 ms
 package gvisor
 

@@ -387,6 +387,12 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	a.State, a.PausedSnapshot, a.Node = store.Paused, "a-uid/paused", "n1"
 	_, err := e.st.UpdateActor(ctx, a)
 	must(t, err)
+	// The router records the actor's activity while it starts: the
+	// RUNNING write must merge with that, not fail with the paused copy
+	// already gone.
+	e.node.onStart = func(node.StartRequest) error {
+		return e.st.RecordActivity(ctx, []store.Activity{{Atespace: "default", Name: "a", At: time.Now()}})
+	}
 	out, err := e.m.Resume(ctx, "default", "a")
 	if err != nil {
 		t.Fatal(err)

@@ -86,9 +86,18 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
 		}
+		// The record points at the upload before the paused copy goes,
+		// and a stays what is stored, so later writes can still merge
+		// with concurrent ones (update) and a rollback lands on SUSPENDED.
+		moved := *a
+		moved.PausedSnapshot, moved.Node, moved.Snapshot = "", "", ref
+		stored, err := m.update(nctx, a, &moved)
+		if err != nil {
+			m.dropSnapshot(ref, false)
+			return nil, m.lateFinisher(nctx, a, prev, err)
+		}
 		_ = m.node.DeletePaused(src.ref)
-		a.PausedSnapshot, a.Node, a.Snapshot = "", "", ref
-		prev, src = store.Suspended, source{ref: ref}
+		a, prev, src = stored, store.Suspended, source{ref: ref}
 	}
 	start := time.Now()
 	err = m.node.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,

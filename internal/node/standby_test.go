@@ -149,16 +149,22 @@ func TestStandby(t *testing.T) {
 }
 
 // TestStandbyGoneStillStarts: a standby that died (here: destroyed behind
-// the node's back) costs a retry, not the start.
+// the node's back) costs a retry, not the start, nor the volume data the
+// start restores from the snapshot.
 func TestStandbyGoneStillStarts(t *testing.T) {
 	rt := fake.New(fake.Config{})
 	n := newTestNode(t, rt)
 	w := n.order[0]
 	ctx := t.Context()
+	vol := n.workerDir(n.slots[w], "volumes", "data")
 	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Stop(ctx, w, "a"); err != nil {
+	if err := os.WriteFile(filepath.Join(vol, "mine"), []byte("a's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitPrepared(t, rt, 1)
@@ -166,11 +172,14 @@ func TestStandbyGoneStillStarts(t *testing.T) {
 	if err := rt.Destroy(ctx, n.slots[w].sb, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: ref}); err != nil {
 		t.Fatalf("start after the standby vanished: %v", err)
 	}
 	if got, _ := rt.Container(w); got == id || got == "" {
 		t.Fatalf("container after retry = %q; want a fresh one", got)
+	}
+	if got, err := os.ReadFile(filepath.Join(vol, "mine")); err != nil || string(got) != "a's" {
+		t.Fatalf("volume after the retried start = %q, %v; want the snapshot's", got, err)
 	}
 }
 

@@ -127,6 +127,10 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		n.log.WarnContext(ctx, "start in standby failed, starting afresh", "worker", s.name, "container", sspec.ID, "err", err)
 		sspec.ID = newContainerID(req.ActorUID)
 		sspec.BundleDir, sspec.Prepared = n.bundleDir(sspec.ID), false
+		// clearOp emptied the volumes: restore them again.
+		if vols, err = n.prepareVolumes(s, spec, snapDir); err != nil {
+			return "", err
+		}
 	}
 	s.mu.Lock()
 	s.actorUID, s.port = req.ActorUID, port

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -62,12 +63,9 @@ func (n *Node) probe(ctx context.Context, sb sandbox.Slot, container string, spe
 func (n *Node) httpProbe(ctx context.Context, t tunnelTarget, path string) error {
 	rctx, cancel := context.WithTimeout(context.WithValue(ctx, targetKey, t), 2*time.Second)
 	defer cancel()
-	u := t.url()
-	u.Path = path
-	if path == "" {
-		u.Path = "/"
-	}
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
+	// path may carry a query: append it, do not set it as URL.Path.
+	path = cmp.Or(path, "/")
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, t.url().String()+path, nil)
 	if err != nil {
 		return err
 	}
@@ -80,7 +78,7 @@ func (n *Node) httpProbe(ctx context.Context, t tunnelTarget, path string) error
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return fmt.Errorf("probe GET %s answered %d", u.Path, resp.StatusCode)
+		return fmt.Errorf("probe GET %s answered %d", path, resp.StatusCode)
 	}
 	return nil
 }

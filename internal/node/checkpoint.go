@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -102,14 +101,13 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 			_ = store.Abort(st)
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
-		_ = os.RemoveAll(n.bundleDir(id))
+		n.containerGone(id)
 	}
 	// The container is gone (a checkpoint deletes it), so the clearOp
 	// that follows need not destroy it again.
 	s.mu.Lock()
 	s.containerID = ""
 	s.mu.Unlock()
-	n.open.closeAll(id)
 	// The container has stopped, so the volumes are quiescent.
 	for _, v := range vols {
 		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {
@@ -144,8 +142,9 @@ func (n *Node) Upload(_ context.Context, pausedRef, owner, scope string) (string
 func (n *Node) DeletePaused(ref string) error { return n.cfg.Paused.Delete(ref) }
 
 // ForgetActor removes an actor's paused checkpoints from this node after
-// it was deleted. Its volumes and identity files were the worker's
-// (prepareVolumes) and are emptied by the next start there.
+// it was deleted. Its volumes were the worker's (prepareVolumes) and were
+// emptied when its container stopped (clearOp); its identity files stay
+// until the next start there rewrites them.
 func (n *Node) ForgetActor(actorUID string) {
 	_ = n.cfg.Paused.DeleteOwner(actorUID)
 }

@@ -113,7 +113,8 @@ type slot struct {
 	// standby is the container prepared for the next start, if any;
 	// template is what the worker prepares standbys for (standby.go).
 	standby *sandbox.Spec
-	// standbyKey is the template key standby was prepared for.
+	// standbyKey is the template key standby is indexed under in
+	// Node.ready.
 	standbyKey string
 	template   *standbyTemplate
 
@@ -145,8 +146,9 @@ type Node struct {
 	conns *http.Transport
 	open  openConns
 
-	// ready indexes the workers holding a standby (standby.go).
-	ready readyStandbys
+	// ready is the workers holding a standby, by template key
+	// (standby.go).
+	ready keyedSet[string]
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous
@@ -182,6 +184,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("set up worker %s: %w", name, err)
 		}
 		s := &slot{name: name, sb: sb}
+		// Made once: starts and standbys bind-mount it and only ever
+		// rewrite the files in it.
+		if err := os.MkdirAll(n.workerDir(s, "identity"), 0o755); err != nil {
+			return nil, fmt.Errorf("worker %s: %w", name, err)
+		}
 		if i == 0 {
 			n.build = s
 			continue
@@ -227,7 +234,14 @@ func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
 	if err := n.cfg.Runtime.Destroy(ctx, sb, id); err != nil {
 		n.log.WarnContext(ctx, "destroy container", "worker", sb.Name, "container", id, "err", err)
 	}
+	n.containerGone(id)
+}
+
+// containerGone drops what the node kept for container id once it no
+// longer runs: its bundle and its connections.
+func (n *Node) containerGone(id string) {
 	_ = os.RemoveAll(n.bundleDir(id))
+	n.open.closeAll(id)
 }
 
 // bundleDir is where container id's OCI bundle goes; destroy removes it.
@@ -245,7 +259,6 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	s.mu.Unlock()
 	if id != "" {
 		n.destroy(ctx, s.sb, id)
-		n.open.closeAll(id)
 	}
 	for _, v := range vols {
 		if err := snapshot.EmptyDir(v.hostDir); err != nil {

@@ -31,6 +31,11 @@ type SelfFunc func(worker, actorUID, action string)
 // without namespaces (fake) have nothing to serve and return at once.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 	var servers []*http.Server
+	defer func() {
+		for _, srv := range servers {
+			_ = srv.Close()
+		}
+	}()
 	for _, name := range n.order {
 		s := n.slots[name]
 		if s.sb.DialNetNSPath == "" {
@@ -49,9 +54,6 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 		}(ln)
 	}
 	<-ctx.Done()
-	for _, srv := range servers {
-		_ = srv.Close()
-	}
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -34,70 +33,24 @@ import (
 type standbyTemplate struct {
 	spec        *atev1.ActorTemplateSpec
 	imageDigest string
-	// key identifies spec and imageDigest (standbyKey).
-	key string
 }
 
-func newStandbyTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) *standbyTemplate {
-	return &standbyTemplate{spec: spec, imageDigest: imageDigest, key: standbyKey(spec, imageDigest)}
+// key identifies t's spec and image: equal keys, equal containers.
+// Deterministic encoding makes equal specs encode alike.
+func (t *standbyTemplate) key() string {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(t.spec)
+	return t.imageDigest + "\x00" + string(b)
 }
 
-// standbyKey identifies a template's spec and image: equal keys, equal
-// containers. Deterministic encoding makes equal specs encode alike.
-func standbyKey(spec *atev1.ActorTemplateSpec, imageDigest string) string {
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(spec)
-	return imageDigest + "\x00" + string(b)
-}
-
-// readyStandbys indexes the workers holding a standby by its template's
-// key, so a resume finds them without looking at every worker.
-type readyStandbys struct {
-	mu  sync.Mutex
-	all map[string]map[string]struct{}
-}
-
-func (r *readyStandbys) set(key, worker string, ready bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !ready {
-		delete(r.all[key], worker)
-		if len(r.all[key]) == 0 {
-			delete(r.all, key)
-		}
-		return
-	}
-	if r.all == nil {
-		r.all = map[string]map[string]struct{}{}
-	}
-	if r.all[key] == nil {
-		r.all[key] = map[string]struct{}{}
-	}
-	r.all[key][worker] = struct{}{}
-}
-
-// workers returns the workers ready for key other than except, sorted.
-func (r *readyStandbys) workers(key, except string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for w := range r.all[key] {
-		if w != except {
-			out = append(out, w)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// setStandby records sb (nil: none) as s's standby. s.mu must be held.
-func (n *Node) setStandby(s *slot, sb *sandbox.Spec) {
+// setStandby records sb (nil: none), prepared for the template with key,
+// as s's standby, and indexes it in n.ready. s.mu must be held.
+func (n *Node) setStandby(s *slot, sb *sandbox.Spec, key string) {
 	if s.standby != nil {
-		n.ready.set(s.standbyKey, s.name, false)
+		n.ready.remove(s.standbyKey, s.name)
 	}
-	s.standby, s.standbyKey = sb, ""
-	if sb != nil && s.template != nil {
-		s.standbyKey = s.template.key
-		n.ready.set(s.standbyKey, s.name, true)
+	s.standby, s.standbyKey = sb, key
+	if sb != nil {
+		n.ready.add(key, s.name)
 	}
 }
 
@@ -110,7 +63,7 @@ const refillTimeout = 30 * time.Second
 func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *sandbox.Spec {
 	s.mu.Lock()
 	sb := s.standby
-	n.setStandby(s, nil)
+	n.setStandby(s, nil, "")
 	s.mu.Unlock()
 	if sb == nil {
 		return nil
@@ -129,7 +82,9 @@ func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *san
 // right after a suspend (on the worker it freed) ~70 ms slower than on a
 // worker that was ready.
 func (n *Node) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
-	return n.ready.workers(standbyKey(spec, imageDigest), "")
+	workers := n.ready.members((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
+	slices.Sort(workers)
+	return workers
 }
 
 // sameContainer reports whether a and b describe the same container but
@@ -178,7 +133,10 @@ func (n *Node) otherStandbyReady(s *slot) bool {
 	s.mu.Lock()
 	tpl := s.template
 	s.mu.Unlock()
-	return tpl != nil && len(n.ready.workers(tpl.key, s.name)) > 0
+	if tpl == nil {
+		return false
+	}
+	return slices.ContainsFunc(n.ready.members(tpl.key()), func(w string) bool { return w != s.name })
 }
 
 // refillOp is refill's work; s.opMu is held.
@@ -201,15 +159,8 @@ func (n *Node) refillOp(s *slot) error {
 	}
 	// The volume directories are bind-mounted at Prepare and emptied or
 	// filled in place by the start that takes the standby.
-	var vols []volume
-	for _, v := range tpl.spec.GetVolumes() {
-		dir := n.workerDir(s, "volumes", v.GetName())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		vols = append(vols, volume{name: v.GetName(), hostDir: dir})
-	}
-	if err := os.MkdirAll(n.workerDir(s, "identity"), 0o755); err != nil {
+	vols, err := n.prepareVolumes(s, tpl.spec, "")
+	if err != nil {
 		return err
 	}
 	spec, err := n.containerSpec(s, "standby", c, img, vols)
@@ -221,7 +172,7 @@ func (n *Node) refillOp(s *slot) error {
 		return err
 	}
 	s.mu.Lock()
-	n.setStandby(s, &spec)
+	n.setStandby(s, &spec, tpl.key())
 	s.mu.Unlock()
 	n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start))
 	return nil
@@ -240,7 +191,7 @@ func (n *Node) offerTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) 
 		s.mu.Lock()
 		fresh := s.template == nil
 		if fresh {
-			s.template = newStandbyTemplate(spec, imageDigest)
+			s.template = &standbyTemplate{spec: spec, imageDigest: imageDigest}
 		}
 		s.mu.Unlock()
 		if fresh {
@@ -253,7 +204,7 @@ func (n *Node) offerTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) 
 func (n *Node) dropStandby(ctx context.Context, s *slot) {
 	s.mu.Lock()
 	sb := s.standby
-	n.setStandby(s, nil)
+	n.setStandby(s, nil, "")
 	s.mu.Unlock()
 	if sb != nil {
 		n.destroy(ctx, s.sb, sb.ID)

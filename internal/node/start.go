@@ -134,7 +134,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 	}
 	s.mu.Lock()
 	s.actorUID, s.port = req.ActorUID, port
-	s.template = newStandbyTemplate(spec, img.Digest)
+	s.template = &standbyTemplate{spec: spec, imageDigest: img.Digest}
 	s.mu.Unlock()
 	return sspec.ID, nil
 }
@@ -198,9 +198,6 @@ func (n *Node) writeIdentity(s *slot, req StartRequest) error {
 		return nil
 	}
 	dir := n.workerDir(s, "identity")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	prev := s.identity
 	s.identity = [3]string{} // unknown until every file is written
 	for i, name := range []string{"actor-name", "atespace", "actor-uid"} {

@@ -64,10 +64,7 @@ func (n *Node) newSandboxTransport() *http.Transport {
 // reuse them (its key names the container), only keep them until
 // IdleConnTimeout, and a node starting thousands of containers a minute
 // would pile them up.
-type openConns struct {
-	mu  sync.Mutex
-	all map[string]map[*trackedConn]struct{}
-}
+type openConns struct{ keyedSet[*trackedConn] }
 
 type trackedConn struct {
 	net.Conn
@@ -77,38 +74,19 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.open.mu.Lock()
-		delete(c.open.all[c.container], c)
-		if len(c.open.all[c.container]) == 0 {
-			delete(c.open.all, c.container)
-		}
-		c.open.mu.Unlock()
-	})
+	c.once.Do(func() { c.open.remove(c.container, c) })
 	return c.Conn.Close()
 }
 
 func (o *openConns) add(container string, c net.Conn) net.Conn {
 	tc := &trackedConn{Conn: c, container: container, open: o}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.all == nil {
-		o.all = map[string]map[*trackedConn]struct{}{}
-	}
-	if o.all[container] == nil {
-		o.all[container] = map[*trackedConn]struct{}{}
-	}
-	o.all[container][tc] = struct{}{}
+	o.keyedSet.add(container, tc)
 	return tc
 }
 
 // closeAll closes every connection into container.
 func (o *openConns) closeAll(container string) {
-	o.mu.Lock()
-	conns := o.all[container]
-	delete(o.all, container)
-	o.mu.Unlock()
-	for c := range conns {
+	for _, c := range o.take(container) {
 		_ = c.Close()
 	}
 }

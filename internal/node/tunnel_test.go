@@ -13,9 +13,7 @@ import (
 
 // openTo returns how many connections into container are open.
 func openTo(n *Node, container string) int {
-	n.open.mu.Lock()
-	defer n.open.mu.Unlock()
-	return len(n.open.all[container])
+	return len(n.open.members(container))
 }
 
 // TestFirstRequestReusesProbeConnection: the wakeup probe's connection

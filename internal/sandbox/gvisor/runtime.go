@@ -281,8 +281,9 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	return nil
 }
 
-// Destroy stops and removes container id with `runsc kill` then `runsc
-// delete --force`. It returns nil for an unknown id.
+// Destroy stops and removes container id: a forced delete, which kills
+// its processes (`runsc kill` then `runsc delete --force` without the
+// library). It returns nil for an unknown id.
 func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {
 	if r.lib == nil {
 		// kill fails for an unknown or already stopped container; the

@@ -29,7 +29,7 @@ func main() {
 func upCommand() *cobra.Command {
 	cfg := up.Config{}
 	var logLevel string
-	standbys := true
+	var standbys bool
 	home, _ := os.UserHomeDir()
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -56,7 +56,7 @@ func upCommand() *cobra.Command {
 	f.StringVar(&cfg.APIAddr, "api-addr", "127.0.0.1:7070", "gRPC Control API listen address")
 	f.StringVar(&cfg.RouterAddr, "router-addr", "127.0.0.1:8080", "HTTP router listen address")
 	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "127.0.0.1:0", "worker tunnel listen address")
-	f.StringVar(&cfg.ActorDomain, "actor-domain", "actors.localhost", "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
+	f.StringVar(&cfg.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
 	f.IntVar(&cfg.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
 	f.DurationVar(&cfg.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
 	f.DurationVar(&cfg.ParkGrace, "park-grace", router.DefaultParkGrace,

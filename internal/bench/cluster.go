@@ -27,15 +27,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/sandbox/fake"
-	"substrate.dev/ate/internal/snapshot"
-	"substrate.dev/ate/internal/store/bolt"
 	"substrate.dev/ate/internal/up"
 )
-
-// DBName is the store file's name in the data directory, as in `ate up`.
-const DBName = up.DBName
 
 // Config configures a Cluster.
 type Config struct {
@@ -56,21 +50,19 @@ type Config struct {
 // class. Its exported fields are for the caller to use, not replace; Close
 // stops everything. Safe for concurrent use (as its parts are).
 type Cluster struct {
+	// ControlPlane's parts (Store, Node, Snapshots…) are there for setup
+	// and inspection that the API does not offer.
+	*up.ControlPlane
 	// Client talks to the API server over gRPC on loopback.
-	Client atev1.ControlClient
-	// Store, Runtime and Node are the parts, for setup and inspection
-	// that the API does not offer.
-	Store     *bolt.Store
-	Runtime   *fake.Runtime
-	Node      *node.Node
-	Snapshots *snapshot.Local
+	Client  atev1.ControlClient
+	Runtime *fake.Runtime
 	// DBPath is the store file.
 	DBPath string
-	// Started is how long Start took, including lifecycle.Recover, which
-	// reads every actor to collect unreferenced snapshots.
+	// Started is how long Start took: opening the store, registering
+	// workers, reading templates. The snapshot garbage collection, which
+	// reads every actor, runs after it in the background (GCDone).
 	Started time.Duration
 
-	cp     *up.ControlPlane
 	cancel context.CancelFunc
 	gs     *grpc.Server
 	served chan error
@@ -92,14 +84,14 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	// The cluster's own context outlives ctx (which only bounds Start):
 	// golden builds started by Recover and by the API run on it.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c = &Cluster{cancel: cancel, DBPath: filepath.Join(cfg.Dir, DBName)}
+	c = &Cluster{cancel: cancel, DBPath: filepath.Join(cfg.Dir, up.DBName)}
 	defer func() {
 		if err != nil {
 			_ = c.Close()
 		}
 	}()
 	c.Runtime = fake.New(cfg.Fake)
-	c.cp, err = up.NewControlPlane(ctx, runCtx, up.ControlPlaneConfig{
+	c.ControlPlane, err = up.NewControlPlane(ctx, runCtx, up.ControlPlaneConfig{
 		DataDir: cfg.Dir, Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
 		Runtime: c.Runtime, Setup: fake.Setup,
 		// No tunnel serves here; workers record where it would be.
@@ -108,13 +100,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.Store, c.Node, c.Snapshots = c.cp.Store, c.cp.Node, c.cp.Snapshots
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("api listen: %w", err)
 	}
 	c.gs = grpc.NewServer()
-	atev1.RegisterControlServer(c.gs, c.cp.API)
+	atev1.RegisterControlServer(c.gs, c.API)
 	c.served = make(chan error, 1)
 	go func() { c.served <- c.gs.Serve(ln) }()
 	if c.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
@@ -140,8 +131,8 @@ func (c *Cluster) Close() error {
 		}
 	}
 	c.cancel()
-	if c.cp != nil {
-		errs = append(errs, c.cp.Close())
+	if c.ControlPlane != nil {
+		errs = append(errs, c.ControlPlane.Close())
 	}
 	if c.Runtime != nil {
 		errs = append(errs, c.Runtime.Close())

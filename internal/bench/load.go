@@ -7,9 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apiserver"
@@ -17,6 +18,7 @@ import (
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
+	"substrate.dev/ate/internal/up"
 )
 
 // Port is the traffic and probe port of the benchmark template; the fake
@@ -97,7 +99,7 @@ func ActorName(i int) string { return fmt.Sprintf("actor-%07d", i) }
 
 // PreloadConfig says what Preload writes.
 type PreloadConfig struct {
-	// Dir is the data directory the store file ends up in (as DBName).
+	// Dir is the data directory the store file ends up in (as up.DBName).
 	Dir string
 	// StageDir, if set, is where the file is filled before it is copied
 	// into Dir: on a tmpfs (/dev/shm) each of the n transactions skips
@@ -128,13 +130,13 @@ type PreloadStats struct {
 // for a Cluster to start over. Dir must not hold a store file yet.
 func Preload(ctx context.Context, cfg PreloadConfig) (PreloadStats, error) {
 	var stats PreloadStats
-	dst := filepath.Join(cfg.Dir, DBName)
+	dst := filepath.Join(cfg.Dir, up.DBName)
 	if _, err := os.Stat(dst); err == nil {
 		return stats, fmt.Errorf("preload: %s exists", dst)
 	}
 	path := dst
 	if cfg.StageDir != "" {
-		path = filepath.Join(cfg.StageDir, DBName)
+		path = filepath.Join(cfg.StageDir, up.DBName)
 	}
 	st, err := bolt.Open(path, 5*time.Second)
 	if err != nil {
@@ -165,43 +167,27 @@ func fill(ctx context.Context, st store.Store, cfg PreloadConfig) error {
 	if err != nil {
 		return err
 	}
-	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
 	for range max(cfg.Parallel, 1) {
-		wg.Go(func() {
+		g.Go(func() error {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= cfg.Actors || ctx.Err() != nil {
-					return
+				if i >= cfg.Actors || gctx.Err() != nil {
+					return nil
 				}
 				a := &store.Actor{Atespace: names.DefaultAtespace, Name: ActorName(i), UID: apiserver.NewUID(),
 					Template: cfg.Template, State: store.Suspended, CreateTime: now, StateTime: now}
-				if err := st.CreateActor(ctx, a); err != nil {
-					mu.Lock()
-					first = firstErr(first, fmt.Errorf("create %s: %w", a.Name, err))
-					mu.Unlock()
-					return
+				if err := st.CreateActor(gctx, a); err != nil {
+					return fmt.Errorf("create %s: %w", a.Name, err)
 				}
 			}
 		})
 	}
-	wg.Wait()
-	if first == nil {
-		first = ctx.Err()
+	if err := g.Wait(); err != nil {
+		return err
 	}
-	return first
-}
-
-// firstErr keeps the first error seen.
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return ctx.Err()
 }
 
 // copyFile copies src to a new file dst and makes it durable.

@@ -18,8 +18,9 @@ import (
 // to explain BenchmarkWakeups (one op each):
 //
 //	store-write   one bolt write transaction (UpdateActor; fsync'd); a
-//	              wake-up makes eight: lease, claim, RUNNING, release on
-//	              resume; lease, SUSPENDING, SUSPENDED, release on suspend
+//	              wake-up makes four: claim and RUNNING on resume,
+//	              SUSPENDING and SUSPENDED on suspend (the embedded store
+//	              takes no per-actor leases)
 //	store-read    one bolt read transaction (GetActor)
 //	grpc-get      GetActor through gRPC and the API server: the RPC floor
 //	grpc-create   CreateActor through gRPC: one validated, fsync'd insert

@@ -302,7 +302,8 @@ func TestDeleteNeedsSuspendOrForce(t *testing.T) {
 }
 
 // TestGarbageCollection: snapshots nobody points to (a crash between
-// commit and pointer move) are deleted at start-up; referenced ones stay.
+// commit and pointer move) that were staged before the cutoff are deleted
+// by CollectGarbage; referenced ones stay.
 func TestGarbageCollection(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -127,6 +127,10 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	return cp, nil
 }
 
+// GCDone is closed once the background snapshot garbage collection that
+// NewControlPlane started has finished (it reads every actor).
+func (cp *ControlPlane) GCDone() <-chan struct{} { return cp.gcDone }
+
 // Close shuts the node down (destroying every sandbox, tearing its slots
 // down) and closes the store. It does not suspend running actors first.
 func (cp *ControlPlane) Close() error {

@@ -140,8 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, lc: lc, node: nd, log: log,
-		self: func(ctx context.Context) error { return nd.ServeSelfService(ctx, lc.SelfRequest) }}
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, lc: lc, node: nd, log: log}
 	return parts.serve(ctx, func(ctx context.Context) error {
 		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Workers,
 			"dataDir", dataDir, "config", info.ConfigPath)
@@ -167,8 +166,6 @@ type serving struct {
 	lc     *lifecycle.Manager
 	node   *node.Node
 	log    *slog.Logger
-	// self serves actors' requests for their own suspension.
-	self func(context.Context) error
 }
 
 // serve runs every server until ctx ends (or one fails), then shuts down
@@ -184,7 +181,8 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	services, svcCtx := errgroup.WithContext(base)
 	services.Go(func() error { return serveGRPC(svcCtx, s.api, s.apiLn) })
 	services.Go(func() error { return s.tunnel.Start(svcCtx) })
-	services.Go(func() error { return s.self(svcCtx) })
+	// Actors' requests for their own suspension.
+	services.Go(func() error { return s.node.ServeSelfService(svcCtx, s.lc.SelfRequest) })
 
 	// The router stops when ctx ends or a service fails.
 	rctx, stopRouter := context.WithCancel(ctx)
@@ -253,7 +251,7 @@ func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup
 			return nil, nil, nil, nil, err
 		}
 		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close() }, nil
-	case "fake":
+	case fake.Class:
 		// In-process stand-ins that emulate the counter: for trying the
 		// control plane without root or runsc, and for benchmarks.
 		rt := fake.New(fake.Config{})

@@ -91,12 +91,6 @@ func key2(a, b string) []byte { return []byte(a + "/" + b) }
 // no DNS-1123 name contains, so a node's free workers share one prefix.
 func freeKey(w *store.Worker) []byte { return []byte(w.Node + "\x00" + w.Name) }
 
-// seekKey returns the first key of b at or after k.
-func seekKey(b *bbolt.Bucket, k []byte) []byte {
-	got, _ := b.Cursor().Seek(k)
-	return got
-}
-
 // rebuildFree recreates bFree from the workers, at every Open: cheap (one
 // pass over the workers) and it upgrades files whose index was keyed by
 // name alone.
@@ -439,9 +433,8 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string, pref
 			if err != nil || (node != "" && w.Node != node) || !store.MatchLabels(a.WorkerSelector, w.Labels) {
 				continue
 			}
-			// Free-index values are empty, so presence is a seek.
-			if k := freeKey(w); bytes.Equal(seekKey(free, k), k) {
-				return take(k, w)
+			if w.Free() { // every write keeps the free index in step
+				return take(freeKey(w), w)
 			}
 		}
 		// With a node, seek to its free workers; without, take the first

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -78,9 +77,7 @@ func TestRouting(t *testing.T) {
 
 func TestWarmTargetIsCached(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
-	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-		return targetAt(key, "w1", tunnel), true, nil
-	}}
+	res := warmResolver(t, tunnel, Policy{})
 	srv, _ := newRouter(t, Config{}, res)
 	for i := range 3 {
 		got := get(t, srv, "app.default.actors.localhost", "/", nil)
@@ -95,9 +92,7 @@ func TestWarmTargetIsCached(t *testing.T) {
 
 func TestClientWorkerHeadersAreReplaced(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
-	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-		return targetAt(key, "w1", tunnel), true, nil
-	}}
+	res := warmResolver(t, tunnel, Policy{})
 	srv, _ := newRouter(t, Config{}, res)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/", nil)
 	if err != nil {
@@ -234,9 +229,15 @@ func TestResumeFailures(t *testing.T) {
 // TestStaleTarget: a tunnel that answers 421 or refuses connections gets
 // the actor resolved again once, and the request — which the actor never
 // saw — is sent again with its whole body, unless the body outgrew what
-// the router keeps (TestReplayBody).
+// the router keeps: then 503, and the actor is resumed in the background.
 func TestStaleTarget(t *testing.T) {
 	misdirected := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
+	})
+	// A tunnel that read the whole body before answering 421: past
+	// maxReplayBody the router no longer holds it to send again.
+	readThenMisdirected := newTunnel(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
 		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
 	})
 	tests := []struct {
@@ -252,6 +253,8 @@ func TestStaleTarget(t *testing.T) {
 		{name: "refused POST is retried with its body", staleAddr: deadAddr(t), method: http.MethodPost, body: "x", wantStatus: 200, wantFreshHit: 1},
 		{name: "refused POST with a large body is retried (nothing was read)", staleAddr: deadAddr(t), method: http.MethodPost,
 			body: strings.Repeat("y", maxReplayBody+1), wantStatus: 200, wantFreshHit: 1},
+		{name: "421 after reading a large body answers 503 and resumes in the background", staleAddr: readThenMisdirected,
+			method: http.MethodPost, body: strings.Repeat("y", maxReplayBody+1), wantStatus: 503, wantFreshHit: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -338,25 +341,10 @@ func TestStreamingIsFlushedIncrementally(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "second\n")
 	})
-	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-		return targetAt(key, "w1", tunnel), true, nil
-	}}
-	srv, _ := newRouter(t, Config{}, res)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = "app.default.actors.localhost"
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	srv, _ := newRouter(t, Config{}, warmResolver(t, tunnel, Policy{}))
+	br := openStream(t, srv, "/stream")
 	// The backend holds the second chunk until we have read the first: a
-	// buffering proxy would deadlock here until ctx's deadline.
+	// buffering proxy would deadlock here until the request's deadline.
 	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
 		t.Fatalf("first chunk: %q, %v", line, err)
 	}

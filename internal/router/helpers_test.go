@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -25,7 +26,6 @@ type fakeResolver struct {
 	assigned func(ctx context.Context, key names.ActorKey) (bool, error)
 	lookups  atomic.Int64
 	resumes  atomic.Int64
-	checks   atomic.Int64
 }
 
 var _ Resolver = (*fakeResolver)(nil)
@@ -48,7 +48,6 @@ func (f *fakeResolver) Resume(ctx context.Context, key names.ActorKey) (Target, 
 }
 
 func (f *fakeResolver) Assigned(ctx context.Context, key names.ActorKey) (bool, error) {
-	f.checks.Add(1)
 	if f.assigned == nil {
 		return false, nil
 	}
@@ -168,4 +167,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		case <-tick.C:
 		}
 	}
+}
+
+// warmResolver reports every actor RUNNING on the tunnel at addr, with
+// policy p.
+func warmResolver(t *testing.T, addr string, p Policy) *fakeResolver {
+	return &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		tg := targetAt(key, "w1", addr)
+		tg.Policy = p
+		return tg, true, nil
+	}}
+}
+
+// openStream GETs path of actor default/app through srv and returns its
+// response body to read as it streams; the request gives up after 10 s,
+// so a proxy that buffers fails the test instead of hanging it.
+func openStream(t *testing.T, srv *httptest.Server, path string) *bufio.Reader {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "app.default.actors.localhost"
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return bufio.NewReader(resp.Body)
 }

@@ -185,13 +185,7 @@ func TestActivityReportedBeforePutAway(t *testing.T) {
 	idler := &fakeIdler{}
 	p := Policy{IdleAfter: 100 * time.Millisecond, IdleAction: IdlePause}
 	tunnel := holdTunnel(t, nil)
-	res := &fakeResolver{t: t,
-		lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-			tg := targetAt(key, "w1", tunnel)
-			tg.Policy = p
-			return tg, true, nil
-		},
-	}
+	res := warmResolver(t, tunnel, p)
 	cfg := Config{Idler: idler, Activity: idler, IdleCheckInterval: 10 * time.Millisecond, ActivityInterval: time.Hour}
 	srv, h := newRouter(t, cfg, res)
 	startLoop(t, h)

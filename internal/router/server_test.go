@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"substrate.dev/ate/internal/names"
 )
 
 // startServer serves h on a free local port until the returned stop is
@@ -63,9 +61,7 @@ func serverGet(ctx context.Context, client *http.Client, addr, host, path string
 
 func TestServer(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
-	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-		return targetAt(key, "w1", tunnel), true, nil
-	}}
+	res := warmResolver(t, tunnel, Policy{})
 	tr := newTunnelTransport()
 	defer tr.CloseIdleConnections()
 	s, stop := startServer(t, NewHandler(Config{Transport: tr}, res, nil))

@@ -97,25 +97,10 @@ func TestRequestBodyStreamsBothWays(t *testing.T) {
 func TestWebSocket(t *testing.T) {
 	tunnel := newTunnel(t, websocket.Handler(func(ws *websocket.Conn) { _, _ = io.Copy(ws, ws) }).ServeHTTP)
 	srv, h := newRouter(t, Config{}, warmResolver(t, tunnel, Policy{StreamIdleTimeout: 300 * time.Millisecond}))
-	cfg, err := websocket.NewConfig("ws"+srv.URL[len("http"):]+"/ws", "http://localhost/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Header = http.Header{HeaderTargetActor: {"default/app"}}
-	ws, err := websocket.DialConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := dialWebSocket(t, srv.Listener.Addr().String(), "default/app")
 	defer ws.Close()
-	for _, msg := range []string{"hello", "again"} {
-		if err := websocket.Message.Send(ws, msg); err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		if err := websocket.Message.Receive(ws, &got); err != nil || got != msg {
-			t.Fatalf("echo of %q: %q %v", msg, got, err)
-		}
-	}
+	echo(t, ws, "hello")
+	echo(t, ws, "again")
 	if n := h.InFlight(); n != 1 {
 		t.Errorf("in flight with a WebSocket open: %d, want 1", n)
 	}
@@ -124,7 +109,7 @@ func TestWebSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got string
-	err = websocket.Message.Receive(ws, &got)
+	err := websocket.Message.Receive(ws, &got)
 	var ne net.Error
 	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
 		t.Fatalf("silent WebSocket: %q %v, want it closed by the router", got, err)

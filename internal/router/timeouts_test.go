@@ -1,8 +1,6 @@
 package router
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,19 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"substrate.dev/ate/internal/names"
 )
-
-// warmResolver reports every actor RUNNING on the tunnel at addr, with
-// policy p.
-func warmResolver(t *testing.T, addr string, p Policy) *fakeResolver {
-	return &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-		tg := targetAt(key, "w1", addr)
-		tg.Policy = p
-		return tg, true, nil
-	}}
-}
 
 // TestRouteTimeout: an actor that does not answer within its route
 // timeout gets the client a 504 saying the request was delivered, and
@@ -151,17 +137,7 @@ func TestSSEIsFlushedPerEvent(t *testing.T) {
 		}
 	})
 	srv, _ := newRouter(t, Config{}, warmResolver(t, tunnel, Policy{}))
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/events", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = "app.default.actors.localhost"
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
+	br := openStream(t, srv, "/events")
 	for i := range 3 {
 		// The actor holds event i+1 until event i has arrived here.
 		line, err := br.ReadString('\n')

@@ -73,12 +73,9 @@ func BenchmarkRouterWarm(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rp50, dp50 := latency.Quantile(routerLat, 0.5), latency.Quantile(directLat, 0.5)
-	b.ReportMetric(latency.Ms(rp50), "router-p50-ms")
-	b.ReportMetric(latency.Ms(latency.Quantile(routerLat, 0.99)), "router-p99-ms")
-	b.ReportMetric(latency.Ms(dp50), "direct-p50-ms")
-	b.ReportMetric(latency.Ms(latency.Quantile(directLat, 0.99)), "direct-p99-ms")
-	b.ReportMetric(latency.Ms(rp50-dp50), "added-p50-ms")
+	latency.Report(b, "router-", routerLat, 0.5, 0.99)
+	latency.Report(b, "direct-", directLat, 0.5, 0.99)
+	b.ReportMetric(latency.Ms(latency.Quantile(routerLat, 0.5)-latency.Quantile(directLat, 0.5)), "added-p50-ms")
 	b.ReportMetric(routerRate, "router-req/s")
 	b.ReportMetric(directRate, "direct-req/s")
 	b.ReportMetric(routerRate/directRate, "throughput-ratio")

@@ -68,9 +68,7 @@ func TestRouterIdle(t *testing.T) {
 			t.Fatalf("stream: %v %v, want 6 events", data, err)
 		}
 		ended := time.Now()
-		if s := in.state("streamer"); s != atev1.ActorState_RUNNING {
-			t.Fatalf("actor %s right after a 5 s stream, want RUNNING", s)
-		}
+		in.wantState("streamer", atev1.ActorState_RUNNING) // right after a 5 s stream
 		waitFor(t, "the actor to be suspended once idle", 20*time.Second, func() bool {
 			return in.state("streamer") == atev1.ActorState_SUSPENDED
 		})

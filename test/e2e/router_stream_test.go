@@ -219,9 +219,7 @@ func TestRouterWebSocketAcrossSuspend(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the WebSocket to the suspended actor is still open 10s later")
 	}
-	if s := in.state("ws-1"); s != atev1.ActorState_SUSPENDED {
-		t.Fatalf("actor is %s after suspend", s)
-	}
+	in.wantState("ws-1", atev1.ActorState_SUSPENDED)
 	t.Logf("WebSocket closed %s after the suspend returned", time.Since(suspended))
 
 	ws2, err := in.dialWS("default/ws-1")

@@ -74,11 +74,10 @@ type activator struct {
 
 // actorState is one actor's entry in the activator's table.
 type actorState struct {
-	// target is the last RUNNING target seen, valid while hasTarget. It
-	// is dropped when a tunnel rejects it or cannot be reached, so a
-	// stale one costs one failed attempt.
-	target    Target
-	hasTarget bool
+	// target is the last RUNNING target seen; the zero Target when none
+	// is cached. It is dropped when a tunnel rejects it or cannot be
+	// reached, so a stale one costs one failed attempt.
+	target Target
 	// open counts requests being proxied to the actor, streams and
 	// WebSockets included.
 	open int
@@ -291,7 +290,7 @@ func (a *activator) store(key names.ActorKey, t Target) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.entry(key)
-	st.target, st.hasTarget, st.last = t, true, time.Now()
+	st.target, st.last = t, time.Now()
 }
 
 // acquireCached returns key's cached target and counts a request open on
@@ -300,7 +299,7 @@ func (a *activator) acquireCached(key names.ActorKey) (Target, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.actors[key]
-	if !ok || !st.hasTarget {
+	if !ok || st.target == (Target{}) {
 		return Target{}, false
 	}
 	st.open++
@@ -342,7 +341,7 @@ func (a *activator) resolving(key names.ActorKey, on bool) chan struct{} {
 func (a *activator) forget(key names.ActorKey, t Target) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if st, ok := a.actors[key]; ok && st.hasTarget && st.target == t {
-		st.hasTarget = false
+	if st, ok := a.actors[key]; ok && st.target == t {
+		st.target = Target{}
 	}
 }

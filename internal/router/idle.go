@@ -132,12 +132,12 @@ func (a *activator) idleActors(now time.Time) []idleActor {
 	var out []idleActor
 	for key, st := range a.actors {
 		after := st.target.Policy.IdleAfter
-		if !st.hasTarget || after <= 0 || st.open > 0 || st.away != nil || now.Sub(st.last) < after {
+		if st.target == (Target{}) || after <= 0 || st.open > 0 || st.away != nil || now.Sub(st.last) < after {
 			continue
 		}
-		st.hasTarget = false
 		st.away = make(chan struct{})
 		ia := idleActor{target: st.target}
+		st.target = Target{}
 		if st.last.After(st.reported) {
 			ia.unreported = &Activity{Actor: key, Last: st.last}
 		}
@@ -203,7 +203,7 @@ func (a *activator) prune(noReports bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for key, st := range a.actors {
-		if !st.hasTarget && st.open == 0 && st.away == nil && !st.resolving && (noReports || !st.last.After(st.reported)) {
+		if st.target == (Target{}) && st.open == 0 && st.away == nil && !st.resolving && (noReports || !st.last.After(st.reported)) {
 			delete(a.actors, key)
 		}
 	}

@@ -104,8 +104,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("api listen: %w", err)
 	}
-	c.gs = grpc.NewServer()
-	atev1.RegisterControlServer(c.gs, c.API)
+	c.gs = c.NewGRPCServer()
 	c.served = make(chan error, 1)
 	go func() { c.served <- c.gs.Serve(ln) }()
 	if c.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {

@@ -118,9 +118,11 @@ type slot struct {
 	standbyKey string
 	template   *standbyTemplate
 
-	// identity is what the worker's identity files hold (name,
-	// atespace, uid); guarded by opMu, not mu.
-	identity [3]string
+	// identity is the worker's identity files and log is its container
+	// log, both kept open across starts (identity.go); guarded by opMu,
+	// not mu.
+	identity identityFiles
+	log      *os.File
 }
 
 // Node is the node agent. Safe for concurrent use.
@@ -302,6 +304,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 		s.opMu.Lock()
 		n.clearOp(ctx, s)
 		n.dropStandby(ctx, s)
+		s.closeFiles()
 		if n.cfg.Teardown != nil {
 			if err := n.cfg.Teardown(ctx, s.sb); err != nil {
 				n.log.Warn("tear down worker", "worker", s.name, "err", err)

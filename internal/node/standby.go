@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -209,18 +208,4 @@ func (n *Node) dropStandby(ctx context.Context, s *slot) {
 	if sb != nil {
 		n.destroy(ctx, s.sb, sb.ID)
 	}
-}
-
-// logStart appends a line naming the actor to the worker's container log,
-// which every container on the worker shares (a standby's output file is
-// fixed before anyone knows which actor will use it). Failures only cost
-// the line.
-func (n *Node) logStart(s *slot, req StartRequest, containerID string) {
-	f, err := os.OpenFile(n.workerLog(s), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "--- %s ate: actor %s/%s uid=%s container=%s snapshot=%q\n",
-		time.Now().UTC().Format(time.RFC3339Nano), req.Atespace, req.Name, req.ActorUID, containerID, req.Snapshot)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -182,51 +181,6 @@ func (n *Node) workerLog(s *slot) string {
 // workerDir is s's own directory elem under the node's state dir.
 func (n *Node) workerDir(s *slot, elem ...string) string {
 	return filepath.Join(append([]string{n.cfg.StateDir, "workers", s.name}, elem...)...)
-}
-
-// writeIdentity rewrites the worker's identity files for req's actor
-// before every boot or restore; a restore from a golden snapshot must read
-// its own name. Nothing runs on the worker meanwhile, so the files are
-// overwritten in place (a prepared sandbox's bind mount follows the
-// directory, and create-and-rename cost three times as much under load:
-// file creation was the largest item of a wake-up in BenchmarkWakeups'
-// profile). s.identity remembers what the files hold, so an actor
-// returning to its worker writes nothing. s.opMu must be held.
-func (n *Node) writeIdentity(s *slot, req StartRequest) error {
-	id := [3]string{req.Name, req.Atespace, req.ActorUID}
-	if s.identity == id {
-		return nil
-	}
-	dir := n.workerDir(s, "identity")
-	prev := s.identity
-	s.identity = [3]string{} // unknown until every file is written
-	for i, name := range []string{"actor-name", "atespace", "actor-uid"} {
-		if prev[i] == id[i] {
-			continue
-		}
-		if err := overwrite(filepath.Join(dir, name), []byte(id[i])); err != nil {
-			return err
-		}
-	}
-	s.identity = id
-	return nil
-}
-
-// overwrite replaces the content of file p (created if missing) with data
-// in place: without O_TRUNC a file that fits in its block keeps it, so the
-// file system neither frees nor allocates one. On the development VM's
-// ext4 (mounted with discard) the truncating rewrite of the identity
-// files was 16% of the time wake-ups spent blocked in system calls.
-func overwrite(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(data, 0)
-	if err == nil {
-		err = f.Truncate(int64(len(data)))
-	}
-	return errors.Join(err, f.Close())
 }
 
 // containerSpec merges the image config with the template's container.

@@ -116,8 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := grpc.NewServer()
-	atev1.RegisterControlServer(gs, cp.API)
+	gs := cp.NewGRPCServer()
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

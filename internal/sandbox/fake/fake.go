@@ -92,6 +92,11 @@ type Runtime struct {
 	// prepared maps a prepared container's id to its slot's name.
 	prepared map[string]string
 
+	// logs holds each container log file open once written, as a real
+	// sandbox keeps its output file open; guarded by logMu.
+	logMu sync.Mutex
+	logs  map[string]*os.File
+
 	// waiting, if set, is called once Wait has found its container and
 	// is about to block: tests use it to end the container only then.
 	waiting func(id string)
@@ -108,7 +113,8 @@ func New(cfg Config) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{cfg: cfg, log: log, byID: map[string]*container{}, bySlot: map[string]*container{}, prepared: map[string]string{}}
+	return &Runtime{cfg: cfg, log: log, byID: map[string]*container{}, bySlot: map[string]*container{}, prepared: map[string]string{},
+		logs: map[string]*os.File{}}
 }
 
 // Setup is the node.SlotSetup of this class: a slot needs nothing but its
@@ -311,7 +317,14 @@ func (r *Runtime) Close() error {
 	for _, c := range all {
 		c.stop()
 	}
-	return nil
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	var errs []error
+	for p, f := range r.logs {
+		errs = append(errs, f.Close())
+		delete(r.logs, p)
+	}
+	return errors.Join(errs...)
 }
 
 // start registers and starts a container serving count in slot.
@@ -343,7 +356,7 @@ func (r *Runtime) start(slot sandbox.Slot, spec sandbox.Spec, count int64) error
 	r.byID[c.id], r.bySlot[c.slot] = c, c
 	r.mu.Unlock()
 	go c.serve()
-	appendLog(spec.LogPath, c, count)
+	r.appendLog(spec.LogPath, c, count)
 	r.log.Debug("fake start", "worker", slot.Name, "container", spec.ID, "count", count)
 	return nil
 }
@@ -364,16 +377,21 @@ func (r *Runtime) remove(slot, id string) *container {
 
 // appendLog records the start in the container's log file, as the
 // counter's own "listening" line would; failures only cost the line.
-func appendLog(path string, c *container, count int64) {
+func (r *Runtime) appendLog(path string, c *container, count int64) {
 	if path == "" {
 		return
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	f := r.logs[path]
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+			return
+		}
+		r.logs[path] = f
 	}
 	_, _ = fmt.Fprintf(f, "fake container %s listening on port %d (count %d)\n", c.id, c.port, count)
-	_ = f.Close()
 }
 
 // specPort returns $PORT from env (the last one wins, as in a process

@@ -21,7 +21,6 @@ package fake
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	json "github.com/goccy/go-json"
 
 	"substrate.dev/ate/internal/sandbox"
 )

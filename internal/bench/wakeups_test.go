@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,8 +28,9 @@ const (
 // cost: each client loops ResumeActor → SuspendActor over its own actors
 // through the gRPC API. One op is one wake-up (a resume and the suspend
 // that frees its worker again); wakeups/s counts resumes completed per
-// second of wall time across all clients, and p50/p99 are ResumeActor's
-// latency as the client sees it.
+// second of wall time across all clients, p50/p99 are ResumeActor's
+// latency as the client sees it, and cycle-p50/p99 the whole resume and
+// suspend.
 //
 // medium=disk keeps the store and the snapshots in the benchmark's temp
 // dir on the machine's disk, as `ate up` does. medium=tmpfs puts them in
@@ -41,16 +40,25 @@ const (
 func BenchmarkWakeups(b *testing.B) {
 	for _, medium := range []string{"disk", "tmpfs"} {
 		b.Run("medium="+medium, func(b *testing.B) {
-			dir := b.TempDir()
-			if medium == "tmpfs" {
-				var err error
-				if dir, err = shmDir(b); err != nil {
-					b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
-				}
-			}
-			benchWakeups(b, dir)
+			benchWakeups(b, mediumDir(b, medium))
 		})
 	}
+}
+
+// clientCounts are the concurrencies the control-plane benchmarks sweep.
+var clientCounts = []int{1, 4, 8, 16, maxClients}
+
+// mediumDir returns a fresh directory for b on medium: "disk" is the
+// benchmark's temp dir, "tmpfs" one on /dev/shm, removed after b.
+func mediumDir(b *testing.B, medium string) string {
+	if medium != "tmpfs" {
+		return b.TempDir()
+	}
+	dir, err := shmDir(b)
+	if err != nil {
+		b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
+	}
+	return dir
 }
 
 // shmDir returns a fresh directory on /dev/shm, removed after b.
@@ -73,7 +81,7 @@ func benchWakeups(b *testing.B, dir string) {
 			closeCluster(b, c)
 		}
 	}()
-	for _, clients := range []int{1, 4, 16, maxClients} {
+	for _, clients := range clientCounts {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			if c == nil {
 				c = startCluster(b, dir, maxClients, fake.Config{})
@@ -87,44 +95,26 @@ func benchWakeups(b *testing.B, dir string) {
 // runWakeups runs b.N wake-ups spread over clients goroutines.
 func runWakeups(b *testing.B, c *Cluster, actors []string, clients int) {
 	ctx := context.Background()
-	var next atomic.Int64
 	resumes := make([][]time.Duration, clients)
-	suspends := make([][]time.Duration, clients)
-	var wg sync.WaitGroup
-	b.ResetTimer()
 	cpu0 := processCPU(b)
-	start := time.Now()
-	for i := range clients {
-		mine := actors[i*actorsPerClient : (i+1)*actorsPerClient]
-		wg.Go(func() {
-			for n := 0; next.Add(1) <= int64(b.N); n++ {
-				name := mine[n%len(mine)]
-				t0 := time.Now()
-				if _, err := resume(ctx, c.Client, name); err != nil {
-					b.Error(err)
-					return
-				}
-				t1 := time.Now()
-				if _, err := suspend(ctx, c.Client, name); err != nil {
-					b.Error(err)
-					return
-				}
-				resumes[i] = append(resumes[i], t1.Sub(t0))
-				suspends[i] = append(suspends[i], time.Since(t1))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	cycles, elapsed := runParallel(b, clients, func(i, n int) error {
+		name := actors[i*actorsPerClient+n%actorsPerClient]
+		t0 := time.Now()
+		if _, err := resume(ctx, c.Client, name); err != nil {
+			return err
+		}
+		resumes[i] = append(resumes[i], time.Since(t0))
+		_, err := suspend(ctx, c.Client, name)
+		return err
+	})
 	cpu := processCPU(b) - cpu0
-	b.StopTimer()
 	if n := c.Runtime.Len(); n != 0 {
 		b.Fatalf("%d sandboxes still run after every wake-up was suspended", n)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "wakeups/s")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/wakeup")
 	reportLatency(b, "", slices.Concat(resumes...))
-	reportLatency(b, "suspend-", slices.Concat(suspends...))
+	reportLatency(b, "cycle-", cycles)
 }
 
 // processCPU is the CPU time (user and system) this process has used.

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// BenchmarkCeilings measures, each on its own, the two file-system-bound
+// parts of a fake wake-up, so BenchmarkWakeups' rate can be read against
+// what its parts allow on this machine (ops/s and p50/p99 per op):
+//
+//	snapshot-cycle  the snapshot store's work in one wake-up: stage a
+//	                snapshot, write the fake's 11-byte state file into
+//	                it, commit it (fsync file and manifest, rename into
+//	                place, fsync the directory), open it as a restore
+//	                does, and delete the writer's previous one
+//	store-write     one bolt write transaction (UpdateActor, group-
+//	                committed with the other writers'); a wake-up makes
+//	                four, so writes/s ÷ 4 bounds wake-ups/s
+//
+// Each writer works on its own snapshot owner or actor, as each
+// BenchmarkWakeups client does; writers are 1, 4, 8, 16 and 64.
+func BenchmarkCeilings(b *testing.B) {
+	for _, medium := range []string{"disk", "tmpfs"} {
+		b.Run("snapshot-cycle/medium="+medium, func(b *testing.B) {
+			l, err := snapshot.NewLocal(mediumDir(b, medium))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, writers := range clientCounts {
+				b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+					prev := make([]string, writers)
+					lat, elapsed := runParallel(b, writers, func(w, _ int) error {
+						ref, err := snapshotCycle(l, fmt.Sprintf("owner-%d", w), prev[w])
+						prev[w] = ref
+						return err
+					})
+					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+					reportLatency(b, "", lat)
+				})
+			}
+		})
+	}
+	b.Run("store-write/medium=disk", func(b *testing.B) {
+		c := startCluster(b, b.TempDir(), 1, fake.Config{})
+		defer closeCluster(b, c)
+		ctx := context.Background()
+		actors := createActors(b, c.Client, slices.Max(clientCounts))
+		for _, writers := range clientCounts {
+			b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+				lat, elapsed := runParallel(b, writers, func(w, _ int) error {
+					a, err := c.Store.GetActor(ctx, names.DefaultAtespace, actors[w])
+					if err != nil {
+						return err
+					}
+					a.StateTime = time.Now().UTC()
+					_, err = c.Store.UpdateActor(ctx, a)
+					return err
+				})
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
+				reportLatency(b, "", lat)
+			})
+		}
+	})
+}
+
+// snapshotCycle is the snapshot store's part of one fake wake-up (see
+// BenchmarkCeilings) and returns the new snapshot's reference.
+func snapshotCycle(l *snapshot.Local, owner, prev string) (string, error) {
+	st, err := l.Stage(owner)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(st.Dir, fake.StateFile), []byte(`{"count":1}`), 0o600); err != nil {
+		return "", err
+	}
+	ref, err := l.Commit(st, snapshot.ScopeFull)
+	if err != nil {
+		return "", err
+	}
+	if _, _, err := l.Open(ref); err != nil {
+		return "", err
+	}
+	if prev != "" {
+		return ref, l.Delete(prev)
+	}
+	return ref, nil
+}
+
+// runParallel runs b.N calls of op spread over workers goroutines (op
+// gets the goroutine's index and how many calls it made before) and
+// returns every call's latency and the wall time of all. The first
+// error fails b.
+func runParallel(b *testing.B, workers int, op func(worker, n int) error) ([]time.Duration, time.Duration) {
+	var next atomic.Int64
+	lat := make([][]time.Duration, workers)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			for n := 0; next.Add(1) <= int64(b.N); n++ {
+				t0 := time.Now()
+				if err := op(w, n); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	return slices.Concat(lat...), elapsed
+}

@@ -81,17 +81,15 @@ func standbyOf(s *slot) string {
 	return s.standby.ID
 }
 
-// TestStandby: a freed worker prepares a standby for the template it hosted;
-// the next actor of that template starts in it, one of another template
-// gets it destroyed, and no actor sees the previous one's volume.
-func TestStandby(t *testing.T) {
-	rt := fake.New(fake.Config{})
-	n := newTestNode(t, rt)
-	w := n.order[0]
-	ctx := t.Context()
-	vol := n.workerDir(n.slots[w], "volumes", "data")
-
-	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+// checkpointed starts actor "a" of template img1 on n's worker, leaves a
+// file in its volume, checkpoints it and waits for the freed worker's
+// standby. It returns the worker, its volume directory, a's snapshot and
+// the standby's container id.
+func checkpointed(t *testing.T, n *Node, rt *fake.Runtime) (w, vol, ref, standbyID string) {
+	t.Helper()
+	w = n.order[0]
+	vol = n.workerDir(n.slots[w], "volumes", "data")
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 		t.Fatal(err)
 	}
 	if rt.Prepared() != 0 {
@@ -100,12 +98,22 @@ func TestStandby(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(vol, "mine"), []byte("a's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	refA, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull})
+	ref, err := n.Checkpoint(t.Context(), w, "a", CheckpointOptions{Scope: snapshot.ScopeFull})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitPrepared(t, rt, 1)
-	standbyID := standbyOf(n.slots[w])
+	return w, vol, ref, standbyOf(n.slots[w])
+}
+
+// TestStandby: a freed worker prepares a standby for the template it hosted;
+// the next actor of that template starts in it, one of another template
+// gets it destroyed, and no actor sees the previous one's volume.
+func TestStandby(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	ctx := t.Context()
+	w, vol, refA, standbyID := checkpointed(t, n, rt)
 	if entries, _ := os.ReadDir(vol); len(entries) != 0 {
 		t.Fatalf("volume directory after checkpoint holds %d entries, want none", len(entries))
 	}
@@ -154,21 +162,8 @@ func TestStandby(t *testing.T) {
 func TestStandbyGoneStillStarts(t *testing.T) {
 	rt := fake.New(fake.Config{})
 	n := newTestNode(t, rt)
-	w := n.order[0]
 	ctx := t.Context()
-	vol := n.workerDir(n.slots[w], "volumes", "data")
-	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(vol, "mine"), []byte("a's"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitPrepared(t, rt, 1)
-	id := standbyOf(n.slots[w])
+	w, vol, ref, id := checkpointed(t, n, rt)
 	if err := rt.Destroy(ctx, n.slots[w].sb, id); err != nil {
 		t.Fatal(err)
 	}

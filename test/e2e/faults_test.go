@@ -134,8 +134,14 @@ func TestNodeAgentKilledDuringSuspend(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{a.GetSnapshot(): true, tpl.GetStatus().GetGoldenSnapshot(): true}
+	var stray []string
+	defer func() {
+		if t.Failed() && len(stray) > 0 {
+			t.Logf("snapshots still there that nothing points to: %v", stray)
+		}
+	}()
 	waitFor(t, "unreferenced snapshots to be collected", 30*time.Second, func() bool {
-		var stray []string
+		stray = nil
 		dirs, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "*"))
 		for _, d := range dirs {
 			rel, _ := filepath.Rel(filepath.Join(dataDir, "snapshots"), d)

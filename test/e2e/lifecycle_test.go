@@ -38,8 +38,7 @@ func (in *installation) slowRequest(name string, ms int) <-chan reply {
 	mark := filepath.Join(in.dataDir, "node", "workers", in.actor(name).GetWorker(), "volumes", "data", "arrived")
 	done := make(chan reply, 1)
 	go func() {
-		code, body, hdr, err := in.request(http.MethodGet, "default/"+name, fmt.Sprintf("/sleep?ms=%d&mark=/data/arrived", ms), "")
-		done <- reply{code: code, body: body, header: hdr, err: err, at: time.Now()}
+		done <- in.getReply("default/"+name, fmt.Sprintf("/sleep?ms=%d&mark=/data/arrived", ms))
 	}()
 	waitFor(in.t, "the slow request to reach the actor", 30*time.Second, func() bool {
 		_, err := os.Stat(mark)

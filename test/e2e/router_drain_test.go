@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -24,8 +23,7 @@ func TestRouterDrainOnSIGTERM(t *testing.T) {
 	replies := make(chan reply, n)
 	for range n {
 		go func() {
-			code, body, _, err := in.request(http.MethodGet, "default/waiter", "/", "")
-			replies <- reply{code: code, body: strings.TrimSpace(body), err: err, at: time.Now()}
+			replies <- in.getReply("default/waiter", "/")
 		}()
 	}
 	waitFor(t, "50 parked requests", 30*time.Second, func() bool { return in.parkedLogged(n) == 1 })

@@ -21,6 +21,13 @@ type reply struct {
 	at     time.Time
 }
 
+// getReply sends a GET of path to actor and returns its reply, body
+// trimmed, stamped with when it came; safe to call from any goroutine.
+func (in *installation) getReply(actor, path string) reply {
+	code, body, hdr, err := in.request(http.MethodGet, actor, path, "")
+	return reply{code: code, body: strings.TrimSpace(body), header: hdr, err: err, at: time.Now()}
+}
+
 // burst sends n concurrent GETs of path to actor and returns the replies.
 func (in *installation) burst(n int, actor, path string) []reply {
 	out := make([]reply, n)
@@ -29,8 +36,7 @@ func (in *installation) burst(n int, actor, path string) []reply {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			code, body, hdr, err := in.request(http.MethodGet, actor, path, "")
-			out[i] = reply{code: code, body: strings.TrimSpace(body), header: hdr, err: err, at: time.Now()}
+			out[i] = in.getReply(actor, path)
 		})
 	}
 	close(start)
@@ -99,8 +105,7 @@ func TestRouterParking(t *testing.T) {
 		out := make(chan reply, lot)
 		for range lot {
 			go func() {
-				code, body, hdr, err := in.request(http.MethodGet, "default/waiter", "/", "")
-				out <- reply{code: code, body: strings.TrimSpace(body), header: hdr, err: err, at: time.Now()}
+				out <- in.getReply("default/waiter", "/")
 			}()
 		}
 		waitFor(t, fmt.Sprintf("%d requests parked (round %d)", lot, round), 30*time.Second,

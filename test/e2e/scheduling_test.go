@@ -99,8 +99,7 @@ func TestParkedUntilWorkerFrees(t *testing.T) {
 
 	done := make(chan reply, 1)
 	go func() {
-		code, body, hdr, err := in.request(http.MethodGet, "default/waiter", "/", "")
-		done <- reply{code: code, body: strings.TrimSpace(body), header: hdr, err: err, at: time.Now()}
+		done <- in.getReply("default/waiter", "/")
 	}()
 	// The request is parked once the API server is waiting for a worker
 	// on its behalf; the router reports that in its log.

@@ -1,6 +1,10 @@
 package node
 
-import "sync"
+import (
+	"maps"
+	"slices"
+	"sync"
+)
 
 // keyedSet is a set of values per string key, safe for concurrent use.
 // The node keeps two: the open connections of each container and the
@@ -35,18 +39,14 @@ func (k *keyedSet[V]) remove(key string, v V) {
 func (k *keyedSet[V]) members(key string) []V {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]V, 0, len(k.all[key]))
-	for v := range k.all[key] {
-		out = append(out, v)
-	}
-	return out
+	return slices.Collect(maps.Keys(k.all[key]))
 }
 
 // take removes key and returns its values.
 func (k *keyedSet[V]) take(key string) []V {
-	out := k.members(key)
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := slices.Collect(maps.Keys(k.all[key]))
 	delete(k.all, key)
-	k.mu.Unlock()
 	return out
 }

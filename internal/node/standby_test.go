@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,4 +247,28 @@ func TestStopKeepsInflightCount(t *testing.T) {
 	if got != 0 {
 		t.Fatalf("in-flight count after the request ended = %d, want 0", got)
 	}
+}
+
+// TestStandbyProbeFailureNotRetried: a start into a standby whose wakeup
+// probe fails is the actor's failure, not the standby's: it is not tried
+// again afresh (which would wait out the probe's timeout twice), and the
+// freed worker prepares a standby again.
+func TestStandbyProbeFailureNotRetried(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	w, _, ref, _ := checkpointed(t, n, rt)
+	bad := template("img1")
+	bad.WakeupProbe = &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/missing", Port: 8080}, TimeoutSeconds: 1}
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: bad, Snapshot: ref}); err == nil {
+		t.Fatal("start with a failing probe succeeded")
+	}
+	log, err := os.ReadFile(n.workerLog(n.slots[w]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One start line for a's first start, one for the failed one.
+	if starts := strings.Count(string(log), "--- "); starts != 2 {
+		t.Fatalf("worker log records %d starts, want 2:\n%s", starts, log)
+	}
+	waitPrepared(t, rt, 1)
 }

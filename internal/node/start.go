@@ -53,6 +53,9 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 	n.clearOp(ctx, s)
 	id, err := n.startIn(ctx, s, req)
 	if err != nil {
+		// The start may have used the worker's standby up; the worker
+		// is free again and should hold one.
+		n.refill(s)
 		n.log.WarnContext(ctx, "start failed", "actor", req.Name, "atespace", req.Atespace, "worker", req.Worker, "snapshot", req.Snapshot, "err", err)
 		return fmt.Errorf("%w: actor %s/%s on worker %s: %w", ErrStartFailed, req.Atespace, req.Name, req.Worker, err)
 	}
@@ -63,9 +66,11 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 // startIn boots or restores req in s and waits for the wakeup probe. On
 // failure the slot is left empty. It returns the container id. When the
 // slot's standby was prepared for the same container spec, the start goes
-// into it (standby.go); if that fails for any reason but ctx, the start is
-// tried once more the ordinary way, so a dead standby costs time, never
-// the request.
+// into it (standby.go); if the boot or restore into it fails for any
+// reason but ctx, the start is tried once more the ordinary way, so a dead
+// standby costs time, never the request. A wakeup probe that fails is the
+// actor's own failure and is not retried: it would only wait out the
+// probe's timeout a second time.
 func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, error) {
 	spec := req.Spec
 	if len(spec.GetContainers()) != 1 {
@@ -103,8 +108,8 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 	if sb := n.takeStandby(ctx, s, sspec); sb != nil {
 		sspec.ID, sspec.BundleDir, sspec.Prepared = sb.ID, sb.BundleDir, true
 	}
-	n.logStart(s, req, sspec.ID)
 	for {
+		n.logStart(s, req, sspec.ID)
 		s.mu.Lock()
 		s.containerID, s.volumes, s.cut = sspec.ID, vols, false
 		s.mu.Unlock()
@@ -113,14 +118,15 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		} else {
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
 		}
-		if err == nil {
+		started := err == nil
+		if started {
 			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
 		}
 		if err == nil {
 			break
 		}
 		n.clearOp(ctx, s)
-		if !sspec.Prepared || ctx.Err() != nil {
+		if started || !sspec.Prepared || ctx.Err() != nil {
 			return "", err
 		}
 		n.log.WarnContext(ctx, "start in standby failed, starting afresh", "worker", s.name, "container", sspec.ID, "err", err)

@@ -42,7 +42,8 @@ func upCommand() *cobra.Command {
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			cfg.NoStandbys = !standbys
-			cfg.Logger.Debug("garbage collector target", "gogc", up.TuneGC())
+			gogc := up.TuneGC()
+			cfg.Logger.Debug("garbage collector target", "gogc", gogc)
 			err := up.Run(cmd.Context(), cfg)
 			// After every deferred teardown in Run: the workers and their
 			// network namespaces are gone, the store is closed.

@@ -60,7 +60,7 @@ type Cluster struct {
 	DBPath string
 	// Started is how long Start took: opening the store, registering
 	// workers, reading templates. The snapshot garbage collection, which
-	// reads every actor, runs after it in the background (GCDone).
+	// reads every actor, runs after it in the background (SnapshotGCDone).
 	Started time.Duration
 
 	cancel context.CancelFunc

@@ -105,7 +105,7 @@ func newScaleEnv(b *testing.B, dir string, n int) *scaleEnv {
 	// The collection reads every actor; timed operations must not share
 	// the cores with it.
 	select {
-	case <-c.GCDone():
+	case <-c.SnapshotGCDone():
 	case <-wctx.Done():
 		closeCluster(b, c)
 		b.Fatal("snapshot garbage collection did not finish within a minute")

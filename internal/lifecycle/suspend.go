@@ -62,11 +62,11 @@ func (m *Manager) putAway(ctx context.Context, atespace, name string, paused boo
 // policy returns the checkpoint options for a pause or a suspend of a,
 // from its template (the defaults if the template cannot be read).
 func (m *Manager) policy(ctx context.Context, a *store.Actor, paused bool) node.CheckpointOptions {
-	tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
-	if err != nil {
-		return node.CheckpointOptions{Paused: paused, Scope: snapshot.ScopeFull}
+	var spec *atev1.ActorTemplateSpec // nil: the defaults
+	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
+		spec = tpl.Spec
 	}
-	return checkpointOptions(tpl.Spec, paused)
+	return checkpointOptions(spec, paused)
 }
 
 // checkpointOptions returns the checkpoint options spec asks for on a

@@ -231,9 +231,7 @@ func TestResumeFailures(t *testing.T) {
 // saw — is sent again with its whole body, unless the body outgrew what
 // the router keeps: then 503, and the actor is resumed in the background.
 func TestStaleTarget(t *testing.T) {
-	misdirected := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
-	})
+	misdirected := misdirectedTunnel(t)
 	// A tunnel that read the whole body before answering 421: past
 	// maxReplayBody the router no longer holds it to send again.
 	readThenMisdirected := newTunnel(t, func(w http.ResponseWriter, r *http.Request) {
@@ -306,12 +304,7 @@ func TestStaleTarget(t *testing.T) {
 // client gets 503 with Retry-After, and no activation headers from either
 // attempt.
 func TestStillStaleAfterRetry(t *testing.T) {
-	misdirected := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
-	})
-	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
-		return targetAt(key, "stale", misdirected), true, nil
-	}}
+	res := warmResolver(t, misdirectedTunnel(t), Policy{})
 	srv, _ := newRouter(t, Config{}, res)
 	got := get(t, srv, "app.default.actors.localhost", "/", nil)
 	if got.status != 503 || got.retryAfter != "1" || got.body != "actor default/app moved while the request was in flight; retry\n" {

@@ -59,6 +59,14 @@ func targetAt(key names.ActorKey, worker, addr string) Target {
 	return Target{Actor: key, UID: "uid-" + key.String(), Worker: worker, TunnelAddr: addr}
 }
 
+// misdirectedTunnel starts a tunnel that answers every request 421, as
+// one whose worker no longer hosts the actor, and returns its host:port.
+func misdirectedTunnel(t *testing.T) string {
+	return newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "actor not here", http.StatusMisdirectedRequest)
+	})
+}
+
 // newTunnel starts a backend standing in for a worker tunnel and returns
 // its host:port.
 func newTunnel(t *testing.T, h http.HandlerFunc) string {

@@ -51,10 +51,10 @@ type ControlPlane struct {
 	Lifecycle *lifecycle.Manager
 	API       *apiserver.Server
 
-	// stopGC ends the background snapshot garbage collection; gcDone is
-	// closed when it has returned.
-	stopGC context.CancelFunc
-	gcDone chan struct{}
+	// stopSnapshotGC ends the background snapshot garbage collection;
+	// snapshotGCDone is closed when it has returned.
+	stopSnapshotGC context.CancelFunc
+	snapshotGCDone chan struct{}
 }
 
 // DBName is the store file in the data directory.
@@ -118,12 +118,12 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	cp.API = apiserver.New(runCtx, cp.Store, cp.Lifecycle, cfg.SandboxClass, log)
 	// Garbage collection reads every actor; it runs while the API serves
 	// so that start-up does not grow with their number.
-	gcCtx, stopGC := context.WithCancel(runCtx)
-	cp.stopGC, cp.gcDone = stopGC, make(chan struct{})
+	snapshotGCCtx, stopSnapshotGC := context.WithCancel(runCtx)
+	cp.stopSnapshotGC, cp.snapshotGCDone = stopSnapshotGC, make(chan struct{})
 	go func() {
-		defer close(cp.gcDone)
+		defer close(cp.snapshotGCDone)
 		start := time.Now()
-		if err := cp.Lifecycle.CollectGarbage(gcCtx, recovered); err != nil && gcCtx.Err() == nil {
+		if err := cp.Lifecycle.CollectGarbage(snapshotGCCtx, recovered); err != nil && snapshotGCCtx.Err() == nil {
 			log.Warn("snapshot garbage collection", "err", err)
 			return
 		}
@@ -143,16 +143,17 @@ func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 	return gs
 }
 
-// GCDone is closed once the background snapshot garbage collection that
-// NewControlPlane started has finished (it reads every actor).
-func (cp *ControlPlane) GCDone() <-chan struct{} { return cp.gcDone }
+// SnapshotGCDone is closed once the background snapshot garbage
+// collection that NewControlPlane started has finished (it reads every
+// actor).
+func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCDone }
 
 // Close shuts the node down (destroying every sandbox, tearing its slots
 // down) and closes the store. It does not suspend running actors first.
 func (cp *ControlPlane) Close() error {
-	if cp.stopGC != nil {
-		cp.stopGC()
-		<-cp.gcDone
+	if cp.stopSnapshotGC != nil {
+		cp.stopSnapshotGC()
+		<-cp.snapshotGCDone
 	}
 	if cp.Node != nil {
 		cp.Node.Shutdown(context.Background())

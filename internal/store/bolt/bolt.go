@@ -1,7 +1,10 @@
 // Package bolt is the embedded Store backend: one bbolt file in the data
-// directory. Every operation is one bbolt transaction, so compare-and-set
-// and the worker claim are atomic; bbolt serialises writers, which is what
-// makes them correct without further locking.
+// directory. Every operation runs inside one bbolt transaction, so
+// compare-and-set and the worker claim are atomic; bbolt serialises
+// writers, which is what makes them correct without further locking.
+// Concurrent writes share a transaction (group commit, commit.go), so a
+// write's function may run more than once and must derive its results
+// from the transaction alone each time.
 //
 // Records are JSON. They are encoded with github.com/goccy/go-json, a
 // drop-in for encoding/json that decodes several times faster: decoding
@@ -102,8 +105,8 @@ func rebuildFree(tx *bbolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bWorkers).ForEach(func(k, _ []byte) error {
-		w, err := get[store.Worker](tx.Bucket(bWorkers), k)
+	return tx.Bucket(bWorkers).ForEach(func(k, v []byte) error {
+		w, err := decode[store.Worker](k, v)
 		if err != nil {
 			return err
 		}
@@ -119,6 +122,11 @@ func get[T any](b *bbolt.Bucket, k []byte) (*T, error) {
 	if v == nil {
 		return nil, store.ErrNotFound
 	}
+	return decode[T](k, v)
+}
+
+// decode decodes the record v stored under k.
+func decode[T any](k, v []byte) (*T, error) {
 	var out T
 	if err := json.Unmarshal(v, &out); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", k, err)
@@ -442,7 +450,7 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string, pref
 		// that do not fit.
 		var prefix []byte
 		if node != "" {
-			prefix = []byte(node + "\x00")
+			prefix = freeKey(&store.Worker{Node: node})
 		}
 		c := free.Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {

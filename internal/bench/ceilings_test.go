@@ -6,14 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store"
 )
 
 // BenchmarkCeilings measures, each on its own, the two file-system-bound
@@ -41,6 +40,11 @@ func BenchmarkCeilings(b *testing.B) {
 			for _, writers := range clientCounts {
 				b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
 					prev := make([]string, writers)
+					b.Cleanup(func() {
+						for _, ref := range prev {
+							_ = l.Delete(ref)
+						}
+					})
 					lat, elapsed := runParallel(b, writers, func(w, _ int) error {
 						ref, err := snapshotCycle(l, fmt.Sprintf("owner-%d", w), prev[w])
 						prev[w] = ref
@@ -59,13 +63,19 @@ func BenchmarkCeilings(b *testing.B) {
 		actors := createActors(b, c.Client, slices.Max(clientCounts))
 		for _, writers := range clientCounts {
 			b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-				lat, elapsed := runParallel(b, writers, func(w, _ int) error {
-					a, err := c.Store.GetActor(ctx, names.DefaultAtespace, actors[w])
-					if err != nil {
-						return err
+				// Read untimed; each write then takes the record the
+				// previous one returned.
+				records := make([]*store.Actor, writers)
+				for w := range records {
+					var err error
+					if records[w], err = c.Store.GetActor(ctx, names.DefaultAtespace, actors[w]); err != nil {
+						b.Fatal(err)
 					}
-					a.StateTime = time.Now().UTC()
-					_, err = c.Store.UpdateActor(ctx, a)
+				}
+				lat, elapsed := runParallel(b, writers, func(w, _ int) error {
+					records[w].StateTime = time.Now().UTC()
+					var err error
+					records[w], err = c.Store.UpdateActor(ctx, records[w])
 					return err
 				})
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
@@ -96,32 +106,4 @@ func snapshotCycle(l *snapshot.Local, owner, prev string) (string, error) {
 		return ref, l.Delete(prev)
 	}
 	return ref, nil
-}
-
-// runParallel runs b.N calls of op spread over workers goroutines (op
-// gets the goroutine's index and how many calls it made before) and
-// returns every call's latency and the wall time of all. The first
-// error fails b.
-func runParallel(b *testing.B, workers int, op func(worker, n int) error) ([]time.Duration, time.Duration) {
-	var next atomic.Int64
-	lat := make([][]time.Duration, workers)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for w := range workers {
-		wg.Go(func() {
-			for n := 0; next.Add(1) <= int64(b.N); n++ {
-				t0 := time.Now()
-				if err := op(w, n); err != nil {
-					b.Error(err)
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	return slices.Concat(lat...), elapsed
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,4 +245,58 @@ func TestPreloadedClusterBuildsTemplate(t *testing.T) {
 	if _, err := resume(ctx, c.Client, ActorName(n/2)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// clientCounts are the concurrencies the control-plane benchmarks sweep.
+var clientCounts = []int{1, 4, 8, 16, maxClients}
+
+// mediumDir returns a fresh directory for b on medium: "disk" is the
+// benchmark's temp dir, "tmpfs" one on /dev/shm, removed after b.
+func mediumDir(b *testing.B, medium string) string {
+	if medium != "tmpfs" {
+		return b.TempDir()
+	}
+	dir, err := shmDir(b)
+	if err != nil {
+		b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
+	}
+	return dir
+}
+
+// shmDir returns a fresh directory on /dev/shm, removed after b.
+func shmDir(b *testing.B) (string, error) {
+	dir, err := os.MkdirTemp("/dev/shm", "ate-bench-")
+	if err != nil {
+		return "", err
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir, nil
+}
+
+// runParallel runs b.N calls of op spread over workers goroutines (op
+// gets the goroutine's index and how many calls it made before) and
+// returns every call's latency and the wall time of all. The first
+// error fails b.
+func runParallel(b *testing.B, workers int, op func(worker, n int) error) ([]time.Duration, time.Duration) {
+	var next atomic.Int64
+	lat := make([][]time.Duration, workers)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			for n := 0; next.Add(1) <= int64(b.N); n++ {
+				t0 := time.Now()
+				if err := op(w, n); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	return slices.Concat(lat...), elapsed
 }

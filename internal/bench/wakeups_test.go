@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"syscall"
 	"testing"
@@ -43,32 +42,6 @@ func BenchmarkWakeups(b *testing.B) {
 			benchWakeups(b, mediumDir(b, medium))
 		})
 	}
-}
-
-// clientCounts are the concurrencies the control-plane benchmarks sweep.
-var clientCounts = []int{1, 4, 8, 16, maxClients}
-
-// mediumDir returns a fresh directory for b on medium: "disk" is the
-// benchmark's temp dir, "tmpfs" one on /dev/shm, removed after b.
-func mediumDir(b *testing.B, medium string) string {
-	if medium != "tmpfs" {
-		return b.TempDir()
-	}
-	dir, err := shmDir(b)
-	if err != nil {
-		b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
-	}
-	return dir
-}
-
-// shmDir returns a fresh directory on /dev/shm, removed after b.
-func shmDir(b *testing.B) (string, error) {
-	dir, err := os.MkdirTemp("/dev/shm", "ate-bench-")
-	if err != nil {
-		return "", err
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir, nil
 }
 
 func benchWakeups(b *testing.B, dir string) {
@@ -112,7 +85,7 @@ func runWakeups(b *testing.B, c *Cluster, actors []string, clients int) {
 		b.Fatalf("%d sandboxes still run after every wake-up was suspended", n)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "wakeups/s")
-	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/wakeup")
+	b.ReportMetric(latency.Ms(cpu)/float64(b.N), "cpu-ms/wakeup")
 	reportLatency(b, "", slices.Concat(resumes...))
 	reportLatency(b, "cycle-", cycles)
 }

@@ -14,14 +14,17 @@
 # takes about 5 minutes on a 2-core VM (about 100 s of it precompiling
 # seccomp programs). Also installs iproute2 if `ip` is missing.
 #
-# Keep RUNSC_VERSION equal to gvisor.RunscVersion in
-# internal/sandbox/gvisor/runtime.go and to go.mod's gvisor.dev/gvisor
-# requirement: ate drives runsc's own library in process for starts and
-# restores (TestLibraryIsRunscVersion checks the two Go-side copies).
+# The version is go.mod's gvisor.dev/gvisor requirement: ate drives runsc's
+# own library in process, so the binary must be the same build
+# (gvisor.RunscVersion, which TestLibraryIsRunscVersion keeps equal to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUNSC_VERSION="v0.0.0-20260905035102-160fafc42237"
+if ! command -v go >/dev/null 2>&1; then
+	echo "install-runsc: go is required to build runsc" >&2
+	exit 1
+fi
+RUNSC_VERSION=$(go list -m -f '{{.Version}}' gvisor.dev/gvisor)
 FLAVOUR="precompiled-seccomp-1"
 CACHE="${ATE_CACHE:-$HOME/.cache/ate}"
 BIN_DIR="$CACHE/bin"
@@ -42,32 +45,20 @@ if [[ -x "$RUNSC" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
 	exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-	echo "install-runsc: go is required to build runsc" >&2
-	exit 1
-fi
-
 mkdir -p "$BIN_DIR"
 echo "install-runsc: building gvisor.dev/gvisor/runsc@$RUNSC_VERSION with precompiled seccomp programs (about 5 minutes)..." >&2
 # Remove the stamp first so an interrupted build is never taken as done.
 rm -f "$STAMP"
 
-modjson=$(go mod download -json "gvisor.dev/gvisor@$RUNSC_VERSION")
-moddir=$(printf '%s\n' "$modjson" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
-if [[ -z "$moddir" || ! -d "$moddir" ]]; then
-	echo "install-runsc: cannot find the downloaded module source:" >&2
-	printf '%s\n' "$modjson" >&2
-	exit 1
-fi
+go mod download gvisor.dev/gvisor
+moddir=$(go list -m -f '{{.Dir}}' gvisor.dev/gvisor)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$moddir" "$work/gvisor"
 chmod -R u+w "$work/gvisor"
-mkdir "$work/gvisor/ate-runsc-seccomp"
-# The generator imports the gvisor module, so it is built inside it; its
-# ignore tag only keeps it out of Substrate's own build.
-sed '/^\/\/go:build ignore$/d' hack/runsc-seccomp/main.go >"$work/gvisor/ate-runsc-seccomp/main.go"
-(cd "$work/gvisor" && go run ./ate-runsc-seccomp "$work/gvisor")
+# The generator links the same gvisor module (our go.mod's) and writes the
+# programs into the writable copy, which is then built.
+go run ./hack/runsc-seccomp/main.go "$work/gvisor"
 (cd "$work/gvisor" && CGO_ENABLED=0 go build -o "$RUNSC.tmp" ./runsc)
 mv "$RUNSC.tmp" "$RUNSC"
 printf '%s\n' "$WANT" >"$STAMP"

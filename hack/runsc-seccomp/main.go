@@ -6,11 +6,12 @@
 // start and restore: about 22 ms on the development VM ("No precompiled
 // program found ... This slows down sandbox startup" in runsc's debug log).
 //
-// hack/install-runsc.sh copies this file into a writable copy of the pinned
-// gvisor.dev/gvisor module (it imports that module's packages, which ours
-// does not depend on, hence the ignore tag) and runs it there:
+// hack/install-runsc.sh runs it from the repository root on a writable
+// copy of the gvisor.dev/gvisor module our go.mod requires (the ignore tag
+// keeps it out of `go build ./...`, which would compile the seccomp
+// program generators for nothing):
 //
-//	go run ./ate-runsc-seccomp <gvisor source dir>
+//	go run ./hack/runsc-seccomp/main.go <gvisor source dir>
 //
 // It replaces runsc/boot/filter/filter_precompiled.go and
 // runsc/fsgofer/filter/filter_precompiled.go with files registering the

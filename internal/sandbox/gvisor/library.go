@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -38,10 +39,11 @@ import (
 // command and the library can take turns on one container.
 //
 // It is used only when the runsc binary is the version this module
-// requires (RunscVersion, from the stamp hack/install-runsc.sh writes),
+// requires (RunscVersion, against the stamp hack/install-runsc.sh writes),
 // since the state file and the control protocol are runsc-internal.
 type library struct {
 	conf *config.Config
+	log  *slog.Logger
 }
 
 // quietLibraryLog points runsc's package-global logger, which writes to
@@ -51,20 +53,21 @@ type library struct {
 var quietLibraryLog sync.Once
 
 // newLibrary returns a library configured by runsc's global flags args,
-// exactly as the runsc command would parse them.
-func newLibrary(args []string) (*library, error) {
+// exactly as the runsc command would parse them, that logs each call to
+// logger at debug level as the runsc commands are logged.
+func newLibrary(args []string, logger *slog.Logger) (*library, error) {
 	quietLibraryLog.Do(func() { log.SetTarget(discardEmitter{}) })
-	fs := flag.NewFlagSet("runsc", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	config.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	flags := flag.NewFlagSet("runsc", flag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	config.RegisterFlags(flags)
+	if err := flags.Parse(args); err != nil {
 		return nil, fmt.Errorf("runsc flags %q: %w", args, err)
 	}
-	conf, err := config.NewFromFlags(fs)
+	conf, err := config.NewFromFlags(flags)
 	if err != nil {
 		return nil, fmt.Errorf("runsc config: %w", err)
 	}
-	return &library{conf: conf}, nil
+	return &library{conf: conf, log: logger}, nil
 }
 
 // libraryUsable reports whether runsc at path is the build this module's
@@ -77,13 +80,13 @@ func libraryUsable(path string) bool {
 
 // start starts the application of created container id (`runsc start`).
 func (l *library) start(ctx context.Context, id string) error {
-	return l.call(ctx, id, container.LoadOpts{}, true, func(c *container.Container) error { return c.Start(l.conf) })
+	return l.call(ctx, "start", id, container.LoadOpts{}, true, func(c *container.Container) error { return c.Start(l.conf) })
 }
 
 // restore restores created container id from imageDir (`runsc restore
 // --detach` of an existing container).
 func (l *library) restore(ctx context.Context, id, imageDir string) error {
-	return l.call(ctx, id, container.LoadOpts{}, true, func(c *container.Container) error {
+	return l.call(ctx, "restore", id, container.LoadOpts{}, true, func(c *container.Container) error {
 		return c.Restore(l.conf, imageDir, false, false, nil)
 	})
 }
@@ -91,7 +94,7 @@ func (l *library) restore(ctx context.Context, id, imageDir string) error {
 // checkpoint saves container id into imageDir (`runsc checkpoint`, with
 // runsc's default compression); the sandbox exits afterwards.
 func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
-	return l.call(ctx, id, container.LoadOpts{}, true, func(c *container.Container) error {
+	return l.call(ctx, "checkpoint", id, container.LoadOpts{}, true, func(c *container.Container) error {
 		return c.Checkpoint(l.conf, imageDir, runscsandbox.CheckpointOpts{
 			Compression: statefile.CompressionLevelDefault, SaveRestoreExecContainerID: c.ID})
 	})
@@ -100,7 +103,7 @@ func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
 // destroy stops container id's processes and removes its state (`runsc
 // delete --force`); an unknown id is not an error.
 func (l *library) destroy(ctx context.Context, id string) error {
-	err := l.call(ctx, id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
+	err := l.call(ctx, "delete", id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
 		return c.Destroy()
 	})
 	if errors.Is(err, fs.ErrNotExist) {
@@ -117,7 +120,7 @@ func (l *library) destroy(ctx context.Context, id string) error {
 // the container as stopped.
 func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	var pid int
-	err := l.call(ctx, id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
+	err := l.call(ctx, "state", id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
 		if c.Status != container.Stopped {
 			pid = c.SandboxPid()
 		}
@@ -126,16 +129,22 @@ func (l *library) sandboxPID(ctx context.Context, id string) (int, error) {
 	return pid, err
 }
 
-// call loads container id with opts and runs op on it. runsc's calls
+// call loads container id with opts and runs op on it, the library's
+// stand-in for runsc subcommand cmd, and logs it. runsc's calls
 // take no context, so op runs in its own goroutine. If ctx ends first and
 // kill is set, the container's sandbox process is killed, which ends op's
 // control call (and releases runsc's lock on the container, which op
 // holds and the caller's force-delete needs); call then waits up to
-// cleanupTimeout for op to return, and returns ctx's error.
-func (l *library) call(ctx context.Context, id string, opts container.LoadOpts, kill bool, op func(*container.Container) error) error {
+// cleanupTimeout in all, for the load and for op to return, and returns
+// ctx's error.
+func (l *library) call(ctx context.Context, cmd, id string, opts container.LoadOpts, kill bool, op func(*container.Container) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	start := time.Now()
+	defer func() {
+		l.log.DebugContext(ctx, "runsc library", "cmd", cmd, "id", id, "duration", time.Since(start), "err", err)
+	}()
 	done := make(chan error, 1)
 	pid := make(chan int, 1)
 	go func() {
@@ -160,12 +169,21 @@ func (l *library) call(ctx context.Context, id string, opts container.LoadOpts, 
 	case <-ctx.Done():
 	}
 	if kill {
-		if p := <-pid; p > 0 {
-			_ = unix.Kill(p, unix.SIGKILL)
-		}
+		// The load itself may hang (it takes the container's lock and
+		// asks the sandbox for its state), so the wait is bounded from
+		// here.
+		timeout := time.NewTimer(cleanupTimeout)
+		defer timeout.Stop()
 		select {
-		case <-done:
-		case <-time.After(cleanupTimeout):
+		case p := <-pid:
+			if p > 0 {
+				_ = unix.Kill(p, unix.SIGKILL)
+			}
+			select {
+			case <-done:
+			case <-timeout.C:
+			}
+		case <-timeout.C:
 		}
 	}
 	return ctx.Err()

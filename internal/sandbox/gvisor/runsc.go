@@ -72,15 +72,6 @@ func (r *Runtime) runDetached(ctx context.Context, spec sandbox.Spec, args ...st
 	return nil
 }
 
-// timed runs op, a library call standing in for runsc subcommand cmd on
-// container id, and logs it as command and runDetached log theirs.
-func (r *Runtime) timed(ctx context.Context, cmd, id string, op func() error) error {
-	start := time.Now()
-	err := op()
-	r.log.DebugContext(ctx, "runsc library", "cmd", cmd, "id", id, "duration", time.Since(start), "err", err)
-	return err
-}
-
 // readFrom returns up to maxErrOutput bytes of path from offset; errors
 // give nil, since this only decorates another error.
 func readFrom(path string, offset int64) []byte {

@@ -1,8 +1,10 @@
 // Package gvisor is the default sandbox class: it runs, checkpoints and
 // restores containers with gVisor's runsc binary, one sandbox per worker
-// slot, each in the slot's network namespace (internal/netns). Starts and
-// restores into a prepared container go through runsc's own library in
-// this process instead of the command (library.go).
+// slot, each in the slot's network namespace (internal/netns). Operations
+// on a container that exists (start and restore of a prepared one,
+// checkpoint, delete, its sandbox's pid) go through runsc's own library in
+// this process instead of the command (library.go); creating one runs the
+// command.
 //
 // Flags given to every runsc command, and why:
 //
@@ -54,9 +56,11 @@ import (
 )
 
 // RunscVersion is the gvisor.dev/gvisor module version of the runsc binary
-// this package is tested with; hack/install-runsc.sh installs it. Such a
-// build prints VERSION_MISSING for --version, so the version is recorded
-// here and in the stamp file beside the binary.
+// this package drives. It must equal go.mod's requirement, from which
+// hack/install-runsc.sh builds runsc (TestLibraryIsRunscVersion checks;
+// a test binary's build info lists no dependencies, so it is not read at
+// run time). Such a build prints VERSION_MISSING for --version, so the
+// script records the version in a stamp file beside the binary.
 const RunscVersion = "v0.0.0-20260905035102-160fafc42237"
 
 // cleanupTimeout bounds the force-delete that runs after a failed Run or
@@ -84,10 +88,10 @@ type Config struct {
 	// CheckpointFlags and RestoreFlags are appended to those subcommands
 	// (e.g. "-compression=none", "-background"); for measuring options.
 	CheckpointFlags, RestoreFlags []string
-	// ForceCLI runs every operation as a runsc command. By default a
-	// prepared container is started and restored through runsc's own
-	// library in this process (library.go), when the binary is the
-	// version that library matches.
+	// ForceCLI runs every operation as a runsc command. By default
+	// operations on an existing container go through runsc's own library
+	// in this process (library.go), when the binary is the version that
+	// library matches.
 	ForceCLI bool
 }
 
@@ -102,7 +106,7 @@ type Runtime struct {
 	extraFlags []string
 
 	checkpointFlags, restoreFlags []string
-	// lib starts and restores prepared containers in process; nil runs
+	// lib runs operations on existing containers in process; nil runs
 	// runsc commands instead.
 	lib *library
 }
@@ -164,7 +168,7 @@ func New(cfg Config) (*Runtime, error) {
 		restoreFlags:    cfg.RestoreFlags,
 	}
 	if !cfg.ForceCLI && libraryUsable(path) {
-		if r.lib, err = newLibrary(r.globalArgs()); err != nil {
+		if r.lib, err = newLibrary(r.globalArgs(), r.log); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
@@ -176,7 +180,8 @@ func New(cfg Config) (*Runtime, error) {
 // first (netns.Reset). On failure the container is force-deleted, so the
 // slot is empty again.
 //
-// A Prepared spec is started with `runsc start`: the sandbox already runs.
+// A Prepared spec is only started (`runsc start`, through the library
+// when it is in use): the sandbox already runs.
 func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
 	var err error
 	switch {
@@ -186,7 +191,7 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 		}
 		err = r.runDetached(ctx, spec, "run", "--detach", "--bundle", spec.BundleDir, spec.ID)
 	case r.lib != nil:
-		err = r.timed(ctx, "start", spec.ID, func() error { return r.lib.start(ctx, spec.ID) })
+		err = r.lib.start(ctx, spec.ID)
 	default:
 		err = r.runDetached(ctx, spec, "start", spec.ID)
 	}
@@ -217,13 +222,13 @@ func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 // Checkpoint saves container id into imageDir with `runsc checkpoint`
 // (memory, and the root overlay since it lives in sandbox memory), after
 // which the container exits; it then deletes the container so the slot is
-// empty. If the checkpoint command fails the container may still exist;
-// the error carries runsc's message and the caller decides whether to
-// Destroy it.
+// empty. If the checkpoint fails the container may still exist (through
+// the library, one whose ctx ended has had its sandbox killed); the error
+// carries runsc's message and the caller decides whether to Destroy it.
 func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, imageDir string) error {
 	var err error
 	if r.lib != nil && len(r.checkpointFlags) == 0 {
-		err = r.timed(ctx, "checkpoint", id, func() error { return r.lib.checkpoint(ctx, id, imageDir) })
+		err = r.lib.checkpoint(ctx, id, imageDir)
 	} else {
 		args := append([]string{"checkpoint", "--image-path=" + imageDir}, r.checkpointFlags...)
 		_, err = r.command(ctx, append(args, id)...)
@@ -244,7 +249,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, 
 // error.
 func (r *Runtime) delete(ctx context.Context, id string) error {
 	if r.lib != nil {
-		return r.timed(ctx, "delete", id, func() error { return r.lib.destroy(ctx, id) })
+		return r.lib.destroy(ctx, id)
 	}
 	_, err := r.command(ctx, "delete", "--force", id)
 	return err
@@ -269,7 +274,7 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	}
 	var err error
 	if spec.Prepared && r.lib != nil && len(r.restoreFlags) == 0 {
-		err = r.timed(ctx, "restore", spec.ID, func() error { return r.lib.restore(ctx, spec.ID, imageDir) })
+		err = r.lib.restore(ctx, spec.ID, imageDir)
 	} else {
 		args := append([]string{"restore", "--image-path=" + imageDir}, r.restoreFlags...)
 		err = r.runDetached(ctx, spec, append(args, "--bundle", spec.BundleDir, "--detach", spec.ID)...)
@@ -282,17 +287,9 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 }
 
 // Destroy stops and removes container id: a forced delete, which kills
-// its processes (`runsc kill` then `runsc delete --force` without the
-// library). It returns nil for an unknown id.
+// its processes (runsc's Container.Destroy, which `runsc delete --force`
+// also calls). It returns nil for an unknown id.
 func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {
-	if r.lib == nil {
-		// kill fails for an unknown or already stopped container; the
-		// delete below is what must succeed, so its error is the only
-		// one that counts. (The library's delete kills first itself.)
-		if _, err := r.command(ctx, "kill", id, "KILL"); err != nil {
-			r.log.DebugContext(ctx, "runsc kill before delete failed", "id", id, "worker", slot.Name, "err", err)
-		}
-	}
 	if err := r.delete(ctx, id); err != nil {
 		return fmt.Errorf("gvisor: destroy %s in %s: %w", id, slot.Name, err)
 	}

@@ -65,17 +65,30 @@ func ctxErr(ctx context.Context) error {
 
 // inNetNS runs fn on a goroutine whose OS thread is in the namespace at
 // nsPath, and waits for it. fn must create its sockets on the calling
-// goroutine (not start goroutines that do). If the thread cannot be put
-// back into its original namespace it stays locked, and the runtime
-// terminates it when the goroutine ends, so no thread leaks into the pool
-// in the wrong namespace.
+// goroutine (not start goroutines that do).
 func inNetNS(nsPath string, fn func() error) error {
 	target, err := openNS(nsPath)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
+	return onMovedThread(nsPath, func() error { return vns.Set(target) }, fn)
+}
 
+// onMovedThread runs fn on a goroutine locked to an OS thread that enter
+// has moved into another network namespace (setns or unshare), then moves
+// the thread back to its original namespace before unlocking it, and
+// waits. If the thread cannot be put back it stays locked, and the
+// runtime ends it with the goroutine.
+//
+// Putting the thread back matters even though a locked goroutine's
+// thread dies with it: when that thread is the main thread, Go wedges it
+// instead, and the main thread's namespace is the process's
+// (/proc/self/ns/net). runsc's library code restores threads to that
+// namespace after joining a sandbox's (specutils.ApplyNS), so the
+// process's threads would drift into a worker's namespace and every
+// loopback dial from them (the router to the tunnel) would be refused.
+func onMovedThread(what string, enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -86,15 +99,15 @@ func inNetNS(nsPath string, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := vns.Set(target); err != nil {
+		if err := enter(); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter %s: %w", nsPath, err)
+			errc <- fmt.Errorf("enter %s: %w", what, err)
 			return
 		}
 		fnErr := fn()
 		if err := vns.Set(orig); err != nil {
 			// Stay locked: this thread dies with the goroutine.
-			errc <- fmt.Errorf("return from %s: %w (fn: %v)", nsPath, err, fnErr)
+			errc <- fmt.Errorf("return from %s: %w (fn: %v)", what, err, fnErr)
 			return
 		}
 		runtime.UnlockOSThread()

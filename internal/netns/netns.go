@@ -30,7 +30,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
@@ -202,24 +201,14 @@ func ensureNamed(path string) error {
 	}
 	f.Close()
 
-	// Unshare on a dedicated goroutine that stays locked to its OS thread:
-	// when it returns, the Go runtime terminates that thread, so no thread
-	// is ever handed back to the scheduler inside the new namespace.
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
+	err = onMovedThread("a new namespace", func() error { return unix.Unshare(unix.CLONE_NEWNET) }, func() error {
 		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
 		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind %s: %w", path, err)
-			return
+			return fmt.Errorf("bind %s: %w", path, err)
 		}
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
+		return nil
+	})
+	if err != nil {
 		os.Remove(path)
 		return err
 	}

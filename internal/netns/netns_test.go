@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -253,5 +254,31 @@ func TestEnsureRepairsMissingVeth(t *testing.T) {
 	port := serve(t, slot, "repaired")
 	if got, err := ask(t.Context(), slot, port); err != nil || got != "repaired" {
 		t.Fatalf("after repair: got %q, %v", got, err)
+	}
+}
+
+// TestEnsureNamedLeavesProcessNamespace creates namespaces and checks that
+// the process's network namespace (/proc/self/ns/net, the main thread's)
+// never changes. It did after the first one when the unsharing goroutine
+// ran on the main thread and exited locked: Go wedges the main thread in
+// place rather than ending it.
+func TestEnsureNamedLeavesProcessNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("netns tests need root (they create real network namespaces); run as root")
+	}
+	before, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i := range 64 {
+		p := filepath.Join(dir, strconv.Itoa(i))
+		if err := ensureNamed(p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { removeNamed(p) })
+		if now, _ := os.Readlink("/proc/self/ns/net"); now != before {
+			t.Fatalf("after %d namespaces the process's namespace is %s, was %s", i+1, now, before)
+		}
 	}
 }

@@ -30,7 +30,18 @@ const counterPort = 8080
 // testDir holds what all tests share (the counter rootfs); made in TestMain.
 var testDir string
 
+// hostNetNS is the network namespace the test process started in
+// (readlink of /proc/self/ns/net), read in TestMain before any test made
+// a namespace.
+var hostNetNS string
+
 func TestMain(m *testing.M) {
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	hostNetNS = ns
 	dir, err := os.MkdirTemp("", "ate-gvisor-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -130,6 +141,29 @@ func newSlot(t testing.TB) sandbox.Slot {
 		}
 	})
 	return slot
+}
+
+// checkThreadsInHostNetNS fails t if any thread of this process is in a
+// network namespace other than the one it started in. runsc's restore
+// joins the sandbox's namespace on a thread and then returns that thread
+// to the process's namespace (/proc/self/ns/net, the main thread's), so a
+// main thread left in a worker's namespace sends threads there too, and
+// loopback dials from them are refused.
+func checkThreadsInHostNetNS(t *testing.T) {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		ns, err := os.Readlink(filepath.Join("/proc/self/task", task.Name(), "ns/net"))
+		if err != nil {
+			continue // the thread has exited
+		}
+		if ns != hostNetNS {
+			t.Errorf("thread %s is in network namespace %s, the process started in %s", task.Name(), ns, hostNetNS)
+		}
+	}
 }
 
 // newSpec returns a counter container spec with a fresh ID whose Destroy
@@ -484,6 +518,7 @@ func testPreparedRestoreAndRun(t *testing.T, r *Runtime) {
 	if got := mustGet(t, r, w2, "/read"); got != "kept" {
 		t.Fatalf("/read after restore into prepared = %q, want kept", got)
 	}
+	checkThreadsInHostNetNS(t)
 	if err := r.Destroy(t.Context(), w2, standby.ID); err != nil {
 		t.Fatal(err)
 	}

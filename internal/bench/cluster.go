@@ -72,7 +72,7 @@ type Cluster struct {
 // Start builds a Cluster with up.NewControlPlane, exactly as `ate up`
 // builds its control plane, with fake.Runtime and fake.Setup in place of
 // runsc and network namespaces, and serves its API over gRPC.
-func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.Dir == "" || cfg.Workers < 1 {
 		return nil, errors.New("bench: Config.Dir and at least one worker are required")
 	}
@@ -84,7 +84,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	// The cluster's own context outlives ctx (which only bounds Start):
 	// golden builds started by Recover and by the API run on it.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c = &Cluster{cancel: cancel, DBPath: filepath.Join(cfg.Dir, up.DBName)}
+	// A local, not the named result: `return nil, err` clears the result
+	// before the deferred Close runs.
+	c := &Cluster{cancel: cancel, DBPath: filepath.Join(cfg.Dir, up.DBName)}
 	defer func() {
 		if err != nil {
 			_ = c.Close()

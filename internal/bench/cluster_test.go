@@ -153,6 +153,20 @@ func TestClusterKeepsStateAcrossSuspend(t *testing.T) {
 	t.Logf("workers used: %v", workers)
 }
 
+// TestStartFailureClosesCleanly: a Start that fails part-way (here the
+// store cannot open: its path is a directory) returns the error and
+// closes what it had built, instead of failing on a half-built cluster.
+func TestStartFailureClosesCleanly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, up.DBName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(t.Context(), Config{Dir: dir, Workers: 1})
+	if err == nil || c != nil {
+		t.Fatalf("Start = %v, %v; want an error", c, err)
+	}
+}
+
 // TestClusterDetectsCrash kills an actor's sandbox through the fake
 // runtime's hook: the node notices, the actor becomes CRASHED with its
 // worker freed, and it resumes from its last snapshot.

@@ -75,13 +75,27 @@ func WriteConfig(path string, c Config) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create config directory: %w", err)
 	}
-	// renameio writes a temporary file, syncs it and renames it into
-	// place, so a reader never sees half a config; 0600 because the
-	// config will hold credentials.
-	if err := renameio.WriteFile(path, data, 0o600); err != nil {
+	if err := replaceFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("write config %s: %w", path, err)
 	}
 	return nil
+}
+
+// replaceFile writes data to a temporary file, syncs it and renames it
+// over path (renameio), so a reader never sees half a file, and leaves it
+// with mode perm whatever mode a file already there had: the config must
+// stay 0600 as it will hold credentials, and renameio.WriteFile would keep
+// an existing file's mode.
+func replaceFile(path string, data []byte, perm fs.FileMode) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithPermissions(perm))
+	if err != nil {
+		return err
+	}
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	return f.CloseAtomicallyReplace()
 }
 
 // clientConfig finds the server address from --server and the config file.

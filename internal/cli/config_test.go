@@ -48,7 +48,11 @@ func TestWriteLoadConfig(t *testing.T) {
 		t.Errorf("LoadConfig = %+v, %v; want %+v", got, err, want)
 	}
 
-	// Overwrite keeps 0600 and leaves no temporary files behind.
+	// Overwrite makes it 0600 again, even if someone loosened it, and
+	// leaves no temporary files behind.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := WriteConfig(path, Config{Server: "10.0.0.1:7070"}); err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,11 @@ import (
 //	                it, commit it (fsync file and manifest, rename into
 //	                place, fsync the directory), open it as a restore
 //	                does, and delete the writer's previous one
-//	store-write     one bolt write transaction (UpdateActor, group-
-//	                committed with the other writers'); a wake-up makes
-//	                four, so writes/s ÷ 4 bounds wake-ups/s
+//	store-write     one bolt write transaction (UpdateActor, fsync'd,
+//	                group-committed with the other writers'); a wake-up
+//	                makes four: claim and RUNNING on resume, SUSPENDING
+//	                and SUSPENDED on suspend (the embedded store takes no
+//	                per-actor leases), so writes/s ÷ 4 bounds wake-ups/s
 //
 // Each writer works on its own snapshot owner or actor, as each
 // BenchmarkWakeups client does; writers are 1, 4, 8, 16 and 64.

@@ -256,7 +256,7 @@ func TestStopKeepsInflightCount(t *testing.T) {
 func TestStandbyProbeFailureNotRetried(t *testing.T) {
 	rt := fake.New(fake.Config{})
 	n := newTestNode(t, rt)
-	w, _, ref, _ := checkpointed(t, n, rt)
+	w, _, ref, standbyID := checkpointed(t, n, rt)
 	bad := template("img1")
 	bad.WakeupProbe = &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/missing", Port: 8080}, TimeoutSeconds: 1}
 	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: bad, Snapshot: ref}); err == nil {
@@ -269,6 +269,11 @@ func TestStandbyProbeFailureNotRetried(t *testing.T) {
 	// One start line for a's first start, one for the failed one.
 	if starts := strings.Count(string(log), "--- "); starts != 2 {
 		t.Fatalf("worker log records %d starts, want 2:\n%s", starts, log)
+	}
+	// The failed start went into the standby; otherwise it is never
+	// retried anyway and this test would prove nothing.
+	if !strings.Contains(string(log), "container="+standbyID+" ") {
+		t.Fatalf("the failed start did not use standby %s:\n%s", standbyID, log)
 	}
 	waitPrepared(t, rt, 1)
 }

@@ -270,21 +270,12 @@ func mediumDir(b *testing.B, medium string) string {
 	if medium != "tmpfs" {
 		return b.TempDir()
 	}
-	dir, err := shmDir(b)
+	dir, err := os.MkdirTemp("/dev/shm", "ate-bench-")
 	if err != nil {
 		b.Fatalf("tmpfs dir (needs /dev/shm): %v", err)
 	}
-	return dir
-}
-
-// shmDir returns a fresh directory on /dev/shm, removed after b.
-func shmDir(b *testing.B) (string, error) {
-	dir, err := os.MkdirTemp("/dev/shm", "ate-bench-")
-	if err != nil {
-		return "", err
-	}
 	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir, nil
+	return dir
 }
 
 // runParallel runs b.N calls of op spread over workers goroutines (op

@@ -29,9 +29,7 @@ func TestMain(m *testing.M) {
 // in cleanup, checking that nothing is left behind.
 func newWorker(t *testing.T) sandbox.Slot {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("netns tests need root (they create real network namespaces); run as root")
-	}
+	requireRoot(t)
 	b := make([]byte, 3)
 	rand.Read(b)
 	name := "atet-" + hex.EncodeToString(b)
@@ -50,6 +48,15 @@ func newWorker(t *testing.T) sandbox.Slot {
 		}
 	})
 	return slot
+}
+
+// requireRoot fails t unless it runs as root: the tests create real
+// network namespaces, so they must not pass by skipping.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("netns tests need root (they create real network namespaces); run as root")
+	}
 }
 
 // serve listens on InteriorAddr inside slot's inner namespace and answers
@@ -263,9 +270,7 @@ func TestEnsureRepairsMissingVeth(t *testing.T) {
 // ran on the main thread and exited locked: Go wedges the main thread in
 // place rather than ending it.
 func TestEnsureNamedLeavesProcessNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("netns tests need root (they create real network namespaces); run as root")
-	}
+	requireRoot(t)
 	before, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
@@ -276,9 +281,13 @@ func TestEnsureNamedLeavesProcessNamespace(t *testing.T) {
 		if err := ensureNamed(p); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { removeNamed(p) })
-		if now, _ := os.Readlink("/proc/self/ns/net"); now != before {
-			t.Fatalf("after %d namespaces the process's namespace is %s, was %s", i+1, now, before)
+		t.Cleanup(func() {
+			if err := removeNamed(p); err != nil {
+				t.Error(err)
+			}
+		})
+		if now, err := os.Readlink("/proc/self/ns/net"); now != before {
+			t.Fatalf("after %d namespaces the process's namespace is %s (%v), was %s", i+1, now, err, before)
 		}
 	}
 }

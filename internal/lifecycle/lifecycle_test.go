@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"google.golang.org/protobuf/proto"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
@@ -33,8 +35,11 @@ type fakeNode struct {
 	onCheckpoint func()
 	mu           sync.Mutex
 	last         node.StartRequest
-	// standbys is what StandbyWorkers answers.
-	standbys []string
+	// standbys is what StandbyWorkers answers; standbyFor and
+	// standbyDigest are what it was last asked.
+	standbys      []string
+	standbyFor    *atev1.ActorTemplateSpec
+	standbyDigest string
 }
 
 func (f *fakeNode) Name() string { return f.name }
@@ -63,7 +68,10 @@ func (f *fakeNode) Upload(_ context.Context, _, owner, _ string) (string, error)
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
 func (f *fakeNode) ForgetActor(string)        {}
-func (f *fakeNode) StandbyWorkers(*atev1.ActorTemplateSpec, string) []string {
+func (f *fakeNode) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.standbyFor, f.standbyDigest = spec, imageDigest
 	return f.standbys
 }
 
@@ -92,7 +100,7 @@ func newEnv(t *testing.T) *env {
 	ctx := context.Background()
 	must(t, st.CreateAtespace(ctx, &store.Atespace{Name: "default"}))
 	must(t, st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl-uid",
-		Phase: store.TemplateReady, GoldenSnapshot: "tpl-uid/golden",
+		Phase: store.TemplateReady, GoldenSnapshot: "tpl-uid/golden", ImageDigest: "sha256:tpl",
 		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
 	a := &store.Actor{Atespace: "default", Name: "a", UID: "a-uid", Template: "tpl", State: store.Suspended}
 	must(t, st.CreateActor(ctx, a))
@@ -391,8 +399,9 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	// The router records the actor's activity while it starts: the
 	// RUNNING write must merge with that, not fail with the paused copy
 	// already gone.
+	at := time.Now().UTC()
 	e.node.onStart = func(node.StartRequest) error {
-		return e.st.RecordActivity(ctx, []store.Activity{{Atespace: "default", Name: "a", At: time.Now()}})
+		return e.st.RecordActivity(ctx, []store.Activity{{Atespace: "default", Name: "a", At: at}})
 	}
 	out, err := e.m.Resume(ctx, "default", "a")
 	if err != nil {
@@ -403,6 +412,9 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	}
 	if out.Snapshot != "a-uid/uploaded" || out.PausedSnapshot != "" || out.Worker != "other" {
 		t.Fatalf("actor %+v", out)
+	}
+	if !out.LastActivity.Equal(at) {
+		t.Fatalf("LastActivity after resume = %v, want %v (the activity recorded during the start)", out.LastActivity, at)
 	}
 }
 
@@ -415,5 +427,10 @@ func TestResumePrefersWorkerWithStandby(t *testing.T) {
 	e.resume(t)
 	if got := e.get(t).Worker; got != "w1" {
 		t.Fatalf("resumed on %s, want w1 (the worker with a standby)", got)
+	}
+	tpl, err := e.st.GetTemplate(t.Context(), "default", "tpl")
+	must(t, err)
+	if !proto.Equal(e.node.standbyFor, tpl.Spec) || e.node.standbyDigest != tpl.ImageDigest {
+		t.Fatalf("StandbyWorkers asked for %v, %q; want the template's spec and image %q", e.node.standbyFor, e.node.standbyDigest, tpl.ImageDigest)
 	}
 }

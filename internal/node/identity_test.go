@@ -25,7 +25,6 @@ func TestIdentityFilesWrite(t *testing.T) {
 		{"same lengths, other values", [3]string{"b", "default", "uid-2"}},
 		{"longer values", [3]string{"much-longer-name", "other-space", "uid-333333"}},
 		{"shorter values", [3]string{"c", "x", "u"}},
-		{"unchanged", [3]string{"c", "x", "u"}},
 	}
 	for _, st := range steps {
 		if err := f.write(dir, st.id); err != nil {
@@ -37,6 +36,18 @@ func TestIdentityFilesWrite(t *testing.T) {
 				t.Fatalf("%s: %s = %q (%v), want %q", st.name, name, got, err, st.id[i])
 			}
 		}
+	}
+	// An unchanged identity writes nothing (an actor returning to its
+	// worker costs nothing), so content changed behind the files' back
+	// stays.
+	if err := os.WriteFile(filepath.Join(dir, "atespace"), []byte("behind"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.write(dir, [3]string{"c", "x", "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "atespace")); string(got) != "behind" {
+		t.Fatalf("atespace after an unchanged write = %q, want it untouched (behind)", got)
 	}
 	// After close the files are opened again and, their content being
 	// unknown, rewritten whole.

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,10 +34,14 @@ func (in *installation) cat(actor, path, want string) {
 // slowRequest sends GET /sleep?ms=ms to actor name (default atespace), a
 // template with a volume at /data, in the background, and returns once the
 // request has reached the actor (it marks /data/arrived on arrival); its
-// reply comes on the channel.
+// reply comes on the channel. A mark left by an earlier call (the volume
+// is kept in snapshots) is removed first.
 func (in *installation) slowRequest(name string, ms int) <-chan reply {
 	in.t.Helper()
 	mark := filepath.Join(in.dataDir, "node", "workers", in.actor(name).GetWorker(), "volumes", "data", "arrived")
+	if err := os.Remove(mark); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		in.t.Fatal(err)
+	}
 	done := make(chan reply, 1)
 	go func() {
 		done <- in.getReply("default/"+name, fmt.Sprintf("/sleep?ms=%d&mark=/data/arrived", ms))

@@ -58,14 +58,7 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 
 // GetActor implements atev1.ControlServer.
 func (s *Server) GetActor(ctx context.Context, req *atev1.GetActorRequest) (*atev1.Actor, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	a, err := s.store.GetActor(ctx, req.GetAtespace(), req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return actorToProto(a), nil
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.store.GetActor)
 }
 
 // ListActors implements atev1.ControlServer; an empty atespace lists all.
@@ -138,27 +131,27 @@ func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest)
 
 // SuspendActor implements atev1.ControlServer.
 func (s *Server) SuspendActor(ctx context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
-	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Suspend)
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Suspend)
 }
 
 // ResumeActor implements atev1.ControlServer.
 func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
-	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Resume)
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Resume)
 }
 
 // PauseActor implements atev1.ControlServer.
 func (s *Server) PauseActor(ctx context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
-	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Pause)
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Pause)
 }
 
 // RevertActor implements atev1.ControlServer.
 func (s *Server) RevertActor(ctx context.Context, req *atev1.RevertActorRequest) (*atev1.Actor, error) {
-	return transition(ctx, req.GetAtespace(), req.GetName(), s.lc.Revert)
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Revert)
 }
 
-// transition validates an actor's name and runs one lifecycle workflow
-// (a lifecycle.Manager method) on it.
-func transition(ctx context.Context, atespace, name string,
+// actorCall validates an actor's name and runs run on it: a lifecycle
+// workflow (a lifecycle.Manager method) or a store read.
+func actorCall(ctx context.Context, atespace, name string,
 	run func(ctx context.Context, atespace, name string) (*store.Actor, error)) (*atev1.Actor, error) {
 	if err := validatePair("actor name", atespace, name); err != nil {
 		return nil, toStatus(err)

@@ -37,8 +37,9 @@ func (c *Cache) EnsurePinned(ctx context.Context, ref, digest string) (*Image, e
 		return nil, fmt.Errorf("%w: %s is now %s, the template was built from %s; create a new template for the new image",
 			ErrDigestMismatch, ref, img.Digest, digest)
 	}
-	// Record the config once per digest; later calls find it in hits
-	// without touching the disk.
+	// Record the config once per digest, so later calls pinned to it are
+	// served by cached from memory. (Unpinned calls, the golden build's,
+	// still resolve ref in Ensure; only the config rewrite is skipped.)
 	if _, known := c.hits.Load(img.Digest); !known {
 		if err := c.remember(img); err != nil {
 			return nil, err

@@ -22,7 +22,7 @@ const DefaultGCPercent = 400
 // changes the whole process: call it from a command's entry point (or a
 // benchmark that stands for one), not from a library.
 func TuneGC() int {
-	if v, ok := os.LookupEnv("GOGC"); ok && v != "" {
+	if os.Getenv("GOGC") != "" {
 		pct := debug.SetGCPercent(100)
 		debug.SetGCPercent(pct)
 		return pct

@@ -10,9 +10,9 @@
 # own code in a writable copy of its source, which is then built.
 #
 # Idempotent: a stamp file beside the binary records the module version and
-# build flavour, and nothing is rebuilt while it matches. A first build
-# takes about 5 minutes on a 2-core VM (about 100 s of it precompiling
-# seccomp programs). Also installs iproute2 if `ip` is missing.
+# build flavour (a hash of the seccomp generator, so editing it rebuilds),
+# and nothing is rebuilt while it matches. A first build takes about 5
+# minutes on a 2-core VM (about 100 s of it precompiling seccomp programs).
 #
 # The version is go.mod's gvisor.dev/gvisor requirement: ate drives runsc's
 # own library in process, so the binary must be the same build
@@ -25,7 +25,7 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 RUNSC_VERSION=$(go list -m -f '{{.Version}}' gvisor.dev/gvisor)
-FLAVOUR="precompiled-seccomp-1"
+FLAVOUR="precompiled-seccomp-$(cat hack/runsc-seccomp/*.go | sha256sum | cut -c1-12)"
 CACHE="${ATE_CACHE:-$HOME/.cache/ate}"
 BIN_DIR="$CACHE/bin"
 RUNSC="$BIN_DIR/runsc"
@@ -33,12 +33,6 @@ RUNSC="$BIN_DIR/runsc"
 # VERSION_MISSING for `runsc --version`.
 STAMP="$RUNSC.version"
 WANT="$RUNSC_VERSION $FLAVOUR"
-
-if ! command -v ip >/dev/null 2>&1; then
-	echo "install-runsc: installing iproute2 (ip is missing)" >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2
-fi
 
 if [[ -x "$RUNSC" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
 	echo "runsc $WANT already installed: $RUNSC"

@@ -7,6 +7,9 @@ import (
 	"maps"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
@@ -131,17 +134,41 @@ func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest)
 
 // SuspendActor implements atev1.ControlServer.
 func (s *Server) SuspendActor(ctx context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
-	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Suspend)
+	return s.putAway(ctx, req.GetAtespace(), req.GetName(), false, req.GetReason())
 }
 
-// ResumeActor implements atev1.ControlServer.
+// ResumeActor implements atev1.ControlServer; it sets atev1.HeaderEvicted.
 func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
-	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Resume)
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), func(ctx context.Context, atespace, name string) (*store.Actor, error) {
+		a, r, err := s.lc.ResumeEvicting(ctx, atespace, name)
+		if err == nil && r.Evicted != "" {
+			if herr := grpc.SetHeader(ctx, metadata.Pairs(atev1.HeaderEvicted, r.Evicted)); herr != nil {
+				s.log.DebugContext(ctx, "set evicted header", "err", herr)
+			}
+		}
+		return a, err
+	})
 }
 
 // PauseActor implements atev1.ControlServer.
 func (s *Server) PauseActor(ctx context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
-	return actorCall(ctx, req.GetAtespace(), req.GetName(), s.lc.Pause)
+	return s.putAway(ctx, req.GetAtespace(), req.GetName(), true, req.GetReason())
+}
+
+// putAway suspends or pauses an actor for a client-given reason: REQUESTED
+// (the default) or IDLE; the other reasons are the system's own.
+func (s *Server) putAway(ctx context.Context, atespace, name string, paused bool, reason atev1.CheckpointReason) (*atev1.Actor, error) {
+	why := lifecycle.Why{Reason: store.ReasonRequested}
+	switch reason {
+	case atev1.CheckpointReason_CHECKPOINT_REASON_UNSPECIFIED, atev1.CheckpointReason_REQUESTED:
+	case atev1.CheckpointReason_IDLE:
+		why.Reason = store.ReasonIdle
+	default:
+		return nil, toStatus(fmt.Errorf("%w: reason must be REQUESTED or IDLE, got %s", errInvalid, reason))
+	}
+	return actorCall(ctx, atespace, name, func(ctx context.Context, atespace, name string) (*store.Actor, error) {
+		return s.lc.PutAway(ctx, atespace, name, paused, why)
+	})
 }
 
 // RevertActor implements atev1.ControlServer.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/lifecycle"
@@ -49,6 +50,13 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"bad idle", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "soon"} }, "not a duration"},
 		{"bad idle action", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "1m", Action: "kill"} }, "pause or suspend"},
 		{"negative timeout", func(s *atev1.ActorTemplateSpec) { s.RouteTimeoutSeconds = -1 }, "routeTimeoutSeconds"},
+		{"eviction", func(s *atev1.ActorTemplateSpec) {
+			s.Eviction = &atev1.EvictionPolicy{Evictable: proto.Bool(false), Priority: -3, MinRunSeconds: proto.Int32(0), AllowOpenStreams: true}
+		}, ""},
+		{"negative min run", func(s *atev1.ActorTemplateSpec) {
+			s.Eviction = &atev1.EvictionPolicy{MinRunSeconds: proto.Int32(-1)}
+		}, "eviction.minRunSeconds"},
+		{"priority out of range", func(s *atev1.ActorTemplateSpec) { s.Eviction = &atev1.EvictionPolicy{Priority: 10000} }, "eviction.priority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()
@@ -101,5 +109,22 @@ func TestToStatus(t *testing.T) {
 				t.Fatalf("status lacks the ErrorInfo that marks it as the server's: %v", st.Details())
 			}
 		})
+	}
+}
+
+// TestPutAwayReason: a client may say why it suspends or pauses (by
+// request, or idle as the router does) but never claim the system's own
+// reasons.
+func TestPutAwayReason(t *testing.T) {
+	s := &Server{}
+	for _, r := range []atev1.CheckpointReason{atev1.CheckpointReason_EVICTED, atev1.CheckpointReason_SELF_REQUESTED, 42} {
+		_, err := s.SuspendActor(context.Background(), &atev1.SuspendActorRequest{Atespace: "default", Name: "a", Reason: r})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "REQUESTED or IDLE") {
+			t.Errorf("SuspendActor reason %v = %v, want InvalidArgument naming the allowed reasons", r, err)
+		}
+		_, err = s.PauseActor(context.Background(), &atev1.PauseActorRequest{Atespace: "default", Name: "a", Reason: r})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("PauseActor reason %v = %v, want InvalidArgument", r, err)
+		}
 	}
 }

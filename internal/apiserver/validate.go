@@ -117,6 +117,10 @@ func validateVolumes(spec *atev1.ActorTemplateSpec) error {
 // maxTimeoutSeconds bounds template timeouts (a day).
 const maxTimeoutSeconds = 86400
 
+// maxEvictionPriority bounds eviction.priority either way; the range only
+// keeps typos (a stray digit) visible.
+const maxEvictionPriority = 1000
+
 func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 	sp := spec.GetSnapshotPolicy()
 	for field, v := range map[string]string{"snapshotPolicy.onPause": sp.GetOnPause(), "snapshotPolicy.onSuspend": sp.GetOnSuspend()} {
@@ -131,6 +135,14 @@ func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 		"routeTimeoutSeconds": spec.GetRouteTimeoutSeconds(), "streamIdleTimeoutSeconds": spec.GetStreamIdleTimeoutSeconds()} {
 		if v < 0 || v > maxTimeoutSeconds {
 			return fmt.Errorf("%w: %s must be 0..%d", errInvalid, field, maxTimeoutSeconds)
+		}
+	}
+	if ev := spec.GetEviction(); ev != nil {
+		if s := ev.GetMinRunSeconds(); s < 0 || s > maxTimeoutSeconds {
+			return fmt.Errorf("%w: eviction.minRunSeconds must be 0..%d", errInvalid, maxTimeoutSeconds)
+		}
+		if p := ev.GetPriority(); p < -maxEvictionPriority || p > maxEvictionPriority {
+			return fmt.Errorf("%w: eviction.priority must be -%d..%d", errInvalid, maxEvictionPriority, maxEvictionPriority)
 		}
 	}
 	if idle := spec.GetIdle(); idle.GetAfter() != "" {

@@ -111,7 +111,9 @@ func TestJSONOutput(t *testing.T) {
   "template": "counter",
   "state": "SUSPENDED",
   "snapshot": "s-2",
-  "createTime": "2026-02-28T10:00:00Z"
+  "createTime": "2026-02-28T10:00:00Z",
+  "reason": "EVICTED",
+  "evictedFor": "team/counter-2"
 }
 `
 	if res.stdout != want {
@@ -167,12 +169,12 @@ func TestTableOutput(t *testing.T) {
 		want string
 	}{
 		{"actors", []string{"get", "actors"}, "" +
-			"ATESPACE   NAME        TEMPLATE   STATE       WORKER   SNAPSHOT   LAST ACTIVITY   AGE\n" +
-			"default    counter-0   counter    SUSPENDED   <none>   <none>     <none>          90s\n" +
-			"default    counter-1   counter    RUNNING     w-0      s-7        12s ago         5m\n"},
+			"ATESPACE   NAME        TEMPLATE   STATE       REASON   WORKER   SNAPSHOT   LAST ACTIVITY   AGE\n" +
+			"default    counter-0   counter    SUSPENDED   idle     <none>   <none>     <none>          90s\n" +
+			"default    counter-1   counter    RUNNING     <none>   w-0      s-7        12s ago         5m\n"},
 		{"one actor", []string{"get", "actor", "team/counter-1"}, "" +
-			"ATESPACE   NAME        TEMPLATE   STATE       WORKER   SNAPSHOT   LAST ACTIVITY   AGE\n" +
-			"team       counter-1   counter    SUSPENDED   <none>   s-2        <none>          26h\n"},
+			"ATESPACE   NAME        TEMPLATE   STATE       REASON                       WORKER   SNAPSHOT   LAST ACTIVITY   AGE\n" +
+			"team       counter-1   counter    SUSPENDED   evicted for team/counter-2   <none>   s-2        <none>          26h\n"},
 		{"templates", []string{"get", "templates"}, "" +
 			"ATESPACE   NAME      PHASE   IMAGE                 AGE\n" +
 			"default    counter   READY   oci:/images/counter   3h\n"},

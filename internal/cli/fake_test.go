@@ -70,12 +70,13 @@ func newFake() *fakeControl {
 		Status: &atev1.ActorTemplateStatus{Phase: "READY", GoldenSnapshot: "g-1"},
 	}
 	f.addActor(&atev1.Actor{Atespace: "default", Name: "counter-0", Template: "counter",
-		State: atev1.ActorState_SUSPENDED, CreateTime: ago(90 * time.Second)})
+		State: atev1.ActorState_SUSPENDED, CreateTime: ago(90 * time.Second), Reason: atev1.CheckpointReason_IDLE})
 	f.addActor(&atev1.Actor{Atespace: "default", Name: "counter-1", Template: "counter",
 		State: atev1.ActorState_RUNNING, Worker: "w-0", Snapshot: "s-7", Version: 4, CreateTime: ago(5 * time.Minute),
 		LastActivity: ago(12 * time.Second)})
 	f.addActor(&atev1.Actor{Atespace: "team", Name: "counter-1", Template: "counter",
-		State: atev1.ActorState_SUSPENDED, Snapshot: "s-2", CreateTime: ago(26 * time.Hour)})
+		State: atev1.ActorState_SUSPENDED, Snapshot: "s-2", CreateTime: ago(26 * time.Hour),
+		Reason: atev1.CheckpointReason_EVICTED, EvictedFor: "team/counter-2"})
 	f.workers = []*atev1.Worker{
 		{Name: "w-0", Node: "local", Phase: "CLAIMED", Actor: "default/counter-1"},
 		{Name: "w-1", Node: "local", Phase: "FREE"},

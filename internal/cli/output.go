@@ -114,11 +114,28 @@ func printTable[T proto.Message](w io.Writer, items []T, t table[T]) error {
 
 func actorTable(now time.Time) table[*atev1.Actor] {
 	return table[*atev1.Actor]{
-		header: []string{"ATESPACE", "NAME", "TEMPLATE", "STATE", "WORKER", "SNAPSHOT", "LAST ACTIVITY", "AGE"},
+		header: []string{"ATESPACE", "NAME", "TEMPLATE", "STATE", "REASON", "WORKER", "SNAPSHOT", "LAST ACTIVITY", "AGE"},
 		row: func(x *atev1.Actor) []string {
-			return []string{x.GetAtespace(), x.GetName(), x.GetTemplate(), x.GetState().String(),
+			return []string{x.GetAtespace(), x.GetName(), x.GetTemplate(), x.GetState().String(), reason(x),
 				x.GetWorker(), x.GetSnapshot(), since(now, x.GetLastActivity()), age(now, x.GetCreateTime())}
 		},
+	}
+}
+
+// reason renders why an actor was checkpointed: "idle", "evicted for
+// default/b", "requested", "self-requested"; empty when it was not.
+func reason(x *atev1.Actor) string {
+	switch x.GetReason() {
+	case atev1.CheckpointReason_IDLE:
+		return "idle"
+	case atev1.CheckpointReason_EVICTED:
+		return "evicted for " + x.GetEvictedFor()
+	case atev1.CheckpointReason_REQUESTED:
+		return "requested"
+	case atev1.CheckpointReason_SELF_REQUESTED:
+		return "self-requested"
+	default:
+		return ""
 	}
 }
 

@@ -7,12 +7,25 @@ import atev1 "substrate.dev/ate/api/ate/v1"
 //	routeTimeoutSeconds: 300       # the actor's answer to one request
 //	streamIdleTimeoutSeconds: 300  # silence inside a streaming response
 //	idle: {after: 10m, action: pause}   # or action: suspend
+//	eviction: {evictable: true, priority: 0, minRunSeconds: 5, allowOpenStreams: false}
 //
 // The server validates them; the client only carries them.
 type routingFields struct {
 	RouteTimeoutSeconds      int32     `json:"routeTimeoutSeconds,omitempty"`
 	StreamIdleTimeoutSeconds int32     `json:"streamIdleTimeoutSeconds,omitempty"`
 	Idle                     *idleFile `json:"idle,omitempty"`
+	// Eviction says whether and when the actor may be checkpointed to
+	// free its worker for a waiting request.
+	Eviction *evictionFile `json:"eviction,omitempty"`
+}
+
+type evictionFile struct {
+	// Evictable and MinRunSeconds are pointers: unset means the server's
+	// default (true, 5 s), which differs from false and 0.
+	Evictable        *bool  `json:"evictable,omitempty"`
+	Priority         int32  `json:"priority,omitempty"`
+	MinRunSeconds    *int32 `json:"minRunSeconds,omitempty"`
+	AllowOpenStreams bool   `json:"allowOpenStreams,omitempty"`
 }
 
 type idleFile struct {
@@ -26,5 +39,9 @@ func (r routingFields) apply(spec *atev1.ActorTemplateSpec) {
 	spec.StreamIdleTimeoutSeconds = r.StreamIdleTimeoutSeconds
 	if r.Idle != nil {
 		spec.Idle = &atev1.IdlePolicy{After: r.Idle.After, Action: r.Idle.Action}
+	}
+	if e := r.Eviction; e != nil {
+		spec.Eviction = &atev1.EvictionPolicy{Evictable: e.Evictable, Priority: e.Priority,
+			MinRunSeconds: e.MinRunSeconds, AllowOpenStreams: e.AllowOpenStreams}
 	}
 }

@@ -46,3 +46,28 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 		return nil, ctx.Err()
 	}
 }
+
+// tryLock takes key's lock if nobody holds or waits for it, returning its
+// unlock func, or reports false.
+func (k *keyedMutex) tryLock(key string) (func(), bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, busy := k.locks[key]; busy {
+		return nil, false
+	}
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l := &keyedLock{ch: make(chan struct{}, 1), waiters: 1}
+	l.ch <- struct{}{}
+	k.locks[key] = l
+	return func() {
+		<-l.ch
+		k.mu.Lock()
+		l.waiters--
+		if l.waiters == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}, true
+}

@@ -33,6 +33,9 @@ type Node interface {
 	// StandbyWorkers lists the node's free workers holding a sandbox
 	// prepared for spec (from image imageDigest); claims prefer them.
 	StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string
+	// WorkerActivity is what the worker tunnel saw of the actor worker
+	// hosts (ok false when none); eviction picks victims by it.
+	WorkerActivity(worker string) (node.Activity, bool)
 }
 
 // Snapshots is the durable snapshot store as workflows use it.
@@ -64,11 +67,14 @@ type Manager struct {
 	log    *slog.Logger
 
 	locks keyedMutex
+	// queue orders resumes waiting for a worker (capacity.go).
+	queue queue
 
-	// mu guards freed, closed and replaced whenever a worker is freed so
-	// that waiting resumes wake up.
-	mu    sync.Mutex
-	freed chan struct{}
+	// ctx bounds the manager's own goroutines (dispatch, evictions);
+	// Close cancels it and waits for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	owned  sync.WaitGroup
 }
 
 // New returns a Manager. holder names this API server in the store's
@@ -81,21 +87,31 @@ func New(s store.Store, n Node, snaps Snapshots, holder string, logger *slog.Log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{store: s, node: n, snaps: snaps, holder: holder, log: logger, freed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{store: s, node: n, snaps: snaps, holder: holder, log: logger, ctx: ctx, cancel: cancel}
 }
 
-func (m *Manager) freedCh() <-chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.freed
+// Close stops the manager's background work — handing workers to waiting
+// resumes and evictions — and waits for it to end. Evictions under way are
+// cancelled between steps, never mid-checkpoint (workflows detach node
+// operations), so no actor is left wedged.
+func (m *Manager) Close() {
+	m.cancel()
+	m.owned.Wait()
 }
 
-// workerFreed wakes every resume waiting for a worker.
-func (m *Manager) workerFreed() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	close(m.freed)
-	m.freed = make(chan struct{})
+// goOwned runs f on a goroutine that Close waits for.
+func (m *Manager) goOwned(f func(ctx context.Context)) {
+	m.owned.Go(func() { f(m.ctx) })
+}
+
+// workerFreed hands the freed worker to the oldest resume waiting for one.
+func (m *Manager) workerFreed() { m.kick() }
+
+// splitKey splits "<atespace>/<name>".
+func splitKey(key string) (atespace, name string) {
+	atespace, name, _ = strings.Cut(key, "/")
+	return atespace, name
 }
 
 // withActor runs fn holding the actor's in-process lock and store lease.
@@ -108,6 +124,12 @@ func (m *Manager) withActor(ctx context.Context, atespace, name string, fn func(
 		return err
 	}
 	defer unlock()
+	return m.leased(ctx, key, fn)
+}
+
+// leased runs fn holding the actor's store lease (none with an empty
+// holder); the caller holds its in-process lock.
+func (m *Manager) leased(ctx context.Context, key string, fn func() error) error {
 	if m.holder == "" {
 		return fn()
 	}
@@ -159,6 +181,7 @@ func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.A
 		merged := *cur
 		merged.State, merged.Worker, merged.Snapshot = next.State, next.Worker, next.Snapshot
 		merged.PausedSnapshot, merged.Node, merged.Message = next.PausedSnapshot, next.Node, next.Message
+		merged.Reason, merged.EvictedFor = next.Reason, next.EvictedFor
 		merged.Resumes, merged.StateTime = next.Resumes, next.StateTime
 		base, next = cur, &merged
 	}
@@ -203,7 +226,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		atespace, name, _ := strings.Cut(w.Actor, "/")
+		atespace, name := splitKey(w.Actor)
 		err := m.withActor(ctx, atespace, name, func() error {
 			a, err := m.store.GetActor(ctx, atespace, name)
 			if errors.Is(err, store.ErrNotFound) || (err == nil && a.UID != w.ActorUID) {
@@ -280,12 +303,7 @@ func (m *Manager) SelfRequest(worker, actorUID, action string) {
 		if !ok {
 			return
 		}
-		var err error
-		if action == "pause" {
-			_, err = m.Pause(ctx, atespace, name)
-		} else {
-			_, err = m.Suspend(ctx, atespace, name)
-		}
+		_, err := m.PutAway(ctx, atespace, name, action == "pause", Why{Reason: store.ReasonSelfRequested})
 		if err != nil {
 			m.log.Warn("self-requested "+action, "actor", name, "atespace", atespace, "err", err)
 		}
@@ -323,6 +341,6 @@ func (m *Manager) holderOf(ctx context.Context, worker, actorUID string) (atespa
 	if err != nil || w.ActorUID != actorUID {
 		return "", "", false
 	}
-	atespace, name, _ = strings.Cut(w.Actor, "/")
+	atespace, name = splitKey(w.Actor)
 	return atespace, name, true
 }

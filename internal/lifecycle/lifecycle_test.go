@@ -40,6 +40,9 @@ type fakeNode struct {
 	standbys      []string
 	standbyFor    *atev1.ActorTemplateSpec
 	standbyDigest string
+	// activity is what WorkerActivity answers, by worker; a worker
+	// missing from it hosts nothing the tunnel saw.
+	activity map[string]node.Activity
 }
 
 func (f *fakeNode) Name() string { return f.name }
@@ -68,6 +71,23 @@ func (f *fakeNode) Upload(_ context.Context, _, owner, _ string) (string, error)
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
 func (f *fakeNode) ForgetActor(string)        {}
+func (f *fakeNode) WorkerActivity(worker string) (node.Activity, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.activity[worker]
+	return a, ok
+}
+
+// setActivity sets what WorkerActivity answers for worker.
+func (f *fakeNode) setActivity(worker string, a node.Activity) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.activity == nil {
+		f.activity = map[string]node.Activity{}
+	}
+	f.activity[worker] = a
+}
+
 func (f *fakeNode) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -108,7 +128,9 @@ func newEnv(t *testing.T) *env {
 		must(t, st.PutWorker(ctx, &store.Worker{Name: w, Node: "n1"}))
 	}
 	n := &fakeNode{name: "n1"}
-	return &env{st: st, node: n, snaps: snaps, m: New(st, n, snaps, "test", nil), actor: a}
+	m := New(st, n, snaps, "test", nil)
+	t.Cleanup(m.Close)
+	return &env{st: st, node: n, snaps: snaps, m: m, actor: a}
 }
 
 func must(t *testing.T, err error) {

@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,12 +28,26 @@ import (
 // ErrNoCapacity wrapping ctx's error when no worker freed in time;
 // ErrResumeFailed when the restore or boot failed — the actor is then back
 // where it was (SUSPENDED, PAUSED or CRASHED) and the worker is free.
-func (m *Manager) Resume(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
+func (m *Manager) Resume(ctx context.Context, atespace, name string) (*store.Actor, error) {
+	out, _, err := m.ResumeEvicting(ctx, atespace, name)
+	return out, err
+}
+
+// Resumed is what a resume did beyond restoring the actor.
+type Resumed struct {
+	// Evicted names ("<atespace>/<name>") the actor checkpointed to free
+	// the worker this resume got; empty when a free worker was at hand.
+	Evicted string
+}
+
+// ResumeEvicting is Resume, also saying whether another actor was evicted
+// to make room (capacity.go). Same errors as Resume.
+func (m *Manager) ResumeEvicting(ctx context.Context, atespace, name string) (out *store.Actor, r Resumed, err error) {
 	err = m.withActor(ctx, atespace, name, func() error {
-		out, err = m.resumeLocked(ctx, atespace, name)
+		out, err = m.resumeLocked(ctx, atespace, name, &r)
 		return err
 	})
-	return out, err
+	return out, r, err
 }
 
 // source is what a resume starts from.
@@ -45,7 +58,9 @@ type source struct {
 	note   string // goes into the actor's message
 }
 
-func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*store.Actor, error) {
+// resumeLocked runs Resume holding the actor's lock; r learns what the
+// resume did besides.
+func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Resumed) (*store.Actor, error) {
 	a, err := m.store.GetActor(ctx, atespace, name)
 	if err != nil {
 		return nil, err
@@ -70,10 +85,11 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 		return nil, err
 	}
 	prev := a.State
-	a, w, err := m.claim(ctx, a, src.node, m.node.StandbyWorkers(tpl.Spec, tpl.ImageDigest))
+	a, w, evicted, err := m.claim(ctx, a, src.node, m.node.StandbyWorkers(tpl.Spec, tpl.ImageDigest))
 	if err != nil {
 		return nil, err
 	}
+	r.Evicted = evicted
 	// From here the worker is ours: the node operation runs to the end
 	// even if the caller gives up, and every exit frees it on failure.
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeOpTimeout)
@@ -107,6 +123,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 	}
 	running := *a
 	running.State, running.Message = store.Running, src.note
+	running.Reason, running.EvictedFor = "", ""
 	running.Resumes++
 	if src.paused || prev == store.Paused {
 		running.PausedSnapshot, running.Node = "", ""
@@ -125,7 +142,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string) (*sto
 		m.deleteOld(ctx, a, oldDurable)
 	}
 	m.log.InfoContext(ctx, "actor resumed", "actor", a.Name, "atespace", a.Atespace, "worker", a.Worker,
-		"snapshot", src.ref, "paused", src.paused, "ms", time.Since(start).Milliseconds())
+		"snapshot", src.ref, "paused", src.paused, "evicted", evicted, "ms", time.Since(start).Milliseconds())
 	return out, nil
 }
 
@@ -182,35 +199,6 @@ func (m *Manager) nodeAlive(ctx context.Context, node string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// claim takes a free worker for a, moving it to RESUMING, and waits for
-// one to be freed while none is. A worker on prefer (if set) wins; another
-// node's is taken only when prefer has none free. Among the free, the
-// workers in ready (holding a standby for a's template) go first.
-func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
-	for waiting := false; ; waiting = true {
-		freed := m.freedCh()
-		ra, w, err := m.store.ClaimWorker(ctx, a, prefer, ready...)
-		if errors.Is(err, store.ErrNoFreeWorker) && prefer != "" {
-			ra, w, err = m.store.ClaimWorker(ctx, a, "", ready...)
-		}
-		if err == nil {
-			return ra, w, nil
-		}
-		if !errors.Is(err, store.ErrNoFreeWorker) {
-			return nil, nil, err
-		}
-		if !waiting {
-			m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace, "prefer", prefer)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("%w for actor %s before the deadline: %w", ErrNoCapacity, a.Key(), ctx.Err())
-		case <-freed:
-		case <-time.After(claimPoll):
-		}
-	}
 }
 
 // resumeFailed puts the actor back in the state Resume found it (minus

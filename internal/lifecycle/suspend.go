@@ -23,18 +23,41 @@ import (
 // ErrSuspendFailed when the checkpoint failed — the actor is then CRASHED
 // at its previous snapshot and its worker is free.
 func (m *Manager) Suspend(ctx context.Context, atespace, name string) (*store.Actor, error) {
-	return m.putAway(ctx, atespace, name, false)
+	return m.PutAway(ctx, atespace, name, false, Why{Reason: store.ReasonRequested})
 }
 
 // Pause checkpoints a RUNNING actor to its node's disk (scope from
 // snapshotPolicy.onPause) and frees its worker; the next resume prefers
 // that node. Pausing a PAUSED actor is a no-op.
 func (m *Manager) Pause(ctx context.Context, atespace, name string) (*store.Actor, error) {
-	return m.putAway(ctx, atespace, name, true)
+	return m.PutAway(ctx, atespace, name, true, Why{Reason: store.ReasonRequested})
 }
 
-// putAway runs Suspend (paused false) or Pause (paused true).
-func (m *Manager) putAway(ctx context.Context, atespace, name string, paused bool) (out *store.Actor, err error) {
+// Why is why an actor is suspended or paused, recorded on it.
+type Why struct {
+	Reason store.CheckpointReason
+	// EvictedFor names the actor an eviction makes room for.
+	EvictedFor string
+}
+
+// message is the actor's message for a checkpoint for w; idleAfter is the
+// template's idle.after.
+func (w Why) message(verb, idleAfter string) string {
+	switch w.Reason {
+	case store.ReasonIdle:
+		return fmt.Sprintf("%s after no traffic for %s (idle.after)", verb, idleAfter)
+	case store.ReasonEvicted:
+		return fmt.Sprintf("%s to make room for %s (evicted: least recently used idle actor)", verb, w.EvictedFor)
+	case store.ReasonSelfRequested:
+		return verb + " at the actor's own request"
+	default:
+		return verb + " by request"
+	}
+}
+
+// PutAway runs Suspend (paused false) or Pause (paused true), recording
+// why on the actor (Reason, EvictedFor, Message). Same errors as those.
+func (m *Manager) PutAway(ctx context.Context, atespace, name string, paused bool, why Why) (out *store.Actor, err error) {
 	target, verb, from := store.Suspended, "suspended", "a RUNNING or PAUSED"
 	if paused {
 		target, verb, from = store.Paused, "paused", "a RUNNING"
@@ -48,9 +71,9 @@ func (m *Manager) putAway(ctx context.Context, atespace, name string, paused boo
 		case a.State == target:
 			out = a
 		case a.State == store.Running:
-			out, err = m.checkpointLocked(ctx, a, paused)
+			out, err = m.checkpointLocked(ctx, a, paused, why)
 		case a.State == store.Paused && !paused:
-			out, err = m.uploadLocked(ctx, a)
+			out, err = m.uploadLocked(ctx, a, why)
 		default:
 			err = fmt.Errorf("%w: actor %s is %s; only %s actor can be %s", ErrFailedPrecondition, a.Key(), a.State, from, verb)
 		}
@@ -60,13 +83,14 @@ func (m *Manager) putAway(ctx context.Context, atespace, name string, paused boo
 }
 
 // policy returns the checkpoint options for a pause or a suspend of a,
-// from its template (the defaults if the template cannot be read).
-func (m *Manager) policy(ctx context.Context, a *store.Actor, paused bool) node.CheckpointOptions {
+// from its template (the defaults if the template cannot be read), and
+// the template's idle.after.
+func (m *Manager) policy(ctx context.Context, a *store.Actor, paused bool) (node.CheckpointOptions, string) {
 	var spec *atev1.ActorTemplateSpec // nil: the defaults
 	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
 		spec = tpl.Spec
 	}
-	return checkpointOptions(spec, paused)
+	return checkpointOptions(spec, paused), spec.GetIdle().GetAfter()
 }
 
 // checkpointOptions returns the checkpoint options spec asks for on a
@@ -85,8 +109,8 @@ func checkpointOptions(spec *atev1.ActorTemplateSpec, paused bool) node.Checkpoi
 }
 
 // checkpointLocked runs RUNNING → SUSPENDING|PAUSING → SUSPENDED|PAUSED.
-func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused bool) (*store.Actor, error) {
-	opts := m.policy(ctx, a, paused)
+func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused bool, why Why) (*store.Actor, error) {
+	opts, idleAfter := m.policy(ctx, a, paused)
 	ing := *a
 	ing.State = store.Suspending
 	if paused {
@@ -109,7 +133,12 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused b
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	done.Worker, done.Message = "", ""
+	verb := "suspended"
+	if paused {
+		verb = "paused"
+	}
+	done.Worker, done.Message = "", why.message(verb, idleAfter)
+	done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
 	if paused {
 		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, m.node.Name()
 	} else {
@@ -131,8 +160,8 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused b
 
 // uploadLocked runs PAUSED → SUSPENDING → SUSPENDED by uploading the
 // node's paused checkpoint to the durable store.
-func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor) (*store.Actor, error) {
-	opts := m.policy(ctx, a, false)
+func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (*store.Actor, error) {
+	opts, idleAfter := m.policy(ctx, a, false)
 	ing := *a
 	ing.State = store.Suspending
 	a, err := m.update(ctx, a, &ing)
@@ -147,7 +176,8 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor) (*store.Acto
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	done.State, done.Snapshot, done.PausedSnapshot, done.Node, done.Message = store.Suspended, ref, "", "", ""
+	done.State, done.Snapshot, done.PausedSnapshot, done.Node = store.Suspended, ref, "", ""
+	done.Message, done.Reason, done.EvictedFor = why.message("suspended", idleAfter), why.Reason, why.EvictedFor
 	out, err := m.update(ctx, a, &done)
 	if err != nil {
 		m.dropSnapshot(ref, false)
@@ -256,7 +286,7 @@ func (m *Manager) SuspendAll(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		atespace, name, _ := strings.Cut(w.Actor, "/")
+		atespace, name := splitKey(w.Actor)
 		if _, err := m.Suspend(ctx, atespace, name); err != nil && first == nil {
 			first = fmt.Errorf("suspend %s: %w", w.Actor, err)
 		}

@@ -107,6 +107,8 @@ type slot struct {
 	draining bool
 	inflight int
 	drained  chan struct{}
+	// act is the hosted actor's traffic (activity.go); nil when none.
+	act *actorActivity
 	// cut is set when a checkpoint's drain grace ran out with requests
 	// still in flight; cleared by the next start.
 	cut bool
@@ -268,7 +270,7 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 		}
 	}
 	s.mu.Lock()
-	s.containerID, s.actorUID, s.port, s.volumes = "", "", 0, nil
+	s.containerID, s.actorUID, s.port, s.volumes, s.act = "", "", 0, nil, nil
 	// inflight stays: requests still running on the old container (the
 	// cutter ends them) release their count later, and a reset would
 	// drive it negative and let the next drain skip its wait.
@@ -346,10 +348,11 @@ func (n *Node) watch(s *slot, id, actorUID string) {
 	}
 }
 
-// enter admits one tunnel request for actorUID on worker. ok is false
+// enter admits one tunnel request (a stream if stream) for actorUID on
+// worker. ok is false
 // when the worker does not host that actor or is draining it for a
 // checkpoint; otherwise release must be called when the request ends.
-func (n *Node) enter(worker, actorUID string) (t tunnelTarget, release func(), ok bool) {
+func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, release func(), ok bool) {
 	s, err := n.slot(worker)
 	if err != nil || actorUID == "" {
 		return tunnelTarget{}, nil, false
@@ -360,10 +363,26 @@ func (n *Node) enter(worker, actorUID string) (t tunnelTarget, release func(), o
 		return tunnelTarget{}, nil, false
 	}
 	s.inflight++
+	act := s.act
+	if act != nil {
+		act.inflight++
+		act.last = time.Now()
+		if stream {
+			act.streams++
+		}
+	}
 	return tunnelTarget{worker: worker, container: s.containerID, port: s.port, sb: s.sb}, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.inflight--
+		if act != nil {
+			act.inflight--
+			act.served++
+			act.last = time.Now()
+			if stream {
+				act.streams--
+			}
+		}
 		if s.inflight == 0 && s.drained != nil {
 			close(s.drained)
 			s.drained = nil

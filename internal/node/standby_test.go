@@ -232,7 +232,7 @@ func TestStopKeepsInflightCount(t *testing.T) {
 	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 		t.Fatal(err)
 	}
-	_, release, ok := n.enter(w, "a")
+	_, release, ok := n.enter(w, "a", false)
 	if !ok {
 		t.Fatal("request not admitted")
 	}

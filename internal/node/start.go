@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
@@ -138,7 +139,9 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		}
 	}
 	s.mu.Lock()
+	now := time.Now()
 	s.actorUID, s.port = req.ActorUID, port
+	s.act = &actorActivity{started: now, last: now}
 	s.template = &standbyTemplate{spec: spec, imageDigest: img.Digest}
 	s.mu.Unlock()
 	return sspec.ID, nil

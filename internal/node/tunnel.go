@@ -137,7 +137,7 @@ func (n *Node) NewTunnel() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		worker, uid := r.Header.Get(router.HeaderWorker), r.Header.Get(router.HeaderActorUID)
-		t, release, ok := n.enter(worker, uid)
+		t, release, ok := n.enter(worker, uid, isStream(r))
 		if !ok {
 			n.log.DebugContext(r.Context(), "stale assignment", slog.String("worker", worker), slog.String("uid", uid))
 			http.Error(w, "worker "+worker+" does not host this actor now", http.StatusMisdirectedRequest)

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"substrate.dev/ate/internal/names"
 )
 
@@ -26,6 +24,28 @@ const (
 	// activationJoined: this request waited on another request's resume.
 	activationJoined activation = "joined"
 )
+
+// activated is how one request got its actor, for the activation headers.
+type activated struct {
+	how activation
+	// waited is how long the request was parked; 0 when warm.
+	waited time.Duration
+	// evicted is the actor the resume checkpointed to free a worker;
+	// zero when none was.
+	evicted names.ActorKey
+}
+
+// header is the Ate-Activation value (see HeaderActivation): the activation,
+// with an RFC 8941 parameter naming the evicted actor if there is one.
+func (a activated) header() string {
+	// A valid key is DNS labels around '/', all of which an sf-string
+	// holds unescaped; an invalid one from some Resolver is left out
+	// rather than quoted wrongly.
+	if a.evicted == (names.ActorKey{}) || a.evicted.Validate() != nil {
+		return string(a.how)
+	}
+	return string(a.how) + `;evicted="` + a.evicted.String() + `"`
+}
 
 // Tuning of the park loop.
 const (
@@ -109,38 +129,39 @@ func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 type resolution struct {
 	target  Target
 	resumed bool
+	// evicted is Resumption.Evicted of the Resume; zero without one.
+	evicted names.ActorKey
 }
 
-// target returns key's RUNNING target, how it was found and how long this
-// request waited for it, and counts the request as open on the actor: the
-// caller must call done(key) when it ends. Errors are the Resolver's
-// (wrapped), errParkFull, errParkBudget, errParkGrace, or the cause of ctx
-// ending.
-func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, activation, time.Duration, error) {
+// target returns key's RUNNING target and how this request got it (how
+// long it waited, whether an actor was evicted for it), and counts the
+// request as open on the actor: the caller must call done(key) when it
+// ends. Errors are the Resolver's (wrapped), errParkFull, errParkBudget,
+// errParkGrace, or the cause of ctx ending.
+func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, activated, error) {
 	if t, ok := a.acquireCached(key); ok {
-		return t, activationWarm, 0, nil
+		return t, activated{how: activationWarm}, nil
 	}
 	n, ok := a.admit()
 	if !ok {
-		return Target{}, "", 0, fmt.Errorf("park request for %s: %w", key, errParkFull)
+		return Target{}, activated{}, fmt.Errorf("park request for %s: %w", key, errParkFull)
 	}
 	defer a.parked.Add(-1)
 	a.logger.Debug("request parked", "actor", key.Name, "atespace", key.Atespace, "parked", n)
 	start := time.Now()
 	r, leader, err := a.park(ctx, key)
 	if err != nil {
-		return Target{}, "", 0, fmt.Errorf("wait for %s: %w", key, err)
+		return Target{}, activated{}, fmt.Errorf("wait for %s: %w", key, err)
 	}
 	a.acquire(key)
-	waited := time.Since(start)
+	act := activated{how: activationJoined, waited: time.Since(start), evicted: r.evicted}
 	switch {
 	case !r.resumed:
-		return r.target, activationWarm, waited, nil
+		act.how = activationWarm
 	case leader:
-		return r.target, activationResumed, waited, nil
-	default:
-		return r.target, activationJoined, waited, nil
+		act.how = activationResumed
 	}
+	return r.target, act, nil
 }
 
 // park waits for the shared resolution of key for up to the budget, then,
@@ -155,15 +176,17 @@ func (a *activator) park(ctx context.Context, key names.ActorKey) (resolution, b
 	return a.wait(ctx, key, a.grace, errParkGrace)
 }
 
-// wait waits up to d for the shared resolution of key. A shared call that
-// ran out of its own time (it was started by an earlier request, and the
-// control plane found no worker before its deadline), or that the control
-// plane aborted over a concurrent change, is started again while this
-// request still has time. When d runs out the error is cause; when ctx
-// ends, ctx's cause.
+// wait waits up to d for the shared resolution of key. The shared call's
+// deadline is the budget of the request that started it, so an attempt
+// that failed only for want of time or over a concurrent change (see
+// retryable) is started again while this request still has time. When d
+// runs out the error is cause (its message naming the last attempt's
+// error, if one failed); when ctx ends, ctx's cause; otherwise the shared
+// call's error.
 func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duration, cause error) (resolution, bool, error) {
 	wctx, cancel := context.WithTimeoutCause(ctx, d, cause)
 	defer cancel()
+	var last error
 	for {
 		v, leader, err := a.flights.do(wctx, key.String(), func(ctx context.Context) (any, error) {
 			return a.lookupOrResume(ctx, key)
@@ -172,22 +195,23 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 			return v.(resolution), leader, nil
 		}
 		if wctx.Err() == nil {
-			if !errors.Is(err, errCallExpired) && !aborted(err) {
+			if !retryable(err) {
 				return resolution{}, false, err
 			}
+			a.logger.Debug("shared resume attempt failed, trying again", "actor", key.Name, "atespace", key.Atespace, "err", err)
+			last = err
 			if pause(wctx, parkRetryBackoff) == nil {
 				continue
 			}
 		}
-		return resolution{}, false, context.Cause(wctx)
+		if ended := context.Cause(wctx); !errors.Is(ended, cause) || last == nil {
+			return resolution{}, false, ended
+		}
+		// %v, not %w: the last attempt's codes must not change how
+		// running out of budget is answered (classify), only what the
+		// log says about why.
+		return resolution{}, false, fmt.Errorf("%w (last attempt: %v)", cause, last)
 	}
-}
-
-// aborted reports whether the control plane gave up on a call because of
-// a concurrent change (codes.Aborted): it asks callers to try again.
-func aborted(err error) bool {
-	st, ok := grpcStatus(err)
-	return ok && st.Code() == codes.Aborted
 }
 
 // pause waits for d or until ctx ends (returning its error).
@@ -261,17 +285,21 @@ func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey) (res
 	if err != nil {
 		return resolution{}, fmt.Errorf("look up %s: %w", key, err)
 	}
+	var rs Resumption
 	if !running {
 		start := time.Now()
-		t, err = a.res.Resume(ctx, key)
+		t, rs, err = a.res.Resume(ctx, key)
 		if err != nil {
 			return resolution{}, fmt.Errorf("resume %s: %w", key, err)
 		}
-		a.logger.Info("actor resumed", "actor", key.Name, "atespace", key.Atespace,
-			"worker", t.Worker, "duration", time.Since(start))
+		attrs := []any{"actor", key.Name, "atespace", key.Atespace, "worker", t.Worker, "duration", time.Since(start)}
+		if rs.Evicted != (names.ActorKey{}) {
+			attrs = append(attrs, "evicted", rs.Evicted.String())
+		}
+		a.logger.Info("actor resumed", attrs...)
 	}
 	a.store(key, t)
-	return resolution{target: t, resumed: !running}, nil
+	return resolution{target: t, resumed: !running, evicted: rs.Evicted}, nil
 }
 
 // entry returns key's entry, creating it. a.mu must be held.

@@ -59,12 +59,28 @@ func (c *coalescer) start(ctx context.Context, key string, fn func(context.Conte
 // timeout: a caller that has time left may start another.
 var errCallExpired = errors.New("shared call ran out of time")
 
+// run calls fn with ctx's values, bounded by timeout; a failure once that
+// time is up wraps errCallExpired.
 func (c *coalescer) run(ctx context.Context, fn func(context.Context) (any, error)) (any, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
 	v, err := fn(ctx)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && expired(ctx, time.Now()) {
 		err = fmt.Errorf("%w after %s: %w", errCallExpired, c.timeout, err)
 	}
 	return v, err
+}
+
+// expired reports whether ctx has ended or its deadline is not after now.
+// ctx.Err() alone is not enough: a call can fail of its deadline before
+// ctx's timer has fired — grpc-go reports an RST_STREAM(CANCEL) from the
+// server as codes.DeadlineExceeded as soon as the deadline has passed by
+// the clock — and such a failure must not reach the callers that joined
+// the call later as if it were final.
+func expired(ctx context.Context, now time.Time) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !d.After(now)
 }

@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -31,6 +33,7 @@ const listWorkersTimeout = 10 * time.Second
 // RUNNING without a reachable worker) are codes.Unavailable.
 type ControlResolver struct {
 	client atev1.ControlClient
+	logger *slog.Logger
 	// refresh runs one ListWorkers at a time, shared by every miss.
 	refresh coalescer
 	// policies caches templates' policies (policies.go).
@@ -56,6 +59,7 @@ func NewControlResolver(client atev1.ControlClient, logger *slog.Logger) *Contro
 	}
 	return &ControlResolver{
 		client:   client,
+		logger:   logger,
 		refresh:  coalescer{timeout: listWorkersTimeout},
 		policies: newPolicyCache(client, logger),
 		tunnels:  make(map[string]string),
@@ -80,16 +84,42 @@ func (c *ControlResolver) Lookup(ctx context.Context, key names.ActorKey) (Targe
 }
 
 // Resume implements Resolver with ResumeActor, which waits for a free
-// worker until ctx's deadline and returns the RUNNING actor.
-func (c *ControlResolver) Resume(ctx context.Context, key names.ActorKey) (Target, error) {
-	a, err := c.client.ResumeActor(ctx, &atev1.ResumeActorRequest{Atespace: key.Atespace, Name: key.Name})
+// worker until ctx's deadline and returns the RUNNING actor; the actor it
+// evicted for it, if any, comes in the response header (atev1.HeaderEvicted).
+func (c *ControlResolver) Resume(ctx context.Context, key names.ActorKey) (Target, Resumption, error) {
+	var md metadata.MD
+	a, err := c.client.ResumeActor(ctx, &atev1.ResumeActorRequest{Atespace: key.Atespace, Name: key.Name}, grpc.Header(&md))
 	if err != nil {
-		return Target{}, fmt.Errorf("resume actor %s: %w", key, err)
+		return Target{}, Resumption{}, fmt.Errorf("resume actor %s: %w", key, err)
 	}
 	if a.GetState() != atev1.ActorState_RUNNING {
-		return Target{}, status.Errorf(codes.Unavailable, "actor %s is %s after resume", key, a.GetState())
+		return Target{}, Resumption{}, status.Errorf(codes.Unavailable, "actor %s is %s after resume", key, a.GetState())
 	}
-	return c.target(ctx, key, a)
+	t, err := c.target(ctx, key, a)
+	if err != nil {
+		return Target{}, Resumption{}, err
+	}
+	return t, c.resumption(key, md), nil
+}
+
+// resumption reads what ResumeActor's response header md says it did for
+// key. The header only informs clients, so a value that is not an actor key
+// (an API server that speaks a newer dialect, say) is logged and ignored
+// rather than failing a resume that worked.
+func (c *ControlResolver) resumption(key names.ActorKey, md metadata.MD) Resumption {
+	vs := md.Get(atev1.HeaderEvicted)
+	if len(vs) == 0 {
+		return Resumption{}
+	}
+	// No default atespace: eviction crosses atespaces, so a bare name
+	// says nothing reliable.
+	evicted, err := names.ParseActorKey(vs[0], "")
+	if err != nil {
+		c.logger.Debug("ignoring unparsable resume header", "header", atev1.HeaderEvicted, "value", vs[0],
+			"actor", key.Name, "atespace", key.Atespace, "err", err)
+		return Resumption{}
+	}
+	return Resumption{Evicted: evicted}
 }
 
 // Assigned implements Resolver with GetActor.
@@ -108,10 +138,11 @@ func (c *ControlResolver) Assigned(ctx context.Context, key names.ActorKey) (boo
 	}
 }
 
-// Pause implements Idler with PauseActor; an API server without it
+// Pause implements Idler with PauseActor, reason IDLE; an API server without it
 // (codes.Unimplemented) yields ErrPauseUnsupported.
 func (c *ControlResolver) Pause(ctx context.Context, key names.ActorKey) error {
-	_, err := c.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: key.Atespace, Name: key.Name})
+	_, err := c.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: key.Atespace, Name: key.Name,
+		Reason: atev1.CheckpointReason_IDLE})
 	if status.Code(err) == codes.Unimplemented {
 		return fmt.Errorf("pause actor %s: %w: %w", key, ErrPauseUnsupported, err)
 	}
@@ -121,9 +152,10 @@ func (c *ControlResolver) Pause(ctx context.Context, key names.ActorKey) error {
 	return nil
 }
 
-// Suspend implements Idler with SuspendActor.
+// Suspend implements Idler with SuspendActor, reason IDLE.
 func (c *ControlResolver) Suspend(ctx context.Context, key names.ActorKey) error {
-	if _, err := c.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: key.Atespace, Name: key.Name}); err != nil {
+	req := &atev1.SuspendActorRequest{Atespace: key.Atespace, Name: key.Name, Reason: atev1.CheckpointReason_IDLE}
+	if _, err := c.client.SuspendActor(ctx, req); err != nil {
 		return fmt.Errorf("suspend actor %s: %w", key, err)
 	}
 	return nil

@@ -1,7 +1,9 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -35,6 +38,9 @@ type fakeControl struct {
 	calls []string
 	// onResume sets the resumed actor's worker; nil means "w1".
 	onResume func(a *atev1.Actor) error
+	// evicts maps "<atespace>/<name>" to the values of the ate-evicted
+	// header its successful ResumeActor sends; none when missing.
+	evicts map[string][]string
 	// pauseErr, if set, is PauseActor's answer; guarded by mu.
 	pauseErr     error
 	listWorkers  atomic.Int64
@@ -55,7 +61,7 @@ func (f *fakeControl) GetActorTemplate(_ context.Context, req *atev1.GetActorTem
 func (f *fakeControl) PauseActor(_ context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, "pause "+req.GetAtespace()+"/"+req.GetName())
+	f.calls = append(f.calls, "pause "+req.GetAtespace()+"/"+req.GetName()+" "+req.GetReason().String())
 	if f.pauseErr != nil {
 		return nil, f.pauseErr
 	}
@@ -65,7 +71,7 @@ func (f *fakeControl) PauseActor(_ context.Context, req *atev1.PauseActorRequest
 func (f *fakeControl) SuspendActor(_ context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, "suspend "+req.GetAtespace()+"/"+req.GetName())
+	f.calls = append(f.calls, "suspend "+req.GetAtespace()+"/"+req.GetName()+" "+req.GetReason().String())
 	return &atev1.Actor{Atespace: req.GetAtespace(), Name: req.GetName(), State: atev1.ActorState_SUSPENDED}, nil
 }
 
@@ -100,12 +106,13 @@ func (f *fakeControl) GetActor(_ context.Context, req *atev1.GetActorRequest) (*
 	return a, nil
 }
 
-func (f *fakeControl) ResumeActor(_ context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
+func (f *fakeControl) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a, ok := f.actors[req.GetAtespace()+"/"+req.GetName()]
+	key := req.GetAtespace() + "/" + req.GetName()
+	a, ok := f.actors[key]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "actor %s/%s not found", req.GetAtespace(), req.GetName())
+		return nil, status.Errorf(codes.NotFound, "actor %s not found", key)
 	}
 	if f.onResume != nil {
 		if err := f.onResume(a); err != nil {
@@ -113,6 +120,13 @@ func (f *fakeControl) ResumeActor(_ context.Context, req *atev1.ResumeActorReque
 		}
 	} else {
 		a.Worker = "w1"
+	}
+	if vs, ok := f.evicts[key]; ok {
+		// The literal, not the router's constant: the name is the API
+		// server's wire contract.
+		if err := grpc.SetHeader(ctx, metadata.MD{"ate-evicted": vs}); err != nil {
+			return nil, err
+		}
 	}
 	a.State = atev1.ActorState_RUNNING
 	return a, nil
@@ -194,7 +208,7 @@ func TestControlResolver(t *testing.T) {
 			var ok bool
 			var err error
 			if tt.resume {
-				got, err = r.Resume(t.Context(), key)
+				got, _, err = r.Resume(t.Context(), key)
 				ok = err == nil
 			} else {
 				got, ok, err = r.Lookup(t.Context(), key)
@@ -211,6 +225,54 @@ func TestControlResolver(t *testing.T) {
 			}
 			if n := fc.listWorkers.Load(); n != tt.wantLists {
 				t.Errorf("ListWorkers called %d times, want %d", n, tt.wantLists)
+			}
+		})
+	}
+}
+
+// TestControlResolverResumeReportsEviction: the actor ResumeActor names in
+// its ate-evicted response header is the Resumption's Evicted; a value that
+// is not "<atespace>/<name>" is logged and ignored, never failing the resume.
+func TestControlResolverResumeReportsEviction(t *testing.T) {
+	key := names.ActorKey{Atespace: "default", Name: "app"}
+	tests := []struct {
+		name    string
+		header  []string // nil: no header
+		want    names.ActorKey
+		wantLog bool
+	}{
+		{name: "no eviction"},
+		{name: "evicted", header: []string{"default/counter-1"}, want: names.ActorKey{Atespace: "default", Name: "counter-1"}},
+		{name: "evicted in another atespace", header: []string{"team/b"}, want: names.ActorKey{Atespace: "team", Name: "b"}},
+		{name: "first of two values", header: []string{"team/b", "team/c"}, want: names.ActorKey{Atespace: "team", Name: "b"}},
+		{name: "bare name", header: []string{"counter-1"}, wantLog: true},
+		{name: "invalid name", header: []string{"default/Counter_1"}, wantLog: true},
+		{name: "empty value", header: []string{""}, wantLog: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &fakeControl{
+				actors: map[string]*atev1.Actor{"default/app": {Atespace: "default", Name: "app", Uid: "u1",
+					State: atev1.ActorState_SUSPENDED}},
+				workers: []*atev1.Worker{{Name: "w1", TunnelAddress: "10.0.0.1:7000"}},
+			}
+			if tt.header != nil {
+				fc.evicts = map[string][]string{"default/app": tt.header}
+			}
+			// Resume logs on the calling goroutine, so the buffer needs
+			// no lock.
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			r := NewControlResolver(newControlClient(t, fc), logger)
+			got, rs, err := r.Resume(t.Context(), key)
+			if err != nil || got.Worker != "w1" {
+				t.Fatalf("Resume = %+v, %v; want the actor on w1", got, err)
+			}
+			if rs.Evicted != tt.want {
+				t.Errorf("Evicted = %+v, want %+v", rs.Evicted, tt.want)
+			}
+			if logged := strings.Contains(logs.String(), "ignoring unparsable resume header"); logged != tt.wantLog {
+				t.Errorf("logged the header: %t, want %t; log:\n%s", logged, tt.wantLog, logs.String())
 			}
 		})
 	}
@@ -252,8 +314,11 @@ func TestHandlerOverControlAPI(t *testing.T) {
 	fc := &fakeControl{
 		actors: map[string]*atev1.Actor{
 			"default/app": {Atespace: "default", Name: "app", Uid: "u1", State: atev1.ActorState_SUSPENDED},
+			"default/big": {Atespace: "default", Name: "big", Uid: "u2", State: atev1.ActorState_SUSPENDED},
 		},
 		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: tunnel}},
+		// big's resume needs app's worker.
+		evicts: map[string][]string{"default/big": {"default/app"}},
 	}
 	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc), nil))
 	tests := []struct {
@@ -264,6 +329,7 @@ func TestHandlerOverControlAPI(t *testing.T) {
 	}{
 		{"app.default.actors.localhost", http.StatusOK, "resumed", "worker=w1 uid=u1 "},
 		{"app.default.actors.localhost", http.StatusOK, "warm", "worker=w1 uid=u1 "},
+		{"big.default.actors.localhost", http.StatusOK, `resumed;evicted="default/app"`, "worker=w1 uid=u2 "},
 		{"ghost.default.actors.localhost", http.StatusNotFound, "", "actor default/ghost not found\n"},
 	}
 	for _, tt := range tests {

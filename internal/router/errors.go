@@ -141,6 +141,29 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 	}
 }
 
+// retryable reports whether err, from a shared Lookup(+Resume), fails only
+// that attempt and not the actor: the shared call ran out of its own time
+// (errCallExpired); the control plane found no worker before the call's
+// deadline (codes.ResourceExhausted, codes.DeadlineExceeded — that deadline
+// is the budget of the request that started the call, not of the requests
+// that joined it); or it gave up over a concurrent change (codes.Aborted).
+// A request with budget left starts another attempt.
+func retryable(err error) bool {
+	if errors.Is(err, errCallExpired) {
+		return true
+	}
+	st, ok := grpcStatus(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.ResourceExhausted, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	default:
+		return false
+	}
+}
+
 func notResumedInTime(actor string, cfg Config) failure {
 	return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 		"park budget of %s exhausted: actor %s was not resumed in time; retry later", cfg.ParkBudget, actor)}

@@ -88,3 +88,31 @@ func TestClassifyRouteTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryable: what a request with budget left tries again — attempts
+// that ran out of time or were aborted — and what it answers at once.
+func TestRetryable(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("resume default/x: %w", err) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"shared call expired", fmt.Errorf("%w after 30s: %w", errCallExpired, errors.New("dial: i/o timeout")), true},
+		{"deadline exceeded", wrap(status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")), true},
+		{"resource exhausted", wrap(status.Error(codes.ResourceExhausted, "no free worker")), true},
+		{"aborted", wrap(status.Error(codes.Aborted, "record changed concurrently")), true},
+		{"not found", wrap(status.Error(codes.NotFound, "no such actor")), false},
+		{"unavailable", wrap(status.Error(codes.Unavailable, "restore failed")), false},
+		{"failed precondition", wrap(status.Error(codes.FailedPrecondition, "deleting")), false},
+		{"canceled", wrap(status.Error(codes.Canceled, "")), false},
+		{"not a status", errors.New("connection refused"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := retryable(tt.err); got != tt.want {
+				t.Errorf("retryable(%v) = %t, want %t", tt.err, got, tt.want)
+			}
+		})
+	}
+}

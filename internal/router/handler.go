@@ -15,9 +15,14 @@ import (
 
 // Activation response headers. HeaderActivation is set on proxied
 // responses: "warm" (the actor was running), "resumed" (this request
-// resumed it) or "joined" (it waited on another request's resume).
-// HeaderActivationMs, set with "resumed" and "joined", is how long the
-// request waited for its actor, in milliseconds.
+// resumed it) or "joined" (it waited on another request's resume). When
+// the control plane had to evict (checkpoint) another, idle actor to free
+// a worker for the resume, "resumed" and "joined" carry it as an RFC 8941
+// parameter: resumed;evicted="default/counter-1". Without an eviction the
+// value is the bare token, so clients comparing it whole keep working;
+// those that want the parameter parse the value as a structured-field
+// item. HeaderActivationMs, set with "resumed" and "joined", is how long
+// the request waited for its actor, in milliseconds.
 const (
 	HeaderActivation   = "Ate-Activation"
 	HeaderActivationMs = "Ate-Activation-Ms"
@@ -194,14 +199,14 @@ func (h *Handler) requestLog(key names.ActorKey, t Target) *slog.Logger {
 // actor was merely slow; t is the target tried, zero when activation
 // failed.
 func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey) (Target, error) {
-	t, act, waited, err := h.act.target(r.Context(), key)
+	t, act, err := h.act.target(r.Context(), key)
 	if err != nil {
 		return Target{}, err
 	}
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
 	defer h.act.done(key)
-	err = h.forward(w, r, t, act, waited)
+	err = h.forward(w, r, t, act)
 	if err != nil && r.Context().Err() == nil && !errors.Is(err, errRouteTimeout) {
 		// Whatever went wrong, the next request should look again; a
 		// slow actor is still where it was.

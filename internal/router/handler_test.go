@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -156,6 +157,61 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	}
 }
 
+// TestActivationNamesEvictedActor: when the resume had the control plane
+// evict another actor, every request it served says which, as a parameter
+// of its activation; otherwise the activation is the bare token.
+func TestActivationNamesEvictedActor(t *testing.T) {
+	const n = 5
+	tests := []struct {
+		name                    string
+		evicted                 names.ActorKey
+		wantResumed, wantJoined string
+	}{
+		{name: "no eviction", wantResumed: "resumed", wantJoined: "joined"},
+		{name: "eviction", evicted: names.ActorKey{Atespace: "default", Name: "counter-1"},
+			wantResumed: `resumed;evicted="default/counter-1"`, wantJoined: `joined;evicted="default/counter-1"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tunnel := echoTunnel(t, "tunnel", nil)
+			release := make(chan struct{})
+			res := &fakeResolver{t: t, resumption: Resumption{Evicted: tt.evicted},
+				resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+					select {
+					case <-release:
+						return targetAt(key, "w1", tunnel), nil
+					case <-ctx.Done():
+						return Target{}, ctx.Err()
+					}
+				}}
+			srv, h := newRouter(t, Config{}, res)
+			replies := make(chan reply, n)
+			var wg sync.WaitGroup
+			for range n {
+				wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+			}
+			waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.waiting.Load() == n })
+			close(release)
+			wg.Wait()
+			close(replies)
+			count := map[string]int{}
+			for r := range replies {
+				if r.status != 200 {
+					t.Errorf("reply: %d %q %v", r.status, r.body, r.err)
+				}
+				count[r.activation]++
+			}
+			if want := map[string]int{tt.wantResumed: 1, tt.wantJoined: n - 1}; !maps.Equal(count, want) {
+				t.Errorf("activations %v, want %v", count, want)
+			}
+			// The eviction belongs to that resume, not to the actor.
+			if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.activation != "warm" {
+				t.Errorf("after the resume: activation %q, want warm", got.activation)
+			}
+		})
+	}
+}
+
 func TestParkMaxExceeded(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
 	release := make(chan struct{})
@@ -199,9 +255,9 @@ func TestResumeFailures(t *testing.T) {
 		{name: "park budget exhausted while resume blocks", budget: 50 * time.Millisecond,
 			resume:     func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			wantStatus: 503, wantRetryAfter: "1", wantBody: "park budget of 50ms exhausted: actor default/app was not resumed in time; retry later\n"},
-		{name: "no free worker",
+		{name: "no free worker until the budget runs out", budget: 100 * time.Millisecond,
 			resume:     func(context.Context) error { return status.Error(codes.ResourceExhausted, "all workers busy") },
-			wantStatus: 503, wantRetryAfter: "1", wantBody: "no free worker for actor default/app within 30s; retry later\n"},
+			wantStatus: 503, wantRetryAfter: "1", wantBody: "park budget of 100ms exhausted: actor default/app was not resumed in time; retry later\n"},
 		{name: "unavailable",
 			resume: func(context.Context) error {
 				return status.Error(codes.Unavailable, "restore failed: snapshot corrupt")
@@ -348,8 +404,10 @@ func TestStreamingIsFlushedIncrementally(t *testing.T) {
 }
 
 // TestWaiterCancelDoesNotCancelSharedResume: the request that started the
-// resume leaves; the resume goes on and serves the request still waiting.
+// resume leaves (its client disconnects); the resume goes on, once, and
+// serves every request still waiting.
 func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
+	const joiners = 3
 	tunnel := echoTunnel(t, "tunnel", nil)
 	release := make(chan struct{})
 	resumeCtx := make(chan context.Context, 1)
@@ -378,23 +436,30 @@ func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
 	go func() { leader <- send(srv, leaderReq) }()
 	waitFor(t, "the leader to start the resume", waiting(1))
 
-	joiner := make(chan reply, 1)
-	go func() { joiner <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
-	waitFor(t, "a second waiter", waiting(2))
+	replies := make(chan reply, joiners)
+	var wg sync.WaitGroup
+	for range joiners {
+		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+	}
+	waitFor(t, "the joiners to wait", waiting(1+joiners))
 
 	cancelLeader()
 	if r := <-leader; r.err == nil {
 		t.Fatalf("cancelled leader got an answer: %d %q", r.status, r.body)
 	}
-	// At most one left: with the resume wrongly tied to the leader, the
-	// joiner fails too and the check below says why.
-	waitFor(t, "the leader to stop waiting", func() bool { return h.act.flights.waiting.Load() <= 1 })
+	// At most the joiners left: with the resume wrongly tied to the
+	// leader, they fail too and the check below says why.
+	waitFor(t, "the leader to stop waiting", func() bool { return h.act.flights.waiting.Load() <= joiners })
 	if err := (<-resumeCtx).Err(); err != nil {
 		t.Fatalf("shared resume context ended with the leader: %v", err)
 	}
 	close(release)
-	if r := <-joiner; r.status != 200 || r.activation != "joined" {
-		t.Errorf("joiner: status %d activation %q err %v, want 200 joined", r.status, r.activation, r.err)
+	wg.Wait()
+	close(replies)
+	for r := range replies {
+		if r.status != 200 || r.activation != "joined" {
+			t.Errorf("joiner: status %d activation %q err %v, want 200 joined", r.status, r.activation, r.err)
+		}
 	}
 	if n := res.resumes.Load(); n != 1 {
 		t.Errorf("Resume called %d times, want 1", n)

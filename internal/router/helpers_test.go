@@ -18,14 +18,15 @@ import (
 
 // fakeResolver stands in for the Control API. A nil lookup reports every
 // actor as not running; a nil resume fails the test; a nil assigned says
-// no worker is assigned.
+// no worker is assigned. Every Resume that succeeds reports resumption.
 type fakeResolver struct {
-	t        *testing.T
-	lookup   func(ctx context.Context, key names.ActorKey) (Target, bool, error)
-	resume   func(ctx context.Context, key names.ActorKey) (Target, error)
-	assigned func(ctx context.Context, key names.ActorKey) (bool, error)
-	lookups  atomic.Int64
-	resumes  atomic.Int64
+	t          *testing.T
+	lookup     func(ctx context.Context, key names.ActorKey) (Target, bool, error)
+	resume     func(ctx context.Context, key names.ActorKey) (Target, error)
+	assigned   func(ctx context.Context, key names.ActorKey) (bool, error)
+	resumption Resumption
+	lookups    atomic.Int64
+	resumes    atomic.Int64
 }
 
 var _ Resolver = (*fakeResolver)(nil)
@@ -38,13 +39,17 @@ func (f *fakeResolver) Lookup(ctx context.Context, key names.ActorKey) (Target, 
 	return f.lookup(ctx, key)
 }
 
-func (f *fakeResolver) Resume(ctx context.Context, key names.ActorKey) (Target, error) {
+func (f *fakeResolver) Resume(ctx context.Context, key names.ActorKey) (Target, Resumption, error) {
 	f.resumes.Add(1)
 	if f.resume == nil {
 		f.t.Errorf("unexpected Resume(%s)", key)
-		return Target{}, fmt.Errorf("unexpected resume")
+		return Target{}, Resumption{}, fmt.Errorf("unexpected resume")
 	}
-	return f.resume(ctx, key)
+	t, err := f.resume(ctx, key)
+	if err != nil {
+		return Target{}, Resumption{}, err
+	}
+	return t, f.resumption, nil
 }
 
 func (f *fakeResolver) Assigned(ctx context.Context, key names.ActorKey) (bool, error) {

@@ -176,3 +176,139 @@ func TestAbortedResumeIsRetried(t *testing.T) {
 		t.Errorf("Resume called %d times, want 2", n)
 	}
 }
+
+// TestSharedAttemptFailingForTimeIsRetried: a shared resume that fails
+// because the control plane found no worker in time (ResourceExhausted, or
+// DeadlineExceeded) fails that attempt, not the requests waiting on it:
+// with budget left, they start another, and it serves them all.
+func TestSharedAttemptFailingForTimeIsRetried(t *testing.T) {
+	const n = 5
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"deadline exceeded", status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")},
+		{"resource exhausted", status.Error(codes.ResourceExhausted, "no free worker")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tunnel := echoTunnel(t, "tunnel", nil)
+			release := make(chan struct{})
+			var calls atomic.Int64
+			var running atomic.Bool
+			res := &fakeResolver{t: t,
+				// As the API server: RUNNING once a resume succeeded, so
+				// a request retrying after that finds it warm.
+				lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+					return targetAt(key, "w1", tunnel), running.Load(), nil
+				},
+				resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
+					if calls.Add(1) == 1 {
+						select {
+						case <-release:
+							return Target{}, tt.err
+						case <-ctx.Done():
+							return Target{}, ctx.Err()
+						}
+					}
+					running.Store(true)
+					return targetAt(key, "w1", tunnel), nil
+				},
+			}
+			srv, h := newRouter(t, Config{}, res)
+			replies := make(chan reply, n)
+			var wg sync.WaitGroup
+			for range n {
+				wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+			}
+			waitFor(t, "all requests to join the first attempt", func() bool { return h.act.flights.waiting.Load() == n })
+			close(release)
+			wg.Wait()
+			close(replies)
+			count := map[string]int{}
+			for r := range replies {
+				if r.status != 200 {
+					t.Errorf("reply: %d %q %v, want 200 from the second attempt", r.status, r.body, r.err)
+				}
+				count[r.activation]++
+			}
+			if count["resumed"] != 1 || count["joined"]+count["warm"] != n-1 {
+				t.Errorf("activations %v, want 1 resumed and the rest joined or warm", count)
+			}
+			if c := calls.Load(); c != 2 {
+				t.Errorf("Resume called %d times, want 2", c)
+			}
+		})
+	}
+}
+
+// TestJoinersOutliveSharedCallFailingAtItsDeadline is the field report:
+// the shared resume's deadline is its first caller's budget, and over gRPC
+// it can fail with DeadlineExceeded as soon as that deadline has passed by
+// the clock, before its context's timer fired. The first caller, out of
+// budget, gets 503 with Retry-After; the requests that joined later still
+// have theirs and are served by another attempt.
+func TestJoinersOutliveSharedCallFailingAtItsDeadline(t *testing.T) {
+	const budget, n = time.Second, 4
+	tunnel := echoTunnel(t, "tunnel", nil)
+	var h *Handler
+	var calls atomic.Int64
+	var running atomic.Bool
+	joinedFirst := make(chan int64, 1)
+	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+		return targetAt(key, "w1", tunnel), running.Load(), nil
+	}}
+	res.resume = func(ctx context.Context, key names.ActorKey) (Target, error) {
+		if calls.Add(1) > 1 {
+			running.Store(true)
+			return targetAt(key, "w1", tunnel), nil
+		}
+		// Fail the moment the clock passes the deadline, as grpc-go turns
+		// the server's RST_STREAM(CANCEL) into DeadlineExceeded: a timer
+		// to just short of it, then spin, to beat ctx's own timer (most
+		// of the time: the scheduler may still run it first).
+		d, _ := ctx.Deadline()
+		select {
+		case <-time.After(time.Until(d) - 2*time.Millisecond):
+		case <-ctx.Done():
+		}
+		for time.Now().Before(d) {
+			// Not runtime.Gosched: yielding lets ctx's timer fire first.
+		}
+		joinedFirst <- h.act.flights.waiting.Load()
+		return Target{}, status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")
+	}
+	srv, h := newRouter(t, Config{ParkBudget: budget, ParkGrace: budget}, res)
+	first := make(chan reply, 1)
+	go func() { first <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
+	waitFor(t, "the first request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+	// The joiners arrive well into the first request's budget: the shared
+	// call's deadline is theirs minus that.
+	replies := make(chan reply, n)
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	time.AfterFunc(budget/3, func() {
+		for range n {
+			wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+		}
+		close(started)
+	})
+	if r := <-first; r.status != 503 || r.retryAfter != "1" {
+		t.Errorf("first request: %d %q Retry-After %q, want 503 with Retry-After (its budget ran out)", r.status, r.body, r.retryAfter)
+	}
+	// The first request may have stopped waiting already.
+	if w := <-joinedFirst; w < n {
+		t.Errorf("%d requests waited on the first attempt when it failed, want the %d joiners: the test proves nothing", w, n)
+	}
+	<-started
+	wg.Wait()
+	close(replies)
+	for r := range replies {
+		if r.status != 200 {
+			t.Errorf("joiner: %d %q %v, want 200: it still had budget", r.status, r.body, r.err)
+		}
+	}
+	if c := calls.Load(); c != 2 {
+		t.Errorf("Resume called %d times, want 2", c)
+	}
+}

@@ -68,7 +68,7 @@ func TestControlResolverPolicy(t *testing.T) {
 	if n := fc.templateGets.Load(); n != 1 {
 		t.Errorf("GetActorTemplate called %d times for one actor, want 1", n)
 	}
-	got, err := r.Resume(t.Context(), names.ActorKey{Atespace: "default", Name: "b"})
+	got, _, err := r.Resume(t.Context(), names.ActorKey{Atespace: "default", Name: "b"})
 	if err != nil || got.Policy != want {
 		t.Fatalf("Resume(b) = %+v, %v", got, err)
 	}
@@ -116,7 +116,8 @@ func TestControlResolverIdlerAndActivity(t *testing.T) {
 	if err := r.RecordActivity(t.Context(), acts); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"pause default/app", "suspend default/app", "activity default/app", "activity team/b"}
+	// Pauses and suspends are the router's idle actions: the API records them as IDLE.
+	want := []string{"pause default/app IDLE", "suspend default/app IDLE", "activity default/app", "activity team/b"}
 	if got := fc.callLog(); !slices.Equal(got, want) {
 		t.Errorf("calls %v, want %v", got, want)
 	}

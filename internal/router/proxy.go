@@ -21,7 +21,7 @@ import (
 // the client going away. A stream cut after the response header went out
 // (stream idle timeout, actor gone) aborts the handler with
 // http.ErrAbortHandler, which tells the client the body is incomplete.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activation, waited time.Duration) error {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activated) error {
 	p := t.Policy.withDefaults(h.cfg)
 	// Cancelling the outbound request closes its tunnel connection, so a
 	// reply that comes late can never be read by another request.
@@ -60,9 +60,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 					"worker", t.Worker, "timeout", p.StreamIdleTimeout)
 				cancel(errStreamIdle)
 			})
-			res.Header.Set(HeaderActivation, string(act))
-			if act != activationWarm {
-				res.Header.Set(HeaderActivationMs, strconv.FormatInt(waited.Milliseconds(), 10))
+			res.Header.Set(HeaderActivation, act.header())
+			if act.how != activationWarm {
+				res.Header.Set(HeaderActivationMs, strconv.FormatInt(act.waited.Milliseconds(), 10))
 			}
 			return nil
 		},

@@ -49,18 +49,28 @@ type Policy struct {
 	IdleAction IdleAction
 }
 
+// Resumption is what a Resume did besides waking the actor.
+type Resumption struct {
+	// Evicted is the idle actor the control plane checkpointed to free a
+	// worker for this one; zero when no actor was evicted.
+	Evicted names.ActorKey
+}
+
 // Resolver finds and wakes actors. Implementations are safe for concurrent
 // use. Errors are gRPC status errors (codes.NotFound for an unknown actor,
 // codes.ResourceExhausted or codes.DeadlineExceeded when no worker freed in
-// time, codes.InvalidArgument, codes.FailedPrecondition, codes.Unavailable
-// when the resume itself failed).
+// time, codes.Aborted when a concurrent change made the control plane give
+// up, codes.InvalidArgument, codes.FailedPrecondition, codes.Unavailable
+// when the resume itself failed). The router tries ResourceExhausted,
+// DeadlineExceeded and Aborted again while the request has budget left.
 type Resolver interface {
 	// Lookup returns the actor's target when it is RUNNING; ok is false when
 	// it exists but is not running.
 	Lookup(ctx context.Context, key names.ActorKey) (t Target, ok bool, err error)
 	// Resume wakes the actor (waiting for a free worker until ctx ends) and
-	// returns its target once it is RUNNING and ready.
-	Resume(ctx context.Context, key names.ActorKey) (Target, error)
+	// returns its target once it is RUNNING and ready, with what the
+	// resume did; the Resumption is zero when err is not nil.
+	Resume(ctx context.Context, key names.ActorKey) (Target, Resumption, error)
 	// Assigned reports whether a worker has been claimed for the actor:
 	// it is being restored on one (RESUMING) or is RUNNING.
 	Assigned(ctx context.Context, key names.ActorKey) (bool, error)

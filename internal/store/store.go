@@ -101,7 +101,29 @@ type Actor struct {
 	Resumes    int64     `json:"resumes"`
 	// LastActivity is when the router last saw traffic for the actor.
 	LastActivity time.Time `json:"lastActivity,omitzero"`
+	// Reason is why the actor was last suspended or paused; Message says
+	// more. Empty while it has not been.
+	Reason CheckpointReason `json:"reason,omitempty"`
+	// EvictedFor names ("<atespace>/<name>") the actor an eviction made
+	// room for, with ReasonEvicted.
+	EvictedFor string `json:"evictedFor,omitempty"`
 }
+
+// CheckpointReason is why an actor was suspended or paused. The strings
+// equal the atev1.CheckpointReason enum names.
+type CheckpointReason string
+
+// Checkpoint reasons.
+const (
+	// ReasonRequested: a client asked (ate suspend, ate pause, shutdown).
+	ReasonRequested CheckpointReason = "REQUESTED"
+	// ReasonIdle: the router saw no traffic for the template's idle.after.
+	ReasonIdle CheckpointReason = "IDLE"
+	// ReasonEvicted: its worker was needed for an actor waiting for one.
+	ReasonEvicted CheckpointReason = "EVICTED"
+	// ReasonSelfRequested: the actor asked from inside its sandbox.
+	ReasonSelfRequested CheckpointReason = "SELF_REQUESTED"
+)
 
 // Key returns "<atespace>/<name>".
 func (a *Actor) Key() string { return a.Atespace + "/" + a.Name }

@@ -155,6 +155,9 @@ func (cp *ControlPlane) Close() error {
 		cp.stopSnapshotGC()
 		<-cp.snapshotGCDone
 	}
+	if cp.Lifecycle != nil {
+		cp.Lifecycle.Close()
+	}
 	if cp.Node != nil {
 		cp.Node.Shutdown(context.Background())
 	}

@@ -136,7 +136,9 @@ func throughput(conns int, window time.Duration, get func() error) (float64, err
 func BenchmarkRouterParkedMemory(b *testing.B) {
 	const n = 2000
 	in := startUp(b, 1, "--park-budget", "5m")
-	in.createTemplate("examples/counter/template.yaml", "counter")
+	// Not evictable: "busy" must keep the only worker until the test
+	// frees it, or waiting requests would make room by evicting it.
+	in.counterTemplate("counter", nil, "eviction: {evictable: false}\n")
 	for _, name := range []string{"busy", "waiter"} {
 		in.ate("create", "actor", name, "--template", "counter")
 	}

@@ -93,6 +93,66 @@ func (ActorState) EnumDescriptor() ([]byte, []int) {
 	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
 }
 
+// CheckpointReason is why an actor was suspended or paused.
+type CheckpointReason int32
+
+const (
+	CheckpointReason_CHECKPOINT_REASON_UNSPECIFIED CheckpointReason = 0
+	// REQUESTED: a client asked (ate suspend / ate pause, shutdown).
+	CheckpointReason_REQUESTED CheckpointReason = 1
+	// IDLE: the router saw no traffic for the template's idle.after.
+	CheckpointReason_IDLE CheckpointReason = 2
+	// EVICTED: its worker was needed by a waiting actor (capacity).
+	CheckpointReason_EVICTED CheckpointReason = 3
+	// SELF_REQUESTED: the actor asked from inside its sandbox.
+	CheckpointReason_SELF_REQUESTED CheckpointReason = 4
+)
+
+// Enum value maps for CheckpointReason.
+var (
+	CheckpointReason_name = map[int32]string{
+		0: "CHECKPOINT_REASON_UNSPECIFIED",
+		1: "REQUESTED",
+		2: "IDLE",
+		3: "EVICTED",
+		4: "SELF_REQUESTED",
+	}
+	CheckpointReason_value = map[string]int32{
+		"CHECKPOINT_REASON_UNSPECIFIED": 0,
+		"REQUESTED":                     1,
+		"IDLE":                          2,
+		"EVICTED":                       3,
+		"SELF_REQUESTED":                4,
+	}
+)
+
+func (x CheckpointReason) Enum() *CheckpointReason {
+	p := new(CheckpointReason)
+	*p = x
+	return p
+}
+
+func (x CheckpointReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CheckpointReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[1].Descriptor()
+}
+
+func (CheckpointReason) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[1]
+}
+
+func (x CheckpointReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CheckpointReason.Descriptor instead.
+func (CheckpointReason) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
 type Atespace struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -839,8 +899,9 @@ type ActorTemplateSpec struct {
 	RouteTimeoutSeconds int32 `protobuf:"varint,8,opt,name=route_timeout_seconds,json=routeTimeoutSeconds,proto3" json:"route_timeout_seconds,omitempty"`
 	// stream_idle_timeout_seconds bounds the silence inside a streaming
 	// response; 0 means the default (300).
-	StreamIdleTimeoutSeconds int32       `protobuf:"varint,9,opt,name=stream_idle_timeout_seconds,json=streamIdleTimeoutSeconds,proto3" json:"stream_idle_timeout_seconds,omitempty"`
-	Idle                     *IdlePolicy `protobuf:"bytes,10,opt,name=idle,proto3" json:"idle,omitempty"`
+	StreamIdleTimeoutSeconds int32           `protobuf:"varint,9,opt,name=stream_idle_timeout_seconds,json=streamIdleTimeoutSeconds,proto3" json:"stream_idle_timeout_seconds,omitempty"`
+	Idle                     *IdlePolicy     `protobuf:"bytes,10,opt,name=idle,proto3" json:"idle,omitempty"`
+	Eviction                 *EvictionPolicy `protobuf:"bytes,11,opt,name=eviction,proto3" json:"eviction,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
 }
@@ -945,6 +1006,93 @@ func (x *ActorTemplateSpec) GetIdle() *IdlePolicy {
 	return nil
 }
 
+func (x *ActorTemplateSpec) GetEviction() *EvictionPolicy {
+	if x != nil {
+		return x.Eviction
+	}
+	return nil
+}
+
+// EvictionPolicy says whether and when an idle RUNNING actor may be
+// checkpointed (with its idle action, else suspend) to free its worker for
+// a request waiting for one. Victims are chosen lowest priority first, then
+// least recently active; an actor with a request in flight is never chosen.
+type EvictionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// evictable: false keeps the actor on its worker until it goes idle, is
+	// suspended or paused; unset means true.
+	Evictable *bool `protobuf:"varint,1,opt,name=evictable,proto3,oneof" json:"evictable,omitempty"`
+	// priority orders victims: lower goes first; default 0.
+	Priority int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	// min_run_seconds protects a just-resumed actor that has not yet
+	// answered a request; unset means the default (5), 0 turns it off.
+	MinRunSeconds *int32 `protobuf:"varint,3,opt,name=min_run_seconds,json=minRunSeconds,proto3,oneof" json:"min_run_seconds,omitempty"`
+	// allow_open_streams lets an actor whose only open requests are
+	// streams (WebSocket or Server-Sent Events) be chosen; the checkpoint's
+	// drain grace then cuts them. Default false.
+	AllowOpenStreams bool `protobuf:"varint,4,opt,name=allow_open_streams,json=allowOpenStreams,proto3" json:"allow_open_streams,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *EvictionPolicy) Reset() {
+	*x = EvictionPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictionPolicy) ProtoMessage() {}
+
+func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
+func (*EvictionPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *EvictionPolicy) GetEvictable() bool {
+	if x != nil && x.Evictable != nil {
+		return *x.Evictable
+	}
+	return false
+}
+
+func (x *EvictionPolicy) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *EvictionPolicy) GetMinRunSeconds() int32 {
+	if x != nil && x.MinRunSeconds != nil {
+		return *x.MinRunSeconds
+	}
+	return 0
+}
+
+func (x *EvictionPolicy) GetAllowOpenStreams() bool {
+	if x != nil {
+		return x.AllowOpenStreams
+	}
+	return false
+}
+
 type ActorTemplateStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// BUILDING, READY or FAILED: the state of the golden snapshot.
@@ -960,7 +1108,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1120,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1133,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1030,7 +1178,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1190,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1203,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -1109,7 +1257,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1269,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1282,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -1154,7 +1302,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1314,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1327,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -1205,7 +1353,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1365,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1378,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -1249,7 +1397,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1409,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1422,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -1294,7 +1442,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1454,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1467,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -1344,7 +1492,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1504,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1517,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 type Actor struct {
@@ -1398,13 +1546,19 @@ type Actor struct {
 	Node string `protobuf:"bytes,15,opt,name=node,proto3" json:"node,omitempty"`
 	// paused_snapshot is the node-local checkpoint of a PAUSED actor.
 	PausedSnapshot string `protobuf:"bytes,16,opt,name=paused_snapshot,json=pausedSnapshot,proto3" json:"paused_snapshot,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// reason says why a SUSPENDED or PAUSED actor was checkpointed; the
+	// message says more (e.g. which actor an eviction made room for).
+	Reason CheckpointReason `protobuf:"varint,17,opt,name=reason,proto3,enum=ate.v1.CheckpointReason" json:"reason,omitempty"`
+	// evicted_for names ("<atespace>/<name>") the actor an eviction made
+	// room for, with reason EVICTED.
+	EvictedFor    string `protobuf:"bytes,18,opt,name=evicted_for,json=evictedFor,proto3" json:"evicted_for,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1570,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1583,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -1544,6 +1698,20 @@ func (x *Actor) GetPausedSnapshot() string {
 	return ""
 }
 
+func (x *Actor) GetReason() CheckpointReason {
+	if x != nil {
+		return x.Reason
+	}
+	return CheckpointReason_CHECKPOINT_REASON_UNSPECIFIED
+}
+
+func (x *Actor) GetEvictedFor() string {
+	if x != nil {
+		return x.EvictedFor
+	}
+	return ""
+}
+
 type CreateActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -1553,7 +1721,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1733,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1746,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1598,7 +1766,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1778,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1791,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -1652,7 +1820,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1832,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1845,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -1711,7 +1879,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1891,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1904,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -1764,7 +1932,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1944,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1957,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -1825,7 +1993,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +2005,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +2018,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -1882,7 +2050,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2062,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,20 +2075,23 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
+// reason may be REQUESTED (the default) or IDLE; the others are the
+// system's own.
 type SuspendActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        CheckpointReason       `protobuf:"varint,3,opt,name=reason,proto3,enum=ate.v1.CheckpointReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2103,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2116,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -1962,6 +2133,15 @@ func (x *SuspendActorRequest) GetName() string {
 	return ""
 }
 
+func (x *SuspendActorRequest) GetReason() CheckpointReason {
+	if x != nil {
+		return x.Reason
+	}
+	return CheckpointReason_CHECKPOINT_REASON_UNSPECIFIED
+}
+
+// ResumeActor's response header "ate-evicted" names ("<atespace>/<name>")
+// the actor checkpointed to free the worker this resume got, if any.
 type ResumeActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
@@ -1972,7 +2152,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2164,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2177,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -2018,13 +2198,14 @@ type PauseActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        CheckpointReason       `protobuf:"varint,3,opt,name=reason,proto3,enum=ate.v1.CheckpointReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2217,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2230,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -2066,6 +2247,13 @@ func (x *PauseActorRequest) GetName() string {
 	return ""
 }
 
+func (x *PauseActorRequest) GetReason() CheckpointReason {
+	if x != nil {
+		return x.Reason
+	}
+	return CheckpointReason_CHECKPOINT_REASON_UNSPECIFIED
+}
+
 type RevertActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
@@ -2076,7 +2264,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2276,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2289,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -2129,7 +2317,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2329,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2342,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -2187,7 +2375,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2387,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2400,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -2230,7 +2418,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2430,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2443,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 type Worker struct {
@@ -2276,7 +2464,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2476,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2489,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Worker) GetName() string {
@@ -2361,7 +2549,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2561,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2574,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 type ListWorkersResponse struct {
@@ -2398,7 +2586,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2598,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2611,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2485,7 +2673,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xf2\x04\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xa6\x05\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -2499,10 +2687,19 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x15route_timeout_seconds\x18\b \x01(\x05R\x13routeTimeoutSeconds\x12=\n" +
 	"\x1bstream_idle_timeout_seconds\x18\t \x01(\x05R\x18streamIdleTimeoutSeconds\x12&\n" +
 	"\x04idle\x18\n" +
-	" \x01(\v2\x12.ate.v1.IdlePolicyR\x04idle\x1aA\n" +
+	" \x01(\v2\x12.ate.v1.IdlePolicyR\x04idle\x122\n" +
+	"\beviction\x18\v \x01(\v2\x16.ate.v1.EvictionPolicyR\beviction\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x01\n" +
+	"\x0eEvictionPolicy\x12!\n" +
+	"\tevictable\x18\x01 \x01(\bH\x00R\tevictable\x88\x01\x01\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12+\n" +
+	"\x0fmin_run_seconds\x18\x03 \x01(\x05H\x01R\rminRunSeconds\x88\x01\x01\x12,\n" +
+	"\x12allow_open_streams\x18\x04 \x01(\bR\x10allowOpenStreamsB\f\n" +
+	"\n" +
+	"_evictableB\x12\n" +
+	"\x10_min_run_seconds\"\x91\x01\n" +
 	"\x13ActorTemplateStatus\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
@@ -2528,7 +2725,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x1aDeleteActorTemplateRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1d\n" +
-	"\x1bDeleteActorTemplateResponse\"\x96\x05\n" +
+	"\x1bDeleteActorTemplateResponse\"\xe9\x05\n" +
 	"\x05Actor\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -2548,7 +2745,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\aresumes\x18\r \x01(\x03R\aresumes\x12?\n" +
 	"\rlast_activity\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\x12\x12\n" +
 	"\x04node\x18\x0f \x01(\tR\x04node\x12'\n" +
-	"\x0fpaused_snapshot\x18\x10 \x01(\tR\x0epausedSnapshot\x1aA\n" +
+	"\x0fpaused_snapshot\x18\x10 \x01(\tR\x0epausedSnapshot\x120\n" +
+	"\x06reason\x18\x11 \x01(\x0e2\x18.ate.v1.CheckpointReasonR\x06reason\x12\x1f\n" +
+	"\vevicted_for\x18\x12 \x01(\tR\n" +
+	"evictedFor\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
@@ -2576,16 +2776,18 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"\x15\n" +
-	"\x13DeleteActorResponse\"E\n" +
+	"\x13DeleteActorResponse\"w\n" +
 	"\x13SuspendActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"D\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x18.ate.v1.CheckpointReasonR\x06reason\"D\n" +
 	"\x12ResumeActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"C\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"u\n" +
 	"\x11PauseActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"D\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x18.ate.v1.CheckpointReasonR\x06reason\"D\n" +
 	"\x12RevertActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x80\x01\n" +
@@ -2624,7 +2826,13 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x06PAUSED\x10\x06\x12\v\n" +
 	"\aCRASHED\x10\a\x12\f\n" +
-	"\bDELETING\x10\b2\xb9\n" +
+	"\bDELETING\x10\b*o\n" +
+	"\x10CheckpointReason\x12!\n" +
+	"\x1dCHECKPOINT_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
+	"\tREQUESTED\x10\x01\x12\b\n" +
+	"\x04IDLE\x10\x02\x12\v\n" +
+	"\aEVICTED\x10\x03\x12\x12\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xb9\n" +
 	"\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
@@ -2661,130 +2869,136 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 	return file_ate_v1_control_proto_rawDescData
 }
 
-var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
-	(*Atespace)(nil),                    // 1: ate.v1.Atespace
-	(*CreateAtespaceRequest)(nil),       // 2: ate.v1.CreateAtespaceRequest
-	(*GetAtespaceRequest)(nil),          // 3: ate.v1.GetAtespaceRequest
-	(*ListAtespacesRequest)(nil),        // 4: ate.v1.ListAtespacesRequest
-	(*ListAtespacesResponse)(nil),       // 5: ate.v1.ListAtespacesResponse
-	(*DeleteAtespaceRequest)(nil),       // 6: ate.v1.DeleteAtespaceRequest
-	(*DeleteAtespaceResponse)(nil),      // 7: ate.v1.DeleteAtespaceResponse
-	(*ContainerSpec)(nil),               // 8: ate.v1.ContainerSpec
-	(*VolumeMount)(nil),                 // 9: ate.v1.VolumeMount
-	(*Volume)(nil),                      // 10: ate.v1.Volume
-	(*SnapshotPolicy)(nil),              // 11: ate.v1.SnapshotPolicy
-	(*IdlePolicy)(nil),                  // 12: ate.v1.IdlePolicy
-	(*HTTPGetAction)(nil),               // 13: ate.v1.HTTPGetAction
-	(*Probe)(nil),                       // 14: ate.v1.Probe
-	(*ActorTemplateSpec)(nil),           // 15: ate.v1.ActorTemplateSpec
-	(*ActorTemplateStatus)(nil),         // 16: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 17: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 18: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 19: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 20: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 21: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 22: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 23: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 24: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 25: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 26: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 27: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 28: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 29: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 30: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 31: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 32: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 33: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 34: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 35: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 36: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 37: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 38: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 39: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 40: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 41: ate.v1.ListWorkersResponse
-	nil,                                 // 42: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 43: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 44: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 45: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 46: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 47: google.protobuf.Timestamp
+	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
+	(*Atespace)(nil),                    // 2: ate.v1.Atespace
+	(*CreateAtespaceRequest)(nil),       // 3: ate.v1.CreateAtespaceRequest
+	(*GetAtespaceRequest)(nil),          // 4: ate.v1.GetAtespaceRequest
+	(*ListAtespacesRequest)(nil),        // 5: ate.v1.ListAtespacesRequest
+	(*ListAtespacesResponse)(nil),       // 6: ate.v1.ListAtespacesResponse
+	(*DeleteAtespaceRequest)(nil),       // 7: ate.v1.DeleteAtespaceRequest
+	(*DeleteAtespaceResponse)(nil),      // 8: ate.v1.DeleteAtespaceResponse
+	(*ContainerSpec)(nil),               // 9: ate.v1.ContainerSpec
+	(*VolumeMount)(nil),                 // 10: ate.v1.VolumeMount
+	(*Volume)(nil),                      // 11: ate.v1.Volume
+	(*SnapshotPolicy)(nil),              // 12: ate.v1.SnapshotPolicy
+	(*IdlePolicy)(nil),                  // 13: ate.v1.IdlePolicy
+	(*HTTPGetAction)(nil),               // 14: ate.v1.HTTPGetAction
+	(*Probe)(nil),                       // 15: ate.v1.Probe
+	(*ActorTemplateSpec)(nil),           // 16: ate.v1.ActorTemplateSpec
+	(*EvictionPolicy)(nil),              // 17: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 18: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 19: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 20: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 21: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 22: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 23: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 24: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 25: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 26: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 27: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 28: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 29: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 30: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 31: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 32: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 33: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 34: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 35: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 36: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 37: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 38: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 39: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 40: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 41: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 42: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 43: ate.v1.ListWorkersResponse
+	nil,                                 // 44: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 45: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 46: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 47: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 48: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 49: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	47, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	42, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
-	9,  // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
-	13, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
-	8,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
-	14, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	43, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	11, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
-	10, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
-	12, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	15, // 11: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	16, // 12: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	47, // 13: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	17, // 14: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	17, // 15: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 16: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	44, // 17: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	47, // 18: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	47, // 19: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	47, // 20: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	24, // 21: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	24, // 22: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	45, // 23: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	47, // 24: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	36, // 25: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	46, // 26: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	39, // 27: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	2,  // 28: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	3,  // 29: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	4,  // 30: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	6,  // 31: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	18, // 32: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	19, // 33: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	20, // 34: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	22, // 35: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	25, // 36: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	26, // 37: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	27, // 38: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	29, // 39: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	30, // 40: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	32, // 41: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	33, // 42: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	34, // 43: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	35, // 44: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	37, // 45: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	40, // 46: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	1,  // 47: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	1,  // 48: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	5,  // 49: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	7,  // 50: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	17, // 51: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	17, // 52: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	21, // 53: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	23, // 54: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	24, // 55: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	24, // 56: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	28, // 57: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	24, // 58: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	31, // 59: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	24, // 60: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	24, // 61: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	24, // 62: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	24, // 63: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	38, // 64: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	41, // 65: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	47, // [47:66] is the sub-list for method output_type
-	28, // [28:47] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	49, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
+	44, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	10, // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
+	14, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
+	9,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
+	15, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
+	45, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	12, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
+	11, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
+	13, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
+	17, // 11: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	16, // 12: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	18, // 13: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	49, // 14: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	19, // 15: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	19, // 16: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 17: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	46, // 18: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	49, // 19: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	49, // 20: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	49, // 21: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 22: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	26, // 23: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	26, // 24: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	47, // 25: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 26: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 27: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	49, // 28: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	38, // 29: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	48, // 30: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	41, // 31: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	3,  // 32: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	4,  // 33: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	5,  // 34: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	7,  // 35: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	20, // 36: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	21, // 37: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	22, // 38: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	24, // 39: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	27, // 40: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	28, // 41: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	29, // 42: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	31, // 43: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	32, // 44: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	34, // 45: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	35, // 46: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	36, // 47: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	37, // 48: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	39, // 49: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	42, // 50: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	2,  // 51: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	2,  // 52: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	6,  // 53: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	8,  // 54: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	19, // 55: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	19, // 56: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	23, // 57: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	25, // 58: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	26, // 59: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	26, // 60: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	30, // 61: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	26, // 62: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	33, // 63: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	26, // 64: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	26, // 65: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	26, // 66: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	26, // 67: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	40, // 68: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	43, // 69: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	51, // [51:70] is the sub-list for method output_type
+	32, // [32:51] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -2792,13 +3006,14 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
+	file_ate_v1_control_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   46,
+			NumEnums:      2,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -76,8 +76,9 @@ type ControlClient interface {
 	SuspendActor(ctx context.Context, in *SuspendActorRequest, opts ...grpc.CallOption) (*Actor, error)
 	// ResumeActor claims a free worker and restores the actor's latest
 	// snapshot (or its template's golden snapshot, or a cold boot). It waits
-	// for a worker to free up until the call's deadline, then fails with
-	// RESOURCE_EXHAUSTED. Resuming a RUNNING actor succeeds at once; callers
+	// for a worker to free up until the call's deadline — while none is free it
+	// evicts the least recently used idle actor (EvictionPolicy) — then fails
+	// with RESOURCE_EXHAUSTED. Resuming a RUNNING actor succeeds at once; callers
 	// racing on one actor are coalesced into one restore.
 	ResumeActor(ctx context.Context, in *ResumeActorRequest, opts ...grpc.CallOption) (*Actor, error)
 	// PauseActor checkpoints a RUNNING actor to its node's disk and frees its
@@ -322,8 +323,9 @@ type ControlServer interface {
 	SuspendActor(context.Context, *SuspendActorRequest) (*Actor, error)
 	// ResumeActor claims a free worker and restores the actor's latest
 	// snapshot (or its template's golden snapshot, or a cold boot). It waits
-	// for a worker to free up until the call's deadline, then fails with
-	// RESOURCE_EXHAUSTED. Resuming a RUNNING actor succeeds at once; callers
+	// for a worker to free up until the call's deadline — while none is free it
+	// evicts the least recently used idle actor (EvictionPolicy) — then fails
+	// with RESOURCE_EXHAUSTED. Resuming a RUNNING actor succeeds at once; callers
 	// racing on one actor are coalesced into one restore.
 	ResumeActor(context.Context, *ResumeActorRequest) (*Actor, error)
 	// PauseActor checkpoints a RUNNING actor to its node's disk and frees its

@@ -1,0 +1,299 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"substrate.dev/ate/internal/store"
+)
+
+// Capacity: workers are a cache of running actors. A resume that finds no
+// free worker joins a queue in arrival order; every worker freed goes to
+// the oldest waiter whose worker selector it matches, and while waiters
+// remain unserved the manager makes room by evicting idle actors
+// (evict.go). A resume never claims past an older waiter: only a resume
+// that finds the queue empty claims directly, so no request waits while
+// later ones for other actors are served ahead of it.
+//
+// The queue is this API server's: with several replicas over one store
+// each orders its own waiters, and workers freed by another replica are
+// found by the poll (claimPoll).
+
+// waiter is one resume waiting for a worker.
+type waiter struct {
+	seq      uint64
+	actor    string
+	selector map[string]string
+	// grants receives the worker handed to this waiter; buffered so the
+	// dispatcher never blocks. granted is the worker of an unconsumed
+	// grant ("" when none); guarded by queue.mu.
+	grants  chan grant
+	granted string
+	served  bool
+}
+
+// grant hands a free worker to a waiter, naming the actor whose eviction
+// freed it ("" when none did).
+type grant struct {
+	worker, evicted string
+}
+
+// queue is the manager's capacity queue. The zero value is ready.
+type queue struct {
+	mu      sync.Mutex
+	seq     uint64
+	waiters []*waiter // arrival order
+	// evictions are the evictions under way (evict.go); byWorker names,
+	// for a worker an eviction freed or is freeing, the evicted actor,
+	// until the worker is handed on.
+	evictions map[string]*eviction // by victim actor key
+	byWorker  map[string]string
+	// failed holds when an eviction of an actor last failed; such an
+	// actor is not picked again before evictRetryAfter.
+	failed map[string]time.Time
+	// left keeps the place of a waiter that gave up (its caller's
+	// deadline) for rejoinWindow, so a caller retrying at once — the
+	// router, whose shared resume ran out of time while its requests
+	// still have budget — keeps its place in line.
+	left map[string]leftPlace
+	// dispatching is set while a dispatch loop runs; again asks it for
+	// one more round.
+	dispatching, again bool
+}
+
+type leftPlace struct {
+	seq uint64
+	at  time.Time
+}
+
+// rejoinWindow is how long a departed waiter's place is kept.
+const rejoinWindow = 2 * time.Second
+
+// busy reports whether any resume is queued.
+func (q *queue) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiters) > 0
+}
+
+// join queues a waiter for actor (key "<atespace>/<name>"), at the place it
+// held if it left less than rejoinWindow ago.
+func (q *queue) join(actor string, selector map[string]string) *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w := &waiter{actor: actor, selector: selector, grants: make(chan grant, 1)}
+	if p, ok := q.left[actor]; ok && time.Since(p.at) < rejoinWindow {
+		w.seq = p.seq
+		delete(q.left, actor)
+	} else {
+		q.seq++
+		w.seq = q.seq
+	}
+	i := len(q.waiters)
+	for i > 0 && q.waiters[i-1].seq > w.seq {
+		i--
+	}
+	q.waiters = append(q.waiters, nil)
+	copy(q.waiters[i+1:], q.waiters[i:])
+	q.waiters[i] = w
+	return w
+}
+
+// leave removes w; an unserved waiter's place is kept for rejoinWindow.
+func (q *queue) leave(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			break
+		}
+	}
+	w.granted = ""
+	if w.served {
+		return
+	}
+	if q.left == nil {
+		q.left = map[string]leftPlace{}
+	}
+	now := time.Now()
+	for k, p := range q.left {
+		if now.Sub(p.at) >= rejoinWindow {
+			delete(q.left, k)
+		}
+	}
+	q.left[w.actor] = leftPlace{seq: w.seq, at: now}
+}
+
+// consumed records that w acted on its grant of worker: claimed it
+// (served) or found it gone.
+func (q *queue) consumed(w *waiter, served bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.granted, w.served = "", served
+}
+
+// unserved returns the waiters without a pending grant, oldest first, and
+// the workers granted but not yet claimed.
+func (q *queue) unserved() ([]*waiter, map[string]bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*waiter
+	pending := map[string]bool{}
+	for _, w := range q.waiters {
+		if w.granted != "" {
+			pending[w.granted] = true
+			continue
+		}
+		out = append(out, w)
+	}
+	return out, pending
+}
+
+// hand grants worker to w unless w left or holds a grant meanwhile.
+func (q *queue) hand(w *waiter, worker string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.granted != "" || !q.queued(w) {
+		return false
+	}
+	w.granted = worker
+	evicted := q.byWorker[worker]
+	delete(q.byWorker, worker)
+	w.grants <- grant{worker: worker, evicted: evicted}
+	return true
+}
+
+func (q *queue) queued(w *waiter) bool {
+	for _, x := range q.waiters {
+		if x == w {
+			return true
+		}
+	}
+	return false
+}
+
+// kick makes the dispatcher look at the queue and the free workers again:
+// now, or right after the round it is in.
+func (m *Manager) kick() {
+	q := &m.queue
+	q.mu.Lock()
+	if q.dispatching {
+		q.again = true
+		q.mu.Unlock()
+		return
+	}
+	if len(q.waiters) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.dispatching = true
+	q.mu.Unlock()
+	m.goOwned(func(ctx context.Context) {
+		for {
+			m.dispatch(ctx)
+			q.mu.Lock()
+			if !q.again || ctx.Err() != nil {
+				q.dispatching = false
+				q.mu.Unlock()
+				return
+			}
+			q.again = false
+			q.mu.Unlock()
+		}
+	})
+}
+
+// dispatchTimeout bounds one dispatch round's store reads.
+const dispatchTimeout = 10 * time.Second
+
+// dispatch hands each free worker to the oldest unserved waiter it
+// matches and starts evictions for the waiters still unserved.
+func (m *Manager) dispatch(ctx context.Context) {
+	waiting, pending := m.queue.unserved()
+	if len(waiting) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, dispatchTimeout)
+	defer cancel()
+	workers, err := m.store.ListWorkers(ctx)
+	if err != nil {
+		m.log.WarnContext(ctx, "capacity: list workers", "err", err)
+		return
+	}
+	for _, w := range workers {
+		if !w.Free() || pending[w.Name] {
+			continue
+		}
+		for i, wt := range waiting {
+			if store.MatchLabels(wt.selector, w.Labels) {
+				if m.queue.hand(wt, w.Name) {
+					waiting = append(waiting[:i], waiting[i+1:]...)
+				}
+				break
+			}
+		}
+	}
+	if len(waiting) > 0 {
+		m.makeRoom(ctx, waiting, workers)
+	}
+}
+
+// claim takes a free worker for a, moving it to RESUMING, and queues for
+// one while none is free (capacity, above). A worker on prefer (if set)
+// wins; another node's is taken only when prefer has none free. Among the
+// free, the workers in ready (holding a standby for a's template) go
+// first. evicted names the actor whose eviction freed the worker, if any.
+func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, ready []string) (_ *store.Actor, _ *store.Worker, evicted string, _ error) {
+	if !m.queue.busy() {
+		ra, w, err := m.tryClaim(ctx, a, prefer, ready)
+		if !errors.Is(err, store.ErrNoFreeWorker) {
+			return ra, w, "", err
+		}
+	}
+	wt := m.queue.join(a.Key(), a.WorkerSelector)
+	defer func() {
+		m.queue.leave(wt)
+		// A grant this waiter did not use goes to the next one.
+		m.kick()
+	}()
+	m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace, "prefer", prefer)
+	m.kick()
+	poll := time.NewTicker(claimPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil, "", fmt.Errorf("%w for actor %s before the deadline: %w", ErrNoCapacity, a.Key(), ctx.Err())
+		case g := <-wt.grants:
+			ra, w, err := m.tryClaim(ctx, a, prefer, append([]string{g.worker}, ready...))
+			m.queue.consumed(wt, err == nil)
+			if err == nil {
+				if w.Name != g.worker {
+					g.evicted = ""
+				}
+				return ra, w, g.evicted, nil
+			}
+			if !errors.Is(err, store.ErrNoFreeWorker) {
+				return nil, nil, "", err
+			}
+			m.kick()
+		case <-poll.C:
+			// Workers another replica freed, and victims that became
+			// idle or passed their minimum run time, are noticed here.
+			m.kick()
+		}
+	}
+}
+
+// tryClaim claims a free worker once, on prefer if it has one.
+func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
+	ra, w, err := m.store.ClaimWorker(ctx, a, prefer, ready...)
+	if errors.Is(err, store.ErrNoFreeWorker) && prefer != "" {
+		ra, w, err = m.store.ClaimWorker(ctx, a, "", ready...)
+	}
+	return ra, w, err
+}

@@ -1,0 +1,222 @@
+package lifecycle
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/store"
+)
+
+// Eviction tuning.
+const (
+	// DefaultMinRun protects a just-resumed actor that has not answered a
+	// request yet (EvictionPolicy.min_run_seconds unset): long enough for
+	// the request that woke it to arrive over a slow client's connection.
+	DefaultMinRun = 5 * time.Second
+	// evictRetryAfter keeps an actor whose eviction failed from being
+	// picked again at once.
+	evictRetryAfter = 30 * time.Second
+	// evictTimeout bounds one eviction: the victim's drain grace
+	// (default 10 s, at most a day by validation, but an idle victim has
+	// nothing to drain) and its checkpoint.
+	evictTimeout = 2 * LeaseTTL
+)
+
+// eviction is one victim being checkpointed to make room.
+type eviction struct {
+	victim, worker, forActor string
+	labels                   map[string]string
+}
+
+// candidate is a RUNNING actor that may be evicted now.
+type candidate struct {
+	actor    *store.Actor
+	worker   *store.Worker
+	policy   *atev1.EvictionPolicy
+	priority int32
+	last     time.Time
+	paused   bool // the template's idle action is pause
+}
+
+// makeRoom starts one eviction for each waiter (oldest first) that no
+// eviction under way will serve: an eviction serves the first waiter
+// whose selector matches the evicted worker.
+func (m *Manager) makeRoom(ctx context.Context, waiting []*waiter, workers []*store.Worker) {
+	m.queue.mu.Lock()
+	var under []*eviction
+	for _, e := range m.queue.evictions {
+		under = append(under, e)
+	}
+	m.queue.mu.Unlock()
+	var cands []candidate
+	loaded := false
+	for _, wt := range waiting {
+		if i := slices.IndexFunc(under, func(e *eviction) bool { return store.MatchLabels(wt.selector, e.labels) }); i >= 0 {
+			under = slices.Delete(under, i, i+1)
+			continue
+		}
+		if !loaded {
+			cands, loaded = m.candidates(ctx, workers), true
+		}
+		i := slices.IndexFunc(cands, func(c candidate) bool { return store.MatchLabels(wt.selector, c.worker.Labels) })
+		if i < 0 {
+			// Every matching worker is busy: the waiter parks until one
+			// frees or becomes idle (the next poll looks again).
+			continue
+		}
+		c := cands[i]
+		cands = slices.Delete(cands, i, i+1)
+		m.startEviction(c, wt.actor)
+	}
+}
+
+// candidates returns the RUNNING actors on this node's workers that may
+// be evicted now, best victim first: lowest template priority, then least
+// recently active. An actor is left out when its template says
+// evictable: false, a request is in flight to it (streams count unless
+// the template allows them), it resumed less than its minimum run time ago
+// and has answered no request since, its last eviction failed less than
+// evictRetryAfter ago, or it is being evicted.
+func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []candidate {
+	now := time.Now()
+	var out []candidate
+	for _, w := range workers {
+		if w.Free() || w.Node != m.node.Name() || m.evictingOrFailed(w.Actor, now) {
+			continue
+		}
+		act, ok := m.node.WorkerActivity(w.Name)
+		if !ok || act.ActorUID != w.ActorUID {
+			continue
+		}
+		atespace, name := splitKey(w.Actor)
+		a, err := m.store.GetActor(ctx, atespace, name)
+		if err != nil || a.UID != w.ActorUID || a.State != store.Running || a.Worker != w.Name {
+			continue
+		}
+		tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
+		if err != nil {
+			continue
+		}
+		if !evictable(tpl.Spec.GetEviction(), act, now) {
+			continue
+		}
+		out = append(out, candidate{actor: a, worker: w, policy: tpl.Spec.GetEviction(), priority: tpl.Spec.GetEviction().GetPriority(),
+			last: act.Last, paused: idlePauses(tpl.Spec)})
+	}
+	slices.SortFunc(out, func(x, y candidate) int {
+		return cmp.Or(cmp.Compare(x.priority, y.priority), x.last.Compare(y.last), cmp.Compare(x.actor.Key(), y.actor.Key()))
+	})
+	return out
+}
+
+// evictable applies p's rules to what the tunnel saw of the actor.
+func evictable(p *atev1.EvictionPolicy, act node.Activity, now time.Time) bool {
+	if p != nil && p.Evictable != nil && !p.GetEvictable() {
+		return false
+	}
+	if act.InFlight > 0 && !(p.GetAllowOpenStreams() && act.InFlight == act.Streams) {
+		return false
+	}
+	minRun := DefaultMinRun
+	if p != nil && p.MinRunSeconds != nil {
+		minRun = time.Duration(p.GetMinRunSeconds()) * time.Second
+	}
+	return act.Served > 0 || now.Sub(act.Started) >= minRun
+}
+
+// idlePauses reports whether spec's idle action is pause; eviction uses
+// the idle action, and suspend when there is none.
+func idlePauses(spec *atev1.ActorTemplateSpec) bool {
+	return spec.GetIdle().GetAction() == "pause"
+}
+
+func (m *Manager) evictingOrFailed(actor string, now time.Time) bool {
+	m.queue.mu.Lock()
+	defer m.queue.mu.Unlock()
+	if _, ok := m.queue.evictions[actor]; ok {
+		return true
+	}
+	t, ok := m.queue.failed[actor]
+	if ok && now.Sub(t) >= evictRetryAfter {
+		delete(m.queue.failed, actor)
+		return false
+	}
+	return ok
+}
+
+// startEviction checkpoints c's actor in the background to free its
+// worker for forActor's resume.
+func (m *Manager) startEviction(c candidate, forActor string) {
+	key := c.actor.Key()
+	e := &eviction{victim: key, worker: c.worker.Name, forActor: forActor, labels: c.worker.Labels}
+	q := &m.queue
+	q.mu.Lock()
+	if q.evictions == nil {
+		q.evictions, q.byWorker, q.failed = map[string]*eviction{}, map[string]string{}, map[string]time.Time{}
+	}
+	q.evictions[key] = e
+	// Set before the worker frees, so the dispatcher that hands it on
+	// knows which eviction freed it.
+	q.byWorker[e.worker] = key
+	q.mu.Unlock()
+	m.log.Info("evicting idle actor to make room", "actor", c.actor.Name, "atespace", c.actor.Atespace,
+		"worker", e.worker, "for", forActor, "lastActivity", c.last, "pause", c.paused)
+	m.goOwned(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, evictTimeout)
+		defer cancel()
+		start := time.Now()
+		done, err := m.evict(ctx, c, forActor)
+		q.mu.Lock()
+		delete(q.evictions, key)
+		if !done {
+			delete(q.byWorker, e.worker)
+		}
+		if err != nil {
+			q.failed[key] = time.Now()
+		}
+		q.mu.Unlock()
+		switch {
+		case err != nil:
+			m.log.Warn("eviction failed", "actor", c.actor.Name, "atespace", c.actor.Atespace, "for", forActor, "err", err)
+		case done:
+			m.log.Info("actor evicted", "actor", c.actor.Name, "atespace", c.actor.Atespace, "worker", e.worker,
+				"for", forActor, "duration", time.Since(start))
+		}
+		m.kick()
+	})
+}
+
+// evict checkpoints c's actor if it is still the RUNNING incarnation seen,
+// still idle and no workflow holds it. done reports whether its worker
+// was freed (by the checkpoint, or by a failed one that left the actor
+// CRASHED); err is a failure worth not retrying at once.
+func (m *Manager) evict(ctx context.Context, c candidate, forActor string) (done bool, err error) {
+	why := Why{Reason: store.ReasonEvicted, EvictedFor: forActor}
+	unlock, ok := m.locks.tryLock(c.actor.Key())
+	if !ok {
+		// A workflow (a resume, suspend or another eviction) has it: it
+		// is not idle in the sense that matters.
+		return false, nil
+	}
+	defer unlock()
+	err = m.leased(ctx, c.actor.Key(), func() error {
+		a, err := m.store.GetActor(ctx, c.actor.Atespace, c.actor.Name)
+		if err != nil {
+			return err
+		}
+		act, ok := m.node.WorkerActivity(c.worker.Name)
+		if a.UID != c.actor.UID || a.State != store.Running || a.Worker != c.worker.Name || !ok ||
+			act.ActorUID != a.UID || !evictable(c.policy, act, time.Now()) {
+			// A request slipped in, or the actor moved: leave it.
+			return nil
+		}
+		done = true
+		_, err = m.checkpointLocked(ctx, a, c.paused, why)
+		return err
+	})
+	return done, err
+}

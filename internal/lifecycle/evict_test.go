@@ -1,0 +1,329 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/store"
+)
+
+// evictEnv is newEnv plus actors b..z of template tpl (or others), with
+// the fake node reporting each start as fresh tunnel activity.
+type evictEnv struct {
+	*env
+}
+
+func newEvictEnv(t *testing.T) evictEnv {
+	e := newEnv(t)
+	e.node.onStart = func(req node.StartRequest) error {
+		now := time.Now()
+		e.node.setActivity(req.Worker, node.Activity{ActorUID: req.ActorUID, Started: now, Last: now})
+		return nil
+	}
+	return evictEnv{e}
+}
+
+func (e evictEnv) addTemplate(t *testing.T, name string, spec *atev1.ActorTemplateSpec) {
+	t.Helper()
+	spec.Containers = []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}
+	must(t, e.st.CreateTemplate(context.Background(), &store.Template{Atespace: "default", Name: name, UID: name + "-uid",
+		Phase: store.TemplateReady, GoldenSnapshot: name + "-uid/golden", ImageDigest: "sha256:" + name, Spec: spec}))
+}
+
+func (e evictEnv) addActor(t *testing.T, name, tpl string) {
+	t.Helper()
+	must(t, e.st.CreateActor(context.Background(), &store.Actor{Atespace: "default", Name: name, UID: name + "-uid",
+		Template: tpl, State: store.Suspended}))
+}
+
+func (e evictEnv) actor(t *testing.T, name string) *store.Actor {
+	t.Helper()
+	a, err := e.st.GetActor(context.Background(), "default", name)
+	must(t, err)
+	return a
+}
+
+// served marks name's current incarnation as having answered a request
+// at last, with inFlight requests open now.
+func (e evictEnv) served(t *testing.T, name string, last time.Time, inFlight int) {
+	t.Helper()
+	e.streaming(t, name, last, inFlight, 0)
+}
+
+// streaming is served with streams of the inFlight requests streams.
+func (e evictEnv) streaming(t *testing.T, name string, last time.Time, inFlight, streams int) {
+	t.Helper()
+	a := e.actor(t, name)
+	if a.Worker == "" {
+		t.Errorf("%s holds no worker: %+v", name, a)
+		return
+	}
+	e.node.setActivity(a.Worker, node.Activity{ActorUID: a.UID, Served: 1, InFlight: inFlight, Streams: streams,
+		Started: last.Add(-time.Second), Last: last})
+}
+
+func (e evictEnv) resume(t *testing.T, name string) Resumed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, r, err := e.m.ResumeEvicting(ctx, "default", name)
+	if err != nil {
+		t.Fatalf("resume %s: %v", name, err)
+	}
+	return r
+}
+
+// waitQueued waits until n resumes are queued for a worker.
+func (e evictEnv) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.m.queue.mu.Lock()
+		got := len(e.m.queue.waiters)
+		e.m.queue.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d resumes queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+func TestEvictsLeastRecentlyUsed(t *testing.T) {
+	e := newEvictEnv(t)
+	e.addActor(t, "b", "tpl")
+	e.addActor(t, "c", "tpl")
+	e.resume(t, "a")
+	e.resume(t, "b")
+	now := time.Now()
+	e.served(t, "a", now.Add(-2*time.Second), 0)
+	e.served(t, "b", now.Add(-time.Second), 0)
+	worker := e.actor(t, "a").Worker
+
+	r := e.resume(t, "c")
+	if r.Evicted != "default/a" {
+		t.Fatalf("resume of c evicted %q, want default/a (least recently used)", r.Evicted)
+	}
+	a, c := e.actor(t, "a"), e.actor(t, "c")
+	if a.State != store.Suspended || a.Reason != store.ReasonEvicted || a.EvictedFor != "default/c" ||
+		!strings.Contains(a.Message, "default/c") || a.Snapshot == "" {
+		t.Fatalf("victim after eviction: %+v", a)
+	}
+	if c.State != store.Running || c.Worker != worker {
+		t.Fatalf("c = %s on %q, want RUNNING on the victim's worker %s", c.State, c.Worker, worker)
+	}
+	if b := e.actor(t, "b"); b.State != store.Running {
+		t.Fatalf("b was touched: %+v", b)
+	}
+}
+
+func TestVictimChoice(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// aSpec is a's template (b's is tpl, the defaults); a is the
+		// least recently used of the two.
+		aSpec    *atev1.ActorTemplateSpec
+		aFlight  int
+		aStreams int
+		aFresh   bool // a has answered nothing since a resume just now
+		want     string
+		aOutcome store.ActorState
+	}{
+		{name: "lru", aSpec: &atev1.ActorTemplateSpec{}, want: "default/a", aOutcome: store.Suspended},
+		{name: "in flight is never the victim", aSpec: &atev1.ActorTemplateSpec{}, aFlight: 1, want: "default/b"},
+		{name: "open stream is never the victim by default", aSpec: &atev1.ActorTemplateSpec{}, aFlight: 1, aStreams: 1, want: "default/b"},
+		{name: "open stream when allowed", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{AllowOpenStreams: true}},
+			aFlight: 1, aStreams: 1, want: "default/a", aOutcome: store.Suspended},
+		{name: "allowed streams do not cover other requests", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{AllowOpenStreams: true}},
+			aFlight: 2, aStreams: 1, want: "default/b"},
+		{name: "not evictable", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}}, want: "default/b"},
+		{name: "higher priority stays", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: 5}}, want: "default/b"},
+		{name: "lower priority goes first", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: -5}}, want: "default/a", aOutcome: store.Suspended},
+		{name: "minimum run time protects a fresh actor", aSpec: &atev1.ActorTemplateSpec{}, aFresh: true, want: "default/b"},
+		{name: "minimum run time 0", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{MinRunSeconds: ptr[int32](0)}},
+			aFresh: true, want: "default/a", aOutcome: store.Suspended},
+		{name: "idle action pause", aSpec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "1h", Action: "pause"}},
+			want: "default/a", aOutcome: store.Paused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEvictEnv(t)
+			e.addTemplate(t, "atpl", tc.aSpec)
+			must(t, e.st.DeleteActor(context.Background(), e.actor(t, "a")))
+			e.addActor(t, "a", "atpl")
+			e.addActor(t, "b", "tpl")
+			e.addActor(t, "c", "tpl")
+			e.resume(t, "a")
+			e.resume(t, "b")
+			now := time.Now()
+			if !tc.aFresh {
+				e.streaming(t, "a", now.Add(-2*time.Second), tc.aFlight, tc.aStreams)
+			}
+			// b was active after a, whose resume (fresh or not) came first.
+			e.served(t, "b", now, 0)
+			if r := e.resume(t, "c"); r.Evicted != tc.want {
+				t.Fatalf("evicted %q, want %q", r.Evicted, tc.want)
+			}
+			if tc.aOutcome != "" {
+				if a := e.actor(t, "a"); a.State != tc.aOutcome || a.Reason != store.ReasonEvicted {
+					t.Fatalf("a = %s (%s), want %s evicted", a.State, a.Reason, tc.aOutcome)
+				}
+			} else if a := e.actor(t, "a"); a.State != store.Running {
+				t.Fatalf("a was evicted: %+v", a)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestEveryActorBusyWaitsForDeadline(t *testing.T) {
+	e := newEvictEnv(t)
+	e.addActor(t, "b", "tpl")
+	e.addActor(t, "c", "tpl")
+	e.resume(t, "a")
+	e.resume(t, "b")
+	now := time.Now()
+	e.served(t, "a", now, 1)
+	e.served(t, "b", now, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	_, err := e.m.Resume(ctx, "default", "c")
+	if !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("Resume with every actor busy = %v, want ErrNoCapacity", err)
+	}
+	for _, n := range []string{"a", "b"} {
+		if a := e.actor(t, n); a.State != store.Running {
+			t.Fatalf("busy %s was evicted: %+v", n, a)
+		}
+	}
+	if c := e.actor(t, "c"); c.State != store.Suspended || c.Worker != "" {
+		t.Fatalf("c after giving up: %+v", c)
+	}
+	// Once a's request ends, the next resume evicts it.
+	e.served(t, "a", time.Now(), 0)
+	if r := e.resume(t, "c"); r.Evicted != "default/a" {
+		t.Fatalf("evicted %q, want default/a once idle", r.Evicted)
+	}
+}
+
+// TestWaitersServedInArrivalOrder: with one worker held by a busy actor,
+// resumes queued as a, b, c, d get the worker in that order, however the
+// workers free up.
+func TestWaitersServedInArrivalOrder(t *testing.T) {
+	e := newEvictEnv(t)
+	// One worker only.
+	must(t, e.st.DeleteWorker(context.Background(), "w1"))
+	e.addActor(t, "x", "tpl")
+	for _, n := range []string{"b", "c", "d"} {
+		e.addActor(t, n, "tpl")
+	}
+	e.resume(t, "x")
+	e.served(t, "x", time.Now(), 1) // busy: no victim yet
+
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for i, n := range []string{"a", "b", "c", "d"} {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := e.m.Resume(ctx, "default", n); err != nil {
+				t.Errorf("resume %s: %v", n, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, n)
+			mu.Unlock()
+			// Answer one request, then idle: the next waiter may evict it.
+			e.served(t, n, time.Now(), 0)
+		})
+		e.waitQueued(t, i+1)
+	}
+	e.served(t, "x", time.Now(), 0) // x's request ends
+	wg.Wait()
+	if want := []string{"a", "b", "c", "d"}; !slices.Equal(order, want) {
+		t.Fatalf("served in order %v, want arrival order %v", order, want)
+	}
+}
+
+// TestRejoinKeepsPlace: a waiter that gives up and comes back at once (the
+// router retrying a shared resume that ran out of time) keeps its place
+// ahead of later arrivals.
+func TestRejoinKeepsPlace(t *testing.T) {
+	var q queue
+	a := q.join("default/a", nil)
+	q.join("default/b", nil)
+	q.leave(a)
+	a2 := q.join("default/a", nil)
+	c := q.join("default/c", nil)
+	var got []string
+	for _, w := range q.waiters {
+		got = append(got, w.actor)
+	}
+	if want := []string{"default/a", "default/b", "default/c"}; !slices.Equal(got, want) {
+		t.Fatalf("queue %v, want %v", got, want)
+	}
+	if a2.seq >= c.seq {
+		t.Fatalf("rejoined seq %d not before later arrival's %d", a2.seq, c.seq)
+	}
+}
+
+func TestFailedEvictionNotRetriedAtOnce(t *testing.T) {
+	e := newEvictEnv(t)
+	e.addActor(t, "b", "tpl")
+	e.resume(t, "a")
+	e.resume(t, "b")
+	now := time.Now()
+	e.served(t, "a", now.Add(-2*time.Second), 0)
+	e.served(t, "b", now.Add(-time.Second), 0)
+	e.m.queue.mu.Lock()
+	e.m.queue.failed = map[string]time.Time{"default/a": now}
+	e.m.queue.mu.Unlock()
+	ws, err := e.st.ListWorkers(context.Background())
+	must(t, err)
+	var got []string
+	for _, c := range e.m.candidates(context.Background(), ws) {
+		got = append(got, c.actor.Key())
+	}
+	if want := []string{"default/b"}; !slices.Equal(got, want) {
+		t.Fatalf("candidates %v, want %v (a's eviction just failed)", got, want)
+	}
+}
+
+func TestEvictionWithSelectors(t *testing.T) {
+	e := newEvictEnv(t)
+	ctx := context.Background()
+	// w0 is a gpu worker, w1 not; c can run only on gpu.
+	must(t, e.st.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n1", Labels: map[string]string{"gpu": "yes"}}))
+	e.addActor(t, "b", "tpl")
+	must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "c", UID: "c-uid", Template: "tpl",
+		State: store.Suspended, WorkerSelector: map[string]string{"gpu": "yes"}}))
+	e.resume(t, "a")
+	e.resume(t, "b")
+	onGPU := "a"
+	if e.actor(t, "b").Worker == "w0" {
+		onGPU = "b"
+	}
+	other := map[string]string{"a": "b", "b": "a"}[onGPU]
+	now := time.Now()
+	// The actor on the plain worker is the least recently used; c cannot
+	// use its worker, so the gpu one's actor goes.
+	e.served(t, other, now.Add(-time.Minute), 0)
+	e.served(t, onGPU, now, 0)
+	if r := e.resume(t, "c"); r.Evicted != fmt.Sprintf("default/%s", onGPU) {
+		t.Fatalf("evicted %q, want default/%s (the only matching worker)", r.Evicted, onGPU)
+	}
+	if c := e.actor(t, "c"); c.Worker != "w0" {
+		t.Fatalf("c on %q, want w0", c.Worker)
+	}
+}

@@ -1,0 +1,58 @@
+package node
+
+import (
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Activity is what the worker tunnel saw of one actor incarnation on a
+// worker: the capacity manager's view of whether it is idle and since
+// when. It covers traffic through every router, since all of it passes
+// the tunnel.
+type Activity struct {
+	// ActorUID is the incarnation hosted; Activity of another incarnation
+	// is never reported for it.
+	ActorUID string
+	// InFlight counts requests being proxied now, Streams those of them
+	// that are streams (WebSocket upgrades, Server-Sent Events).
+	InFlight, Streams int
+	// Served counts requests that ended since the actor started here.
+	Served uint64
+	// Started is when the actor started (or was restored) on the worker;
+	// Last is when a request last started or ended, Started if none did.
+	Started, Last time.Time
+}
+
+// actorActivity is the live counter behind Activity; guarded by its
+// slot's mu. A request keeps the one it entered under, so one still
+// running on a container that is gone never counts against the worker's
+// next actor.
+type actorActivity struct {
+	inflight, streams int
+	served            uint64
+	started, last     time.Time
+}
+
+// WorkerActivity returns the activity of the actor worker hosts, ok false
+// when the worker is unknown or hosts none.
+func (n *Node) WorkerActivity(worker string) (Activity, bool) {
+	s, err := n.slot(worker)
+	if err != nil {
+		return Activity{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.actorUID == "" || s.act == nil {
+		return Activity{}, false
+	}
+	a := s.act
+	return Activity{ActorUID: s.actorUID, InFlight: a.inflight, Streams: a.streams, Served: a.served,
+		Started: a.started, Last: a.last}, true
+}
+
+// isStream reports whether r opens a long-lived exchange: a protocol
+// upgrade (WebSocket) or a request for Server-Sent Events.
+func isStream(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}

@@ -1,0 +1,74 @@
+package node
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/sandbox/fake"
+)
+
+// TestWorkerActivity: the tunnel counts each incarnation's requests and
+// streams, a request that outlives its container never counts against the
+// worker's next actor, and a worker hosting nothing reports nothing.
+func TestWorkerActivity(t *testing.T) {
+	n := newTestNode(t, fake.New(fake.Config{}))
+	w := n.order[0]
+	if _, ok := n.WorkerActivity(w); ok {
+		t.Fatal("activity reported for an empty worker")
+	}
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	act, ok := n.WorkerActivity(w)
+	if !ok || act.ActorUID != "a" || act.Served != 0 || act.InFlight != 0 || act.Started.IsZero() || act.Last != act.Started {
+		t.Fatalf("after start: %+v, %v", act, ok)
+	}
+
+	tunnel := httptest.NewServer(n.NewTunnel())
+	defer tunnel.Close()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(router.HeaderWorker, w)
+	req.Header.Set(router.HeaderActorUID, "a")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if act, _ = n.WorkerActivity(w); act.Served != 1 || act.InFlight != 0 || !act.Last.After(act.Started) {
+		t.Fatalf("after one request: %+v", act)
+	}
+
+	_, releaseStream, ok := n.enter(w, "a", true)
+	if !ok {
+		t.Fatal("stream not admitted")
+	}
+	_, releasePlain, _ := n.enter(w, "a", false)
+	if act, _ = n.WorkerActivity(w); act.InFlight != 2 || act.Streams != 1 {
+		t.Fatalf("with a stream and a request open: %+v", act)
+	}
+	releasePlain()
+	if act, _ = n.WorkerActivity(w); act.InFlight != 1 || act.Streams != 1 || act.Served != 2 {
+		t.Fatalf("with the stream open: %+v", act)
+	}
+
+	if err := n.Stop(t.Context(), w, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.WorkerActivity(w); ok {
+		t.Fatal("activity reported after the actor stopped")
+	}
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "b", Atespace: "ns", Name: "b", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	releaseStream() // a's stream ends after b started
+	if act, _ = n.WorkerActivity(w); act.ActorUID != "b" || act.InFlight != 0 || act.Streams != 0 || act.Served != 0 {
+		t.Fatalf("b's activity after a's late stream ended: %+v", act)
+	}
+}

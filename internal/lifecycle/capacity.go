@@ -207,6 +207,11 @@ func (m *Manager) kick() {
 	})
 }
 
+// WorkerIdle is the node's report that the actor on worker has no request
+// in flight any more: if resumes are waiting, it may be the victim that
+// makes room for them now rather than at the next poll.
+func (m *Manager) WorkerIdle(string) { m.kick() }
+
 // dispatchTimeout bounds one dispatch round's store reads.
 const dispatchTimeout = 10 * time.Second
 

@@ -45,17 +45,27 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatalf("after one request: %+v", act)
 	}
 
+	var idle []string
+	n.SetIdleHandler(func(worker string) { idle = append(idle, worker) })
 	_, releaseStream, ok := n.enter(w, "a", true)
 	if !ok {
 		t.Fatal("stream not admitted")
 	}
 	_, releasePlain, _ := n.enter(w, "a", false)
-	if act, _ = n.WorkerActivity(w); act.InFlight != 2 || act.Streams != 1 {
-		t.Fatalf("with a stream and a request open: %+v", act)
+	_, releasePlain2, _ := n.enter(w, "a", false)
+	if act, _ = n.WorkerActivity(w); act.InFlight != 3 || act.Streams != 1 {
+		t.Fatalf("with a stream and two requests open: %+v", act)
 	}
 	releasePlain()
-	if act, _ = n.WorkerActivity(w); act.InFlight != 1 || act.Streams != 1 || act.Served != 2 {
+	if len(idle) != 0 {
+		t.Fatalf("idle reported with a request still open: %v", idle)
+	}
+	releasePlain2()
+	if act, _ = n.WorkerActivity(w); act.InFlight != 1 || act.Streams != 1 || act.Served != 3 {
 		t.Fatalf("with the stream open: %+v", act)
+	}
+	if len(idle) != 1 || idle[0] != w {
+		t.Fatalf("idle reports %v, want one for %s once only the stream is open", idle, w)
 	}
 
 	if err := n.Stop(t.Context(), w, "a"); err != nil {
@@ -68,6 +78,9 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	releaseStream() // a's stream ends after b started
+	if len(idle) != 1 {
+		t.Fatalf("a's late stream reported b's worker idle: %v", idle)
+	}
 	if act, _ = n.WorkerActivity(w); act.ActorUID != "b" || act.InFlight != 0 || act.Streams != 0 || act.Served != 0 {
 		t.Fatalf("b's activity after a's late stream ended: %+v", act)
 	}

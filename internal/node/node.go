@@ -141,6 +141,9 @@ type Node struct {
 
 	exitMu sync.Mutex
 	onExit ExitFunc
+	// onIdle is told when a worker's last request other than streams
+	// ends (activity.go); nil when nobody listens.
+	onIdle atomic.Pointer[func(worker string)]
 
 	// noStandbys is set by StopStandbys and Shutdown.
 	noStandbys atomic.Bool
@@ -372,6 +375,12 @@ func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, rele
 		}
 	}
 	return tunnelTarget{worker: worker, container: s.containerID, port: s.port, sb: s.sb}, func() {
+		idle := false
+		defer func() {
+			if f := n.onIdle.Load(); idle && f != nil {
+				(*f)(worker)
+			}
+		}()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.inflight--
@@ -382,6 +391,7 @@ func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, rele
 			if stream {
 				act.streams--
 			}
+			idle = act.inflight == act.streams && s.act == act
 		}
 		if s.inflight == 0 && s.drained != nil {
 			close(s.drained)

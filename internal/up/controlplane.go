@@ -111,6 +111,7 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	// dead predecessor's lease.
 	cp.Lifecycle = lifecycle.New(cp.Store, cp.Node, cp.Snapshots, "", log)
 	cp.Node.SetExitHandler(cp.Lifecycle.WorkerExited)
+	cp.Node.SetIdleHandler(cp.Lifecycle.WorkerIdle)
 	recovered := time.Now()
 	if err := cp.Lifecycle.Recover(runCtx); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)

@@ -7,7 +7,9 @@
 //
 // Tests use more: streams and timing in stream.go (/sse, /ws, /sleep,
 // /echo), a warm-up after restores in warmup.go (/ready, /warm), files in
-// files.go. LISTEN_DELAY_MS delays listening at start.
+// files.go. LISTEN_DELAY_MS delays listening at start. With
+// ALLOW_UNLISTEN=1, POST /unlisten makes it stop listening while it runs
+// on (see deafener).
 //
 // It listens on :$PORT (default 8080) and exits cleanly on SIGTERM/SIGINT.
 // Build it static (CGO_ENABLED=0) so it runs on an empty rootfs.
@@ -18,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -59,13 +62,33 @@ func run(ctx context.Context, addr string) error {
 		return err
 	}
 	time.Sleep(delay)
-	srv := &http.Server{Addr: addr, Handler: newHandler(wu), ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: newHandler(wu), ReadHeaderTimeout: 10 * time.Second}
+	var deaf *deafener
+	if os.Getenv("ALLOW_UNLISTEN") == "1" {
+		deaf = &deafener{srv: srv, ln: ln}
+		mux := http.NewServeMux()
+		mux.Handle("/", srv.Handler)
+		deaf.register(mux)
+		srv.Handler = mux
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
+	go func() { errc <- srv.Serve(ln) }()
 	slog.Info("counter listening", "addr", addr)
 	select {
 	case err := <-errc:
-		return err
+		if deaf == nil || !deaf.deaf.Load() {
+			return err
+		}
+		// POST /unlisten closed the listener: run on, deaf, until told
+		// to stop.
+		slog.Info("counter stopped listening")
+		<-ctx.Done()
+		slog.Info("counter stopped")
+		return nil
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
@@ -97,6 +120,30 @@ func newHandler(wu *warmup) http.Handler {
 		fmt.Fprint(w, "ok\n")
 	})
 	return mux
+}
+
+// deafener makes the server stop listening while the process runs on, for
+// tests of what clients see when nothing listens on an actor's port (the
+// sandbox is up, connections to the port are refused). POST /unlisten
+// does it; it is offered only with ALLOW_UNLISTEN=1, since an actor
+// checkpointed afterwards can never pass its wakeup probe again.
+type deafener struct {
+	srv  *http.Server
+	ln   net.Listener
+	deaf atomic.Bool
+}
+
+func (d *deafener) register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /unlisten", func(w http.ResponseWriter, _ *http.Request) {
+		d.deaf.Store(true)
+		// Idle connections close now and this one after its answer
+		// (Connection: close), so no client reuses one: every new
+		// request must connect, and is refused.
+		d.srv.SetKeepAlivesEnabled(false)
+		_ = d.ln.Close()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, "not listening any more\n")
+	})
 }
 
 // warmupFromEnv reads WARMUP_MS and RESTORE_GAP_MS (see warmup); nil when

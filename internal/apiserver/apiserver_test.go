@@ -50,6 +50,8 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"bad idle", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "soon"} }, "not a duration"},
 		{"bad idle action", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "1m", Action: "kill"} }, "pause or suspend"},
 		{"negative timeout", func(s *atev1.ActorTemplateSpec) { s.RouteTimeoutSeconds = -1 }, "routeTimeoutSeconds"},
+		{"probe off the traffic port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090} }, "wakeupProbe.httpGet.port 8080 is not the port traffic goes to"},
+		{"probe on a second port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090, 8080} }, "containers[0].ports[0] = 9090"},
 		{"eviction", func(s *atev1.ActorTemplateSpec) {
 			s.Eviction = &atev1.EvictionPolicy{Evictable: proto.Bool(false), Priority: -3, MinRunSeconds: proto.Int32(0), AllowOpenStreams: true}
 		}, ""},
@@ -57,6 +59,39 @@ func TestValidateTemplateSpec(t *testing.T) {
 			s.Eviction = &atev1.EvictionPolicy{MinRunSeconds: proto.Int32(-1)}
 		}, "eviction.minRunSeconds"},
 		{"priority out of range", func(s *atev1.ActorTemplateSpec) { s.Eviction = &atev1.EvictionPolicy{Priority: 10000} }, "eviction.priority"},
+		{"restore hook", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/ate/restored", Port: 8080}, TimeoutSeconds: 300}
+			s.NewActors = "golden"
+		}, ""},
+		{"cold boot", func(s *atev1.ActorTemplateSpec) { s.NewActors = "coldBoot" }, ""},
+		{"bad newActors", func(s *atev1.ActorTemplateSpec) { s.NewActors = "cold" }, `newActors must be golden or coldBoot, got "cold"`},
+		{"hook without httpPost", func(s *atev1.ActorTemplateSpec) { s.OnRestore = &atev1.RestoreHook{TimeoutSeconds: 5} }, "onRestore.httpPost is required"},
+		{"hook path", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "restored", Port: 8080}}
+		}, `onRestore.httpPost.path "restored" must start with /`},
+		{"hook empty path", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Port: 8080}}
+		}, `onRestore.httpPost.path "" must start with /`},
+		{"hook port", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 0}}
+		}, "onRestore.httpPost.port 0 is not a TCP port"},
+		{"hook port not listed", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 9999}}
+		}, "onRestore.httpPost.port 9999 is not one of containers[0].ports [8080]"},
+		{"hook second listed port", func(s *atev1.ActorTemplateSpec) {
+			s.Containers[0].Ports = []int32{8080, 9090}
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 9090}}
+		}, ""},
+		{"hook port, no listed ports", func(s *atev1.ActorTemplateSpec) {
+			s.Containers[0].Ports, s.WakeupProbe = nil, nil
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 9999}}
+		}, ""},
+		{"hook timeout", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 8080}, TimeoutSeconds: 301}
+		}, "onRestore.timeoutSeconds must be 0..300"},
+		{"negative hook timeout", func(s *atev1.ActorTemplateSpec) {
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 8080}, TimeoutSeconds: -1}
+		}, "onRestore.timeoutSeconds must be 0..300"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()

@@ -39,6 +39,8 @@ func toStatus(err error) error {
 		code, reason = codes.FailedPrecondition, "FAILED_PRECONDITION"
 	case errors.Is(err, lifecycle.ErrNoCapacity):
 		code, reason = codes.ResourceExhausted, "NO_FREE_WORKER"
+	case errors.Is(err, errImageUnreadable):
+		code, reason = codes.Unavailable, "IMAGE_UNREADABLE"
 	case errors.Is(err, lifecycle.ErrResumeFailed), errors.Is(err, lifecycle.ErrSuspendFailed):
 		code, reason = codes.Unavailable, "ACTOR_START_OR_CHECKPOINT_FAILED"
 	case errors.Is(err, context.DeadlineExceeded):

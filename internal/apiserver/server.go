@@ -32,6 +32,8 @@ type Server struct {
 	store        store.Store
 	lc           *lifecycle.Manager
 	sandboxClass string
+	// images, if set, checks templates' images at creation (images.go).
+	images ImageInspector
 	// buildCtx outlives requests: golden builds started by a request run
 	// in the background until the server stops.
 	buildCtx context.Context
@@ -40,12 +42,13 @@ type Server struct {
 
 var _ atev1.ControlServer = (*Server)(nil)
 
-// New returns a Server. buildCtx bounds background golden builds.
-func New(buildCtx context.Context, s store.Store, lc *lifecycle.Manager, sandboxClass string, logger *slog.Logger) *Server {
+// New returns a Server. buildCtx bounds background golden builds; images,
+// if not nil, checks every new template's image (images.go).
+func New(buildCtx context.Context, s store.Store, lc *lifecycle.Manager, sandboxClass string, images ImageInspector, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, buildCtx: buildCtx, log: logger}
+	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, buildCtx: buildCtx, log: logger}
 }
 
 // NewUID returns a random RFC 4122 version 4 UUID.
@@ -126,8 +129,12 @@ func (s *Server) CreateActorTemplate(ctx context.Context, req *atev1.CreateActor
 	if err := validateTemplateSpec(in.GetSpec(), s.sandboxClass); err != nil {
 		return nil, toStatus(err)
 	}
+	spec := proto.CloneOf(in.GetSpec())
+	if err := imageDefaults(ctx, s.images, spec); err != nil {
+		return nil, toStatus(err)
+	}
 	t := &store.Template{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(),
-		Spec: proto.CloneOf(in.GetSpec()), CreateTime: time.Now().UTC(), Phase: store.TemplateBuilding}
+		Spec: spec, CreateTime: time.Now().UTC(), Phase: store.TemplateBuilding}
 	if err := s.store.CreateTemplate(ctx, t); err != nil {
 		return nil, toStatus(err)
 	}

@@ -63,6 +63,9 @@ func validateTemplateSpec(spec *atev1.ActorTemplateSpec, sandboxClass string) er
 		if p := get.GetPath(); p != "" && p[0] != '/' {
 			return fmt.Errorf("%w: wakeupProbe.httpGet.path %q must start with /", errInvalid, p)
 		}
+		if err := probeOnTrafficPort(spec); err != nil {
+			return err
+		}
 	}
 	if s := spec.GetWakeupProbe().GetTimeoutSeconds(); s < 0 || s > maxProbeSecond {
 		return fmt.Errorf("%w: wakeupProbe.timeoutSeconds must be 0..%d", errInvalid, maxProbeSecond)
@@ -77,6 +80,22 @@ func validateTemplateSpec(spec *atev1.ActorTemplateSpec, sandboxClass string) er
 		return err
 	}
 	return nil
+}
+
+// probeOnTrafficPort checks that an HTTP wakeup probe checks a port the
+// container lists, and when more than one, the first: the router sends
+// all traffic to the first port, so a probe passing on another port would
+// mark READY an actor whose every request fails. A container without
+// ports is checked after its image's exposed ports are filled in
+// (imageDefaults).
+func probeOnTrafficPort(spec *atev1.ActorTemplateSpec) error {
+	get := spec.GetWakeupProbe().GetHttpGet()
+	ports := spec.GetContainers()[0].GetPorts()
+	if get == nil || len(ports) == 0 || get.GetPort() == ports[0] {
+		return nil
+	}
+	return fmt.Errorf("%w: wakeupProbe.httpGet.port %d is not the port traffic goes to (containers[0].ports[0] = %d): "+
+		"the router sends requests to the first listed port, so probe that one", errInvalid, get.GetPort(), ports[0])
 }
 
 // maxVolumes bounds a template's durable volumes.
@@ -136,6 +155,9 @@ func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 		if v < 0 || v > maxTimeoutSeconds {
 			return fmt.Errorf("%w: %s must be 0..%d", errInvalid, field, maxTimeoutSeconds)
 		}
+	}
+	if err := validateRestore(spec); err != nil {
+		return err
 	}
 	if ev := spec.GetEviction(); ev != nil {
 		if s := ev.GetMinRunSeconds(); s < 0 || s > maxTimeoutSeconds {

@@ -111,9 +111,17 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
     httpGet: {path: /healthz, port: 8080}
     timeoutSeconds: 60                # optional
   sandboxClass: gvisor                # optional
+  onRestore:                          # optional: called after every restore
+    httpPost: {path: /ate/restored, port: 8080}
+    timeoutSeconds: 5
+  newActors: golden                   # optional: golden (default) or coldBoot
 
 Relative oci: and oci-archive: paths are resolved against the current
-directory. The template is created in --atespace.`,
+directory. The template is created in --atespace.
+
+New actors start from the template's golden snapshot and so share its
+memory, random seeds included; the command warns when nothing in the
+template addresses that (docs/restore.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.createTemplate(cmd, file) },
 	}
@@ -142,7 +150,17 @@ func (a *app) createTemplate(cmd *cobra.Command, file string) error {
 		return err
 	}
 	msg := fmt.Sprintf("template %s/%s created (golden snapshot %s)", atespace, tmpl.GetName(), phaseOrPending(created))
-	return printResult(cmd.OutOrStdout(), a.output, created, templateTable(a.now()), msg)
+	if err := printResult(cmd.OutOrStdout(), a.output, created, templateTable(a.now()), msg); err != nil {
+		return err
+	}
+	if sharesGoldenMemory(tmpl.GetSpec()) {
+		// stderr, so -o json output stays parseable. A warning, not an
+		// error: a workload that seeds nothing before the checkpoint, or
+		// reseeds when /run/ate/generation changes, is fine as it is.
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: new actors of template %s/%s start from its golden snapshot and share its memory (random seeds, keys); "+
+			"reseed on /run/ate/generation changes, set onRestore, or newActors: coldBoot (docs/restore.md)\n", atespace, tmpl.GetName())
+	}
+	return nil
 }
 
 // readTemplate loads the -f argument, which is a path or "-" for stdin.

@@ -2,18 +2,37 @@ package cli
 
 import atev1 "substrate.dev/ate/api/ate/v1"
 
-// lifecycleFields are the template fields about snapshots and volumes:
+// lifecycleFields are the template fields about snapshots, volumes and
+// restores:
 //
 //	volumes: [{name: data}]
 //	containers: [{..., volumeMounts: [{name: data, mountPath: /data}]}]
 //	snapshotPolicy: {onPause: Full, onSuspend: Data}
 //	drainGraceSeconds: 10
+//	onRestore: {httpPost: {path: /ate/restored, port: 8080}, timeoutSeconds: 5}
+//	newActors: golden                  # or coldBoot
 //
 // The server validates them; the client only carries them.
 type lifecycleFields struct {
 	Volumes           []volumeFile        `json:"volumes,omitempty"`
 	SnapshotPolicy    *snapshotPolicyFile `json:"snapshotPolicy,omitempty"`
 	DrainGraceSeconds int32               `json:"drainGraceSeconds,omitempty"`
+	// OnRestore is called after every restore, before traffic, so the
+	// actor can reseed what the snapshot copied (docs/restore.md).
+	OnRestore *restoreHookFile `json:"onRestore,omitempty"`
+	// NewActors is how an actor without a snapshot of its own starts:
+	// golden (restore the golden snapshot, the default) or coldBoot.
+	NewActors string `json:"newActors,omitempty"`
+}
+
+type restoreHookFile struct {
+	HTTPPost       *httpPostFile `json:"httpPost,omitempty"`
+	TimeoutSeconds int32         `json:"timeoutSeconds,omitempty"`
+}
+
+type httpPostFile struct {
+	Path string `json:"path"`
+	Port int32  `json:"port"`
 }
 
 type volumeFile struct {
@@ -38,6 +57,21 @@ func (l lifecycleFields) apply(spec *atev1.ActorTemplateSpec) {
 		spec.SnapshotPolicy = &atev1.SnapshotPolicy{OnPause: p.OnPause, OnSuspend: p.OnSuspend}
 	}
 	spec.DrainGraceSeconds = l.DrainGraceSeconds
+	if h := l.OnRestore; h != nil {
+		spec.OnRestore = &atev1.RestoreHook{TimeoutSeconds: h.TimeoutSeconds}
+		if p := h.HTTPPost; p != nil {
+			spec.OnRestore.HttpPost = &atev1.HTTPPostAction{Path: p.Path, Port: p.Port}
+		}
+	}
+	spec.NewActors = l.NewActors
+}
+
+// sharesGoldenMemory reports whether new actors of spec restore its golden
+// snapshot with nothing telling them so but /run/ate/generation: no
+// onRestore hook, and newActors unset or golden. Such actors begin with
+// the same user-space random state and keys (docs/restore.md).
+func sharesGoldenMemory(spec *atev1.ActorTemplateSpec) bool {
+	return spec.GetOnRestore() == nil && (spec.GetNewActors() == "" || spec.GetNewActors() == "golden")
 }
 
 func (c containerFile) volumeMounts() []*atev1.VolumeMount {

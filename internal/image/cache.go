@@ -131,6 +131,32 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 	return out, nil
 }
 
+// Inspect resolves ref and returns its image configuration without
+// unpacking anything: how the API server checks, when a template is
+// created, that its image exists and which ports it exposes. Errors are
+// Ensure's, before any unpack: a missing oci: layout or oci-archive wraps
+// ErrNotFound and names the path.
+func (c *Cache) Inspect(ctx context.Context, ref string) (Config, error) {
+	r, err := ParseRef(ref)
+	if err != nil {
+		return Config{}, err
+	}
+	img, closer, err := resolve(ctx, r)
+	if err != nil {
+		return Config{}, err
+	}
+	defer func() { _ = closer.Close() }()
+	digest, err := img.Digest()
+	if err != nil {
+		return Config{}, fmt.Errorf("digest of %s: %w", r, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return Config{}, fmt.Errorf("config of %s: %w", r, err)
+	}
+	return c.config(cf, digest), nil
+}
+
 // unpackShared unpacks img into root, joining an unpack of the same digest
 // already in flight instead of starting a second one.
 func (c *Cache) unpackShared(ctx context.Context, r Ref, img v1.Image, root string) error {

@@ -2,8 +2,12 @@ package image
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -29,6 +33,9 @@ var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 func resolve(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
 	switch r.Transport {
 	case TransportOCI:
+		if _, err := os.Stat(filepath.Join(r.Path, "index.json")); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%w: no OCI image layout at %s (%w)", ErrNotFound, r.Path, err)
+		}
 		p, err := layout.FromPath(r.Path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open oci layout %s: %w", r.Path, err)
@@ -43,6 +50,9 @@ func resolve(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
 		}
 		return img, noClose{}, nil
 	case TransportOCIArchive:
+		if _, err := os.Stat(r.Path); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%w: no OCI image archive at %s (%w)", ErrNotFound, r.Path, err)
+		}
 		a, err := openArchive(r.Path)
 		if err != nil {
 			return nil, nil, err

@@ -12,7 +12,8 @@ import (
 // Resume makes the actor RUNNING: it claims a free worker (waiting for one
 // until ctx ends) and restores, in order of preference, the actor's paused
 // checkpoint (on a worker of the node that holds it), its latest durable
-// snapshot, its template's golden snapshot, or cold-boots the image.
+// snapshot, its template's golden snapshot (unless the template says
+// newActors: coldBoot), or cold-boots the image.
 // Concurrent calls for one actor queue on its lock and the later ones find
 // it RUNNING, so an actor is restored once however many callers race.
 //
@@ -171,11 +172,27 @@ func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Temp
 	return src, nil
 }
 
+// The values of a template's newActors: how an actor without a snapshot
+// of its own starts. Empty means NewActorsGolden.
+const (
+	// NewActorsGolden restores the template's golden snapshot: fast, but
+	// every such actor begins with the build's memory.
+	NewActorsGolden = "golden"
+	// NewActorsColdBoot boots the image afresh.
+	NewActorsColdBoot = "coldBoot"
+)
+
+// durableSource is the actor's own latest durable snapshot, else the
+// template's golden snapshot, else a cold boot (source{}). A template
+// with newActors coldBoot never hands its golden snapshot to an actor:
+// every actor restored from it would share the memory the build had,
+// seeded random state included (docs/restore.md); its golden build still
+// runs, since it proves the template boots and makes it READY.
 func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 	if a.Snapshot != "" {
 		return source{ref: a.Snapshot}
 	}
-	if tpl.Phase == store.TemplateReady {
+	if tpl.Phase == store.TemplateReady && tpl.Spec.GetNewActors() != NewActorsColdBoot {
 		return source{ref: tpl.GoldenSnapshot}
 	}
 	return source{}

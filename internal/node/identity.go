@@ -1,10 +1,13 @@
 package node
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -81,12 +84,103 @@ func (n *Node) writeIdentity(s *slot, req StartRequest) error {
 	return s.identity.write(n.workerDir(s, "identity"), [3]string{req.Name, req.Atespace, req.ActorUID})
 }
 
+// noticeNames are the restore notification files under IdentityDir, in
+// noticeFiles order.
+var noticeNames = [2]string{"generation", "random"}
+
+// noticeFiles are one worker's restore notification files: generation (a
+// decimal uint64, Node.nextGeneration) and random (32 bytes from
+// crypto/rand, hex, no newline). Unlike the identity files they are
+// rewritten before every start, boot or restore, same actor or not: a
+// restored process has no other way to learn that it was restored, and
+// everything it seeded in user space before the checkpoint (PRNGs, keys)
+// is shared with every other restore of the same snapshot
+// (docs/restore.md). Kept open and rewritten in place for the reasons
+// identityFiles are. Not safe for concurrent use: the slot's opMu guards
+// it.
+type noticeFiles struct {
+	files [2]*os.File
+	// lens is each file's length when known, -1 when not (just opened,
+	// or a failed write), so the Truncate is skipped when the length
+	// stays (a generation keeps its 19 digits for centuries).
+	lens [2]int
+}
+
+// write makes the files in dir hold v (generation, random).
+func (f *noticeFiles) write(dir string, v [2]string) error {
+	for i, s := range v {
+		if f.files[i] == nil {
+			file, err := os.OpenFile(filepath.Join(dir, noticeNames[i]), os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				return err
+			}
+			f.files[i], f.lens[i] = file, -1
+		}
+		if _, err := f.files[i].WriteAt([]byte(s), 0); err != nil {
+			f.lens[i] = -1
+			return err
+		}
+		if f.lens[i] != len(s) {
+			if err := f.files[i].Truncate(int64(len(s))); err != nil {
+				f.lens[i] = -1
+				return err
+			}
+			f.lens[i] = len(s)
+		}
+	}
+	return nil
+}
+
+// close closes the files; a later write opens them again.
+func (f *noticeFiles) close() error {
+	var errs []error
+	for i, file := range f.files {
+		if file != nil {
+			errs = append(errs, file.Close())
+			f.files[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeNotice gives s's next start a new generation and 32 fresh random
+// bytes, and returns the generation. It runs before every boot or
+// restore, so the process finds them before it runs again, let alone
+// before the wakeup probe or any request. s.opMu must be held.
+func (n *Node) writeNotice(s *slot) (uint64, error) {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand: it crashes the program instead)
+	gen := n.nextGeneration()
+	err := s.notice.write(n.workerDir(s, "identity"), [2]string{strconv.FormatUint(gen, 10), hex.EncodeToString(b[:])})
+	return gen, err
+}
+
+// nextGeneration returns a new generation: the wall clock in nanoseconds
+// since the Unix epoch, or one more than the node's previous generation
+// when the clock has not passed it (two starts in one nanosecond, a clock
+// stepped back). So generations increase strictly on a node whatever the
+// clock does, unlike a counter they keep increasing across restarts of
+// the node (as long as the clock does not step back by more than the
+// downtime), and two nodes would have to start actors in the same
+// nanosecond to hand out the same one. Generations say "this is a new
+// start" and order one node's starts; what no other start shares is
+// /run/ate/random.
+func (n *Node) nextGeneration() uint64 {
+	for {
+		prev := n.generation.Load()
+		next := max(prev+1, uint64(time.Now().UnixNano()))
+		if n.generation.CompareAndSwap(prev, next) {
+			return next
+		}
+	}
+}
+
 // logStart appends a line naming the actor to the worker's container log,
 // which every container on the worker shares (a standby's output file is
 // fixed before anyone knows which actor will use it). The file stays open
 // for the next start, as the identity files do. Failures only cost the
 // line. s.opMu must be held.
-func (n *Node) logStart(s *slot, req StartRequest, containerID string) {
+func (n *Node) logStart(s *slot, req StartRequest, containerID string, generation uint64) {
 	if s.log == nil {
 		f, err := os.OpenFile(n.workerLog(s), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 		if err != nil {
@@ -94,13 +188,14 @@ func (n *Node) logStart(s *slot, req StartRequest, containerID string) {
 		}
 		s.log = f
 	}
-	fmt.Fprintf(s.log, "--- %s ate: actor %s/%s uid=%s container=%s snapshot=%q\n",
-		time.Now().UTC().Format(time.RFC3339Nano), req.Atespace, req.Name, req.ActorUID, containerID, req.Snapshot)
+	fmt.Fprintf(s.log, "--- %s ate: actor %s/%s uid=%s container=%s snapshot=%q generation=%d\n",
+		time.Now().UTC().Format(time.RFC3339Nano), req.Atespace, req.Name, req.ActorUID, containerID, req.Snapshot, generation)
 }
 
 // closeFiles closes what s keeps open across starts. s.opMu must be held.
 func (s *slot) closeFiles() {
 	_ = s.identity.close()
+	_ = s.notice.close()
 	if s.log != nil {
 		_ = s.log.Close()
 		s.log = nil

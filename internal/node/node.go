@@ -73,8 +73,8 @@ type Config struct {
 	// actors' checkpoints on this node's disk.
 	Snapshots *snapshot.Local
 	Paused    *snapshot.Local
-	// StateDir holds bundles, per-worker container logs, identity files
-	// and volume directories.
+	// StateDir holds bundles, per-worker container logs, identity and
+	// restore notification files, and volume directories.
 	StateDir string
 	// TunnelAddr is the address the tunnel listens on, recorded on workers.
 	TunnelAddr string
@@ -120,10 +120,11 @@ type slot struct {
 	standbyKey string
 	template   *standbyTemplate
 
-	// identity is the worker's identity files and log is its container
-	// log, both kept open across starts (identity.go); guarded by opMu,
-	// not mu.
+	// identity is the worker's identity files, notice its restore
+	// notification files and log its container log, all kept open across
+	// starts (identity.go); guarded by opMu, not mu.
 	identity identityFiles
+	notice   noticeFiles
 	log      *os.File
 }
 
@@ -156,6 +157,10 @@ type Node struct {
 	// ready is the workers holding a standby, by template key
 	// (standby.go).
 	ready keyedSet[string]
+
+	// generation is the last value written to a /run/ate/generation
+	// (nextGeneration).
+	generation atomic.Uint64
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous

@@ -61,24 +61,76 @@ func (n *Node) probe(ctx context.Context, sb sandbox.Slot, container string, spe
 }
 
 func (n *Node) httpProbe(ctx context.Context, t tunnelTarget, path string) error {
-	rctx, cancel := context.WithTimeout(context.WithValue(ctx, targetKey, t), 2*time.Second)
-	defer cancel()
-	// path may carry a query: append it, do not set it as URL.Path.
 	path = cmp.Or(path, "/")
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, t.url().String()+path, nil)
+	code, err := n.sandboxRequest(ctx, t, http.MethodGet, path, 2*time.Second)
 	if err != nil {
 		return err
+	}
+	if code >= 400 {
+		return fmt.Errorf("probe GET %s answered %d", path, code)
+	}
+	return nil
+}
+
+// sandboxRequest sends one request with an empty body to path (which may
+// carry a query) in t's container through the node's pooled sandbox
+// connections, bounded by timeout, and returns the status code. The body
+// is read (up to 4 KiB) and dropped, so the connection can be reused.
+func (n *Node) sandboxRequest(ctx context.Context, t tunnelTarget, method, path string, timeout time.Duration) (int, error) {
+	rctx, cancel := context.WithTimeout(context.WithValue(ctx, targetKey, t), timeout)
+	defer cancel()
+	// path may carry a query: append it, do not set it as URL.Path.
+	req, err := http.NewRequestWithContext(rctx, method, t.url().String()+path, http.NoBody)
+	if err != nil {
+		return 0, err
 	}
 	req.Host = sandbox.InteriorAddr
 	resp, err := n.conns.RoundTrip(req)
 	if err != nil {
-		return err
+		if rctx.Err() != nil && ctx.Err() == nil {
+			return 0, fmt.Errorf("no answer within %s: %w", timeout, err)
+		}
+		return 0, err
 	}
-	// Read to the end (within reason) so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		return fmt.Errorf("probe GET %s answered %d", path, resp.StatusCode)
+	return resp.StatusCode, nil
+}
+
+// DefaultRestoreHookTimeout bounds a template's onRestore call when its
+// timeoutSeconds is 0.
+const DefaultRestoreHookTimeout = 5 * time.Second
+
+// restoreHook calls req's onRestore hook, if its template has one, in
+// container: POST <path> with an empty body to its port, through the same
+// pooled sandbox connections as the wakeup probe, bounded by the hook's
+// timeoutSeconds (DefaultRestoreHookTimeout when 0). It is made after the
+// probe passed and before any request is let in, so the workload can
+// reseed what the snapshot copied. A transport error, the timeout or any
+// answer but 2xx fails it with "onRestore hook POST <path> on port
+// <port>: <what>"; the start then fails, and the lifecycle puts the actor
+// back where it was.
+func (n *Node) restoreHook(ctx context.Context, sb sandbox.Slot, container string, req StartRequest) error {
+	hook := req.Spec.GetOnRestore()
+	post := hook.GetHttpPost()
+	if post == nil {
+		return nil
 	}
+	timeout := DefaultRestoreHookTimeout
+	if s := hook.GetTimeoutSeconds(); s > 0 {
+		timeout = time.Duration(s) * time.Second
+	}
+	path, port := cmp.Or(post.GetPath(), "/"), int(post.GetPort())
+	t := tunnelTarget{worker: sb.Name, container: container, port: port, sb: sb}
+	start := time.Now()
+	code, err := n.sandboxRequest(ctx, t, http.MethodPost, path, timeout)
+	if err == nil && (code < 200 || code > 299) {
+		err = fmt.Errorf("answered %d, want 2xx", code)
+	}
+	if err != nil {
+		return fmt.Errorf("onRestore hook POST %s on port %d: %w", path, port, err)
+	}
+	n.log.InfoContext(ctx, "restore hook answered", "actor", req.Name, "atespace", req.Atespace, "worker", sb.Name,
+		"container", container, "path", path, "port", port, "status", code, "duration", time.Since(start))
 	return nil
 }

@@ -17,9 +17,11 @@ import (
 	"substrate.dev/ate/internal/snapshot"
 )
 
-// IdentityDir is where every actor finds its identity files, rewritten
-// before every boot and restore: actor-name, atespace, actor-uid (no
-// trailing newline).
+// IdentityDir is where every actor finds its identity files, actor-name,
+// atespace and actor-uid, and its restore notification files, generation
+// (decimal uint64, larger at every start) and random (32 fresh random
+// bytes, hex); none has a trailing newline. All are in place before
+// every boot and restore, before the wakeup probe (docs/restore.md).
 const IdentityDir = "/run/ate"
 
 // StartRequest asks a worker to host an actor.
@@ -41,9 +43,11 @@ type StartRequest struct {
 type volume struct{ name, hostDir string }
 
 // Start brings the actor up on the worker and returns once its wakeup probe
-// passes. A Data-scope snapshot restores only the volumes and cold-boots.
-// Errors wrap ErrStartFailed (plus sandbox.ErrRestoreFailed,
-// snapshot.ErrCorrupt… where they apply) or ErrUnknownWorker.
+// passes and, after a restore, its template's onRestore hook has answered
+// 2xx. A Data-scope snapshot restores only the volumes and cold-boots (no
+// hook: a fresh process copied nothing). Errors wrap ErrStartFailed (plus
+// sandbox.ErrRestoreFailed, snapshot.ErrCorrupt… where they apply) or
+// ErrUnknownWorker.
 func (n *Node) Start(ctx context.Context, req StartRequest) error {
 	s, err := n.slot(req.Worker)
 	if err != nil {
@@ -64,14 +68,15 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 	return nil
 }
 
-// startIn boots or restores req in s and waits for the wakeup probe. On
-// failure the slot is left empty. It returns the container id. When the
-// slot's standby was prepared for the same container spec, the start goes
-// into it (standby.go); if the boot or restore into it fails for any
-// reason but ctx, the start is tried once more the ordinary way, so a dead
-// standby costs time, never the request. A wakeup probe that fails is the
+// startIn boots or restores req in s, waits for the wakeup probe and,
+// after a restore, calls the onRestore hook. On failure the slot is left
+// empty. It returns the container id. When the slot's standby was
+// prepared for the same container spec, the start goes into it
+// (standby.go); if the boot or restore into it fails for any reason but
+// ctx, the start is tried once more the ordinary way, so a dead standby
+// costs time, never the request. A wakeup probe or hook that fails is the
 // actor's own failure and is not retried: it would only wait out the
-// probe's timeout a second time.
+// timeout a second time.
 func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, error) {
 	spec := req.Spec
 	if len(spec.GetContainers()) != 1 {
@@ -109,19 +114,32 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 	if sb := n.takeStandby(ctx, s, sspec); sb != nil {
 		sspec.ID, sspec.BundleDir, sspec.Prepared = sb.ID, sb.BundleDir, true
 	}
+	restore := snapDir != "" && scope != snapshot.ScopeData
 	for {
-		n.logStart(s, req, sspec.ID)
 		s.mu.Lock()
 		s.containerID, s.volumes, s.cut = sspec.ID, vols, false
 		s.mu.Unlock()
-		if snapDir == "" || scope == snapshot.ScopeData {
-			err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
-		} else {
+		// Every attempt is a start of its own: a new generation even for
+		// the retry, so no two starts ever read the same one.
+		var gen uint64
+		if gen, err = n.writeNotice(s); err != nil {
+			n.clearOp(ctx, s) // destroys the standby this start took, if any
+			return "", fmt.Errorf("restore notification files: %w", err)
+		}
+		n.logStart(s, req, sspec.ID, gen)
+		if restore {
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
+		} else {
+			err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
 		}
 		started := err == nil
 		if started {
 			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
+		}
+		if err == nil && restore {
+			// Before the tunnel admits anything (s.actorUID is set
+			// below): no request may see the state the snapshot copied.
+			err = n.restoreHook(ctx, s.sb, sspec.ID, req)
 		}
 		if err == nil {
 			break

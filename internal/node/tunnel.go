@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"substrate.dev/ate/internal/router"
@@ -118,21 +119,40 @@ func (n *Node) NewTunnel() http.Handler {
 		BufferPool: router.NewBufferPool(),
 		// FlushInterval 0 flushes streams (no Content-Length, or
 		// text/event-stream) on every write, and buffers the rest.
+
+		// The answer names no cause: err carries interior addresses,
+		// the worker's namespace and the runtime's words, and the
+		// answer may reach anonymous clients. The cause is logged here
+		// with the router's request id; the router replaces the
+		// marked answer with its own (router.WriteTunnelError).
+		// The marker is the tunnel's alone: an actor sending it would
+		// have its own answer replaced by the router's error.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del(router.HeaderTunnelError)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			cut := errors.Is(context.Cause(r.Context()), errCut)
 			if errors.Is(err, context.Canceled) && !cut {
 				return // the router gave up on the request
 			}
-			worker := r.Context().Value(targetKey).(tunnelTarget).worker
-			if cut || n.wasCut(worker) {
-				// A checkpoint ended the request after its drain grace:
-				// the actor will be back, so say when to retry.
-				w.Header().Set("Retry-After", "1")
-				http.Error(w, "actor is being suspended; retry", http.StatusServiceUnavailable)
+			t := r.Context().Value(targetKey).(tunnelTarget)
+			worker, rid := t.worker, r.Header.Get("X-Request-Id")
+			if now, _ := n.admitting(worker); cut || n.wasCut(worker) || now != t.container {
+				// A checkpoint ended the request after its drain grace,
+				// or the container is gone (a dial into a dead sandbox
+				// is refused, which is not the app's fault): the actor
+				// will be back, so the router says when to retry.
+				n.log.InfoContext(r.Context(), "tunnel request cut", "worker", worker, "request_id", rid, "err", err)
+				router.WriteTunnelError(w, router.TunnelErrorCut)
 				return
 			}
-			n.log.WarnContext(r.Context(), "tunnel upstream", "worker", worker, "err", err)
-			http.Error(w, "actor did not answer: "+err.Error(), http.StatusBadGateway)
+			kind := router.TunnelErrorUpstream
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				kind = router.TunnelErrorRefused // nothing listens on the actor's port
+			}
+			n.log.WarnContext(r.Context(), "tunnel upstream", "worker", worker, "request_id", rid, "kind", kind, "err", err)
+			router.WriteTunnelError(w, kind)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -334,9 +334,9 @@ func TestHandlerOverControlAPI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got := get(t, srv, tt.host, "/", nil)
-		if got.status != tt.wantStatus || got.activation != tt.wantActivation || !strings.Contains(got.body, tt.wantBody) {
+		if got.status != tt.wantStatus || got.activation != tt.wantActivation || !strings.Contains(got.msg, tt.wantBody) {
 			t.Errorf("%s: got %d %q %q, want %d %q containing %q",
-				tt.host, got.status, got.activation, got.body, tt.wantStatus, tt.wantActivation, tt.wantBody)
+				tt.host, got.status, got.activation, got.msg, tt.wantStatus, tt.wantActivation, tt.wantBody)
 		}
 	}
 }

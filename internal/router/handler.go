@@ -48,10 +48,17 @@ const (
 //     Ate-Request-Delivered) and stream idle timeout. If the tunnel
 //     answers 421 or refuses the connection, the target is dropped and
 //     the actor resolved again once; a GET/HEAD/OPTIONS without body is
-//     replayed, anything else gets 503 with Retry-After.
+//     replayed, anything else gets 503 with Retry-After. An answer the
+//     tunnel made itself (HeaderTunnelError: the actor's port refused or
+//     broke, or the request was cut by a checkpoint) is replaced by the
+//     router's own; the actor's own answers, errors included, pass
+//     through untouched.
 //
-// Failures are answered by classify: one text/plain line, never 500 for
-// expected conditions. res must be safe for concurrent use; a nil logger
+// Every response carries HeaderRequestID (a sane incoming X-Request-Id,
+// else a new id), which is also sent on to the actor as X-Request-Id.
+// Failures are answered by classify: one text/plain line ending in the
+// request id, never 500 for expected conditions, never the cause (logged
+// once, with the id). res must be safe for concurrent use; a nil logger
 // discards. Idle handling and activity reports need Handler.Start.
 func NewHandler(cfg Config, res Resolver, logger *slog.Logger) *Handler {
 	if logger == nil {
@@ -94,6 +101,8 @@ func (h *Handler) InFlight() int64 { return h.inflight.Load() }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
+	rid := requestID(r)
+	w.Header().Set(HeaderRequestID, rid)
 	key, err := selectActor(r, h.cfg.ActorDomain)
 	if errors.Is(err, errNoActor) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -106,10 +115,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.fail(w, key, err, h.logger)
+		h.fail(w, key, Target{}, rid, err)
 		return
 	}
-	h.serveActor(w, r, key)
+	h.serveActor(w, r, key, rid)
 }
 
 // selectActor finds the actor r addresses. Errors: errNoActor, or a
@@ -132,9 +141,9 @@ func selectActor(r *http.Request, domain string) (names.ActorKey, error) {
 	return key, nil
 }
 
-// serveActor activates key's actor and proxies r to it, re-resolving once
-// when the target turns out stale.
-func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.ActorKey) {
+// serveActor activates key's actor and proxies r (request id rid) to it,
+// re-resolving once when the target turns out stale.
+func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) {
 	if r.ProtoMajor == 1 && http.NewResponseController(w).EnableFullDuplex() == nil {
 		// Full duplex streams the request body to the actor while its
 		// response streams back (HTTP/2 always does); without it an
@@ -150,12 +159,12 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		body = newReplayBody(r.Body)
 		r.Body = body
 	}
-	t, err := h.attempt(w, r, key)
+	t, err := h.attempt(w, r, key, rid)
 	if err == nil {
 		return
 	}
 	if t.Worker == "" || !isStale(err) {
-		h.fail(w, key, err, h.requestLog(key, t))
+		h.fail(w, key, t, rid, err)
 		return
 	}
 	if body != nil {
@@ -165,40 +174,40 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		if !ok {
 			// Resume in the background so the client's retry finds it warm.
 			h.act.prewarm(r.Context(), key)
-			h.fail(w, key, fmt.Errorf("%w: %w", errStale, err), h.requestLog(key, t))
+			h.fail(w, key, t, rid, fmt.Errorf("%w: %w", errStale, err))
 			return
 		}
 		r.Body = again
 	}
 	// Routine after every suspend or pause: the cached target is gone.
-	h.requestLog(key, t).Debug("actor assignment stale, resolving again", "err", err)
-	t, err = h.attempt(w, r, key)
+	h.requestLog(key, t, rid).Debug("actor assignment stale, resolving again", "err", err)
+	t, err = h.attempt(w, r, key, rid)
 	if err == nil {
 		return
 	}
 	if isStale(err) {
 		err = fmt.Errorf("%w: %w", errStale, err)
 	}
-	h.fail(w, key, err, h.requestLog(key, t))
+	h.fail(w, key, t, rid, err)
 }
 
-// requestLog is the logger for a request to key that failed on t (zero
+// requestLog is the logger for request rid to key that failed on t (zero
 // when activation failed). It is built only when there is something to
 // log, keeping the attributes' formatting off the path of requests that
 // succeed.
-func (h *Handler) requestLog(key names.ActorKey, t Target) *slog.Logger {
+func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Logger {
 	if t.Worker == "" {
-		return h.logger.With("actor", key.Name, "atespace", key.Atespace)
+		return h.logger.With("request_id", rid, "actor", key.Name, "atespace", key.Atespace)
 	}
-	return h.logger.With("actor", key.Name, "atespace", key.Atespace, "worker", t.Worker)
+	return h.logger.With("request_id", rid, "actor", key.Name, "atespace", key.Atespace, "worker", t.Worker)
 }
 
 // attempt activates key's actor and forwards r to it once, counting the
 // request as activity while it runs. On error nothing has been written
 // to w, and t is dropped from the cache unless the client left or the
-// actor was merely slow; t is the target tried, zero when activation
-// failed.
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey) (Target, error) {
+// actor is still where it was (it was slow, or its app did not answer);
+// t is the target tried, zero when activation failed.
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) (Target, error) {
 	t, act, err := h.act.target(r.Context(), key)
 	if err != nil {
 		return Target{}, err
@@ -206,26 +215,40 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
 	defer h.act.done(key)
-	err = h.forward(w, r, t, act)
-	if err != nil && r.Context().Err() == nil && !errors.Is(err, errRouteTimeout) {
-		// Whatever went wrong, the next request should look again; a
-		// slow actor is still where it was.
+	err = h.forward(w, r, t, act, rid)
+	if err != nil && r.Context().Err() == nil && !errors.Is(err, errRouteTimeout) && !appFailed(err) {
+		// Whatever went wrong, the next request should look again. A
+		// slow actor, or one whose app did not answer, is still where
+		// it was: looking again would only load the control plane
+		// with a lookup per request to a broken app.
 		h.act.forget(key, t)
 	}
 	return t, err
 }
 
-// fail answers err as classify says and logs it: client errors at debug,
-// the router's and the actor's troubles at warn.
-func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, err error, rlog *slog.Logger) {
+// appFailed reports whether err is the tunnel saying the actor's app did
+// not answer, with the actor still on its worker.
+func appFailed(err error) bool {
+	var te *tunnelError
+	return errors.As(err, &te) && te.keepsTarget()
+}
+
+// fail answers err, for request rid to key that failed on t (zero when
+// activation failed), as classify says, and logs it once with the full
+// cause: a client that left at debug; the client's own mistakes (no
+// actor addressed, an invalid name, an unknown actor) at info, as anyone
+// can send those in bulk; the router's, the control plane's and the
+// actor's troubles at warn.
+func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, rid string, err error) {
 	f := classify(err, key, h.cfg)
+	rlog := h.requestLog(key, t, rid)
 	switch {
 	case f.clientGone:
 		rlog.Debug("client gone", "err", err)
-	case f.status >= 500:
-		rlog.Warn("request failed", "status", f.status, "err", err)
+	case f.status == http.StatusBadRequest || f.status == http.StatusNotFound:
+		rlog.Info("request refused", "status", f.status, "err", err)
 	default:
-		rlog.Debug("request refused", "status", f.status, "err", err)
+		rlog.Warn("request failed", "status", f.status, "err", err)
 	}
-	writeFailure(w, f)
+	writeFailure(w, f, rid)
 }

@@ -262,10 +262,10 @@ func TestResumeFailures(t *testing.T) {
 			resume: func(context.Context) error {
 				return status.Error(codes.Unavailable, "restore failed: snapshot corrupt")
 			},
-			wantStatus: 502, wantBody: "actor default/app could not be resumed: restore failed: snapshot corrupt\n"},
+			wantStatus: 502, wantBody: "actor default/app could not be resumed; its last snapshot is kept and the next request tries again\n"},
 		{name: "failed precondition",
 			resume:     func(context.Context) error { return status.Error(codes.FailedPrecondition, "actor is DELETING") },
-			wantStatus: 409, wantBody: "actor default/app cannot be resumed now: actor is DELETING\n"},
+			wantStatus: 409, wantBody: "actor default/app cannot be resumed now (it is being deleted or changed); retry later\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -274,7 +274,7 @@ func TestResumeFailures(t *testing.T) {
 			}}
 			srv, _ := newRouter(t, Config{ParkBudget: tt.budget}, res)
 			got := get(t, srv, "app.default.actors.localhost", "/", nil)
-			if got.status != tt.wantStatus || got.retryAfter != tt.wantRetryAfter || got.body != tt.wantBody {
+			if got.status != tt.wantStatus || got.retryAfter != tt.wantRetryAfter || got.msg != tt.wantBody {
 				t.Errorf("got %d Retry-After %q body %q; want %d %q %q",
 					got.status, got.retryAfter, got.body, tt.wantStatus, tt.wantRetryAfter, tt.wantBody)
 			}
@@ -363,7 +363,7 @@ func TestStillStaleAfterRetry(t *testing.T) {
 	res := warmResolver(t, misdirectedTunnel(t), Policy{})
 	srv, _ := newRouter(t, Config{}, res)
 	got := get(t, srv, "app.default.actors.localhost", "/", nil)
-	if got.status != 503 || got.retryAfter != "1" || got.body != "actor default/app moved while the request was in flight; retry\n" {
+	if got.status != 503 || got.retryAfter != "1" || got.msg != "actor default/app moved while the request was in flight; retry\n" {
 		t.Fatalf("got %d %q %q, want 503 with Retry-After", got.status, got.retryAfter, got.body)
 	}
 	if got.activation != "" || got.header.Get(HeaderActivationMs) != "" {

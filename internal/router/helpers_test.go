@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -115,11 +116,17 @@ func deadAddr(t *testing.T) string {
 // with the handler, whose internals tests observe.
 func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *Handler) {
 	t.Helper()
+	return newRouterLogging(t, cfg, res, nil)
+}
+
+// newRouterLogging is newRouter with the handler logging to logger.
+func newRouterLogging(t *testing.T, cfg Config, res Resolver, logger *slog.Logger) (*httptest.Server, *Handler) {
+	t.Helper()
 	tr := newTunnelTransport()
 	if cfg.Transport == nil {
 		cfg.Transport = tr
 	}
-	h := NewHandler(cfg, res, nil)
+	h := NewHandler(cfg, res, logger)
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
@@ -130,8 +137,12 @@ func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *Handl
 
 // reply is a response read to the end.
 type reply struct {
-	status     int
-	body       string
+	status int
+	body   string
+	// msg is body without the " (request id …)" that ends a failure's
+	// line, when that id is the response's HeaderRequestID; otherwise
+	// body.
+	msg        string
 	activation string
 	retryAfter string
 	header     http.Header
@@ -146,7 +157,12 @@ func send(srv *httptest.Server, req *http.Request) reply {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, body: string(b), err: err, header: resp.Header,
+	body := string(b)
+	msg := body
+	if m, ok := strings.CutSuffix(body, " (request id "+resp.Header.Get(HeaderRequestID)+")\n"); ok {
+		msg = m + "\n"
+	}
+	return reply{status: resp.StatusCode, body: body, msg: msg, err: err, header: resp.Header,
 		activation: resp.Header.Get(HeaderActivation), retryAfter: resp.Header.Get("Retry-After")}
 }
 

@@ -90,7 +90,7 @@ func TestParkBudgetAndGrace(t *testing.T) {
 			start := time.Now()
 			got := get(t, srv, "app.default.actors.localhost", "/", nil)
 			took := time.Since(start)
-			if got.status != tt.wantStatus || !strings.HasPrefix(got.body, tt.wantBody) {
+			if got.status != tt.wantStatus || !strings.HasPrefix(got.msg, tt.wantBody) {
 				t.Fatalf("got %d %q, want %d %q", got.status, got.body, tt.wantStatus, tt.wantBody)
 			}
 			if took < tt.minWait || took > tt.maxWait {

@@ -14,14 +14,16 @@ import (
 	"time"
 )
 
-// forward proxies r to t's tunnel and returns nil once the tunnel's
-// response has been relayed to w. On error nothing has been written to w
-// (the caller answers): a 421 from the tunnel (errMisdirected), a
-// *routeTimeoutError, a transport error (connection refused, timeouts), or
-// the client going away. A stream cut after the response header went out
-// (stream idle timeout, actor gone) aborts the handler with
-// http.ErrAbortHandler, which tells the client the body is incomplete.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activated) error {
+// forward proxies r (request id rid) to t's tunnel and returns nil once
+// the actor's response has been relayed to w. On error nothing has been
+// written to w (the caller answers): a 421 from the tunnel
+// (errMisdirected), the tunnel's own answer for an actor that gave none
+// (*tunnelError), a *routeTimeoutError, a transport error (connection
+// refused, timeouts), or the client going away. A stream cut after the
+// response header went out (stream idle timeout, actor gone) aborts the
+// handler with http.ErrAbortHandler, which tells the client the body is
+// incomplete.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activated, rid string) error {
 	p := t.Policy.withDefaults(h.cfg)
 	// Cancelling the outbound request closes its tunnel connection, so a
 	// reply that comes late can never be read by another request.
@@ -36,7 +38,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 	// A ReverseProxy is a few words of configuration; one per attempt lets
 	// the hooks close over this attempt's target, timers and error.
 	rp := &httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { rewrite(pr, t) },
+		Rewrite:    func(pr *httputil.ProxyRequest) { rewrite(pr, t, rid) },
 		Transport:  h.cfg.Transport,
 		BufferPool: h.buffers,
 		// FlushInterval 0: responses without a Content-Length (chunked
@@ -55,11 +57,22 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 				// so the request can be re-resolved and replayed.
 				return errMisdirected
 			}
+			if kind := res.Header.Get(HeaderTunnelError); kind != "" {
+				// The tunnel's words (and marker) are not for the
+				// client: classify answers instead.
+				return &tunnelError{kind: kind, status: res.StatusCode}
+			}
 			res.Body = watchIdle(res.Body, p.StreamIdleTimeout, func() {
 				h.logger.Info("stream idle timeout, cutting it", "actor", t.Actor.Name, "atespace", t.Actor.Atespace,
 					"worker", t.Worker, "timeout", p.StreamIdleTimeout)
 				cancel(errStreamIdle)
 			})
+			// The router's id replaces any the actor sent. w holds it
+			// already (ServeHTTP) unless a relayed 1xx cleared w's
+			// header; dropped there, as ReverseProxy adds res's
+			// headers to w's rather than replacing them.
+			res.Header.Set(HeaderRequestID, rid)
+			w.Header().Del(HeaderRequestID)
 			res.Header.Set(HeaderActivation, act.header())
 			if act.how != activationWarm {
 				res.Header.Set(HeaderActivationMs, strconv.FormatInt(act.waited.Milliseconds(), 10))
@@ -79,9 +92,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 }
 
 // rewrite points the outbound request at t's tunnel, keeping path, query
-// and Host, and tells the tunnel which worker and actor incarnation the
-// router expects.
-func rewrite(pr *httputil.ProxyRequest, t Target) {
+// and Host, tells the tunnel which worker and actor incarnation the
+// router expects, and passes the request id on (rid, as X-Request-Id).
+func rewrite(pr *httputil.ProxyRequest, t Target, rid string) {
 	pr.SetURL(&url.URL{Scheme: "http", Host: t.TunnelAddr})
 	// The actor's app sees the Host the client used, not the tunnel's.
 	pr.Out.Host = pr.In.Host
@@ -92,6 +105,9 @@ func rewrite(pr *httputil.ProxyRequest, t Target) {
 	// client-sent values of these headers.
 	pr.Out.Header.Set(HeaderWorker, t.Worker)
 	pr.Out.Header.Set(HeaderActorUID, t.UID)
+	// The tunnel logs it with any failure, and the actor's app may
+	// log it too: one id from client to app.
+	pr.Out.Header.Set(headerXRequestID, rid)
 }
 
 // isStale reports whether err means the target no longer hosts the actor:

@@ -112,4 +112,24 @@ const (
 	// HeaderTargetActor selects the actor as "<atespace>/<name>" when the
 	// Host header does not.
 	HeaderTargetActor = "Ate-Target-Actor"
+	// HeaderTunnelError marks an answer the tunnel made itself because
+	// the actor gave none (WriteTunnelError); its value is one of the
+	// TunnelError kinds. The router never relays such an answer, marker
+	// included: it answers with its own text (classify). An actor's
+	// response carrying the header is taken for the tunnel's too; that
+	// only lets an actor turn its own answer into an error.
+	HeaderTunnelError = "Ate-Tunnel-Error"
+)
+
+// Kinds of HeaderTunnelError.
+const (
+	// TunnelErrorRefused: nothing listens on the actor's port.
+	TunnelErrorRefused = "refused"
+	// TunnelErrorUpstream: the connection to the actor's port failed
+	// otherwise, or broke before the actor answered.
+	TunnelErrorUpstream = "upstream"
+	// TunnelErrorCut: the request was cut before an answer because the
+	// actor's container was checkpointed after its drain grace, or
+	// stopped (errCut in internal/node).
+	TunnelErrorCut = "cut"
 )

@@ -32,7 +32,7 @@ func TestRouteTimeout(t *testing.T) {
 	start := time.Now()
 	got := get(t, srv, "app.default.actors.localhost", "/slow", nil)
 	if got.status != http.StatusGatewayTimeout || got.header.Get(HeaderRequestDelivered) != "true" ||
-		got.body != "actor default/app did not answer within its route timeout of 200ms\n" {
+		got.msg != "actor default/app did not answer within its route timeout of 200ms\n" {
 		t.Fatalf("got %d %s=%q %q, want 504 with the request delivered", got.status,
 			HeaderRequestDelivered, got.header.Get(HeaderRequestDelivered), got.body)
 	}

@@ -91,9 +91,10 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	if err != nil {
 		return nil, err
 	}
+	images := image.NewCache(filepath.Join(cfg.DataDir, "images"), log)
 	cp.Node, err = node.New(runCtx, node.Config{
 		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
-		Runtime: cfg.Runtime, Setup: cfg.Setup, Teardown: cfg.Teardown, Images: image.NewCache(filepath.Join(cfg.DataDir, "images"), log),
+		Runtime: cfg.Runtime, Setup: cfg.Setup, Teardown: cfg.Teardown, Images: images,
 		Snapshots: cp.Snapshots, Paused: paused, StateDir: filepath.Join(cfg.DataDir, "node"), TunnelAddr: cfg.TunnelAddr, Logger: log,
 		NoStandbys: cfg.NoStandbys,
 	})
@@ -116,7 +117,7 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	if err := cp.Lifecycle.Recover(runCtx); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	cp.API = apiserver.New(runCtx, cp.Store, cp.Lifecycle, cfg.SandboxClass, log)
+	cp.API = apiserver.New(runCtx, cp.Store, cp.Lifecycle, cfg.SandboxClass, images, log)
 	// Garbage collection reads every actor; it runs while the API serves
 	// so that start-up does not grow with their number.
 	snapshotGCCtx, stopSnapshotGC := context.WithCancel(runCtx)

@@ -902,8 +902,19 @@ type ActorTemplateSpec struct {
 	StreamIdleTimeoutSeconds int32           `protobuf:"varint,9,opt,name=stream_idle_timeout_seconds,json=streamIdleTimeoutSeconds,proto3" json:"stream_idle_timeout_seconds,omitempty"`
 	Idle                     *IdlePolicy     `protobuf:"bytes,10,opt,name=idle,proto3" json:"idle,omitempty"`
 	Eviction                 *EvictionPolicy `protobuf:"bytes,11,opt,name=eviction,proto3" json:"eviction,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// on_restore is called by the node after every restore (of the golden
+	// snapshot into a new actor, or of an actor's own snapshot) and before
+	// any request is let in, so the workload can reseed what the snapshot
+	// copied (random state, keys, connections). /run/ate/generation changes
+	// on every restore whether or not a hook is set.
+	OnRestore *RestoreHook `protobuf:"bytes,12,opt,name=on_restore,json=onRestore,proto3" json:"on_restore,omitempty"`
+	// new_actors is how an actor without a snapshot of its own starts:
+	// "golden" (the default: restore the template's golden snapshot, fast,
+	// but every such actor shares the memory the golden build had,
+	// random seeds included) or "coldBoot" (boot the image afresh).
+	NewActors     string `protobuf:"bytes,13,opt,name=new_actors,json=newActors,proto3" json:"new_actors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorTemplateSpec) Reset() {
@@ -1013,6 +1024,127 @@ func (x *ActorTemplateSpec) GetEviction() *EvictionPolicy {
 	return nil
 }
 
+func (x *ActorTemplateSpec) GetOnRestore() *RestoreHook {
+	if x != nil {
+		return x.OnRestore
+	}
+	return nil
+}
+
+func (x *ActorTemplateSpec) GetNewActors() string {
+	if x != nil {
+		return x.NewActors
+	}
+	return ""
+}
+
+// RestoreHook is a call into the actor after a restore.
+type RestoreHook struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	HttpPost *HTTPPostAction        `protobuf:"bytes,1,opt,name=http_post,json=httpPost,proto3" json:"http_post,omitempty"`
+	// timeout_seconds bounds the call; 0 means the default (5). A hook that
+	// fails or times out fails the restore.
+	TimeoutSeconds int32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RestoreHook) Reset() {
+	*x = RestoreHook{}
+	mi := &file_ate_v1_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreHook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreHook) ProtoMessage() {}
+
+func (x *RestoreHook) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreHook.ProtoReflect.Descriptor instead.
+func (*RestoreHook) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RestoreHook) GetHttpPost() *HTTPPostAction {
+	if x != nil {
+		return x.HttpPost
+	}
+	return nil
+}
+
+func (x *RestoreHook) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+type HTTPPostAction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HTTPPostAction) Reset() {
+	*x = HTTPPostAction{}
+	mi := &file_ate_v1_control_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HTTPPostAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HTTPPostAction) ProtoMessage() {}
+
+func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HTTPPostAction.ProtoReflect.Descriptor instead.
+func (*HTTPPostAction) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HTTPPostAction) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HTTPPostAction) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
 // EvictionPolicy says whether and when an idle RUNNING actor may be
 // checkpointed (with its idle action, else suspend) to free its worker for
 // a request waiting for one. Victims are chosen lowest priority first, then
@@ -1037,7 +1169,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1181,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1194,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EvictionPolicy) GetEvictable() bool {
@@ -1108,7 +1240,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1252,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1265,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1178,7 +1310,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1322,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1335,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -1257,7 +1389,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1401,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1414,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -1302,7 +1434,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1446,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1459,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -1353,7 +1485,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1497,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1510,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -1397,7 +1529,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1541,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1554,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -1442,7 +1574,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1586,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1599,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -1492,7 +1624,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1636,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1649,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 type Actor struct {
@@ -1558,7 +1690,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1702,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1715,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -1721,7 +1853,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1865,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1878,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1766,7 +1898,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1910,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1923,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -1820,7 +1952,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1964,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1977,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -1879,7 +2011,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2023,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2036,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -1932,7 +2064,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2076,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2089,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -1993,7 +2125,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2137,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2150,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -2050,7 +2182,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2194,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2207,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 // reason may be REQUESTED (the default) or IDLE; the others are the
@@ -2091,7 +2223,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2235,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2248,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -2152,7 +2284,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2296,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2309,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -2205,7 +2337,7 @@ type PauseActorRequest struct {
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2349,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2362,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -2264,7 +2396,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2408,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2421,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -2317,7 +2449,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2461,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2474,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -2375,7 +2507,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2519,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2532,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -2418,7 +2550,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2562,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2575,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 type Worker struct {
@@ -2464,7 +2596,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2608,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2621,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Worker) GetName() string {
@@ -2549,7 +2681,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2693,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2706,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 type ListWorkersResponse struct {
@@ -2586,7 +2718,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2730,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2743,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2673,7 +2805,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xa6\x05\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xf9\x05\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -2688,10 +2820,20 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x1bstream_idle_timeout_seconds\x18\t \x01(\x05R\x18streamIdleTimeoutSeconds\x12&\n" +
 	"\x04idle\x18\n" +
 	" \x01(\v2\x12.ate.v1.IdlePolicyR\x04idle\x122\n" +
-	"\beviction\x18\v \x01(\v2\x16.ate.v1.EvictionPolicyR\beviction\x1aA\n" +
+	"\beviction\x18\v \x01(\v2\x16.ate.v1.EvictionPolicyR\beviction\x122\n" +
+	"\n" +
+	"on_restore\x18\f \x01(\v2\x13.ate.v1.RestoreHookR\tonRestore\x12\x1d\n" +
+	"\n" +
+	"new_actors\x18\r \x01(\tR\tnewActors\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\vRestoreHook\x123\n" +
+	"\thttp_post\x18\x01 \x01(\v2\x16.ate.v1.HTTPPostActionR\bhttpPost\x12'\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"8\n" +
+	"\x0eHTTPPostAction\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"\xcc\x01\n" +
 	"\x0eEvictionPolicy\x12!\n" +
 	"\tevictable\x18\x01 \x01(\bH\x00R\tevictable\x88\x01\x01\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12+\n" +
@@ -2870,7 +3012,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -2889,116 +3031,120 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*HTTPGetAction)(nil),               // 14: ate.v1.HTTPGetAction
 	(*Probe)(nil),                       // 15: ate.v1.Probe
 	(*ActorTemplateSpec)(nil),           // 16: ate.v1.ActorTemplateSpec
-	(*EvictionPolicy)(nil),              // 17: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 18: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 19: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 20: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 21: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 22: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 23: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 24: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 25: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 26: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 27: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 28: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 29: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 30: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 31: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 32: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 33: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 34: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 35: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 36: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 37: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 38: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 39: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 40: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 41: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 42: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 43: ate.v1.ListWorkersResponse
-	nil,                                 // 44: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 45: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 46: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 47: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 48: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 49: google.protobuf.Timestamp
+	(*RestoreHook)(nil),                 // 17: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 18: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 19: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 20: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 21: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 22: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 23: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 24: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 25: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 26: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 27: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 28: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 29: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 30: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 31: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 32: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 33: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 34: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 35: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 36: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 37: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 38: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 39: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 40: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 41: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 42: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 43: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 44: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 45: ate.v1.ListWorkersResponse
+	nil,                                 // 46: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 47: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 48: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 49: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 50: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 51: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	49, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	51, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	44, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	46, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	10, // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	14, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	9,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	15, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	45, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	47, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	12, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	11, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	13, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	17, // 11: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	16, // 12: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	18, // 13: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	49, // 14: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	19, // 15: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	19, // 16: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 17: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	46, // 18: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	49, // 19: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	49, // 20: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	49, // 21: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 22: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	26, // 23: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	26, // 24: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	47, // 25: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 26: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 27: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	49, // 28: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	38, // 29: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	48, // 30: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	41, // 31: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	3,  // 32: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	4,  // 33: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	5,  // 34: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	7,  // 35: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	20, // 36: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	21, // 37: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	22, // 38: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	24, // 39: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	27, // 40: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	28, // 41: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	29, // 42: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	31, // 43: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	32, // 44: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	34, // 45: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	35, // 46: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	36, // 47: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	37, // 48: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	39, // 49: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	42, // 50: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	2,  // 51: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	2,  // 52: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	6,  // 53: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	8,  // 54: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	19, // 55: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	19, // 56: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	23, // 57: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	25, // 58: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	26, // 59: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	26, // 60: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	30, // 61: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	26, // 62: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	33, // 63: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	26, // 64: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	26, // 65: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	26, // 66: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	26, // 67: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	40, // 68: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	43, // 69: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	51, // [51:70] is the sub-list for method output_type
-	32, // [32:51] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	19, // 11: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	17, // 12: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	18, // 13: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	16, // 14: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	20, // 15: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	51, // 16: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	21, // 17: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	21, // 18: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 19: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	48, // 20: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	51, // 21: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	51, // 22: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	51, // 23: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 24: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	28, // 25: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	28, // 26: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	49, // 27: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 28: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 29: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	51, // 30: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	40, // 31: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	50, // 32: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	43, // 33: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	3,  // 34: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	4,  // 35: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	5,  // 36: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	7,  // 37: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	22, // 38: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	23, // 39: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	24, // 40: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	26, // 41: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	29, // 42: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	30, // 43: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	31, // 44: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	33, // 45: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	34, // 46: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	36, // 47: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	37, // 48: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	38, // 49: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	39, // 50: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	41, // 51: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	44, // 52: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	2,  // 53: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	2,  // 54: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	6,  // 55: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	8,  // 56: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	21, // 57: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	21, // 58: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	25, // 59: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	27, // 60: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	28, // 61: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	28, // 62: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	32, // 63: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	28, // 64: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	35, // 65: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	28, // 66: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	28, // 67: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	28, // 68: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	28, // 69: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	42, // 70: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	45, // 71: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	53, // [53:72] is the sub-list for method output_type
+	34, // [34:53] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -3006,14 +3152,14 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
-	file_ate_v1_control_proto_msgTypes[15].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -465,6 +465,12 @@ func newContainer(id, slot string, port int, count int64, log *slog.Logger) *con
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "ok\n")
 	})
+	// GET /header?name=N&value=V answers with header N: V, so tests can
+	// see what the tunnel does with headers an actor sends.
+	mux.HandleFunc("GET /header", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(r.URL.Query().Get("name"), r.URL.Query().Get("value"))
+		fmt.Fprint(w, "ok\n")
+	})
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	return c

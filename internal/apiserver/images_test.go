@@ -1,0 +1,82 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/image"
+)
+
+// fakeImages answers Inspect from a map; a missing image is ErrNotFound
+// and one mapped to nil config fails like an unreachable registry.
+type fakeImages map[string]*image.Config
+
+func (f fakeImages) Inspect(_ context.Context, ref string) (image.Config, error) {
+	cfg, ok := f[ref]
+	switch {
+	case !ok:
+		return image.Config{}, fmt.Errorf("%w: no OCI image layout at %s", image.ErrNotFound, strings.TrimPrefix(ref, "oci:"))
+	case cfg == nil:
+		return image.Config{}, errors.New("fetch registry.example/app: connection refused")
+	}
+	return *cfg, nil
+}
+
+func TestImageDefaults(t *testing.T) {
+	images := fakeImages{
+		"oci:/images/counter":  {ExposedPorts: []int{8080}},
+		"oci:/images/two":      {ExposedPorts: []int{8080, 9090}},
+		"oci:/images/none":     {},
+		"registry.example/app": nil,
+	}
+	for _, tc := range []struct {
+		name      string
+		mutate    func(*atev1.ActorTemplateSpec)
+		wantPorts []int32
+		code      codes.Code // OK: accepted
+		want      string     // substring of the error
+	}{
+		{name: "listed ports kept", mutate: func(*atev1.ActorTemplateSpec) {}, wantPorts: []int32{8080}},
+		{name: "ports from the image", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = nil }, wantPorts: []int32{8080}},
+		{name: "every exposed port, lowest first", mutate: func(s *atev1.ActorTemplateSpec) {
+			s.Containers[0].Image, s.Containers[0].Ports = "oci:/images/two", nil
+		}, wantPorts: []int32{8080, 9090}},
+		{name: "no port anywhere", mutate: func(s *atev1.ActorTemplateSpec) {
+			s.Containers[0].Image, s.Containers[0].Ports = "oci:/images/none", nil
+		}, code: codes.InvalidArgument, want: "exposes no port"},
+		{name: "probe on a port the image does not serve traffic on", mutate: func(s *atev1.ActorTemplateSpec) {
+			s.Containers[0].Ports, s.WakeupProbe.HttpGet.Port = nil, 9090
+		}, code: codes.InvalidArgument, want: "wakeupProbe.httpGet.port 9090"},
+		{name: "missing image names the path", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "oci:/images/gone" },
+			code: codes.InvalidArgument, want: "/images/gone"},
+		{name: "unreadable registry", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "registry.example/app" },
+			code: codes.Unavailable, want: "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.mutate(spec)
+			err := imageDefaults(context.Background(), images, spec)
+			if tc.code == codes.OK {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := spec.GetContainers()[0].GetPorts(); !slices.Equal(got, tc.wantPorts) {
+					t.Fatalf("ports %v, want %v", got, tc.wantPorts)
+				}
+				return
+			}
+			st := status.Convert(toStatus(err))
+			if st.Code() != tc.code || !strings.Contains(st.Message(), tc.want) {
+				t.Fatalf("imageDefaults = %v (%v), want %v containing %q", st.Message(), st.Code(), tc.code, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,56 @@
+package lifecycle
+
+import (
+	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/store"
+)
+
+// TestNewActorsSource: an actor without a snapshot of its own restores its
+// template's golden snapshot unless the template says newActors coldBoot;
+// an actor with one always restores its own.
+func TestNewActorsSource(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		newActors string
+		phase     string
+		snapshot  string // the actor's own
+		want      string // the ref restored; "" is a cold boot
+	}{
+		{"default restores golden", "", store.TemplateReady, "", "tpl-uid/golden"},
+		{"golden restores golden", NewActorsGolden, store.TemplateReady, "", "tpl-uid/golden"},
+		{"coldBoot boots", NewActorsColdBoot, store.TemplateReady, "", ""},
+		{"coldBoot restores the actor's own", NewActorsColdBoot, store.TemplateReady, "a-uid/s1", "a-uid/s1"},
+		{"golden restores the actor's own", NewActorsGolden, store.TemplateReady, "a-uid/s1", "a-uid/s1"},
+		{"no golden snapshot yet boots", "", store.TemplateBuilding, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl := &store.Template{Phase: tc.phase, GoldenSnapshot: "tpl-uid/golden",
+				Spec: &atev1.ActorTemplateSpec{NewActors: tc.newActors}}
+			a := &store.Actor{UID: "a-uid", Snapshot: tc.snapshot}
+			if got := (&Manager{}).durableSource(a, tpl); got.ref != tc.want {
+				t.Fatalf("source %q, want %q", got.ref, tc.want)
+			}
+		})
+	}
+}
+
+// TestColdBootTemplateResume: through Resume, a new actor of a coldBoot
+// template asks the node for a boot, not the golden snapshot.
+func TestColdBootTemplateResume(t *testing.T) {
+	e := newEnv(t)
+	tpl, err := e.st.GetTemplate(t.Context(), "default", "tpl")
+	must(t, err)
+	cold := *tpl
+	cold.Name, cold.UID = "cold", "cold-uid"
+	cold.Spec = &atev1.ActorTemplateSpec{Containers: tpl.Spec.GetContainers(), NewActors: NewActorsColdBoot}
+	must(t, e.st.CreateTemplate(t.Context(), &cold))
+	must(t, e.st.CreateActor(t.Context(), &store.Actor{Atespace: "default", Name: "c", UID: "c-uid", Template: "cold", State: store.Suspended}))
+	if _, err := e.m.Resume(t.Context(), "default", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if e.node.last.Snapshot != "" {
+		t.Fatalf("new actor of a coldBoot template restored %q, want a cold boot", e.node.last.Snapshot)
+	}
+}

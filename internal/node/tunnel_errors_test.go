@@ -1,0 +1,86 @@
+package node
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/sandbox/fake"
+)
+
+// TestTunnelErrorNamesNoCause: when the actor does not answer (here:
+// nothing listens on its traffic port, the first one listed, while the
+// app and its wakeup probe use the second), the tunnel answers 502 with
+// the marker the router replaces and a fixed text, not the dial error
+// with its ports, worker and runtime names.
+func TestTunnelErrorNamesNoCause(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	w := n.order[0]
+	spec := template("img1")
+	spec.Containers[0].Ports = []int32{8080, 8081}
+	spec.Containers[0].Env = map[string]string{"PORT": "8081"}
+	spec.WakeupProbe = &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/healthz", Port: 8081}}
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	tunnel := httptest.NewServer(n.NewTunnel())
+	defer tunnel.Close()
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(router.HeaderWorker, w)
+	req.Header.Set(router.HeaderActorUID, "a")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(router.HeaderTunnelError) != router.TunnelErrorRefused ||
+		string(body) != "actor did not answer\n" {
+		t.Fatalf("got %d %s=%q %q, want 502 %s=%s %q", resp.StatusCode, router.HeaderTunnelError,
+			resp.Header.Get(router.HeaderTunnelError), body, router.HeaderTunnelError, router.TunnelErrorRefused, "actor did not answer\n")
+	}
+	for _, leak := range []string{w, "8080", "fake", "refused", "dial"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("body %q names %q", body, leak)
+		}
+	}
+}
+
+// TestTunnelStripsActorsMarker: an actor cannot send the tunnel's error
+// marker, which would make the router replace its answer.
+func TestTunnelStripsActorsMarker(t *testing.T) {
+	n := newTestNode(t, fake.New(fake.Config{}))
+	w := n.order[0]
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	tunnel := httptest.NewServer(n.NewTunnel())
+	defer tunnel.Close()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
+		tunnel.URL+"/header?name="+router.HeaderTunnelError+"&value="+router.TunnelErrorCut, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(router.HeaderWorker, w)
+	req.Header.Set(router.HeaderActorUID, "a")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(router.HeaderTunnelError) != "" {
+		t.Fatalf("got %d with %s=%q, want 200 without the marker", resp.StatusCode, router.HeaderTunnelError, resp.Header.Get(router.HeaderTunnelError))
+	}
+}

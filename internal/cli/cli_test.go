@@ -307,7 +307,7 @@ func TestServerErrors(t *testing.T) {
 		f.noWorkers = true
 		addr := serve(t, f)
 		res := runCLI(t, "--server", addr, "--timeout", "100ms", "resume", "actor", "counter-0")
-		want := "Error: no answer from the ate server at " + addr + " within 100ms (raise --timeout)\n"
+		want := "Error: no answer from the ate server at " + addr + " within 100ms (raise --timeout; a resume waits until a worker is free or can be freed)\n"
 		if res.code != 1 || res.stderr != want {
 			t.Errorf("stderr %q, want %q", res.stderr, want)
 		}

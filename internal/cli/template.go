@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,12 +86,45 @@ func LoadTemplateFile(path string) (*atev1.ActorTemplate, error) {
 	return t, nil
 }
 
+// yamlError restates a decoding error of sigs.k8s.io/yaml (which decodes
+// YAML by way of JSON) in the file's terms: the field's path as written,
+// no "JSON" and no Go type or struct names.
+func yamlError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		for _, embedded := range []string{"routingFields.", "lifecycleFields."} {
+			field = strings.ReplaceAll(field, embedded, "")
+		}
+		want := te.Type.String()
+		switch te.Type.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+			reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			want = "a whole number"
+		case reflect.Bool:
+			want = "true or false"
+		case reflect.String:
+			want = "a string"
+		case reflect.Slice:
+			want = "a list"
+		case reflect.Map, reflect.Struct, reflect.Pointer:
+			want = "a mapping"
+		}
+		return fmt.Errorf("%s must be %s, not a %s", field, want, te.Value)
+	}
+	msg := err.Error()
+	for _, prefix := range []string{"error unmarshaling JSON: while decoding JSON: json: ", "error converting YAML to JSON: "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return errors.New(msg)
+}
+
 // parseTemplate decodes and checks a template file, resolving relative local
 // image paths against baseDir.
 func parseTemplate(data []byte, baseDir string) (*atev1.ActorTemplate, error) {
 	var f templateFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
+		return nil, fmt.Errorf("parse: %w", yamlError(err))
 	}
 	if err := names.ValidateLabel("template name", f.Name); err != nil {
 		return nil, err

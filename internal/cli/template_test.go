@@ -81,12 +81,18 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"empty oci path", "name: t\ncontainers:\n- name: c\n  image: 'oci:'\n", `names no path`},
 		{"bad port", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [70000]\n", "port 70000 is not in 1-65535"},
 		{"bad probe port", "name: t\n" + c + "wakeupProbe:\n  httpGet: {path: /, port: 0}\n", "wakeupProbe.httpGet.port"},
-		{"ports not ints", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [http]\n", "parse:"},
+		{"ports not ints", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [http]\n", "parse: containers.ports must be a whole number, not a string"},
+		{"wrong type names the field, no Go", "name: t\n" + c + "eviction: {priority: high}\n", "parse: eviction.priority must be a whole number, not a string"},
+		{"typo names the key, no JSON", "name: t\n" + c + "eviction: {evictible: false}\n", `parse: unknown field "evictible"`},
+		{"yaml syntax", "name: t\n" + c + "eviction: {priority: 1\n", "parse: yaml: line"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseTemplate([]byte(tc.yaml), "/base")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want it to contain %q", err, tc.want)
+			}
+			if err != nil && (strings.Contains(err.Error(), "JSON") || strings.Contains(err.Error(), "Go struct")) {
+				t.Errorf("err = %v speaks of the decoder, not the file", err)
 			}
 		})
 	}

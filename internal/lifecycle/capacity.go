@@ -167,6 +167,19 @@ func (q *queue) hand(w *waiter, worker string) bool {
 	return true
 }
 
+// wanted reports whether a waiter without a grant could use a worker
+// with labels.
+func (q *queue) wanted(labels map[string]string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, w := range q.waiters {
+		if w.granted == "" && store.MatchLabels(w.selector, labels) {
+			return true
+		}
+	}
+	return false
+}
+
 func (q *queue) queued(w *waiter) bool {
 	for _, x := range q.waiters {
 		if x == w {

@@ -208,6 +208,10 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor string) (done
 		if err != nil {
 			return err
 		}
+		if !m.queue.wanted(c.worker.Labels) {
+			// The waiters it was for gave up meanwhile: keep the actor.
+			return nil
+		}
 		act, ok := m.node.WorkerActivity(c.worker.Name)
 		if a.UID != c.actor.UID || a.State != store.Running || a.Worker != c.worker.Name || !ok ||
 			act.ActorUID != a.UID || !evictable(c.policy, act, time.Now()) {

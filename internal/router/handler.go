@@ -160,36 +160,40 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		r.Body = body
 	}
 	t, err := h.attempt(w, r, key, rid)
-	if err == nil {
-		return
-	}
-	if t.Worker == "" || !isStale(err) {
-		h.fail(w, key, t, rid, err)
-		return
-	}
-	if body != nil {
-		// The actor never saw the request: send it again if the router
-		// still holds all of its body that was read.
-		again, ok := body.rewind()
-		if !ok {
-			// Resume in the background so the client's retry finds it warm.
-			h.act.prewarm(r.Context(), key)
-			h.fail(w, key, t, rid, fmt.Errorf("%w: %w", errStale, err))
-			return
+	for tries := 1; err != nil && t.Worker != "" && isStale(err) && tries <= maxStaleRetries; tries++ {
+		if body != nil {
+			// The actor never saw the request: send it again if the
+			// router still holds all of its body that was read.
+			again, ok := body.rewind()
+			if !ok {
+				// Resume in the background so the client's retry finds it warm.
+				h.act.prewarm(r.Context(), key)
+				break
+			}
+			r.Body = again
 		}
-		r.Body = again
+		// Routine after every suspend or pause: the cached target is
+		// gone. Again only when a checkpoint took the actor away right
+		// after the resume this request waited for (a pause or
+		// suspend queued behind it).
+		h.requestLog(key, t, rid).Debug("actor assignment stale, resolving again", "err", err, "try", tries)
+		t, err = h.attempt(w, r, key, rid)
 	}
-	// Routine after every suspend or pause: the cached target is gone.
-	h.requestLog(key, t, rid).Debug("actor assignment stale, resolving again", "err", err)
-	t, err = h.attempt(w, r, key, rid)
 	if err == nil {
 		return
 	}
-	if isStale(err) {
+	if t.Worker != "" && isStale(err) {
 		err = fmt.Errorf("%w: %w", errStale, err)
 	}
 	h.fail(w, key, t, rid, err)
 }
+
+// maxStaleRetries bounds how often one request is sent again after the
+// tunnel said its target was stale. Each retry waits for the actor's
+// resume, which waits for the checkpoint that made the target stale, so
+// only a client racing checkpoints against its own requests gets through
+// all of them.
+const maxStaleRetries = 4
 
 // requestLog is the logger for request rid to key that failed on t (zero
 // when activation failed). It is built only when there is something to

@@ -356,9 +356,9 @@ func TestStaleTarget(t *testing.T) {
 	}
 }
 
-// TestStillStaleAfterRetry: when the re-resolved target is stale too, the
-// client gets 503 with Retry-After, and no activation headers from either
-// attempt.
+// TestStillStaleAfterRetry: when every re-resolved target is stale too,
+// the client gets 503 with Retry-After after maxStaleRetries retries, and
+// no activation headers from any attempt.
 func TestStillStaleAfterRetry(t *testing.T) {
 	res := warmResolver(t, misdirectedTunnel(t), Policy{})
 	srv, _ := newRouter(t, Config{}, res)
@@ -370,8 +370,29 @@ func TestStillStaleAfterRetry(t *testing.T) {
 		t.Errorf("failure carries %s %q, %s %q", HeaderActivation, got.activation,
 			HeaderActivationMs, got.header.Get(HeaderActivationMs))
 	}
-	if n := res.lookups.Load(); n != 2 {
-		t.Errorf("Lookup called %d times, want 2", n)
+	if n := res.lookups.Load(); n != 1+maxStaleRetries {
+		t.Errorf("Lookup called %d times, want %d", n, 1+maxStaleRetries)
+	}
+}
+
+// TestStaleAgainAfterRetry: a checkpoint queued behind the resume a
+// request waited for can make its new target stale at once (a client
+// pausing an actor while it sends to it); the request is sent again while
+// retries remain, and served.
+func TestStaleAgainAfterRetry(t *testing.T) {
+	var hits atomic.Int64
+	tunnel := newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
+		if hits.Add(1) <= 2 {
+			http.Error(w, "actor not here", http.StatusMisdirectedRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "served\n")
+	})
+	res := warmResolver(t, tunnel, Policy{})
+	srv, _ := newRouter(t, Config{}, res)
+	got := get(t, srv, "app.default.actors.localhost", "/", nil)
+	if got.status != 200 || got.body != "served\n" || hits.Load() != 3 {
+		t.Fatalf("got %d %q after %d tunnel requests, want 200 served after 3", got.status, got.body, hits.Load())
 	}
 }
 

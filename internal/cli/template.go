@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"sigs.k8s.io/yaml"

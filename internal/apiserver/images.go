@@ -55,5 +55,9 @@ func imageDefaults(ctx context.Context, images ImageInspector, spec *atev1.Actor
 			c.Ports = append(c.Ports, int32(p))
 		}
 	}
-	return probeOnTrafficPort(spec)
+	if err := probeOnTrafficPort(spec); err != nil {
+		return err
+	}
+	// The hook's port was not checked against ports the image supplied.
+	return validateRestore(spec)
 }

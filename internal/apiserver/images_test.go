@@ -55,6 +55,10 @@ func TestImageDefaults(t *testing.T) {
 		{name: "probe on a port the image does not serve traffic on", mutate: func(s *atev1.ActorTemplateSpec) {
 			s.Containers[0].Ports, s.WakeupProbe.HttpGet.Port = nil, 9090
 		}, code: codes.InvalidArgument, want: "wakeupProbe.httpGet.port 9090"},
+		{name: "hook on a port the image does not expose", mutate: func(s *atev1.ActorTemplateSpec) {
+			s.Containers[0].Ports = nil
+			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/ate/restored", Port: 9999}}
+		}, code: codes.InvalidArgument, want: "onRestore.httpPost.port 9999 is not one of containers[0].ports [8080]"},
 		{name: "missing image names the path", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "oci:/images/gone" },
 			code: codes.InvalidArgument, want: "/images/gone"},
 		{name: "unreadable registry", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "registry.example/app" },

@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -86,6 +89,27 @@ func LoadTemplateFile(path string) (*atev1.ActorTemplate, error) {
 	return t, nil
 }
 
+// documents counts the YAML documents in data; sigs.k8s.io/yaml reads
+// only the first, and a second template in the file must not be dropped
+// without a word. Errors are left for the strict decode to report.
+func documents(data []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for {
+		var doc any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if doc != nil {
+			n++
+		}
+	}
+}
+
 // yamlError restates a decoding error of sigs.k8s.io/yaml (which decodes
 // YAML by way of JSON) in the file's terms: the field's path as written,
 // no "JSON" and no Go type or struct names.
@@ -122,6 +146,9 @@ func yamlError(err error) error {
 // parseTemplate decodes and checks a template file, resolving relative local
 // image paths against baseDir.
 func parseTemplate(data []byte, baseDir string) (*atev1.ActorTemplate, error) {
+	if n, err := documents(data); err == nil && n > 1 {
+		return nil, fmt.Errorf("parse: the file holds %d YAML documents; one template per file", n)
+	}
 	var f templateFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("parse: %w", yamlError(err))

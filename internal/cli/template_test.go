@@ -84,6 +84,7 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"ports not ints", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [http]\n", "parse: containers.ports must be a whole number, not a string"},
 		{"wrong type names the field, no Go", "name: t\n" + c + "eviction: {priority: high}\n", "parse: eviction.priority must be a whole number, not a string"},
 		{"typo names the key, no JSON", "name: t\n" + c + "eviction: {evictible: false}\n", `parse: unknown field "evictible"`},
+		{"two documents", "name: t\n" + c + "---\nname: u\n" + c, "parse: the file holds 2 YAML documents"},
 		{"yaml syntax", "name: t\n" + c + "eviction: {priority: 1\n", "parse: yaml: line"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

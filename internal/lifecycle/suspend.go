@@ -237,6 +237,7 @@ func (m *Manager) Revert(ctx context.Context, atespace, name string) (out *store
 			_ = m.node.DeletePaused(a.PausedSnapshot)
 		}
 		m.workerFreed()
+		m.log.InfoContext(ctx, "actor reverted", "actor", a.Name, "atespace", a.Atespace, "from", a.State, "snapshot", a.Snapshot)
 		return nil
 	})
 	return out, err

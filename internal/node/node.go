@@ -297,6 +297,12 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 	defer s.opMu.Unlock()
 	s.mu.Lock()
 	mine := s.actorUID == actorUID
+	if mine {
+		// Requests still running are cut with the container: they are
+		// answered 503 + Retry-After like a checkpoint's (the actor will
+		// be back), not 502 as if the app had failed.
+		s.cut = true
+	}
 	s.mu.Unlock()
 	if mine {
 		n.clearOp(ctx, s)

@@ -84,3 +84,23 @@ func TestTunnelStripsActorsMarker(t *testing.T) {
 		t.Fatalf("got %d with %s=%q, want 200 without the marker", resp.StatusCode, router.HeaderTunnelError, resp.Header.Get(router.HeaderTunnelError))
 	}
 }
+
+// TestStopCutsLikeACheckpoint: requests still running when an actor's
+// sandbox is stopped on purpose (revert, forced delete) are answered as
+// cut — 503, retry — not as if the app had failed.
+func TestStopCutsLikeACheckpoint(t *testing.T) {
+	n := newTestNode(t, fake.New(fake.Config{}))
+	w := n.order[0]
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	if n.wasCut(w) {
+		t.Fatal("a running actor's requests count as cut")
+	}
+	if err := n.Stop(t.Context(), w, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !n.wasCut(w) {
+		t.Fatal("requests cut by Stop would be answered 502, not 503 + Retry-After")
+	}
+}

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // TestWorkerActivity: the tunnel counts each incarnation's requests and
@@ -33,8 +33,8 @@ func TestWorkerActivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(router.HeaderWorker, w)
-	req.Header.Set(router.HeaderActorUID, "a")
+	req.Header.Set(tunnelproto.HeaderWorker, w)
+	req.Header.Set(tunnelproto.HeaderActorUID, "a")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

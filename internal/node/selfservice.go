@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -45,7 +46,10 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: n.selfHandler(s, f), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: n.selfHandler(s, f), ReadHeaderTimeout: 5 * time.Second,
+			// net/http's complaints about what an actor sends stay
+			// structured log lines.
+			ErrorLog: slog.NewLogLogger(n.log.With("worker", name).Handler(), slog.LevelDebug)}
 		servers = append(servers, srv)
 		go func(ln net.Listener) {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

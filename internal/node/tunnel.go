@@ -13,8 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 type ctxKey int
@@ -93,10 +94,11 @@ func (o *openConns) closeAll(container string) {
 }
 
 // NewTunnel returns the worker tunnel: an HTTP handler that forwards each
-// request to the sandbox of the worker named in the Ate-Worker header, but
-// only if that worker hosts the actor named by Ate-Actor-Uid; otherwise it
-// answers 421 Misdirected Request (RFC 9110 §15.5.20) so the router
-// re-resolves. Both headers are removed before forwarding.
+// request to the sandbox of the worker named in tunnelproto.HeaderWorker,
+// but only if that worker hosts the actor incarnation named by
+// tunnelproto.HeaderActorUID; otherwise it answers tunnelproto.StatusStale
+// (421) so the router re-resolves. Both headers are removed before
+// forwarding. The protocol is tunnelproto's package doc.
 //
 // Bodies stream both ways at once (full duplex) and upgrades (WebSocket)
 // pass through. A request still running when a checkpoint's drain grace
@@ -111,12 +113,18 @@ func (n *Node) NewTunnel() http.Handler {
 			pr.Out.URL = t.url()
 			pr.Out.URL.Path, pr.Out.URL.RawPath, pr.Out.URL.RawQuery = pr.In.URL.Path, pr.In.URL.RawPath, pr.In.URL.RawQuery
 			pr.Out.Host = pr.In.Host
-			pr.Out.Header.Del(router.HeaderWorker)
-			pr.Out.Header.Del(router.HeaderActorUID)
+			pr.Out.Header.Del(tunnelproto.HeaderWorker)
+			pr.Out.Header.Del(tunnelproto.HeaderActorUID)
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 		},
 		Transport:  n.conns,
-		BufferPool: router.NewBufferPool(),
+		BufferPool: httpserve.NewBufferPool(),
+		// Without it a stream cut mid-body (errCut, the router going
+		// away) writes a plain-text "httputil: ReverseProxy read error"
+		// line into the structured log. Debug: ErrorHandler logs every
+		// failure that costs the client an answer; a cut body is the
+		// cutter's or the client's doing.
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		// FlushInterval 0 flushes streams (no Content-Length, or
 		// text/event-stream) on every write, and buffers the rest.
 
@@ -124,11 +132,11 @@ func (n *Node) NewTunnel() http.Handler {
 		// the worker's namespace and the runtime's words, and the
 		// answer may reach anonymous clients. The cause is logged here
 		// with the router's request id; the router replaces the
-		// marked answer with its own (router.WriteTunnelError).
+		// marked answer with its own (tunnelproto.WriteError).
 		// The marker is the tunnel's alone: an actor sending it would
 		// have its own answer replaced by the router's error.
 		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Del(router.HeaderTunnelError)
+			resp.Header.Del(tunnelproto.HeaderError)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -144,23 +152,23 @@ func (n *Node) NewTunnel() http.Handler {
 				// is refused, which is not the app's fault): the actor
 				// will be back, so the router says when to retry.
 				n.log.InfoContext(r.Context(), "tunnel request cut", "worker", worker, "request_id", rid, "err", err)
-				router.WriteTunnelError(w, router.TunnelErrorCut)
+				tunnelproto.WriteError(w, tunnelproto.KindCut)
 				return
 			}
-			kind := router.TunnelErrorUpstream
+			kind := tunnelproto.KindUpstream
 			if errors.Is(err, syscall.ECONNREFUSED) {
-				kind = router.TunnelErrorRefused // nothing listens on the actor's port
+				kind = tunnelproto.KindRefused // nothing listens on the actor's port
 			}
 			n.log.WarnContext(r.Context(), "tunnel upstream", "worker", worker, "request_id", rid, "kind", kind, "err", err)
-			router.WriteTunnelError(w, kind)
+			tunnelproto.WriteError(w, kind)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		worker, uid := r.Header.Get(router.HeaderWorker), r.Header.Get(router.HeaderActorUID)
+		worker, uid := r.Header.Get(tunnelproto.HeaderWorker), r.Header.Get(tunnelproto.HeaderActorUID)
 		t, release, ok := n.enter(worker, uid, isStream(r))
 		if !ok {
 			n.log.DebugContext(r.Context(), "stale assignment", slog.String("worker", worker), slog.String("uid", uid))
-			http.Error(w, "worker "+worker+" does not host this actor now", http.StatusMisdirectedRequest)
+			http.Error(w, "worker "+worker+" does not host this actor now", tunnelproto.StatusStale)
 			return
 		}
 		defer release()

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // TestTunnelErrorNamesNoCause: when the actor does not answer (here:
@@ -35,8 +35,8 @@ func TestTunnelErrorNamesNoCause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(router.HeaderWorker, w)
-	req.Header.Set(router.HeaderActorUID, "a")
+	req.Header.Set(tunnelproto.HeaderWorker, w)
+	req.Header.Set(tunnelproto.HeaderActorUID, "a")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -46,10 +46,10 @@ func TestTunnelErrorNamesNoCause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(router.HeaderTunnelError) != router.TunnelErrorRefused ||
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(tunnelproto.HeaderError) != string(tunnelproto.KindRefused) ||
 		string(body) != "actor did not answer\n" {
-		t.Fatalf("got %d %s=%q %q, want 502 %s=%s %q", resp.StatusCode, router.HeaderTunnelError,
-			resp.Header.Get(router.HeaderTunnelError), body, router.HeaderTunnelError, router.TunnelErrorRefused, "actor did not answer\n")
+		t.Fatalf("got %d %s=%q %q, want 502 %s=%s %q", resp.StatusCode, tunnelproto.HeaderError,
+			resp.Header.Get(tunnelproto.HeaderError), body, tunnelproto.HeaderError, string(tunnelproto.KindRefused), "actor did not answer\n")
 	}
 	for _, leak := range []string{w, "8080", "fake", "refused", "dial"} {
 		if strings.Contains(string(body), leak) {
@@ -69,19 +69,19 @@ func TestTunnelStripsActorsMarker(t *testing.T) {
 	tunnel := httptest.NewServer(n.NewTunnel())
 	defer tunnel.Close()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
-		tunnel.URL+"/header?name="+router.HeaderTunnelError+"&value="+router.TunnelErrorCut, nil)
+		tunnel.URL+"/header?name="+tunnelproto.HeaderError+"&value="+string(tunnelproto.KindCut), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(router.HeaderWorker, w)
-	req.Header.Set(router.HeaderActorUID, "a")
+	req.Header.Set(tunnelproto.HeaderWorker, w)
+	req.Header.Set(tunnelproto.HeaderActorUID, "a")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(router.HeaderTunnelError) != "" {
-		t.Fatalf("got %d with %s=%q, want 200 without the marker", resp.StatusCode, router.HeaderTunnelError, resp.Header.Get(router.HeaderTunnelError))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(tunnelproto.HeaderError) != "" {
+		t.Fatalf("got %d with %s=%q, want 200 without the marker", resp.StatusCode, tunnelproto.HeaderError, resp.Header.Get(tunnelproto.HeaderError))
 	}
 }
 

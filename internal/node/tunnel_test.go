@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // openTo returns how many connections into container are open.
@@ -44,8 +44,8 @@ func TestFirstRequestReusesProbeConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set(router.HeaderWorker, w)
-		req.Header.Set(router.HeaderActorUID, "a")
+		req.Header.Set(tunnelproto.HeaderWorker, w)
+		req.Header.Set(tunnelproto.HeaderActorUID, "a")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

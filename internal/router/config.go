@@ -23,6 +23,11 @@ const (
 	// ~11 s (BENCHMARKS.md), so 10 s turns most late restores into
 	// answers instead of 503s without holding clients much longer.
 	DefaultParkGrace = 10 * time.Second
+	// DefaultDrainTimeout is the drain timeout (httpserve.Server) of the
+	// server in front of a Handler: it lets a request parked just before
+	// the drain began wait out its budget and grace and still be
+	// answered.
+	DefaultDrainTimeout = DefaultParkBudget + DefaultParkGrace
 	// DefaultRouteTimeout bounds the wait for an actor's response header,
 	// for templates that set none (route_timeout_seconds).
 	DefaultRouteTimeout = 5 * time.Minute

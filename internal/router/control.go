@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -28,9 +29,11 @@ const listWorkersTimeout = 10 * time.Second
 // one shared refresh. Each actor's policy comes from its template
 // (GetActorTemplate), fetched once per actor incarnation (policies.go).
 //
-// A ControlResolver is safe for concurrent use. Errors are the API's gRPC
-// status errors, wrapped; conditions the router detects itself (an actor
-// RUNNING without a reachable worker) are codes.Unavailable.
+// A ControlResolver is safe for concurrent use. It is the router's only
+// gRPC client: errors are the API's status errors translated into the
+// Resolver's sentinels (fromControl), the status wrapped for logs;
+// conditions it detects itself (an actor RUNNING without a reachable
+// worker) are ErrResumeFailed.
 type ControlResolver struct {
 	client atev1.ControlClient
 	logger *slog.Logger
@@ -71,7 +74,7 @@ func NewControlResolver(client atev1.ControlClient, logger *slog.Logger) *Contro
 func (c *ControlResolver) Lookup(ctx context.Context, key names.ActorKey) (Target, bool, error) {
 	a, err := c.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: key.Atespace, Name: key.Name})
 	if err != nil {
-		return Target{}, false, fmt.Errorf("get actor %s: %w", key, err)
+		return Target{}, false, fmt.Errorf("get actor %s: %w", key, fromControl(err))
 	}
 	if a.GetState() != atev1.ActorState_RUNNING {
 		return Target{}, false, nil
@@ -90,10 +93,10 @@ func (c *ControlResolver) Resume(ctx context.Context, key names.ActorKey) (Targe
 	var md metadata.MD
 	a, err := c.client.ResumeActor(ctx, &atev1.ResumeActorRequest{Atespace: key.Atespace, Name: key.Name}, grpc.Header(&md))
 	if err != nil {
-		return Target{}, Resumption{}, fmt.Errorf("resume actor %s: %w", key, err)
+		return Target{}, Resumption{}, fmt.Errorf("resume actor %s: %w", key, fromControl(err))
 	}
 	if a.GetState() != atev1.ActorState_RUNNING {
-		return Target{}, Resumption{}, status.Errorf(codes.Unavailable, "actor %s is %s after resume", key, a.GetState())
+		return Target{}, Resumption{}, fmt.Errorf("%w: actor %s is %s after resume", ErrResumeFailed, key, a.GetState())
 	}
 	t, err := c.target(ctx, key, a)
 	if err != nil {
@@ -126,7 +129,7 @@ func (c *ControlResolver) resumption(key names.ActorKey, md metadata.MD) Resumpt
 func (c *ControlResolver) Assigned(ctx context.Context, key names.ActorKey) (bool, error) {
 	a, err := c.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: key.Atespace, Name: key.Name})
 	if err != nil {
-		return false, fmt.Errorf("get actor %s: %w", key, err)
+		return false, fmt.Errorf("get actor %s: %w", key, fromControl(err))
 	}
 	switch a.GetState() {
 	case atev1.ActorState_RUNNING:
@@ -139,15 +142,15 @@ func (c *ControlResolver) Assigned(ctx context.Context, key names.ActorKey) (boo
 }
 
 // Pause implements Idler with PauseActor, reason IDLE; an API server without it
-// (codes.Unimplemented) yields ErrPauseUnsupported.
+// (codes.Unimplemented) yields ErrPauseUnsupported (with ErrControlPlane).
 func (c *ControlResolver) Pause(ctx context.Context, key names.ActorKey) error {
 	_, err := c.client.PauseActor(ctx, &atev1.PauseActorRequest{Atespace: key.Atespace, Name: key.Name,
 		Reason: atev1.CheckpointReason_IDLE})
 	if status.Code(err) == codes.Unimplemented {
-		return fmt.Errorf("pause actor %s: %w: %w", key, ErrPauseUnsupported, err)
+		return fmt.Errorf("pause actor %s: %w: %w", key, ErrPauseUnsupported, fromControl(err))
 	}
 	if err != nil {
-		return fmt.Errorf("pause actor %s: %w", key, err)
+		return fmt.Errorf("pause actor %s: %w", key, fromControl(err))
 	}
 	return nil
 }
@@ -156,7 +159,7 @@ func (c *ControlResolver) Pause(ctx context.Context, key names.ActorKey) error {
 func (c *ControlResolver) Suspend(ctx context.Context, key names.ActorKey) error {
 	req := &atev1.SuspendActorRequest{Atespace: key.Atespace, Name: key.Name, Reason: atev1.CheckpointReason_IDLE}
 	if _, err := c.client.SuspendActor(ctx, req); err != nil {
-		return fmt.Errorf("suspend actor %s: %w", key, err)
+		return fmt.Errorf("suspend actor %s: %w", key, fromControl(err))
 	}
 	return nil
 }
@@ -175,7 +178,7 @@ func (c *ControlResolver) RecordActivity(ctx context.Context, acts []Activity) e
 				Atespace: act.Actor.Atespace, Name: act.Actor.Name, LastActivity: timestamppb.New(act.Last)})
 		}
 		if _, err := c.client.RecordActivity(ctx, req); err != nil {
-			return fmt.Errorf("record activity of %d actors: %w", len(chunk), err)
+			return fmt.Errorf("record activity of %d actors: %w", len(chunk), fromControl(err))
 		}
 	}
 	return nil
@@ -185,7 +188,7 @@ func (c *ControlResolver) RecordActivity(ctx context.Context, acts []Activity) e
 // address and the template's policy.
 func (c *ControlResolver) target(ctx context.Context, key names.ActorKey, a *atev1.Actor) (Target, error) {
 	if a.GetWorker() == "" {
-		return Target{}, status.Errorf(codes.Unavailable, "actor %s is %s but has no worker", key, a.GetState())
+		return Target{}, fmt.Errorf("%w: actor %s is %s but has no worker", ErrResumeFailed, key, a.GetState())
 	}
 	addr, err := c.tunnelAddr(ctx, a.GetWorker())
 	if err != nil {
@@ -213,7 +216,7 @@ func (c *ControlResolver) tunnelAddr(ctx context.Context, worker string) (string
 	if addr, ok := c.cachedTunnel(worker); ok {
 		return addr, nil
 	}
-	return "", status.Errorf(codes.Unavailable, "worker %s is not listed with a tunnel address", worker)
+	return "", fmt.Errorf("%w: worker %s is not listed with a tunnel address", ErrResumeFailed, worker)
 }
 
 func (c *ControlResolver) cachedTunnel(worker string) (string, bool) {
@@ -226,7 +229,7 @@ func (c *ControlResolver) cachedTunnel(worker string) (string, bool) {
 func (c *ControlResolver) refreshTunnels(ctx context.Context) error {
 	resp, err := c.client.ListWorkers(ctx, &atev1.ListWorkersRequest{})
 	if err != nil {
-		return fmt.Errorf("list workers: %w", err)
+		return fmt.Errorf("list workers: %w", fromControl(err))
 	}
 	tunnels := make(map[string]string, len(resp.GetWorkers()))
 	for _, w := range resp.GetWorkers() {
@@ -238,4 +241,56 @@ func (c *ControlResolver) refreshTunnels(ctx context.Context) error {
 	c.tunnels = tunnels
 	c.mu.Unlock()
 	return nil
+}
+
+// fromControl translates err, from a Control API call, into the router's
+// terms (resolver.go): the one place where gRPC codes become router
+// errors. The result wraps both the sentinel and err, so the control
+// plane's message reaches the logs.
+//
+// Unavailable is ErrResumeFailed only when the API server said so (its
+// status carries the API's ErrorInfo): the same code from the transport
+// means the server was not reached, ErrControlPlane.
+func fromControl(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%w: %w", ErrControlPlane, err)
+	}
+	switch st.Code() {
+	case codes.NotFound:
+		return fmt.Errorf("%w: %w", ErrActorNotFound, err)
+	case codes.ResourceExhausted:
+		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
+	case codes.DeadlineExceeded:
+		// The call's deadline passed before a worker was found, on the
+		// server or by grpc-go's clock.
+		return fmt.Errorf("%w: %w: %w", ErrNoCapacity, context.DeadlineExceeded, err)
+	case codes.Aborted:
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w: %w", ErrNotResumable, err)
+	case codes.Unavailable:
+		if fromServer(st) {
+			return fmt.Errorf("%w: %w", ErrResumeFailed, err)
+		}
+		return fmt.Errorf("%w: %w", ErrControlPlane, err)
+	case codes.Canceled:
+		// The caller's context ended; nobody waits for the answer.
+		return fmt.Errorf("%w: %w", context.Canceled, err)
+	default:
+		return fmt.Errorf("%w: %w", ErrControlPlane, err)
+	}
+}
+
+// fromServer reports whether st carries the ate API's ErrorInfo, i.e. the
+// server answered; a transport failure carries none.
+func fromServer(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == atev1.ErrorDomain {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -184,21 +186,22 @@ func TestControlResolver(t *testing.T) {
 		resume    bool // call Resume instead of Lookup
 		want      Target
 		wantOK    bool
-		wantCode  codes.Code
+		wantErr   error      // the Resolver error expected
+		wantCode  codes.Code // the API's status in its chain (codes.OK: none)
 		wantLists int64
 	}{
 		{name: "lookup running", actors: actor(atev1.ActorState_RUNNING, "w1"), workers: []*atev1.Worker{w1},
 			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
 		{name: "lookup suspended", actors: actor(atev1.ActorState_SUSPENDED, ""), wantOK: false},
 		{name: "lookup resuming is not running", actors: actor(atev1.ActorState_RESUMING, "w1"), wantOK: false},
-		{name: "lookup unknown actor", actors: nil, wantCode: codes.NotFound},
+		{name: "lookup unknown actor", actors: nil, wantErr: ErrActorNotFound, wantCode: codes.NotFound},
 		{name: "lookup running on an unlisted worker", actors: actor(atev1.ActorState_RUNNING, "w9"), workers: []*atev1.Worker{w1},
-			wantCode: codes.Unavailable, wantLists: 1},
+			wantErr: ErrResumeFailed, wantLists: 1},
 		{name: "resume", actors: actor(atev1.ActorState_SUSPENDED, ""), workers: []*atev1.Worker{w1}, resume: true,
 			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
 		{name: "resume without a free worker", actors: actor(atev1.ActorState_SUSPENDED, ""), resume: true,
 			onResume: func(*atev1.Actor) error { return status.Error(codes.ResourceExhausted, "no free worker") },
-			wantCode: codes.ResourceExhausted},
+			wantErr:  ErrNoCapacity, wantCode: codes.ResourceExhausted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,8 +216,11 @@ func TestControlResolver(t *testing.T) {
 			} else {
 				got, ok, err = r.Lookup(t.Context(), key)
 			}
-			// The API's code survives the resolver's wrapping.
-			if st, _ := status.FromError(err); st.Code() != tt.wantCode {
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			// The API's status survives the translation, for logs.
+			if st, _ := status.FromError(err); tt.wantCode != codes.OK && st.Code() != tt.wantCode {
 				t.Fatalf("err = %v, want code %v", err, tt.wantCode)
 			}
 			if err != nil {
@@ -225,6 +231,55 @@ func TestControlResolver(t *testing.T) {
 			}
 			if n := fc.listWorkers.Load(); n != tt.wantLists {
 				t.Errorf("ListWorkers called %d times, want %d", n, tt.wantLists)
+			}
+		})
+	}
+}
+
+// TestFromControl: every status the Control API (or grpc-go) can answer
+// becomes the router's error, keeping the status and its message; an
+// Unavailable is a failed resume only when the API server says so.
+func TestFromControl(t *testing.T) {
+	fromAPI := func(c codes.Code, msg string) error {
+		st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: "X", Domain: atev1.ErrorDomain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	tests := []struct {
+		name string
+		err  error
+		want []error
+	}{
+		{"not found", fromAPI(codes.NotFound, "actor default/x not found"), []error{ErrActorNotFound}},
+		{"no free worker", fromAPI(codes.ResourceExhausted, "no free worker"), []error{ErrNoCapacity}},
+		{"deadline from the server", fromAPI(codes.DeadlineExceeded, "deadline"), []error{ErrNoCapacity, context.DeadlineExceeded}},
+		{"deadline by grpc-go's clock", status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM"),
+			[]error{ErrNoCapacity, context.DeadlineExceeded}},
+		{"aborted", fromAPI(codes.Aborted, "record changed"), []error{ErrConflict}},
+		{"invalid argument", fromAPI(codes.InvalidArgument, "bad"), []error{ErrInvalid}},
+		{"failed precondition", fromAPI(codes.FailedPrecondition, "DELETING"), []error{ErrNotResumable}},
+		{"resume failed on the server", fromAPI(codes.Unavailable, "restore failed"), []error{ErrResumeFailed}},
+		{"transport unavailable", status.Error(codes.Unavailable, "connection refused"), []error{ErrControlPlane}},
+		{"unavailable from another domain", status.Error(codes.Unavailable, "proxy says no"), []error{ErrControlPlane}},
+		{"canceled", status.Error(codes.Canceled, "context canceled"), []error{context.Canceled}},
+		{"internal", fromAPI(codes.Internal, "boom"), []error{ErrControlPlane}},
+		{"unimplemented", status.Error(codes.Unimplemented, "unknown method"), []error{ErrControlPlane}},
+		{"not a status", errors.New("odd"), []error{ErrControlPlane}},
+	}
+	all := []error{ErrActorNotFound, ErrNoCapacity, ErrConflict, ErrInvalid, ErrNotResumable, ErrResumeFailed,
+		ErrControlPlane, context.DeadlineExceeded, context.Canceled}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := fromControl(tt.err)
+			for _, e := range all {
+				if want := slices.Contains(tt.want, e); errors.Is(got, e) != want {
+					t.Errorf("fromControl(%v) = %v: errors.Is(%v) = %t, want %t", tt.err, got, e, !want, want)
+				}
+			}
+			if !errors.Is(got, tt.err) || !strings.Contains(got.Error(), tt.err.Error()) {
+				t.Errorf("fromControl(%v) = %v, want it to wrap the status", tt.err, got)
 			}
 		})
 	}

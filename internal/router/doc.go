@@ -6,6 +6,8 @@
 // that fronts the actor's worker.
 //
 // Wiring: NewHandler builds the request chain over a Resolver (in production
-// a ControlResolver over the Control API); Server serves it until its
-// context ends.
+// a ControlResolver over the Control API, the only part of the router that
+// speaks gRPC: it translates status codes into the Resolver's errors);
+// httpserve.Server serves it until its context ends, then drains it. The
+// router's side of the worker tunnel protocol is tunnelproto's.
 package router

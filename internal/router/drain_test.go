@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
+	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -27,7 +28,7 @@ func TestDrain(t *testing.T) {
 	tr := newTunnelTransport()
 	defer tr.CloseIdleConnections()
 	h := NewHandler(Config{Transport: tr}, res, nil)
-	s := NewServer("127.0.0.1:0", h, nil)
+	s := httpserve.NewServer("router", "127.0.0.1:0", h, nil)
 	s.DrainDelay, s.DrainTimeout = 300*time.Millisecond, 10*time.Second
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)

@@ -10,14 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
-// The router's own failure conditions. Resolver failures are gRPC status
-// errors (see Resolver); classify maps both kinds to HTTP.
+// The router's own failure conditions. Resolver failures are the
+// sentinels in resolver.go; classify maps both kinds to HTTP.
 var (
 	// errNoActor: the request names no actor (neither Host nor header).
 	errNoActor = errors.New("no actor addressed")
@@ -80,37 +78,37 @@ func (e *routeTimeoutError) Error() string {
 func (e *routeTimeoutError) Unwrap() error { return errRouteTimeout }
 
 // tunnelError: the worker tunnel answered the request itself (it marks
-// such answers with HeaderTunnelError) because it could not get an answer
-// from the actor. The tunnel logs the cause; its answer is never relayed.
+// such answers with tunnelproto.HeaderError) because it could not get an
+// answer from the actor. The tunnel logs the cause; its answer is never
+// relayed.
 type tunnelError struct {
-	// kind is the marker's value: TunnelErrorRefused, TunnelErrorUpstream,
-	// TunnelErrorCut, or a kind this router does not know (answered as
-	// upstream).
-	kind   string
+	// kind is the marker's value: one of tunnelproto's kinds, or a kind
+	// this router does not know (answered as upstream).
+	kind   tunnelproto.ErrorKind
 	status int
 }
 
 func (e *tunnelError) Error() string {
-	return fmt.Sprintf("worker tunnel answered %d %s %q (its log has the cause)", e.status, HeaderTunnelError, e.kind)
+	return fmt.Sprintf("worker tunnel answered %d %s %q (its log has the cause)", e.status, tunnelproto.HeaderError, e.kind)
 }
 
 // keepsTarget reports whether the actor is still where the router sent
 // the request: the tunnel admitted it to the worker that hosts the actor,
 // and only the actor's app failed to answer. A cut means the actor is
 // going (checkpoint or stop), so its target is stale.
-func (e *tunnelError) keepsTarget() bool { return e.kind != TunnelErrorCut }
+func (e *tunnelError) keepsTarget() bool { return e.kind != tunnelproto.KindCut }
 
 // classify maps any error the request path produces to its HTTP answer.
-// It is the only place that does: router sentinels first, then the worker
-// tunnel's own answers, then context errors, then gRPC status codes from
-// the Resolver. key is the addressed actor (zero when none was); cfg
-// supplies the limits named in bodies.
+// It is the only place that does: the worker tunnel's own answers and
+// router sentinels first, then context errors, then the Resolver's
+// sentinels (resolver.go). key is the addressed actor (zero when none
+// was); cfg supplies the limits named in bodies.
 //
 // Bodies are for anonymous clients: they say what happened in the
 // client's terms and what to do, and are built from fixed texts, the
 // actor's name and the router's own limits only. Causes carry interior
 // addresses, paths, namespace, worker and runtime names (the tunnel's
-// dial errors, the control plane's status messages); they go to the log,
+// dial errors, the control plane's messages); they go to the log,
 // which the request id in every body (writeFailure) points to. The one
 // exception is names.ErrInvalid, whose message is the router's own
 // validation of the name the client sent.
@@ -126,10 +124,10 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 			"actor %s did not answer within its route timeout of %s", actor, rte.timeout)}
 	case errors.As(err, &te):
 		switch te.kind {
-		case TunnelErrorCut:
+		case tunnelproto.KindCut:
 			return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 				"actor %s is being suspended or has stopped; retry", actor)}
-		case TunnelErrorRefused:
+		case tunnelproto.KindRefused:
 			return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
 				"actor %s is not listening on its port, or has just stopped; check that it listens", actor)}
 		default:
@@ -159,40 +157,43 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 	case errors.Is(err, context.Canceled):
 		return clientClosed()
 	}
-	st, ok := grpcStatus(err)
-	if !ok {
-		// Not from the control plane: the tunnel could not be reached
-		// or broke.
-		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
-			"actor %s is unreachable; retry later", actor)}
-	}
-	// The status message is never echoed: a failed restore's names the
-	// runtime, the worker's namespace and snapshot paths.
-	switch st.Code() {
-	case codes.NotFound:
+	return classifyResolver(err, actor, cfg)
+}
+
+// classifyResolver is classify for the Resolver's sentinels; anything else
+// is the tunnel's connection failing. The control plane's messages are
+// never echoed: a failed restore's names the runtime, the worker's
+// namespace and snapshot paths.
+func classifyResolver(err error, actor string, cfg Config) failure {
+	switch {
+	case errors.Is(err, ErrActorNotFound):
 		return failure{status: http.StatusNotFound, body: fmt.Sprintf("actor %s not found", actor)}
-	case codes.InvalidArgument:
+	case errors.Is(err, ErrInvalid):
 		// The router validated the name already (names.ErrInvalid
 		// above), so this is the control plane refusing something else
 		// about the request; its words stay in the log.
 		return failure{status: http.StatusBadRequest, body: fmt.Sprintf(
 			"invalid request for actor %s; check its name", actor)}
-	case codes.ResourceExhausted:
+	case errors.Is(err, ErrNoCapacity):
+		// Not the call's deadline passing, which also matches
+		// context.DeadlineExceeded (notResumedInTime, in classify): the
+		// control plane said there is no worker before that.
 		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"no free worker for actor %s within %s; retry later", actor, cfg.ParkBudget)}
-	case codes.DeadlineExceeded:
-		return notResumedInTime(actor, cfg)
-	case codes.FailedPrecondition:
+	case errors.Is(err, ErrNotResumable):
 		return failure{status: http.StatusConflict, body: fmt.Sprintf(
 			"actor %s cannot be resumed now (it is being deleted or changed); retry later", actor)}
-	case codes.Unavailable:
+	case errors.Is(err, ErrResumeFailed):
 		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s could not be resumed; its last snapshot is kept and the next request tries again", actor)}
-	case codes.Canceled:
-		return clientClosed()
-	default:
+	case errors.Is(err, ErrConflict), errors.Is(err, ErrControlPlane):
 		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s could not be resumed; retry later", actor)}
+	default:
+		// Not from the control plane: the tunnel could not be reached
+		// or broke.
+		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+			"actor %s is unreachable; retry later", actor)}
 	}
 }
 
@@ -203,40 +204,17 @@ func clientClosed() failure {
 // retryable reports whether err, from a shared Lookup(+Resume), fails only
 // that attempt and not the actor: the shared call ran out of its own time
 // (errCallExpired); the control plane found no worker before the call's
-// deadline (codes.ResourceExhausted, codes.DeadlineExceeded — that deadline
-// is the budget of the request that started the call, not of the requests
-// that joined it); or it gave up over a concurrent change (codes.Aborted).
-// A request with budget left starts another attempt.
+// deadline (ErrNoCapacity — that deadline is the budget of the request that
+// started the call, not of the requests that joined it); or it gave up over
+// a concurrent change (ErrConflict). A request with budget left starts
+// another attempt.
 func retryable(err error) bool {
-	if errors.Is(err, errCallExpired) {
-		return true
-	}
-	st, ok := grpcStatus(err)
-	if !ok {
-		return false
-	}
-	switch st.Code() {
-	case codes.ResourceExhausted, codes.DeadlineExceeded, codes.Aborted:
-		return true
-	default:
-		return false
-	}
+	return errors.Is(err, errCallExpired) || errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrConflict)
 }
 
 func notResumedInTime(actor string, cfg Config) failure {
 	return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 		"park budget of %s exhausted: actor %s was not resumed in time; retry later", cfg.ParkBudget, actor)}
-}
-
-// grpcStatus finds the gRPC status in err's chain. Unlike status.FromError
-// it returns the status as the server sent it, so its message is not
-// prefixed with the router's own wrapping.
-func grpcStatus(err error) (*status.Status, bool) {
-	var se interface{ GRPCStatus() *status.Status }
-	if !errors.As(err, &se) || se.GRPCStatus() == nil {
-		return nil, false
-	}
-	return se.GRPCStatus(), true
 }
 
 // oneLine keeps a message on one line of the text/plain body.
@@ -265,19 +243,4 @@ func writeFailure(w http.ResponseWriter, f failure, rid string) {
 	w.WriteHeader(f.status)
 	// The client may be gone; there is nobody to tell about a failed write.
 	_, _ = io.WriteString(w, f.body+" (request id "+rid+")\n")
-}
-
-// WriteTunnelError writes the worker tunnel's own answer for a request it
-// could not get answered by the actor: a fixed text by kind (see
-// HeaderTunnelError) and the marker, never the cause, which the tunnel
-// logs. The router replaces such answers with its own (classify).
-func WriteTunnelError(w http.ResponseWriter, kind string) {
-	code, body := http.StatusBadGateway, "actor did not answer"
-	if kind == TunnelErrorCut {
-		// A client talking to the tunnel directly learns to retry too.
-		w.Header().Set("Retry-After", "1")
-		code, body = http.StatusServiceUnavailable, "actor is being suspended; retry"
-	}
-	w.Header().Set(HeaderTunnelError, kind)
-	http.Error(w, body, code)
 }

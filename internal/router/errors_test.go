@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 func TestClassify(t *testing.T) {
@@ -26,13 +24,13 @@ func TestClassify(t *testing.T) {
 		wantRetry  bool
 		wantGone   bool
 	}{
-		{"not found", wrap(status.Error(codes.NotFound, "actor default/x not found")),
+		{"not found", wrap(controlError("NotFound", "actor default/x not found", ErrActorNotFound)),
 			404, "actor default/x not found", false, false},
-		{"invalid argument hides the server's message", wrap(status.Error(codes.InvalidArgument, "bad\nthing in /var/lib/ate")),
+		{"invalid argument hides the server's message", wrap(controlError("InvalidArgument", "bad\nthing in /var/lib/ate", ErrInvalid)),
 			400, "invalid request for actor default/x; check its name", false, false},
-		{"resource exhausted", wrap(status.Error(codes.ResourceExhausted, "busy")),
+		{"resource exhausted", wrap(controlError("ResourceExhausted", "busy", ErrNoCapacity)),
 			503, "no free worker for actor default/x within 30s; retry later", true, false},
-		{"deadline exceeded", wrap(status.Error(codes.DeadlineExceeded, "late")),
+		{"deadline exceeded", wrap(controlError("DeadlineExceeded", "late", ErrNoCapacity, context.DeadlineExceeded)),
 			503, "park budget of 30s exhausted: actor default/x was not resumed in time; retry later", true, false},
 		{"park budget", wrap(errParkBudget),
 			503, "park budget of 30s exhausted: actor default/x was not resumed in time; retry later", true, false},
@@ -40,15 +38,19 @@ func TestClassify(t *testing.T) {
 			503, "park budget of 30s exhausted: actor default/x was not resumed in time; retry later", true, false},
 		{"park full", wrap(errParkFull),
 			503, "parking lot full: too many requests are waiting for actors to resume (limit 7); retry shortly", true, false},
-		{"failed precondition hides the server's message", wrap(status.Error(codes.FailedPrecondition, "actor is DELETING")),
+		{"failed precondition hides the server's message", wrap(controlError("FailedPrecondition", "actor is DELETING", ErrNotResumable)),
 			409, "actor default/x cannot be resumed now (it is being deleted or changed); retry later", false, false},
-		{"unavailable hides the server's message", wrap(status.Error(codes.Unavailable, "resume failed: gvisor: restore in ate1-w1: exit status 1")),
+		{"unavailable hides the server's message", wrap(controlError("Unavailable", "resume failed: gvisor: restore in ate1-w1: exit status 1", ErrResumeFailed)),
 			502, "actor default/x could not be resumed; its last snapshot is kept and the next request tries again", false, false},
-		{"canceled status", wrap(status.Error(codes.Canceled, "")),
+		{"canceled status", wrap(controlError("Canceled", "", context.Canceled)),
 			statusClientClosedRequest, "client closed request", false, true},
 		{"canceled context", wrap(context.Canceled),
 			statusClientClosedRequest, "client closed request", false, true},
-		{"other code hides code and message", wrap(status.Error(codes.Internal, "boom")),
+		{"other code hides code and message", wrap(controlError("Internal", "boom", ErrControlPlane)),
+			502, "actor default/x could not be resumed; retry later", false, false},
+		{"control plane unreachable", wrap(controlError("Unavailable", "connection refused", ErrControlPlane)),
+			502, "actor default/x could not be resumed; retry later", false, false},
+		{"aborted once budget is gone", wrap(controlError("Aborted", "record changed concurrently", ErrConflict)),
 			502, "actor default/x could not be resumed; retry later", false, false},
 		{"park grace", wrap(errParkGrace),
 			503, "park budget of 30s and grace of 10s exhausted: actor default/x was still being restored; retry later", true, false},
@@ -56,13 +58,13 @@ func TestClassify(t *testing.T) {
 			503, "actor default/x moved while the request was in flight; retry", true, false},
 		{"tunnel unreachable", errors.New("dial tcp 10.0.0.1:7000: i/o timeout"),
 			502, "actor default/x is unreachable; retry later", false, false},
-		{"port refused", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: TunnelErrorRefused, status: 502}),
+		{"port refused", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: tunnelproto.KindRefused, status: 502}),
 			502, "actor default/x is not listening on its port, or has just stopped; check that it listens", false, false},
-		{"upstream broke", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: TunnelErrorUpstream, status: 502}),
+		{"upstream broke", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: tunnelproto.KindUpstream, status: 502}),
 			502, "actor default/x did not answer on its port; check that it listens and stays up", false, false},
 		{"unknown tunnel error kind", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: "new-kind", status: 502}),
 			502, "actor default/x did not answer on its port; check that it listens and stays up", false, false},
-		{"cut", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: TunnelErrorCut, status: 503}),
+		{"cut", fmt.Errorf("proxy to worker w1: %w", &tunnelError{kind: tunnelproto.KindCut, status: 503}),
 			503, "actor default/x is being suspended or has stopped; retry", true, false},
 		{"invalid name", fmt.Errorf("header: %w", names.ValidateLabel("atespace", "A")),
 			400, `header: invalid name: atespace "A" must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit`, false, false},
@@ -107,13 +109,14 @@ func TestRetryable(t *testing.T) {
 		want bool
 	}{
 		{"shared call expired", fmt.Errorf("%w after 30s: %w", errCallExpired, errors.New("dial: i/o timeout")), true},
-		{"deadline exceeded", wrap(status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")), true},
-		{"resource exhausted", wrap(status.Error(codes.ResourceExhausted, "no free worker")), true},
-		{"aborted", wrap(status.Error(codes.Aborted, "record changed concurrently")), true},
-		{"not found", wrap(status.Error(codes.NotFound, "no such actor")), false},
-		{"unavailable", wrap(status.Error(codes.Unavailable, "restore failed")), false},
-		{"failed precondition", wrap(status.Error(codes.FailedPrecondition, "deleting")), false},
-		{"canceled", wrap(status.Error(codes.Canceled, "")), false},
+		{"deadline exceeded", wrap(controlError("DeadlineExceeded", "stream terminated by RST_STREAM with error code: CANCEL", ErrNoCapacity, context.DeadlineExceeded)), true},
+		{"resource exhausted", wrap(controlError("ResourceExhausted", "no free worker", ErrNoCapacity)), true},
+		{"aborted", wrap(controlError("Aborted", "record changed concurrently", ErrConflict)), true},
+		{"not found", wrap(controlError("NotFound", "no such actor", ErrActorNotFound)), false},
+		{"unavailable", wrap(controlError("Unavailable", "restore failed", ErrResumeFailed)), false},
+		{"control plane unreachable", wrap(controlError("Unavailable", "connection refused", ErrControlPlane)), false},
+		{"failed precondition", wrap(controlError("FailedPrecondition", "deleting", ErrNotResumable)), false},
+		{"canceled", wrap(controlError("Canceled", "", context.Canceled)), false},
 		{"not a status", errors.New("connection refused"), false},
 	}
 	for _, tt := range tests {

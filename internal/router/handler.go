@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"sync/atomic"
 
+	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -49,7 +50,7 @@ const (
 //     answers 421 or refuses the connection, the target is dropped and
 //     the actor resolved again once; a GET/HEAD/OPTIONS without body is
 //     replayed, anything else gets 503 with Retry-After. An answer the
-//     tunnel made itself (HeaderTunnelError: the actor's port refused or
+//     tunnel made itself (tunnelproto.HeaderError: the actor's port refused or
 //     broke, or the request was cut by a checkpoint) is replaced by the
 //     router's own; the actor's own answers, errors included, pass
 //     through untouched.
@@ -68,7 +69,7 @@ func NewHandler(cfg Config, res Resolver, logger *slog.Logger) *Handler {
 	return &Handler{
 		cfg:      cfg,
 		act:      newActivator(res, cfg, logger),
-		buffers:  NewBufferPool(),
+		buffers:  httpserve.NewBufferPool(),
 		logger:   logger,
 		errorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -88,7 +89,7 @@ type Handler struct {
 	inflight atomic.Int64
 }
 
-var _ drainer = (*Handler)(nil)
+var _ httpserve.Drainer = (*Handler)(nil)
 
 // Drain makes /readyz answer 503 from now on, so load balancers take the
 // router out of rotation; requests are still served.

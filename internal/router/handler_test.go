@@ -12,17 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 func TestRouting(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
 	res := &fakeResolver{t: t, lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
 		if key.Name == "ghost" {
-			return Target{}, false, status.Error(codes.NotFound, "no such actor")
+			return Target{}, false, controlError("NotFound", "no such actor", ErrActorNotFound)
 		}
 		return targetAt(key, "w-"+key.Name, tunnel), true, nil
 	}}
@@ -100,9 +98,9 @@ func TestClientWorkerHeadersAreReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Host = "app.default.actors.localhost"
-	req.Header.Add(HeaderWorker, "evil")
-	req.Header.Add(HeaderWorker, "evil2")
-	req.Header.Set(HeaderActorUID, "forged")
+	req.Header.Add(tunnelproto.HeaderWorker, "evil")
+	req.Header.Add(tunnelproto.HeaderWorker, "evil2")
+	req.Header.Set(tunnelproto.HeaderActorUID, "forged")
 	got := send(srv, req)
 	if got.status != 200 || !strings.Contains(got.body, "worker=w1 uid=uid-default/app ") {
 		t.Fatalf("got %d %q, want 200 with only the router's worker and uid", got.status, got.body)
@@ -256,15 +254,19 @@ func TestResumeFailures(t *testing.T) {
 			resume:     func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			wantStatus: 503, wantRetryAfter: "1", wantBody: "park budget of 50ms exhausted: actor default/app was not resumed in time; retry later\n"},
 		{name: "no free worker until the budget runs out", budget: 100 * time.Millisecond,
-			resume:     func(context.Context) error { return status.Error(codes.ResourceExhausted, "all workers busy") },
+			resume: func(context.Context) error {
+				return controlError("ResourceExhausted", "all workers busy", ErrNoCapacity)
+			},
 			wantStatus: 503, wantRetryAfter: "1", wantBody: "park budget of 100ms exhausted: actor default/app was not resumed in time; retry later\n"},
 		{name: "unavailable",
 			resume: func(context.Context) error {
-				return status.Error(codes.Unavailable, "restore failed: snapshot corrupt")
+				return controlError("Unavailable", "restore failed: snapshot corrupt", ErrResumeFailed)
 			},
 			wantStatus: 502, wantBody: "actor default/app could not be resumed; its last snapshot is kept and the next request tries again\n"},
 		{name: "failed precondition",
-			resume:     func(context.Context) error { return status.Error(codes.FailedPrecondition, "actor is DELETING") },
+			resume: func(context.Context) error {
+				return controlError("FailedPrecondition", "actor is DELETING", ErrNotResumable)
+			},
 			wantStatus: 409, wantBody: "actor default/app cannot be resumed now (it is being deleted or changed); retry later\n"},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // fakeResolver stands in for the Control API. A nil lookup reports every
@@ -92,8 +94,8 @@ func echoTunnel(t *testing.T, name string, hits *atomic.Int64) string {
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(w, "%s host=%s worker=%s uid=%s uri=%s xff=%t\n", name, r.Host,
-			strings.Join(r.Header.Values(HeaderWorker), ","),
-			strings.Join(r.Header.Values(HeaderActorUID), ","),
+			strings.Join(r.Header.Values(tunnelproto.HeaderWorker), ","),
+			strings.Join(r.Header.Values(tunnelproto.HeaderActorUID), ","),
 			r.RequestURI, r.Header.Get("X-Forwarded-For") != "")
 	})
 }
@@ -226,4 +228,25 @@ func openStream(t *testing.T, srv *httptest.Server, path string) *bufio.Reader {
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return bufio.NewReader(resp.Body)
+}
+
+// controlError forges what ControlResolver returns when the API answers a
+// status with code (its name, e.g. "Unavailable") and msg: the router's
+// errors (fromControl), then the status's own text. The router's core
+// knows no gRPC, so neither do its tests' fakes.
+func controlError(code, msg string, errs ...error) error {
+	err := fmt.Errorf("rpc error: code = %s desc = %s", code, msg)
+	for i := len(errs) - 1; i >= 0; i-- {
+		err = fmt.Errorf("%w: %w", errs[i], err)
+	}
+	return err
+}
+
+// contextError forges what ControlResolver returns for a call whose
+// context ended (grpc-go reports that as a status too).
+func contextError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return controlError("DeadlineExceeded", ctx.Err().Error(), ErrNoCapacity, context.DeadlineExceeded)
+	}
+	return controlError("Canceled", ctx.Err().Error(), context.Canceled)
 }

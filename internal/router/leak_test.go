@@ -16,10 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // leakyCause is what the layers below the router say when an actor
@@ -72,9 +70,9 @@ func (b *logBuffer) records(t *testing.T, rid string) []map[string]any {
 // every request as the tunnel does when the actor gave no answer (marker
 // kind), but with the old tunnel's body — the cause itself — and an extra
 // header full of internals: the router must replace the whole answer.
-func tunnelAnswering(t *testing.T, kind string, code int) string {
+func tunnelAnswering(t *testing.T, kind tunnelproto.ErrorKind, code int) string {
 	return newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set(HeaderTunnelError, kind)
+		w.Header().Set(tunnelproto.HeaderError, string(kind))
 		w.Header().Set("X-Debug", "/run/ate/ate123-w1")
 		if code == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
@@ -118,7 +116,7 @@ var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // headers; the router logs the failure once, with that id and the full
 // cause.
 func TestFailuresLeakNothing(t *testing.T) {
-	leakyStatus := func(c codes.Code) error { return status.Error(c, leakyCause) }
+	leaky := func(code string, errs ...error) error { return controlError(code, leakyCause, errs...) }
 	releaseParked := make(chan struct{})
 	tests := []struct {
 		name string
@@ -134,15 +132,15 @@ func TestFailuresLeakNothing(t *testing.T) {
 		wantCause []string
 	}{
 		{name: "port refused", res: func(t *testing.T) Resolver {
-			return warmResolver(t, tunnelAnswering(t, TunnelErrorRefused, http.StatusBadGateway), Policy{})
+			return warmResolver(t, tunnelAnswering(t, tunnelproto.KindRefused, http.StatusBadGateway), Policy{})
 		}, wantStatus: 502, wantBody: "actor default/app is not listening on its port, or has just stopped; check that it listens",
-			wantCause: []string{"proxy to worker w1", HeaderTunnelError, `"refused"`}},
+			wantCause: []string{"proxy to worker w1", tunnelproto.HeaderError, `"refused"`}},
 		{name: "upstream broke", res: func(t *testing.T) Resolver {
-			return warmResolver(t, tunnelAnswering(t, TunnelErrorUpstream, http.StatusBadGateway), Policy{})
+			return warmResolver(t, tunnelAnswering(t, tunnelproto.KindUpstream, http.StatusBadGateway), Policy{})
 		}, wantStatus: 502, wantBody: "actor default/app did not answer on its port; check that it listens and stays up",
 			wantCause: []string{"proxy to worker w1", `"upstream"`}},
 		{name: "sandbox gone: tunnel cut the request", res: func(t *testing.T) Resolver {
-			return warmResolver(t, tunnelAnswering(t, TunnelErrorCut, http.StatusServiceUnavailable), Policy{})
+			return warmResolver(t, tunnelAnswering(t, tunnelproto.KindCut, http.StatusServiceUnavailable), Policy{})
 		}, wantStatus: 503, wantRetry: true, wantBody: "actor default/app is being suspended or has stopped; retry",
 			wantCause: []string{"proxy to worker w1", `"cut"`}},
 		{name: "sandbox gone: tunnel connection reset", res: func(t *testing.T) Resolver {
@@ -154,19 +152,19 @@ func TestFailuresLeakNothing(t *testing.T) {
 		}, wantStatus: 503, wantRetry: true, wantBody: "actor default/app moved while the request was in flight; retry",
 			wantCause: []string{"stale actor assignment", "127.0.0.1:", "connection refused"}},
 		{name: "restore failed", res: func(t *testing.T) Resolver {
-			return failingResume(t, leakyStatus(codes.Unavailable))
+			return failingResume(t, leaky("Unavailable", ErrResumeFailed))
 		}, wantStatus: 502, wantBody: "actor default/app could not be resumed; its last snapshot is kept and the next request tries again",
 			wantCause: []string{leakyCause, "Unavailable"}},
 		{name: "being deleted", res: func(t *testing.T) Resolver {
-			return failingResume(t, leakyStatus(codes.FailedPrecondition))
+			return failingResume(t, leaky("FailedPrecondition", ErrNotResumable))
 		}, wantStatus: 409, wantBody: "actor default/app cannot be resumed now (it is being deleted or changed); retry later",
 			wantCause: []string{leakyCause, "FailedPrecondition"}},
 		{name: "control plane refuses the request", res: func(t *testing.T) Resolver {
-			return failingResume(t, leakyStatus(codes.InvalidArgument))
+			return failingResume(t, leaky("InvalidArgument", ErrInvalid))
 		}, wantStatus: 400, wantBody: "invalid request for actor default/app; check its name",
 			wantCause: []string{leakyCause, "InvalidArgument"}},
 		{name: "control plane fails otherwise", res: func(t *testing.T) Resolver {
-			return failingResume(t, leakyStatus(codes.Internal))
+			return failingResume(t, leaky("Internal", ErrControlPlane))
 		}, wantStatus: 502, wantBody: "actor default/app could not be resumed; retry later",
 			wantCause: []string{leakyCause, "Internal"}},
 		{name: "route timeout", res: func(t *testing.T) Resolver {
@@ -174,13 +172,13 @@ func TestFailuresLeakNothing(t *testing.T) {
 		}, wantStatus: 504, wantBody: "actor default/app did not answer within its route timeout of 50ms",
 			wantCause: []string{"route timeout of 50ms", "request delivered: true"}},
 		{name: "park budget", cfg: Config{ParkBudget: 50 * time.Millisecond}, res: func(t *testing.T) Resolver {
-			return failingResume(t, leakyStatus(codes.ResourceExhausted))
+			return failingResume(t, leaky("ResourceExhausted", ErrNoCapacity))
 		}, wantStatus: 503, wantRetry: true,
 			wantBody:  "park budget of 50ms exhausted: actor default/app was not resumed in time; retry later",
 			wantCause: []string{"park budget exhausted", leakyCause}},
 		{name: "not found", res: func(t *testing.T) Resolver {
 			return &fakeResolver{t: t, lookup: func(context.Context, names.ActorKey) (Target, bool, error) {
-				return Target{}, false, leakyStatus(codes.NotFound)
+				return Target{}, false, leaky("NotFound", ErrActorNotFound)
 			}}
 		}, wantStatus: 404, wantBody: "actor default/app not found", wantCause: []string{leakyCause, "NotFound"}},
 		{name: "park full", cfg: Config{ParkMax: 1}, res: func(t *testing.T) Resolver {
@@ -188,7 +186,7 @@ func TestFailuresLeakNothing(t *testing.T) {
 				// Holds the only parking slot until released.
 				select {
 				case <-releaseParked:
-					return Target{}, status.Error(codes.Unavailable, "released")
+					return Target{}, controlError("Unavailable", "released", ErrResumeFailed)
 				case <-ctx.Done():
 					return Target{}, ctx.Err()
 				}
@@ -393,16 +391,16 @@ func TestActorAnswersPassThrough(t *testing.T) {
 // looks again.
 func TestTunnelErrorTarget(t *testing.T) {
 	tests := []struct {
-		kind        string
+		kind        tunnelproto.ErrorKind
 		code        int
 		wantLookups int64
 	}{
-		{TunnelErrorRefused, http.StatusBadGateway, 1},
-		{TunnelErrorUpstream, http.StatusBadGateway, 1},
-		{TunnelErrorCut, http.StatusServiceUnavailable, 2},
+		{tunnelproto.KindRefused, http.StatusBadGateway, 1},
+		{tunnelproto.KindUpstream, http.StatusBadGateway, 1},
+		{tunnelproto.KindCut, http.StatusServiceUnavailable, 2},
 	}
 	for _, tt := range tests {
-		t.Run(tt.kind, func(t *testing.T) {
+		t.Run(string(tt.kind), func(t *testing.T) {
 			res := warmResolver(t, tunnelAnswering(t, tt.kind, tt.code), Policy{})
 			srv, _ := newRouter(t, Config{}, res)
 			for i := range 2 {

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"substrate.dev/ate/internal/names"
 )
 
@@ -43,7 +40,7 @@ func (s *slowRestore) resume(ctx context.Context, key names.ActorKey) (Target, e
 	s.mu.Unlock()
 	if claimed.IsZero() {
 		<-ctx.Done()
-		return Target{}, status.Error(codes.ResourceExhausted, "no free worker")
+		return Target{}, controlError("ResourceExhausted", "no free worker", ErrNoCapacity)
 	}
 	t := time.NewTimer(time.Until(claimed.Add(s.restoreIn)))
 	defer t.Stop()
@@ -51,7 +48,7 @@ func (s *slowRestore) resume(ctx context.Context, key names.ActorKey) (Target, e
 	case <-t.C:
 		return targetAt(key, "w1", s.tunnel), nil
 	case <-ctx.Done():
-		return Target{}, status.FromContextError(ctx.Err()).Err()
+		return Target{}, contextError(ctx)
 	}
 }
 
@@ -128,7 +125,7 @@ func TestLateJoinerOutlivesTheSharedCall(t *testing.T) {
 			}
 			select {
 			case <-ctx.Done():
-				return Target{}, status.Error(codes.ResourceExhausted, "no free worker")
+				return Target{}, controlError("ResourceExhausted", "no free worker", ErrNoCapacity)
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
@@ -164,7 +161,7 @@ func TestAbortedResumeIsRetried(t *testing.T) {
 	var calls atomic.Int64
 	res := &fakeResolver{t: t, resume: func(_ context.Context, key names.ActorKey) (Target, error) {
 		if calls.Add(1) == 1 {
-			return Target{}, status.Error(codes.Aborted, "record changed concurrently")
+			return Target{}, controlError("Aborted", "record changed concurrently", ErrConflict)
 		}
 		return targetAt(key, "w1", tunnel), nil
 	}}
@@ -187,8 +184,8 @@ func TestSharedAttemptFailingForTimeIsRetried(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"deadline exceeded", status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")},
-		{"resource exhausted", status.Error(codes.ResourceExhausted, "no free worker")},
+		{"deadline exceeded", controlError("DeadlineExceeded", "stream terminated by RST_STREAM with error code: CANCEL", ErrNoCapacity, context.DeadlineExceeded)},
+		{"resource exhausted", controlError("ResourceExhausted", "no free worker", ErrNoCapacity)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,7 +273,7 @@ func TestJoinersOutliveSharedCallFailingAtItsDeadline(t *testing.T) {
 			// Not runtime.Gosched: yielding lets ctx's timer fire first.
 		}
 		joinedFirst <- h.act.flights.waiting.Load()
-		return Target{}, status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")
+		return Target{}, controlError("DeadlineExceeded", "stream terminated by RST_STREAM with error code: CANCEL", ErrNoCapacity, context.DeadlineExceeded)
 	}
 	srv, h := newRouter(t, Config{ParkBudget: budget, ParkGrace: budget}, res)
 	first := make(chan reply, 1)

@@ -35,7 +35,7 @@ func newPolicyCache(client atev1.ControlClient, logger *slog.Logger) policyCache
 }
 
 // get returns a's policy, fetching its template on the first call for a's
-// uid. Errors are GetActorTemplate's, wrapped.
+// uid. Errors are GetActorTemplate's, translated (fromControl).
 func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 	c.mu.Lock()
 	p, ok := c.byActor[a.GetUid()]
@@ -46,7 +46,7 @@ func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 	tpl, err := c.client.GetActorTemplate(ctx, &atev1.GetActorTemplateRequest{Atespace: a.GetAtespace(), Name: a.GetTemplate()})
 	if err != nil {
 		return Policy{}, fmt.Errorf("get template %s/%s of actor %s/%s: %w",
-			a.GetAtespace(), a.GetTemplate(), a.GetAtespace(), a.GetName(), err)
+			a.GetAtespace(), a.GetTemplate(), a.GetAtespace(), a.GetName(), fromControl(err))
 	}
 	p, err = policyOf(tpl.GetSpec())
 	if err != nil {

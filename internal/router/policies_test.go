@@ -127,7 +127,8 @@ func TestControlResolverIdlerAndActivity(t *testing.T) {
 		t.Errorf("Pause against a server without it: %v, want ErrPauseUnsupported", err)
 	}
 	fc.setPauseErr(status.Error(codes.FailedPrecondition, "actor is SUSPENDED"))
-	if err := r.Pause(t.Context(), key); errors.Is(err, ErrPauseUnsupported) || status.Code(errors.Unwrap(err)) != codes.FailedPrecondition {
-		t.Errorf("Pause of a suspended actor: %v, want FailedPrecondition", err)
+	if err := r.Pause(t.Context(), key); errors.Is(err, ErrPauseUnsupported) || !errors.Is(err, ErrNotResumable) ||
+		status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("Pause of a suspended actor: %v, want ErrNotResumable wrapping FailedPrecondition", err)
 	}
 }

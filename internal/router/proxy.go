@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // forward proxies r (request id rid) to t's tunnel and returns nil once
@@ -52,15 +54,15 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 				// request is already cancelled.
 				return errRouteTimeout
 			}
-			if res.StatusCode == http.StatusMisdirectedRequest {
+			if res.StatusCode == tunnelproto.StatusStale {
 				// Surfaces in ErrorHandler before anything is written,
 				// so the request can be re-resolved and replayed.
 				return errMisdirected
 			}
-			if kind := res.Header.Get(HeaderTunnelError); kind != "" {
+			if kind := res.Header.Get(tunnelproto.HeaderError); kind != "" {
 				// The tunnel's words (and marker) are not for the
 				// client: classify answers instead.
-				return &tunnelError{kind: kind, status: res.StatusCode}
+				return &tunnelError{kind: tunnelproto.ErrorKind(kind), status: res.StatusCode}
 			}
 			res.Body = watchIdle(res.Body, p.StreamIdleTimeout, func() {
 				h.logger.Info("stream idle timeout, cutting it", "actor", t.Actor.Name, "atespace", t.Actor.Atespace,
@@ -103,8 +105,8 @@ func rewrite(pr *httputil.ProxyRequest, t Target, rid string) {
 	pr.SetXForwarded()
 	// Clients must not pick the worker or incarnation: Set replaces any
 	// client-sent values of these headers.
-	pr.Out.Header.Set(HeaderWorker, t.Worker)
-	pr.Out.Header.Set(HeaderActorUID, t.UID)
+	pr.Out.Header.Set(tunnelproto.HeaderWorker, t.Worker)
+	pr.Out.Header.Set(tunnelproto.HeaderActorUID, t.UID)
 	// The tunnel logs it with any failure, and the actor's app may
 	// log it too: one id from client to app.
 	pr.Out.Header.Set(headerXRequestID, rid)

@@ -56,13 +56,40 @@ type Resumption struct {
 	Evicted names.ActorKey
 }
 
+// Errors of a Resolver, Idler or ActivityRecorder: the router's terms
+// for what the control plane answered. Implementations wrap one of them
+// (with %w, keeping the control plane's message for logs); classify and
+// retryable switch on them alone.
+var (
+	// ErrActorNotFound: the actor (or its template) does not exist.
+	ErrActorNotFound = errors.New("actor not found")
+	// ErrNoCapacity: no worker was free, or freed, before the call's
+	// deadline. When the deadline itself passed the error also matches
+	// context.DeadlineExceeded. Retried while the request has budget.
+	ErrNoCapacity = errors.New("no free worker in time")
+	// ErrConflict: the control plane gave up over a concurrent change to
+	// the actor. Retried while the request has budget.
+	ErrConflict = errors.New("actor changed concurrently")
+	// ErrInvalid: the control plane refused the request as invalid.
+	ErrInvalid = errors.New("invalid request")
+	// ErrNotResumable: the actor cannot be resumed in its current state
+	// (being deleted or changed).
+	ErrNotResumable = errors.New("actor cannot be resumed now")
+	// ErrResumeFailed: the resume itself failed (the actor's start or
+	// restore, as the control plane reports it), or left the actor
+	// without a reachable worker. The actor keeps its last snapshot.
+	ErrResumeFailed = errors.New("resume failed")
+	// ErrControlPlane: any other failure of the control plane, including
+	// not reaching it.
+	ErrControlPlane = errors.New("control plane failed")
+)
+
 // Resolver finds and wakes actors. Implementations are safe for concurrent
-// use. Errors are gRPC status errors (codes.NotFound for an unknown actor,
-// codes.ResourceExhausted or codes.DeadlineExceeded when no worker freed in
-// time, codes.Aborted when a concurrent change made the control plane give
-// up, codes.InvalidArgument, codes.FailedPrecondition, codes.Unavailable
-// when the resume itself failed). The router tries ResourceExhausted,
-// DeadlineExceeded and Aborted again while the request has budget left.
+// use. Errors wrap the sentinels above (ErrActorNotFound, ErrNoCapacity,
+// ErrConflict, ...), context.Canceled when the caller's context ended, or
+// context.DeadlineExceeded (with ErrNoCapacity) when its deadline passed.
+// The router tries ErrNoCapacity and ErrConflict again while the request
+// has budget left.
 type Resolver interface {
 	// Lookup returns the actor's target when it is RUNNING; ok is false when
 	// it exists but is not running.
@@ -83,11 +110,12 @@ var ErrPauseUnsupported = errors.New("pause is not supported by the control plan
 // Idler puts idle actors away. Implementations are safe for concurrent use.
 type Idler interface {
 	// Pause checkpoints a RUNNING actor to its node's disk and frees its
-	// worker. Errors: ErrPauseUnsupported (wrapped), or the control
-	// plane's gRPC status errors.
+	// worker. Errors: ErrPauseUnsupported (wrapped), or the Resolver's
+	// sentinels.
 	Pause(ctx context.Context, key names.ActorKey) error
 	// Suspend checkpoints a RUNNING actor to the snapshot store and frees
-	// its worker; a SUSPENDED actor is left alone.
+	// its worker; a SUSPENDED actor is left alone. Errors: the Resolver's
+	// sentinels.
 	Suspend(ctx context.Context, key names.ActorKey) error
 }
 
@@ -98,38 +126,13 @@ type Activity struct {
 }
 
 // ActivityRecorder receives the router's activity reports (shown as the
-// actor's last activity). Implementations are safe for concurrent use.
+// actor's last activity). Implementations are safe for concurrent use;
+// errors wrap the Resolver's sentinels.
 type ActivityRecorder interface {
 	RecordActivity(ctx context.Context, acts []Activity) error
 }
 
-// Tunnel protocol headers: the router names the worker and the actor
-// incarnation it expects; the tunnel answers 421 Misdirected Request when
-// the worker no longer hosts that actor.
-const (
-	HeaderWorker   = "Ate-Worker"
-	HeaderActorUID = "Ate-Actor-Uid"
-	// HeaderTargetActor selects the actor as "<atespace>/<name>" when the
-	// Host header does not.
-	HeaderTargetActor = "Ate-Target-Actor"
-	// HeaderTunnelError marks an answer the tunnel made itself because
-	// the actor gave none (WriteTunnelError); its value is one of the
-	// TunnelError kinds. The router never relays such an answer, marker
-	// included: it answers with its own text (classify). An actor's
-	// response carrying the header is taken for the tunnel's too; that
-	// only lets an actor turn its own answer into an error.
-	HeaderTunnelError = "Ate-Tunnel-Error"
-)
-
-// Kinds of HeaderTunnelError.
-const (
-	// TunnelErrorRefused: nothing listens on the actor's port.
-	TunnelErrorRefused = "refused"
-	// TunnelErrorUpstream: the connection to the actor's port failed
-	// otherwise, or broke before the actor answered.
-	TunnelErrorUpstream = "upstream"
-	// TunnelErrorCut: the request was cut before an answer because the
-	// actor's container was checkpointed after its drain grace, or
-	// stopped (errCut in internal/node).
-	TunnelErrorCut = "cut"
-)
+// HeaderTargetActor selects the actor as "<atespace>/<name>" when the Host
+// header does not. The headers between router and worker tunnel are
+// tunnelproto's.
+const HeaderTargetActor = "Ate-Target-Actor"

@@ -10,13 +10,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/httpserve"
 )
 
 // startServer serves h on a free local port until the returned stop is
 // called; stop returns Start's error.
-func startServer(t *testing.T, h http.Handler) (s *Server, stop func() error) {
+func startServer(t *testing.T, h http.Handler) (s *httpserve.Server, stop func() error) {
 	t.Helper()
-	s = NewServer("127.0.0.1:0", h, nil)
+	s = httpserve.NewServer("router", "127.0.0.1:0", h, nil)
 	// A test that leaves a request hanging fails fast instead of waiting
 	// out the default drain.
 	s.DrainTimeout = 5 * time.Second
@@ -88,48 +90,5 @@ func TestServer(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", s.Addr()); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("dial after stop: %v, want connection refused", err)
-	}
-}
-
-// TestServerDrainsInFlightRequests: a request in flight when the context
-// ends is answered before Start returns.
-func TestServerDrainsInFlightRequests(t *testing.T) {
-	arrived, finish := make(chan struct{}), make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		close(arrived)
-		<-finish
-		_, _ = io.WriteString(w, "done\n")
-	})
-	s, stop := startServer(t, h)
-	client := &http.Client{Transport: newTunnelTransport()}
-	defer client.CloseIdleConnections()
-
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	answered := make(chan result, 1)
-	go func() {
-		code, body, err := serverGet(t.Context(), client, s.Addr(), "localhost", "/slow")
-		answered <- result{code, body, err}
-	}()
-	<-arrived
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	// The listener closing shows the drain has begun.
-	waitFor(t, "the listener to close", func() bool {
-		c, err := net.Dial("tcp", s.Addr())
-		if err == nil {
-			_ = c.Close()
-		}
-		return err != nil
-	})
-	close(finish)
-	if r := <-answered; r.err != nil || r.status != 200 || r.body != "done\n" {
-		t.Errorf("in-flight request: %d %q %v, want 200 done", r.status, r.body, r.err)
-	}
-	if err := <-stopped; err != nil {
-		t.Errorf("Start returned %v", err)
 	}
 }

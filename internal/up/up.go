@@ -22,6 +22,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
@@ -44,7 +45,7 @@ type Config struct {
 	ParkBudget  time.Duration
 	ParkGrace   time.Duration
 	// DrainDelay and DrainTimeout shape the router's drain on shutdown
-	// (router.Server).
+	// (httpserve.Server).
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
 	RunscPath    string
@@ -95,9 +96,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// The tunnel must listen before the node exists (workers record its
 	// address) and serve the node's handler once it does.
 	var tunnel http.Handler
-	ts := router.NewServer(cfg.TunnelAddr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httpserve.NewServer("worker-tunnel", cfg.TunnelAddr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tunnel.ServeHTTP(w, r)
-	}), log.With("server", "worker-tunnel"))
+	}), log)
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
@@ -127,7 +128,7 @@ func Run(ctx context.Context, cfg Config) error {
 	res := router.NewControlResolver(client, log)
 	rh := router.NewHandler(router.Config{ActorDomain: cfg.ActorDomain, ParkMax: cfg.ParkMax, ParkBudget: cfg.ParkBudget,
 		ParkGrace: cfg.ParkGrace, Idler: res, Activity: res}, res, log)
-	rs := router.NewServer(cfg.RouterAddr, rh, log.With("server", "router"))
+	rs := httpserve.NewServer("router", cfg.RouterAddr, rh, log)
 	rs.DrainDelay, rs.DrainTimeout = cfg.DrainDelay, cfg.DrainTimeout
 	if err := rs.Listen(); err != nil {
 		return err
@@ -159,8 +160,8 @@ func Run(ctx context.Context, cfg Config) error {
 type serving struct {
 	api    *grpc.Server
 	apiLn  net.Listener
-	tunnel *router.Server
-	router *router.Server
+	tunnel *httpserve.Server
+	router *httpserve.Server
 	routes *router.Handler
 	lc     *lifecycle.Manager
 	node   *node.Node

@@ -1,4 +1,4 @@
-package router
+package httpserve
 
 import (
 	"net/http/httputil"
@@ -18,7 +18,7 @@ type bufferPool struct{ p sync.Pool }
 var _ httputil.BufferPool = (*bufferPool)(nil)
 
 // NewBufferPool returns a pool of ReverseProxy copy buffers, for every
-// proxy hop (the worker tunnel uses one too).
+// proxy hop (the router and the worker tunnel each use one).
 func NewBufferPool() httputil.BufferPool {
 	return &bufferPool{p: sync.Pool{New: func() any {
 		b := make([]byte, copyBufferSize)

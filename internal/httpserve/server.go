@@ -1,4 +1,10 @@
-package router
+// Package httpserve serves an HTTP handler over cleartext HTTP/1.1 and
+// HTTP/2 (h2c) until its context ends, then drains it: readiness first
+// (/readyz answers 503 for a Drainer handler), a delay for load balancers,
+// then in-flight requests, upgraded ones included, get a bounded time to
+// finish. It also holds the copy-buffer pool every ReverseProxy hop
+// shares. The router and the worker tunnel both serve through it.
+package httpserve
 
 import (
 	"context"
@@ -13,9 +19,11 @@ import (
 
 // Server timeouts.
 const (
-	// DefaultDrainTimeout lets a request parked just before the drain
-	// began wait out its budget and grace and still be answered.
-	DefaultDrainTimeout = DefaultParkBudget + DefaultParkGrace
+	// DefaultDrainTimeout bounds the end of a drain when DrainTimeout is
+	// not set: it lets a router's request parked just before the drain
+	// wait out its default park budget (30 s) and grace (10 s) and still
+	// be answered (router.DefaultDrainTimeout is that sum).
+	DefaultDrainTimeout = 40 * time.Second
 	// drainPoll paces the wait for upgraded connections, which
 	// http.Server.Shutdown does not track, at the end of a drain.
 	drainPoll = 20 * time.Millisecond
@@ -26,14 +34,22 @@ const (
 	idleTimeout       = 2 * time.Minute
 )
 
-// Server serves a handler (normally NewHandler's, which also answers
-// /healthz and /readyz for requests not addressed to an actor) over
-// cleartext HTTP/1.1 and HTTP/2 (h2c, prior knowledge) until its context
-// ends, then drains. Use: NewServer, optionally Listen (to learn Addr
-// before serving, e.g. for ":0"), then Start once.
+// Drainer is implemented by handlers that take part in a drain
+// (router.NewHandler's).
+type Drainer interface {
+	// Drain marks the handler as draining (/readyz answers 503).
+	Drain()
+	// InFlight counts requests being served, upgraded ones included.
+	InFlight() int64
+}
+
+// Server serves a handler over cleartext HTTP/1.1 and HTTP/2 (h2c, prior
+// knowledge) until its context ends, then drains. Use: NewServer,
+// optionally Listen (to learn Addr before serving, e.g. for ":0"), then
+// Start once. Its log lines carry server=<name>.
 type Server struct {
 	// DrainDelay is how long the server keeps serving after Start's
-	// context ends, with its handler told to drain (/readyz answers 503),
+	// context ends, with its handler told to drain (if it is a Drainer),
 	// so load balancers stop sending before the listener closes. Set
 	// before Start. Default 0.
 	DrainDelay time.Duration
@@ -43,6 +59,7 @@ type Server struct {
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
 
+	name    string
 	addr    string
 	handler http.Handler
 	logger  *slog.Logger
@@ -51,17 +68,19 @@ type Server struct {
 	ln net.Listener // guarded by mu; set by Listen
 }
 
-// NewServer returns a Server for handler on addr ("host:port"; port 0
-// picks a free one). A nil logger discards.
-func NewServer(addr string, handler http.Handler, logger *slog.Logger) *Server {
+// NewServer returns a Server named name (for logs and errors, e.g.
+// "router") for handler on addr ("host:port"; port 0 picks a free one).
+// A nil logger discards.
+func NewServer(name, addr string, handler http.Handler, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{DrainTimeout: DefaultDrainTimeout, addr: addr, handler: handler, logger: logger}
+	return &Server{DrainTimeout: DefaultDrainTimeout, name: name, addr: addr, handler: handler,
+		logger: logger.With("server", name)}
 }
 
 // Listen binds the server's address; Start then serves on it. Calling it
-// again does nothing.
+// again does nothing. The error wraps the listener's.
 func (s *Server) Listen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,7 +89,7 @@ func (s *Server) Listen() error {
 	}
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return fmt.Errorf("router: listen on %s: %w", s.addr, err)
+		return fmt.Errorf("%s: listen on %s: %w", s.name, s.addr, err)
 	}
 	s.ln = ln
 	return nil
@@ -86,20 +105,12 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// drainer is implemented by handlers that take part in a drain
-// (NewHandler's).
-type drainer interface {
-	// Drain marks the handler as draining (/readyz answers 503).
-	Drain()
-	// InFlight counts requests being served, upgraded ones included.
-	InFlight() int64
-}
-
 // Start serves until ctx ends (listening first if Listen was not called),
-// then drains: it tells the handler (if it is a drainer), keeps serving
+// then drains: it tells the handler (if it is a Drainer), keeps serving
 // for DrainDelay, stops accepting, waits up to DrainTimeout for in-flight
 // requests, cuts what is left, and returns nil. It returns an error only
-// when it cannot listen or serve.
+// when it cannot listen or serve (Listen's, or http.Server.Serve's
+// wrapped).
 func (s *Server) Start(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
@@ -120,28 +131,30 @@ func (s *Server) Start(ctx context.Context) error {
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return base },
+		// net/http's own complaints (bad requests, TLS probes, panics)
+		// become structured lines too.
+		ErrorLog:    slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return base },
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	s.logger.Info("router serving", "addr", ln.Addr().String())
+	s.logger.Info("http server serving", "addr", ln.Addr().String())
 	select {
 	case err := <-served:
-		return fmt.Errorf("router: serve on %s: %w", ln.Addr(), err)
+		return fmt.Errorf("%s: serve on %s: %w", s.name, ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	s.drain(srv)
 	cancelBase()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("router: serve on %s: %w", ln.Addr(), err)
+		return fmt.Errorf("%s: serve on %s: %w", s.name, ln.Addr(), err)
 	}
 	return nil
 }
 
 // drain runs the drain Start documents on srv.
 func (s *Server) drain(srv *http.Server) {
-	d, _ := s.handler.(drainer)
+	d, _ := s.handler.(Drainer)
 	if d != nil {
 		d.Drain()
 	}
@@ -149,7 +162,7 @@ func (s *Server) drain(srv *http.Server) {
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	s.logger.Info("router draining", "delay", s.DrainDelay, "timeout", timeout)
+	s.logger.Info("http server draining", "delay", s.DrainDelay, "timeout", timeout)
 	if s.DrainDelay > 0 {
 		// Not a wait for anything in particular: the time endpoint
 		// removal takes to reach every load balancer.
@@ -163,15 +176,15 @@ func (s *Server) drain(srv *http.Server) {
 	}
 	if err != nil {
 		// Long streams outlived the drain; cutting them is the intent.
-		s.logger.Warn("router drain timed out, closing connections", "timeout", timeout, "err", err)
+		s.logger.Warn("http server drain timed out, closing connections", "timeout", timeout, "err", err)
 		_ = srv.Close()
 		return
 	}
-	s.logger.Info("router drained")
+	s.logger.Info("http server drained")
 }
 
 // waitIdle waits until d has nothing in flight or ctx ends.
-func waitIdle(ctx context.Context, d drainer) error {
+func waitIdle(ctx context.Context, d Drainer) error {
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	for d.InFlight() > 0 {

@@ -1,5 +1,6 @@
-// Command ate is Substrate's single binary: the CLI client verbs and the
-// server subcommands. main only parses flags and wires packages.
+// Command ate is Substrate's single binary: the CLI client verbs
+// (internal/cli) and the server subcommand `ate up` (internal/up). main
+// only parses flags and wires packages.
 package main
 
 import (
@@ -7,12 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/up"
 )
@@ -20,31 +22,50 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRootCommand()
-	root.AddCommand(upCommand())
+	root.AddCommand(upCommand(up.Run))
 	code := cli.Main(ctx, root)
 	stop()
 	os.Exit(code)
 }
 
-func upCommand() *cobra.Command {
-	cfg := up.Config{}
-	var logLevel string
-	var standbys bool
+// flagConfigFile names `ate up`'s settings file; it is the one flag the
+// file cannot set.
+const flagConfigFile = "config-file"
+
+// upCommand returns `ate up`: its flags, overlaid on --config-file's
+// settings, make the up.Config that run (up.Run outside tests) gets.
+func upCommand(run func(context.Context, up.Config) error) *cobra.Command {
+	var cfg up.Config
+	var logLevel, configFile string
 	home, _ := os.UserHomeDir()
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run everything on this machine: API server, embedded store, node agent with gVisor workers, router",
-		Args:  cobra.NoArgs,
+		Long: `Run everything on this machine: API server, embedded store, node agent with gVisor workers, router.
+
+--config-file FILE reads settings from a YAML file whose keys are the flags
+below without their dashes, with the values the flags take, e.g.
+
+  workers: 8
+  park-budget: 45s   # durations are Go duration strings
+  standbys: false
+
+A flag given on the command line overrides the file; a key that is not a
+flag is an error.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagfile.Apply(cmd.Flags(), configFile, flagConfigFile); err != nil {
+				return err
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return err
 			}
-			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			cfg.NoStandbys = !standbys
+			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			cfg.Demo.LoadTemplate = cli.LoadTemplateFile
 			gogc := up.TuneGC()
 			cfg.Logger.Debug("garbage collector target", "gogc", gogc)
-			err := up.Run(cmd.Context(), cfg)
+			err := run(cmd.Context(), cfg)
 			// After every deferred teardown in Run: the workers and their
 			// network namespaces are gone, the store is closed.
 			cfg.Logger.Info("ate up stopped", "err", err)
@@ -52,27 +73,28 @@ func upCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", home+"/.ate", "directory for the store, snapshots, images and logs")
-	f.IntVar(&cfg.Workers, "workers", 4, "number of local gVisor workers")
-	f.StringVar(&cfg.APIAddr, "api-addr", "127.0.0.1:7070", "gRPC Control API listen address")
-	f.StringVar(&cfg.RouterAddr, "router-addr", "127.0.0.1:8080", "HTTP router listen address")
-	f.StringVar(&cfg.TunnelAddr, "tunnel-addr", "127.0.0.1:0", "worker tunnel listen address")
-	f.StringVar(&cfg.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
-	f.IntVar(&cfg.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
-	f.DurationVar(&cfg.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
-	f.DurationVar(&cfg.ParkGrace, "park-grace", router.DefaultParkGrace,
+	f.StringVar(&configFile, flagConfigFile, "", "YAML file of settings for the flags below, keyed by flag name (flags given here override it)")
+	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
+	f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
+	f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
+	f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")
+	f.StringVar(&cfg.Tunnel.Addr, "tunnel-addr", up.DefaultTunnelAddr, "worker tunnel listen address")
+	f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
+	f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
+	f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
+	f.DurationVar(&cfg.Router.Handler.ParkGrace, "park-grace", router.DefaultParkGrace,
 		"extra wait for a request whose budget ran out while its actor was already being restored on a worker")
-	f.DurationVar(&cfg.DrainDelay, "drain-delay", 5*time.Second,
+	f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay,
 		"on SIGTERM, how long the router keeps serving with /readyz answering 503 before it stops accepting")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
+	f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
 		"on SIGTERM, how long in-flight and parked requests may take to finish once the router stops accepting")
-	f.StringVar(&cfg.SandboxClass, "sandbox-class", "gvisor", "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
-	f.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
-	f.StringVar(&cfg.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
-	f.BoolVar(&standbys, "standbys", true,
+	f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
+	f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
+	f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
+	negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",
 		"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
-	f.BoolVar(&cfg.Demo, "demo", false, "create template counter and actor counter-1")
-	f.StringVar(&cfg.DemoTemplate, "demo-template", "examples/counter/template.yaml", "template file used by --demo")
+	f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")
+	f.StringVar(&cfg.Demo.Template, "demo-template", up.DefaultDemoTemplate, "template file used by --demo")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/up"
 )
@@ -64,9 +65,11 @@ type Cluster struct {
 	Started time.Duration
 
 	cancel context.CancelFunc
-	gs     *grpc.Server
-	served chan error
-	conn   *grpc.ClientConn
+	// started receives ControlPlane.Start's result; nil until it runs.
+	started chan error
+	gs      *grpc.Server
+	served  chan error
+	conn    *grpc.ClientConn
 }
 
 // Start builds a Cluster with up.NewControlPlane, exactly as `ate up`
@@ -82,7 +85,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	began := time.Now()
 	// The cluster's own context outlives ctx (which only bounds Start):
-	// golden builds started by Recover and by the API run on it.
+	// the control plane's background work (golden builds, the snapshot
+	// collection) runs until it ends.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// A local, not the named result: `return nil, err` clears the result
 	// before the deferred Close runs.
@@ -93,15 +97,20 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 	c.Runtime = fake.New(cfg.Fake)
-	c.ControlPlane, err = up.NewControlPlane(ctx, runCtx, up.ControlPlaneConfig{
-		DataDir: cfg.Dir, Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
-		Runtime: c.Runtime, Setup: fake.Setup,
-		// No tunnel serves here; workers record where it would be.
-		TunnelAddr: "127.0.0.1:0", Logger: log,
+	c.ControlPlane, err = up.NewControlPlane(ctx, up.ControlPlaneConfig{
+		DataDir: cfg.Dir, Logger: log,
+		Node: node.Config{
+			Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
+			Runtime: c.Runtime, Setup: fake.Setup,
+			// No tunnel serves here; workers record where it would be.
+			TunnelAddr: "127.0.0.1:0",
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
+	c.started = make(chan error, 1)
+	go func() { c.started <- c.ControlPlane.Start(runCtx) }()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("api listen: %w", err)
@@ -132,6 +141,9 @@ func (c *Cluster) Close() error {
 		}
 	}
 	c.cancel()
+	if c.started != nil {
+		errs = append(errs, <-c.started)
+	}
 	if c.ControlPlane != nil {
 		errs = append(errs, c.ControlPlane.Close())
 	}

@@ -13,14 +13,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/ateconfig"
 )
 
 // Dial returns a client connection to the API server named by c. It is the
 // one place that decides transport security, so TLS and bearer tokens (new
-// Config fields) land here. For now the server listens on loopback without
+// ateconfig.Config fields) land here. For now the server listens on loopback without
 // TLS, matching `ate up`. The connection is lazy: nothing is sent until the
 // first call. The caller must Close it.
-func Dial(c Config) (*grpc.ClientConn, error) {
+func Dial(c ateconfig.Config) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(c.Server, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ate server %s: %w", c.Server, err)

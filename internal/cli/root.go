@@ -1,18 +1,21 @@
 // Package cli is the `ate` command-line client: kubectl-like verbs (get,
-// create, delete, suspend, resume, wait) that talk to the API server's gRPC
-// Control service and print tables, JSON or YAML.
+// create, delete, wait, suspend, pause, resume, revert) that talk to the API
+// server's gRPC Control service and print tables, JSON or YAML.
 //
 // The package builds the client half of the `ate` binary only. cmd/ate adds
-// the server subcommands (`up`, `apiserver`, …) to the root returned by
+// the server subcommand `ate up` (internal/up) to the root returned by
 // NewRootCommand and runs it through Main:
 //
 //	root := cli.NewRootCommand()
-//	root.AddCommand(newUpCommand())
+//	root.AddCommand(upCommand(up.Run))
 //	os.Exit(cli.Main(ctx, root))
 //
-// Server subcommands inherit the global flags (--config, --server,
-// -n/--atespace, -o/--output, --timeout); `ate up` reads --config through
-// ConfigPath and records its address with WriteConfig.
+// The client flags (--config, --server, -n/--atespace, -o/--output,
+// --timeout) belong to the client verbs, so a server subcommand added
+// beside them neither lists nor accepts them. They may still be given
+// before the verb (`ate --server HOST:PORT get actors`). The client config
+// file they find the server with is internal/ateconfig, which `ate up`
+// writes.
 package cli
 
 import (
@@ -24,17 +27,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/names"
 )
 
-// Global flag names, exported so server subcommands added by cmd/ate can read
-// the inherited values (e.g. `ate up` reads FlagConfig to know where to write).
+// Client flag names: every client verb takes them (addClientFlags).
 const (
-	FlagConfig   = "config"
-	FlagServer   = "server"
-	FlagAtespace = "atespace"
-	FlagOutput   = "output"
-	FlagTimeout  = "timeout"
+	flagConfig   = "config"
+	flagServer   = "server"
+	flagAtespace = "atespace"
+	flagOutput   = "output"
+	flagTimeout  = "timeout"
 )
 
 // DefaultTimeout bounds each RPC unless --timeout says otherwise. It is long
@@ -64,7 +67,7 @@ func WithPollInterval(d time.Duration) Option {
 	return func(a *app) { a.pollInterval = d }
 }
 
-// app carries one invocation's dependencies and parsed global flags. It is
+// app carries one invocation's dependencies and parsed client flags. It is
 // built per root command and used by one goroutine at a time (cobra runs one
 // command), so it needs no locking.
 type app struct {
@@ -80,8 +83,9 @@ type app struct {
 }
 
 // NewRootCommand returns the `ate` root command with the client verbs
-// attached and the global flags defined as persistent flags. The caller adds
-// server subcommands with root.AddCommand and runs the result with Main.
+// attached, each taking the client flags. The caller adds server
+// subcommands with root.AddCommand and runs the result with Main; they
+// inherit no flags from the root.
 func NewRootCommand(opts ...Option) *cobra.Command {
 	a := &app{getenv: os.Getenv, now: time.Now, pollInterval: defaultPollInterval}
 	for _, o := range opts {
@@ -95,21 +99,30 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	f := root.PersistentFlags()
-	f.StringVar(&a.configFlag, FlagConfig, "", "client config file (default $ATE_CONFIG, else $HOME/.ate/config.yaml)")
-	f.StringVar(&a.server, FlagServer, "", "API server address host:port (overrides the config file)")
-	f.StringVarP(&a.atespace, FlagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
-	f.StringVarP(&a.output, FlagOutput, "o", formatTable, "output format: table, json or yaml")
-	f.DurationVar(&a.timeout, FlagTimeout, DefaultTimeout, "deadline for each call to the server (for wait: the whole wait)")
-
-	root.AddCommand(
+	verbs := append([]*cobra.Command{
 		newGetCommand(a),
 		newCreateCommand(a),
 		newDeleteCommand(a),
 		newWaitCommand(a),
-	)
-	root.AddCommand(newActorVerbCommands(a)...)
+	}, newActorVerbCommands(a)...)
+	for _, v := range verbs {
+		a.addClientFlags(v)
+	}
+	root.AddCommand(verbs...)
 	return root
+}
+
+// addClientFlags defines the client flags as persistent flags of verb, so
+// its kinds inherit them. Every verb binds the same fields of a; cobra
+// parses the flags of the one command it runs. Flags given before the verb
+// (`ate -o json get actors`) are parsed by that command too.
+func (a *app) addClientFlags(verb *cobra.Command) {
+	f := verb.PersistentFlags()
+	f.StringVar(&a.configFlag, flagConfig, "", "client config file (default $"+ateconfig.EnvVar+", else $HOME/.ate/config.yaml)")
+	f.StringVar(&a.server, flagServer, "", "API server address host:port (overrides the config file)")
+	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
+	f.StringVarP(&a.output, flagOutput, "o", formatTable, "output format: table, json or yaml")
+	f.DurationVar(&a.timeout, flagTimeout, DefaultTimeout, "deadline for each call to the server (for wait: the whole wait)")
 }
 
 // Main runs root under ctx and returns the process exit code: 0 on success,
@@ -144,7 +157,7 @@ func kindGroup(cmd *cobra.Command, kinds ...*cobra.Command) {
 	}
 }
 
-// validateGlobals checks the flags every client verb relies on before it
+// validateGlobals checks the client flags every verb relies on before it
 // does any work, so a typo fails fast instead of after a round trip.
 func (a *app) validateGlobals() error {
 	switch a.output {

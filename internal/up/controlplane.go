@@ -2,10 +2,12 @@ package up
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,7 +18,6 @@ import (
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/node"
-	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store/bolt"
 )
@@ -26,24 +27,21 @@ type ControlPlaneConfig struct {
 	// DataDir is absolute and exists; it holds ate.db, snapshots/,
 	// images/ and node/.
 	DataDir string
-	Workers int
-	// WorkerPrefix names the workers and their namespaces.
-	WorkerPrefix string
-	SandboxClass string
-	Runtime      sandbox.Runtime
-	Setup        node.SlotSetup
-	Teardown     node.SlotTeardown
-	// TunnelAddr is where the worker tunnel listens (recorded on workers).
-	TunnelAddr string
-	Logger     *slog.Logger
-	// NoStandbys turns the node's standby sandboxes off.
-	NoStandbys bool
+	// Node configures the node agent. The caller sets Workers,
+	// WorkerPrefix, SandboxClass, Runtime, Setup, Teardown, TunnelAddr
+	// (where the worker tunnel listens, recorded on workers) and
+	// NoStandbys; NewControlPlane sets Images, Snapshots, Paused and
+	// StateDir under DataDir, Name if empty (DefaultNodeName) and Logger
+	// if nil.
+	Node   node.Config
+	Logger *slog.Logger
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
 // store, the snapshot stores, the node agent with its workers registered,
 // the lifecycle manager (recovered) and the API server implementation.
-// `ate up` and the control-plane benchmarks build it the same way.
+// `ate up` and the control-plane benchmarks build it the same way:
+// NewControlPlane, then Start for its background work, then Close.
 type ControlPlane struct {
 	Store     *bolt.Store
 	Snapshots *snapshot.Local
@@ -51,26 +49,42 @@ type ControlPlane struct {
 	Lifecycle *lifecycle.Manager
 	API       *apiserver.Server
 
-	// stopSnapshotGC ends the background snapshot garbage collection;
-	// snapshotGCDone is closed when it has returned.
-	stopSnapshotGC context.CancelFunc
+	log *slog.Logger
+	// recovered is when Recover began; the snapshot collection only
+	// takes snapshots staged before it.
+	recovered time.Time
+	// background bounds the golden builds that Recover restarts and that
+	// the API starts: it lives from NewControlPlane until Start's context
+	// ends or Close, whichever comes first. stopBackground cancels it.
+	background     context.Context
+	stopBackground context.CancelFunc
+	// snapshotGCDone is closed when Start's snapshot collection has
+	// returned.
 	snapshotGCDone chan struct{}
+	started        atomic.Bool
 }
 
 // DBName is the store file in the data directory.
 const DBName = "ate.db"
 
-// NewControlPlane builds and recovers a control plane. runCtx bounds what
-// keeps running in the background (golden builds, exit watchers); ctx only
-// the building. Errors leave nothing open.
-func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *ControlPlane, err error) {
+// NewControlPlane builds and recovers a control plane; ctx bounds the
+// building only. Golden builds that recovery restarts run on in the
+// background until Start's context ends or Close. Errors leave nothing
+// open.
+func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPlane, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	// A local, not the named result: `return nil, err` clears the result
 	// before the deferred Close runs.
-	cp := &ControlPlane{}
+	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{})}
+	cp.background, cp.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
+	// While building, ending ctx ends the background work too (a recovery
+	// cut short by a signal stops its builds); afterwards only Start's
+	// context or Close do.
+	unlink := context.AfterFunc(ctx, cp.stopBackground)
+	defer unlink()
 	defer func() {
 		if err != nil {
 			cp.Close()
@@ -92,13 +106,15 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 		return nil, err
 	}
 	images := image.NewCache(filepath.Join(cfg.DataDir, "images"), log)
-	cp.Node, err = node.New(runCtx, node.Config{
-		Name: "local", Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
-		Runtime: cfg.Runtime, Setup: cfg.Setup, Teardown: cfg.Teardown, Images: images,
-		Snapshots: cp.Snapshots, Paused: paused, StateDir: filepath.Join(cfg.DataDir, "node"), TunnelAddr: cfg.TunnelAddr, Logger: log,
-		NoStandbys: cfg.NoStandbys,
-	})
-	if err != nil {
+	nc := cfg.Node
+	nc.Name = orDefault(nc.Name, DefaultNodeName)
+	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = images, cp.Snapshots, paused, filepath.Join(cfg.DataDir, "node")
+	if nc.Logger == nil {
+		nc.Logger = log
+	}
+	// The node detaches its own background work (exit watchers) from
+	// ctx and ends it at Shutdown (Close).
+	if cp.Node, err = node.New(ctx, nc); err != nil {
 		return nil, err
 	}
 	for _, w := range cp.Node.Workers() {
@@ -113,25 +129,47 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	cp.Lifecycle = lifecycle.New(cp.Store, cp.Node, cp.Snapshots, "", log)
 	cp.Node.SetExitHandler(cp.Lifecycle.WorkerExited)
 	cp.Node.SetIdleHandler(cp.Lifecycle.WorkerIdle)
-	recovered := time.Now()
-	if err := cp.Lifecycle.Recover(runCtx); err != nil {
+	cp.recovered = time.Now()
+	// Recover restarts unfinished golden builds on the context it is
+	// given, hence the background one.
+	if err := cp.Lifecycle.Recover(cp.background); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	cp.API = apiserver.New(runCtx, cp.Store, cp.Lifecycle, cfg.SandboxClass, images, log)
-	// Garbage collection reads every actor; it runs while the API serves
-	// so that start-up does not grow with their number.
-	snapshotGCCtx, stopSnapshotGC := context.WithCancel(runCtx)
-	cp.stopSnapshotGC, cp.snapshotGCDone = stopSnapshotGC, make(chan struct{})
+	cp.API = apiserver.New(cp.background, cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
+	return cp, nil
+}
+
+// Start runs the control plane's background work and blocks until ctx
+// ends (or Close is called): it collects unreferenced snapshots (which
+// reads every actor, so it runs while the API serves rather than growing
+// start-up with their number), then waits. When ctx ends it cancels the
+// collection and the golden builds running in the background, and
+// returns nil. A failed collection is logged, not returned: the next
+// start retries it. Start may be called once; the API serves without it,
+// only without the collection.
+func (cp *ControlPlane) Start(ctx context.Context) error {
+	if !cp.started.CompareAndSwap(false, true) {
+		return errors.New("control plane started twice")
+	}
+	defer cp.stopBackground()
+	gcCtx, stopGC := context.WithCancel(ctx)
+	defer stopGC()
 	go func() {
 		defer close(cp.snapshotGCDone)
 		start := time.Now()
-		if err := cp.Lifecycle.CollectGarbage(snapshotGCCtx, recovered); err != nil && snapshotGCCtx.Err() == nil {
-			log.Warn("snapshot garbage collection", "err", err)
+		if err := cp.Lifecycle.CollectGarbage(gcCtx, cp.recovered); err != nil && gcCtx.Err() == nil {
+			cp.log.Warn("snapshot garbage collection", "err", err)
 			return
 		}
-		log.Debug("snapshot garbage collection done", "duration", time.Since(start))
+		cp.log.Debug("snapshot garbage collection done", "duration", time.Since(start))
 	}()
-	return cp, nil
+	select {
+	case <-ctx.Done():
+	case <-cp.background.Done(): // Close
+	}
+	stopGC()
+	<-cp.snapshotGCDone
+	return nil
 }
 
 // NewGRPCServer returns a gRPC server serving cp's Control API. Its
@@ -145,16 +183,17 @@ func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 	return gs
 }
 
-// SnapshotGCDone is closed once the background snapshot garbage
-// collection that NewControlPlane started has finished (it reads every
-// actor).
+// SnapshotGCDone is closed once the snapshot garbage collection that
+// Start runs has finished (it reads every actor).
 func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCDone }
 
 // Close shuts the node down (destroying every sandbox, tearing its slots
 // down) and closes the store. It does not suspend running actors first.
+// It ends Start's background work first and waits for the snapshot
+// collection.
 func (cp *ControlPlane) Close() error {
-	if cp.stopSnapshotGC != nil {
-		cp.stopSnapshotGC()
+	cp.stopBackground()
+	if cp.started.Load() {
 		<-cp.snapshotGCDone
 	}
 	if cp.Lifecycle != nil {

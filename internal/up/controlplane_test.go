@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/store/bolt"
 )
 
@@ -35,7 +37,7 @@ func TestNewControlPlaneFailureClosesCleanly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cp, err := NewControlPlane(context.Background(), context.Background(), ControlPlaneConfig{DataDir: dir})
+			cp, err := NewControlPlane(context.Background(), ControlPlaneConfig{DataDir: dir})
 			if err == nil || cp != nil {
 				t.Fatalf("NewControlPlane = %v, %v; want an error", cp, err)
 			}
@@ -47,6 +49,54 @@ func TestNewControlPlaneFailureClosesCleanly(t *testing.T) {
 				t.Fatalf("store still locked after the failed build: %v", err)
 			}
 			_ = st.Close()
+		})
+	}
+}
+
+// TestControlPlaneStart: Start runs the snapshot collection and returns
+// nil once its context ends; Close also ends it.
+func TestControlPlaneStart(t *testing.T) {
+	for _, viaClose := range []bool{false, true} {
+		t.Run(map[bool]string{false: "context ends", true: "close"}[viaClose], func(t *testing.T) {
+			rt := fake.New(fake.Config{})
+			defer rt.Close()
+			cp, err := NewControlPlane(t.Context(), ControlPlaneConfig{DataDir: t.TempDir(), Node: node.Config{
+				Workers: 1, WorkerPrefix: "t", SandboxClass: fake.Class, Runtime: rt, Setup: fake.Setup, TunnelAddr: "127.0.0.1:0"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- cp.Start(ctx) }()
+			select {
+			case <-cp.SnapshotGCDone():
+			case <-time.After(10 * time.Second):
+				t.Fatal("snapshot collection did not finish")
+			}
+			if viaClose {
+				if err := cp.Close(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cancel()
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Start = %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Start did not return")
+			}
+			if err := cp.Start(t.Context()); err == nil {
+				t.Error("second Start: no error")
+			}
+			if !viaClose {
+				if err := cp.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -10,17 +10,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/cli"
 	"substrate.dev/ate/internal/names"
 )
 
 // DemoActor is the actor `ate up --demo` creates.
 const DemoActor = "counter-1"
 
-// demo creates the template in file and actor counter-1 in the default
-// atespace, unless they exist, and prints how to reach the actor.
-func demo(ctx context.Context, c atev1.ControlClient, file string, info Info, log *slog.Logger) error {
-	tpl, err := cli.LoadTemplateFile(file)
+// demo creates the template in cfg.Template and actor counter-1 in the
+// default atespace, unless they exist, and prints how to reach the actor.
+func demo(ctx context.Context, c atev1.ControlClient, cfg DemoConfig, info Info, log *slog.Logger) error {
+	tpl, err := cfg.LoadTemplate(cfg.Template)
 	if err != nil {
 		return err
 	}

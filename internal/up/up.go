@@ -5,8 +5,6 @@ package up
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,9 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/router"
@@ -32,60 +29,24 @@ import (
 	"substrate.dev/ate/internal/sandbox/gvisor"
 )
 
-// Config is `ate up`'s configuration.
-type Config struct {
-	DataDir    string
-	Workers    int
-	APIAddr    string
-	RouterAddr string
-	// TunnelAddr is where the worker tunnel listens; port 0 picks one.
-	TunnelAddr  string
-	ActorDomain string
-	ParkMax     int
-	ParkBudget  time.Duration
-	ParkGrace   time.Duration
-	// DrainDelay and DrainTimeout shape the router's drain on shutdown
-	// (httpserve.Server).
-	DrainDelay   time.Duration
-	DrainTimeout time.Duration
-	RunscPath    string
-	// SandboxClass is "gvisor" (default) or "fake".
-	SandboxClass string
-	// WorkerPrefix names this node's network namespaces and workers;
-	// empty derives one from DataDir so two installations never collide.
-	WorkerPrefix string
-	// NoStandbys turns off the sandboxes free workers prepare ahead of
-	// the next start (node.Config.NoStandbys).
-	NoStandbys bool
-	// Demo creates the template in DemoTemplate and actor counter-1.
-	Demo         bool
-	DemoTemplate string
-	Logger       *slog.Logger
-	// Ready, if set, is called once every component serves.
-	Ready func(Info)
-}
-
 // Info tells a caller where the running installation listens.
 type Info struct {
 	APIAddr, RouterAddr, ConfigPath string
 }
 
+// ClientConfigName is the client config file `ate up` writes in the data
+// directory (internal/ateconfig).
+const ClientConfigName = "config.yaml"
+
 // Run starts everything and blocks until ctx ends, then stops it all.
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	dataDir, err := filepath.Abs(cfg.DataDir)
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
-	}
-	if cfg.WorkerPrefix == "" {
-		sum := sha256.Sum256([]byte(dataDir))
-		cfg.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
 	}
 	rt, setup, teardown, closeRT, err := sandboxClass(cfg, log)
 	if err != nil {
@@ -96,24 +57,21 @@ func Run(ctx context.Context, cfg Config) error {
 	// The tunnel must listen before the node exists (workers record its
 	// address) and serve the node's handler once it does.
 	var tunnel http.Handler
-	ts := httpserve.NewServer("worker-tunnel", cfg.TunnelAddr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httpserve.NewServer("worker-tunnel", cfg.Tunnel.Addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tunnel.ServeHTTP(w, r)
 	}), log)
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
-	cp, err := NewControlPlane(ctx, ctx, ControlPlaneConfig{
-		DataDir: dataDir, Workers: cfg.Workers, WorkerPrefix: cfg.WorkerPrefix, SandboxClass: cfg.SandboxClass,
-		Runtime: rt, Setup: setup, Teardown: teardown, TunnelAddr: ts.Addr(), Logger: log,
-		NoStandbys: cfg.NoStandbys,
-	})
+	nc := cfg.Node
+	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
+	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Node: nc, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer cp.Close()
-	nd, lc := cp.Node, cp.Lifecycle
 
-	apiLn, err := net.Listen("tcp", cfg.APIAddr)
+	apiLn, err := net.Listen("tcp", cfg.API.Addr)
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
@@ -126,26 +84,27 @@ func Run(ctx context.Context, cfg Config) error {
 	defer conn.Close()
 	client := atev1.NewControlClient(conn)
 	res := router.NewControlResolver(client, log)
-	rh := router.NewHandler(router.Config{ActorDomain: cfg.ActorDomain, ParkMax: cfg.ParkMax, ParkBudget: cfg.ParkBudget,
-		ParkGrace: cfg.ParkGrace, Idler: res, Activity: res}, res, log)
-	rs := httpserve.NewServer("router", cfg.RouterAddr, rh, log)
-	rs.DrainDelay, rs.DrainTimeout = cfg.DrainDelay, cfg.DrainTimeout
+	hc := cfg.Router.Handler
+	hc.Idler, hc.Activity = res, res
+	rh := router.NewHandler(hc, res, log)
+	rs := httpserve.NewServer("router", cfg.Router.Addr, rh, log)
+	rs.DrainDelay, rs.DrainTimeout = cfg.Router.DrainDelay, cfg.Router.DrainTimeout
 	if err := rs.Listen(); err != nil {
 		return err
 	}
-	tunnel = nd.NewTunnel()
+	tunnel = cp.Node.NewTunnel()
 
-	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rs.Addr(), ConfigPath: filepath.Join(dataDir, "config.yaml")}
-	if err := cli.WriteConfig(info.ConfigPath, cli.Config{Server: info.APIAddr}); err != nil {
+	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rs.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
+	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr}); err != nil {
 		return err
 	}
 
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, lc: lc, node: nd, log: log}
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, cp: cp, log: log}
 	return parts.serve(ctx, func(ctx context.Context) error {
-		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Workers,
-			"dataDir", dataDir, "config", info.ConfigPath)
-		if cfg.Demo {
-			if err := demo(ctx, client, cfg.DemoTemplate, info, log); err != nil {
+		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Node.Workers,
+			"dataDir", cfg.DataDir, "config", info.ConfigPath)
+		if cfg.Demo.Enabled {
+			if err := demo(ctx, client, cfg.Demo, info, log); err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
 		}
@@ -163,13 +122,14 @@ type serving struct {
 	tunnel *httpserve.Server
 	router *httpserve.Server
 	routes *router.Handler
-	lc     *lifecycle.Manager
-	node   *node.Node
+	cp     *ControlPlane
 	log    *slog.Logger
 }
 
-// serve runs every server until ctx ends (or one fails), then shuts down
-// in order: the router drains first while the API server, the node and
+// serve runs every server and the control plane's background work
+// (ControlPlane.Start) until ctx ends (or one fails), then shuts down in
+// order: the router drains first, and the background work (golden
+// builds, snapshot collection) stops, while the API server, the node and
 // its tunnel keep working — parked requests still need resumes, other
 // clients may suspend actors meanwhile, and the router's idle loop keeps
 // freeing workers; then every running actor is suspended; then the API
@@ -182,7 +142,7 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	services.Go(func() error { return serveGRPC(svcCtx, s.api, s.apiLn) })
 	services.Go(func() error { return s.tunnel.Start(svcCtx) })
 	// Actors' requests for their own suspension.
-	services.Go(func() error { return s.node.ServeSelfService(svcCtx, s.lc.SelfRequest) })
+	services.Go(func() error { return s.cp.Node.ServeSelfService(svcCtx, s.cp.Lifecycle.SelfRequest) })
 
 	// The router stops when ctx ends or a service fails.
 	rctx, stopRouter := context.WithCancel(ctx)
@@ -192,21 +152,31 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- s.routes.Start(loopCtx) }()
+	// Background golden builds and the snapshot collection end with the
+	// front, as new work is no longer wanted.
+	cpCtx, stopCP := context.WithCancel(rctx)
+	defer stopCP()
+	cpDone := make(chan error, 1)
+	go func() { cpDone <- s.cp.Start(cpCtx) }()
 	front, fctx := errgroup.WithContext(rctx)
 	front.Go(func() error { return s.router.Start(fctx) })
 	front.Go(func() error { return ready(fctx) })
 	err := front.Wait()
+	stopCP()
 	stopLoop()
+	if cerr := <-cpDone; err == nil {
+		err = cerr
+	}
 	if lerr := <-loopDone; err == nil {
 		err = lerr
 	}
 
 	// Traffic has stopped; checkpoint what runs so a restart loses
 	// nothing. Workers freed now need no standby.
-	s.node.StopStandbys()
+	s.cp.Node.StopStandbys()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownSuspendTimeout)
 	defer cancel()
-	if serr := s.lc.SuspendAll(sctx); serr != nil {
+	if serr := s.cp.Lifecycle.SuspendAll(sctx); serr != nil {
 		s.log.Warn("suspend on shutdown", "err", serr)
 	}
 	stopServices()
@@ -242,11 +212,14 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener) error {
 	}
 }
 
-// sandboxClass builds the runtime of cfg.SandboxClass and its slot setup.
+// sandboxClass builds the runtime of cfg.Node.SandboxClass and its slot
+// setup.
 func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, node.SlotTeardown, func(), error) {
-	switch cfg.SandboxClass {
+	switch cfg.Node.SandboxClass {
 	case "gvisor":
-		rt, err := gvisor.New(gvisor.Config{RunscPath: cfg.RunscPath, RootDir: filepath.Join("/run/ate", cfg.WorkerPrefix), Logger: log})
+		gc := cfg.Gvisor
+		gc.RootDir, gc.Logger = filepath.Join("/run/ate", cfg.Node.WorkerPrefix), log
+		rt, err := gvisor.New(gc)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
@@ -257,6 +230,6 @@ func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup
 		rt := fake.New(fake.Config{})
 		return rt, fake.Setup, nil, func() { _ = rt.Close() }, nil
 	default:
-		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", cfg.SandboxClass)
+		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", cfg.Node.SandboxClass)
 	}
 }

@@ -1,0 +1,97 @@
+package ateconfig
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestPath(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		flag string
+		env  map[string]string
+		want string
+	}{
+		{"flag wins", "/f.yaml", map[string]string{"ATE_CONFIG": "/e.yaml", "HOME": "/h"}, "/f.yaml"},
+		{"env", "", map[string]string{"ATE_CONFIG": "/e.yaml", "HOME": "/h"}, "/e.yaml"},
+		{"home", "", map[string]string{"HOME": "/h"}, "/h/.ate/config.yaml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Path(tc.flag, func(k string) string { return tc.env[k] })
+			if err != nil || got != tc.want {
+				t.Errorf("Path = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestWriteLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nested", ".ate", "config.yaml")
+	want := Config{Server: "127.0.0.1:7070"}
+	if err := Write(path, want); err != nil {
+		t.Fatal(err)
+	}
+	checkMode(t, path, 0o600)
+	checkMode(t, filepath.Dir(path), 0o700)
+	data, err := os.ReadFile(path)
+	if err != nil || string(data) != "server: 127.0.0.1:7070\n" {
+		t.Errorf("file = %q, %v", data, err)
+	}
+	got, err := Load(path)
+	if err != nil || got != want {
+		t.Errorf("Load = %+v, %v; want %+v", got, err, want)
+	}
+
+	// Overwrite makes it 0600 again, even if someone loosened it, and
+	// leaves no temporary files behind.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(path, Config{Server: "10.0.0.1:7070"}); err != nil {
+		t.Fatal(err)
+	}
+	checkMode(t, path, 0o600)
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil || len(entries) != 1 {
+		t.Errorf("directory holds %v, %v; want only config.yaml", entries, err)
+	}
+}
+
+func checkMode(t *testing.T, path string, want fs.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Errorf("%s mode %v, want %v", path, got, want)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "server: [unclosed\n")
+	if _, err := Load(bad); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("malformed file: %v", err)
+	}
+	// Keys a newer `ate up` may add must not break this client.
+	future := filepath.Join(dir, "future.yaml")
+	writeFile(t, future, "server: h:1\ntoken: abc\n")
+	if c, err := Load(future); err != nil || c.Server != "h:1" {
+		t.Errorf("future file: %+v, %v", c, err)
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,160 @@
+package up
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/sandbox/gvisor"
+)
+
+// Defaults for Config fields left zero. `ate up`'s flags default to the
+// same values.
+const (
+	DefaultAPIAddr    = "127.0.0.1:7070"
+	DefaultRouterAddr = "127.0.0.1:8080"
+	// DefaultTunnelAddr lets the system pick the worker tunnel's port:
+	// workers record whatever it is, nobody types it.
+	DefaultTunnelAddr   = "127.0.0.1:0"
+	DefaultWorkers      = 4
+	DefaultSandboxClass = "gvisor"
+	DefaultDemoTemplate = "examples/counter/template.yaml"
+	// DefaultNodeName names the one node of `ate up`.
+	DefaultNodeName = "local"
+	// DefaultDrainDelay is `ate up --drain-delay`'s default, the time a
+	// load balancer takes to notice /readyz answering 503. It is not
+	// applied to a zero RouterConfig.DrainDelay: zero means no delay
+	// (nothing in front to tell).
+	DefaultDrainDelay = 5 * time.Second
+)
+
+// Config is `ate up`'s configuration: one field per component, each the
+// component's own configuration. Run fills in what wiring decides (the
+// node's runtime, stores and tunnel address; loggers; the router's
+// resolver) and leaves the rest as given, zero fields defaulted
+// (withDefaults).
+type Config struct {
+	// DataDir holds everything `ate up` stores: ate.db, snapshots/,
+	// images/, node/ and the client config (config.yaml). Default
+	// $HOME/.ate.
+	DataDir string
+	API     APIConfig
+	// Node is the local node agent. From here Run takes Workers (default
+	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two
+	// installations never collide), SandboxClass (gvisor, the default,
+	// or fake), Labels, Name (default DefaultNodeName) and NoStandbys;
+	// it sets the rest.
+	Node node.Config
+	// Gvisor configures the workers' runtime when Node.SandboxClass is
+	// gvisor. Run sets RootDir (under /run/ate, per WorkerPrefix) and
+	// Logger.
+	Gvisor gvisor.Config
+	Tunnel TunnelConfig
+	Router RouterConfig
+	Demo   DemoConfig
+	// Logger receives every component's records; nil discards.
+	Logger *slog.Logger
+	// Ready, if set, is called once every component serves.
+	Ready func(Info)
+}
+
+// APIConfig configures the gRPC Control API server.
+type APIConfig struct {
+	// Addr is its listen address. Default DefaultAPIAddr.
+	Addr string
+}
+
+// TunnelConfig configures the worker tunnel's listener.
+type TunnelConfig struct {
+	// Addr is its listen address; port 0 picks one. Default
+	// DefaultTunnelAddr.
+	Addr string
+}
+
+// RouterConfig configures the HTTP router: its listener and drain
+// (httpserve.Server) and its handler (router.Config, defaulted by the
+// router; Run sets Idler and Activity).
+type RouterConfig struct {
+	// Addr is its listen address. Default DefaultRouterAddr.
+	Addr string
+	// DrainDelay and DrainTimeout shape the drain on shutdown
+	// (httpserve.Server): zero DrainDelay means none, zero DrainTimeout
+	// router.DefaultDrainTimeout.
+	DrainDelay   time.Duration
+	DrainTimeout time.Duration
+	Handler      router.Config
+}
+
+// DemoConfig configures `ate up --demo`.
+type DemoConfig struct {
+	// Enabled creates the template in Template and actor DemoActor once
+	// everything serves.
+	Enabled bool
+	// Template is the template file. Default DefaultDemoTemplate.
+	Template string
+	// LoadTemplate reads a template file (the CLI's format,
+	// cli.LoadTemplateFile); required when Enabled. It is passed in so
+	// that this package does not depend on the CLI.
+	LoadTemplate func(path string) (*atev1.ActorTemplate, error)
+}
+
+// withDefaults returns c with every zero field defaulted and DataDir made
+// absolute, or an error for a value no default can mend.
+func (c Config) withDefaults() (Config, error) {
+	if c.DataDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return c, fmt.Errorf("data dir: %w", err)
+		}
+		c.DataDir = filepath.Join(home, ".ate")
+	}
+	dataDir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return c, fmt.Errorf("data dir: %w", err)
+	}
+	c.DataDir = dataDir
+	c.API.Addr = orDefault(c.API.Addr, DefaultAPIAddr)
+	c.Tunnel.Addr = orDefault(c.Tunnel.Addr, DefaultTunnelAddr)
+	c.Router.Addr = orDefault(c.Router.Addr, DefaultRouterAddr)
+	if c.Router.DrainDelay < 0 {
+		return c, fmt.Errorf("drain delay %s is negative", c.Router.DrainDelay)
+	}
+	if c.Router.DrainTimeout <= 0 {
+		c.Router.DrainTimeout = router.DefaultDrainTimeout
+	}
+	switch {
+	case c.Node.Workers == 0:
+		c.Node.Workers = DefaultWorkers
+	case c.Node.Workers < 0:
+		return c, fmt.Errorf("workers: %d is negative", c.Node.Workers)
+	}
+	c.Node.Name = orDefault(c.Node.Name, DefaultNodeName)
+	c.Node.SandboxClass = orDefault(c.Node.SandboxClass, DefaultSandboxClass)
+	if c.Node.WorkerPrefix == "" {
+		sum := sha256.Sum256([]byte(c.DataDir))
+		c.Node.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
+	}
+	c.Demo.Template = orDefault(c.Demo.Template, DefaultDemoTemplate)
+	if c.Demo.Enabled && c.Demo.LoadTemplate == nil {
+		return c, errors.New("demo: no template loader")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+package up
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/router"
+)
+
+func TestConfigWithDefaults(t *testing.T) {
+	dir := t.TempDir()
+	got, err := Config{DataDir: dir}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.API.Addr != DefaultAPIAddr || got.Router.Addr != DefaultRouterAddr || got.Tunnel.Addr != DefaultTunnelAddr ||
+		got.Node.Workers != DefaultWorkers || got.Node.SandboxClass != DefaultSandboxClass || got.Node.Name != DefaultNodeName ||
+		got.Demo.Template != DefaultDemoTemplate || got.Router.DrainTimeout != router.DefaultDrainTimeout || got.Logger == nil {
+		t.Errorf("defaults not applied: %+v", got)
+	}
+	// Zero drain delay means none: tests and installations with nothing
+	// in front of the router rely on it.
+	if got.Router.DrainDelay != 0 {
+		t.Errorf("drain delay %s, want 0", got.Router.DrainDelay)
+	}
+	if !strings.HasPrefix(got.Node.WorkerPrefix, "ate") || len(got.Node.WorkerPrefix) != len("ate")+6 {
+		t.Errorf("worker prefix %q", got.Node.WorkerPrefix)
+	}
+	other, err := Config{DataDir: filepath.Join(dir, "other")}.withDefaults()
+	if err != nil || other.Node.WorkerPrefix == got.Node.WorkerPrefix {
+		t.Errorf("two data dirs share worker prefix %q (%v)", got.Node.WorkerPrefix, err)
+	}
+	rel, err := Config{DataDir: "rel"}.withDefaults()
+	if err != nil || !filepath.IsAbs(rel.DataDir) {
+		t.Errorf("relative data dir became %q, %v", rel.DataDir, err)
+	}
+	kept, err := Config{DataDir: dir, Node: nodeConfig(2, "p"), Demo: DemoConfig{Enabled: true, Template: "t.yaml",
+		LoadTemplate: func(string) (*atev1.ActorTemplate, error) { return nil, nil }}}.withDefaults()
+	if err != nil || kept.Node.Workers != 2 || kept.Node.WorkerPrefix != "p" || kept.Demo.Template != "t.yaml" {
+		t.Errorf("set fields changed: %+v, %v", kept, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative workers", Config{DataDir: dir, Node: nodeConfig(-1, "")}, "workers: -1 is negative"},
+		{"demo without loader", Config{DataDir: dir, Demo: DemoConfig{Enabled: true}}, "demo: no template loader"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("withDefaults = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func nodeConfig(workers int, prefix string) node.Config {
+	return node.Config{Workers: workers, WorkerPrefix: prefix}
+}

@@ -61,7 +61,7 @@ type ControlPlane struct {
 const DBName = "ate.db"
 
 // NewControlPlane builds and recovers a control plane. runCtx bounds what
-// keeps running in the background (golden builds, exit watchers); ctx only
+// keeps running in the background (exit watchers, snapshot collection); ctx only
 // the building. Errors leave nothing open.
 func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *ControlPlane, err error) {
 	log := cfg.Logger
@@ -117,7 +117,7 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 	if err := cp.Lifecycle.Recover(runCtx); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	cp.API = apiserver.New(runCtx, cp.Store, cp.Lifecycle, cfg.SandboxClass, images, log)
+	cp.API = apiserver.New(cp.Store, cp.Lifecycle, cfg.SandboxClass, images, log)
 	// Garbage collection reads every actor; it runs while the API serves
 	// so that start-up does not grow with their number.
 	snapshotGCCtx, stopSnapshotGC := context.WithCancel(runCtx)

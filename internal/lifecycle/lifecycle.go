@@ -1,6 +1,6 @@
 // Package lifecycle runs the actor workflows — resume, suspend, delete,
-// golden builds — over a store and a node. Every workflow follows
-// DESIGN.md's rules: write the -ING state before touching the node, make
+// golden builds — over a store and a node. Every workflow follows the
+// rules in docs/architecture.md (State and failure rules): write the -ING state before touching the node, make
 // every write compare-and-set, hold the actor's lease, and never leave an
 // actor wedged or a worker claimed after a failure.
 package lifecycle
@@ -255,7 +255,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 // snapshot's deletion. Pass the time Recover started, before the API
 // served: workflows running meanwhile only stage snapshots after it, and
 // only ever move pointers to those, so nothing they write or still need
-// is taken. It pages through every actor (~7 µs each, BENCHMARKS.md).
+// is taken. It pages through every actor (BENCHMARKS.md, Control plane:
+// Stored actors).
 func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 	live := map[string]bool{}
 	tpls, err := m.store.ListTemplates(ctx, "")

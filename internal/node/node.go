@@ -80,8 +80,8 @@ type Config struct {
 	TunnelAddr string
 	Logger     *slog.Logger
 	// NoStandbys turns standby sandboxes off (standby.go): free workers
-	// then hold no sandbox, saving ~55 MB RSS each, and every start pays
-	// the sandbox's start-up.
+	// then hold no sandbox, saving its memory (BENCHMARKS.md, Density),
+	// and every start pays the sandbox's start-up.
 	NoStandbys bool
 }
 

@@ -18,15 +18,15 @@ import (
 // (sandbox.Preparer; `runsc create` for gVisor): its sandbox, file server
 // and network already run, so the next start of an actor of the same
 // template on that worker only restores (or starts) into it. That halves
-// a restore on the development VM: ~180 to ~90 ms p50 (BENCHMARKS.md,
-// BenchmarkRestore/default vs /prepared), which is what brings a paused
-// actor's activation under the 150 ms target of issue 5.
+// a restore (BENCHMARKS.md, Activation latency: BenchmarkRestore/default
+// vs /prepared), which is what brings a paused actor's activation under
+// the target of issue 5.
 //
 // Which template a free worker prepares for is the one it hosted last
 // (a golden build offers its template to workers that have hosted none):
 // the best guess without a forecast, and right whenever one template
 // dominates. A standby that does not fit the next start is destroyed
-// first, so a wrong guess costs only the destroy (~25 ms). A standby holds
+// first, so a wrong guess costs only the destroy. A standby holds
 // a worker's sandbox slot but no actor; the worker stays FREE in the
 // store.
 
@@ -159,9 +159,9 @@ func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *san
 // StandbyWorkers returns the workers whose standby is ready for spec (from
 // image imageDigest), sorted: a start of its actor there skips the
 // sandbox's start-up. A worker still preparing one is not listed: a start
-// there waits for the preparation (~0.1 s) first, which made a resume
-// right after a suspend (on the worker it freed) ~70 ms slower than on a
-// worker that was ready.
+// there waits for the preparation first, which made a resume right after
+// a suspend (on the worker it freed) much slower than on a worker that
+// was ready (BENCHMARKS.md, Activation latency).
 func (n *Node) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
 	workers := n.standbys.ready.members((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
 	slices.Sort(workers)
@@ -202,10 +202,10 @@ func (n *Node) refill(s *slot) {
 
 // standbyDefer is how long a freed worker waits before preparing its
 // standby when another free worker already holds one for the same
-// template. `runsc create` takes ~0.1 s of CPU; on the 2-core development
-// VM a resume right after a suspend, restoring into another worker's
-// standby while the freed worker prepared its own, took 95-127 ms instead
-// of ~70.
+// template. `runsc create` takes a core for a while; on the 2-core
+// development VM a resume right after a suspend, restoring into another
+// worker's standby while the freed worker prepared its own, took up to
+// twice as long (BENCHMARKS.md, Activation latency).
 const standbyDefer = 300 * time.Millisecond
 
 // otherStandbyReady reports whether a free worker other than s holds a

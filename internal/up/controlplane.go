@@ -137,8 +137,8 @@ func NewControlPlane(ctx, runCtx context.Context, cfg ControlPlaneConfig) (_ *Co
 // NewGRPCServer returns a gRPC server serving cp's Control API. Its
 // handlers run on a pool of long-lived goroutines (one per CPU; more are
 // started while all are busy) rather than a new goroutine per call, whose
-// stack grew anew on every call (runtime.newstack was 10% of a fake
-// wake-up's CPU, BENCHMARKS.md).
+// stack grew anew on every call (BENCHMARKS.md, Control plane: Wake-up
+// throughput).
 func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	atev1.RegisterControlServer(gs, cp.API)

@@ -92,8 +92,8 @@ func validateSpec(slot sandbox.Slot, spec sandbox.Spec) error {
 	case spec.ID == "":
 		return fmt.Errorf("spec: empty ID")
 	case !filepath.IsAbs(spec.RootFS):
-		// runsc resolves a relative root.path against the bundle (notes,
-		// item 5); we always want the caller's directory.
+		// runsc resolves a relative root.path against the bundle; we
+		// always want the caller's directory.
 		return fmt.Errorf("spec %s: RootFS %q is not absolute", spec.ID, spec.RootFS)
 	case len(spec.Args) == 0:
 		return fmt.Errorf("spec %s: no Args", spec.ID)

@@ -3,6 +3,7 @@ module substrate.dev/ate
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/goccy/go-json v0.12.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/renameio/v2 v2.0.2

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/net/websocket"
+	"github.com/coder/websocket"
 )
 
 // registerStreams adds the endpoints the router's tests stream through:
@@ -25,9 +25,7 @@ import (
 //	                      both ways at once (full duplex)
 func registerStreams(mux *http.ServeMux) {
 	mux.HandleFunc("GET /sse", serveSSE)
-	mux.Handle("GET /ws", websocket.Handler(func(ws *websocket.Conn) {
-		_, _ = io.Copy(ws, ws)
-	}))
+	mux.HandleFunc("GET /ws", serveWS)
 	mux.HandleFunc("GET /sleep", func(w http.ResponseWriter, r *http.Request) {
 		ms := intParam(r, "ms", 0)
 		if mark := r.URL.Query().Get("mark"); mark != "" {
@@ -43,6 +41,35 @@ func registerStreams(mux *http.ServeMux) {
 		fmt.Fprintf(w, "slept %d ms tag=%s\n", ms, r.URL.Query().Get("tag"))
 	})
 	mux.HandleFunc("POST /echo", serveEcho)
+}
+
+// serveWS echoes every WebSocket message back as a message of the same
+// type, until the client or the connection goes. Any origin is accepted:
+// the counter is a test workload behind the router.
+func serveWS(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		return // Accept has answered
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(-1)
+	ctx := r.Context()
+	for {
+		typ, rd, err := c.Reader(ctx)
+		if err != nil {
+			return
+		}
+		wr, err := c.Writer(ctx, typ)
+		if err != nil {
+			return
+		}
+		if _, err := io.Copy(wr, rd); err != nil {
+			return
+		}
+		if err := wr.Close(); err != nil {
+			return
+		}
+	}
 }
 
 func serveSSE(w http.ResponseWriter, r *http.Request) {

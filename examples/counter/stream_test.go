@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/websocket"
+	"github.com/coder/websocket"
 )
 
 func TestStreams(t *testing.T) {
@@ -76,17 +76,19 @@ func TestStreams(t *testing.T) {
 		pw.Close()
 	})
 	t.Run("websocket", func(t *testing.T) {
-		ws, err := websocket.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", "", srv.URL)
+		ctx := t.Context()
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Origin": {srv.URL}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ws.Close()
-		if err := websocket.Message.Send(ws, "hi"); err != nil {
+		defer ws.CloseNow()
+		if err := ws.Write(ctx, websocket.MessageText, []byte("hi")); err != nil {
 			t.Fatal(err)
 		}
-		var got string
-		if err := websocket.Message.Receive(ws, &got); err != nil || got != "hi" {
-			t.Fatalf("echo: %q %v", got, err)
+		typ, got, err := ws.Read(ctx)
+		if err != nil || string(got) != "hi" || typ != websocket.MessageText {
+			t.Fatalf("echo: %v %q %v", typ, got, err)
 		}
 	})
 }

@@ -34,21 +34,18 @@ type Server struct {
 	sandboxClass string
 	// images, if set, checks templates' images at creation (images.go).
 	images ImageInspector
-	// buildCtx outlives requests: golden builds started by a request run
-	// in the background until the server stops.
-	buildCtx context.Context
-	log      *slog.Logger
+	log    *slog.Logger
 }
 
 var _ atev1.ControlServer = (*Server)(nil)
 
-// New returns a Server. buildCtx bounds background golden builds; images,
-// if not nil, checks every new template's image (images.go).
-func New(buildCtx context.Context, s store.Store, lc *lifecycle.Manager, sandboxClass string, images ImageInspector, logger *slog.Logger) *Server {
+// New returns a Server. images, if not nil, checks every new template's
+// image (images.go). Golden builds a request starts belong to lc.
+func New(s store.Store, lc *lifecycle.Manager, sandboxClass string, images ImageInspector, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, buildCtx: buildCtx, log: logger}
+	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, log: logger}
 }
 
 // NewUID returns a random RFC 4122 version 4 UUID.
@@ -138,7 +135,7 @@ func (s *Server) CreateActorTemplate(ctx context.Context, req *atev1.CreateActor
 	if err := s.store.CreateTemplate(ctx, t); err != nil {
 		return nil, toStatus(err)
 	}
-	go s.lc.BuildGolden(s.buildCtx, t)
+	s.lc.StartGoldenBuild(t)
 	return templateToProto(t), nil
 }
 

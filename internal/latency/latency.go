@@ -5,11 +5,12 @@ package latency
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
 
-// Quantile returns the nearest-rank q-quantile (0 ≤ q < 1) of d without
+// Quantile returns the nearest-rank q-quantile (0 ≤ q ≤ 1) of d without
 // changing d; zero for no samples.
 func Quantile(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
@@ -17,7 +18,16 @@ func Quantile(d []time.Duration, q float64) time.Duration {
 	}
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
+	return s[rank(len(s), q)]
+}
+
+// rank is the 0-based index of the nearest-rank q-quantile of n > 0
+// sorted samples: the smallest sample with at least q·n samples at or
+// below it, ceil(q·n)−1, and 0 for q = 0. The tolerance keeps a q·n that
+// float64 cannot hold exactly (0.95·20 = 19) from rounding up a rank.
+func rank(n int, q float64) int {
+	k := int(math.Ceil(q*float64(n) - 1e-9))
+	return max(0, min(n-1, k-1))
 }
 
 // Ms converts d to fractional milliseconds.

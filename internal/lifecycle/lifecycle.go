@@ -1,6 +1,6 @@
 // Package lifecycle runs the actor workflows — resume, suspend, delete,
-// golden builds — over a store and a node. Every workflow follows
-// DESIGN.md's rules: write the -ING state before touching the node, make
+// golden builds — over a store and a node. Every workflow follows the
+// rules in docs/architecture.md (State and failure rules): write the -ING state before touching the node, make
 // every write compare-and-set, hold the actor's lease, and never leave an
 // actor wedged or a worker claimed after a failure.
 package lifecycle
@@ -92,7 +92,8 @@ func New(s store.Store, n Node, snaps Snapshots, holder string, logger *slog.Log
 }
 
 // Close stops the manager's background work — handing workers to waiting
-// resumes and evictions — and waits for it to end. Evictions under way are
+// resumes, evictions, golden builds and self-requested suspensions — and
+// waits for it to end. Evictions under way are
 // cancelled between steps, never mid-checkpoint (workflows detach node
 // operations), so no actor is left wedged.
 func (m *Manager) Close() {
@@ -254,7 +255,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 // snapshot's deletion. Pass the time Recover started, before the API
 // served: workflows running meanwhile only stage snapshots after it, and
 // only ever move pointers to those, so nothing they write or still need
-// is taken. It pages through every actor (~7 µs each, BENCHMARKS.md).
+// is taken. It pages through every actor (BENCHMARKS.md, Control plane:
+// Stored actors).
 func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 	live := map[string]bool{}
 	tpls, err := m.store.ListTemplates(ctx, "")
@@ -294,10 +296,11 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 
 // SelfRequest is an actor asking, from inside its sandbox, to be
 // suspended or paused ("suspend" | "pause"). It runs the workflow in the
-// background, since the caller is the actor being checkpointed.
+// background, on a goroutine the manager owns, since the caller is the
+// actor being checkpointed.
 func (m *Manager) SelfRequest(worker, actorUID, action string) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*LeaseTTL)
+	m.goOwned(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 2*LeaseTTL)
 		defer cancel()
 		atespace, name, ok := m.holderOf(ctx, worker, actorUID)
 		if !ok {
@@ -307,7 +310,7 @@ func (m *Manager) SelfRequest(worker, actorUID, action string) {
 		if err != nil {
 			m.log.Warn("self-requested "+action, "actor", name, "atespace", atespace, "err", err)
 		}
-	}()
+	})
 }
 
 // WorkerExited is the node's report that an actor's sandbox died on its

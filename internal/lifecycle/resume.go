@@ -135,9 +135,9 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Re
 	}
 	if src.paused {
 		// The paused copy is now older than the running actor and nothing
-		// points to it; removing it (1-5 ms for a small actor) need not
+		// points to it; removing it (a few ms for a small actor) need not
 		// delay the request that woke the actor.
-		go func() { _ = m.node.DeletePaused(src.ref) }()
+		m.goOwned(func(context.Context) { _ = m.node.DeletePaused(src.ref) })
 	}
 	if out.Snapshot != oldDurable {
 		m.deleteOld(ctx, a, oldDurable)
@@ -200,8 +200,8 @@ func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 
 // nodeAlive reports whether any worker of node is registered. The
 // manager's own node is alive by construction, which keeps the common
-// paused resume free of a scan over every worker (it cost +5.7 ms at 1024
-// workers, BENCHMARKS.md); another node's liveness still takes one.
+// paused resume free of a scan over every worker (BENCHMARKS.md, Control
+// plane: Registered workers); another node's liveness still takes one.
 func (m *Manager) nodeAlive(ctx context.Context, node string) (bool, error) {
 	if node == m.node.Name() {
 		return true, nil

@@ -7,12 +7,24 @@ import (
 	"substrate.dev/ate/internal/store"
 )
 
+// StartGoldenBuild builds t's golden snapshot in the background, on a
+// goroutine the manager owns (Close cancels and waits for it), after
+// CreateTemplate.
+func (m *Manager) StartGoldenBuild(t *store.Template) {
+	m.goOwned(func(ctx context.Context) { m.BuildGolden(ctx, t) })
+}
+
 // BuildGolden builds t's golden snapshot and records the outcome in the
 // template's status (READY with the snapshot, or FAILED with the reason).
-// It is meant to run in the background after CreateTemplate.
+// A build that ends because ctx did (Close) records nothing: the template
+// stays BUILDING, and Recover builds it again.
 func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	log := m.log.With("template", t.Name, "atespace", t.Atespace)
 	ref, digest, err := m.node.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
+	if err != nil && ctx.Err() != nil {
+		log.InfoContext(ctx, "golden build cancelled; left for the next start-up", "err", err)
+		return
+	}
 	cur, gerr := m.store.GetTemplate(ctx, t.Atespace, t.Name)
 	if gerr != nil || cur.UID != t.UID {
 		// The template was deleted meanwhile; nobody will use the snapshot.
@@ -41,7 +53,7 @@ func (m *Manager) resumeGoldenBuilds(ctx context.Context) error {
 	}
 	for _, t := range tpls {
 		if t.Phase == store.TemplateBuilding {
-			go m.BuildGolden(ctx, t)
+			m.StartGoldenBuild(t)
 		}
 	}
 	return nil

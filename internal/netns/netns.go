@@ -13,8 +13,7 @@
 // A veth pair joins eth0 and gw0. Every worker has the same addresses, each
 // inside its own pair of namespaces, so nothing is routed on the host, no
 // host routes clash between workers, and a checkpoint taken on one worker
-// restores on any other (shared/notes/gvisor-on-these-machines.md, items 7
-// and 9).
+// restores on any other (a restored sandbox keeps its addresses).
 //
 // All functions are safe for concurrent use. Changes to /run/netns are
 // serialised, also across processes, by an flock on that directory; calls
@@ -105,7 +104,7 @@ func Ensure(ctx context.Context, name string) (sandbox.Slot, error) {
 // Reset re-applies the interior address and default route (and the rest of
 // the worker's wiring, recreating the veth pair if it is gone) in slot's
 // existing namespaces. runsc takes the IPv4 address off eth0 when a sandbox
-// starts and does not put it back (notes, item 10), so call Reset before
+// starts and does not put it back, so call Reset before
 // every run or restore, and never while a sandbox runs in the slot. It costs
 // a few netlink round trips when everything is already correct. A missing
 // namespace gives an error matching fs.ErrNotExist.

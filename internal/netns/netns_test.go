@@ -153,7 +153,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 func TestResetRestoresAddressTakenAway(t *testing.T) {
 	slot := newWorker(t)
 	port := serve(t, slot, "back")
-	// Do what runsc does when a sandbox starts (notes, item 10).
+	// Do what runsc does when a sandbox starts: take the address off.
 	removed := takeInnerAddrs(t, slot)
 	if len(removed) != 1 || removed[0] != sandbox.InteriorAddr+"/30" {
 		t.Fatalf("inner addresses = %v, want [%s/30]", removed, sandbox.InteriorAddr)

@@ -25,7 +25,7 @@ type Activity struct {
 }
 
 // actorActivity is the live counter behind Activity; guarded by its
-// slot's mu. A request keeps the one it entered under, so one still
+// slot's gate. A request keeps the one it entered under, so one still
 // running on a container that is gone never counts against the worker's
 // next actor.
 type actorActivity struct {
@@ -41,14 +41,7 @@ func (n *Node) WorkerActivity(worker string) (Activity, bool) {
 	if err != nil {
 		return Activity{}, false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.actorUID == "" || s.act == nil {
-		return Activity{}, false
-	}
-	a := s.act
-	return Activity{ActorUID: s.actorUID, InFlight: a.inflight, Streams: a.streams, Served: a.served,
-		Started: a.started, Last: a.last}, true
+	return s.gate.activity()
 }
 
 // SetIdleHandler sets who is told, with the worker's name, each time the

@@ -38,12 +38,9 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	s.mu.Lock()
-	if s.actorUID != actorUID {
-		s.mu.Unlock()
+	if !s.gate.hosts(actorUID) {
 		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
 	}
-	s.mu.Unlock()
 	n.drain(ctx, s, opts.Grace)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	n.clearOp(ctx, s)
@@ -57,25 +54,8 @@ func (n *Node) drain(ctx context.Context, s *slot, grace time.Duration) {
 	if grace <= 0 {
 		grace = DefaultDrainGrace
 	}
-	s.mu.Lock()
-	s.draining = true
-	if s.inflight == 0 {
-		s.mu.Unlock()
-		return
-	}
-	done := make(chan struct{})
-	s.drained = done
-	s.mu.Unlock()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		s.mu.Lock()
-		s.cut = s.inflight > 0
-		s.mu.Unlock()
+	if s.gate.drain(ctx, grace) {
 		n.log.WarnContext(ctx, "drain grace over, cutting requests off", "worker", s.name, "grace", grace)
-	case <-ctx.Done():
 	}
 }
 
@@ -89,10 +69,7 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	if err != nil {
 		return "", err
 	}
-	s.mu.Lock()
-	id, vols := s.containerID, s.volumes
-	s.stopping = true
-	s.mu.Unlock()
+	id, vols := s.stop()
 	if opts.Scope == snapshot.ScopeData {
 		// Volumes only: the container just stops.
 		n.destroy(ctx, s.sb, id)
@@ -105,9 +82,8 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	}
 	// The container is gone (a checkpoint deletes it), so the clearOp
 	// that follows need not destroy it again.
-	s.mu.Lock()
-	s.containerID = ""
-	s.mu.Unlock()
+	s.gone()
+	s.gate.containerGone()
 	// The container has stopped, so the volumes are quiescent.
 	for _, v := range vols {
 		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {

@@ -91,15 +91,3 @@ func (c *cutter) watch(worker string) {
 		c.mu.Unlock()
 	}
 }
-
-// admitting returns the container worker runs now and whether a
-// checkpoint's drain cut its requests off (slot state, see node.go).
-func (n *Node) admitting(worker string) (container string, cut bool) {
-	s, err := n.slot(worker)
-	if err != nil {
-		return "", true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.containerID, s.cut
-}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -78,10 +79,52 @@ func (f *identityFiles) close() error {
 	return errors.Join(errs...)
 }
 
+// workerFiles are what one worker keeps open across starts: its identity
+// files, its restore notification files and its container log. Not safe
+// for concurrent use: the slot's opMu guards it.
+type workerFiles struct {
+	identity identityFiles
+	notice   noticeFiles
+	log      *os.File
+}
+
+// close closes the files; later writes open them again.
+func (f *workerFiles) close() {
+	_ = f.identity.close()
+	_ = f.notice.close()
+	if f.log != nil {
+		_ = f.log.Close()
+		f.log = nil
+	}
+}
+
+// identityWriter writes what a worker's sandbox reads about itself and
+// what the node logs of it: the identity and restore notification files
+// under each worker's directory and the per-worker container logs, all
+// under the node's state dir. It owns the generation counter; the open
+// files are each slot's (workerFiles). Safe for concurrent use on
+// different slots.
+type identityWriter struct {
+	stateDir string
+	// generation is the last value written to a /run/ate/generation
+	// (next).
+	generation atomic.Uint64
+}
+
+// workerDir is s's own directory elem under the state dir.
+func (w *identityWriter) workerDir(s *slot, elem ...string) string {
+	return filepath.Join(append([]string{w.stateDir, "workers", s.name}, elem...)...)
+}
+
+// workerLog is the file every container on s writes its output to.
+func (w *identityWriter) workerLog(s *slot) string {
+	return filepath.Join(w.stateDir, "logs", s.name+".log")
+}
+
 // writeIdentity points s's identity files at req's actor. s.opMu must be
 // held.
-func (n *Node) writeIdentity(s *slot, req StartRequest) error {
-	return s.identity.write(n.workerDir(s, "identity"), [3]string{req.Name, req.Atespace, req.ActorUID})
+func (w *identityWriter) writeIdentity(s *slot, req StartRequest) error {
+	return s.files.identity.write(w.workerDir(s, "identity"), [3]string{req.Name, req.Atespace, req.ActorUID})
 }
 
 // noticeNames are the restore notification files under IdentityDir, in
@@ -89,7 +132,7 @@ func (n *Node) writeIdentity(s *slot, req StartRequest) error {
 var noticeNames = [2]string{"generation", "random"}
 
 // noticeFiles are one worker's restore notification files: generation (a
-// decimal uint64, Node.nextGeneration) and random (32 bytes from
+// decimal uint64, identityWriter.next) and random (32 bytes from
 // crypto/rand, hex, no newline). Unlike the identity files they are
 // rewritten before every start, boot or restore, same actor or not: a
 // restored process has no other way to learn that it was restored, and
@@ -147,15 +190,15 @@ func (f *noticeFiles) close() error {
 // bytes, and returns the generation. It runs before every boot or
 // restore, so the process finds them before it runs again, let alone
 // before the wakeup probe or any request. s.opMu must be held.
-func (n *Node) writeNotice(s *slot) (uint64, error) {
+func (w *identityWriter) writeNotice(s *slot) (uint64, error) {
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand: it crashes the program instead)
-	gen := n.nextGeneration()
-	err := s.notice.write(n.workerDir(s, "identity"), [2]string{strconv.FormatUint(gen, 10), hex.EncodeToString(b[:])})
+	gen := w.next()
+	err := s.files.notice.write(w.workerDir(s, "identity"), [2]string{strconv.FormatUint(gen, 10), hex.EncodeToString(b[:])})
 	return gen, err
 }
 
-// nextGeneration returns a new generation: the wall clock in nanoseconds
+// next returns a new generation: the wall clock in nanoseconds
 // since the Unix epoch, or one more than the node's previous generation
 // when the clock has not passed it (two starts in one nanosecond, a clock
 // stepped back). So generations increase strictly on a node whatever the
@@ -165,11 +208,11 @@ func (n *Node) writeNotice(s *slot) (uint64, error) {
 // nanosecond to hand out the same one. Generations say "this is a new
 // start" and order one node's starts; what no other start shares is
 // /run/ate/random.
-func (n *Node) nextGeneration() uint64 {
+func (w *identityWriter) next() uint64 {
 	for {
-		prev := n.generation.Load()
+		prev := w.generation.Load()
 		next := max(prev+1, uint64(time.Now().UnixNano()))
-		if n.generation.CompareAndSwap(prev, next) {
+		if w.generation.CompareAndSwap(prev, next) {
 			return next
 		}
 	}
@@ -180,24 +223,14 @@ func (n *Node) nextGeneration() uint64 {
 // fixed before anyone knows which actor will use it). The file stays open
 // for the next start, as the identity files do. Failures only cost the
 // line. s.opMu must be held.
-func (n *Node) logStart(s *slot, req StartRequest, containerID string, generation uint64) {
-	if s.log == nil {
-		f, err := os.OpenFile(n.workerLog(s), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+func (w *identityWriter) logStart(s *slot, req StartRequest, containerID string, generation uint64) {
+	if s.files.log == nil {
+		f, err := os.OpenFile(w.workerLog(s), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 		if err != nil {
 			return
 		}
-		s.log = f
+		s.files.log = f
 	}
-	fmt.Fprintf(s.log, "--- %s ate: actor %s/%s uid=%s container=%s snapshot=%q generation=%d\n",
+	fmt.Fprintf(s.files.log, "--- %s ate: actor %s/%s uid=%s container=%s snapshot=%q generation=%d\n",
 		time.Now().UTC().Format(time.RFC3339Nano), req.Atespace, req.Name, req.ActorUID, containerID, req.Snapshot, generation)
-}
-
-// closeFiles closes what s keeps open across starts. s.opMu must be held.
-func (s *slot) closeFiles() {
-	_ = s.identity.close()
-	_ = s.notice.close()
-	if s.log != nil {
-		_ = s.log.Close()
-		s.log = nil
-	}
 }

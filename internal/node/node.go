@@ -80,87 +80,60 @@ type Config struct {
 	TunnelAddr string
 	Logger     *slog.Logger
 	// NoStandbys turns standby sandboxes off (standby.go): free workers
-	// then hold no sandbox, saving ~55 MB RSS each, and every start pays
-	// the sandbox's start-up.
+	// then hold no sandbox, saving its memory (BENCHMARKS.md, Density),
+	// and every start pays the sandbox's start-up.
 	NoStandbys bool
 }
 
-// slot is one worker. opMu serialises sandbox operations on it; mu guards
-// the fields below it and is only held briefly, so the tunnel never waits
-// behind a checkpoint. Lock order: opMu, then mu.
-type slot struct {
-	name string
-	sb   sandbox.Slot
-
-	opMu sync.Mutex
-
-	mu          sync.Mutex
-	containerID string
-	actorUID    string
-	port        int
-	volumes     []volume
-	// stopping is set while a checkpoint or stop ends the container on
-	// purpose, so the exit watcher does not report it as a crash.
-	stopping bool
-	// draining refuses new tunnel requests; inflight counts admitted
-	// ones; drained is closed when inflight reaches zero while draining.
-	draining bool
-	inflight int
-	drained  chan struct{}
-	// act is the hosted actor's traffic (activity.go); nil when none.
-	act *actorActivity
-	// cut is set when a checkpoint's drain grace ran out with requests
-	// still in flight; cleared by the next start.
-	cut bool
-	// standby is the container prepared for the next start, if any;
-	// template is what the worker prepares standbys for (standby.go).
-	standby *sandbox.Spec
-	// standbyKey is the template key standby is indexed under in
-	// Node.ready.
-	standbyKey string
-	template   *standbyTemplate
-
-	// identity is the worker's identity files, notice its restore
-	// notification files and log its container log, all kept open across
-	// starts (identity.go); guarded by opMu, not mu.
-	identity identityFiles
-	notice   noticeFiles
-	log      *os.File
-}
-
-// Node is the node agent. Safe for concurrent use.
+// Node is the node agent. Safe for concurrent use. It is a composition of
+// parts, each owning its own state and lock, so that the tunnel and the
+// node's API can later move behind a network protocol without the rest:
+//
+//   - slots (slot.go): the worker slots, fixed at New; each serialises its
+//     sandbox operations and records the container it runs.
+//   - each slot's gate (admission.go): the tunnel's admission and
+//     activity bookkeeping — the only slot state the tunnel reads.
+//   - standbys (standby.go): which free workers hold a prepared sandbox,
+//     and whether to prepare more.
+//   - ids (identity.go): identity, restore notification and log files.
+//   - golden (golden.go): the golden-build slot.
+//   - self-service (selfservice.go): the endpoint actors call from inside.
+//   - the sandbox transport (tunnel.go): pooled connections into sandboxes
+//     for the tunnel and the wakeup probe.
+//
+// The methods on Node are the workflows that span these parts (start,
+// checkpoint, stop, refill) and the package's exported API.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// slots and order (their names, in order) are fixed at New.
 	slots map[string]*slot
 	order []string
-	build *slot
 
-	// ctx bounds exit watchers; cancelled by Shutdown.
+	golden   goldenBuilder
+	standbys standbys
+	ids      identityWriter
+
+	// ctx is the node's lifetime, cancelled by Shutdown. It is kept
+	// rather than passed because the goroutines it bounds outlive the
+	// calls that start them: exit watchers (watch) and standby refills,
+	// started by Start, Checkpoint and Stop, and the tunnel's cutters
+	// (cut.go), started by requests. bg counts the first two, which
+	// Shutdown waits for.
 	ctx    context.Context
 	cancel context.CancelFunc
+	bg     sync.WaitGroup
 
 	exitMu sync.Mutex
 	onExit ExitFunc
 	// onIdle is told when a worker's last request other than streams
-	// ends (activity.go); nil when nobody listens.
+	// ends (admission.go); nil when nobody listens.
 	onIdle atomic.Pointer[func(worker string)]
-
-	// noStandbys is set by StopStandbys and Shutdown.
-	noStandbys atomic.Bool
 
 	// conns pools HTTP connections into sandboxes for the tunnel and
 	// the wakeup probe; open tracks them per container (tunnel.go).
 	conns *http.Transport
 	open  openConns
-
-	// ready is the workers holding a standby, by template key
-	// (standby.go).
-	ready keyedSet[string]
-
-	// generation is the last value written to a /run/ate/generation
-	// (nextGeneration).
-	generation atomic.Uint64
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous
@@ -170,8 +143,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}}
-	n.noStandbys.Store(cfg.NoStandbys)
+	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}, ids: identityWriter{stateDir: cfg.StateDir}}
+	n.standbys.init(cfg.Runtime, cfg.NoStandbys)
 	n.conns = n.newSandboxTransport()
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, d := range []string{"bundles", "logs", "workers"} {
@@ -202,7 +175,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("worker %s: %w", name, err)
 		}
 		if i == 0 {
-			n.build = s
+			n.golden.slot = s
 			continue
 		}
 		n.slots[name] = s
@@ -239,6 +212,9 @@ func (n *Node) slot(worker string) (*slot, error) {
 	return s, nil
 }
 
+// goBackground runs f on a goroutine Shutdown waits for.
+func (n *Node) goBackground(f func()) { n.bg.Go(f) }
+
 func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
 	// Cleanup must run even when the caller's context has ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -261,14 +237,12 @@ func (n *Node) bundleDir(id string) string {
 	return filepath.Join(n.cfg.StateDir, "bundles", id)
 }
 
-// clearOp destroys whatever s hosts and empties its volume directories:
-// their data is in the actor's snapshot (or was lost with the sandbox),
-// and the worker's next actor must not see it. s.opMu must be held.
+// clearOp destroys whatever s hosts, closes its gate and empties its
+// volume directories: their data is in the actor's snapshot (or was lost
+// with the sandbox), and the worker's next actor must not see it. s.opMu
+// must be held.
 func (n *Node) clearOp(ctx context.Context, s *slot) {
-	s.mu.Lock()
-	id, vols := s.containerID, s.volumes
-	s.stopping = true
-	s.mu.Unlock()
+	id, vols := s.stop()
 	if id != "" {
 		n.destroy(ctx, s.sb, id)
 	}
@@ -277,13 +251,8 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 			n.log.WarnContext(ctx, "empty volume directory", "worker", s.name, "dir", v.hostDir, "err", err)
 		}
 	}
-	s.mu.Lock()
-	s.containerID, s.actorUID, s.port, s.volumes, s.act = "", "", 0, nil, nil
-	// inflight stays: requests still running on the old container (the
-	// cutter ends them) release their count later, and a reset would
-	// drive it negative and let the next drain skip its wait.
-	s.stopping, s.draining, s.drained = false, false, nil
-	s.mu.Unlock()
+	s.gate.close()
+	s.cleared()
 }
 
 // Stop destroys the actor's sandbox on worker; a no-op when the worker
@@ -295,16 +264,8 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	s.mu.Lock()
-	mine := s.actorUID == actorUID
-	if mine {
-		// Requests still running are cut with the container: they are
-		// answered 503 + Retry-After like a checkpoint's (the actor will
-		// be back), not 502 as if the app had failed.
-		s.cut = true
-	}
-	s.mu.Unlock()
-	if mine {
+	if s.gate.hosts(actorUID) {
+		s.gate.stopped()
 		n.clearOp(ctx, s)
 		n.refill(s)
 	}
@@ -312,15 +273,15 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 }
 
 // Shutdown destroys every container on the node, stops exit watchers and
-// tears the slots down.
+// standby refills and waits for them, and tears the slots down.
 func (n *Node) Shutdown(ctx context.Context) {
 	n.StopStandbys()
 	n.cancel()
-	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.build) {
+	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.golden.slot) {
 		s.opMu.Lock()
 		n.clearOp(ctx, s)
 		n.dropStandby(ctx, s)
-		s.closeFiles()
+		s.files.close()
 		if n.cfg.Teardown != nil {
 			if err := n.cfg.Teardown(ctx, s.sb); err != nil {
 				n.log.Warn("tear down worker", "worker", s.name, "err", err)
@@ -328,27 +289,23 @@ func (n *Node) Shutdown(ctx context.Context) {
 		}
 		s.opMu.Unlock()
 	}
+	n.bg.Wait()
 	n.conns.CloseIdleConnections()
 }
 
 // watch waits for container id in s to exit and reports it if nobody
-// ended it on purpose.
+// ended it on purpose. It runs on the node's background group.
 func (n *Node) watch(s *slot, id, actorUID string) {
 	err := n.cfg.Runtime.Wait(n.ctx, s.sb, id)
 	if n.ctx.Err() != nil {
 		return
 	}
-	s.mu.Lock()
-	died := s.containerID == id && !s.stopping
-	s.mu.Unlock()
-	if !died {
+	if !s.diedOnItsOwn(id) {
 		return
 	}
 	n.log.Warn("sandbox exited on its own", "worker", s.name, "container", id, "err", err)
 	s.opMu.Lock()
-	s.mu.Lock()
-	still := s.containerID == id
-	s.mu.Unlock()
+	still := s.runs(id)
 	if still {
 		n.clearOp(n.ctx, s)
 		n.refill(s)
@@ -360,65 +317,4 @@ func (n *Node) watch(s *slot, id, actorUID string) {
 	if still && f != nil {
 		f(s.name, actorUID)
 	}
-}
-
-// enter admits one tunnel request (a stream if stream) for actorUID on
-// worker. ok is false
-// when the worker does not host that actor or is draining it for a
-// checkpoint; otherwise release must be called when the request ends.
-func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, release func(), ok bool) {
-	s, err := n.slot(worker)
-	if err != nil || actorUID == "" {
-		return tunnelTarget{}, nil, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.actorUID != actorUID || s.draining {
-		return tunnelTarget{}, nil, false
-	}
-	s.inflight++
-	act := s.act
-	if act != nil {
-		act.inflight++
-		act.last = time.Now()
-		if stream {
-			act.streams++
-		}
-	}
-	return tunnelTarget{worker: worker, container: s.containerID, port: s.port, sb: s.sb}, func() {
-		idle := false
-		defer func() {
-			if f := n.onIdle.Load(); idle && f != nil {
-				(*f)(worker)
-			}
-		}()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.inflight--
-		if act != nil {
-			act.inflight--
-			act.served++
-			act.last = time.Now()
-			if stream {
-				act.streams--
-			}
-			idle = act.inflight == act.streams && s.act == act
-		}
-		if s.inflight == 0 && s.drained != nil {
-			close(s.drained)
-			s.drained = nil
-		}
-	}, true
-}
-
-// wasCut reports whether worker's last checkpoint cut requests off, so
-// the tunnel can answer them 503 + Retry-After instead of a bare 502.
-func (n *Node) wasCut(worker string) bool {
-	s, err := n.slot(worker)
-	if err != nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cut || s.draining
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // DefaultProbeTimeout bounds how long a sandbox may take to pass its wakeup
-// probe after boot or restore. A cold Python interpreter took 10.9 s on
-// these machines (shared/notes/gvisor-on-these-machines.md, item 13).
+// probe after boot or restore: generous, since a cold boot of an
+// interpreted runtime under gVisor can take many seconds.
 const DefaultProbeTimeout = 60 * time.Second
 
 // probe waits until the wakeup probe passes: an HTTP GET answering 2xx or

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"substrate.dev/ate/internal/netns"
@@ -28,40 +28,65 @@ const SelfServiceAddr = "169.254.17.1:80"
 type SelfFunc func(worker, actorUID, action string)
 
 // ServeSelfService listens on SelfServiceAddr in every worker's outer
-// namespace and serves the self-service API until ctx ends. Sandbox classes
-// without namespaces (fake) have nothing to serve and return at once.
+// namespace and serves the self-service API until ctx ends; it returns
+// once every listener is closed and its server goroutine has ended.
+// Sandbox classes without namespaces (fake) have nothing to serve and
+// wait for ctx alone.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	var servers []*http.Server
-	defer func() {
-		for _, srv := range servers {
-			_ = srv.Close()
-		}
-	}()
+	ss := selfService{log: n.log, f: f}
+	defer ss.close()
 	for _, name := range n.order {
 		s := n.slots[name]
 		if s.sb.DialNetNSPath == "" {
 			continue
 		}
-		ln, err := netns.Listen(s.sb.DialNetNSPath, "tcp", SelfServiceAddr)
-		if err != nil {
+		if err := ss.serve(s); err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: n.selfHandler(s, f), ReadHeaderTimeout: 5 * time.Second,
-			// net/http's complaints about what an actor sends stay
-			// structured log lines.
-			ErrorLog: slog.NewLogLogger(n.log.With("worker", name).Handler(), slog.LevelDebug)}
-		servers = append(servers, srv)
-		go func(ln net.Listener) {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				n.log.Warn("self-service stopped", "worker", name, "err", err)
-			}
-		}(ln)
 	}
 	<-ctx.Done()
 	return nil
 }
 
-func (n *Node) selfHandler(s *slot, f SelfFunc) http.Handler {
+// selfService is the self-service endpoint of a node's workers: one HTTP
+// server per worker, in its outer namespace, asking f to act on the actor
+// the worker's gate admits. It reads nothing else of the node. Not safe
+// for concurrent use: ServeSelfService owns it.
+type selfService struct {
+	log     *slog.Logger
+	f       SelfFunc
+	servers []*http.Server
+	serving sync.WaitGroup
+}
+
+// serve starts s's server.
+func (ss *selfService) serve(s *slot) error {
+	ln, err := netns.Listen(s.sb.DialNetNSPath, "tcp", SelfServiceAddr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: ss.handler(s), ReadHeaderTimeout: 5 * time.Second,
+		// net/http's complaints about what an actor sends stay
+		// structured log lines.
+		ErrorLog: slog.NewLogLogger(ss.log.With("worker", s.name).Handler(), slog.LevelDebug)}
+	ss.servers = append(ss.servers, srv)
+	ss.serving.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			ss.log.Warn("self-service stopped", "worker", s.name, "err", err)
+		}
+	})
+	return nil
+}
+
+// close closes every server and waits for their goroutines.
+func (ss *selfService) close() {
+	for _, srv := range ss.servers {
+		_ = srv.Close()
+	}
+	ss.serving.Wait()
+}
+
+func (ss *selfService) handler(s *slot) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
 		action := r.PathValue("action")
@@ -69,14 +94,12 @@ func (n *Node) selfHandler(s *slot, f SelfFunc) http.Handler {
 			http.Error(w, "unknown action "+strconv.Quote(action)+": use suspend or pause", http.StatusNotFound)
 			return
 		}
-		s.mu.Lock()
-		uid := s.actorUID
-		s.mu.Unlock()
+		uid := s.gate.hosted()
 		if uid == "" {
 			http.Error(w, "this worker hosts no actor", http.StatusConflict)
 			return
 		}
-		f(s.name, uid, action)
+		ss.f(s.name, uid, action)
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(action + " requested\n"))
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -16,15 +18,15 @@ import (
 // (sandbox.Preparer; `runsc create` for gVisor): its sandbox, file server
 // and network already run, so the next start of an actor of the same
 // template on that worker only restores (or starts) into it. That halves
-// a restore on the development VM: ~180 to ~90 ms p50 (BENCHMARKS.md,
-// BenchmarkRestore/default vs /prepared), which is what brings a paused
-// actor's activation under the 150 ms target of issue 5.
+// a restore (BENCHMARKS.md, Activation latency: BenchmarkRestore/default
+// vs /prepared), which is what brings a paused actor's activation under
+// the target of issue 5.
 //
 // Which template a free worker prepares for is the one it hosted last
 // (a golden build offers its template to workers that have hosted none):
 // the best guess without a forecast, and right whenever one template
 // dominates. A standby that does not fit the next start is destroyed
-// first, so a wrong guess costs only the destroy (~25 ms). A standby holds
+// first, so a wrong guess costs only the destroy. A standby holds
 // a worker's sandbox slot but no actor; the worker stays FREE in the
 // store.
 
@@ -41,16 +43,99 @@ func (t *standbyTemplate) key() string {
 	return t.imageDigest + "\x00" + string(b)
 }
 
-// setStandby records sb (nil: none), prepared for the template with key,
-// as s's standby, and indexes it in n.ready. s.mu must be held.
-func (n *Node) setStandby(s *slot, sb *sandbox.Spec, key string) {
-	if s.standby != nil {
-		n.ready.remove(s.standbyKey, s.name)
+// standbySlot is one worker's standby: the container prepared for its
+// next start, if any, and the template it prepares standbys for. Its own
+// mutex guards it; the container itself is created and destroyed under
+// the slot's opMu.
+type standbySlot struct {
+	mu sync.Mutex
+	// spec is the prepared container, nil when none; key is the
+	// template key it is indexed under in standbys.ready.
+	spec *sandbox.Spec
+	key  string
+	// template is what the worker prepares standbys for: the one it
+	// hosted last, or the one a golden build offered; nil when neither.
+	template *standbyTemplate
+}
+
+// current returns the template the worker prepares standbys for.
+func (sb *standbySlot) current() *standbyTemplate {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.template
+}
+
+// hosted records that the worker now hosts an actor of t: its next
+// standby will be for t.
+func (sb *standbySlot) hosted(t *standbyTemplate) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.template = t
+}
+
+// offer makes t the worker's template if it has none; it reports whether
+// it did.
+func (sb *standbySlot) offer(t *standbyTemplate) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.template != nil {
+		return false
 	}
-	s.standby, s.standbyKey = sb, key
+	sb.template = t
+	return true
+}
+
+// standbys is the node's standby bookkeeping: whether standbys are
+// prepared at all, and which free workers hold one for which template.
+// Safe for concurrent use.
+type standbys struct {
+	// prep prepares containers; nil when the runtime cannot.
+	prep sandbox.Preparer
+	// off is set by Config.NoStandbys, StopStandbys and Shutdown.
+	off atomic.Bool
+	// ready is the workers holding a standby, by template key.
+	ready keyedSet[string]
+}
+
+func (st *standbys) init(rt sandbox.Runtime, off bool) {
+	st.prep, _ = rt.(sandbox.Preparer)
+	st.off.Store(off)
+}
+
+// enabled reports whether free workers should prepare standbys.
+func (st *standbys) enabled() bool { return st.prep != nil && !st.off.Load() }
+
+// set records sb (nil: none), prepared for the template with key, as
+// worker's standby in slot, and indexes it in ready.
+func (st *standbys) set(worker string, slot *standbySlot, sb *sandbox.Spec, key string) {
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.spec != nil {
+		st.ready.remove(slot.key, worker)
+	}
+	slot.spec, slot.key = sb, key
 	if sb != nil {
-		n.ready.add(key, s.name)
+		st.ready.add(key, worker)
 	}
+}
+
+// take forgets worker's standby and returns it, nil when none.
+func (st *standbys) take(worker string, slot *standbySlot) *sandbox.Spec {
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	sb := slot.spec
+	if sb != nil {
+		st.ready.remove(slot.key, worker)
+	}
+	slot.spec, slot.key = nil, ""
+	return sb
+}
+
+// held reports whether slot holds a standby.
+func (sb *standbySlot) held() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.spec != nil
 }
 
 // refillTimeout bounds one standby preparation.
@@ -60,10 +145,7 @@ const refillTimeout = 30 * time.Second
 // for ID and BundleDir) and forgets it either way; one that does not fit
 // is destroyed. s.opMu must be held.
 func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *sandbox.Spec {
-	s.mu.Lock()
-	sb := s.standby
-	n.setStandby(s, nil, "")
-	s.mu.Unlock()
+	sb := n.standbys.take(s.name, &s.standby)
 	if sb == nil {
 		return nil
 	}
@@ -77,11 +159,11 @@ func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *san
 // StandbyWorkers returns the workers whose standby is ready for spec (from
 // image imageDigest), sorted: a start of its actor there skips the
 // sandbox's start-up. A worker still preparing one is not listed: a start
-// there waits for the preparation (~0.1 s) first, which made a resume
-// right after a suspend (on the worker it freed) ~70 ms slower than on a
-// worker that was ready.
+// there waits for the preparation first, which made a resume right after
+// a suspend (on the worker it freed) much slower than on a worker that
+// was ready (BENCHMARKS.md, Activation latency).
 func (n *Node) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
-	workers := n.ready.members((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
+	workers := n.standbys.ready.members((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
 	slices.Sort(workers)
 	return workers
 }
@@ -97,10 +179,10 @@ func sameContainer(a, b sandbox.Spec) bool {
 // hosted last, unless s hosts an actor or has one already. Failures are
 // logged; the next start then goes the ordinary way.
 func (n *Node) refill(s *slot) {
-	if _, ok := n.cfg.Runtime.(sandbox.Preparer); !ok || s == n.build || n.noStandbys.Load() {
+	if !n.standbys.enabled() || s == n.golden.slot {
 		return
 	}
-	go func() {
+	n.goBackground(func() {
 		if n.otherStandbyReady(s) {
 			// No hurry: let a resume that follows the suspend (or pause)
 			// that freed s have both cores for its restore.
@@ -115,35 +197,32 @@ func (n *Node) refill(s *slot) {
 		if err := n.refillOp(s); err != nil {
 			n.log.Warn("prepare standby", "worker", s.name, "err", err)
 		}
-	}()
+	})
 }
 
 // standbyDefer is how long a freed worker waits before preparing its
 // standby when another free worker already holds one for the same
-// template. `runsc create` takes ~0.1 s of CPU; on the 2-core development
-// VM a resume right after a suspend, restoring into another worker's
-// standby while the freed worker prepared its own, took 95-127 ms instead
-// of ~70.
+// template. `runsc create` takes a core for a while; on the 2-core
+// development VM a resume right after a suspend, restoring into another
+// worker's standby while the freed worker prepared its own, took up to
+// twice as long (BENCHMARKS.md, Activation latency).
 const standbyDefer = 300 * time.Millisecond
 
 // otherStandbyReady reports whether a free worker other than s holds a
 // standby for the template s hosted last.
 func (n *Node) otherStandbyReady(s *slot) bool {
-	s.mu.Lock()
-	tpl := s.template
-	s.mu.Unlock()
+	tpl := s.standby.current()
 	if tpl == nil {
 		return false
 	}
-	return slices.ContainsFunc(n.ready.members(tpl.key()), func(w string) bool { return w != s.name })
+	return slices.ContainsFunc(n.standbys.ready.members(tpl.key()), func(w string) bool { return w != s.name })
 }
 
 // refillOp is refill's work; s.opMu is held.
 func (n *Node) refillOp(s *slot) error {
-	s.mu.Lock()
-	tpl, busy := s.template, s.containerID != "" || s.standby != nil
-	s.mu.Unlock()
-	if busy || tpl == nil || n.noStandbys.Load() {
+	// opMu keeps both from changing between the two reads.
+	tpl, busy := s.standby.current(), s.busy() || s.standby.held()
+	if busy || tpl == nil || !n.standbys.enabled() {
 		return nil
 	}
 	// Not cancelled by Shutdown: killing `runsc create` midway would
@@ -167,12 +246,10 @@ func (n *Node) refillOp(s *slot) error {
 		return err
 	}
 	start := time.Now()
-	if err := n.cfg.Runtime.(sandbox.Preparer).Prepare(ctx, s.sb, spec); err != nil {
+	if err := n.standbys.prep.Prepare(ctx, s.sb, spec); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	n.setStandby(s, &spec, tpl.key())
-	s.mu.Unlock()
+	n.standbys.set(s.name, &s.standby, &spec, tpl.key())
 	n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start))
 	return nil
 }
@@ -180,20 +257,14 @@ func (n *Node) refillOp(s *slot) error {
 // StopStandbys stops preparing standbys, e.g. while shutting down, when
 // workers freed by suspending everything will host nothing again. Those
 // already prepared stay until Shutdown.
-func (n *Node) StopStandbys() { n.noStandbys.Store(true) }
+func (n *Node) StopStandbys() { n.standbys.off.Store(true) }
 
 // offerTemplate gives a freshly built template to every worker that has
 // hosted no actor yet, so even the first actors start into a standby.
 func (n *Node) offerTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) {
 	for _, name := range n.order {
 		s := n.slots[name]
-		s.mu.Lock()
-		fresh := s.template == nil
-		if fresh {
-			s.template = &standbyTemplate{spec: spec, imageDigest: imageDigest}
-		}
-		s.mu.Unlock()
-		if fresh {
+		if s.standby.offer(&standbyTemplate{spec: spec, imageDigest: imageDigest}) {
 			n.refill(s)
 		}
 	}
@@ -201,11 +272,7 @@ func (n *Node) offerTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) 
 
 // dropStandby destroys s's standby, if any. s.opMu must be held.
 func (n *Node) dropStandby(ctx context.Context, s *slot) {
-	s.mu.Lock()
-	sb := s.standby
-	n.setStandby(s, nil, "")
-	s.mu.Unlock()
-	if sb != nil {
+	if sb := n.standbys.take(s.name, &s.standby); sb != nil {
 		n.destroy(ctx, s.sb, sb.ID)
 	}
 }

@@ -74,12 +74,12 @@ func waitPrepared(t *testing.T, rt *fake.Runtime, want int) {
 func standbyOf(s *slot) string {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.standby == nil {
+	s.standby.mu.Lock()
+	defer s.standby.mu.Unlock()
+	if s.standby.spec == nil {
 		return ""
 	}
-	return s.standby.ID
+	return s.standby.spec.ID
 }
 
 // checkpointed starts actor "a" of template img1 on n's worker, leaves a
@@ -241,9 +241,9 @@ func TestStopKeepsInflightCount(t *testing.T) {
 	}
 	release()
 	s := n.slots[w]
-	s.mu.Lock()
-	got := s.inflight
-	s.mu.Unlock()
+	s.gate.mu.Lock()
+	got := s.gate.inflight
+	s.gate.mu.Unlock()
 	if got != 0 {
 		t.Fatalf("in-flight count after the request ended = %d, want 0", got)
 	}

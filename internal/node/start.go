@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
@@ -56,7 +55,7 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	n.clearOp(ctx, s)
-	id, err := n.startIn(ctx, s, req)
+	id, _, err := n.startIn(ctx, s, req)
 	if err != nil {
 		// The start may have used the worker's standby up; the worker
 		// is free again and should hold one.
@@ -64,28 +63,28 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 		n.log.WarnContext(ctx, "start failed", "actor", req.Name, "atespace", req.Atespace, "worker", req.Worker, "snapshot", req.Snapshot, "err", err)
 		return fmt.Errorf("%w: actor %s/%s on worker %s: %w", ErrStartFailed, req.Atespace, req.Name, req.Worker, err)
 	}
-	go n.watch(s, id, req.ActorUID)
+	n.goBackground(func() { n.watch(s, id, req.ActorUID) })
 	return nil
 }
 
 // startIn boots or restores req in s, waits for the wakeup probe and,
 // after a restore, calls the onRestore hook. On failure the slot is left
-// empty. It returns the container id. When the slot's standby was
+// empty. It returns the container id and the digest of the image it ran. When the slot's standby was
 // prepared for the same container spec, the start goes into it
 // (standby.go); if the boot or restore into it fails for any reason but
 // ctx, the start is tried once more the ordinary way, so a dead standby
 // costs time, never the request. A wakeup probe or hook that fails is the
 // actor's own failure and is not retried: it would only wait out the
 // timeout a second time.
-func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, error) {
+func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, digest string, err error) {
 	spec := req.Spec
 	if len(spec.GetContainers()) != 1 {
-		return "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
+		return "", "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
 	}
 	c := spec.GetContainers()[0]
 	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), req.ImageDigest)
 	if err != nil {
-		return "", fmt.Errorf("image %s: %w", c.GetImage(), err)
+		return "", "", fmt.Errorf("image %s: %w", c.GetImage(), err)
 	}
 	snapDir, scope := "", snapshot.ScopeFull
 	if req.Snapshot != "" {
@@ -95,20 +94,20 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		}
 		dir, m, err := store.Open(req.Snapshot)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		snapDir, scope = dir, m.Scope
 	}
 	vols, err := n.prepareVolumes(s, spec, snapDir)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	if err := n.writeIdentity(s, req); err != nil {
-		return "", fmt.Errorf("identity files: %w", err)
+	if err := n.ids.writeIdentity(s, req); err != nil {
+		return "", "", fmt.Errorf("identity files: %w", err)
 	}
 	sspec, err := n.containerSpec(s, req.ActorUID, c, img, vols)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	port := trafficPort(c, img)
 	if sb := n.takeStandby(ctx, s, sspec); sb != nil {
@@ -116,17 +115,16 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 	}
 	restore := snapDir != "" && scope != snapshot.ScopeData
 	for {
-		s.mu.Lock()
-		s.containerID, s.volumes, s.cut = sspec.ID, vols, false
-		s.mu.Unlock()
+		s.running(sspec.ID, vols)
+		s.gate.uncut()
 		// Every attempt is a start of its own: a new generation even for
 		// the retry, so no two starts ever read the same one.
 		var gen uint64
-		if gen, err = n.writeNotice(s); err != nil {
+		if gen, err = n.ids.writeNotice(s); err != nil {
 			n.clearOp(ctx, s) // destroys the standby this start took, if any
-			return "", fmt.Errorf("restore notification files: %w", err)
+			return "", "", fmt.Errorf("restore notification files: %w", err)
 		}
-		n.logStart(s, req, sspec.ID, gen)
+		n.ids.logStart(s, req, sspec.ID, gen)
 		if restore {
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
 		} else {
@@ -137,7 +135,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
 		}
 		if err == nil && restore {
-			// Before the tunnel admits anything (s.actorUID is set
+			// Before the tunnel admits anything (the gate opens
 			// below): no request may see the state the snapshot copied.
 			err = n.restoreHook(ctx, s.sb, sspec.ID, req)
 		}
@@ -146,23 +144,19 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (string, 
 		}
 		n.clearOp(ctx, s)
 		if started || !sspec.Prepared || ctx.Err() != nil {
-			return "", err
+			return "", "", err
 		}
 		n.log.WarnContext(ctx, "start in standby failed, starting afresh", "worker", s.name, "container", sspec.ID, "err", err)
 		sspec.ID = newContainerID(req.ActorUID)
 		sspec.BundleDir, sspec.Prepared = n.bundleDir(sspec.ID), false
 		// clearOp emptied the volumes: restore them again.
 		if vols, err = n.prepareVolumes(s, spec, snapDir); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
-	s.mu.Lock()
-	now := time.Now()
-	s.actorUID, s.port = req.ActorUID, port
-	s.act = &actorActivity{started: now, last: now}
-	s.template = &standbyTemplate{spec: spec, imageDigest: img.Digest}
-	s.mu.Unlock()
-	return sspec.ID, nil
+	s.standby.hosted(&standbyTemplate{spec: spec, imageDigest: img.Digest})
+	s.gate.open(req.ActorUID, sspec.ID, port)
+	return sspec.ID, img.Digest, nil
 }
 
 func trafficPort(c *atev1.ContainerSpec, img *image.Image) int {
@@ -201,14 +195,10 @@ func (n *Node) prepareVolumes(s *slot, spec *atev1.ActorTemplateSpec, snapDir st
 }
 
 // workerLog is the file every container on s writes its output to.
-func (n *Node) workerLog(s *slot) string {
-	return filepath.Join(n.cfg.StateDir, "logs", s.name+".log")
-}
+func (n *Node) workerLog(s *slot) string { return n.ids.workerLog(s) }
 
 // workerDir is s's own directory elem under the node's state dir.
-func (n *Node) workerDir(s *slot, elem ...string) string {
-	return filepath.Join(append([]string{n.cfg.StateDir, "workers", s.name}, elem...)...)
-}
+func (n *Node) workerDir(s *slot, elem ...string) string { return n.ids.workerDir(s, elem...) }
 
 // containerSpec merges the image config with the template's container.
 // Everything in it but ID and BundleDir follows from the template, image
@@ -257,29 +247,4 @@ func newContainerID(ownerUID string) string {
 		ownerUID = ownerUID[:12]
 	}
 	return "ate-" + ownerUID + "-" + hex.EncodeToString(b[:])
-}
-
-// BuildGolden boots spec on the node's build slot, waits for its wakeup
-// probe, and checkpoints it (Full) as the golden snapshot owned by the
-// template's uid, whose identity files name the template. It returns the
-// snapshot and the digest of the image it ran, which the template pins.
-// Builds are serialised; they never use a worker.
-func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (ref, digest string, err error) {
-	s := n.build
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
-	n.clearOp(ctx, s)
-	defer n.clearOp(ctx, s)
-	if _, err := n.startIn(ctx, s, StartRequest{ActorUID: tplUID, Atespace: atespace, Name: tplName, Spec: spec}); err != nil {
-		return "", "", fmt.Errorf("golden build: %w", err)
-	}
-	s.mu.Lock()
-	digest = s.template.imageDigest // the image startIn ran
-	s.mu.Unlock()
-	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull})
-	if err != nil {
-		return "", "", fmt.Errorf("golden build: %w", err)
-	}
-	n.offerTemplate(spec, digest)
-	return ref, digest, nil
 }

@@ -11,8 +11,8 @@ import (
 
 // InteriorAddr is the IPv4 address every sandbox sees on its only interface
 // (169.254.17.2/30, gateway .1), identical on every worker so that a
-// checkpoint taken on one worker restores on any other
-// (shared/notes/gvisor-on-these-machines.md, item 7).
+// checkpoint taken on one worker restores on any other: a restored
+// sandbox keeps the address it was checkpointed with.
 const InteriorAddr = "169.254.17.2"
 
 // Slot identifies the worker a container runs in.
@@ -41,8 +41,8 @@ type Spec struct {
 	Env  []string
 	Cwd  string
 	// LogPath is a regular file that receives the container's stdout and
-	// stderr (appended). It must be a file at both checkpoint and restore
-	// (notes, item 6).
+	// stderr (appended). It must be a file at both checkpoint and restore:
+	// a pipe at one and a file at the other breaks the restore.
 	LogPath string
 	// BundleDir is a directory the runtime may use for the OCI bundle of
 	// this container; the caller removes it after Destroy.

@@ -28,7 +28,7 @@ import (
 // ManifestName is written last into every complete snapshot.
 const ManifestName = "manifest.json"
 
-// Snapshot scopes (DESIGN.md glossary).
+// Snapshot scopes: what a snapshot holds (docs/architecture.md, Lifecycle).
 const (
 	ScopeFull = "Full"
 	ScopeData = "Data"

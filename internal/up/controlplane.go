@@ -53,9 +53,10 @@ type ControlPlane struct {
 	// recovered is when Recover began; the snapshot collection only
 	// takes snapshots staged before it.
 	recovered time.Time
-	// background bounds the golden builds that Recover restarts and that
-	// the API starts: it lives from NewControlPlane until Start's context
-	// ends or Close, whichever comes first. stopBackground cancels it.
+	// background bounds recovery and Start's wait: it lives from
+	// NewControlPlane until Start's context ends or Close, whichever
+	// comes first. stopBackground cancels it. Golden builds belong to
+	// the lifecycle manager, whose Close (in ours) ends them.
 	background     context.Context
 	stopBackground context.CancelFunc
 	// snapshotGCDone is closed when Start's snapshot collection has
@@ -68,9 +69,8 @@ type ControlPlane struct {
 const DBName = "ate.db"
 
 // NewControlPlane builds and recovers a control plane; ctx bounds the
-// building only. Golden builds that recovery restarts run on in the
-// background until Start's context ends or Close. Errors leave nothing
-// open.
+// building only. Golden builds that recovery restarts run on, owned by
+// the lifecycle manager, until Close. Errors leave nothing open.
 func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPlane, err error) {
 	log := cfg.Logger
 	if log == nil {
@@ -130,12 +130,10 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	cp.Node.SetExitHandler(cp.Lifecycle.WorkerExited)
 	cp.Node.SetIdleHandler(cp.Lifecycle.WorkerIdle)
 	cp.recovered = time.Now()
-	// Recover restarts unfinished golden builds on the context it is
-	// given, hence the background one.
 	if err := cp.Lifecycle.Recover(cp.background); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	cp.API = apiserver.New(cp.background, cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
+	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
 	return cp, nil
 }
 
@@ -143,8 +141,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 // ends (or Close is called): it collects unreferenced snapshots (which
 // reads every actor, so it runs while the API serves rather than growing
 // start-up with their number), then waits. When ctx ends it cancels the
-// collection and the golden builds running in the background, and
-// returns nil. A failed collection is logged, not returned: the next
+// collection and returns nil. A failed collection is logged, not returned: the next
 // start retries it. Start may be called once; the API serves without it,
 // only without the collection.
 func (cp *ControlPlane) Start(ctx context.Context) error {
@@ -175,8 +172,8 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 // NewGRPCServer returns a gRPC server serving cp's Control API. Its
 // handlers run on a pool of long-lived goroutines (one per CPU; more are
 // started while all are busy) rather than a new goroutine per call, whose
-// stack grew anew on every call (runtime.newstack was 10% of a fake
-// wake-up's CPU, BENCHMARKS.md).
+// stack grew anew on every call (BENCHMARKS.md, Control plane: Wake-up
+// throughput).
 func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	atev1.RegisterControlServer(gs, cp.API)

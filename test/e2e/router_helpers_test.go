@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/websocket"
+	"github.com/coder/websocket"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
@@ -82,29 +82,37 @@ func (in *installation) newRequest(ctx context.Context, method, actor, path stri
 	return req
 }
 
+// wsConn is a client WebSocket opened by dialWS.
+type wsConn struct{ c *websocket.Conn }
+
+// Close closes the connection without a closing handshake.
+func (ws *wsConn) Close() error { return ws.c.CloseNow() }
+
 // dialWS opens a WebSocket to actor's /ws through the router.
-func (in *installation) dialWS(actor string) (*websocket.Conn, error) {
-	cfg, err := websocket.NewConfig("ws://"+in.routerAddr+"/ws", "http://localhost/")
+func (in *installation) dialWS(actor string) (*wsConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+in.routerAddr+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Ate-Target-Actor": {actor}, "Origin": {"http://localhost/"}},
+	})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Header = http.Header{"Ate-Target-Actor": {actor}}
-	return websocket.DialConfig(cfg)
+	return &wsConn{c: c}, nil
 }
 
 // wsEcho sends msg and checks it comes back within 30s.
-func wsEcho(ws *websocket.Conn, msg string) error {
-	if err := ws.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		return err
-	}
-	if err := websocket.Message.Send(ws, msg); err != nil {
+func wsEcho(ws *wsConn, msg string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ws.c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
 		return fmt.Errorf("send %q: %w", msg, err)
 	}
-	var got string
-	if err := websocket.Message.Receive(ws, &got); err != nil {
+	_, got, err := ws.c.Read(ctx)
+	if err != nil {
 		return fmt.Errorf("receive echo of %q: %w", msg, err)
 	}
-	if got != msg {
+	if string(got) != msg {
 		return fmt.Errorf("echo of %q came back as %q", msg, got)
 	}
 	return nil
@@ -124,11 +132,10 @@ func elapsedAtLeast(t testing.TB, what string, from time.Time, d time.Duration) 
 }
 
 // websocketReceive reads one message, without a deadline.
-func websocketReceive(ws *websocket.Conn, msg *string) error {
-	if err := ws.SetDeadline(time.Time{}); err != nil {
-		return err
-	}
-	return websocket.Message.Receive(ws, msg)
+func websocketReceive(ws *wsConn, msg *string) error {
+	_, b, err := ws.c.Read(context.Background())
+	*msg = string(b)
+	return err
 }
 
 // pid is the process id of `ate up`.

@@ -43,7 +43,7 @@ func (r *Runtime) command(ctx context.Context, args ...string) ([]byte, error) {
 // stdout and stderr. runsc hands its own stdio to the container, so the
 // log must be a regular file, not a pipe: a pipe would keep this call
 // waiting for the sandbox to exit, and a pipe at checkpoint with a file at
-// restore breaks the restore (notes, item 6). For the same reason runsc's
+// restore breaks the restore. For the same reason runsc's
 // own error message lands in that file; it is read back from the offset
 // where this call started so the returned error carries it.
 func (r *Runtime) runDetached(ctx context.Context, spec sandbox.Spec, args ...string) error {

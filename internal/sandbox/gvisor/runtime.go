@@ -14,7 +14,7 @@
 //	                        containers.
 //	--network=sandbox       gVisor's own network stack takes over the slot's
 //	                        eth0 (169.254.17.2/30), so the address moves with
-//	                        a checkpoint (notes, items 3 and 7).
+//	                        a checkpoint.
 //	--overlay2=root:memory  root filesystem writes go to an overlay held in
 //	                        sandbox memory: they are saved by checkpoint and
 //	                        the shared host RootFS is never written. The
@@ -407,7 +407,7 @@ func (r *Runtime) Close() error {
 }
 
 // prepare validates spec, resets the slot's network (runsc took the
-// address off at the previous start; notes, item 10) and writes the bundle.
+// address off at the previous start) and writes the bundle.
 func (r *Runtime) prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
 	if err := validateSpec(slot, spec); err != nil {
 		return err

@@ -8,70 +8,10 @@ import (
 	"slices"
 	"strings"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"substrate.dev/ate/internal/sandbox"
 )
-
-// The subset of the OCI runtime spec (v1.0) that runsc reads for our
-// containers. Declared here rather than importing
-// github.com/opencontainers/runtime-spec to keep the module's dependencies
-// to what the design needs.
-type ociSpec struct {
-	OCIVersion string     `json:"ociVersion"`
-	Process    ociProcess `json:"process"`
-	Root       ociRoot    `json:"root"`
-	Hostname   string     `json:"hostname,omitempty"`
-	Mounts     []ociMount `json:"mounts"`
-	Linux      ociLinux   `json:"linux"`
-}
-
-type ociProcess struct {
-	Terminal     bool        `json:"terminal"`
-	User         ociUser     `json:"user"`
-	Args         []string    `json:"args"`
-	Env          []string    `json:"env"`
-	Cwd          string      `json:"cwd"`
-	Capabilities ociCaps     `json:"capabilities"`
-	Rlimits      []ociRlimit `json:"rlimits"`
-}
-
-type ociUser struct {
-	UID uint32 `json:"uid"`
-	GID uint32 `json:"gid"`
-}
-
-type ociCaps struct {
-	Bounding    []string `json:"bounding"`
-	Effective   []string `json:"effective"`
-	Inheritable []string `json:"inheritable"`
-	Permitted   []string `json:"permitted"`
-}
-
-type ociRlimit struct {
-	Type string `json:"type"`
-	Hard uint64 `json:"hard"`
-	Soft uint64 `json:"soft"`
-}
-
-type ociRoot struct {
-	Path     string `json:"path"`
-	Readonly bool   `json:"readonly"`
-}
-
-type ociMount struct {
-	Destination string   `json:"destination"`
-	Type        string   `json:"type"`
-	Source      string   `json:"source"`
-	Options     []string `json:"options,omitempty"`
-}
-
-type ociLinux struct {
-	Namespaces []ociNamespace `json:"namespaces"`
-}
-
-type ociNamespace struct {
-	Type string `json:"type"`
-	Path string `json:"path,omitempty"`
-}
 
 // defaultCaps is Docker's default capability set without CAP_NET_RAW (raw
 // sockets also need runsc --net-raw). They apply to the sandbox's own
@@ -91,11 +31,12 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // hostname it booted with, so a per-worker one would be wrong after a move.
 const hostname = "ate"
 
-// buildSpec returns the OCI spec for spec in slot. The root is writable:
-// runsc's root overlay (--overlay2=root:memory) keeps every write in the
-// sandbox's memory, so RootFS on the host is never modified and the writes
-// are part of the checkpoint.
-func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
+// buildSpec returns the OCI runtime spec (the subset runsc reads for our
+// containers) for spec in slot. The root is writable: runsc's root overlay
+// (--overlay2=root:memory) keeps every write in the sandbox's memory, so
+// RootFS on the host is never modified and the writes are part of the
+// checkpoint.
+func buildSpec(slot sandbox.Slot, spec sandbox.Spec) *specs.Spec {
 	env := slices.Clone(spec.Env)
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
 		env = append(env, defaultPath)
@@ -104,8 +45,7 @@ func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
 	if cwd == "" {
 		cwd = "/"
 	}
-	netns := ociNamespace{Type: "network", Path: slot.NetNSPath}
-	mounts := []ociMount{
+	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
@@ -118,15 +58,15 @@ func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
 		if m.ReadOnly {
 			opts[1] = "ro"
 		}
-		mounts = append(mounts, ociMount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
 	}
-	return ociSpec{
-		OCIVersion: "1.0.0",
-		Process: ociProcess{
+	return &specs.Spec{
+		Version: "1.0.0",
+		Process: &specs.Process{
 			Args: spec.Args,
 			Env:  env,
 			Cwd:  cwd,
-			Capabilities: ociCaps{
+			Capabilities: &specs.LinuxCapabilities{
 				Bounding:    defaultCaps,
 				Effective:   defaultCaps,
 				Inheritable: defaultCaps,
@@ -134,13 +74,14 @@ func buildSpec(slot sandbox.Slot, spec sandbox.Spec) ociSpec {
 			},
 			// Soft 1024 keeps select()-era programs safe; hard lets servers
 			// that raise their own limit (Go does) have plenty.
-			Rlimits: []ociRlimit{{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 524288}},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 524288}},
 		},
-		Root:     ociRoot{Path: spec.RootFS, Readonly: false},
+		Root:     &specs.Root{Path: spec.RootFS, Readonly: false},
 		Hostname: hostname,
 		Mounts:   mounts,
-		Linux: ociLinux{Namespaces: []ociNamespace{
-			{Type: "pid"}, netns, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
+		Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{
+			{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: slot.NetNSPath},
+			{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 		}},
 	}
 }
@@ -151,8 +92,8 @@ func validateSpec(slot sandbox.Slot, spec sandbox.Spec) error {
 	case spec.ID == "":
 		return fmt.Errorf("spec: empty ID")
 	case !filepath.IsAbs(spec.RootFS):
-		// runsc resolves a relative root.path against the bundle (notes,
-		// item 5); we always want the caller's directory.
+		// runsc resolves a relative root.path against the bundle; we
+		// always want the caller's directory.
 		return fmt.Errorf("spec %s: RootFS %q is not absolute", spec.ID, spec.RootFS)
 	case len(spec.Args) == 0:
 		return fmt.Errorf("spec %s: no Args", spec.ID)

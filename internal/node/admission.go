@@ -1,0 +1,235 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// gate is one worker's tunnel admission and activity bookkeeping: which
+// actor incarnation (and container, port) the tunnel may send requests
+// to, how many requests are in flight, whether a checkpoint drains them,
+// and what the actor's traffic was (activity.go). It is all the tunnel
+// reads of a worker (through Node.enter, Node.admitting, Node.wasCut), and
+// its own mutex keeps the tunnel from ever waiting behind a sandbox
+// operation. Sandbox operations, under the slot's opMu, open it once a
+// start is ready and close it when the container goes. Safe for
+// concurrent use.
+type gate struct {
+	mu sync.Mutex
+	// actorUID, container and port are the admitted incarnation, set by
+	// open; actorUID is empty while the gate is closed.
+	actorUID  string
+	container string
+	port      int
+	// draining refuses new requests; inflight counts admitted ones, old
+	// containers' included; drained is closed when inflight reaches zero
+	// while draining.
+	draining bool
+	inflight int
+	drained  chan struct{}
+	// act is the admitted actor's traffic; nil when none.
+	act *actorActivity
+	// cut is set when a checkpoint's drain grace ran out with requests
+	// still in flight; cleared by the next start (uncut).
+	cut bool
+}
+
+// open admits requests for actorUID to container's port from now on.
+func (g *gate) open(actorUID, container string, port int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	g.actorUID, g.container, g.port = actorUID, container, port
+	g.act = &actorActivity{started: now, last: now}
+}
+
+// close stops admitting: the worker hosts nothing. inflight stays:
+// requests still running on the old container (the cutter ends them)
+// release their count later, and a reset would drive it negative and let
+// the next drain skip its wait.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.actorUID, g.container, g.port, g.act = "", "", 0, nil
+	g.draining, g.drained = false, nil
+}
+
+// containerGone records that the admitted container no longer exists (a
+// checkpoint deleted it), so the requests it admitted are cut.
+func (g *gate) containerGone() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.container = ""
+}
+
+// stopped marks requests still running as cut: the container is being
+// stopped on purpose (revert, forced delete), so they are answered 503 +
+// Retry-After like a checkpoint's (the actor will be back), not 502 as if
+// the app had failed.
+func (g *gate) stopped() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cut = true
+}
+
+// uncut clears cut for a new start.
+func (g *gate) uncut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cut = false
+}
+
+// hosts reports whether the gate admits actorUID.
+func (g *gate) hosts(actorUID string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.actorUID == actorUID
+}
+
+// hosted returns the admitted actor's uid, empty when none.
+func (g *gate) hosted() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.actorUID
+}
+
+// enter admits one request (a stream if stream) for actorUID. ok is false
+// when the gate does not admit that actor or is draining; otherwise
+// release must be called when the request ends, and reports whether the
+// actor then has no request in flight but streams.
+func (g *gate) enter(actorUID string, stream bool) (container string, port int, release func() (idle bool), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if actorUID == "" || g.actorUID != actorUID || g.draining {
+		return "", 0, nil, false
+	}
+	g.inflight++
+	act := g.act
+	if act != nil {
+		act.inflight++
+		act.last = time.Now()
+		if stream {
+			act.streams++
+		}
+	}
+	return g.container, g.port, func() (idle bool) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.inflight--
+		if act != nil {
+			act.inflight--
+			act.served++
+			act.last = time.Now()
+			if stream {
+				act.streams--
+			}
+			idle = act.inflight == act.streams && g.act == act
+		}
+		if g.inflight == 0 && g.drained != nil {
+			close(g.drained)
+			g.drained = nil
+		}
+		return idle
+	}, true
+}
+
+// drain stops admitting and waits until in-flight requests end, grace
+// passes or ctx ends. cutOff reports that grace ran out with requests
+// still in flight: the checkpoint that follows cuts them off.
+func (g *gate) drain(ctx context.Context, grace time.Duration) (cutOff bool) {
+	g.mu.Lock()
+	g.draining = true
+	if g.inflight == 0 {
+		g.mu.Unlock()
+		return false
+	}
+	done := make(chan struct{})
+	g.drained = done
+	g.mu.Unlock()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.cut = g.inflight > 0
+		return true
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// admitting returns the admitted container and whether a checkpoint's
+// drain cut its requests off.
+func (g *gate) admitting() (container string, cut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.container, g.cut
+}
+
+// wasCut reports whether the last checkpoint cut requests off or one
+// drains now.
+func (g *gate) wasCut() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cut || g.draining
+}
+
+// activity returns the admitted actor's activity, ok false when none.
+func (g *gate) activity() (Activity, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.actorUID == "" || g.act == nil {
+		return Activity{}, false
+	}
+	a := g.act
+	return Activity{ActorUID: g.actorUID, InFlight: a.inflight, Streams: a.streams, Served: a.served,
+		Started: a.started, Last: a.last}, true
+}
+
+// The tunnel's view of the node (tunnel.go, cut.go): these three are all
+// it asks of the workers.
+
+// enter admits one tunnel request (a stream if stream) for actorUID on
+// worker. ok is false when the worker does not host that actor or is
+// draining it for a checkpoint; otherwise release must be called when the
+// request ends.
+func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, release func(), ok bool) {
+	s, err := n.slot(worker)
+	if err != nil {
+		return tunnelTarget{}, nil, false
+	}
+	container, port, done, ok := s.gate.enter(actorUID, stream)
+	if !ok {
+		return tunnelTarget{}, nil, false
+	}
+	return tunnelTarget{worker: worker, container: container, port: port, sb: s.sb}, func() {
+		if idle := done(); idle {
+			if f := n.onIdle.Load(); f != nil {
+				(*f)(worker)
+			}
+		}
+	}, true
+}
+
+// admitting returns the container worker runs now and whether a
+// checkpoint's drain cut its requests off.
+func (n *Node) admitting(worker string) (container string, cut bool) {
+	s, err := n.slot(worker)
+	if err != nil {
+		return "", true
+	}
+	return s.gate.admitting()
+}
+
+// wasCut reports whether worker's last checkpoint cut requests off, so
+// the tunnel can answer them 503 + Retry-After instead of a bare 502.
+func (n *Node) wasCut(worker string) bool {
+	s, err := n.slot(worker)
+	if err != nil {
+		return false
+	}
+	return s.gate.wasCut()
+}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/netns"
 )
 
@@ -22,9 +22,9 @@ import (
 // as for any suspend.
 const SelfServiceAddr = "169.254.17.1:80"
 
-// SelfFunc is asked to act ("suspend" or "pause") on the actor hosted by
-// worker; it must not block on the checkpoint itself.
-type SelfFunc func(worker, actorUID, action string)
+// SelfFunc is asked to act on the actor hosted by worker; it must not
+// block on the checkpoint itself.
+type SelfFunc func(worker, actorUID string, action checkpoint.Action)
 
 // ServeSelfService listens on SelfServiceAddr in every worker's outer
 // namespace and serves the self-service API until ctx ends. Sandbox classes
@@ -60,9 +60,9 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 func (n *Node) selfHandler(s *slot, f SelfFunc) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
-		action := r.PathValue("action")
-		if action != "suspend" && action != "pause" {
-			http.Error(w, "unknown action "+strconv.Quote(action)+": use suspend or pause", http.StatusNotFound)
+		action, err := checkpoint.ParseAction(r.PathValue("action"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
 		s.mu.Lock()
@@ -74,7 +74,7 @@ func (n *Node) selfHandler(s *slot, f SelfFunc) http.Handler {
 		}
 		f(s.name, uid, action)
 		w.WriteHeader(http.StatusAccepted)
-		_, _ = w.Write([]byte(action + " requested\n"))
+		_, _ = w.Write([]byte(action.String() + " requested\n"))
 	})
 	return mux
 }

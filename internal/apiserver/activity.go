@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/names"
 )
 
 // maxActivities bounds one RecordActivity call.
@@ -18,15 +18,16 @@ func (s *Server) RecordActivity(ctx context.Context, req *atev1.RecordActivityRe
 	if n := len(req.GetActivities()); n > maxActivities {
 		return nil, toStatus(fmt.Errorf("%w: %d activities in one call, at most %d", errInvalid, n, maxActivities))
 	}
-	acts := make([]store.Activity, 0, len(req.GetActivities()))
-	for _, act := range req.GetActivities() {
-		if err := validatePair("actor name", act.GetAtespace(), act.GetName()); err != nil {
+	acts := make([]names.Activity, 0, len(req.GetActivities()))
+	for _, pa := range req.GetActivities() {
+		act := pa.Activity()
+		if err := act.Actor.Validate(); err != nil {
 			return nil, toStatus(err)
 		}
-		if !act.GetLastActivity().IsValid() {
-			return nil, toStatus(fmt.Errorf("%w: last_activity of %s/%s is missing or invalid", errInvalid, act.GetAtespace(), act.GetName()))
+		if !pa.GetLastActivity().IsValid() {
+			return nil, toStatus(fmt.Errorf("%w: last_activity of %s is missing or invalid", errInvalid, act.Actor))
 		}
-		acts = append(acts, store.Activity{Atespace: act.GetAtespace(), Name: act.GetName(), At: act.GetLastActivity().AsTime()})
+		acts = append(acts, act)
 	}
 	// One transaction for the whole report: a write per actor would hold
 	// the store's single writer for a fsync each and stall resumes.

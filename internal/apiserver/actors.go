@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
@@ -52,7 +53,8 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	}
 	now := time.Now().UTC()
 	a := &store.Actor{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(), Template: in.GetTemplate(),
-		State: store.Suspended, WorkerSelector: maps.Clone(in.GetWorkerSelector()), CreateTime: now, StateTime: now}
+		Lifecycle: store.Lifecycle{State: store.Suspended}, WorkerSelector: maps.Clone(in.GetWorkerSelector()),
+		CreateTime: now, StateTime: now}
 	if err := s.store.CreateActor(ctx, a); err != nil {
 		return nil, toStatus(err)
 	}
@@ -97,14 +99,15 @@ func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (
 // UpdateActor implements atev1.ControlServer: it replaces the worker
 // selector, which takes effect at the next resume.
 func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest) (*atev1.Actor, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+	key := names.ActorKey{Atespace: req.GetAtespace(), Name: req.GetName()}
+	if err := key.Validate(); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := validateSelector(req.GetWorkerSelector()); err != nil {
 		return nil, toStatus(err)
 	}
 	for range 5 {
-		a, err := s.store.GetActor(ctx, req.GetAtespace(), req.GetName())
+		a, err := s.store.GetActor(ctx, key)
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -118,15 +121,16 @@ func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest)
 		}
 		return actorToProto(out), nil
 	}
-	return nil, toStatus(fmt.Errorf("actor %s/%s kept changing: %w", req.GetAtespace(), req.GetName(), store.ErrConflict))
+	return nil, toStatus(fmt.Errorf("actor %s kept changing: %w", key, store.ErrConflict))
 }
 
 // DeleteActor implements atev1.ControlServer.
 func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest) (*atev1.DeleteActorResponse, error) {
-	if err := validatePair("actor name", req.GetAtespace(), req.GetName()); err != nil {
+	key := names.ActorKey{Atespace: req.GetAtespace(), Name: req.GetName()}
+	if err := key.Validate(); err != nil {
 		return nil, toStatus(err)
 	}
-	if err := s.lc.Delete(ctx, req.GetAtespace(), req.GetName(), req.GetForce()); err != nil {
+	if err := s.lc.Delete(ctx, key, req.GetForce()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &atev1.DeleteActorResponse{}, nil
@@ -134,15 +138,15 @@ func (s *Server) DeleteActor(ctx context.Context, req *atev1.DeleteActorRequest)
 
 // SuspendActor implements atev1.ControlServer.
 func (s *Server) SuspendActor(ctx context.Context, req *atev1.SuspendActorRequest) (*atev1.Actor, error) {
-	return s.putAway(ctx, req.GetAtespace(), req.GetName(), false, req.GetReason())
+	return s.putAway(ctx, req.GetAtespace(), req.GetName(), checkpoint.Suspend, req.GetReason())
 }
 
 // ResumeActor implements atev1.ControlServer; it sets atev1.HeaderEvicted.
 func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
-	return actorCall(ctx, req.GetAtespace(), req.GetName(), func(ctx context.Context, atespace, name string) (*store.Actor, error) {
-		a, r, err := s.lc.ResumeEvicting(ctx, atespace, name)
-		if err == nil && r.Evicted != "" {
-			if herr := grpc.SetHeader(ctx, metadata.Pairs(atev1.HeaderEvicted, r.Evicted)); herr != nil {
+	return actorCall(ctx, req.GetAtespace(), req.GetName(), func(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+		a, r, err := s.lc.ResumeEvicting(ctx, key)
+		if err == nil && !r.Evicted.IsZero() {
+			if herr := grpc.SetHeader(ctx, metadata.Pairs(atev1.HeaderEvicted, r.Evicted.String())); herr != nil {
 				s.log.DebugContext(ctx, "set evicted header", "err", herr)
 			}
 		}
@@ -152,12 +156,12 @@ func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest)
 
 // PauseActor implements atev1.ControlServer.
 func (s *Server) PauseActor(ctx context.Context, req *atev1.PauseActorRequest) (*atev1.Actor, error) {
-	return s.putAway(ctx, req.GetAtespace(), req.GetName(), true, req.GetReason())
+	return s.putAway(ctx, req.GetAtespace(), req.GetName(), checkpoint.Pause, req.GetReason())
 }
 
 // putAway suspends or pauses an actor for a client-given reason: REQUESTED
 // (the default) or IDLE; the other reasons are the system's own.
-func (s *Server) putAway(ctx context.Context, atespace, name string, paused bool, reason atev1.CheckpointReason) (*atev1.Actor, error) {
+func (s *Server) putAway(ctx context.Context, atespace, name string, action checkpoint.Action, reason atev1.CheckpointReason) (*atev1.Actor, error) {
 	why := lifecycle.Why{Reason: store.ReasonRequested}
 	switch reason {
 	case atev1.CheckpointReason_CHECKPOINT_REASON_UNSPECIFIED, atev1.CheckpointReason_REQUESTED:
@@ -166,8 +170,8 @@ func (s *Server) putAway(ctx context.Context, atespace, name string, paused bool
 	default:
 		return nil, toStatus(fmt.Errorf("%w: reason must be REQUESTED or IDLE, got %s", errInvalid, reason))
 	}
-	return actorCall(ctx, atespace, name, func(ctx context.Context, atespace, name string) (*store.Actor, error) {
-		return s.lc.PutAway(ctx, atespace, name, paused, why)
+	return actorCall(ctx, atespace, name, func(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+		return s.lc.PutAway(ctx, key, action, why)
 	})
 }
 
@@ -179,11 +183,12 @@ func (s *Server) RevertActor(ctx context.Context, req *atev1.RevertActorRequest)
 // actorCall validates an actor's name and runs run on it: a lifecycle
 // workflow (a lifecycle.Manager method) or a store read.
 func actorCall(ctx context.Context, atespace, name string,
-	run func(ctx context.Context, atespace, name string) (*store.Actor, error)) (*atev1.Actor, error) {
-	if err := validatePair("actor name", atespace, name); err != nil {
+	run func(ctx context.Context, key names.ActorKey) (*store.Actor, error)) (*atev1.Actor, error) {
+	key := names.ActorKey{Atespace: atespace, Name: name}
+	if err := key.Validate(); err != nil {
 		return nil, toStatus(err)
 	}
-	a, err := run(ctx, atespace, name)
+	a, err := run(ctx, key)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -49,6 +49,7 @@ func TestValidateTemplateSpec(t *testing.T) {
 		}, "must not hold more"},
 		{"bad idle", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "soon"} }, "not a duration"},
 		{"bad idle action", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "1m", Action: "kill"} }, "pause or suspend"},
+		{"idle without action suspends", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "10m"} }, ""},
 		{"negative timeout", func(s *atev1.ActorTemplateSpec) { s.RouteTimeoutSeconds = -1 }, "routeTimeoutSeconds"},
 		{"probe off the traffic port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090} }, "wakeupProbe.httpGet.port 8080 is not the port traffic goes to"},
 		{"probe on a second port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090, 8080} }, "containers[0].ports[0] = 9090"},

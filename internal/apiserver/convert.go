@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -14,7 +15,7 @@ func atespaceToProto(a *store.Atespace) *atev1.Atespace {
 func templateToProto(t *store.Template) *atev1.ActorTemplate {
 	return &atev1.ActorTemplate{
 		Atespace: t.Atespace, Name: t.Name, Uid: t.UID, Spec: t.Spec,
-		Status: &atev1.ActorTemplateStatus{Phase: t.Phase, Message: t.Message, GoldenSnapshot: t.GoldenSnapshot,
+		Status: &atev1.ActorTemplateStatus{Phase: string(t.Phase), Message: t.Message, GoldenSnapshot: t.GoldenSnapshot,
 			ImageDigest: t.ImageDigest},
 		CreateTime: timestamppb.New(t.CreateTime),
 	}
@@ -28,7 +29,7 @@ func actorToProto(a *store.Actor) *atev1.Actor {
 		Message: a.Message, Version: a.Version, Resumes: a.Resumes,
 		Node: a.Node, PausedSnapshot: a.PausedSnapshot,
 		Reason:     atev1.CheckpointReason(atev1.CheckpointReason_value[string(a.Reason)]),
-		EvictedFor: a.EvictedFor,
+		EvictedFor: keyToProto(a.EvictedFor),
 		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
 	}
 	if !a.LastActivity.IsZero() {
@@ -42,6 +43,15 @@ func workerToProto(w *store.Worker) *atev1.Worker {
 	if !w.Free() {
 		phase = "CLAIMED"
 	}
-	return &atev1.Worker{Name: w.Name, Node: w.Node, Phase: phase, Actor: w.Actor,
+	return &atev1.Worker{Name: w.Name, Node: w.Node, Phase: phase, Actor: keyToProto(w.Actor),
 		TunnelAddress: w.TunnelAddr, Labels: w.Labels, SandboxClass: w.SandboxClass}
+}
+
+// keyToProto is an actor reference's wire form: "<atespace>/<name>", or
+// empty for none.
+func keyToProto(k names.ActorKey) string {
+	if k.IsZero() {
+		return ""
+	}
+	return k.String()
 }

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // Limits on a template, checked at the API edge.
@@ -142,12 +144,15 @@ const maxEvictionPriority = 1000
 
 func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 	sp := spec.GetSnapshotPolicy()
-	for field, v := range map[string]string{"snapshotPolicy.onPause": sp.GetOnPause(), "snapshotPolicy.onSuspend": sp.GetOnSuspend()} {
-		if v != "" && v != "Full" && v != "Data" {
-			return fmt.Errorf("%w: %s must be Full or Data, got %q", errInvalid, field, v)
-		}
+	onPause, err := snapshot.ParseScope(sp.GetOnPause())
+	if err != nil {
+		return fmt.Errorf("%w: snapshotPolicy.onPause: %w", errInvalid, err)
 	}
-	if sp.GetOnPause() == "Data" && sp.GetOnSuspend() != "Data" {
+	onSuspend, err := snapshot.ParseScope(sp.GetOnSuspend())
+	if err != nil {
+		return fmt.Errorf("%w: snapshotPolicy.onSuspend: %w", errInvalid, err)
+	}
+	if onPause == snapshot.ScopeData && onSuspend != snapshot.ScopeData {
 		return fmt.Errorf("%w: snapshotPolicy.onSuspend must not hold more than onPause: with onPause Data, set onSuspend Data", errInvalid)
 	}
 	for field, v := range map[string]int32{"drainGraceSeconds": spec.GetDrainGraceSeconds(),
@@ -172,8 +177,10 @@ func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 		if err != nil || d < 0 {
 			return fmt.Errorf("%w: idle.after %q is not a duration like 10m", errInvalid, idle.GetAfter())
 		}
-		if a := idle.GetAction(); d > 0 && a != "pause" && a != "suspend" {
-			return fmt.Errorf("%w: idle.action must be pause or suspend, got %q", errInvalid, a)
+		// No action means suspend (checkpoint.ParseAction), as the
+		// router and eviction read it.
+		if _, err := checkpoint.ParseAction(idle.GetAction()); d > 0 && err != nil {
+			return fmt.Errorf("%w: idle.action: %w", errInvalid, err)
 		}
 	}
 	return nil

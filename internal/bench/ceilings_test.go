@@ -70,7 +70,7 @@ func BenchmarkCeilings(b *testing.B) {
 				records := make([]*store.Actor, writers)
 				for w := range records {
 					var err error
-					if records[w], err = c.Store.GetActor(ctx, names.DefaultAtespace, actors[w]); err != nil {
+					if records[w], err = c.Store.GetActor(ctx, names.ActorKey{Atespace: names.DefaultAtespace, Name: actors[w]}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -80,7 +80,7 @@ func WaitTemplateReady(ctx context.Context, c atev1.ControlClient, name string) 
 		if err != nil {
 			return fmt.Errorf("template %s: %w", name, err)
 		}
-		switch t.GetStatus().GetPhase() {
+		switch store.TemplatePhase(t.GetStatus().GetPhase()) {
 		case store.TemplateReady:
 			return nil
 		case store.TemplateFailed:
@@ -177,7 +177,7 @@ func fill(ctx context.Context, st store.Store, cfg PreloadConfig) error {
 					return nil
 				}
 				a := &store.Actor{Atespace: names.DefaultAtespace, Name: ActorName(i), UID: apiserver.NewUID(),
-					Template: cfg.Template, State: store.Suspended, CreateTime: now, StateTime: now}
+					Template: cfg.Template, Lifecycle: store.Lifecycle{State: store.Suspended}, CreateTime: now, StateTime: now}
 				if err := st.CreateActor(gctx, a); err != nil {
 					return fmt.Errorf("create %s: %w", a.Name, err)
 				}

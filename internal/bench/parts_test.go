@@ -34,7 +34,7 @@ func BenchmarkParts(b *testing.B) {
 
 	b.Run("store-read", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := c.Store.GetActor(ctx, names.DefaultAtespace, name); err != nil {
+			if _, err := c.Store.GetActor(ctx, names.ActorKey{Atespace: names.DefaultAtespace, Name: name}); err != nil {
 				b.Fatal(err)
 			}
 		}

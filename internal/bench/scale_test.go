@@ -152,7 +152,7 @@ func (e *scaleEnv) run(b *testing.B) {
 		timed(&suspends, func() error { _, err := suspend(ctx, e.c.Client, name); return err })
 		// One bare store write of the same actor: separates the store's
 		// cost at this size from the rest of the path.
-		a, err := e.c.Store.GetActor(ctx, names.DefaultAtespace, name)
+		a, err := e.c.Store.GetActor(ctx, names.ActorKey{Atespace: names.DefaultAtespace, Name: name})
 		if err != nil {
 			b.Fatal(err)
 		}

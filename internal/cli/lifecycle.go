@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -17,7 +18,7 @@ type actorVerb struct {
 
 // actorVerbs are the lifecycle verbs, in help order.
 var actorVerbs = []actorVerb{
-	{"suspend", "Checkpoint a running actor to the snapshot store and free its worker",
+	{checkpoint.Suspend.String(), "Checkpoint a running actor to the snapshot store and free its worker",
 		"Suspend an actor (a suspended actor stays suspended)", "suspended",
 		func(ctx context.Context, s *session, k names.ActorKey) (*atev1.Actor, error) {
 			return call(ctx, s, s.client.SuspendActor, &atev1.SuspendActorRequest{Atespace: k.Atespace, Name: k.Name})
@@ -27,7 +28,7 @@ var actorVerbs = []actorVerb{
 		func(ctx context.Context, s *session, k names.ActorKey) (*atev1.Actor, error) {
 			return call(ctx, s, s.client.ResumeActor, &atev1.ResumeActorRequest{Atespace: k.Atespace, Name: k.Name})
 		}},
-	{"pause", "Checkpoint a running actor to its node's disk and free its worker",
+	{checkpoint.Pause.String(), "Checkpoint a running actor to its node's disk and free its worker",
 		"Pause an actor; its next resume prefers the same node", "paused",
 		func(ctx context.Context, s *session, k names.ActorKey) (*atev1.Actor, error) {
 			return call(ctx, s, s.client.PauseActor, &atev1.PauseActorRequest{Atespace: k.Atespace, Name: k.Name})

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -25,7 +26,7 @@ import (
 // waiter is one resume waiting for a worker.
 type waiter struct {
 	seq      uint64
-	actor    string
+	actor    names.ActorKey
 	selector map[string]string
 	// grants receives the worker handed to this waiter; buffered so the
 	// dispatcher never blocks. granted is the worker of an unconsumed
@@ -36,9 +37,10 @@ type waiter struct {
 }
 
 // grant hands a free worker to a waiter, naming the actor whose eviction
-// freed it ("" when none did).
+// freed it (zero when none did).
 type grant struct {
-	worker, evicted string
+	worker  string
+	evicted names.ActorKey
 }
 
 // queue is the manager's capacity queue. The zero value is ready.
@@ -49,16 +51,16 @@ type queue struct {
 	// evictions are the evictions under way (evict.go); byWorker names,
 	// for a worker an eviction freed or is freeing, the evicted actor,
 	// until the worker is handed on.
-	evictions map[string]*eviction // by victim actor key
-	byWorker  map[string]string
+	evictions map[names.ActorKey]*eviction // by victim
+	byWorker  map[string]names.ActorKey
 	// failed holds when an eviction of an actor last failed; such an
 	// actor is not picked again before evictRetryAfter.
-	failed map[string]time.Time
+	failed map[names.ActorKey]time.Time
 	// left keeps the place of a waiter that gave up (its caller's
 	// deadline) for rejoinWindow, so a caller retrying at once — the
 	// router, whose shared resume ran out of time while its requests
 	// still have budget — keeps its place in line.
-	left map[string]leftPlace
+	left map[names.ActorKey]leftPlace
 	// dispatching is set while a dispatch loop runs; again asks it for
 	// one more round.
 	dispatching, again bool
@@ -79,9 +81,9 @@ func (q *queue) busy() bool {
 	return len(q.waiters) > 0
 }
 
-// join queues a waiter for actor (key "<atespace>/<name>"), at the place it
-// held if it left less than rejoinWindow ago.
-func (q *queue) join(actor string, selector map[string]string) *waiter {
+// join queues a waiter for actor, at the place it held if it left less
+// than rejoinWindow ago.
+func (q *queue) join(actor names.ActorKey, selector map[string]string) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w := &waiter{actor: actor, selector: selector, grants: make(chan grant, 1)}
@@ -117,7 +119,7 @@ func (q *queue) leave(w *waiter) {
 		return
 	}
 	if q.left == nil {
-		q.left = map[string]leftPlace{}
+		q.left = map[names.ActorKey]leftPlace{}
 	}
 	now := time.Now()
 	for k, p := range q.left {
@@ -264,12 +266,12 @@ func (m *Manager) dispatch(ctx context.Context) {
 // one while none is free (capacity, above). A worker on prefer (if set)
 // wins; another node's is taken only when prefer has none free. Among the
 // free, the workers in ready (holding a standby for a's template) go
-// first. evicted names the actor whose eviction freed the worker, if any.
-func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, ready []string) (_ *store.Actor, _ *store.Worker, evicted string, _ error) {
+// first. evicted is the actor whose eviction freed the worker, if any.
+func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, ready []string) (_ *store.Actor, _ *store.Worker, evicted names.ActorKey, _ error) {
 	if !m.queue.busy() {
 		ra, w, err := m.tryClaim(ctx, a, prefer, ready)
 		if !errors.Is(err, store.ErrNoFreeWorker) {
-			return ra, w, "", err
+			return ra, w, names.ActorKey{}, err
 		}
 	}
 	wt := m.queue.join(a.Key(), a.WorkerSelector)
@@ -278,25 +280,25 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 		// A grant this waiter did not use goes to the next one.
 		m.kick()
 	}()
-	m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Name, "atespace", a.Atespace, "prefer", prefer)
+	m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Key(), "prefer", prefer)
 	m.kick()
 	poll := time.NewTicker(claimPoll)
 	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, nil, "", fmt.Errorf("%w for actor %s before the deadline: %w", ErrNoCapacity, a.Key(), ctx.Err())
+			return nil, nil, names.ActorKey{}, fmt.Errorf("%w for actor %s before the deadline: %w", ErrNoCapacity, a.Key(), ctx.Err())
 		case g := <-wt.grants:
 			ra, w, err := m.tryClaim(ctx, a, prefer, append([]string{g.worker}, ready...))
 			m.queue.consumed(wt, err == nil)
 			if err == nil {
 				if w.Name != g.worker {
-					g.evicted = ""
+					g.evicted = names.ActorKey{}
 				}
 				return ra, w, g.evicted, nil
 			}
 			if !errors.Is(err, store.ErrNoFreeWorker) {
-				return nil, nil, "", err
+				return nil, nil, names.ActorKey{}, err
 			}
 			m.kick()
 		case <-poll.C:

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
@@ -28,8 +30,9 @@ const (
 
 // eviction is one victim being checkpointed to make room.
 type eviction struct {
-	victim, worker, forActor string
-	labels                   map[string]string
+	victim, forActor names.ActorKey
+	worker           string
+	labels           map[string]string
 }
 
 // candidate is a RUNNING actor that may be evicted now.
@@ -39,7 +42,7 @@ type candidate struct {
 	policy   *atev1.EvictionPolicy
 	priority int32
 	last     time.Time
-	paused   bool // the template's idle action is pause
+	action   checkpoint.Action // the template's idle action
 }
 
 // makeRoom starts one eviction for each waiter (oldest first) that no
@@ -92,8 +95,7 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 		if !ok || act.ActorUID != w.ActorUID {
 			continue
 		}
-		atespace, name := splitKey(w.Actor)
-		a, err := m.store.GetActor(ctx, atespace, name)
+		a, err := m.store.GetActor(ctx, w.Actor)
 		if err != nil || a.UID != w.ActorUID || a.State != store.Running || a.Worker != w.Name {
 			continue
 		}
@@ -105,10 +107,10 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 			continue
 		}
 		out = append(out, candidate{actor: a, worker: w, policy: tpl.Spec.GetEviction(), priority: tpl.Spec.GetEviction().GetPriority(),
-			last: act.Last, paused: idlePauses(tpl.Spec)})
+			last: act.Last, action: idleAction(tpl.Spec)})
 	}
 	slices.SortFunc(out, func(x, y candidate) int {
-		return cmp.Or(cmp.Compare(x.priority, y.priority), x.last.Compare(y.last), cmp.Compare(x.actor.Key(), y.actor.Key()))
+		return cmp.Or(cmp.Compare(x.priority, y.priority), x.last.Compare(y.last), cmp.Compare(x.actor.Key().String(), y.actor.Key().String()))
 	})
 	return out
 }
@@ -128,13 +130,15 @@ func evictable(p *atev1.EvictionPolicy, act node.Activity, now time.Time) bool {
 	return act.Served > 0 || now.Sub(act.Started) >= minRun
 }
 
-// idlePauses reports whether spec's idle action is pause; eviction uses
-// the idle action, and suspend when there is none.
-func idlePauses(spec *atev1.ActorTemplateSpec) bool {
-	return spec.GetIdle().GetAction() == "pause"
+// idleAction is spec's idle action, which eviction uses too: suspend
+// when there is none (checkpoint.ParseAction) or, since the API validated
+// it, when it cannot be read.
+func idleAction(spec *atev1.ActorTemplateSpec) checkpoint.Action {
+	a, _ := checkpoint.ParseAction(spec.GetIdle().GetAction())
+	return a
 }
 
-func (m *Manager) evictingOrFailed(actor string, now time.Time) bool {
+func (m *Manager) evictingOrFailed(actor names.ActorKey, now time.Time) bool {
 	m.queue.mu.Lock()
 	defer m.queue.mu.Unlock()
 	if _, ok := m.queue.evictions[actor]; ok {
@@ -150,21 +154,21 @@ func (m *Manager) evictingOrFailed(actor string, now time.Time) bool {
 
 // startEviction checkpoints c's actor in the background to free its
 // worker for forActor's resume.
-func (m *Manager) startEviction(c candidate, forActor string) {
+func (m *Manager) startEviction(c candidate, forActor names.ActorKey) {
 	key := c.actor.Key()
 	e := &eviction{victim: key, worker: c.worker.Name, forActor: forActor, labels: c.worker.Labels}
 	q := &m.queue
 	q.mu.Lock()
 	if q.evictions == nil {
-		q.evictions, q.byWorker, q.failed = map[string]*eviction{}, map[string]string{}, map[string]time.Time{}
+		q.evictions, q.byWorker, q.failed = map[names.ActorKey]*eviction{}, map[string]names.ActorKey{}, map[names.ActorKey]time.Time{}
 	}
 	q.evictions[key] = e
 	// Set before the worker frees, so the dispatcher that hands it on
 	// knows which eviction freed it.
 	q.byWorker[e.worker] = key
 	q.mu.Unlock()
-	m.log.Info("evicting idle actor to make room", "actor", c.actor.Name, "atespace", c.actor.Atespace,
-		"worker", e.worker, "for", forActor, "lastActivity", c.last, "pause", c.paused)
+	m.log.Info("evicting idle actor to make room", "actor", key,
+		"worker", e.worker, "for", forActor, "lastActivity", c.last, "action", c.action)
 	m.goOwned(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, evictTimeout)
 		defer cancel()
@@ -181,9 +185,9 @@ func (m *Manager) startEviction(c candidate, forActor string) {
 		q.mu.Unlock()
 		switch {
 		case err != nil:
-			m.log.Warn("eviction failed", "actor", c.actor.Name, "atespace", c.actor.Atespace, "for", forActor, "err", err)
+			m.log.Warn("eviction failed", "actor", key, "for", forActor, "err", err)
 		case done:
-			m.log.Info("actor evicted", "actor", c.actor.Name, "atespace", c.actor.Atespace, "worker", e.worker,
+			m.log.Info("actor evicted", "actor", key, "worker", e.worker,
 				"for", forActor, "duration", time.Since(start))
 		}
 		m.kick()
@@ -194,7 +198,7 @@ func (m *Manager) startEviction(c candidate, forActor string) {
 // still idle and no workflow holds it. done reports whether its worker
 // was freed (by the checkpoint, or by a failed one that left the actor
 // CRASHED); err is a failure worth not retrying at once.
-func (m *Manager) evict(ctx context.Context, c candidate, forActor string) (done bool, err error) {
+func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKey) (done bool, err error) {
 	why := Why{Reason: store.ReasonEvicted, EvictedFor: forActor}
 	unlock, ok := m.locks.tryLock(c.actor.Key())
 	if !ok {
@@ -204,7 +208,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor string) (done
 	}
 	defer unlock()
 	err = m.leased(ctx, c.actor.Key(), func() error {
-		a, err := m.store.GetActor(ctx, c.actor.Atespace, c.actor.Name)
+		a, err := m.store.GetActor(ctx, c.actor.Key())
 		if err != nil {
 			return err
 		}
@@ -219,7 +223,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor string) (done
 			return nil
 		}
 		done = true
-		_, err = m.checkpointLocked(ctx, a, c.paused, why)
+		_, err = m.checkpointLocked(ctx, a, c.action, why)
 		return err
 	})
 	return done, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
@@ -41,12 +42,12 @@ func (e evictEnv) addTemplate(t *testing.T, name string, spec *atev1.ActorTempla
 func (e evictEnv) addActor(t *testing.T, name, tpl string) {
 	t.Helper()
 	must(t, e.st.CreateActor(context.Background(), &store.Actor{Atespace: "default", Name: name, UID: name + "-uid",
-		Template: tpl, State: store.Suspended}))
+		Template: tpl, Lifecycle: store.Lifecycle{State: store.Suspended}}))
 }
 
 func (e evictEnv) actor(t *testing.T, name string) *store.Actor {
 	t.Helper()
-	a, err := e.st.GetActor(context.Background(), "default", name)
+	a, err := e.st.GetActor(context.Background(), key(name))
 	must(t, err)
 	return a
 }
@@ -74,7 +75,7 @@ func (e evictEnv) resume(t *testing.T, name string) Resumed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, r, err := e.m.ResumeEvicting(ctx, "default", name)
+	_, r, err := e.m.ResumeEvicting(ctx, key(name))
 	if err != nil {
 		t.Fatalf("resume %s: %v", name, err)
 	}
@@ -111,11 +112,11 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	worker := e.actor(t, "a").Worker
 
 	r := e.resume(t, "c")
-	if r.Evicted != "default/a" {
+	if r.Evicted.String() != "default/a" {
 		t.Fatalf("resume of c evicted %q, want default/a (least recently used)", r.Evicted)
 	}
 	a, c := e.actor(t, "a"), e.actor(t, "c")
-	if a.State != store.Suspended || a.Reason != store.ReasonEvicted || a.EvictedFor != "default/c" ||
+	if a.State != store.Suspended || a.Reason != store.ReasonEvicted || a.EvictedFor.String() != "default/c" ||
 		!strings.Contains(a.Message, "default/c") || a.Snapshot == "" {
 		t.Fatalf("victim after eviction: %+v", a)
 	}
@@ -170,7 +171,7 @@ func TestVictimChoice(t *testing.T) {
 			}
 			// b was active after a, whose resume (fresh or not) came first.
 			e.served(t, "b", now, 0)
-			if r := e.resume(t, "c"); r.Evicted != tc.want {
+			if r := e.resume(t, "c"); r.Evicted.String() != tc.want {
 				t.Fatalf("evicted %q, want %q", r.Evicted, tc.want)
 			}
 			if tc.aOutcome != "" {
@@ -197,7 +198,7 @@ func TestEveryActorBusyWaitsForDeadline(t *testing.T) {
 	e.served(t, "b", now, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
-	_, err := e.m.Resume(ctx, "default", "c")
+	_, err := e.m.Resume(ctx, key("c"))
 	if !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("Resume with every actor busy = %v, want ErrNoCapacity", err)
 	}
@@ -211,7 +212,7 @@ func TestEveryActorBusyWaitsForDeadline(t *testing.T) {
 	}
 	// Once a's request ends, the next resume evicts it.
 	e.served(t, "a", time.Now(), 0)
-	if r := e.resume(t, "c"); r.Evicted != "default/a" {
+	if r := e.resume(t, "c"); r.Evicted.String() != "default/a" {
 		t.Fatalf("evicted %q, want default/a once idle", r.Evicted)
 	}
 }
@@ -237,7 +238,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if _, err := e.m.Resume(ctx, "default", n); err != nil {
+			if _, err := e.m.Resume(ctx, key(n)); err != nil {
 				t.Errorf("resume %s: %v", n, err)
 				return
 			}
@@ -261,14 +262,14 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 // ahead of later arrivals.
 func TestRejoinKeepsPlace(t *testing.T) {
 	var q queue
-	a := q.join("default/a", nil)
-	q.join("default/b", nil)
+	a := q.join(key("a"), nil)
+	q.join(key("b"), nil)
 	q.leave(a)
-	a2 := q.join("default/a", nil)
-	c := q.join("default/c", nil)
+	a2 := q.join(key("a"), nil)
+	c := q.join(key("c"), nil)
 	var got []string
 	for _, w := range q.waiters {
-		got = append(got, w.actor)
+		got = append(got, w.actor.String())
 	}
 	if want := []string{"default/a", "default/b", "default/c"}; !slices.Equal(got, want) {
 		t.Fatalf("queue %v, want %v", got, want)
@@ -287,13 +288,13 @@ func TestFailedEvictionNotRetriedAtOnce(t *testing.T) {
 	e.served(t, "a", now.Add(-2*time.Second), 0)
 	e.served(t, "b", now.Add(-time.Second), 0)
 	e.m.queue.mu.Lock()
-	e.m.queue.failed = map[string]time.Time{"default/a": now}
+	e.m.queue.failed = map[names.ActorKey]time.Time{key("a"): now}
 	e.m.queue.mu.Unlock()
 	ws, err := e.st.ListWorkers(context.Background())
 	must(t, err)
 	var got []string
 	for _, c := range e.m.candidates(context.Background(), ws) {
-		got = append(got, c.actor.Key())
+		got = append(got, c.actor.Key().String())
 	}
 	if want := []string{"default/b"}; !slices.Equal(got, want) {
 		t.Fatalf("candidates %v, want %v (a's eviction just failed)", got, want)
@@ -307,7 +308,7 @@ func TestEvictionWithSelectors(t *testing.T) {
 	must(t, e.st.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n1", Labels: map[string]string{"gpu": "yes"}}))
 	e.addActor(t, "b", "tpl")
 	must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "c", UID: "c-uid", Template: "tpl",
-		State: store.Suspended, WorkerSelector: map[string]string{"gpu": "yes"}}))
+		Lifecycle: store.Lifecycle{State: store.Suspended}, WorkerSelector: map[string]string{"gpu": "yes"}}))
 	e.resume(t, "a")
 	e.resume(t, "b")
 	onGPU := "a"
@@ -320,7 +321,7 @@ func TestEvictionWithSelectors(t *testing.T) {
 	// use its worker, so the gpu one's actor goes.
 	e.served(t, other, now.Add(-time.Minute), 0)
 	e.served(t, onGPU, now, 0)
-	if r := e.resume(t, "c"); r.Evicted != fmt.Sprintf("default/%s", onGPU) {
+	if r := e.resume(t, "c"); r.Evicted.String() != fmt.Sprintf("default/%s", onGPU) {
 		t.Fatalf("evicted %q, want default/%s (the only matching worker)", r.Evicted, onGPU)
 	}
 	if c := e.actor(t, "c"); c.Worker != "w0" {

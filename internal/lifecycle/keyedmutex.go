@@ -7,9 +7,9 @@ import (
 
 // keyedMutex is a set of mutexes by key, created on demand and dropped
 // when unused, so memory tracks actors in flight rather than all actors.
-type keyedMutex struct {
+type keyedMutex[K comparable] struct {
 	mu    sync.Mutex
-	locks map[string]*keyedLock
+	locks map[K]*keyedLock
 }
 
 type keyedLock struct {
@@ -18,10 +18,10 @@ type keyedLock struct {
 }
 
 // lock waits for key's lock until ctx ends and returns its unlock func.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+func (k *keyedMutex[K]) lock(ctx context.Context, key K) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {
-		k.locks = map[string]*keyedLock{}
+		k.locks = map[K]*keyedLock{}
 	}
 	l, ok := k.locks[key]
 	if !ok {
@@ -49,14 +49,14 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 
 // tryLock takes key's lock if nobody holds or waits for it, returning its
 // unlock func, or reports false.
-func (k *keyedMutex) tryLock(key string) (func(), bool) {
+func (k *keyedMutex[K]) tryLock(key K) (func(), bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, busy := k.locks[key]; busy {
 		return nil, false
 	}
 	if k.locks == nil {
-		k.locks = map[string]*keyedLock{}
+		k.locks = map[K]*keyedLock{}
 	}
 	l := &keyedLock{ch: make(chan struct{}, 1), waiters: 1}
 	l.ch <- struct{}{}

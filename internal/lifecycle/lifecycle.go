@@ -1,8 +1,10 @@
-// Package lifecycle runs the actor workflows — resume, suspend, delete,
-// golden builds — over a store and a node. Every workflow follows the
-// rules in docs/architecture.md (State and failure rules): write the -ING state before touching the node, make
-// every write compare-and-set, hold the actor's lease, and never leave an
-// actor wedged or a worker claimed after a failure.
+// Package lifecycle runs the actor workflows — resume, suspend, pause,
+// revert, delete, golden builds — over the record store, the snapshot
+// store and a node. Every workflow follows the rules in
+// docs/architecture.md (State and failure rules): write the -ING state
+// before touching the node, make every write compare-and-set, hold the
+// actor's lease, and never leave an actor wedged or a worker claimed
+// after a failure. Actors are named by names.ActorKey throughout.
 package lifecycle
 
 import (
@@ -10,11 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -27,7 +30,7 @@ type Node interface {
 	Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error)
 	Stop(ctx context.Context, worker, actorUID string) error
 	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (ref, digest string, err error)
-	Upload(ctx context.Context, pausedRef, owner, scope string) (string, error)
+	Upload(ctx context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error)
 	DeletePaused(ref string) error
 	ForgetActor(actorUID string)
 	// StandbyWorkers lists the node's free workers holding a sandbox
@@ -66,7 +69,7 @@ type Manager struct {
 	holder string
 	log    *slog.Logger
 
-	locks keyedMutex
+	locks keyedMutex[names.ActorKey]
 	// queue orders resumes waiting for a worker (capacity.go).
 	queue queue
 
@@ -109,17 +112,10 @@ func (m *Manager) goOwned(f func(ctx context.Context)) {
 // workerFreed hands the freed worker to the oldest resume waiting for one.
 func (m *Manager) workerFreed() { m.kick() }
 
-// splitKey splits "<atespace>/<name>".
-func splitKey(key string) (atespace, name string) {
-	atespace, name, _ = strings.Cut(key, "/")
-	return atespace, name
-}
-
 // withActor runs fn holding the actor's in-process lock and store lease.
 // The in-process lock makes concurrent callers queue instead of polling
 // the lease; the lease fences other replicas.
-func (m *Manager) withActor(ctx context.Context, atespace, name string, fn func() error) error {
-	key := atespace + "/" + name
+func (m *Manager) withActor(ctx context.Context, key names.ActorKey, fn func() error) error {
 	unlock, err := m.locks.lock(ctx, key)
 	if err != nil {
 		return err
@@ -130,12 +126,13 @@ func (m *Manager) withActor(ctx context.Context, atespace, name string, fn func(
 
 // leased runs fn holding the actor's store lease (none with an empty
 // holder); the caller holds its in-process lock.
-func (m *Manager) leased(ctx context.Context, key string, fn func() error) error {
+func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func() error) error {
 	if m.holder == "" {
 		return fn()
 	}
+	lease := "actor/" + key.String()
 	for {
-		_, err := m.store.AcquireLease(ctx, "actor/"+key, m.holder, LeaseTTL)
+		_, err := m.store.AcquireLease(ctx, lease, m.holder, LeaseTTL)
 		if err == nil {
 			break
 		}
@@ -149,49 +146,47 @@ func (m *Manager) leased(ctx context.Context, key string, fn func() error) error
 		}
 	}
 	defer func() {
-		if err := m.store.ReleaseLease(context.WithoutCancel(ctx), "actor/"+key, m.holder); err != nil {
+		if err := m.store.ReleaseLease(context.WithoutCancel(ctx), lease, m.holder); err != nil {
 			m.log.Warn("release lease", "actor", key, "err", err)
 		}
 	}()
 	return fn()
 }
 
-// update writes next, a copy of base with lifecycle fields changed. The
-// write is compare-and-set on base's version; when it loses only to a
-// change of other fields (the router's last_activity, a new worker
-// selector), it re-applies next's lifecycle fields onto the fresh record
-// and tries again. A change of the lifecycle fields themselves is a real
-// conflict and is returned (store.ErrConflict): a late finisher never
-// overwrites another workflow's state.
+// update writes next, a copy of base with lifecycle fields
+// (store.Lifecycle) changed. The write is compare-and-set on base's
+// version; when it loses only to a change of other fields (the router's
+// last_activity, a new worker selector), it re-applies next's lifecycle
+// fields onto the fresh record and tries again. A change of the lifecycle
+// fields themselves is a real conflict and is returned
+// (store.ErrConflict): a late finisher never overwrites another
+// workflow's state.
 func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.Actor, error) {
 	ctx = context.WithoutCancel(ctx)
 	next.StateTime = time.Now().UTC()
 	for attempt := 0; ; attempt++ {
 		out, err := m.store.UpdateActor(ctx, next)
 		if err == nil {
-			m.log.DebugContext(ctx, "actor state", "actor", next.Name, "atespace", next.Atespace, "state", next.State, "worker", next.Worker)
+			m.log.DebugContext(ctx, "actor state", "actor", next.Key(), "state", next.State, "worker", next.Worker)
 			return out, nil
 		}
 		if !errors.Is(err, store.ErrConflict) || attempt == 5 {
 			return nil, err
 		}
-		cur, gerr := m.store.GetActor(ctx, base.Atespace, base.Name)
+		cur, gerr := m.store.GetActor(ctx, base.Key())
 		if gerr != nil || !sameLifecycle(cur, base) {
 			return nil, err
 		}
 		merged := *cur
-		merged.State, merged.Worker, merged.Snapshot = next.State, next.Worker, next.Snapshot
-		merged.PausedSnapshot, merged.Node, merged.Message = next.PausedSnapshot, next.Node, next.Message
-		merged.Reason, merged.EvictedFor = next.Reason, next.EvictedFor
-		merged.Resumes, merged.StateTime = next.Resumes, next.StateTime
+		merged.Lifecycle, merged.StateTime = next.Lifecycle, next.StateTime
 		base, next = cur, &merged
 	}
 }
 
-// sameLifecycle reports whether a and b agree on every field workflows own.
+// sameLifecycle reports whether a and b are one incarnation and agree on
+// every field workflows own.
 func sameLifecycle(a, b *store.Actor) bool {
-	return a.UID == b.UID && a.State == b.State && a.Worker == b.Worker && a.Snapshot == b.Snapshot &&
-		a.PausedSnapshot == b.PausedSnapshot && a.Node == b.Node && a.Resumes == b.Resumes
+	return a.UID == b.UID && a.Lifecycle == b.Lifecycle
 }
 
 // recoverLocked returns an actor left in RESUMING or SUSPENDING by a
@@ -227,9 +222,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		atespace, name := splitKey(w.Actor)
-		err := m.withActor(ctx, atespace, name, func() error {
-			a, err := m.store.GetActor(ctx, atespace, name)
+		err := m.withActor(ctx, w.Actor, func() error {
+			a, err := m.store.GetActor(ctx, w.Actor)
 			if errors.Is(err, store.ErrNotFound) || (err == nil && a.UID != w.ActorUID) {
 				return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
 			}
@@ -295,20 +289,19 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 }
 
 // SelfRequest is an actor asking, from inside its sandbox, to be
-// suspended or paused ("suspend" | "pause"). It runs the workflow in the
-// background, on a goroutine the manager owns, since the caller is the
-// actor being checkpointed.
-func (m *Manager) SelfRequest(worker, actorUID, action string) {
+// suspended or paused. It runs the workflow in the background, on a
+// goroutine the manager owns, since the caller is the actor being
+// checkpointed.
+func (m *Manager) SelfRequest(worker, actorUID string, action checkpoint.Action) {
 	m.goOwned(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*LeaseTTL)
 		defer cancel()
-		atespace, name, ok := m.holderOf(ctx, worker, actorUID)
+		key, ok := m.holderOf(ctx, worker, actorUID)
 		if !ok {
 			return
 		}
-		_, err := m.PutAway(ctx, atespace, name, action == "pause", Why{Reason: store.ReasonSelfRequested})
-		if err != nil {
-			m.log.Warn("self-requested "+action, "actor", name, "atespace", atespace, "err", err)
+		if _, err := m.PutAway(ctx, key, action, Why{Reason: store.ReasonSelfRequested}); err != nil {
+			m.log.Warn("self-requested checkpoint failed", "actor", key, "action", action, "err", err)
 		}
 	})
 }
@@ -319,12 +312,12 @@ func (m *Manager) SelfRequest(worker, actorUID, action string) {
 func (m *Manager) WorkerExited(worker, actorUID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	atespace, name, ok := m.holderOf(ctx, worker, actorUID)
+	key, ok := m.holderOf(ctx, worker, actorUID)
 	if !ok {
 		return
 	}
-	err := m.withActor(ctx, atespace, name, func() error {
-		a, err := m.store.GetActor(ctx, atespace, name)
+	err := m.withActor(ctx, key, func() error {
+		a, err := m.store.GetActor(ctx, key)
 		if err != nil || a.UID != actorUID || a.Worker != worker {
 			return m.store.ReleaseWorker(ctx, worker, actorUID)
 		}
@@ -336,14 +329,13 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 	}
 }
 
-// holderOf returns the atespace and name of the actor holding worker,
-// ok only if that actor is still actorUID (a report about a worker
-// since freed or reassigned is stale).
-func (m *Manager) holderOf(ctx context.Context, worker, actorUID string) (atespace, name string, ok bool) {
+// holderOf returns the actor holding worker, ok only if that actor is
+// still actorUID (a report about a worker since freed or reassigned is
+// stale).
+func (m *Manager) holderOf(ctx context.Context, worker, actorUID string) (names.ActorKey, bool) {
 	w, err := m.store.GetWorker(ctx, worker)
 	if err != nil || w.ActorUID != actorUID {
-		return "", "", false
+		return names.ActorKey{}, false
 	}
-	atespace, name = splitKey(w.Actor)
-	return atespace, name, true
+	return w.Actor, true
 }

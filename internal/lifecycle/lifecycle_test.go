@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -66,7 +67,7 @@ func (f *fakeNode) Stop(context.Context, string, string) error { return nil }
 func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec) (string, string, error) {
 	return "", "", nil
 }
-func (f *fakeNode) Upload(_ context.Context, _, owner, _ string) (string, error) {
+func (f *fakeNode) Upload(_ context.Context, _, owner string, _ snapshot.Scope) (string, error) {
 	return owner + "/uploaded", nil
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
@@ -122,7 +123,7 @@ func newEnv(t *testing.T) *env {
 	must(t, st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl-uid",
 		Phase: store.TemplateReady, GoldenSnapshot: "tpl-uid/golden", ImageDigest: "sha256:tpl",
 		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
-	a := &store.Actor{Atespace: "default", Name: "a", UID: "a-uid", Template: "tpl", State: store.Suspended}
+	a := &store.Actor{Atespace: "default", Name: "a", UID: "a-uid", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}
 	must(t, st.CreateActor(ctx, a))
 	for _, w := range []string{"w0", "w1"} {
 		must(t, st.PutWorker(ctx, &store.Worker{Name: w, Node: "n1"}))
@@ -142,7 +143,7 @@ func must(t *testing.T, err error) {
 
 func (e *env) get(t *testing.T) *store.Actor {
 	t.Helper()
-	a, err := e.st.GetActor(context.Background(), "default", "a")
+	a, err := e.st.GetActor(context.Background(), key("a"))
 	must(t, err)
 	return a
 }
@@ -150,7 +151,7 @@ func (e *env) get(t *testing.T) *store.Actor {
 // resume resumes the actor, failing the test if that fails.
 func (e *env) resume(t *testing.T) {
 	t.Helper()
-	if _, err := e.m.Resume(context.Background(), "default", "a"); err != nil {
+	if _, err := e.m.Resume(context.Background(), key("a")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -173,7 +174,7 @@ func TestResumeCoalesces(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if _, err := e.m.Resume(context.Background(), "default", "a"); err != nil {
+			if _, err := e.m.Resume(context.Background(), key("a")); err != nil {
 				t.Error(err)
 			}
 		})
@@ -190,7 +191,7 @@ func TestResumeCoalesces(t *testing.T) {
 func TestFailedStartLeavesActorResumable(t *testing.T) {
 	e := newEnv(t)
 	e.node.onStart = func(node.StartRequest) error { return errors.New("injected restore failure") }
-	_, err := e.m.Resume(context.Background(), "default", "a")
+	_, err := e.m.Resume(context.Background(), key("a"))
 	if !errors.Is(err, ErrResumeFailed) {
 		t.Fatalf("Resume = %v, want ErrResumeFailed", err)
 	}
@@ -202,7 +203,7 @@ func TestFailedStartLeavesActorResumable(t *testing.T) {
 		t.Fatalf("%d workers still claimed", n)
 	}
 	e.node.onStart = nil
-	if _, err := e.m.Resume(context.Background(), "default", "a"); err != nil {
+	if _, err := e.m.Resume(context.Background(), key("a")); err != nil {
 		t.Fatalf("resume after a failure: %v", err)
 	}
 }
@@ -216,7 +217,7 @@ func TestWorkerLostBetweenRestoreAndRunning(t *testing.T) {
 	e.node.onStart = func(req node.StartRequest) error {
 		return e.st.DeleteWorker(ctx, req.Worker)
 	}
-	_, err := e.m.Resume(ctx, "default", "a")
+	_, err := e.m.Resume(ctx, key("a"))
 	if !errors.Is(err, ErrResumeFailed) {
 		t.Fatalf("Resume = %v, want ErrResumeFailed", err)
 	}
@@ -228,7 +229,7 @@ func TestWorkerLostBetweenRestoreAndRunning(t *testing.T) {
 		t.Fatalf("actor %+v", a)
 	}
 	e.node.onStart = nil
-	if a, err := e.m.Resume(ctx, "default", "a"); err != nil || a.State != store.Running {
+	if a, err := e.m.Resume(ctx, key("a")); err != nil || a.State != store.Running {
 		t.Fatalf("resume on the remaining worker: %v %v", a, err)
 	}
 }
@@ -239,7 +240,7 @@ func TestLateFinisherDoesNotOverwrite(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.node.onStart = func(node.StartRequest) error {
-		a, err := e.st.GetActor(ctx, "default", "a")
+		a, err := e.st.GetActor(ctx, key("a"))
 		if err != nil {
 			return err
 		}
@@ -247,7 +248,7 @@ func TestLateFinisherDoesNotOverwrite(t *testing.T) {
 		_, err = e.st.UpdateActor(ctx, a)
 		return err
 	}
-	if _, err := e.m.Resume(ctx, "default", "a"); !errors.Is(err, ErrResumeFailed) {
+	if _, err := e.m.Resume(ctx, key("a")); !errors.Is(err, ErrResumeFailed) {
 		t.Fatalf("Resume = %v", err)
 	}
 	if a := e.get(t); a.State != store.Crashed || a.Message != "set by another workflow" {
@@ -267,7 +268,7 @@ func TestCrashedResumeSaysSo(t *testing.T) {
 	if a.State != store.Crashed || a.Worker != "" || e.claimedWorkers(t) != 0 {
 		t.Fatalf("after the sandbox died: %+v", a)
 	}
-	a, err := e.m.Resume(ctx, "default", "a")
+	a, err := e.m.Resume(ctx, key("a"))
 	if err != nil || a.State != store.Running || !strings.Contains(a.Message, "after a crash") {
 		t.Fatalf("resume of CRASHED: %+v %v", a, err)
 	}
@@ -283,7 +284,7 @@ func TestPausedOnLostNode(t *testing.T) {
 	a.State, a.Snapshot, a.PausedSnapshot, a.Node = store.Paused, "a-uid/durable", "a-uid/paused", "gone-node"
 	_, err := e.st.UpdateActor(ctx, a)
 	must(t, err)
-	out, err := e.m.Resume(ctx, "default", "a")
+	out, err := e.m.Resume(ctx, key("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestPauseThenResumePrefersNode(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.resume(t)
-	p, err := e.m.Pause(ctx, "default", "a")
+	p, err := e.m.Pause(ctx, key("a"))
 	if err != nil || p.State != store.Paused || p.Node != "n1" || p.PausedSnapshot == "" || p.Worker != "" {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
@@ -307,10 +308,10 @@ func TestPauseThenResumePrefersNode(t *testing.T) {
 	if !e.node.last.Paused || e.node.last.Snapshot != p.PausedSnapshot {
 		t.Fatalf("resume used %+v, want the paused checkpoint", e.node.last)
 	}
-	if _, err := e.m.Pause(ctx, "default", "a"); err != nil {
+	if _, err := e.m.Pause(ctx, key("a")); err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.m.Suspend(ctx, "default", "a")
+	s, err := e.m.Suspend(ctx, key("a"))
 	if err != nil || s.State != store.Suspended || s.Snapshot != "a-uid/uploaded" || s.PausedSnapshot != "" {
 		t.Fatalf("suspend of PAUSED: %+v %v", s, err)
 	}
@@ -320,10 +321,10 @@ func TestDeleteNeedsSuspendOrForce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.resume(t)
-	if err := e.m.Delete(ctx, "default", "a", false); !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "suspend it first") {
+	if err := e.m.Delete(ctx, key("a"), false); !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "suspend it first") {
 		t.Fatalf("Delete of RUNNING = %v", err)
 	}
-	if err := e.m.Delete(ctx, "default", "a", true); err != nil {
+	if err := e.m.Delete(ctx, key("a"), true); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.claimedWorkers(t); n != 0 {
@@ -380,7 +381,7 @@ func TestMetadataChangesDoNotAbortWorkflows(t *testing.T) {
 	e.resume(t)
 	seen := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	e.node.onCheckpoint = func() {
-		a, err := e.st.GetActor(ctx, "default", "a")
+		a, err := e.st.GetActor(ctx, key("a"))
 		if err != nil {
 			t.Error(err)
 			return
@@ -390,7 +391,7 @@ func TestMetadataChangesDoNotAbortWorkflows(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	out, err := e.m.Suspend(ctx, "default", "a")
+	out, err := e.m.Suspend(ctx, key("a"))
 	if err != nil {
 		t.Fatalf("Suspend with a concurrent activity write: %v", err)
 	}
@@ -407,8 +408,8 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	ctx := context.Background()
 	must(t, e.st.PutWorker(ctx, &store.Worker{Name: "other", Node: "n2"}))
 	for _, n := range []string{"b", "c"} { // occupy both workers of n1
-		must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: n, UID: n + "-uid", Template: "tpl", State: store.Suspended}))
-		b, err := e.st.GetActor(ctx, "default", n)
+		must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: n, UID: n + "-uid", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}))
+		b, err := e.st.GetActor(ctx, key(n))
 		must(t, err)
 		if _, _, err := e.st.ClaimWorker(ctx, b, "n1"); err != nil {
 			t.Fatal(err)
@@ -423,9 +424,9 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	// already gone.
 	at := time.Now().UTC()
 	e.node.onStart = func(node.StartRequest) error {
-		return e.st.RecordActivity(ctx, []store.Activity{{Atespace: "default", Name: "a", At: at}})
+		return e.st.RecordActivity(ctx, []names.Activity{{Actor: key("a"), Last: at}})
 	}
-	out, err := e.m.Resume(ctx, "default", "a")
+	out, err := e.m.Resume(ctx, key("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,3 +457,6 @@ func TestResumePrefersWorkerWithStandby(t *testing.T) {
 		t.Fatalf("StandbyWorkers asked for %v, %q; want the template's spec and image %q", e.node.standbyFor, e.node.standbyDigest, tpl.ImageDigest)
 	}
 }
+
+// key is the actor name's key in the default atespace.
+func key(name string) names.ActorKey { return names.ActorKey{Atespace: "default", Name: name} }

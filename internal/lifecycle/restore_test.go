@@ -14,7 +14,7 @@ func TestNewActorsSource(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		newActors string
-		phase     string
+		phase     store.TemplatePhase
 		snapshot  string // the actor's own
 		want      string // the ref restored; "" is a cold boot
 	}{
@@ -28,7 +28,7 @@ func TestNewActorsSource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tpl := &store.Template{Phase: tc.phase, GoldenSnapshot: "tpl-uid/golden",
 				Spec: &atev1.ActorTemplateSpec{NewActors: tc.newActors}}
-			a := &store.Actor{UID: "a-uid", Snapshot: tc.snapshot}
+			a := &store.Actor{UID: "a-uid", Lifecycle: store.Lifecycle{Snapshot: tc.snapshot}}
 			if got := (&Manager{}).durableSource(a, tpl); got.ref != tc.want {
 				t.Fatalf("source %q, want %q", got.ref, tc.want)
 			}
@@ -46,8 +46,8 @@ func TestColdBootTemplateResume(t *testing.T) {
 	cold.Name, cold.UID = "cold", "cold-uid"
 	cold.Spec = &atev1.ActorTemplateSpec{Containers: tpl.Spec.GetContainers(), NewActors: NewActorsColdBoot}
 	must(t, e.st.CreateTemplate(t.Context(), &cold))
-	must(t, e.st.CreateActor(t.Context(), &store.Actor{Atespace: "default", Name: "c", UID: "c-uid", Template: "cold", State: store.Suspended}))
-	if _, err := e.m.Resume(t.Context(), "default", "c"); err != nil {
+	must(t, e.st.CreateActor(t.Context(), &store.Actor{Atespace: "default", Name: "c", UID: "c-uid", Template: "cold", Lifecycle: store.Lifecycle{State: store.Suspended}}))
+	if _, err := e.m.Resume(t.Context(), key("c")); err != nil {
 		t.Fatal(err)
 	}
 	if e.node.last.Snapshot != "" {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
@@ -18,8 +20,8 @@ import (
 // it RUNNING, so an actor is restored once however many callers race.
 //
 // A PAUSED actor prefers a worker on its node; if that node has none free
-// but another has, the paused checkpoint is uploaded to the durable store
-// first and the upload is restored there.
+// but another has, the paused checkpoint is uploaded to the snapshot
+// store first and the upload is restored there.
 //
 // Resuming a CRASHED actor restores its last snapshot and says so in the
 // actor's message; a PAUSED actor whose node is gone resumes from its last
@@ -29,23 +31,23 @@ import (
 // ErrNoCapacity wrapping ctx's error when no worker freed in time;
 // ErrResumeFailed when the restore or boot failed — the actor is then back
 // where it was (SUSPENDED, PAUSED or CRASHED) and the worker is free.
-func (m *Manager) Resume(ctx context.Context, atespace, name string) (*store.Actor, error) {
-	out, _, err := m.ResumeEvicting(ctx, atespace, name)
+func (m *Manager) Resume(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+	out, _, err := m.ResumeEvicting(ctx, key)
 	return out, err
 }
 
 // Resumed is what a resume did beyond restoring the actor.
 type Resumed struct {
-	// Evicted names ("<atespace>/<name>") the actor checkpointed to free
-	// the worker this resume got; empty when a free worker was at hand.
-	Evicted string
+	// Evicted is the actor checkpointed to free the worker this resume
+	// got; zero when a free worker was at hand.
+	Evicted names.ActorKey
 }
 
 // ResumeEvicting is Resume, also saying whether another actor was evicted
 // to make room (capacity.go). Same errors as Resume.
-func (m *Manager) ResumeEvicting(ctx context.Context, atespace, name string) (out *store.Actor, r Resumed, err error) {
-	err = m.withActor(ctx, atespace, name, func() error {
-		out, err = m.resumeLocked(ctx, atespace, name, &r)
+func (m *Manager) ResumeEvicting(ctx context.Context, key names.ActorKey) (out *store.Actor, r Resumed, err error) {
+	err = m.withActor(ctx, key, func() error {
+		out, err = m.resumeLocked(ctx, key, &r)
 		return err
 	})
 	return out, r, err
@@ -61,8 +63,8 @@ type source struct {
 
 // resumeLocked runs Resume holding the actor's lock; r learns what the
 // resume did besides.
-func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Resumed) (*store.Actor, error) {
-	a, err := m.store.GetActor(ctx, atespace, name)
+func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resumed) (*store.Actor, error) {
+	a, err := m.store.GetActor(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Re
 	default:
 		return nil, fmt.Errorf("%w: actor %s is %s and cannot be resumed", ErrFailedPrecondition, a.Key(), a.State)
 	}
-	tpl, err := m.store.GetTemplate(ctx, atespace, a.Template)
+	tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
 	if err != nil {
 		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
 	}
@@ -98,8 +100,8 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Re
 	oldDurable := a.Snapshot
 	if src.paused && w.Node != src.node {
 		// The paused node had no free worker: the checkpoint moves only
-		// once uploaded to the durable store.
-		ref, uerr := m.node.Upload(nctx, src.ref, a.UID, checkpointOptions(tpl.Spec, false).Scope)
+		// once uploaded to the snapshot store.
+		ref, uerr := m.node.Upload(nctx, src.ref, a.UID, checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
 		}
@@ -124,7 +126,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Re
 	}
 	running := *a
 	running.State, running.Message = store.Running, src.note
-	running.Reason, running.EvictedFor = "", ""
+	running.Reason, running.EvictedFor = "", names.ActorKey{}
 	running.Resumes++
 	if src.paused || prev == store.Paused {
 		running.PausedSnapshot, running.Node = "", ""
@@ -142,7 +144,7 @@ func (m *Manager) resumeLocked(ctx context.Context, atespace, name string, r *Re
 	if out.Snapshot != oldDurable {
 		m.deleteOld(ctx, a, oldDurable)
 	}
-	m.log.InfoContext(ctx, "actor resumed", "actor", a.Name, "atespace", a.Atespace, "worker", a.Worker,
+	m.log.InfoContext(ctx, "actor resumed", "actor", a.Key(), "worker", a.Worker,
 		"snapshot", src.ref, "paused", src.paused, "evicted", evicted, "ms", time.Since(start).Milliseconds())
 	return out, nil
 }
@@ -240,7 +242,7 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.A
 // worker nor SUSPENDED without its snapshot.
 func (m *Manager) lateFinisher(ctx context.Context, a *store.Actor, prev store.ActorState, cause error) error {
 	_ = m.node.Stop(ctx, a.Worker, a.UID)
-	cur, err := m.store.GetActor(ctx, a.Atespace, a.Name)
+	cur, err := m.store.GetActor(ctx, a.Key())
 	if err == nil && cur.UID == a.UID && cur.State == store.Resuming && cur.Worker == a.Worker {
 		back := *cur
 		back.State, back.Worker = prev, ""

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -22,22 +24,22 @@ import (
 // Errors: store.ErrNotFound; ErrFailedPrecondition for other states;
 // ErrSuspendFailed when the checkpoint failed — the actor is then CRASHED
 // at its previous snapshot and its worker is free.
-func (m *Manager) Suspend(ctx context.Context, atespace, name string) (*store.Actor, error) {
-	return m.PutAway(ctx, atespace, name, false, Why{Reason: store.ReasonRequested})
+func (m *Manager) Suspend(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+	return m.PutAway(ctx, key, checkpoint.Suspend, Why{Reason: store.ReasonRequested})
 }
 
 // Pause checkpoints a RUNNING actor to its node's disk (scope from
 // snapshotPolicy.onPause) and frees its worker; the next resume prefers
 // that node. Pausing a PAUSED actor is a no-op.
-func (m *Manager) Pause(ctx context.Context, atespace, name string) (*store.Actor, error) {
-	return m.PutAway(ctx, atespace, name, true, Why{Reason: store.ReasonRequested})
+func (m *Manager) Pause(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+	return m.PutAway(ctx, key, checkpoint.Pause, Why{Reason: store.ReasonRequested})
 }
 
 // Why is why an actor is suspended or paused, recorded on it.
 type Why struct {
 	Reason store.CheckpointReason
-	// EvictedFor names the actor an eviction makes room for.
-	EvictedFor string
+	// EvictedFor is the actor an eviction makes room for.
+	EvictedFor names.ActorKey
 }
 
 // message is the actor's message for a checkpoint for w; idleAfter is the
@@ -55,15 +57,16 @@ func (w Why) message(verb, idleAfter string) string {
 	}
 }
 
-// PutAway runs Suspend (paused false) or Pause (paused true), recording
-// why on the actor (Reason, EvictedFor, Message). Same errors as those.
-func (m *Manager) PutAway(ctx context.Context, atespace, name string, paused bool, why Why) (out *store.Actor, err error) {
+// PutAway runs Suspend or Pause, as action says, recording why on the
+// actor (Reason, EvictedFor, Message). Same errors as those.
+func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkpoint.Action, why Why) (out *store.Actor, err error) {
+	paused := action == checkpoint.Pause
 	target, verb, from := store.Suspended, "suspended", "a RUNNING or PAUSED"
 	if paused {
 		target, verb, from = store.Paused, "paused", "a RUNNING"
 	}
-	err = m.withActor(ctx, atespace, name, func() error {
-		a, err := m.store.GetActor(ctx, atespace, name)
+	err = m.withActor(ctx, key, func() error {
+		a, err := m.store.GetActor(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -71,7 +74,7 @@ func (m *Manager) PutAway(ctx context.Context, atespace, name string, paused boo
 		case a.State == target:
 			out = a
 		case a.State == store.Running:
-			out, err = m.checkpointLocked(ctx, a, paused, why)
+			out, err = m.checkpointLocked(ctx, a, action, why)
 		case a.State == store.Paused && !paused:
 			out, err = m.uploadLocked(ctx, a, why)
 		default:
@@ -82,35 +85,35 @@ func (m *Manager) PutAway(ctx context.Context, atespace, name string, paused boo
 	return out, err
 }
 
-// policy returns the checkpoint options for a pause or a suspend of a,
+// checkpointOptionsFor returns the checkpoint options for action on a,
 // from its template (the defaults if the template cannot be read), and
 // the template's idle.after.
-func (m *Manager) policy(ctx context.Context, a *store.Actor, paused bool) (node.CheckpointOptions, string) {
+func (m *Manager) checkpointOptionsFor(ctx context.Context, a *store.Actor, action checkpoint.Action) (node.CheckpointOptions, string) {
 	var spec *atev1.ActorTemplateSpec // nil: the defaults
 	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
 		spec = tpl.Spec
 	}
-	return checkpointOptions(spec, paused), spec.GetIdle().GetAfter()
+	return checkpointOptions(spec, action), spec.GetIdle().GetAfter()
 }
 
-// checkpointOptions returns the checkpoint options spec asks for on a
-// pause or a suspend.
-func checkpointOptions(spec *atev1.ActorTemplateSpec, paused bool) node.CheckpointOptions {
-	opts := node.CheckpointOptions{Paused: paused, Scope: snapshot.ScopeFull}
-	scope := spec.GetSnapshotPolicy().GetOnSuspend()
+// checkpointOptions returns the checkpoint options spec asks for on
+// action: its snapshotPolicy's scope for it (Full when unset or, since
+// the API validated it, unreadable) and its drain grace.
+func checkpointOptions(spec *atev1.ActorTemplateSpec, action checkpoint.Action) node.CheckpointOptions {
+	paused := action == checkpoint.Pause
+	field := spec.GetSnapshotPolicy().GetOnSuspend()
 	if paused {
-		scope = spec.GetSnapshotPolicy().GetOnPause()
+		field = spec.GetSnapshotPolicy().GetOnPause()
 	}
-	if scope == snapshot.ScopeData {
-		opts.Scope = snapshot.ScopeData
-	}
-	opts.Grace = time.Duration(spec.GetDrainGraceSeconds()) * time.Second
-	return opts
+	scope, _ := snapshot.ParseScope(field)
+	return node.CheckpointOptions{Paused: paused, Scope: scope,
+		Grace: time.Duration(spec.GetDrainGraceSeconds()) * time.Second}
 }
 
 // checkpointLocked runs RUNNING → SUSPENDING|PAUSING → SUSPENDED|PAUSED.
-func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused bool, why Why) (*store.Actor, error) {
-	opts, idleAfter := m.policy(ctx, a, paused)
+func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action checkpoint.Action, why Why) (*store.Actor, error) {
+	paused := action == checkpoint.Pause
+	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
 	ing := *a
 	ing.State = store.Suspending
 	if paused {
@@ -154,14 +157,14 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, paused b
 	if !paused {
 		m.deleteOld(ctx, a, a.Snapshot)
 	}
-	m.log.InfoContext(ctx, "actor checkpointed", "actor", a.Name, "atespace", a.Atespace, "state", out.State, "snapshot", ref, "scope", opts.Scope)
+	m.log.InfoContext(ctx, "actor checkpointed", "actor", a.Key(), "state", out.State, "snapshot", ref, "scope", opts.Scope)
 	return out, nil
 }
 
 // uploadLocked runs PAUSED → SUSPENDING → SUSPENDED by uploading the
-// node's paused checkpoint to the durable store.
+// node's paused checkpoint to the durable snapshot store.
 func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (*store.Actor, error) {
-	opts, idleAfter := m.policy(ctx, a, false)
+	opts, idleAfter := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 	ing := *a
 	ing.State = store.Suspending
 	a, err := m.update(ctx, a, &ing)
@@ -210,9 +213,9 @@ func (m *Manager) deleteOld(ctx context.Context, a *store.Actor, ref string) {
 // Revert returns a RUNNING, PAUSED or CRASHED actor to SUSPENDED at its
 // last durable snapshot (or its golden start), discarding memory, the
 // paused checkpoint and volume changes since. SUSPENDED is a no-op.
-func (m *Manager) Revert(ctx context.Context, atespace, name string) (out *store.Actor, err error) {
-	err = m.withActor(ctx, atespace, name, func() error {
-		a, err := m.store.GetActor(ctx, atespace, name)
+func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Actor, err error) {
+	err = m.withActor(ctx, key, func() error {
+		a, err := m.store.GetActor(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -247,9 +250,9 @@ func (m *Manager) Revert(ctx context.Context, atespace, name string) (out *store
 // SUSPENDED or CRASHED actor may go (others fail with
 // ErrFailedPrecondition, telling the user to suspend first); with force
 // any state goes, its sandbox stopped first.
-func (m *Manager) Delete(ctx context.Context, atespace, name string, force bool) error {
-	return m.withActor(ctx, atespace, name, func() error {
-		a, err := m.store.GetActor(ctx, atespace, name)
+func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) error {
+	return m.withActor(ctx, key, func() error {
+		a, err := m.store.GetActor(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -287,8 +290,7 @@ func (m *Manager) SuspendAll(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		atespace, name := splitKey(w.Actor)
-		if _, err := m.Suspend(ctx, atespace, name); err != nil && first == nil {
+		if _, err := m.Suspend(ctx, w.Actor); err != nil && first == nil {
 			first = fmt.Errorf("suspend %s: %w", w.Actor, err)
 		}
 	}

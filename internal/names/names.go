@@ -1,11 +1,14 @@
 // Package names validates and parses the names Substrate uses everywhere:
 // atespaces, templates, actors and workers are DNS-1123 labels, and an actor
-// is addressed as "<atespace>/<name>". API, router and CLI all validate here.
+// is addressed as "<atespace>/<name>" (ActorKey). API, router and CLI all
+// validate here; store, lifecycle, API server and router carry ActorKey as
+// the actor's identity, and Activity as what the router saw of it.
 package names
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 )
 
@@ -47,6 +50,44 @@ type ActorKey struct {
 
 // String returns "<atespace>/<name>".
 func (k ActorKey) String() string { return k.Atespace + "/" + k.Name }
+
+// IsZero reports whether k names no actor.
+func (k ActorKey) IsZero() bool { return k == ActorKey{} }
+
+// MarshalText returns "<atespace>/<name>", or nothing for the zero key,
+// so records keep the string form they had before keys were typed.
+func (k ActorKey) MarshalText() ([]byte, error) {
+	if k.IsZero() {
+		return nil, nil
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText parses what MarshalText wrote: "<atespace>/<name>", or
+// nothing for the zero key. It does not validate the labels (records were
+// validated when written); use ParseActorKey for input.
+func (k *ActorKey) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*k = ActorKey{}
+		return nil
+	}
+	ns, name, ok := strings.Cut(string(b), "/")
+	if !ok {
+		return fmt.Errorf("%w: actor key %q is not <atespace>/<name>", ErrInvalid, b)
+	}
+	*k = ActorKey{Atespace: ns, Name: name}
+	return nil
+}
+
+// LogValue implements slog.LogValuer: `"actor", key` logs a group of the
+// actor's name and atespace (actor.name=…, actor.atespace=… in text); the
+// zero key logs as an empty string.
+func (k ActorKey) LogValue() slog.Value {
+	if k.IsZero() {
+		return slog.StringValue("")
+	}
+	return slog.GroupValue(slog.String("name", k.Name), slog.String("atespace", k.Atespace))
+}
 
 // Validate checks both labels.
 func (k ActorKey) Validate() error {

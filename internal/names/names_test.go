@@ -1,7 +1,10 @@
 package names
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -65,5 +68,37 @@ func TestParseHost(t *testing.T) {
 				t.Fatalf("ParseHost(%q) = %v, %v, %v", tc.host, k, ok, err)
 			}
 		})
+	}
+}
+
+func TestActorKeyText(t *testing.T) {
+	k := ActorKey{Atespace: "team", Name: "counter-1"}
+	b, err := json.Marshal(struct {
+		A ActorKey `json:"a"`
+		Z ActorKey `json:"z"`
+	}{A: k})
+	if err != nil || string(b) != `{"a":"team/counter-1","z":""}` {
+		t.Fatalf("encoded %s, %v", b, err)
+	}
+	var back struct{ A, Z ActorKey }
+	if err := json.Unmarshal(b, &back); err != nil || back.A != k || !back.Z.IsZero() {
+		t.Fatalf("decoded %+v, %v", back, err)
+	}
+	var bad ActorKey
+	if err := bad.UnmarshalText([]byte("no-slash")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("UnmarshalText(no-slash) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestActorKeyLogValue(t *testing.T) {
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}})).Info("x", "actor", ActorKey{Atespace: "team", Name: "a"}, "evicted", ActorKey{})
+	if got, want := buf.String(), "level=INFO msg=x actor.name=a actor.atespace=team evicted=\"\"\n"; got != want {
+		t.Fatalf("logged %q, want %q", got, want)
 	}
 }

@@ -18,8 +18,8 @@ type CheckpointOptions struct {
 	// Paused keeps the checkpoint in the node's paused store instead of
 	// the durable snapshot store.
 	Paused bool
-	// Scope is snapshot.ScopeFull or snapshot.ScopeData.
-	Scope string
+	// Scope is what the checkpoint holds.
+	Scope snapshot.Scope
 	// Grace bounds the wait for in-flight requests; 0 means
 	// DefaultDrainGrace.
 	Grace time.Duration
@@ -103,7 +103,7 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 // returns the new durable reference; scope Data uploads only the volumes
 // (a template's onSuspend may hold less than its onPause). The paused
 // copy stays until DeletePaused.
-func (n *Node) Upload(_ context.Context, pausedRef, owner, scope string) (string, error) {
+func (n *Node) Upload(_ context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error) {
 	dir, m, err := n.cfg.Paused.Open(pausedRef)
 	if err != nil {
 		return "", err

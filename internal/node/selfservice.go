@@ -5,10 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/netns"
 )
 
@@ -23,9 +23,9 @@ import (
 // as for any suspend.
 const SelfServiceAddr = "169.254.17.1:80"
 
-// SelfFunc is asked to act ("suspend" or "pause") on the actor hosted by
-// worker; it must not block on the checkpoint itself.
-type SelfFunc func(worker, actorUID, action string)
+// SelfFunc is asked to act on the actor hosted by worker; it must not
+// block on the checkpoint itself.
+type SelfFunc func(worker, actorUID string, action checkpoint.Action)
 
 // ServeSelfService listens on SelfServiceAddr in every worker's outer
 // namespace and serves the self-service API until ctx ends; it returns
@@ -89,9 +89,9 @@ func (ss *selfService) close() {
 func (ss *selfService) handler(s *slot) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
-		action := r.PathValue("action")
-		if action != "suspend" && action != "pause" {
-			http.Error(w, "unknown action "+strconv.Quote(action)+": use suspend or pause", http.StatusNotFound)
+		action, err := checkpoint.ParseAction(r.PathValue("action"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
 		uid := s.gate.hosted()
@@ -101,7 +101,7 @@ func (ss *selfService) handler(s *slot) http.Handler {
 		}
 		ss.f(s.name, uid, action)
 		w.WriteHeader(http.StatusAccepted)
-		_, _ = w.Write([]byte(action + " requested\n"))
+		_, _ = w.Write([]byte(action.String() + " requested\n"))
 	})
 	return mux
 }

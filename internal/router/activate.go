@@ -200,7 +200,7 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 			}
 			a.logger.Debug("shared resume attempt failed, trying again", "actor", key.Name, "atespace", key.Atespace, "err", err)
 			last = err
-			if pause(wctx, parkRetryBackoff) == nil {
+			if sleepCtx(wctx, parkRetryBackoff) == nil {
 				continue
 			}
 		}
@@ -214,8 +214,8 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 	}
 }
 
-// pause waits for d or until ctx ends (returning its error).
-func pause(ctx context.Context, d time.Duration) error {
+// sleepCtx waits for d or until ctx ends (returning its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
@@ -174,8 +173,7 @@ func (c *ControlResolver) RecordActivity(ctx context.Context, acts []Activity) e
 	for chunk := range slices.Chunk(acts, maxActivitiesPerCall) {
 		req := &atev1.RecordActivityRequest{Activities: make([]*atev1.ActorActivity, 0, len(chunk))}
 		for _, act := range chunk {
-			req.Activities = append(req.Activities, &atev1.ActorActivity{
-				Atespace: act.Actor.Atespace, Name: act.Actor.Name, LastActivity: timestamppb.New(act.Last)})
+			req.Activities = append(req.Activities, atev1.NewActorActivity(act))
 		}
 		if _, err := c.client.RecordActivity(ctx, req); err != nil {
 			return fmt.Errorf("record activity of %d actors: %w", len(chunk), fromControl(err))

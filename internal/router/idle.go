@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -79,15 +80,15 @@ func (h *Handler) putAway(ctx context.Context, ia idleActor, decided time.Time) 
 	}
 	action := t.Policy.IdleAction
 	var err error
-	if action == IdlePause {
+	if action == checkpoint.Pause {
 		err = h.cfg.Idler.Pause(ctx, key)
 		if errors.Is(err, ErrPauseUnsupported) {
 			log.Warn("control plane cannot pause actors; suspending the idle actor instead", "err", err)
-			action = IdleSuspend
+			action = checkpoint.Suspend
 		}
 	}
-	if action != IdlePause {
-		action = IdleSuspend
+	if action != checkpoint.Pause {
+		action = checkpoint.Suspend
 		err = h.cfg.Idler.Suspend(ctx, key)
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -143,13 +144,13 @@ func TestIdleActorIsPutAway(t *testing.T) {
 	const after = 150 * time.Millisecond
 	for _, tt := range []struct {
 		name     string
-		action   IdleAction
+		action   checkpoint.Action
 		pauseErr error
 		want     []string
 	}{
-		{"pause", IdlePause, nil, []string{"pause default/app"}},
-		{"suspend", IdleSuspend, nil, []string{"suspend default/app"}},
-		{"pause unsupported falls back to suspend", IdlePause, fmt.Errorf("pause: %w", ErrPauseUnsupported),
+		{"pause", checkpoint.Pause, nil, []string{"pause default/app"}},
+		{"suspend", checkpoint.Suspend, nil, []string{"suspend default/app"}},
+		{"pause unsupported falls back to suspend", checkpoint.Pause, fmt.Errorf("pause: %w", ErrPauseUnsupported),
 			[]string{"pause default/app", "suspend default/app"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,7 +184,7 @@ func TestIdleActorIsPutAway(t *testing.T) {
 // its record never shows it paused without it.
 func TestActivityReportedBeforePutAway(t *testing.T) {
 	idler := &fakeIdler{}
-	p := Policy{IdleAfter: 100 * time.Millisecond, IdleAction: IdlePause}
+	p := Policy{IdleAfter: 100 * time.Millisecond, IdleAction: checkpoint.Pause}
 	tunnel := holdTunnel(t, nil)
 	res := warmResolver(t, tunnel, p)
 	cfg := Config{Idler: idler, Activity: idler, IdleCheckInterval: 10 * time.Millisecond, ActivityInterval: time.Hour}
@@ -210,7 +211,7 @@ func TestOpenStreamKeepsActorAwake(t *testing.T) {
 	const after = 100 * time.Millisecond
 	release := make(chan struct{})
 	idler := &fakeIdler{}
-	_, h, get := idleRouter(t, holdTunnel(t, release), Policy{IdleAfter: after, IdleAction: IdleSuspend}, idler)
+	_, h, get := idleRouter(t, holdTunnel(t, release), Policy{IdleAfter: after, IdleAction: checkpoint.Suspend}, idler)
 	streamed := make(chan reply, 1)
 	go func() { streamed <- get("/hold") }()
 	waitFor(t, "the stream to open", func() bool { return h.InFlight() == 1 })
@@ -236,7 +237,7 @@ func TestOpenStreamKeepsActorAwake(t *testing.T) {
 // resumes the actor, instead of racing the checkpoint.
 func TestRequestDuringPutAwayWaitsForIt(t *testing.T) {
 	idler := &fakeIdler{hold: make(chan struct{})}
-	res, h, get := idleRouter(t, holdTunnel(t, nil), Policy{IdleAfter: 50 * time.Millisecond, IdleAction: IdleSuspend}, idler)
+	res, h, get := idleRouter(t, holdTunnel(t, nil), Policy{IdleAfter: 50 * time.Millisecond, IdleAction: checkpoint.Suspend}, idler)
 	if r := get("/"); r.status != 200 {
 		t.Fatalf("first request: %d %q", r.status, r.body)
 	}

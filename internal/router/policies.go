@@ -8,6 +8,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 )
 
 // policyCache holds the policy of each actor incarnation's template,
@@ -63,8 +64,8 @@ func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 
 // policyOf reads the router's policy from a template spec. Zero timeouts
 // stay zero (the router's defaults apply). An empty idle.after, or one of
-// zero, disables idle handling; an empty idle.action means suspend, which
-// keeps the checkpoint durable. On error the timeouts are still returned.
+// zero, disables idle handling; an empty idle.action means suspend
+// (checkpoint.ParseAction). On error the timeouts are still returned.
 func policyOf(spec *atev1.ActorTemplateSpec) (Policy, error) {
 	p := Policy{
 		RouteTimeout:      time.Duration(spec.GetRouteTimeoutSeconds()) * time.Second,
@@ -81,13 +82,9 @@ func policyOf(spec *atev1.ActorTemplateSpec) (Policy, error) {
 	if d <= 0 {
 		return p, nil
 	}
-	action := IdleAction(spec.GetIdle().GetAction())
-	switch action {
-	case "":
-		action = IdleSuspend
-	case IdlePause, IdleSuspend:
-	default:
-		return p, fmt.Errorf("idle.action %q: want %q or %q", action, IdlePause, IdleSuspend)
+	action, err := checkpoint.ParseAction(spec.GetIdle().GetAction())
+	if err != nil {
+		return p, fmt.Errorf("idle.action: %w", err)
 	}
 	p.IdleAfter, p.IdleAction = d, action
 	return p, nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -24,9 +25,9 @@ func TestPolicyOf(t *testing.T) {
 		{name: "timeouts", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 30, StreamIdleTimeoutSeconds: 5},
 			want: Policy{RouteTimeout: 30 * time.Second, StreamIdleTimeout: 5 * time.Second}},
 		{name: "idle pause", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "10m", Action: "pause"}},
-			want: Policy{IdleAfter: 10 * time.Minute, IdleAction: IdlePause}},
+			want: Policy{IdleAfter: 10 * time.Minute, IdleAction: checkpoint.Pause}},
 		{name: "idle without action suspends", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "2s"}},
-			want: Policy{IdleAfter: 2 * time.Second, IdleAction: IdleSuspend}},
+			want: Policy{IdleAfter: 2 * time.Second, IdleAction: checkpoint.Suspend}},
 		{name: "idle after 0 is off", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "0", Action: "pause"}},
 			want: Policy{}},
 		{name: "bad duration", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 9, Idle: &atev1.IdlePolicy{After: "soon"}},
@@ -57,7 +58,7 @@ func TestControlResolverPolicy(t *testing.T) {
 			Spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 600, Idle: &atev1.IdlePolicy{After: "2s", Action: "pause"}}}},
 	}
 	r := NewControlResolver(newControlClient(t, fc), nil)
-	want := Policy{RouteTimeout: 10 * time.Minute, IdleAfter: 2 * time.Second, IdleAction: IdlePause}
+	want := Policy{RouteTimeout: 10 * time.Minute, IdleAfter: 2 * time.Second, IdleAction: checkpoint.Pause}
 	a := names.ActorKey{Atespace: "default", Name: "a"}
 	for range 3 {
 		got, ok, err := r.Lookup(t.Context(), a)

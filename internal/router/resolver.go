@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -22,17 +23,6 @@ type Target struct {
 	Policy Policy
 }
 
-// IdleAction is what the router does with an actor idle for
-// Policy.IdleAfter.
-type IdleAction string
-
-const (
-	// IdlePause checkpoints the actor to its node's disk (Control.PauseActor).
-	IdlePause IdleAction = "pause"
-	// IdleSuspend checkpoints it to the snapshot store (Control.SuspendActor).
-	IdleSuspend IdleAction = "suspend"
-)
-
 // Policy is the part of an actor's template the router enforces. Zero
 // durations mean the router's defaults (Config); it is comparable.
 type Policy struct {
@@ -46,7 +36,7 @@ type Policy struct {
 	// in flight, no open stream or WebSocket) before IdleAction is taken;
 	// 0 disables idle handling.
 	IdleAfter  time.Duration
-	IdleAction IdleAction
+	IdleAction checkpoint.Action
 }
 
 // Resumption is what a Resume did besides waking the actor.
@@ -120,10 +110,7 @@ type Idler interface {
 }
 
 // Activity is when the router last saw traffic for an actor.
-type Activity struct {
-	Actor names.ActorKey
-	Last  time.Time
-}
+type Activity = names.Activity
 
 // ActivityRecorder receives the router's activity reports (shown as the
 // actor's last activity). Implementations are safe for concurrent use;

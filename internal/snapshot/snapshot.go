@@ -16,23 +16,66 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
-	// go-json, as the store's records: with encoding/json, reading and
-	// writing the manifest was 4% of a fake wake-up's CPU, mostly
-	// reflection and stack growth (BENCHMARKS.md).
-	json "github.com/goccy/go-json"
+	"substrate.dev/ate/internal/codec"
 )
 
 // ManifestName is written last into every complete snapshot.
 const ManifestName = "manifest.json"
 
-// Snapshot scopes: what a snapshot holds (docs/architecture.md, Lifecycle).
+// Scope is what a snapshot holds (docs/architecture.md, Glossary). Its zero value is
+// ScopeFull, the default wherever a scope is optional. On the wire
+// (templates' snapshotPolicy, manifests) it is its String.
+type Scope uint8
+
+// Snapshot scopes.
 const (
-	ScopeFull = "Full"
-	ScopeData = "Data"
+	// ScopeFull: a runsc checkpoint — memory, root filesystem overlay —
+	// and the volumes.
+	ScopeFull Scope = iota
+	// ScopeData: the volumes only; resuming it cold-boots the image.
+	ScopeData
 )
+
+// String returns the scope's wire name: "Full" or "Data".
+func (s Scope) String() string {
+	switch s {
+	case ScopeFull:
+		return "Full"
+	case ScopeData:
+		return "Data"
+	}
+	return "Scope(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ParseScope parses a scope's wire name; the empty string is ScopeFull
+// (a template without snapshotPolicy). Anything else is an error naming
+// the accepted values.
+func ParseScope(s string) (Scope, error) {
+	switch s {
+	case "", "Full":
+		return ScopeFull, nil
+	case "Data":
+		return ScopeData, nil
+	}
+	return ScopeFull, fmt.Errorf("unknown snapshot scope %q: want %s or %s", s, ScopeFull, ScopeData)
+}
+
+// MarshalText implements encoding.TextMarshaler (manifests keep the name).
+func (s Scope) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseScope.
+func (s *Scope) UnmarshalText(b []byte) error {
+	v, err := ParseScope(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
 
 // VolumesDir is the subdirectory of a snapshot that holds a copy of each
 // durable volume, one directory per volume name.
@@ -57,7 +100,7 @@ type Manifest struct {
 	CreateTime time.Time `json:"createTime"`
 	// Scope is ScopeFull (memory, root filesystem overlay and volumes) or
 	// ScopeData (volumes only: resuming it cold-boots the image).
-	Scope string `json:"scope"`
+	Scope Scope  `json:"scope"`
 	Files []File `json:"files"`
 }
 
@@ -67,7 +110,7 @@ type Local struct {
 	dir string
 }
 
-// NewLocal returns a store rooted at dir, creating it.
+// NewLocal returns a snapshot store rooted at dir, creating it.
 func NewLocal(dir string) (*Local, error) {
 	if err := os.MkdirAll(filepath.Join(dir, ".staging"), 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
@@ -103,7 +146,7 @@ func (l *Local) Abort(s *Staged) error { return os.RemoveAll(s.Dir) }
 // Commit makes every staged file durable, writes the manifest last, and
 // moves the snapshot to its final place. It returns the reference to store
 // in the actor's record; only after Commit returns may the pointer move.
-func (l *Local) Commit(s *Staged, scope string) (string, error) {
+func (l *Local) Commit(s *Staged, scope Scope) (string, error) {
 	ref := s.Owner + "/" + s.ID
 	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: scope}
 	err := filepath.WalkDir(s.Dir, func(p string, d fs.DirEntry, err error) error {
@@ -121,7 +164,7 @@ func (l *Local) Commit(s *Staged, scope string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
 	}
-	data, err := json.MarshalIndent(m, "", "  ")
+	data, err := codec.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -157,7 +200,7 @@ func (l *Local) Open(ref string) (string, *Manifest, error) {
 		return "", nil, err
 	}
 	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err := codec.Unmarshal(data, &m); err != nil {
 		return "", nil, fmt.Errorf("%w: %s: manifest: %v", ErrCorrupt, ref, err)
 	}
 	for _, f := range m.Files {
@@ -216,11 +259,11 @@ func StagedBefore(ref string, t time.Time) bool {
 	return err == nil && staged.Before(t.UTC().Truncate(time.Second))
 }
 
-// Import copies the complete snapshot at srcDir (another store's, e.g. a
-// node's paused copy) into this store as a new snapshot of owner and
+// Import copies the complete snapshot at srcDir (another snapshot store's,
+// e.g. a node's paused copy) into this one as a new snapshot of owner and
 // returns its reference: the "upload" of a paused snapshot. With scope
 // ScopeData only its volumes are copied.
-func (l *Local) Import(owner, srcDir string, scope string) (string, error) {
+func (l *Local) Import(owner, srcDir string, scope Scope) (string, error) {
 	st, err := l.Stage(owner)
 	if err != nil {
 		return "", err

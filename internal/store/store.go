@@ -11,6 +11,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
 )
 
 // Errors returned by every backend; callers match them with errors.Is.
@@ -51,11 +52,15 @@ type Atespace struct {
 	CreateTime time.Time `json:"createTime"`
 }
 
-// Template phases: the state of its golden snapshot.
+// TemplatePhase is the state of a template's golden snapshot. The
+// strings equal atev1.ActorTemplateStatus's phase values.
+type TemplatePhase string
+
+// Template phases.
 const (
-	TemplateBuilding = "BUILDING"
-	TemplateReady    = "READY"
-	TemplateFailed   = "FAILED"
+	TemplateBuilding TemplatePhase = "BUILDING"
+	TemplateReady    TemplatePhase = "READY"
+	TemplateFailed   TemplatePhase = "FAILED"
 )
 
 // Template is an immutable ActorTemplate plus the status of its golden
@@ -67,21 +72,42 @@ type Template struct {
 	Spec       *atev1.ActorTemplateSpec `json:"-"`
 	CreateTime time.Time                `json:"createTime"`
 	Version    int64                    `json:"version"`
-	// Phase is TemplateBuilding, TemplateReady or TemplateFailed.
-	Phase          string `json:"phase"`
-	Message        string `json:"message,omitempty"`
-	GoldenSnapshot string `json:"goldenSnapshot,omitempty"`
+	// Phase is the golden snapshot's state.
+	Phase          TemplatePhase `json:"phase"`
+	Message        string        `json:"message,omitempty"`
+	GoldenSnapshot string        `json:"goldenSnapshot,omitempty"`
 	// ImageDigest pins the image the golden snapshot was built from.
 	ImageDigest string `json:"imageDigest,omitempty"`
 }
 
 // Actor is one stateful instance.
 type Actor struct {
-	Atespace string     `json:"atespace"`
-	Name     string     `json:"name"`
-	UID      string     `json:"uid"`
-	Template string     `json:"template"`
-	State    ActorState `json:"state"`
+	Atespace string `json:"atespace"`
+	Name     string `json:"name"`
+	UID      string `json:"uid"`
+	Template string `json:"template"`
+	// Lifecycle is what the workflows (internal/lifecycle) own. It is
+	// embedded, so its fields sit in the record beside the others, as
+	// they did before they were grouped.
+	Lifecycle
+	// WorkerSelector is the client's (UpdateActor), read at each resume.
+	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
+	// Version increases by one on every write; CAS compares it.
+	Version    int64     `json:"version"`
+	CreateTime time.Time `json:"createTime"`
+	// StateTime is when a workflow last wrote the actor; every such write
+	// sets it, so it is not part of Lifecycle's comparison.
+	StateTime time.Time `json:"stateTime"`
+	// LastActivity is when the router last saw traffic for the actor.
+	LastActivity time.Time `json:"lastActivity,omitzero"`
+}
+
+// Lifecycle is the part of an Actor the lifecycle workflows own and no
+// one else writes: a workflow whose write loses to another writer merges
+// these onto the fresh record when they did not change meanwhile, and
+// treats a change of any of them as a real conflict. Comparable.
+type Lifecycle struct {
+	State ActorState `json:"state"`
 	// Worker holds the worker's name while the actor owns it (RESUMING,
 	// RUNNING, SUSPENDING). Clearing it in UpdateActor frees the worker.
 	Worker string `json:"worker,omitempty"`
@@ -90,23 +116,17 @@ type Actor struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// PausedSnapshot and Node locate a PAUSED actor's checkpoint on a
 	// node's disk; it is newer than Snapshot.
-	PausedSnapshot string            `json:"pausedSnapshot,omitempty"`
-	Node           string            `json:"node,omitempty"`
-	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
-	Message        string            `json:"message,omitempty"`
-	// Version increases by one on every write; CAS compares it.
-	Version    int64     `json:"version"`
-	CreateTime time.Time `json:"createTime"`
-	StateTime  time.Time `json:"stateTime"`
-	Resumes    int64     `json:"resumes"`
-	// LastActivity is when the router last saw traffic for the actor.
-	LastActivity time.Time `json:"lastActivity,omitzero"`
+	PausedSnapshot string `json:"pausedSnapshot,omitempty"`
+	Node           string `json:"node,omitempty"`
+	Message        string `json:"message,omitempty"`
+	// Resumes counts completed resumes.
+	Resumes int64 `json:"resumes"`
 	// Reason is why the actor was last suspended or paused; Message says
 	// more. Empty while it has not been.
 	Reason CheckpointReason `json:"reason,omitempty"`
-	// EvictedFor names ("<atespace>/<name>") the actor an eviction made
-	// room for, with ReasonEvicted.
-	EvictedFor string `json:"evictedFor,omitempty"`
+	// EvictedFor is the actor an eviction made room for, with
+	// ReasonEvicted; stored as "<atespace>/<name>".
+	EvictedFor names.ActorKey `json:"evictedFor,omitzero"`
 }
 
 // CheckpointReason is why an actor was suspended or paused. The strings
@@ -125,14 +145,8 @@ const (
 	ReasonSelfRequested CheckpointReason = "SELF_REQUESTED"
 )
 
-// Key returns "<atespace>/<name>".
-func (a *Actor) Key() string { return a.Atespace + "/" + a.Name }
-
-// Activity is when traffic for an actor was last seen.
-type Activity struct {
-	Atespace, Name string
-	At             time.Time
-}
+// Key returns the actor's identity.
+func (a *Actor) Key() names.ActorKey { return names.ActorKey{Atespace: a.Atespace, Name: a.Name} }
 
 // Worker is one sandbox slot, registered by its node agent.
 type Worker struct {
@@ -141,9 +155,10 @@ type Worker struct {
 	TunnelAddr   string            `json:"tunnelAddr"`
 	SandboxClass string            `json:"sandboxClass"`
 	Labels       map[string]string `json:"labels,omitempty"`
-	// ActorUID and Actor name the actor holding the worker; empty when free.
-	ActorUID string `json:"actorUid,omitempty"`
-	Actor    string `json:"actor,omitempty"`
+	// ActorUID and Actor name the actor holding the worker; zero when
+	// free. Actor is stored as "<atespace>/<name>".
+	ActorUID string         `json:"actorUid,omitempty"`
+	Actor    names.ActorKey `json:"actor,omitzero"`
 }
 
 // Free reports whether no actor holds the worker.
@@ -180,7 +195,7 @@ type Store interface {
 	// CreateActor returns ErrNotFound when the atespace or template does
 	// not exist.
 	CreateActor(ctx context.Context, a *Actor) error
-	GetActor(ctx context.Context, atespace, name string) (*Actor, error)
+	GetActor(ctx context.Context, key names.ActorKey) (*Actor, error)
 	// ListActors returns at most pageSize actors of atespace (all
 	// atespaces when empty) in name order after pageToken, and the token
 	// of the next page ("" at the end).
@@ -204,7 +219,7 @@ type Store interface {
 	// RecordActivity moves each named actor's LastActivity forward (never
 	// back), in one transaction, bumping the Version of those it changes;
 	// unknown actors are skipped.
-	RecordActivity(ctx context.Context, acts []Activity) error
+	RecordActivity(ctx context.Context, acts []names.Activity) error
 	// DeleteActor deletes the actor if UID and Version match, freeing any
 	// worker it holds.
 	DeleteActor(ctx context.Context, a *Actor) error

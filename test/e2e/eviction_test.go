@@ -33,11 +33,23 @@ func (in *installation) logged(msg, name string) int {
 			continue
 		}
 		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["actor"] == name {
+		if json.Unmarshal([]byte(line), &rec) == nil && loggedActor(rec) == name {
 			n++
 		}
 	}
 	return n
+}
+
+// loggedActor is the name of the actor a log record is about: its
+// "actor" attribute, either a name (with "atespace" beside it) or a
+// names.ActorKey group {"name", "atespace"}.
+func loggedActor(rec map[string]any) string {
+	if g, ok := rec["actor"].(map[string]any); ok {
+		name, _ := g["name"].(string)
+		return name
+	}
+	name, _ := rec["actor"].(string)
+	return name
 }
 
 // waitQueued waits until the API server has queued one more resume of

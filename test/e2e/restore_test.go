@@ -189,9 +189,10 @@ func TestRestoreReseeds(t *testing.T) {
 func (in *installation) firstResumeSource(actor string) string {
 	in.t.Helper()
 	for line := range strings.Lines(in.logText()) {
-		var rec struct{ Msg, Actor, Snapshot string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "actor resumed" && rec.Actor == actor {
-			return rec.Snapshot
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "actor resumed" && loggedActor(rec) == actor {
+			snap, _ := rec["snapshot"].(string)
+			return snap
 		}
 	}
 	in.t.Fatalf("no \"actor resumed\" record for %s", actor)

@@ -77,3 +77,27 @@ func TestRouterIdle(t *testing.T) {
 		}
 	})
 }
+
+// TestRouterIdleWithoutAction: a template with idle.after and no action,
+// created through `ate create template`, is accepted, and the router
+// suspends its idle actor (checkpoint.ParseAction: no action means
+// suspend) once it has had no traffic for idle.after.
+func TestRouterIdleWithoutAction(t *testing.T) {
+	const after = 2 * time.Second
+	in := startUp(t, 1)
+	in.counterTemplate("idle-default", nil, "idle: {after: 2s}\n")
+	in.ate("create", "actor", "idle-default-1", "--template", "idle-default")
+	in.mustCount("default/idle-default-1", 1)
+	last := time.Now()
+	waitFor(t, "the idle actor to be suspended", 20*time.Second, func() bool {
+		s := in.state("idle-default-1")
+		if s != atev1.ActorState_RUNNING && time.Since(last) < after {
+			t.Fatalf("actor %s after %s without traffic, want RUNNING until %s", s, time.Since(last), after)
+		}
+		return s == atev1.ActorState_SUSPENDED
+	})
+	if a := in.actor("idle-default-1"); a.GetReason() != atev1.CheckpointReason_IDLE {
+		t.Errorf("suspended for %s, want IDLE", a.GetReason())
+	}
+	in.mustCount("default/idle-default-1", 2) // resumed, memory intact
+}

@@ -34,8 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	json "github.com/goccy/go-json"
-
+	"substrate.dev/ate/internal/codec"
 	"substrate.dev/ate/internal/sandbox"
 )
 
@@ -168,7 +167,7 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 		return fmt.Errorf("fake: restore %s in %s: %w: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
 	}
 	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
+	if err := codec.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("fake: restore %s in %s: %w: state file: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
 	}
 	if err := r.start(slot, spec, st.Count); err != nil {
@@ -190,7 +189,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, 
 		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, ErrUnknownContainer)
 	}
 	count := c.stop()
-	data, err := json.Marshal(state{Count: count})
+	data, err := codec.Marshal(state{Count: count})
 	if err == nil {
 		err = os.WriteFile(filepath.Join(imageDir, StateFile), data, 0o600)
 	}

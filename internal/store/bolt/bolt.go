@@ -6,11 +6,9 @@
 // write's function may run more than once and must derive its results
 // from the transaction alone each time.
 //
-// Records are JSON. They are encoded with github.com/goccy/go-json, a
-// drop-in for encoding/json that decodes several times faster: decoding
-// records was ~15% of the control plane's CPU in BenchmarkWakeups
-// (internal/bench) with encoding/json, and ~1% with go-json, for ~10%
-// more wake-ups a second.
+// Records are JSON, encoded by internal/codec (which says why its
+// implementation was chosen). An actor's key is its names.ActorKey's
+// string, "<atespace>/<name>", so an atespace's actors share a prefix.
 package bolt
 
 import (
@@ -22,11 +20,12 @@ import (
 	"strings"
 	"time"
 
-	json "github.com/goccy/go-json"
 	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/codec"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -88,7 +87,11 @@ func (s *Store) Close() error {
 // each time.
 func (s *Store) update(fn func(*bbolt.Tx) error) error { return s.writes.update(fn) }
 
+// key2 is a template's key, "<atespace>/<name>" like an actor's.
 func key2(a, b string) []byte { return []byte(a + "/" + b) }
+
+// actorKey is an actor's key in bActors.
+func actorKey(k names.ActorKey) []byte { return []byte(k.String()) }
 
 // freeKey is w's key in bFree: node and name joined by a NUL byte, which
 // no DNS-1123 name contains, so a node's free workers share one prefix.
@@ -128,14 +131,14 @@ func get[T any](b *bbolt.Bucket, k []byte) (*T, error) {
 // decode decodes the record v stored under k.
 func decode[T any](k, v []byte) (*T, error) {
 	var out T
-	if err := json.Unmarshal(v, &out); err != nil {
+	if err := codec.Unmarshal(v, &out); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", k, err)
 	}
 	return &out, nil
 }
 
 func put(b *bbolt.Bucket, k []byte, v any) error {
-	data, err := json.Marshal(v)
+	data, err := codec.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", k, err)
 	}
@@ -300,7 +303,7 @@ func (s *Store) DeleteTemplate(_ context.Context, atespace, name string) error {
 		c := tx.Bucket(bActors).Cursor()
 		for ak, v := c.Seek(prefix); ak != nil && bytes.HasPrefix(ak, prefix); ak, v = c.Next() {
 			var a store.Actor
-			if err := json.Unmarshal(v, &a); err != nil {
+			if err := codec.Unmarshal(v, &a); err != nil {
 				return fmt.Errorf("decode %s: %w", ak, err)
 			}
 			if a.Template == name {
@@ -320,7 +323,7 @@ func (s *Store) CreateActor(_ context.Context, a *store.Actor) error {
 		if tx.Bucket(bTemplates).Get(key2(a.Atespace, a.Template)) == nil {
 			return fmt.Errorf("template %s/%s: %w", a.Atespace, a.Template, store.ErrNotFound)
 		}
-		k := key2(a.Atespace, a.Name)
+		k := actorKey(a.Key())
 		if tx.Bucket(bActors).Get(k) != nil {
 			return fmt.Errorf("actor %s: %w", k, store.ErrAlreadyExists)
 		}
@@ -329,13 +332,13 @@ func (s *Store) CreateActor(_ context.Context, a *store.Actor) error {
 }
 
 // GetActor implements store.Store.
-func (s *Store) GetActor(_ context.Context, atespace, name string) (out *store.Actor, err error) {
+func (s *Store) GetActor(_ context.Context, key names.ActorKey) (out *store.Actor, err error) {
 	err = s.db.View(func(tx *bbolt.Tx) error {
-		out, err = get[store.Actor](tx.Bucket(bActors), key2(atespace, name))
+		out, err = get[store.Actor](tx.Bucket(bActors), actorKey(key))
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("actor %s/%s: %w", atespace, name, err)
+		return nil, fmt.Errorf("actor %s: %w", key, err)
 	}
 	return out, nil
 }
@@ -362,11 +365,11 @@ func (s *Store) ListActors(_ context.Context, atespace string, pageSize int, pag
 		}
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			if len(out) == pageSize {
-				next = base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key()))
+				next = base64.RawURLEncoding.EncodeToString(actorKey(out[len(out)-1].Key()))
 				return nil
 			}
 			var a store.Actor
-			if err := json.Unmarshal(v, &a); err != nil {
+			if err := codec.Unmarshal(v, &a); err != nil {
 				return fmt.Errorf("decode %s: %w", k, err)
 			}
 			out = append(out, &a)
@@ -378,7 +381,7 @@ func (s *Store) ListActors(_ context.Context, atespace string, pageSize int, pag
 
 // casActor loads the stored actor and checks a's UID and Version against it.
 func casActor(tx *bbolt.Tx, a *store.Actor) (*store.Actor, error) {
-	cur, err := get[store.Actor](tx.Bucket(bActors), key2(a.Atespace, a.Name))
+	cur, err := get[store.Actor](tx.Bucket(bActors), actorKey(a.Key()))
 	if err != nil {
 		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
 	}
@@ -409,7 +412,7 @@ func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor
 		n := *a
 		n.Version++
 		out = &n
-		return put(tx.Bucket(bActors), key2(a.Atespace, a.Name), &n)
+		return put(tx.Bucket(bActors), actorKey(a.Key()), &n)
 	})
 	return out, err
 }
@@ -434,7 +437,7 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string, pref
 			n.State, n.Worker, n.Version = store.Resuming, w.Name, a.Version+1
 			n.StateTime = time.Now().UTC()
 			outA, outW = &n, w
-			return put(tx.Bucket(bActors), key2(a.Atespace, a.Name), &n)
+			return put(tx.Bucket(bActors), actorKey(a.Key()), &n)
 		}
 		for _, name := range prefer {
 			w, err := get[store.Worker](workers, []byte(name))
@@ -469,11 +472,11 @@ func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string, pref
 }
 
 // RecordActivity implements store.Store.
-func (s *Store) RecordActivity(_ context.Context, acts []store.Activity) error {
+func (s *Store) RecordActivity(_ context.Context, acts []names.Activity) error {
 	return s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bActors)
 		for _, act := range acts {
-			k := key2(act.Atespace, act.Name)
+			k := actorKey(act.Actor)
 			a, err := get[store.Actor](b, k)
 			if errors.Is(err, store.ErrNotFound) {
 				continue
@@ -481,10 +484,10 @@ func (s *Store) RecordActivity(_ context.Context, acts []store.Activity) error {
 			if err != nil {
 				return err
 			}
-			if !act.At.After(a.LastActivity) {
+			if !act.Last.After(a.LastActivity) {
 				continue
 			}
-			a.LastActivity = act.At
+			a.LastActivity = act.Last
 			a.Version++
 			if err := put(b, k, a); err != nil {
 				return err
@@ -506,7 +509,7 @@ func (s *Store) DeleteActor(_ context.Context, a *store.Actor) error {
 				return err
 			}
 		}
-		return tx.Bucket(bActors).Delete(key2(a.Atespace, a.Name))
+		return tx.Bucket(bActors).Delete(actorKey(a.Key()))
 	})
 }
 
@@ -520,7 +523,7 @@ func release(tx *bbolt.Tx, name, actorUID string) error {
 	if w.ActorUID != actorUID {
 		return nil
 	}
-	w.ActorUID, w.Actor = "", ""
+	w.ActorUID, w.Actor = "", names.ActorKey{}
 	if err := put(tx.Bucket(bWorkers), []byte(name), w); err != nil {
 		return err
 	}
@@ -599,7 +602,7 @@ func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Dur
 		}
 		var token int64
 		if v := tx.Bucket(bMeta).Get(kLeaseToken); v != nil {
-			if err := json.Unmarshal(v, &token); err != nil {
+			if err := codec.Unmarshal(v, &token); err != nil {
 				return fmt.Errorf("decode lease token: %w", err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -67,7 +68,7 @@ func seed(t *testing.T, s store.Store) {
 
 func newActor(t *testing.T, s store.Store, name string, selector map[string]string) *store.Actor {
 	t.Helper()
-	a := &store.Actor{Atespace: "default", Name: name, UID: "uid-" + name, Template: "tpl", State: store.Suspended, WorkerSelector: selector}
+	a := &store.Actor{Atespace: "default", Name: name, UID: "uid-" + name, Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}, WorkerSelector: selector}
 	must(t, s.CreateActor(context.Background(), a))
 	return a
 }
@@ -131,14 +132,14 @@ func testActorCAS(t *testing.T, s store.Store) {
 	other.UID = "someone-else"
 	_, err = s.UpdateActor(ctx, &other)
 	wantErr(t, err, store.ErrConflict)
-	got, err := s.GetActor(ctx, "default", "a")
+	got, err := s.GetActor(ctx, names.ActorKey{Atespace: "default", Name: "a"})
 	must(t, err)
 	if got.Message != "first" {
 		t.Fatalf("message = %q, want first", got.Message)
 	}
 	wantErr(t, s.DeleteActor(ctx, a), store.ErrConflict)
 	must(t, s.DeleteActor(ctx, got))
-	_, err = s.GetActor(ctx, "default", "a")
+	_, err = s.GetActor(ctx, names.ActorKey{Atespace: "default", Name: "a"})
 	wantErr(t, err, store.ErrNotFound)
 }
 
@@ -381,17 +382,17 @@ func testRecordActivity(t *testing.T, s store.Store) {
 	seed(t, s)
 	a := newActor(t, s, "a", nil)
 	t1 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	must(t, s.RecordActivity(ctx, []store.Activity{
-		{Atespace: "default", Name: "a", At: t1},
-		{Atespace: "default", Name: "gone", At: t1}, // skipped
+	must(t, s.RecordActivity(ctx, []names.Activity{
+		{Actor: names.ActorKey{Atespace: "default", Name: "a"}, Last: t1},
+		{Actor: names.ActorKey{Atespace: "default", Name: "gone"}, Last: t1}, // skipped
 	}))
-	got, err := s.GetActor(ctx, "default", "a")
+	got, err := s.GetActor(ctx, names.ActorKey{Atespace: "default", Name: "a"})
 	must(t, err)
 	if !got.LastActivity.Equal(t1) || got.Version != a.Version+1 {
 		t.Fatalf("after activity: %+v", got)
 	}
-	must(t, s.RecordActivity(ctx, []store.Activity{{Atespace: "default", Name: "a", At: t1.Add(-time.Hour)}}))
-	if again, _ := s.GetActor(ctx, "default", "a"); !again.LastActivity.Equal(t1) || again.Version != got.Version {
+	must(t, s.RecordActivity(ctx, []names.Activity{{Actor: names.ActorKey{Atespace: "default", Name: "a"}, Last: t1.Add(-time.Hour)}}))
+	if again, _ := s.GetActor(ctx, names.ActorKey{Atespace: "default", Name: "a"}); !again.LastActivity.Equal(t1) || again.Version != got.Version {
 		t.Fatalf("older activity moved the record: %+v", again)
 	}
 }

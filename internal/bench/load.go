@@ -103,8 +103,8 @@ type PreloadConfig struct {
 	Dir string
 	// StageDir, if set, is where the file is filled before it is copied
 	// into Dir: on a tmpfs (/dev/shm) each of the n transactions skips
-	// its two fsyncs, which otherwise bound creation at ~1700 actors a
-	// second (0.58 ms a transaction) on the development VM's disk.
+	// its two fsyncs, which otherwise bound creation on disk
+	// (BENCHMARKS.md, Control plane: Stored actors).
 	StageDir string
 	// Template is created in the default atespace, BUILDING, from
 	// TemplateSpec(ImageRef): the Cluster started over the file builds

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -17,8 +18,15 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"golang.org/x/sync/singleflight"
+
+	"substrate.dev/ate/internal/coalesce"
 )
+
+// unpackTimeout bounds one shared unpack, which runs detached from its
+// callers' cancellation (see Ensure). It is generous — a multi-gigabyte
+// image pulled from a slow registry must still fit — and only keeps an
+// unpack stuck on a hung read from running forever.
+const unpackTimeout = 30 * time.Minute
 
 // Image is an image whose root filesystem is unpacked on local disk.
 type Image struct {
@@ -59,16 +67,16 @@ type Config struct {
 type Cache struct {
 	dir    string
 	logger *slog.Logger
-	// flight coalesces concurrent unpacks of one digest (keyed by hex).
-	flight singleflight.Group
+	// flight coalesces concurrent unpacks of one digest (keyed by hex);
+	// its Timeout is unpackTimeout.
+	flight coalesce.Group
+	// resolve opens an image; the package's resolve except in tests.
+	resolve func(context.Context, Ref) (v1.Image, io.Closer, error)
 	// hits maps a manifest digest to its *Image once seen complete.
 	hits sync.Map
 	// unpacks counts extractions started, so tests can tell a cache hit
 	// from a re-extraction.
 	unpacks atomic.Int64
-	// joinedHook, if set (tests only, before first use), runs once a
-	// caller has started or joined an unpack flight.
-	joinedHook func()
 }
 
 // NewCache returns a cache rooted at dir, which is created on first use. A
@@ -77,24 +85,31 @@ func NewCache(dir string, logger *slog.Logger) *Cache {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{dir: dir, logger: logger}
+	return &Cache{dir: dir, logger: logger, flight: coalesce.Group{Timeout: unpackTimeout}, resolve: resolve}
 }
 
 // Ensure resolves ref (see ParseRef), unpacks the image's flattened root
 // filesystem unless this digest is already unpacked, and returns it.
-// Concurrent calls for one digest share a single unpack; a caller whose ctx
-// ends stops waiting, and the unpack goes on for the others unless it was
-// the caller that started it, in which case a waiting caller takes over.
+// Concurrent calls for one digest share a single unpack, which runs
+// detached from every caller's cancellation, bounded by unpackTimeout
+// (coalesce.Group): a caller whose ctx ends stops waiting, with ctx's
+// error, and the unpack goes on — for the callers still waiting, and to
+// fill the cache for later ones. A caller whose ctx has already ended when
+// the image is not cached starts no unpack. The shared unpack opens the
+// image itself (re-resolving ref, pinned to the digest this caller saw), as
+// the files a caller opens are closed when that caller returns.
 //
-// Errors wrap ErrBadRef, ErrNotFound, ErrAmbiguous, ErrUnsafePath, or the
-// underlying I/O or registry error. On error nothing is left under the
+// Errors wrap ErrBadRef, ErrNotFound, ErrAmbiguous, ErrUnsafePath,
+// ErrDigestMismatch (ref changed between resolving it and the shared unpack
+// opening it), coalesce.ErrExpired (the unpack ran out of unpackTimeout),
+// or the underlying I/O or registry error. On error nothing is left under the
 // final rootfs name.
 func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
 	}
-	img, closer, err := resolve(ctx, r)
+	img, closer, err := c.resolve(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +140,10 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 		return out, nil
 	}
 
-	if err := c.unpackShared(ctx, r, img, out.RootFS); err != nil {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("unpack %s: %w", r, context.Cause(ctx))
+	}
+	if err := c.unpackShared(ctx, r, digest, out.RootFS); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -157,38 +175,45 @@ func (c *Cache) Inspect(ctx context.Context, ref string) (Config, error) {
 	return c.config(cf, digest), nil
 }
 
-// unpackShared unpacks img into root, joining an unpack of the same digest
-// already in flight instead of starting a second one.
-func (c *Cache) unpackShared(ctx context.Context, r Ref, img v1.Image, root string) error {
-	key := filepath.Base(root)
-	for {
-		ch := c.flight.DoChan(key, func() (any, error) {
-			return nil, c.unpack(ctx, r, img, root)
-		})
-		if c.joinedHook != nil {
-			c.joinedHook()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("unpack %s: %w", r, ctx.Err())
-		case res := <-ch:
-			if res.Err != nil && isContextErr(res.Err) && ctx.Err() == nil {
-				// The caller that ran the shared unpack went away; ours
-				// is still wanted, so run it again (nothing to resume:
-				// the failed attempt's temp dir is gone).
-				continue
-			}
-			return res.Err
-		}
+// unpackShared unpacks image digest of r into root, joining an unpack of
+// the same digest already in flight instead of starting a second one, and
+// waits for it or for ctx to end.
+func (c *Cache) unpackShared(ctx context.Context, r Ref, digest v1.Hash, root string) error {
+	_, _, err := c.flight.Do(ctx, filepath.Base(root), func(ctx context.Context) (any, error) {
+		return nil, c.unpack(ctx, r, digest, root)
+	})
+	if err != nil && ctx.Err() != nil && err == context.Cause(ctx) {
+		// We stopped waiting; the unpack goes on without us.
+		return fmt.Errorf("unpack %s: %w", r, err)
 	}
+	return err
 }
 
-// unpack extracts img's flattened layers into a temporary directory next to
-// root and renames it to root. It runs at most once at a time per digest.
-func (c *Cache) unpack(ctx context.Context, r Ref, img v1.Image, root string) (err error) {
+// unpack opens r, checks that it still is image digest, extracts its
+// flattened layers into a temporary directory next to root and renames that
+// to root. It runs at most once at a time per digest, on the shared
+// unpack's detached ctx, and closes what it opened before returning.
+func (c *Cache) unpack(ctx context.Context, r Ref, digest v1.Hash, root string) (err error) {
 	// A previous flight may have finished between Ensure's check and ours.
 	if done, err := isDir(root); err != nil || done {
 		return err
+	}
+	// Open the image anew, pinned to the digest where the transport allows
+	// it: the caller's image reads files that caller closes when it stops
+	// waiting, and a tag may have moved since it resolved.
+	if r.Transport == TransportRegistry {
+		r.Remote = r.Remote.Context().Digest(digest.String())
+	}
+	img, closer, err := c.resolve(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	switch d, err := img.Digest(); {
+	case err != nil:
+		return fmt.Errorf("digest of %s: %w", r, err)
+	case d != digest:
+		return fmt.Errorf("%w: %s changed while it was being unpacked: now %s, was %s", ErrDigestMismatch, r, d, digest)
 	}
 	c.unpacks.Add(1)
 	start := time.Now()
@@ -205,12 +230,6 @@ func (c *Cache) unpack(ctx context.Context, r Ref, img v1.Image, root string) (e
 			return
 		}
 		_ = os.RemoveAll(tmp)
-		// Once our caller's ctx has ended, Ensure may already have closed
-		// the image's files under us, so whatever failed, the cause is the
-		// cancellation; saying so lets waiting callers take over.
-		if ctx.Err() != nil && !isContextErr(err) {
-			err = fmt.Errorf("unpack %s: %w (after: %v)", r, ctx.Err(), err)
-		}
 	}()
 
 	// mutate.Extract streams the flattened filesystem: layers top-down,
@@ -273,8 +292,4 @@ func isDir(p string) (bool, error) {
 		return false, fmt.Errorf("image cache: %w", err)
 	}
 	return fi.IsDir(), nil
-}
-
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

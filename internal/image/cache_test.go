@@ -193,6 +193,8 @@ func TestEnsureConcurrent(t *testing.T) {
 	noStrayTemps(t, c.dir)
 }
 
+// A caller whose ctx has ended before an uncached image is unpacked gets
+// ctx's error and starts nothing: no unpack, nothing in the cache.
 func TestEnsureCanceled(t *testing.T) {
 	_, out := packed(t, CompressionGzip)
 	c := NewCache(t.TempDir(), nil)
@@ -201,20 +203,14 @@ func TestEnsureCanceled(t *testing.T) {
 	if _, err := c.Ensure(ctx, "oci:"+out); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Ensure with a canceled context = %v", err)
 	}
-	// The abandoned unpack notices the cancellation on its own goroutine.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ents, _ := os.ReadDir(filepath.Join(c.dir, "rootfs"))
-		if len(ents) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rootfs dir still holds %v", ents)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if ents, _ := os.ReadDir(filepath.Join(c.dir, "rootfs")); len(ents) != 0 {
+		t.Errorf("rootfs dir holds %v", ents)
 	}
 	if _, err := c.Ensure(context.Background(), "oci:"+out); err != nil {
 		t.Errorf("Ensure after a canceled one: %v", err)
+	}
+	if n := c.unpacks.Load(); n != 1 {
+		t.Errorf("%d unpacks, want 1 (the second call's)", n)
 	}
 }
 
@@ -429,15 +425,28 @@ func TestEnsureMissingLayerFails(t *testing.T) {
 	}
 }
 
-// stallImage is an image whose layers cannot be read until ctx ends, and
-// then fail with a non-context error, as a closed archive file would.
+// stallImage is an image whose layers cannot be read until release is
+// closed, and then fail with os.ErrClosed if the image's closer has been
+// called, as a closed archive file would.
 type stallImage struct {
 	v1.Image
-	ctx     context.Context
-	started chan struct{}
+	stall  *stall
+	closed chan struct{}
 }
 
-func (s stallImage) Layers() ([]v1.Layer, error) {
+// stall is shared by every stallImage a test opens.
+type stall struct {
+	once    sync.Once
+	started chan struct{} // closed once a layer is first read
+	release chan struct{}
+}
+
+func (s *stallImage) Close() error {
+	close(s.closed)
+	return nil
+}
+
+func (s *stallImage) Layers() ([]v1.Layer, error) {
 	ls, err := s.Image.Layers()
 	for i := range ls {
 		ls[i] = stallLayer{ls[i], s}
@@ -447,53 +456,94 @@ func (s stallImage) Layers() ([]v1.Layer, error) {
 
 type stallLayer struct {
 	v1.Layer
-	s stallImage
+	s *stallImage
 }
 
 func (l stallLayer) Uncompressed() (io.ReadCloser, error) {
-	close(l.s.started)
-	<-l.s.ctx.Done()
-	return nil, os.ErrClosed
+	l.s.stall.once.Do(func() { close(l.s.stall.started) })
+	<-l.s.stall.release
+	select {
+	case <-l.s.closed:
+		return nil, os.ErrClosed
+	default:
+	}
+	return l.Layer.Uncompressed()
 }
 
-// When the caller running a shared unpack goes away, a caller waiting on it
-// runs the unpack itself instead of failing with the leader's error.
-func TestEnsureWaiterTakesOver(t *testing.T) {
-	img := layered(t, []tarEntry{{name: "f", body: "x"}})
-	digest, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
+// waitFor polls cond until it holds or the test has waited too long.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
+}
+
+// The shared unpack is detached from its callers: when the caller that
+// started it goes away, it stops waiting with its ctx's error, the unpack
+// goes on (reading an image it opened itself, not the caller's, whose files
+// are closed by then), and a caller that joined it gets the image from that
+// one unpack.
+func TestEnsureSharedUnpackOutlivesCaller(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "layout")
+	writeLayout(t, dir, layered(t, []tarEntry{{name: "f", body: "x"}}), "latest")
+	ref := "oci:" + dir
 	c := NewCache(t.TempDir(), nil)
-	joined := make(chan struct{}, 8)
-	c.joinedHook = func() { joined <- struct{}{} }
-	root := filepath.Join(c.dir, "rootfs", digest.Hex)
-	r := Ref{Transport: TransportOCI, Path: "test"}
-
-	leaderCtx, cancelLeader := context.WithCancel(context.Background())
-	defer cancelLeader()
-	stalled := stallImage{Image: img, ctx: leaderCtx, started: make(chan struct{})}
-	leader := make(chan error, 1)
-	go func() { leader <- c.unpackShared(leaderCtx, r, stalled, root) }()
-	<-stalled.started
-	<-joined // the leader's
-
-	waiter := make(chan error, 1)
-	go func() { waiter <- c.unpackShared(context.Background(), r, img, root) }()
-	<-joined // the waiter is now attached to the leader's flight
-	cancelLeader()
-
-	if err := <-leader; !errors.Is(err, context.Canceled) {
-		t.Errorf("leader: %v, want context.Canceled", err)
+	st := &stall{started: make(chan struct{}), release: make(chan struct{})}
+	c.resolve = func(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
+		img, closer, err := resolve(ctx, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		_ = closer.Close() // an oci: layout holds nothing open
+		s := &stallImage{Image: img, stall: st, closed: make(chan struct{})}
+		return s, s, nil
 	}
-	if err := <-waiter; err != nil {
-		t.Fatalf("waiter: %v", err)
+
+	firstCtx, cancelFirst := context.WithCancel(context.Background())
+	defer cancelFirst()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Ensure(firstCtx, ref)
+		first <- err
+	}()
+	<-st.started // the shared unpack is reading layers
+	type result struct {
+		img *Image
+		err error
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "f")); err != nil || string(b) != "x" {
+	second := make(chan result, 1)
+	go func() {
+		img, err := c.Ensure(context.Background(), ref)
+		second <- result{img, err}
+	}()
+	waitFor(t, "the second caller to join the unpack", func() bool { return c.flight.Waiting() == 2 })
+
+	cancelFirst()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Errorf("first caller: %v, want context.Canceled", err)
+	}
+	if w := c.flight.Waiting(); w != 1 {
+		t.Errorf("%d callers waiting after the first left, want 1", w)
+	}
+	select {
+	case r := <-second:
+		t.Fatalf("second caller returned before the unpack finished: %v", r.err)
+	default:
+	}
+	close(st.release)
+	r := <-second
+	if r.err != nil {
+		t.Fatalf("second caller: %v", r.err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.img.RootFS, "f")); err != nil || string(b) != "x" {
 		t.Errorf("f = %q, %v", b, err)
 	}
-	if n := c.unpacks.Load(); n != 2 {
-		t.Errorf("%d unpacks, want 2 (the abandoned one and the takeover)", n)
+	if n := c.unpacks.Load(); n != 1 {
+		t.Errorf("%d unpacks, want 1 (shared, not restarted)", n)
 	}
 	noStrayTemps(t, c.dir)
 }

@@ -56,7 +56,8 @@ func (c *Cache) configPath(digest string) string {
 // cached returns the unpacked image of digest if both its root filesystem
 // and its recorded config are on disk. A hit is remembered in memory:
 // complete root filesystems are never modified, and reading and decoding
-// the config on every start was 7% of a wake-up's CPU in BenchmarkWakeups.
+// the config on every start was a visible share of a wake-up's CPU
+// (BENCHMARKS.md, Control plane: Where a wake-up's time goes).
 // The returned Image is shared; callers must not modify it.
 func (c *Cache) cached(digest string) (*Image, bool) {
 	if img, ok := c.hits.Load(digest); ok {

@@ -240,7 +240,7 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 			_ = m.node.DeletePaused(a.PausedSnapshot)
 		}
 		m.workerFreed()
-		m.log.InfoContext(ctx, "actor reverted", "actor", a.Name, "atespace", a.Atespace, "from", a.State, "snapshot", a.Snapshot)
+		m.log.InfoContext(ctx, "actor reverted", "actor", a.Key(), "from", a.State, "snapshot", a.Snapshot)
 		return nil
 	})
 	return out, err

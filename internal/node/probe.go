@@ -130,7 +130,7 @@ func (n *Node) restoreHook(ctx context.Context, sb sandbox.Slot, container strin
 	if err != nil {
 		return fmt.Errorf("onRestore hook POST %s on port %d: %w", path, port, err)
 	}
-	n.log.InfoContext(ctx, "restore hook answered", "actor", req.Name, "atespace", req.Atespace, "worker", sb.Name,
+	n.log.InfoContext(ctx, "restore hook answered", "actor", req.Key(), "worker", sb.Name,
 		"container", container, "path", path, "port", port, "status", code, "duration", time.Since(start))
 	return nil
 }

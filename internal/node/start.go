@@ -12,6 +12,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
 )
@@ -39,6 +40,9 @@ type StartRequest struct {
 	ImageDigest string
 }
 
+// Key names the actor the request starts.
+func (r StartRequest) Key() names.ActorKey { return names.ActorKey{Atespace: r.Atespace, Name: r.Name} }
+
 type volume struct{ name, hostDir string }
 
 // Start brings the actor up on the worker and returns once its wakeup probe
@@ -60,8 +64,8 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 		// The start may have used the worker's standby up; the worker
 		// is free again and should hold one.
 		n.refill(s)
-		n.log.WarnContext(ctx, "start failed", "actor", req.Name, "atespace", req.Atespace, "worker", req.Worker, "snapshot", req.Snapshot, "err", err)
-		return fmt.Errorf("%w: actor %s/%s on worker %s: %w", ErrStartFailed, req.Atespace, req.Name, req.Worker, err)
+		n.log.WarnContext(ctx, "start failed", "actor", req.Key(), "worker", req.Worker, "snapshot", req.Snapshot, "err", err)
+		return fmt.Errorf("%w: actor %s on worker %s: %w", ErrStartFailed, req.Key(), req.Worker, err)
 	}
 	n.goBackground(func() { n.watch(s, id, req.ActorUID) })
 	return nil

@@ -42,10 +42,9 @@ func (t tunnelTarget) url() *url.URL {
 // newSandboxTransport returns the client side of every HTTP connection
 // into this node's sandboxes: the tunnel's requests and the wakeup probe
 // share it, so the first request after a start or restore reuses the
-// connection the probe opened and warmed (a fresh one into a restored
-// sandbox costs 1-3 ms to dial and 3-6 ms for its first answer; 2-core
-// development VM, gvisor runtime). Each request's context carries its
-// tunnelTarget.
+// connection the probe opened and warmed (a fresh connection into a
+// restored sandbox costs a dial and a slow first answer: BENCHMARKS.md,
+// Activation latency). Each request's context carries its tunnelTarget.
 func (n *Node) newSandboxTransport() *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

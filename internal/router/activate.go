@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -81,8 +82,8 @@ type activator struct {
 	parked atomic.Int64
 	// flights runs one Lookup(+Resume) per actor at a time; checks one
 	// Assigned per actor. Both keyed by ActorKey.String().
-	flights coalescer
-	checks  coalescer
+	flights coalesce.Group
+	checks  coalesce.Group
 
 	mu sync.Mutex
 	// actors is what the router knows per actor; guarded by mu, as are
@@ -119,8 +120,8 @@ func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 		budget:  cfg.ParkBudget,
 		grace:   cfg.ParkGrace,
 		parkMax: int64(cfg.ParkMax),
-		flights: coalescer{timeout: cfg.ParkBudget},
-		checks:  coalescer{timeout: assignedCheckTimeout},
+		flights: coalesce.Group{Timeout: cfg.ParkBudget},
+		checks:  coalesce.Group{Timeout: assignedCheckTimeout},
 		actors:  make(map[names.ActorKey]*actorState),
 	}
 }
@@ -147,7 +148,7 @@ func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, act
 		return Target{}, activated{}, fmt.Errorf("park request for %s: %w", key, errParkFull)
 	}
 	defer a.parked.Add(-1)
-	a.logger.Debug("request parked", "actor", key.Name, "atespace", key.Atespace, "parked", n)
+	a.logger.Debug("request parked", "actor", key, "parked", n)
 	start := time.Now()
 	r, leader, err := a.park(ctx, key)
 	if err != nil {
@@ -188,7 +189,7 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 	defer cancel()
 	var last error
 	for {
-		v, leader, err := a.flights.do(wctx, key.String(), func(ctx context.Context) (any, error) {
+		v, leader, err := a.flights.Do(wctx, key.String(), func(ctx context.Context) (any, error) {
 			return a.lookupOrResume(ctx, key)
 		})
 		if err == nil {
@@ -198,7 +199,7 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 			if !retryable(err) {
 				return resolution{}, false, err
 			}
-			a.logger.Debug("shared resume attempt failed, trying again", "actor", key.Name, "atespace", key.Atespace, "err", err)
+			a.logger.Debug("shared resume attempt failed, trying again", "actor", key, "err", err)
 			last = err
 			if sleepCtx(wctx, parkRetryBackoff) == nil {
 				continue
@@ -229,11 +230,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // assigned asks, once per actor however many requests' budgets run out
 // together, whether the actor has a worker. A failed check counts as no.
 func (a *activator) assigned(ctx context.Context, key names.ActorKey) bool {
-	v, _, err := a.checks.do(ctx, key.String(), func(ctx context.Context) (any, error) {
+	v, _, err := a.checks.Do(ctx, key.String(), func(ctx context.Context) (any, error) {
 		return a.res.Assigned(ctx, key)
 	})
 	if err != nil {
-		a.logger.Debug("assignment check failed", "actor", key.Name, "atespace", key.Atespace, "err", err)
+		a.logger.Debug("assignment check failed", "actor", key, "err", err)
 		return false
 	}
 	return v.(bool)
@@ -243,11 +244,11 @@ func (a *activator) assigned(ctx context.Context, key names.ActorKey) bool {
 // resolution alone) without parking anyone: a client told to retry then
 // finds its actor running. ctx only lends its values.
 func (a *activator) prewarm(ctx context.Context, key names.ActorKey) {
-	a.flights.start(ctx, key.String(), func(ctx context.Context) (any, error) {
+	a.flights.Start(ctx, key.String(), func(ctx context.Context) (any, error) {
 		r, err := a.lookupOrResume(ctx, key)
 		if err != nil {
 			// Nobody waits for this call; its error ends here.
-			a.logger.Warn("background resume failed", "actor", key.Name, "atespace", key.Atespace, "err", err)
+			a.logger.Warn("background resume failed", "actor", key, "err", err)
 		}
 		return r, err
 	})
@@ -292,7 +293,7 @@ func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey) (res
 		if err != nil {
 			return resolution{}, fmt.Errorf("resume %s: %w", key, err)
 		}
-		attrs := []any{"actor", key.Name, "atespace", key.Atespace, "worker", t.Worker, "duration", time.Since(start)}
+		attrs := []any{"actor", key, "worker", t.Worker, "duration", time.Since(start)}
 		if rs.Evicted != (names.ActorKey{}) {
 			attrs = append(attrs, "evicted", rs.Evicted.String())
 		}

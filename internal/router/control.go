@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -37,7 +38,7 @@ type ControlResolver struct {
 	client atev1.ControlClient
 	logger *slog.Logger
 	// refresh runs one ListWorkers at a time, shared by every miss.
-	refresh coalescer
+	refresh coalesce.Group
 	// policies caches templates' policies (policies.go).
 	policies policyCache
 
@@ -62,7 +63,7 @@ func NewControlResolver(client atev1.ControlClient, logger *slog.Logger) *Contro
 	return &ControlResolver{
 		client:   client,
 		logger:   logger,
-		refresh:  coalescer{timeout: listWorkersTimeout},
+		refresh:  coalesce.Group{Timeout: listWorkersTimeout},
 		policies: newPolicyCache(client, logger),
 		tunnels:  make(map[string]string),
 	}
@@ -118,7 +119,7 @@ func (c *ControlResolver) resumption(key names.ActorKey, md metadata.MD) Resumpt
 	evicted, err := names.ParseActorKey(vs[0], "")
 	if err != nil {
 		c.logger.Debug("ignoring unparsable resume header", "header", atev1.HeaderEvicted, "value", vs[0],
-			"actor", key.Name, "atespace", key.Atespace, "err", err)
+			"actor", key, "err", err)
 		return Resumption{}
 	}
 	return Resumption{Evicted: evicted}
@@ -205,7 +206,7 @@ func (c *ControlResolver) tunnelAddr(ctx context.Context, worker string) (string
 	if addr, ok := c.cachedTunnel(worker); ok {
 		return addr, nil
 	}
-	_, _, err := c.refresh.do(ctx, "", func(ctx context.Context) (any, error) {
+	_, _, err := c.refresh.Do(ctx, "", func(ctx context.Context) (any, error) {
 		return nil, c.refreshTunnels(ctx)
 	})
 	if err != nil {

@@ -3,14 +3,13 @@ package router
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/net/websocket"
+	"github.com/coder/websocket"
 
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/names"
@@ -21,7 +20,7 @@ import (
 // closes, and Start returns only after the parked request and the open
 // WebSocket have finished, every one answered.
 func TestDrain(t *testing.T) {
-	ws := newTunnel(t, websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }).ServeHTTP)
+	ws := newTunnel(t, wsEcho)
 	warm := echoTunnel(t, "warm", nil)
 	release := make(chan struct{})
 	res := drainResolver(t, ws, warm, release)
@@ -48,10 +47,10 @@ func TestDrain(t *testing.T) {
 	}
 
 	conn := dialWebSocket(t, s.Addr(), "default/ws")
-	defer conn.Close()
+	defer func() { _ = conn.CloseNow() }()
 	parked := make(chan int, 1)
 	go func() { parked <- getStatus("parked.default.actors.localhost", "/") }()
-	waitFor(t, "the request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+	waitFor(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
 
 	stop()
 	waitFor(t, "/readyz to answer 503", func() bool { return getStatus("localhost", "/readyz") == http.StatusServiceUnavailable })
@@ -82,7 +81,7 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("Start returned %v with a WebSocket open", err)
 	default:
 	}
-	_ = conn.Close()
+	_ = conn.CloseNow()
 	if err := <-started; err != nil {
 		t.Errorf("Start returned %v", err)
 	}
@@ -113,14 +112,34 @@ func drainResolver(t *testing.T, ws, warm string, release <-chan struct{}) *fake
 	}
 }
 
+// wsEcho is a WebSocket server that echoes every message back.
+func wsEcho(w http.ResponseWriter, r *http.Request) {
+	// The Origin is the test client's, not this server's.
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		return
+	}
+	defer func() { _ = c.CloseNow() }()
+	for {
+		typ, b, err := c.Read(r.Context())
+		if err != nil {
+			return
+		}
+		if err := c.Write(r.Context(), typ, b); err != nil {
+			return
+		}
+	}
+}
+
+// dialWebSocket opens a WebSocket to actor's /ws through the router at addr.
+// Close it with CloseNow: the tests end connections without a handshake.
 func dialWebSocket(t *testing.T, addr, actor string) *websocket.Conn {
 	t.Helper()
-	cfg, err := websocket.NewConfig("ws://"+addr+"/ws", "http://localhost/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Header = http.Header{HeaderTargetActor: {actor}}
-	c, err := websocket.DialConfig(cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{HeaderTargetActor: {actor}, "Origin": {"http://localhost/"}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +148,12 @@ func dialWebSocket(t *testing.T, addr, actor string) *websocket.Conn {
 
 func echo(t *testing.T, c *websocket.Conn, msg string) {
 	t.Helper()
-	if err := websocket.Message.Send(c, msg); err != nil {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
 		t.Fatal(err)
 	}
-	var got string
-	if err := websocket.Message.Receive(c, &got); err != nil || got != msg {
+	if _, got, err := c.Read(ctx); err != nil || string(got) != msg {
 		t.Fatalf("echo of %q: %q %v", msg, got, err)
 	}
 }

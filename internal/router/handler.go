@@ -202,9 +202,9 @@ const maxStaleRetries = 4
 // succeed.
 func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Logger {
 	if t.Worker == "" {
-		return h.logger.With("request_id", rid, "actor", key.Name, "atespace", key.Atespace)
+		return h.logger.With("request_id", rid, "actor", key)
 	}
-	return h.logger.With("request_id", rid, "actor", key.Name, "atespace", key.Atespace, "worker", t.Worker)
+	return h.logger.With("request_id", rid, "actor", key, "worker", t.Worker)
 }
 
 // attempt activates key's actor and forwards r to it once, counting the

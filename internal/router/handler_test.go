@@ -128,7 +128,7 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	for range n {
 		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
 	}
-	waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.waiting.Load() == n })
+	waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.Waiting() == n })
 	close(release)
 	wg.Wait()
 	close(replies)
@@ -188,7 +188,7 @@ func TestActivationNamesEvictedActor(t *testing.T) {
 			for range n {
 				wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
 			}
-			waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.waiting.Load() == n })
+			waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.Waiting() == n })
 			close(release)
 			wg.Wait()
 			close(replies)
@@ -227,7 +227,7 @@ func TestParkMaxExceeded(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		go func() { parked <- get(t, srv, name+".default.actors.localhost", "/", nil) }()
 	}
-	waitFor(t, "two parked requests", func() bool { return h.act.flights.waiting.Load() == 2 })
+	waitFor(t, "two parked requests", func() bool { return h.act.flights.Waiting() == 2 })
 
 	got := get(t, srv, "c.default.actors.localhost", "/", nil)
 	if got.status != http.StatusServiceUnavailable || got.retryAfter != "1" || !strings.Contains(got.body, "limit 2") {
@@ -445,7 +445,7 @@ func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
 	}}
 	srv, h := newRouter(t, Config{}, res)
 	waiting := func(n int64) func() bool {
-		return func() bool { return h.act.flights.waiting.Load() == n }
+		return func() bool { return h.act.flights.Waiting() == n }
 	}
 
 	leaderCtx, cancelLeader := context.WithCancel(t.Context())
@@ -472,7 +472,7 @@ func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
 	}
 	// At most the joiners left: with the resume wrongly tied to the
 	// leader, they fail too and the check below says why.
-	waitFor(t, "the leader to stop waiting", func() bool { return h.act.flights.waiting.Load() <= joiners })
+	waitFor(t, "the leader to stop waiting", func() bool { return h.act.flights.Waiting() <= joiners })
 	if err := (<-resumeCtx).Err(); err != nil {
 		t.Fatalf("shared resume context ended with the leader: %v", err)
 	}

@@ -67,7 +67,7 @@ func (h *Handler) putAway(ctx context.Context, ia idleActor, decided time.Time) 
 	t := ia.target
 	defer h.act.back(t.Actor)
 	key := t.Actor
-	log := h.logger.With("actor", key.Name, "atespace", key.Atespace, "worker", t.Worker)
+	log := h.logger.With("actor", key, "worker", t.Worker)
 	ctx, cancel := context.WithTimeout(ctx, idleActionTimeout)
 	defer cancel()
 	if ia.unreported != nil && h.cfg.Activity != nil {

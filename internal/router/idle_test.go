@@ -245,7 +245,7 @@ func TestRequestDuringPutAwayWaitsForIt(t *testing.T) {
 	lookups := res.lookups.Load()
 	during := make(chan reply, 1)
 	go func() { during <- get("/") }()
-	waitFor(t, "the request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+	waitFor(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
 	// A Lookup now would find the actor RUNNING on the worker it is
 	// leaving; the request must be held until the suspend returns. Watch
 	// for a while that nothing happens.

@@ -250,7 +250,8 @@ func TestFailuresLeakNothing(t *testing.T) {
 			if tt.wantStatus == 400 || tt.wantStatus == 404 {
 				wantLevel = "INFO"
 			}
-			if rec["level"] != wantLevel || rec["status"] != float64(tt.wantStatus) || rec["actor"] != "app" || rec["atespace"] != "default" {
+			actor, _ := rec["actor"].(map[string]any)
+			if rec["level"] != wantLevel || rec["status"] != float64(tt.wantStatus) || actor["name"] != "app" || actor["atespace"] != "default" {
 				t.Errorf("failure record %v, want level %s, status %d, actor app in default", rec, wantLevel, tt.wantStatus)
 			}
 			cause, _ := rec["err"].(string)

@@ -133,7 +133,7 @@ func TestLateJoinerOutlivesTheSharedCall(t *testing.T) {
 	srv, h := newRouter(t, Config{ParkBudget: budget}, res)
 	first := make(chan reply, 1)
 	go func() { first <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
-	waitFor(t, "the first request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+	waitFor(t, "the first request to park", func() bool { return h.act.flights.Waiting() == 1 })
 	start := time.Now()
 	second := make(chan reply, 1)
 	time.AfterFunc(budget/2, func() { second <- get(t, srv, "app.default.actors.localhost", "/", nil) })
@@ -218,7 +218,7 @@ func TestSharedAttemptFailingForTimeIsRetried(t *testing.T) {
 			for range n {
 				wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
 			}
-			waitFor(t, "all requests to join the first attempt", func() bool { return h.act.flights.waiting.Load() == n })
+			waitFor(t, "all requests to join the first attempt", func() bool { return h.act.flights.Waiting() == n })
 			close(release)
 			wg.Wait()
 			close(replies)
@@ -272,13 +272,13 @@ func TestJoinersOutliveSharedCallFailingAtItsDeadline(t *testing.T) {
 		for time.Now().Before(d) {
 			// Not runtime.Gosched: yielding lets ctx's timer fire first.
 		}
-		joinedFirst <- h.act.flights.waiting.Load()
+		joinedFirst <- h.act.flights.Waiting()
 		return Target{}, controlError("DeadlineExceeded", "stream terminated by RST_STREAM with error code: CANCEL", ErrNoCapacity, context.DeadlineExceeded)
 	}
 	srv, h := newRouter(t, Config{ParkBudget: budget, ParkGrace: budget}, res)
 	first := make(chan reply, 1)
 	go func() { first <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
-	waitFor(t, "the first request to park", func() bool { return h.act.flights.waiting.Load() == 1 })
+	waitFor(t, "the first request to park", func() bool { return h.act.flights.Waiting() == 1 })
 	// The joiners arrive well into the first request's budget: the shared
 	// call's deadline is theirs minus that.
 	replies := make(chan reply, n)

@@ -65,7 +65,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 				return &tunnelError{kind: tunnelproto.ErrorKind(kind), status: res.StatusCode}
 			}
 			res.Body = watchIdle(res.Body, p.StreamIdleTimeout, func() {
-				h.logger.Info("stream idle timeout, cutting it", "actor", t.Actor.Name, "atespace", t.Actor.Atespace,
+				h.logger.Info("stream idle timeout, cutting it", "actor", t.Actor,
 					"worker", t.Worker, "timeout", p.StreamIdleTimeout)
 				cancel(errStreamIdle)
 			})

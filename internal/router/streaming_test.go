@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
-
-	"golang.org/x/net/websocket"
 )
 
 // echoBodyTunnel streams each request body back as it arrives.
@@ -95,23 +92,20 @@ func TestRequestBodyStreamsBothWays(t *testing.T) {
 // TestWebSocket: an upgrade passes through the router both ways, and an
 // upgraded connection silent for the stream idle timeout is closed.
 func TestWebSocket(t *testing.T) {
-	tunnel := newTunnel(t, websocket.Handler(func(ws *websocket.Conn) { _, _ = io.Copy(ws, ws) }).ServeHTTP)
+	tunnel := newTunnel(t, wsEcho)
 	srv, h := newRouter(t, Config{}, warmResolver(t, tunnel, Policy{StreamIdleTimeout: 300 * time.Millisecond}))
 	ws := dialWebSocket(t, srv.Listener.Addr().String(), "default/app")
-	defer ws.Close()
+	defer func() { _ = ws.CloseNow() }()
 	echo(t, ws, "hello")
 	echo(t, ws, "again")
 	if n := h.InFlight(); n != 1 {
 		t.Errorf("in flight with a WebSocket open: %d, want 1", n)
 	}
 	// Silence: the router closes the connection.
-	if err := ws.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	var got string
-	err := websocket.Message.Receive(ws, &got)
-	var ne net.Error
-	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, got, err := ws.Read(ctx)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("silent WebSocket: %q %v, want it closed by the router", got, err)
 	}
 	waitFor(t, "the upgraded request to end", func() bool { return h.InFlight() == 0 })

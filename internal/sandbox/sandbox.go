@@ -55,8 +55,8 @@ type Spec struct {
 	// Prepared says the container was created ahead of time by
 	// Preparer.Prepare with this ID and an equal spec: Run then only
 	// starts it and Restore loads the checkpoint into it, skipping the
-	// sandbox's own start-up (runsc create; about 90 of the 180 ms of a
-	// restore on the development VM, BENCHMARKS.md).
+	// sandbox's own start-up (runsc create; about half of a restore,
+	// BENCHMARKS.md: Restore/default against Restore/prepared).
 	Prepared bool
 }
 

@@ -29,7 +29,7 @@ var (
 	ErrLeaseHeld = errors.New("lease held by another holder")
 )
 
-// ActorState is the actor's lifecycle state (DESIGN.md, state machine). The
+// ActorState is the actor's lifecycle state (docs/architecture.md, Lifecycle). The
 // strings equal the atev1.ActorState enum names.
 type ActorState string
 

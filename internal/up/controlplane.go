@@ -100,7 +100,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	// Paused checkpoints stay on this node's disk, apart from the
-	// durable store (which would be S3 or shared storage in a cluster).
+	// durable snapshot store (which would be S3 or shared storage in a cluster).
 	paused, err := snapshot.NewLocal(filepath.Join(cfg.DataDir, "node", "paused"))
 	if err != nil {
 		return nil, err

@@ -8,13 +8,13 @@ import (
 // DefaultGCPercent is the garbage collector's target (GOGC) `ate up` runs
 // with unless the GOGC environment variable sets one.
 //
-// Why not Go's 100: the control plane's live heap is a few MB (2.5 MB
-// with 1e5 actors, BENCHMARKS.md "Scale"), so at 100 the collector runs
-// every few MB allocated — hundreds of times a second under a burst of
-// wake-ups. On the 2-core development VM, 400 raised the fake-sandbox
-// wake-up rate at 16 clients from ~1200 to ~1800-2000/s and cut its p99
-// (BenchmarkWakeups, medium=tmpfs), for a heap of at most five times the
-// live one: tens of MB, next to ~24 MB PSS per running sandbox.
+// Why not Go's 100: the control plane's live heap is a few MB
+// (BENCHMARKS.md, Control plane: Stored actors), so at 100 the collector
+// runs every few MB allocated — hundreds of times a second under a burst
+// of wake-ups. 400 raised the fake-sandbox wake-up rate markedly and cut
+// its p99 (BENCHMARKS.md, Control plane: Wake-up throughput), for a heap
+// of at most five times the live one: small next to one running sandbox
+// (BENCHMARKS.md, Density).
 const DefaultGCPercent = 400
 
 // TuneGC sets the collector's target to DefaultGCPercent unless GOGC is

@@ -156,7 +156,8 @@ func (in *installation) assertRouterFailure(t *testing.T, actor string, code int
 		}
 	}
 	rec := in.waitLogRecord(t, rid, "request failed", "")
-	if rec["actor"] != actor || rec["atespace"] != "default" || rec["status"] != float64(code) {
+	g, _ := rec["actor"].(map[string]any)
+	if g["name"] != actor || g["atespace"] != "default" || rec["status"] != float64(code) {
 		t.Errorf("router's record %v, want actor %s in default, status %d", rec, actor, code)
 	}
 	return rid

@@ -65,8 +65,8 @@ var (
 type Config struct {
 	// RunDelay, RestoreDelay, CheckpointDelay and DestroyDelay are added
 	// to each operation before it takes effect, to emulate the sandbox's
-	// own cost (runsc restore ≈ 250 ms and checkpoint ≈ 150 ms on the
-	// development VM, BENCHMARKS.md). An operation whose context ends
+	// own cost (the gvisor runtime's are in BENCHMARKS.md, Activation
+	// latency: runtime alone). An operation whose context ends
 	// during its delay fails and changes nothing.
 	RunDelay        time.Duration
 	RestoreDelay    time.Duration

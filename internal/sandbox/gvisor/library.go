@@ -29,11 +29,11 @@ import (
 // container (`runsc create`, `runsc run`) still runs the command, since it
 // starts the sandbox and gofer processes from the runsc binary.
 //
-// Why: a `runsc restore` into a standby took ~69 ms, of which ~23 ms was
-// the command itself — exec of the 100 MB binary, Go start-up, flag and
-// config set-up, exit — and ~44 ms the sandbox's restore (runsc debug
-// timeline, 2-core development VM; BENCHMARKS.md); `runsc delete` was
-// 15-20 ms of which little is the deletion. The library does what the
+// Why: a good part of a `runsc restore` into a standby was the command
+// itself — exec of the large binary, Go start-up, flag and config set-up,
+// exit — rather than the sandbox's restore, and `runsc delete` was mostly
+// the command too (BENCHMARKS.md, Latest make bench: Restore/prepared
+// against Restore/prepared-cli). The library does what the
 // commands do (container.Load, then the Container method the command
 // calls), so runsc's state under --root stays the single truth and the
 // command and the library can take turns on one container.

@@ -21,19 +21,11 @@
 //	                        default, root:self, creates a .gvisor.filestore.ID
 //	                        file inside the host RootFS directory.
 //
-// Timings measured by this package's benchmarks on the 2-core development
-// VM (no KVM, systrap platform; 8 MB static Go counter server, checkpoint
-// image ~1.3 MB on local disk; runsc built with precompiled seccomp
-// programs by hack/install-runsc.sh; 15-30 runs, p50), each until the
-// first HTTP answer:
-//
-//	runsc run --detach                    ~140 ms
-//	start of a prepared container         ~40 ms (library; ~54 ms as a command)
-//	runsc restore --detach                ~180 ms
-//	restore into a prepared one           ~69 ms (library; ~87 ms as a command)
-//	checkpoint (+delete)                  ~60 ms (library; 0.10-0.18 s as commands)
-//	delete                                ~10 ms (library; 20-30 ms as a command)
-//	runsc create (Prepare)                80-120 ms
+// What each operation costs, as measured by this package's benchmarks
+// (`go test -bench . ./internal/sandbox/gvisor/`), is in BENCHMARKS.md,
+// "Latest make bench" (ColdBoot/*, Restore/*) and "Activation latency":
+// a start or restore into a prepared container costs well under half of
+// one that creates its sandbox, and the library beats the command.
 package gvisor
 
 import (
@@ -206,8 +198,8 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 // Run or Restore of the same spec with Prepared set skips the sandbox's
 // start-up. It re-applies the slot's interior address first, as Run does.
 // On failure the container is force-deleted. A prepared sandbox (sentry
-// and gofer, no application) holds about 55 MB RSS on the development VM
-// (sentry ~30, gofer ~25, runsc's binary pages counted in both; ps).
+// and gofer, no application) costs memory on every free worker
+// (BENCHMARKS.md, Activation latency: standbys).
 func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
 	if err := r.prepare(ctx, slot, spec); err != nil {
 		return fmt.Errorf("gvisor: prepare %s: %w", spec.ID, err)
@@ -315,9 +307,9 @@ func (r *Runtime) DestroyAll(ctx context.Context) error {
 // returns at once with an error.
 //
 // It watches the sandbox process through a pidfd instead of running
-// `runsc wait`, which would keep a ~20 MB runsc process alive per running
-// actor (measured: 9 waits held 188 MB RSS, a quarter of what 8 counter
-// actors cost).
+// `runsc wait`, which would keep a runsc process alive per running actor
+// (BENCHMARKS.md, Density: it cost a sizeable share of each actor's
+// memory).
 func (r *Runtime) Wait(ctx context.Context, slot sandbox.Slot, id string) error {
 	pid, err := r.sandboxPID(ctx, id)
 	if err != nil {

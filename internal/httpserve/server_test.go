@@ -16,7 +16,9 @@ import (
 )
 
 // startServer serves h on a free local port, with DrainDelay delay, until
-// the returned stop is called; stop returns Start's error.
+// the returned stop is called; stop returns Start's error. It is
+// servetest.Run for this package's own tests, which cannot import
+// servetest (servetest imports this package).
 func startServer(t *testing.T, h http.Handler, delay time.Duration, logger *slog.Logger) (s *Server, stop func() error) {
 	t.Helper()
 	s = NewServer("test", "127.0.0.1:0", h, logger)

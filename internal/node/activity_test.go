@@ -1,13 +1,10 @@
 package node
 
 import (
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"substrate.dev/ate/internal/sandbox/fake"
-	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // TestWorkerActivity: the tunnel counts each incarnation's requests and
@@ -29,18 +26,7 @@ func TestWorkerActivity(t *testing.T) {
 
 	tunnel := httptest.NewServer(n.NewTunnel())
 	defer tunnel.Close()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(tunnelproto.HeaderWorker, w)
-	req.Header.Set(tunnelproto.HeaderActorUID, "a")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	tunnelGet(t, tunnel.URL, w, "a", "/")
 	if act, _ = n.WorkerActivity(w); act.Served != 1 || act.InFlight != 0 || !act.Last.After(act.Started) {
 		t.Fatalf("after one request: %+v", act)
 	}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,21 +30,7 @@ func TestTunnelErrorNamesNoCause(t *testing.T) {
 	tunnel := httptest.NewServer(n.NewTunnel())
 	defer tunnel.Close()
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(tunnelproto.HeaderWorker, w)
-	req.Header.Set(tunnelproto.HeaderActorUID, "a")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := tunnelGet(t, tunnel.URL, w, "a", "/")
 	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(tunnelproto.HeaderError) != string(tunnelproto.KindRefused) ||
 		string(body) != "actor did not answer\n" {
 		t.Fatalf("got %d %s=%q %q, want 502 %s=%s %q", resp.StatusCode, tunnelproto.HeaderError,
@@ -68,18 +53,7 @@ func TestTunnelStripsActorsMarker(t *testing.T) {
 	}
 	tunnel := httptest.NewServer(n.NewTunnel())
 	defer tunnel.Close()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
-		tunnel.URL+"/header?name="+tunnelproto.HeaderError+"&value="+string(tunnelproto.KindCut), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(tunnelproto.HeaderWorker, w)
-	req.Header.Set(tunnelproto.HeaderActorUID, "a")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, _ := tunnelGet(t, tunnel.URL, w, "a", "/header?name="+tunnelproto.HeaderError+"&value="+string(tunnelproto.KindCut))
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(tunnelproto.HeaderError) != "" {
 		t.Fatalf("got %d with %s=%q, want 200 without the marker", resp.StatusCode, tunnelproto.HeaderError, resp.Header.Get(tunnelproto.HeaderError))
 	}

@@ -40,18 +40,7 @@ func TestFirstRequestReusesProbeConnection(t *testing.T) {
 	tunnel := httptest.NewServer(n.NewTunnel())
 	defer tunnel.Close()
 	for i := range 3 {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set(tunnelproto.HeaderWorker, w)
-		req.Header.Set(tunnelproto.HeaderActorUID, "a")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := tunnelGet(t, tunnel.URL, w, "a", "/")
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
@@ -66,4 +55,26 @@ func TestFirstRequestReusesProbeConnection(t *testing.T) {
 	if got := openTo(n, container); got != 0 {
 		t.Fatalf("connections into a stopped container = %d, want 0", got)
 	}
+}
+
+// tunnelGet sends GET path through the tunnel at url for actor uid on
+// worker and returns the response (its body read and closed).
+func tunnelGet(t *testing.T, url, worker, uid, path string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(tunnelproto.HeaderWorker, worker)
+	req.Header.Set(tunnelproto.HeaderActorUID, uid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
 }

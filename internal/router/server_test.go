@@ -6,12 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/httpserve/servetest"
 )
 
 // startServer serves h on a free local port until the returned stop is
@@ -22,26 +22,7 @@ func startServer(t *testing.T, h http.Handler) (s *httpserve.Server, stop func()
 	// A test that leaves a request hanging fails fast instead of waiting
 	// out the default drain.
 	s.DrainTimeout = 5 * time.Second
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	if s.Addr() == "" {
-		t.Fatal("Addr empty after Listen")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Start(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return s, stop
+	return s, servetest.Run(t, s)
 }
 
 // serverGet GETs path from addr with the given Host. Safe to call from any

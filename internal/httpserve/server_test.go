@@ -1,4 +1,4 @@
-package httpserve
+package httpserve_test
 
 import (
 	"bytes"
@@ -13,38 +13,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/httpserve/servetest"
 )
 
 // startServer serves h on a free local port, with DrainDelay delay, until
-// the returned stop is called; stop returns Start's error. It is
-// servetest.Run for this package's own tests, which cannot import
-// servetest (servetest imports this package).
-func startServer(t *testing.T, h http.Handler, delay time.Duration, logger *slog.Logger) (s *Server, stop func() error) {
+// the returned stop is called; stop returns Start's error.
+func startServer(t *testing.T, h http.Handler, delay time.Duration, logger *slog.Logger) (s *httpserve.Server, stop func() error) {
 	t.Helper()
-	s = NewServer("test", "127.0.0.1:0", h, logger)
+	s = httpserve.NewServer("test", "127.0.0.1:0", h, logger)
 	// A test that leaves a request hanging fails fast instead of waiting
 	// out the default drain.
 	s.DrainDelay, s.DrainTimeout = delay, 5*time.Second
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	if s.Addr() == "" {
-		t.Fatal("Addr empty after Listen")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Start(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return s, stop
+	return s, servetest.Run(t, s)
 }
 
 func get(ctx context.Context, client *http.Client, addr, path string) (int, string, error) {

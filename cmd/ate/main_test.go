@@ -199,9 +199,9 @@ func TestUpConfigFile(t *testing.T) {
 		{"unknown key", "workers: 2\nwrokers: 3\n", `unknown key "wrokers"`},
 		{"client flag", "server: 127.0.0.1:7070\n", `unknown key "server"`},
 		{"the file itself", "config-file: other.yaml\n", `unknown key "config-file"`},
-		{"bad duration", "park-budget: 30\n", `park-budget: time: missing unit in duration "30"`},
-		{"bad number", "workers: four\n", `workers: strconv.ParseInt: parsing "four": invalid syntax`},
-		{"bad boolean", "standbys: maybe\n", `standbys: strconv.ParseBool: parsing "maybe": invalid syntax`},
+		{"bad duration", "park-budget: 30\n", `park-budget: "30" is not a duration like 30s or 5m`},
+		{"bad number", "workers: four\n", `workers: "four" is not a whole number`},
+		{"bad boolean", "standbys: maybe\n", `standbys: "maybe" is not true or false`},
 		{"not a value", "workers: [1, 2]\n", `workers: want a single value`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

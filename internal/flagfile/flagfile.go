@@ -44,7 +44,9 @@ func Apply(fs *pflag.FlagSet, path string, exclude ...string) error {
 	}
 	for _, v := range values {
 		if err := v.flag.Value.Set(v.value); err != nil {
-			return fmt.Errorf("config file %s: %s: %w", path, v.flag.Name, err)
+			// pflag's own text names Go's parser (strconv.ParseInt: …);
+			// the file's reader wants the key, the value and the type.
+			return fmt.Errorf("config file %s: %s: %q is not %s", path, v.flag.Name, v.value, kind(v.flag.Value.Type()))
 		}
 	}
 	return nil
@@ -116,4 +118,18 @@ func Keys(fs *pflag.FlagSet, exclude ...string) []string {
 	})
 	slices.Sort(keys)
 	return keys
+}
+
+// kind says in words what a flag of pflag type typ takes.
+func kind(typ string) string {
+	switch typ {
+	case "int", "int32", "int64", "uint", "uint32", "uint64":
+		return "a whole number"
+	case "bool":
+		return "true or false"
+	case "duration":
+		return "a duration like 30s or 5m"
+	default:
+		return "a valid " + typ
+	}
 }

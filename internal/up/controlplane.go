@@ -19,6 +19,7 @@ import (
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
 )
 
@@ -133,8 +134,43 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if err := cp.Lifecycle.Recover(cp.background); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
+	// After Recover, which put every actor that held a worker back to
+	// its last snapshot: a worker an earlier run registered and this one
+	// does not have (fewer --workers, another prefix) would otherwise be
+	// handed to resumes that then fail on it, forever.
+	if err := unregisterGone(ctx, cp.Store, cp.Node.Name(), cp.Node.Workers(), log); err != nil {
+		return nil, fmt.Errorf("unregister workers of an earlier run: %w", err)
+	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
 	return cp, nil
+}
+
+// unregisterGone deletes from st the workers of node that are not in
+// current, releasing any still marked claimed.
+func unregisterGone(ctx context.Context, st store.Store, node string, current []*store.Worker, log *slog.Logger) error {
+	have := make(map[string]bool, len(current))
+	for _, w := range current {
+		have[w.Name] = true
+	}
+	all, err := st.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range all {
+		if w.Node != node || have[w.Name] {
+			continue
+		}
+		if !w.Free() {
+			if err := st.ReleaseWorker(ctx, w.Name, w.ActorUID); err != nil {
+				return err
+			}
+		}
+		if err := st.DeleteWorker(ctx, w.Name); err != nil {
+			return err
+		}
+		log.Info("unregistered a worker this node no longer has", "worker", w.Name)
+	}
+	return nil
 }
 
 // Start runs the control plane's background work and blocks until ctx

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,5 +99,42 @@ func TestControlPlaneStart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRestartWithFewerWorkers: workers a previous run registered and this
+// one does not have are unregistered at start-up, so no resume is handed
+// a worker that does not exist (it failed every time, and nothing was
+// evicted because the store showed free workers).
+func TestRestartWithFewerWorkers(t *testing.T) {
+	dir := t.TempDir()
+	rt := fake.New(fake.Config{})
+	defer rt.Close()
+	open := func(workers int) *ControlPlane {
+		t.Helper()
+		cp, err := NewControlPlane(t.Context(), ControlPlaneConfig{DataDir: dir, Node: node.Config{
+			Workers: workers, WorkerPrefix: "t", SandboxClass: fake.Class, Runtime: rt, Setup: fake.Setup, TunnelAddr: "127.0.0.1:0"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp
+	}
+	cp := open(4)
+	if err := cp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cp = open(2)
+	defer cp.Close()
+	ws, err := cp.Store.ListWorkers(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range ws {
+		got = append(got, w.Name)
+	}
+	if want := []string{"t-w0", "t-w1"}; !slices.Equal(got, want) {
+		t.Fatalf("workers after restarting with 2: %v, want %v", got, want)
 	}
 }

@@ -213,3 +213,27 @@ func TestUpConfigFile(t *testing.T) {
 		})
 	}
 }
+
+// TestUpMetricsAddr: the management listener is on loopback by default,
+// and an empty --metrics-addr (flag or file) turns it off.
+func TestUpMetricsAddr(t *testing.T) {
+	cfg, _, err := runUp(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Metrics.Addr != up.DefaultMetricsAddr || !strings.HasPrefix(cfg.Metrics.Addr, "127.0.0.1:") {
+		t.Errorf("default metrics addr %q, want %q", cfg.Metrics.Addr, up.DefaultMetricsAddr)
+	}
+	for _, args := range [][]string{
+		{"--metrics-addr="},
+		{"--config-file", writeFile(t, "metrics-addr: \"\"\n")},
+	} {
+		cfg, _, err := runUp(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Metrics.Addr != "" {
+			t.Errorf("%v: metrics addr %q, want none", args, cfg.Metrics.Addr)
+		}
+	}
+}

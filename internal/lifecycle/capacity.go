@@ -275,6 +275,8 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 		}
 	}
 	wt := m.queue.join(a.Key(), a.WorkerSelector)
+	m.metrics.Waiters(1)
+	defer m.metrics.Waiters(-1)
 	defer func() {
 		m.queue.leave(wt)
 		// A grant this waiter did not use goes to the next one.

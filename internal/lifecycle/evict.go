@@ -8,6 +8,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
@@ -183,6 +184,14 @@ func (m *Manager) startEviction(c candidate, forActor names.ActorKey) {
 			q.failed[key] = time.Now()
 		}
 		q.mu.Unlock()
+		switch {
+		case err != nil:
+			m.metrics.Eviction(metrics.OutcomeFailed)
+		case done:
+			m.metrics.Eviction(metrics.OutcomeOK)
+		default:
+			m.metrics.Eviction(metrics.OutcomeSkipped)
+		}
 		switch {
 		case err != nil:
 			m.log.Warn("eviction failed", "actor", key, "for", forActor, "err", err)

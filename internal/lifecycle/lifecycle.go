@@ -17,6 +17,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
@@ -68,6 +69,8 @@ type Manager struct {
 	snaps  Snapshots
 	holder string
 	log    *slog.Logger
+	// metrics is nil unless SetMetrics was called.
+	metrics *metrics.Lifecycle
 
 	locks keyedMutex[names.ActorKey]
 	// queue orders resumes waiting for a worker (capacity.go).
@@ -93,6 +96,10 @@ func New(s store.Store, n Node, snaps Snapshots, holder string, logger *slog.Log
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{store: s, node: n, snaps: snaps, holder: holder, log: logger, ctx: ctx, cancel: cancel}
 }
+
+// SetMetrics makes the manager record its workflows in l. Call it before
+// the manager is used.
+func (m *Manager) SetMetrics(l *metrics.Lifecycle) { m.metrics = l }
 
 // Close stops the manager's background work — handing workers to waiting
 // resumes, evictions, golden builds and self-requested suspensions — and

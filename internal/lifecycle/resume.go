@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
@@ -59,11 +60,13 @@ type source struct {
 	paused bool
 	node   string // claim only on this node ("" = any)
 	note   string // goes into the actor's message
+	// kind is the metrics' source label (metrics.Source*).
+	kind string
 }
 
 // resumeLocked runs Resume holding the actor's lock; r learns what the
 // resume did besides.
-func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resumed) (*store.Actor, error) {
+func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resumed) (_ *store.Actor, err error) {
 	a, err := m.store.GetActor(ctx, key)
 	if err != nil {
 		return nil, err
@@ -93,6 +96,11 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		return nil, err
 	}
 	r.Evicted = evicted
+	// Counted from the claim: a resume that got no worker restored
+	// nothing. A paused checkpoint moved to another node still counts
+	// as paused.
+	claimed, kind := time.Now(), src.kind
+	defer func() { m.metrics.Resume(kind, time.Since(claimed), err) }()
 	// From here the worker is ours: the node operation runs to the end
 	// even if the caller gives up, and every exit frees it on failure.
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeOpTimeout)
@@ -157,7 +165,7 @@ func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Temp
 			return source{}, err
 		}
 		if alive {
-			return source{ref: a.PausedSnapshot, paused: true, node: a.Node}, nil
+			return source{ref: a.PausedSnapshot, paused: true, node: a.Node, kind: metrics.SourcePaused}, nil
 		}
 		src := m.durableSource(a, tpl)
 		src.note = fmt.Sprintf("node %s holding the paused checkpoint is gone: resumed from the last durable snapshot; work since then was lost", a.Node)
@@ -192,12 +200,12 @@ const (
 // runs, since it proves the template boots and makes it READY.
 func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 	if a.Snapshot != "" {
-		return source{ref: a.Snapshot}
+		return source{ref: a.Snapshot, kind: metrics.SourceDurable}
 	}
 	if tpl.Phase == store.TemplateReady && tpl.Spec.GetNewActors() != NewActorsColdBoot {
-		return source{ref: tpl.GoldenSnapshot}
+		return source{ref: tpl.GoldenSnapshot, kind: metrics.SourceGolden}
 	}
-	return source{}
+	return source{kind: metrics.SourceCold}
 }
 
 // nodeAlive reports whether any worker of node is registered. The

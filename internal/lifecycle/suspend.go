@@ -111,7 +111,8 @@ func checkpointOptions(spec *atev1.ActorTemplateSpec, action checkpoint.Action) 
 }
 
 // checkpointLocked runs RUNNING → SUSPENDING|PAUSING → SUSPENDED|PAUSED.
-func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action checkpoint.Action, why Why) (*store.Actor, error) {
+func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action checkpoint.Action, why Why) (_ *store.Actor, err error) {
+	defer func() { m.metrics.Checkpoint(action.String(), string(why.Reason), err) }()
 	paused := action == checkpoint.Pause
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
 	ing := *a
@@ -119,7 +120,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	if paused {
 		ing.State = store.Pausing
 	}
-	a, err := m.update(ctx, a, &ing)
+	a, err = m.update(ctx, a, &ing)
 	if err != nil {
 		return nil, err
 	}
@@ -163,11 +164,12 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 
 // uploadLocked runs PAUSED → SUSPENDING → SUSPENDED by uploading the
 // node's paused checkpoint to the durable snapshot store.
-func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (*store.Actor, error) {
+func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ *store.Actor, err error) {
+	defer func() { m.metrics.Checkpoint(checkpoint.Suspend.String(), string(why.Reason), err) }()
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 	ing := *a
 	ing.State = store.Suspending
-	a, err := m.update(ctx, a, &ing)
+	a, err = m.update(ctx, a, &ing)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -83,6 +84,8 @@ type Config struct {
 	// then hold no sandbox, saving its memory (BENCHMARKS.md, Density),
 	// and every start pays the sandbox's start-up.
 	NoStandbys bool
+	// Metrics receives the node's metrics; nil records none.
+	Metrics *metrics.Node
 }
 
 // Node is the node agent. Safe for concurrent use. It is a composition of

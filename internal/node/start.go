@@ -114,9 +114,11 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		return "", "", err
 	}
 	port := trafficPort(c, img)
-	if sb := n.takeStandby(ctx, s, sspec); sb != nil {
+	sb := n.takeStandby(ctx, s, sspec)
+	if sb != nil {
 		sspec.ID, sspec.BundleDir, sspec.Prepared = sb.ID, sb.BundleDir, true
 	}
+	n.cfg.Metrics.StandbyStart(sb != nil)
 	restore := snapDir != "" && scope != snapshot.ScopeData
 	for {
 		s.running(sspec.ID, vols)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/coalesce"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -74,6 +75,7 @@ const (
 type activator struct {
 	res     Resolver
 	logger  *slog.Logger
+	metrics *metrics.Router
 	budget  time.Duration
 	grace   time.Duration
 	parkMax int64
@@ -117,6 +119,7 @@ func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 	return &activator{
 		res:     res,
 		logger:  logger,
+		metrics: cfg.Metrics,
 		budget:  cfg.ParkBudget,
 		grace:   cfg.ParkGrace,
 		parkMax: int64(cfg.ParkMax),
@@ -148,6 +151,8 @@ func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, act
 		return Target{}, activated{}, fmt.Errorf("park request for %s: %w", key, errParkFull)
 	}
 	defer a.parked.Add(-1)
+	a.metrics.Parked(1)
+	defer a.metrics.Parked(-1)
 	a.logger.Debug("request parked", "actor", key, "parked", n)
 	start := time.Now()
 	r, leader, err := a.park(ctx, key)
@@ -161,6 +166,9 @@ func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, act
 		act.how = activationWarm
 	case leader:
 		act.how = activationResumed
+	}
+	if act.how != activationWarm {
+		a.metrics.ActivationWait(string(act.how), act.waited)
 	}
 	return r.target, act, nil
 }

@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"substrate.dev/ate/internal/metrics"
 )
 
 // Defaults for Config fields left zero.
@@ -87,6 +89,8 @@ type Config struct {
 	// clone of http.DefaultTransport tuned for tunnels (no environment
 	// proxy, no transparent compression, short dial timeout).
 	Transport http.RoundTripper
+	// Metrics receives the router's metrics; nil records none.
+	Metrics *metrics.Router
 }
 
 // withDefaults returns c with every zero (or negative) field defaulted.

@@ -56,6 +56,9 @@ type failure struct {
 	clientGone bool
 	// delivered, when set, is sent as HeaderRequestDelivered.
 	delivered string
+	// reason is the failure's ate_router_failures_total reason
+	// (metrics.FailureReasons).
+	reason string
 }
 
 // HeaderRequestDelivered is set on a 504 Gateway Timeout: "true" when the
@@ -120,39 +123,39 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 	)
 	switch {
 	case errors.As(err, &rte):
-		return failure{status: http.StatusGatewayTimeout, delivered: strconv.FormatBool(rte.delivered), body: fmt.Sprintf(
+		return failure{reason: "route_timeout", status: http.StatusGatewayTimeout, delivered: strconv.FormatBool(rte.delivered), body: fmt.Sprintf(
 			"actor %s did not answer within its route timeout of %s", actor, rte.timeout)}
 	case errors.As(err, &te):
 		switch te.kind {
 		case tunnelproto.KindCut:
-			return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			return failure{reason: "tunnel_cut", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 				"actor %s is being suspended or has stopped; retry", actor)}
 		case tunnelproto.KindRefused:
-			return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+			return failure{reason: "app_refused", status: http.StatusBadGateway, body: fmt.Sprintf(
 				"actor %s is not listening on its port, or has just stopped; check that it listens", actor)}
 		default:
-			return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+			return failure{reason: "app_error", status: http.StatusBadGateway, body: fmt.Sprintf(
 				"actor %s did not answer on its port; check that it listens and stays up", actor)}
 		}
 	case errors.Is(err, errNoActor):
-		return failure{status: http.StatusNotFound, body: fmt.Sprintf(
+		return failure{reason: "no_actor", status: http.StatusNotFound, body: fmt.Sprintf(
 			"no actor addressed: use Host: <name>.<atespace>.%s or header %s: <atespace>/<name>",
 			cfg.ActorDomain, HeaderTargetActor)}
 	case errors.Is(err, names.ErrInvalid):
 		// The router's own validation of what the client sent: it
 		// names the client's input and the rule it broke.
-		return failure{status: http.StatusBadRequest, body: oneLine(err.Error())}
+		return failure{reason: "invalid", status: http.StatusBadRequest, body: oneLine(err.Error())}
 	case errors.Is(err, errParkFull):
-		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+		return failure{reason: "park_full", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"parking lot full: too many requests are waiting for actors to resume (limit %d); retry shortly", cfg.ParkMax)}
 	case errors.Is(err, errParkBudget), errors.Is(err, context.DeadlineExceeded):
 		return notResumedInTime(actor, cfg)
 	case errors.Is(err, errParkGrace):
-		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+		return failure{reason: "park_grace", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"park budget of %s and grace of %s exhausted: actor %s was still being restored; retry later",
 			cfg.ParkBudget, cfg.ParkGrace, actor)}
 	case errors.Is(err, errStale):
-		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+		return failure{reason: "stale", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"actor %s moved while the request was in flight; retry", actor)}
 	case errors.Is(err, context.Canceled):
 		return clientClosed()
@@ -167,38 +170,38 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 func classifyResolver(err error, actor string, cfg Config) failure {
 	switch {
 	case errors.Is(err, ErrActorNotFound):
-		return failure{status: http.StatusNotFound, body: fmt.Sprintf("actor %s not found", actor)}
+		return failure{reason: "not_found", status: http.StatusNotFound, body: fmt.Sprintf("actor %s not found", actor)}
 	case errors.Is(err, ErrInvalid):
 		// The router validated the name already (names.ErrInvalid
 		// above), so this is the control plane refusing something else
 		// about the request; its words stay in the log.
-		return failure{status: http.StatusBadRequest, body: fmt.Sprintf(
+		return failure{reason: "invalid", status: http.StatusBadRequest, body: fmt.Sprintf(
 			"invalid request for actor %s; check its name", actor)}
 	case errors.Is(err, ErrNoCapacity):
 		// Not the call's deadline passing, which also matches
 		// context.DeadlineExceeded (notResumedInTime, in classify): the
 		// control plane said there is no worker before that.
-		return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+		return failure{reason: "no_capacity", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"no free worker for actor %s within %s; retry later", actor, cfg.ParkBudget)}
 	case errors.Is(err, ErrNotResumable):
-		return failure{status: http.StatusConflict, body: fmt.Sprintf(
+		return failure{reason: "not_resumable", status: http.StatusConflict, body: fmt.Sprintf(
 			"actor %s cannot be resumed now (it is being deleted or changed); retry later", actor)}
 	case errors.Is(err, ErrResumeFailed):
-		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+		return failure{reason: "resume_failed", status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s could not be resumed; its last snapshot is kept and the next request tries again", actor)}
 	case errors.Is(err, ErrConflict), errors.Is(err, ErrControlPlane):
-		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+		return failure{reason: "control_plane", status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s could not be resumed; retry later", actor)}
 	default:
 		// Not from the control plane: the tunnel could not be reached
 		// or broke.
-		return failure{status: http.StatusBadGateway, body: fmt.Sprintf(
+		return failure{reason: "upstream", status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s is unreachable; retry later", actor)}
 	}
 }
 
 func clientClosed() failure {
-	return failure{status: statusClientClosedRequest, clientGone: true, body: "client closed request"}
+	return failure{reason: "client_gone", status: statusClientClosedRequest, clientGone: true, body: "client closed request"}
 }
 
 // retryable reports whether err, from a shared Lookup(+Resume), fails only
@@ -213,7 +216,7 @@ func retryable(err error) bool {
 }
 
 func notResumedInTime(actor string, cfg Config) failure {
-	return failure{status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+	return failure{reason: "park_budget", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 		"park budget of %s exhausted: actor %s was not resumed in time; retry later", cfg.ParkBudget, actor)}
 }
 

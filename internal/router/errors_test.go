@@ -88,7 +88,7 @@ func TestClassifyRouteTimeout(t *testing.T) {
 	for _, delivered := range []bool{true, false} {
 		err := fmt.Errorf("proxy: %w", &routeTimeoutError{timeout: 5 * time.Minute, delivered: delivered})
 		f := classify(err, key, Config{}.withDefaults())
-		want := failure{status: http.StatusGatewayTimeout, delivered: fmt.Sprint(delivered),
+		want := failure{reason: "route_timeout", status: http.StatusGatewayTimeout, delivered: fmt.Sprint(delivered),
 			body: "actor default/x did not answer within its route timeout of 5m0s"}
 		if f != want {
 			t.Errorf("delivered=%t: classify = %+v, want %+v", delivered, f, want)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -116,7 +117,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.fail(w, key, Target{}, rid, err)
+		h.fail(w, key, Target{}, "", rid, err)
 		return
 	}
 	h.serveActor(w, r, key, rid)
@@ -160,7 +161,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		body = newReplayBody(r.Body)
 		r.Body = body
 	}
-	t, err := h.attempt(w, r, key, rid)
+	t, how, err := h.attempt(w, r, key, rid)
 	for tries := 1; err != nil && t.Worker != "" && isStale(err) && tries <= maxStaleRetries; tries++ {
 		if body != nil {
 			// The actor never saw the request: send it again if the
@@ -178,7 +179,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		// after the resume this request waited for (a pause or
 		// suspend queued behind it).
 		h.requestLog(key, t, rid).Debug("actor assignment stale, resolving again", "err", err, "try", tries)
-		t, err = h.attempt(w, r, key, rid)
+		t, how, err = h.attempt(w, r, key, rid)
 	}
 	if err == nil {
 		return
@@ -186,7 +187,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 	if t.Worker != "" && isStale(err) {
 		err = fmt.Errorf("%w: %w", errStale, err)
 	}
-	h.fail(w, key, t, rid, err)
+	h.fail(w, key, t, how, rid, err)
 }
 
 // maxStaleRetries bounds how often one request is sent again after the
@@ -211,11 +212,12 @@ func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Log
 // request as activity while it runs. On error nothing has been written
 // to w, and t is dropped from the cache unless the client left or the
 // actor is still where it was (it was slow, or its app did not answer);
-// t is the target tried, zero when activation failed.
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) (Target, error) {
+// t is the target tried, zero when activation failed, and how its
+// activation ("" when it failed).
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) (Target, activation, error) {
 	t, act, err := h.act.target(r.Context(), key)
 	if err != nil {
-		return Target{}, err
+		return Target{}, "", err
 	}
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
@@ -228,7 +230,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 		// with a lookup per request to a broken app.
 		h.act.forget(key, t)
 	}
-	return t, err
+	return t, act.how, err
 }
 
 // appFailed reports whether err is the tunnel saying the actor's app did
@@ -239,13 +241,18 @@ func appFailed(err error) bool {
 }
 
 // fail answers err, for request rid to key that failed on t (zero when
-// activation failed), as classify says, and logs it once with the full
+// activation failed, how then ""), as classify says, counts it, and logs it once with the full
 // cause: a client that left at debug; the client's own mistakes (no
 // actor addressed, an invalid name, an unknown actor) at info, as anyone
 // can send those in bulk; the router's, the control plane's and the
 // actor's troubles at warn.
-func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, rid string, err error) {
+func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, how activation, rid string, err error) {
 	f := classify(err, key, h.cfg)
+	if how == "" {
+		how = metrics.ActivationNone
+	}
+	h.cfg.Metrics.Request(string(how), f.status)
+	h.cfg.Metrics.Failure(f.reason)
 	rlog := h.requestLog(key, t, rid)
 	switch {
 	case f.clientGone:

@@ -76,6 +76,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 			res.Header.Set(HeaderRequestID, rid)
 			w.Header().Del(HeaderRequestID)
 			res.Header.Set(HeaderActivation, act.header())
+			h.cfg.Metrics.Request(string(act.how), res.StatusCode)
 			if act.how != activationWarm {
 				res.Header.Set(HeaderActivationMs, strconv.FormatInt(act.waited.Milliseconds(), 10))
 			}

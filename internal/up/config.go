@@ -21,6 +21,10 @@ import (
 const (
 	DefaultAPIAddr    = "127.0.0.1:7070"
 	DefaultRouterAddr = "127.0.0.1:8080"
+	// DefaultMetricsAddr is `ate up --metrics-addr`'s default: loopback
+	// only, since pprof shows the process's insides. A zero
+	// MetricsConfig.Addr means no management listener.
+	DefaultMetricsAddr = "127.0.0.1:7071"
 	// DefaultTunnelAddr lets the system pick the worker tunnel's port:
 	// workers record whatever it is, nobody types it.
 	DefaultTunnelAddr   = "127.0.0.1:0"
@@ -56,10 +60,11 @@ type Config struct {
 	// Gvisor configures the workers' runtime when Node.SandboxClass is
 	// gvisor. Run sets RootDir (under /run/ate, per WorkerPrefix) and
 	// Logger.
-	Gvisor gvisor.Config
-	Tunnel TunnelConfig
-	Router RouterConfig
-	Demo   DemoConfig
+	Gvisor  gvisor.Config
+	Tunnel  TunnelConfig
+	Router  RouterConfig
+	Metrics MetricsConfig
+	Demo    DemoConfig
 	// Logger receives every component's records; nil discards.
 	Logger *slog.Logger
 	// Ready, if set, is called once every component serves.
@@ -69,6 +74,14 @@ type Config struct {
 // APIConfig configures the gRPC Control API server.
 type APIConfig struct {
 	// Addr is its listen address. Default DefaultAPIAddr.
+	Addr string
+}
+
+// MetricsConfig configures the management listener: Prometheus metrics
+// on /metrics and net/http/pprof on /debug/pprof/ (docs/observability.md).
+type MetricsConfig struct {
+	// Addr is its listen address; port 0 picks one. Empty: no listener,
+	// and no metrics are recorded.
 	Addr string
 }
 

@@ -17,6 +17,7 @@ import (
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -36,6 +37,8 @@ type ControlPlaneConfig struct {
 	// if nil.
 	Node   node.Config
 	Logger *slog.Logger
+	// Metrics, if set, receives the node's and the lifecycle's metrics.
+	Metrics *metrics.Metrics
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
@@ -113,6 +116,9 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if nc.Logger == nil {
 		nc.Logger = log
 	}
+	if cfg.Metrics != nil {
+		nc.Metrics = cfg.Metrics.Node
+	}
 	// The node detaches its own background work (exit watchers) from
 	// ctx and ends it at Shutdown (Close).
 	if cp.Node, err = node.New(ctx, nc); err != nil {
@@ -128,6 +134,9 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	// serialises workflows, and a restarted process never waits out a
 	// dead predecessor's lease.
 	cp.Lifecycle = lifecycle.New(cp.Store, cp.Node, cp.Snapshots, "", log)
+	if cfg.Metrics != nil {
+		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
+	}
 	cp.Node.SetExitHandler(cp.Lifecycle.WorkerExited)
 	cp.Node.SetIdleHandler(cp.Lifecycle.WorkerIdle)
 	cp.recovered = time.Now()

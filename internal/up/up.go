@@ -21,6 +21,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/router"
@@ -32,6 +33,9 @@ import (
 // Info tells a caller where the running installation listens.
 type Info struct {
 	APIAddr, RouterAddr, ConfigPath string
+	// MetricsAddr is where the management listener serves; empty when
+	// there is none.
+	MetricsAddr string
 }
 
 // ClientConfigName is the client config file `ate up` writes in the data
@@ -63,9 +67,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
+	// Metrics are recorded only when something serves them.
+	var ms *metrics.Metrics
+	var mgmt *managementServer
+	if cfg.Metrics.Addr != "" {
+		ms = metrics.New()
+		if mgmt, err = newManagementServer(cfg.Metrics.Addr, ms); err != nil {
+			return err
+		}
+		defer mgmt.close()
+	}
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
-	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Node: nc, Logger: log})
+	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Node: nc, Logger: log, Metrics: ms})
 	if err != nil {
 		return err
 	}
@@ -86,6 +100,9 @@ func Run(ctx context.Context, cfg Config) error {
 	res := router.NewControlResolver(client, log)
 	hc := cfg.Router.Handler
 	hc.Idler, hc.Activity = res, res
+	if ms != nil {
+		hc.Metrics = ms.Router
+	}
 	rh := router.NewHandler(hc, res, log)
 	rs := httpserve.NewServer("router", cfg.Router.Addr, rh, log)
 	rs.DrainDelay, rs.DrainTimeout = cfg.Router.DrainDelay, cfg.Router.DrainTimeout
@@ -95,14 +112,17 @@ func Run(ctx context.Context, cfg Config) error {
 	tunnel = cp.Node.NewTunnel()
 
 	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rs.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
+	if mgmt != nil {
+		info.MetricsAddr = mgmt.addr()
+	}
 	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr}); err != nil {
 		return err
 	}
 
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, cp: cp, log: log}
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, cp: cp, mgmt: mgmt, log: log}
 	return parts.serve(ctx, func(ctx context.Context) error {
 		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Node.Workers,
-			"dataDir", cfg.DataDir, "config", info.ConfigPath)
+			"metrics", info.MetricsAddr, "dataDir", cfg.DataDir, "config", info.ConfigPath)
 		if cfg.Demo.Enabled {
 			if err := demo(ctx, client, cfg.Demo, info, log); err != nil {
 				return fmt.Errorf("demo: %w", err)
@@ -123,7 +143,9 @@ type serving struct {
 	router *httpserve.Server
 	routes *router.Handler
 	cp     *ControlPlane
-	log    *slog.Logger
+	// mgmt is the management listener; nil when there is none.
+	mgmt *managementServer
+	log  *slog.Logger
 }
 
 // serve runs every server and the control plane's background work
@@ -141,6 +163,10 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	services, svcCtx := errgroup.WithContext(base)
 	services.Go(func() error { return serveGRPC(svcCtx, s.api, s.apiLn) })
 	services.Go(func() error { return s.tunnel.Start(svcCtx) })
+	if s.mgmt != nil {
+		// Up until the very end, so the shutdown itself can be watched.
+		services.Go(func() error { return s.mgmt.serve(svcCtx) })
+	}
 	// Actors' requests for their own suspension.
 	services.Go(func() error { return s.cp.Node.ServeSelfService(svcCtx, s.cp.Lifecycle.SelfRequest) })
 

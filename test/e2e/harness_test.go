@@ -82,7 +82,9 @@ type installation struct {
 	dataDir    string
 	routerAddr string
 	apiAddr    string
-	client     atev1.ControlClient
+	// metricsAddr is the management listener's (/metrics, /debug/pprof/).
+	metricsAddr string
+	client      atev1.ControlClient
 
 	cmd *exec.Cmd // nil once `ate up` was killed or terminated
 
@@ -107,7 +109,7 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	t.Helper()
 	in := &installation{t: t, dataDir: dataDir}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
-		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--log-level", "debug",
+		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--log-level", "debug",
 		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml"),
 		// Nothing balances load in front of a test's router; tests of the
 		// drain set their own delay (flags given later win).
@@ -141,6 +143,7 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	select {
 	case info := <-ready:
 		in.apiAddr, in.routerAddr = info["api"].(string), info["router"].(string)
+		in.metricsAddr, _ = info["metrics"].(string)
 	case <-time.After(60 * time.Second):
 		t.Fatalf("ate up did not become ready; log:\n%s", in.logText())
 	}

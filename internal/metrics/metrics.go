@@ -1,0 +1,305 @@
+// Package metrics holds ate's Prometheus collectors (all named ate_*).
+// New builds one set; the wiring (internal/up) registers it on a
+// registry it serves and hands each part to its component: router,
+// lifecycle and node take an optional *Router, *Lifecycle or *Node, nil
+// meaning no metrics, and every method is safe on a nil receiver.
+//
+// No label carries an actor's name or uid: every label value comes from
+// a fixed set (docs/observability.md lists them), so the number of
+// series is bounded whatever the number of actors.
+package metrics
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is one set of ate's collectors.
+type Metrics struct {
+	Router    *Router
+	Lifecycle *Lifecycle
+	Node      *Node
+}
+
+// New returns a set of collectors, every bounded label combination
+// initialised to zero so that rates start from the process's start.
+func New() *Metrics {
+	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode()}
+}
+
+// Collectors returns every ate_* collector of m.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	r, l, n := m.Router, m.Lifecycle, m.Node
+	return []prometheus.Collector{
+		r.requests, r.activationWait, r.parked, r.failures,
+		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters,
+		n.standbyStarts,
+	}
+}
+
+// NewRegistry returns a registry holding m's collectors and the Go
+// runtime's and process's (go_*, process_*).
+func NewRegistry(m *Metrics) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	cs := append(m.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// Label values. Activation values are the router's Ate-Activation tokens.
+const (
+	ActivationWarm    = "warm"
+	ActivationResumed = "resumed"
+	ActivationJoined  = "joined"
+	// ActivationNone: the request failed before it found its actor.
+	ActivationNone = "none"
+
+	SourcePaused  = "paused"
+	SourceDurable = "durable"
+	SourceGolden  = "golden"
+	SourceCold    = "cold"
+
+	OutcomeOK     = "ok"
+	OutcomeFailed = "failed"
+	// OutcomeSkipped: an eviction that found its victim busy or no
+	// longer wanted, and left it running.
+	OutcomeSkipped = "skipped"
+)
+
+// FailureReasons are the values of ate_router_failures_total's reason.
+var FailureReasons = []string{
+	"no_actor", "invalid", "not_found", "park_full", "park_budget", "park_grace", "stale",
+	"route_timeout", "tunnel_cut", "app_refused", "app_error", "no_capacity", "not_resumable",
+	"resume_failed", "control_plane", "upstream", "client_gone",
+}
+
+var (
+	activations = []string{ActivationWarm, ActivationResumed, ActivationJoined, ActivationNone}
+	codeClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+	sources     = []string{SourcePaused, SourceDurable, SourceGolden, SourceCold}
+	outcomes    = []string{OutcomeOK, OutcomeFailed}
+	actions     = []string{"suspend", "pause"}
+	reasons     = []string{"requested", "idle", "evicted", "self_requested"}
+)
+
+// Buckets in seconds: from a warm restore (tens of ms) to a cold boot of
+// an interpreter (~11 s) and a long park.
+var waitBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60}
+
+// Router is the router's collectors.
+type Router struct {
+	requests       *prometheus.CounterVec
+	activationWait *prometheus.HistogramVec
+	parked         prometheus.Gauge
+	failures       *prometheus.CounterVec
+}
+
+func newRouter() *Router {
+	r := &Router{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ate_router_requests_total",
+			Help: "Requests to actors answered by the router, by activation and status class.",
+		}, []string{"activation", "code"}),
+		activationWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ate_router_activation_wait_seconds",
+			Help:    "How long requests that resumed or joined a resume were parked.",
+			Buckets: waitBuckets,
+		}, []string{"activation"}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ate_router_parked_requests",
+			Help: "Requests waiting for their actor's lookup or resume.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ate_router_failures_total",
+			Help: "Requests the router answered itself, by reason.",
+		}, []string{"reason"}),
+	}
+	for _, a := range activations {
+		for _, c := range codeClasses {
+			r.requests.WithLabelValues(a, c)
+		}
+	}
+	for _, a := range []string{ActivationResumed, ActivationJoined} {
+		r.activationWait.WithLabelValues(a)
+	}
+	for _, reason := range FailureReasons {
+		r.failures.WithLabelValues(reason)
+	}
+	return r
+}
+
+// Request counts a request answered with status after activation how
+// (Activation*).
+func (r *Router) Request(how string, status int) {
+	if r == nil {
+		return
+	}
+	r.requests.WithLabelValues(how, codeClass(status)).Inc()
+}
+
+// ActivationWait records that a request parked for d and then resumed or
+// joined.
+func (r *Router) ActivationWait(how string, d time.Duration) {
+	if r == nil {
+		return
+	}
+	r.activationWait.WithLabelValues(how).Observe(d.Seconds())
+}
+
+// Parked adds delta to the parked requests.
+func (r *Router) Parked(delta int) {
+	if r == nil {
+		return
+	}
+	r.parked.Add(float64(delta))
+}
+
+// Failure counts a request the router failed for reason (FailureReasons).
+func (r *Router) Failure(reason string) {
+	if r == nil {
+		return
+	}
+	r.failures.WithLabelValues(reason).Inc()
+}
+
+// codeClass is "2xx" for 200..299 and so on; 499 (client gone) is 4xx.
+func codeClass(status int) string {
+	if status < 100 || status > 599 {
+		return "5xx"
+	}
+	return codeClasses[status/100-1]
+}
+
+// Lifecycle is the lifecycle workflows' collectors.
+type Lifecycle struct {
+	resumes       *prometheus.CounterVec
+	resumeSeconds *prometheus.HistogramVec
+	checkpoints   *prometheus.CounterVec
+	evictions     *prometheus.CounterVec
+	waiters       prometheus.Gauge
+}
+
+func newLifecycle() *Lifecycle {
+	l := &Lifecycle{
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ate_lifecycle_resumes_total",
+			Help: "Resumes that got a worker, by what they restored and outcome.",
+		}, []string{"source", "outcome"}),
+		resumeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ate_lifecycle_resume_seconds",
+			Help:    "Time from a resume's worker claim to RUNNING (successful resumes), by source.",
+			Buckets: waitBuckets,
+		}, []string{"source"}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ate_lifecycle_checkpoints_total",
+			Help: "Suspends and pauses of actors, by action, reason and outcome.",
+		}, []string{"action", "reason", "outcome"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ate_lifecycle_evictions_total",
+			Help: "Evictions started to free a worker for a waiting resume, by outcome.",
+		}, []string{"outcome"}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ate_lifecycle_capacity_waiters",
+			Help: "Resumes waiting in the capacity queue for a worker.",
+		}),
+	}
+	for _, s := range sources {
+		l.resumeSeconds.WithLabelValues(s)
+		for _, o := range outcomes {
+			l.resumes.WithLabelValues(s, o)
+		}
+	}
+	for _, a := range actions {
+		for _, r := range reasons {
+			for _, o := range outcomes {
+				l.checkpoints.WithLabelValues(a, r, o)
+			}
+		}
+	}
+	for _, o := range []string{OutcomeOK, OutcomeFailed, OutcomeSkipped} {
+		l.evictions.WithLabelValues(o)
+	}
+	return l
+}
+
+// Resume records a resume from source (Source*) that took d, failed if
+// err is set.
+func (l *Lifecycle) Resume(source string, d time.Duration, err error) {
+	if l == nil {
+		return
+	}
+	l.resumes.WithLabelValues(source, outcome(err)).Inc()
+	if err == nil {
+		l.resumeSeconds.WithLabelValues(source).Observe(d.Seconds())
+	}
+}
+
+// Checkpoint counts a suspend or pause (action) for reason (a
+// store.CheckpointReason, e.g. "SELF_REQUESTED"), failed if err is set.
+func (l *Lifecycle) Checkpoint(action, reason string, err error) {
+	if l == nil {
+		return
+	}
+	reason = strings.ToLower(reason)
+	if reason == "" {
+		reason = "requested"
+	}
+	l.checkpoints.WithLabelValues(action, reason, outcome(err)).Inc()
+}
+
+// Eviction counts an eviction that ended with outcome (Outcome*).
+func (l *Lifecycle) Eviction(outcome string) {
+	if l == nil {
+		return
+	}
+	l.evictions.WithLabelValues(outcome).Inc()
+}
+
+// Waiters adds delta to the resumes waiting for a worker.
+func (l *Lifecycle) Waiters(delta int) {
+	if l == nil {
+		return
+	}
+	l.waiters.Add(float64(delta))
+}
+
+func outcome(err error) string {
+	if err != nil {
+		return OutcomeFailed
+	}
+	return OutcomeOK
+}
+
+// Node is the node agent's collectors.
+type Node struct {
+	standbyStarts *prometheus.CounterVec
+}
+
+func newNode() *Node {
+	n := &Node{standbyStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ate_node_standby_starts_total",
+		Help: "Actor starts on this node, by whether a standby sandbox was ready for them.",
+	}, []string{"standby"})}
+	n.standbyStarts.WithLabelValues("hit")
+	n.standbyStarts.WithLabelValues("miss")
+	return n
+}
+
+// StandbyStart counts a start that found a standby (hit) or not.
+func (n *Node) StandbyStart(hit bool) {
+	if n == nil {
+		return
+	}
+	v := "miss"
+	if hit {
+		v = "hit"
+	}
+	n.standbyStarts.WithLabelValues(v).Inc()
+}

@@ -123,18 +123,8 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	}}
 	srv, h := newRouter(t, Config{}, res)
 
-	replies := make(chan reply, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
-	}
-	waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.Waiting() == n })
-	close(release)
-	wg.Wait()
-	close(replies)
-
 	count := map[string]int{}
-	for r := range replies {
+	for _, r := range coldBurst(t, srv, h, n, release) {
 		if r.err != nil || r.status != 200 {
 			t.Errorf("reply: status %d err %v body %q", r.status, r.err, r.body)
 		}
@@ -183,17 +173,8 @@ func TestActivationNamesEvictedActor(t *testing.T) {
 					}
 				}}
 			srv, h := newRouter(t, Config{}, res)
-			replies := make(chan reply, n)
-			var wg sync.WaitGroup
-			for range n {
-				wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
-			}
-			waitFor(t, "all requests to join the resume", func() bool { return h.act.flights.Waiting() == n })
-			close(release)
-			wg.Wait()
-			close(replies)
 			count := map[string]int{}
-			for r := range replies {
+			for _, r := range coldBurst(t, srv, h, n, release) {
 				if r.status != 200 {
 					t.Errorf("reply: %d %q %v", r.status, r.body, r.err)
 				}

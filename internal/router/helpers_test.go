@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +250,25 @@ func contextError(ctx context.Context) error {
 		return controlError("DeadlineExceeded", ctx.Err().Error(), ErrNoCapacity, context.DeadlineExceeded)
 	}
 	return controlError("Canceled", ctx.Err().Error(), context.Canceled)
+}
+
+// coldBurst sends n requests for app.default at once, waits until all of
+// them have joined the one shared resolution (held by the test until
+// release is closed), releases it and returns every reply.
+func coldBurst(t *testing.T, srv *httptest.Server, h *Handler, n int, release chan struct{}) []reply {
+	t.Helper()
+	replies := make(chan reply, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
+	}
+	waitFor(t, "all requests to join the shared resolution", func() bool { return h.act.flights.Waiting() == int64(n) })
+	close(release)
+	wg.Wait()
+	close(replies)
+	var out []reply
+	for r := range replies {
+		out = append(out, r)
+	}
+	return out
 }

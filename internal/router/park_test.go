@@ -213,17 +213,8 @@ func TestSharedAttemptFailingForTimeIsRetried(t *testing.T) {
 				},
 			}
 			srv, h := newRouter(t, Config{}, res)
-			replies := make(chan reply, n)
-			var wg sync.WaitGroup
-			for range n {
-				wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
-			}
-			waitFor(t, "all requests to join the first attempt", func() bool { return h.act.flights.Waiting() == n })
-			close(release)
-			wg.Wait()
-			close(replies)
 			count := map[string]int{}
-			for r := range replies {
+			for _, r := range coldBurst(t, srv, h, n, release) {
 				if r.status != 200 {
 					t.Errorf("reply: %d %q %v, want 200 from the second attempt", r.status, r.body, r.err)
 				}

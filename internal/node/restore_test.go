@@ -103,30 +103,6 @@ func (r *noticeRuntime) DialContext(ctx context.Context, slot sandbox.Slot, port
 	return r.Runtime.DialContext(ctx, slot, port)
 }
 
-// newNoticeNode is newTestNode on rt.
-func newNoticeNode(t *testing.T, rt sandbox.Runtime) *Node {
-	t.Helper()
-	dir := t.TempDir()
-	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	paused, err := snapshot.NewLocal(filepath.Join(dir, "paused"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := New(t.Context(), Config{
-		Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake", Runtime: rt,
-		Setup: fake.Setup, Images: stubImages{rootfs: t.TempDir()},
-		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dir, "state"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown(context.Background()) })
-	return n
-}
-
 // withHook is template("img1") with an onRestore hook on hookPort.
 func withHook(timeoutSeconds int32) *atev1.ActorTemplateSpec {
 	spec := template("img1")
@@ -142,7 +118,7 @@ func withHook(timeoutSeconds int32) *atev1.ActorTemplateSpec {
 // request.
 func TestRestoreNotificationFiles(t *testing.T) {
 	rt := newNoticeRuntime(t)
-	n := newNoticeNode(t, rt)
+	n := newTestNodeWith(t, rt, false)
 	ctx := t.Context()
 	w := n.order[0]
 	spec := template("img1")
@@ -275,7 +251,7 @@ func TestRestoreHook(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := newNoticeRuntime(t)
-			n := newNoticeNode(t, rt)
+			n := newTestNodeWith(t, rt, false)
 			req := tc.prepare(t, n)
 			req.Spec = tc.spec
 			var mu sync.Mutex

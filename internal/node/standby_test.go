@@ -10,6 +10,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/snapshot"
 )
@@ -27,7 +28,8 @@ func newTestNode(t *testing.T, rt *fake.Runtime) *Node {
 	return newTestNodeWith(t, rt, false)
 }
 
-func newTestNodeWith(t *testing.T, rt *fake.Runtime, noStandbys bool) *Node {
+// newTestNodeWith is newTestNode on any runtime, standbys on or off.
+func newTestNodeWith(t *testing.T, rt sandbox.Runtime, noStandbys bool) *Node {
 	t.Helper()
 	dir := t.TempDir()
 	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))

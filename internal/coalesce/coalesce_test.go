@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/testwait"
 )
 
 // TestExpired: a context is expired once its deadline is not after now,
@@ -69,18 +71,6 @@ func TestRunMarksExpiredCalls(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or the test has waited too long.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestDoShares: callers arriving while a call runs share its one run and
 // its result; exactly one of them is the leader.
 func TestDoShares(t *testing.T) {
@@ -106,7 +96,7 @@ func TestDoShares(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "all callers to join", func() bool { return g.Waiting() == n })
+	testwait.Until(t, "all callers to join", func() bool { return g.Waiting() == n })
 	close(release)
 	wg.Wait()
 	if r, l := runs.Load(), leaders.Load(); r != 1 || l != 1 {
@@ -141,7 +131,7 @@ func TestDoCallerLeaves(t *testing.T) {
 		}
 		leaderDone <- err
 	}()
-	waitFor(t, "the leader to start", func() bool { return g.Waiting() == 1 })
+	testwait.Until(t, "the leader to start", func() bool { return g.Waiting() == 1 })
 	joinerDone := make(chan any, 1)
 	go func() {
 		v, leader, err := g.Do(t.Context(), "k", fn)
@@ -150,7 +140,7 @@ func TestDoCallerLeaves(t *testing.T) {
 		}
 		joinerDone <- v
 	}()
-	waitFor(t, "the joiner to join", func() bool { return g.Waiting() == 2 })
+	testwait.Until(t, "the joiner to join", func() bool { return g.Waiting() == 2 })
 	cancel(gone)
 	if err := <-leaderDone; !errors.Is(err, gone) {
 		t.Errorf("leader: %v, want its cause %v", err, gone)
@@ -181,7 +171,7 @@ func TestStart(t *testing.T) {
 			t.Errorf("Do = %v, leader %t, %v; want 1 from the background call", v, leader, err)
 		}
 	}()
-	waitFor(t, "the caller to join", func() bool { return g.Waiting() == 1 })
+	testwait.Until(t, "the caller to join", func() bool { return g.Waiting() == 1 })
 	close(release)
 	<-done
 	if n := runs.Load(); n != 1 {

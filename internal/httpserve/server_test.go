@@ -16,6 +16,7 @@ import (
 
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/httpserve/servetest"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // startServer serves h on a free local port, with DrainDelay delay, until
@@ -41,22 +42,6 @@ func get(ctx context.Context, client *http.Client, addr, path string) (int, stri
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
 }
 
 func newClient(t *testing.T) *http.Client {
@@ -91,7 +76,7 @@ func TestServerDrainsInFlightRequests(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	// The listener closing shows the drain has begun.
-	waitFor(t, "the listener to close", func() bool {
+	testwait.Until(t, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", s.Addr())
 		if err == nil {
 			_ = c.Close()
@@ -135,7 +120,7 @@ func TestServerTellsDrainerAndLogs(t *testing.T) {
 	d.inflight.Add(1)
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	waitFor(t, "the drainer to be told", d.draining.Load)
+	testwait.Until(t, "the drainer to be told", d.draining.Load)
 	if code, _, err := get(t.Context(), client, s.Addr(), "/readyz"); err != nil || code != http.StatusServiceUnavailable {
 		t.Errorf("during the delay: %d %v, want 503", code, err)
 	}

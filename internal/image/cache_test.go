@@ -12,7 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -20,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // packed packs the writeFiles tree and returns the source and layout dirs.
@@ -470,18 +470,6 @@ func (l stallLayer) Uncompressed() (io.ReadCloser, error) {
 	return l.Layer.Uncompressed()
 }
 
-// waitFor polls cond until it holds or the test has waited too long.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // The shared unpack is detached from its callers: when the caller that
 // started it goes away, it stops waiting with its ctx's error, the unpack
 // goes on (reading an image it opened itself, not the caller's, whose files
@@ -520,7 +508,7 @@ func TestEnsureSharedUnpackOutlivesCaller(t *testing.T) {
 		img, err := c.Ensure(context.Background(), ref)
 		second <- result{img, err}
 	}()
-	waitFor(t, "the second caller to join the unpack", func() bool { return c.flight.Waiting() == 2 })
+	testwait.Until(t, "the second caller to join the unpack", func() bool { return c.flight.Waiting() == 2 })
 
 	cancelFirst()
 	if err := <-first; !errors.Is(err, context.Canceled) {

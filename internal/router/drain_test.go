@@ -13,6 +13,7 @@ import (
 
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // TestDrain: once Start's context ends, /readyz answers 503 at once while
@@ -50,17 +51,17 @@ func TestDrain(t *testing.T) {
 	defer func() { _ = conn.CloseNow() }()
 	parked := make(chan int, 1)
 	go func() { parked <- getStatus("parked.default.actors.localhost", "/") }()
-	waitFor(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
+	testwait.Until(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
 
 	stop()
-	waitFor(t, "/readyz to answer 503", func() bool { return getStatus("localhost", "/readyz") == http.StatusServiceUnavailable })
+	testwait.Until(t, "/readyz to answer 503", func() bool { return getStatus("localhost", "/readyz") == http.StatusServiceUnavailable })
 	if code := getStatus("localhost", "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while draining: %d, want 200", code)
 	}
 	if code := getStatus("warm.default.actors.localhost", "/"); code != http.StatusOK {
 		t.Errorf("request during the drain delay: %d, want 200", code)
 	}
-	waitFor(t, "the listener to close", func() bool {
+	testwait.Until(t, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", s.Addr())
 		if err == nil {
 			_ = c.Close()
@@ -74,7 +75,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("parked request: %d, want 200", code)
 	}
 	// http.Server.Shutdown is done now; the WebSocket must still work.
-	waitFor(t, "the parked request to end", func() bool { return h.InFlight() == 1 })
+	testwait.Until(t, "the parked request to end", func() bool { return h.InFlight() == 1 })
 	echo(t, conn, "after the parked request")
 	select {
 	case err := <-started:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 	"substrate.dev/ate/internal/tunnelproto"
 )
 
@@ -208,7 +209,7 @@ func TestParkMaxExceeded(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		go func() { parked <- get(t, srv, name+".default.actors.localhost", "/", nil) }()
 	}
-	waitFor(t, "two parked requests", func() bool { return h.act.flights.Waiting() == 2 })
+	testwait.Until(t, "two parked requests", func() bool { return h.act.flights.Waiting() == 2 })
 
 	got := get(t, srv, "c.default.actors.localhost", "/", nil)
 	if got.status != http.StatusServiceUnavailable || got.retryAfter != "1" || !strings.Contains(got.body, "limit 2") {
@@ -331,7 +332,7 @@ func TestStaleTarget(t *testing.T) {
 			}
 			// Retried or not, the actor is resolved again exactly once
 			// (in the background for the unreplayable request).
-			waitFor(t, "the re-resolve", func() bool { return res.resumes.Load() == 1 })
+			testwait.Until(t, "the re-resolve", func() bool { return res.resumes.Load() == 1 })
 			if n := lookups.Load(); n != 2 {
 				t.Errorf("Lookup called %d times, want 2", n)
 			}
@@ -438,14 +439,14 @@ func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
 	leaderReq.Host = "app.default.actors.localhost"
 	leader := make(chan reply, 1)
 	go func() { leader <- send(srv, leaderReq) }()
-	waitFor(t, "the leader to start the resume", waiting(1))
+	testwait.Until(t, "the leader to start the resume", waiting(1))
 
 	replies := make(chan reply, joiners)
 	var wg sync.WaitGroup
 	for range joiners {
 		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
 	}
-	waitFor(t, "the joiners to wait", waiting(1+joiners))
+	testwait.Until(t, "the joiners to wait", waiting(1+joiners))
 
 	cancelLeader()
 	if r := <-leader; r.err == nil {
@@ -453,7 +454,7 @@ func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
 	}
 	// At most the joiners left: with the resume wrongly tied to the
 	// leader, they fail too and the check below says why.
-	waitFor(t, "the leader to stop waiting", func() bool { return h.act.flights.Waiting() <= joiners })
+	testwait.Until(t, "the leader to stop waiting", func() bool { return h.act.flights.Waiting() <= joiners })
 	if err := (<-resumeCtx).Err(); err != nil {
 		t.Fatalf("shared resume context ended with the leader: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 	"substrate.dev/ate/internal/tunnelproto"
 )
 
@@ -185,22 +186,6 @@ func get(t *testing.T, srv *httptest.Server, host, path string, hdr map[string]s
 	return send(srv, req)
 }
 
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // warmResolver reports every actor RUNNING on the tunnel at addr, with
 // policy p.
 func warmResolver(t *testing.T, addr string, p Policy) *fakeResolver {
@@ -262,7 +247,7 @@ func coldBurst(t *testing.T, srv *httptest.Server, h *Handler, n int, release ch
 	for range n {
 		wg.Go(func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) })
 	}
-	waitFor(t, "all requests to join the shared resolution", func() bool { return h.act.flights.Waiting() == int64(n) })
+	testwait.Until(t, "all requests to join the shared resolution", func() bool { return h.act.flights.Waiting() == int64(n) })
 	close(release)
 	wg.Wait()
 	close(replies)

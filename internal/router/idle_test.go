@@ -12,6 +12,7 @@ import (
 
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // fakeIdler records the idle actions and activity reports it gets.
@@ -160,7 +161,7 @@ func TestIdleActorIsPutAway(t *testing.T) {
 				t.Fatalf("first request: %d %q", r.status, r.body)
 			}
 			last := time.Now()
-			waitFor(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == len(tt.want) })
+			testwait.Until(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == len(tt.want) })
 			calls, at := idler.callLog()
 			if !slices.Equal(calls, tt.want) {
 				t.Errorf("calls %v, want %v", calls, tt.want)
@@ -194,7 +195,7 @@ func TestActivityReportedBeforePutAway(t *testing.T) {
 		t.Fatalf("request: %d %q", r.status, r.body)
 	}
 	served := time.Now()
-	waitFor(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
+	testwait.Until(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
 	idler.mu.Lock()
 	before := idler.reportedBefore[0]
 	idler.mu.Unlock()
@@ -214,10 +215,10 @@ func TestOpenStreamKeepsActorAwake(t *testing.T) {
 	_, h, get := idleRouter(t, holdTunnel(t, release), Policy{IdleAfter: after, IdleAction: checkpoint.Suspend}, idler)
 	streamed := make(chan reply, 1)
 	go func() { streamed <- get("/hold") }()
-	waitFor(t, "the stream to open", func() bool { return h.InFlight() == 1 })
+	testwait.Until(t, "the stream to open", func() bool { return h.InFlight() == 1 })
 	open := time.Now()
 	// Idle checks run every 10ms; none may act while the stream is open.
-	waitFor(t, "4×idle.after with the stream open", func() bool { return time.Since(open) > 4*after })
+	testwait.Until(t, "4×idle.after with the stream open", func() bool { return time.Since(open) > 4*after })
 	if calls, _ := idler.callLog(); len(calls) != 0 {
 		t.Fatalf("actor put away with a stream open: %v", calls)
 	}
@@ -226,7 +227,7 @@ func TestOpenStreamKeepsActorAwake(t *testing.T) {
 		t.Fatalf("stream: %d %q %v", r.status, r.body, r.err)
 	}
 	ended := time.Now()
-	waitFor(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
+	testwait.Until(t, "the idle action", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
 	if _, at := idler.callLog(); at[0].Sub(ended) < after {
 		t.Errorf("put away %s after the stream ended, want at least %s", at[0].Sub(ended), after)
 	}
@@ -241,11 +242,11 @@ func TestRequestDuringPutAwayWaitsForIt(t *testing.T) {
 	if r := get("/"); r.status != 200 {
 		t.Fatalf("first request: %d %q", r.status, r.body)
 	}
-	waitFor(t, "the suspend to start", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
+	testwait.Until(t, "the suspend to start", func() bool { c, _ := idler.callLog(); return len(c) == 1 })
 	lookups := res.lookups.Load()
 	during := make(chan reply, 1)
 	go func() { during <- get("/") }()
-	waitFor(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
+	testwait.Until(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
 	// A Lookup now would find the actor RUNNING on the worker it is
 	// leaving; the request must be held until the suspend returns. Watch
 	// for a while that nothing happens.
@@ -273,21 +274,21 @@ func TestActivityReports(t *testing.T) {
 		t.Fatalf("request: %d %q", r.status, r.body)
 	}
 	done := time.Now()
-	waitFor(t, "a report", func() bool { return len(idler.reports()) == 1 })
+	testwait.Until(t, "a report", func() bool { return len(idler.reports()) == 1 })
 	if a := idler.reports()[0]; a.Actor.String() != "default/app" || a.Last.Before(done.Add(-time.Second)) || a.Last.After(time.Now()) {
 		t.Errorf("report %+v, want default/app at about %s", a, done)
 	}
 	// Quiet: several report intervals pass without another report.
 	quiet := time.Now()
-	waitFor(t, "5 report intervals", func() bool { return time.Since(quiet) > 100*time.Millisecond })
+	testwait.Until(t, "5 report intervals", func() bool { return time.Since(quiet) > 100*time.Millisecond })
 	if n := len(idler.reports()); n != 1 {
 		t.Fatalf("%d reports without traffic, want 1", n)
 	}
 	streamed := make(chan reply, 1)
 	go func() { streamed <- get("/hold") }()
-	waitFor(t, "the stream to open", func() bool { return h.InFlight() == 1 })
-	waitFor(t, "the stream's report", func() bool { return len(idler.reports()) == 2 })
+	testwait.Until(t, "the stream to open", func() bool { return h.InFlight() == 1 })
+	testwait.Until(t, "the stream's report", func() bool { return len(idler.reports()) == 2 })
 	close(release)
 	<-streamed
-	waitFor(t, "the report of the stream's end", func() bool { return len(idler.reports()) == 3 })
+	testwait.Until(t, "the report of the stream's end", func() bool { return len(idler.reports()) == 3 })
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 	"substrate.dev/ate/internal/tunnelproto"
 )
 
@@ -201,7 +202,7 @@ func TestFailuresLeakNothing(t *testing.T) {
 					resp.Body.Close()
 				}
 			}()
-			waitFor(t, "a parked request", func() bool { return h.act.parked.Load() == 1 })
+			testwait.Until(t, "a parked request", func() bool { return h.act.parked.Load() == 1 })
 			return func() {
 				close(releaseParked)
 				<-done

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // slowRestore mimics the API server's ResumeActor for one actor: the
@@ -133,7 +134,7 @@ func TestLateJoinerOutlivesTheSharedCall(t *testing.T) {
 	srv, h := newRouter(t, Config{ParkBudget: budget}, res)
 	first := make(chan reply, 1)
 	go func() { first <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
-	waitFor(t, "the first request to park", func() bool { return h.act.flights.Waiting() == 1 })
+	testwait.Until(t, "the first request to park", func() bool { return h.act.flights.Waiting() == 1 })
 	start := time.Now()
 	second := make(chan reply, 1)
 	time.AfterFunc(budget/2, func() { second <- get(t, srv, "app.default.actors.localhost", "/", nil) })
@@ -269,7 +270,7 @@ func TestJoinersOutliveSharedCallFailingAtItsDeadline(t *testing.T) {
 	srv, h := newRouter(t, Config{ParkBudget: budget, ParkGrace: budget}, res)
 	first := make(chan reply, 1)
 	go func() { first <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
-	waitFor(t, "the first request to park", func() bool { return h.act.flights.Waiting() == 1 })
+	testwait.Until(t, "the first request to park", func() bool { return h.act.flights.Waiting() == 1 })
 	// The joiners arrive well into the first request's budget: the shared
 	// call's deadline is theirs minus that.
 	replies := make(chan reply, n)

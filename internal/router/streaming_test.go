@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/testwait"
 )
 
 // echoBodyTunnel streams each request body back as it arrives.
@@ -108,5 +110,5 @@ func TestWebSocket(t *testing.T) {
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("silent WebSocket: %q %v, want it closed by the router", got, err)
 	}
-	waitFor(t, "the upgraded request to end", func() bool { return h.InFlight() == 0 })
+	testwait.Until(t, "the upgraded request to end", func() bool { return h.InFlight() == 0 })
 }

@@ -54,10 +54,12 @@ func imageDefaults(ctx context.Context, images ImageInspector, spec *atev1.Actor
 		for _, p := range cfg.ExposedPorts {
 			c.Ports = append(c.Ports, int32(p))
 		}
+		// validateTemplateSpec checked the probe and hook ports against
+		// listed ports only; these came from the image.
+		if err := probeOnTrafficPort(spec); err != nil {
+			return err
+		}
+		return validateRestore(spec)
 	}
-	if err := probeOnTrafficPort(spec); err != nil {
-		return err
-	}
-	// The hook's port was not checked against ports the image supplied.
-	return validateRestore(spec)
+	return nil
 }

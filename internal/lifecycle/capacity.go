@@ -62,8 +62,9 @@ type queue struct {
 	// still have budget — keeps its place in line.
 	left map[names.ActorKey]leftPlace
 	// dispatching is set while a dispatch loop runs; again asks it for
-	// one more round.
+	// one more round, and wake ends its wait between rounds.
 	dispatching, again bool
+	wake               chan struct{}
 }
 
 type leftPlace struct {
@@ -196,30 +197,54 @@ func (q *queue) queued(w *waiter) bool {
 func (m *Manager) kick() {
 	q := &m.queue
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.dispatching {
 		q.again = true
-		q.mu.Unlock()
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 		return
 	}
 	if len(q.waiters) == 0 {
-		q.mu.Unlock()
 		return
 	}
 	q.dispatching = true
-	q.mu.Unlock()
-	m.goOwned(func(ctx context.Context) {
-		for {
-			m.dispatch(ctx)
-			q.mu.Lock()
-			if !q.again || ctx.Err() != nil {
-				q.dispatching = false
-				q.mu.Unlock()
-				return
-			}
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
+	m.goOwned(m.dispatchLoop)
+}
+
+// dispatchLoop runs dispatch rounds while resumes wait: at once when
+// kicked, else every claimPoll — the one poll for all waiters, which
+// notices workers another replica freed and victims that became idle or
+// passed their minimum run time. It ends when the queue is empty.
+func (m *Manager) dispatchLoop(ctx context.Context) {
+	q := &m.queue
+	poll := time.NewTimer(claimPoll)
+	defer poll.Stop()
+	for {
+		m.dispatch(ctx)
+		q.mu.Lock()
+		switch {
+		case ctx.Err() != nil || len(q.waiters) == 0:
+			q.dispatching, q.again = false, false
+			q.mu.Unlock()
+			return
+		case q.again:
 			q.again = false
 			q.mu.Unlock()
+			continue
 		}
-	})
+		q.mu.Unlock()
+		poll.Reset(claimPoll)
+		select {
+		case <-ctx.Done():
+		case <-q.wake:
+		case <-poll.C:
+		}
+	}
 }
 
 // WorkerIdle is the node's report that the actor on worker has no request
@@ -284,8 +309,6 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 	}()
 	m.log.InfoContext(ctx, "waiting for a free worker", "actor", a.Key(), "prefer", prefer)
 	m.kick()
-	poll := time.NewTicker(claimPoll)
-	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -302,10 +325,6 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 			if !errors.Is(err, store.ErrNoFreeWorker) {
 				return nil, nil, names.ActorKey{}, err
 			}
-			m.kick()
-		case <-poll.C:
-			// Workers another replica freed, and victims that became
-			// idle or passed their minimum run time, are noticed here.
 			m.kick()
 		}
 	}

@@ -88,6 +88,9 @@ func (m *Manager) makeRoom(ctx context.Context, waiting []*waiter, workers []*st
 func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []candidate {
 	now := time.Now()
 	var out []candidate
+	// Templates are immutable and most running actors share a few: one
+	// read each per round.
+	tpls := map[[2]string]*store.Template{}
 	for _, w := range workers {
 		if w.Free() || w.Node != m.node.Name() || m.evictingOrFailed(w.Actor, now) {
 			continue
@@ -100,9 +103,13 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 		if err != nil || a.UID != w.ActorUID || a.State != store.Running || a.Worker != w.Name {
 			continue
 		}
-		tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
-		if err != nil {
-			continue
+		tk := [2]string{a.Atespace, a.Template}
+		tpl, ok := tpls[tk]
+		if !ok {
+			if tpl, err = m.store.GetTemplate(ctx, a.Atespace, a.Template); err != nil {
+				continue
+			}
+			tpls[tk] = tpl
 		}
 		if !evictable(tpl.Spec.GetEviction(), act, now) {
 			continue

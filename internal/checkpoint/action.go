@@ -57,12 +57,11 @@ func ParseAction(s string) (Action, error) {
 // MarshalText implements encoding.TextMarshaler.
 func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler with ParseAction.
-func (a *Action) UnmarshalText(b []byte) error {
-	v, err := ParseAction(string(b))
-	if err != nil {
-		return err
+// Done is the action's past participle, for messages: "suspended" or
+// "paused".
+func (a Action) Done() string {
+	if a == Pause {
+		return "paused"
 	}
-	*a = v
-	return nil
+	return "suspended"
 }

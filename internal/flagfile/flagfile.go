@@ -74,7 +74,7 @@ func parse(fs *pflag.FlagSet, data []byte, exclude []string) ([]setting, error) 
 	for _, k := range keys {
 		f := fs.Lookup(k)
 		if f == nil || f.Name == "help" || slices.Contains(exclude, k) {
-			return nil, fmt.Errorf("unknown key %q (keys are %s)", k, strings.Join(Keys(fs, exclude...), ", "))
+			return nil, fmt.Errorf("unknown key %q (keys are %s)", k, strings.Join(flagKeys(fs, exclude...), ", "))
 		}
 		v, err := scalar(raw[k])
 		if err != nil {
@@ -107,9 +107,9 @@ func scalar(raw json.RawMessage) (string, error) {
 	}
 }
 
-// Keys lists the keys a file for fs may hold, sorted: the long names of
+// flagKeys lists the keys a file for fs may hold, sorted: the long names of
 // its flags but help and exclude.
-func Keys(fs *pflag.FlagSet, exclude ...string) []string {
+func flagKeys(fs *pflag.FlagSet, exclude ...string) []string {
 	var keys []string
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Name != "help" && !slices.Contains(exclude, f.Name) {

@@ -14,6 +14,7 @@ import (
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // evictEnv is newEnv plus actors b..z of template tpl (or others), with
@@ -85,19 +86,11 @@ func (e evictEnv) resume(t *testing.T, name string) Resumed {
 // waitQueued waits until n resumes are queued for a worker.
 func (e evictEnv) waitQueued(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, fmt.Sprintf("%d resumes queued", n), func() bool {
 		e.m.queue.mu.Lock()
-		got := len(e.m.queue.waiters)
-		e.m.queue.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d resumes queued, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond) // polling a condition, with a deadline
-	}
+		defer e.m.queue.mu.Unlock()
+		return len(e.m.queue.waiters) == n
+	})
 }
 
 func TestEvictsLeastRecentlyUsed(t *testing.T) {

@@ -30,20 +30,23 @@ func (k *keyedMutex[K]) lock(ctx context.Context, key K) (func(), error) {
 	}
 	l.waiters++
 	k.mu.Unlock()
-	done := func() {
-		k.mu.Lock()
-		l.waiters--
-		if l.waiters == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 	select {
 	case l.ch <- struct{}{}:
-		return func() { <-l.ch; done() }, nil
+		return func() { <-l.ch; k.leave(key, l) }, nil
 	case <-ctx.Done():
-		done()
+		k.leave(key, l)
 		return nil, ctx.Err()
+	}
+}
+
+// leave ends one holder's or waiter's use of key's lock l, dropping it
+// when nobody else uses it.
+func (k *keyedMutex[K]) leave(key K, l *keyedLock) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l.waiters--
+	if l.waiters == 0 {
+		delete(k.locks, key)
 	}
 }
 
@@ -61,13 +64,5 @@ func (k *keyedMutex[K]) tryLock(key K) (func(), bool) {
 	l := &keyedLock{ch: make(chan struct{}, 1), waiters: 1}
 	l.ch <- struct{}{}
 	k.locks[key] = l
-	return func() {
-		<-l.ch
-		k.mu.Lock()
-		l.waiters--
-		if l.waiters == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}, true
+	return func() { <-l.ch; k.leave(key, l) }, true
 }

@@ -61,9 +61,9 @@ func (w Why) message(verb, idleAfter string) string {
 // actor (Reason, EvictedFor, Message). Same errors as those.
 func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkpoint.Action, why Why) (out *store.Actor, err error) {
 	paused := action == checkpoint.Pause
-	target, verb, from := store.Suspended, "suspended", "a RUNNING or PAUSED"
+	target, from := store.Suspended, "a RUNNING or PAUSED"
 	if paused {
-		target, verb, from = store.Paused, "paused", "a RUNNING"
+		target, from = store.Paused, "a RUNNING"
 	}
 	err = m.withActor(ctx, key, func() error {
 		a, err := m.store.GetActor(ctx, key)
@@ -78,7 +78,7 @@ func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkp
 		case a.State == store.Paused && !paused:
 			out, err = m.uploadLocked(ctx, a, why)
 		default:
-			err = fmt.Errorf("%w: actor %s is %s; only %s actor can be %s", ErrFailedPrecondition, a.Key(), a.State, from, verb)
+			err = fmt.Errorf("%w: actor %s is %s; only %s actor can be %s", ErrFailedPrecondition, a.Key(), a.State, from, action.Done())
 		}
 		return err
 	})
@@ -137,11 +137,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	verb := "suspended"
-	if paused {
-		verb = "paused"
-	}
-	done.Worker, done.Message = "", why.message(verb, idleAfter)
+	done.Worker, done.Message = "", why.message(action.Done(), idleAfter)
 	done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
 	if paused {
 		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, m.node.Name()
@@ -182,7 +178,7 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	}
 	done := *a
 	done.State, done.Snapshot, done.PausedSnapshot, done.Node = store.Suspended, ref, "", ""
-	done.Message, done.Reason, done.EvictedFor = why.message("suspended", idleAfter), why.Reason, why.EvictedFor
+	done.Message, done.Reason, done.EvictedFor = why.message(checkpoint.Suspend.Done(), idleAfter), why.Reason, why.EvictedFor
 	out, err := m.update(ctx, a, &done)
 	if err != nil {
 		m.dropSnapshot(ref, false)

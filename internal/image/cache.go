@@ -105,23 +105,9 @@ func NewCache(dir string, logger *slog.Logger) *Cache {
 // or the underlying I/O or registry error. On error nothing is left under the
 // final rootfs name.
 func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
-	r, err := ParseRef(ref)
+	r, digest, cfg, err := c.inspect(ctx, ref)
 	if err != nil {
 		return nil, err
-	}
-	img, closer, err := c.resolve(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = closer.Close() }()
-
-	digest, err := img.Digest()
-	if err != nil {
-		return nil, fmt.Errorf("digest of %s: %w", r, err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("config of %s: %w", r, err)
 	}
 	dir, err := filepath.Abs(c.dir)
 	if err != nil {
@@ -130,7 +116,7 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 	out := &Image{
 		Digest: digest.String(),
 		RootFS: filepath.Join(dir, "rootfs", digest.Hex),
-		Config: c.config(cf, digest),
+		Config: cfg,
 	}
 	switch done, err := isDir(out.RootFS); {
 	case err != nil:
@@ -155,24 +141,31 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 // Ensure's, before any unpack: a missing oci: layout or oci-archive wraps
 // ErrNotFound and names the path.
 func (c *Cache) Inspect(ctx context.Context, ref string) (Config, error) {
+	_, _, cfg, err := c.inspect(ctx, ref)
+	return cfg, err
+}
+
+// inspect parses and resolves ref and reads its digest and configuration,
+// closing what it opened.
+func (c *Cache) inspect(ctx context.Context, ref string) (Ref, v1.Hash, Config, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
-		return Config{}, err
+		return Ref{}, v1.Hash{}, Config{}, err
 	}
-	img, closer, err := resolve(ctx, r)
+	img, closer, err := c.resolve(ctx, r)
 	if err != nil {
-		return Config{}, err
+		return Ref{}, v1.Hash{}, Config{}, err
 	}
 	defer func() { _ = closer.Close() }()
 	digest, err := img.Digest()
 	if err != nil {
-		return Config{}, fmt.Errorf("digest of %s: %w", r, err)
+		return Ref{}, v1.Hash{}, Config{}, fmt.Errorf("digest of %s: %w", r, err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return Config{}, fmt.Errorf("config of %s: %w", r, err)
+		return Ref{}, v1.Hash{}, Config{}, fmt.Errorf("config of %s: %w", r, err)
 	}
-	return c.config(cf, digest), nil
+	return r, digest, c.config(cf, digest), nil
 }
 
 // unpackShared unpacks image digest of r into root, joining an unpack of

@@ -75,7 +75,7 @@ func NewServer(name, addr string, handler http.Handler, logger *slog.Logger) *Se
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{DrainTimeout: DefaultDrainTimeout, name: name, addr: addr, handler: handler,
+	return &Server{name: name, addr: addr, handler: handler,
 		logger: logger.With("server", name)}
 }
 

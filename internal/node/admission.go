@@ -10,7 +10,7 @@ import (
 // actor incarnation (and container, port) the tunnel may send requests
 // to, how many requests are in flight, whether a checkpoint drains them,
 // and what the actor's traffic was (activity.go). It is all the tunnel
-// reads of a worker (through Node.enter, Node.admitting, Node.wasCut), and
+// reads of a worker (through Node.enter, Node.admitting, Node.cutState), and
 // its own mutex keeps the tunnel from ever waiting behind a sandbox
 // operation. Sandbox operations, under the slot's opMu, open it once a
 // start is ready and close it when the container goes. Safe for
@@ -105,27 +105,25 @@ func (g *gate) enter(actorUID string, stream bool) (container string, port int, 
 		return "", 0, nil, false
 	}
 	g.inflight++
+	// open set act with actorUID; the request keeps its incarnation's
+	// counter even after the gate moves on to another actor.
 	act := g.act
-	if act != nil {
-		act.inflight++
-		act.last = time.Now()
-		if stream {
-			act.streams++
-		}
+	act.inflight++
+	act.last = time.Now()
+	if stream {
+		act.streams++
 	}
 	return g.container, g.port, func() (idle bool) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.inflight--
-		if act != nil {
-			act.inflight--
-			act.served++
-			act.last = time.Now()
-			if stream {
-				act.streams--
-			}
-			idle = act.inflight == act.streams && g.act == act
+		act.inflight--
+		act.served++
+		act.last = time.Now()
+		if stream {
+			act.streams--
 		}
+		idle = act.inflight == act.streams && g.act == act
 		if g.inflight == 0 && g.drained != nil {
 			close(g.drained)
 			g.drained = nil
@@ -169,19 +167,20 @@ func (g *gate) admitting() (container string, cut bool) {
 	return g.container, g.cut
 }
 
-// wasCut reports whether the last checkpoint cut requests off or one
-// drains now.
-func (g *gate) wasCut() bool {
+// cutState returns the admitted container and whether its requests are
+// cut off: the last checkpoint's drain grace ran out, one drains now, or
+// the container is being stopped.
+func (g *gate) cutState() (container string, cut bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.cut || g.draining
+	return g.container, g.cut || g.draining
 }
 
 // activity returns the admitted actor's activity, ok false when none.
 func (g *gate) activity() (Activity, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.actorUID == "" || g.act == nil {
+	if g.actorUID == "" {
 		return Activity{}, false
 	}
 	a := g.act
@@ -224,12 +223,13 @@ func (n *Node) admitting(worker string) (container string, cut bool) {
 	return s.gate.admitting()
 }
 
-// wasCut reports whether worker's last checkpoint cut requests off, so
-// the tunnel can answer them 503 + Retry-After instead of a bare 502.
-func (n *Node) wasCut(worker string) bool {
+// cutState is the gate's cutState for worker, in one read, so the tunnel
+// can answer a cut request 503 + Retry-After instead of a bare 502; an
+// unknown worker counts as cut.
+func (n *Node) cutState(worker string) (container string, cut bool) {
 	s, err := n.slot(worker)
 	if err != nil {
-		return false
+		return "", true
 	}
-	return s.gate.wasCut()
+	return s.gate.cutState()
 }

@@ -127,25 +127,25 @@ func (n *Node) NewTunnel() http.Handler {
 		// FlushInterval 0 flushes streams (no Content-Length, or
 		// text/event-stream) on every write, and buffers the rest.
 
-		// The answer names no cause: err carries interior addresses,
-		// the worker's namespace and the runtime's words, and the
-		// answer may reach anonymous clients. The cause is logged here
-		// with the router's request id; the router replaces the
-		// marked answer with its own (tunnelproto.WriteError).
 		// The marker is the tunnel's alone: an actor sending it would
 		// have its own answer replaced by the router's error.
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(tunnelproto.HeaderError)
 			return nil
 		},
+		// The answer names no cause: err carries interior addresses,
+		// the worker's namespace and the runtime's words, and the
+		// answer may reach anonymous clients. The cause is logged here
+		// with the router's request id; the router replaces the
+		// marked answer with its own (tunnelproto.WriteError).
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			cut := errors.Is(context.Cause(r.Context()), errCut)
 			if errors.Is(err, context.Canceled) && !cut {
 				return // the router gave up on the request
 			}
 			t := r.Context().Value(targetKey).(tunnelTarget)
-			worker, rid := t.worker, r.Header.Get("X-Request-Id")
-			if now, _ := n.admitting(worker); cut || n.wasCut(worker) || now != t.container {
+			worker, rid := t.worker, r.Header.Get(tunnelproto.HeaderRequestID)
+			if now, cutOff := n.cutState(worker); cut || cutOff || now != t.container {
 				// A checkpoint ended the request after its drain grace,
 				// or the container is gone (a dial into a dead sandbox
 				// is refused, which is not the app's fault): the actor

@@ -68,13 +68,13 @@ func TestStopCutsLikeACheckpoint(t *testing.T) {
 	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 		t.Fatal(err)
 	}
-	if n.wasCut(w) {
+	if _, cut := n.cutState(w); cut {
 		t.Fatal("a running actor's requests count as cut")
 	}
 	if err := n.Stop(t.Context(), w, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if !n.wasCut(w) {
+	if _, cut := n.cutState(w); !cut {
 		t.Fatal("requests cut by Stop would be answered 502, not 503 + Retry-After")
 	}
 }

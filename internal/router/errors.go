@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/tunnelproto"
 )
@@ -206,13 +207,13 @@ func clientClosed() failure {
 
 // retryable reports whether err, from a shared Lookup(+Resume), fails only
 // that attempt and not the actor: the shared call ran out of its own time
-// (errCallExpired); the control plane found no worker before the call's
+// (coalesce.ErrExpired); the control plane found no worker before the call's
 // deadline (ErrNoCapacity — that deadline is the budget of the request that
 // started the call, not of the requests that joined it); or it gave up over
 // a concurrent change (ErrConflict). A request with budget left starts
 // another attempt.
 func retryable(err error) bool {
-	return errors.Is(err, errCallExpired) || errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrConflict)
+	return errors.Is(err, coalesce.ErrExpired) || errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrConflict)
 }
 
 func notResumedInTime(actor string, cfg Config) failure {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/tunnelproto"
 )
@@ -108,7 +109,7 @@ func TestRetryable(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{"shared call expired", fmt.Errorf("%w after 30s: %w", errCallExpired, errors.New("dial: i/o timeout")), true},
+		{"shared call expired", fmt.Errorf("%w after 30s: %w", coalesce.ErrExpired, errors.New("dial: i/o timeout")), true},
 		{"deadline exceeded", wrap(controlError("DeadlineExceeded", "stream terminated by RST_STREAM with error code: CANCEL", ErrNoCapacity, context.DeadlineExceeded)), true},
 		{"resource exhausted", wrap(controlError("ResourceExhausted", "no free worker", ErrNoCapacity)), true},
 		{"aborted", wrap(controlError("Aborted", "record changed concurrently", ErrConflict)), true},

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // HeaderRequestID is on every response of the router: the id of the
@@ -11,11 +13,11 @@ import (
 // failure carries, so a client's report leads to the cause.
 const HeaderRequestID = "Ate-Request-Id"
 
-// headerXRequestID is the de-facto request id header of load balancers
-// and clients. The router reuses a sane incoming one, so an id assigned in
-// front of it stays the same, and sends its id on to the actor (and the
-// worker tunnel, which logs it) in it.
-const headerXRequestID = "X-Request-Id"
+// headerXRequestID (tunnelproto.HeaderRequestID) is the de-facto request
+// id header of load balancers and clients. The router reuses a sane
+// incoming one, so an id assigned in front of it stays the same, and sends
+// its id on to the actor (and the worker tunnel, which logs it) in it.
+const headerXRequestID = tunnelproto.HeaderRequestID
 
 // maxRequestIDLen bounds a reused X-Request-Id: UUIDs, ULIDs and the
 // ids of common proxies fit.

@@ -47,6 +47,10 @@ const (
 	// HeaderActorUID is the uid of the actor incarnation the router
 	// expects on that worker.
 	HeaderActorUID = "Ate-Actor-Uid"
+	// HeaderRequestID carries the router's request id (X-Request-Id, the
+	// load balancers' de-facto header), which the tunnel logs with its
+	// errors and the actor may log too.
+	HeaderRequestID = "X-Request-Id"
 )
 
 // StatusStale is the tunnel's answer to a request whose HeaderWorker does

@@ -24,32 +24,16 @@ import (
 // idle RUNNING actor with its template's idle action to make room.
 
 // logged counts the `ate up` log records with message msg about actor
-// name (its "actor" attribute), e.g. "waiting for a free worker": the
-// API server queued a resume for the actor.
+// name, e.g. "waiting for a free worker": the API server queued a resume
+// for the actor.
 func (in *installation) logged(msg, name string) int {
 	n := 0
-	for line := range strings.SplitSeq(in.logText(), "\n") {
-		if !strings.Contains(line, `"msg":"`+msg+`"`) {
-			continue
-		}
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && loggedActor(rec) == name {
+	for _, rec := range in.logRecords(msg) {
+		if loggedActor(rec) == name {
 			n++
 		}
 	}
 	return n
-}
-
-// loggedActor is the name of the actor a log record is about: its
-// "actor" attribute, either a name (with "atespace" beside it) or a
-// names.ActorKey group {"name", "atespace"}.
-func loggedActor(rec map[string]any) string {
-	if g, ok := rec["actor"].(map[string]any); ok {
-		name, _ := g["name"].(string)
-		return name
-	}
-	name, _ := rec["actor"].(string)
-	return name
 }
 
 // waitQueued waits until the API server has queued one more resume of
@@ -465,7 +449,7 @@ func TestEvictionNeverTakesBusyOrProtected(t *testing.T) {
 		const budget = 3 * time.Second
 		in := startUp(t, 2, "--park-budget", budget.String())
 		in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
-		in.counterTemplate("pinned", nil, "eviction: {evictable: false}\n")
+		in.pinnedCounterTemplate("pinned")
 		for _, name := range []string{"pinned-1", "pinned-2", "pinned-3"} {
 			in.ate("create", "actor", name, "--template", "pinned")
 		}
@@ -484,8 +468,8 @@ func TestEvictionNeverTakesBusyOrProtected(t *testing.T) {
 			!strings.Contains(body, "park budget of 3s exhausted") {
 			t.Fatalf("GET pinned-3: %d %q Retry-After %q %v; want 503 naming the budget, with Retry-After", code, body, hdr.Get("Retry-After"), err)
 		}
-		if took < budget || took > budget+5*time.Second {
-			t.Errorf("GET pinned-3 answered after %s, want about the park budget (%s)", took, budget)
+		if took < budget {
+			t.Errorf("GET pinned-3 answered after %s, before the park budget (%s) ran out", took, budget)
 		}
 		for name, n := range resumes {
 			in.wantUntouched(name, n)

@@ -265,6 +265,30 @@ func (in *installation) logText() string {
 	return in.log.String()
 }
 
+// logRecords returns `ate up`'s JSON log records with message msg, in
+// order.
+func (in *installation) logRecords(msg string) []map[string]any {
+	var out []map[string]any
+	for line := range strings.Lines(in.logText()) {
+		if !strings.Contains(line, `"msg":"`+msg+`"`) {
+			continue
+		}
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// loggedActor is the name of the actor a log record is about: the name in
+// its "actor" attribute, a names.ActorKey group {"name", "atespace"}.
+func loggedActor(rec map[string]any) string {
+	g, _ := rec["actor"].(map[string]any)
+	name, _ := g["name"].(string)
+	return name
+}
+
 // ate runs the CLI against this installation and returns its stdout; it
 // fails the test if the command fails.
 func (in *installation) ate(args ...string) string {

@@ -188,9 +188,10 @@ func TestRestoreReseeds(t *testing.T) {
 // record for actor names ("" is a cold boot).
 func (in *installation) firstResumeSource(actor string) string {
 	in.t.Helper()
-	for line := range strings.Lines(in.logText()) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "actor resumed" && loggedActor(rec) == actor {
+	for _, rec := range in.logRecords("actor resumed") {
+		// The API server's record, which names the snapshot; the
+		// router's follows it.
+		if _, ok := rec["snapshot"]; ok && loggedActor(rec) == actor {
 			snap, _ := rec["snapshot"].(string)
 			return snap
 		}

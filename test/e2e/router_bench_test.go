@@ -136,9 +136,8 @@ func throughput(conns int, window time.Duration, get func() error) (float64, err
 func BenchmarkRouterParkedMemory(b *testing.B) {
 	const n = 2000
 	in := startUp(b, 1, "--park-budget", "5m")
-	// Not evictable: "busy" must keep the only worker until the test
-	// frees it, or waiting requests would make room by evicting it.
-	in.counterTemplate("counter", nil, "eviction: {evictable: false}\n")
+	// "busy" must keep the only worker until the test frees it.
+	in.pinnedCounterTemplate("counter")
 	for _, name := range []string{"busy", "waiter"} {
 		in.ate("create", "actor", name, "--template", "counter")
 	}

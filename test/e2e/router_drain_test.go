@@ -14,9 +14,8 @@ import (
 func TestRouterDrainOnSIGTERM(t *testing.T) {
 	const n = 50
 	in := startUp(t, 1, "--drain-delay", "2s", "--drain-timeout", "60s")
-	// Not evictable: "busy" must keep the only worker until the test
-	// frees it, or waiting requests would make room by evicting it.
-	in.counterTemplate("counter", nil, "eviction: {evictable: false}\n")
+	// "busy" must keep the only worker until the test frees it.
+	in.pinnedCounterTemplate("counter")
 	for _, name := range []string{"busy", "waiter"} {
 		in.ate("create", "actor", name, "--template", "counter")
 	}

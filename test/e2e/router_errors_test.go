@@ -36,7 +36,12 @@ func TestRouterErrors(t *testing.T) {
 		in.ate("create", "actor", "deaf-1", "--template", "deaf")
 		// Only one sandbox may run when the next subtest kills one. The
 		// suspend works (only a later resume would fail its probe).
-		t.Cleanup(func() { in.suspend("deaf-1") })
+		t.Cleanup(func() {
+			// Reported on this subtest, not through in.t (the parent's).
+			if _, err := in.client.SuspendActor(context.Background(), &atev1.SuspendActorRequest{Atespace: "default", Name: "deaf-1"}); err != nil {
+				t.Errorf("suspend deaf-1: %v", err)
+			}
+		})
 		in.mustCount("default/deaf-1", 1)
 		if code, body := in.do(http.MethodPost, "default/deaf-1", "/unlisten", ""); code != http.StatusOK {
 			t.Fatalf("POST /unlisten = %d %q", code, body)
@@ -169,15 +174,8 @@ func (in *installation) waitLogRecord(t *testing.T, rid, msg, cause string) map[
 	t.Helper()
 	var found map[string]any
 	waitFor(t, fmt.Sprintf("a %q record of request %s with cause %q", msg, rid, cause), 10*time.Second, func() bool {
-		for line := range strings.Lines(in.logText()) {
-			if !strings.Contains(line, rid) {
-				continue
-			}
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) != nil {
-				continue
-			}
-			if err, _ := rec["err"].(string); rec["request_id"] == rid && rec["msg"] == msg && strings.Contains(err, cause) {
+		for _, rec := range in.logRecords(msg) {
+			if err, _ := rec["err"].(string); rec["request_id"] == rid && strings.Contains(err, cause) {
 				found = rec
 				return true
 			}

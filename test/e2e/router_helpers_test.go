@@ -40,6 +40,14 @@ func (in *installation) counterTemplate(name string, env map[string]string, extr
 	in.waitTemplateReady(name)
 }
 
+// pinnedCounterTemplate is counterTemplate with eviction: {evictable:
+// false}: its actors keep their workers until the test frees them, so
+// waiting requests cannot make room by evicting them.
+func (in *installation) pinnedCounterTemplate(name string) {
+	in.t.Helper()
+	in.counterTemplate(name, nil, "eviction: {evictable: false}\n")
+}
+
 // suspend suspends actor name of the default atespace through the API.
 func (in *installation) suspend(name string) {
 	in.t.Helper()

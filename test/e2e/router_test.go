@@ -95,9 +95,8 @@ func TestRouterBurstFromZero(t *testing.T) {
 func TestRouterParking(t *testing.T) {
 	const lot, budget = 5, 2 * time.Second
 	in := startUp(t, 1, "--park-max", fmt.Sprint(lot), "--park-budget", budget.String())
-	// Not evictable: "busy" must keep the only worker until the test
-	// frees it, or waiting requests would make room by evicting it.
-	in.counterTemplate("counter", nil, "eviction: {evictable: false}\n")
+	// "busy" must keep the only worker until the test frees it.
+	in.pinnedCounterTemplate("counter")
 	for _, name := range []string{"busy", "waiter"} {
 		in.ate("create", "actor", name, "--template", "counter")
 	}

@@ -102,14 +102,7 @@ func drainResolver(t *testing.T, ws, warm string, release <-chan struct{}) *fake
 			}
 			return Target{}, false, nil
 		},
-		resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
-			select {
-			case <-release:
-				return targetAt(key, "w3", warm), nil
-			case <-ctx.Done():
-				return Target{}, ctx.Err()
-			}
-		},
+		resume: resumeOnRelease(release, "w3", warm),
 	}
 }
 

@@ -114,14 +114,7 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	const n = 30
 	tunnel := echoTunnel(t, "tunnel", nil)
 	release := make(chan struct{})
-	res := &fakeResolver{t: t, resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
-		select {
-		case <-release:
-			return targetAt(key, "w1", tunnel), nil
-		case <-ctx.Done():
-			return Target{}, ctx.Err()
-		}
-	}}
+	res := &fakeResolver{t: t, resume: resumeOnRelease(release, "w1", tunnel)}
 	srv, h := newRouter(t, Config{}, res)
 
 	count := map[string]int{}
@@ -164,15 +157,7 @@ func TestActivationNamesEvictedActor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tunnel := echoTunnel(t, "tunnel", nil)
 			release := make(chan struct{})
-			res := &fakeResolver{t: t, resumption: Resumption{Evicted: tt.evicted},
-				resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
-					select {
-					case <-release:
-						return targetAt(key, "w1", tunnel), nil
-					case <-ctx.Done():
-						return Target{}, ctx.Err()
-					}
-				}}
+			res := &fakeResolver{t: t, resumption: Resumption{Evicted: tt.evicted}, resume: resumeOnRelease(release, "w1", tunnel)}
 			srv, h := newRouter(t, Config{}, res)
 			count := map[string]int{}
 			for _, r := range coldBurst(t, srv, h, n, release) {
@@ -195,14 +180,7 @@ func TestActivationNamesEvictedActor(t *testing.T) {
 func TestParkMaxExceeded(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
 	release := make(chan struct{})
-	res := &fakeResolver{t: t, resume: func(ctx context.Context, key names.ActorKey) (Target, error) {
-		select {
-		case <-release:
-			return targetAt(key, "w1", tunnel), nil
-		case <-ctx.Done():
-			return Target{}, ctx.Err()
-		}
-	}}
+	res := &fakeResolver{t: t, resume: resumeOnRelease(release, "w1", tunnel)}
 	srv, h := newRouter(t, Config{ParkMax: 2}, res)
 
 	parked := make(chan reply, 2)

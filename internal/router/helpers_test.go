@@ -257,3 +257,16 @@ func coldBurst(t *testing.T, srv *httptest.Server, h *Handler, n int, release ch
 	}
 	return out
 }
+
+// resumeOnRelease is a fakeResolver resume that answers with a target on
+// worker at addr once release is closed, or fails when its context ends.
+func resumeOnRelease(release <-chan struct{}, worker, addr string) func(context.Context, names.ActorKey) (Target, error) {
+	return func(ctx context.Context, key names.ActorKey) (Target, error) {
+		select {
+		case <-release:
+			return targetAt(key, worker, addr), nil
+		case <-ctx.Done():
+			return Target{}, ctx.Err()
+		}
+	}
+}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"substrate.dev/ate/internal/checkpoint"
 )
 
 // Metrics is one set of ate's collectors.
@@ -85,7 +87,7 @@ var (
 	codeClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 	sources     = []string{SourcePaused, SourceDurable, SourceGolden, SourceCold}
 	outcomes    = []string{OutcomeOK, OutcomeFailed}
-	actions     = []string{"suspend", "pause"}
+	actions     = []string{checkpoint.Suspend.String(), checkpoint.Pause.String()}
 	reasons     = []string{"requested", "idle", "evicted", "self_requested"}
 )
 

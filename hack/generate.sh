@@ -8,4 +8,4 @@ command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq p
 [[ -x $cache/bin/protoc-gen-go ]] || GOBIN=$cache/bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 [[ -x $cache/bin/protoc-gen-go-grpc ]] || GOBIN=$cache/bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 protoc -I api --go_out=api --go_opt=paths=source_relative \
-  --go-grpc_out=api --go-grpc_opt=paths=source_relative api/ate/v1/control.proto
+  --go-grpc_out=api --go-grpc_opt=paths=source_relative api/ate/v1/control.proto api/ate/v1/node.proto

@@ -273,6 +273,9 @@ func (m *Manager) dispatch(ctx context.Context) {
 		if !w.Free() || pending[w.Name] {
 			continue
 		}
+		if _, live := m.nodes.Get(w.Node); !live {
+			continue
+		}
 		for i, wt := range waiting {
 			if store.MatchLabels(wt.selector, w.Labels) {
 				if m.queue.hand(wt, w.Name) {
@@ -330,11 +333,28 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 	}
 }
 
-// tryClaim claims a free worker once, on prefer if it has one.
+// tryClaim claims a free worker once: on prefer if it has one, else on
+// the least loaded live node that has one (placement spreads actors
+// across nodes; within a node, workers holding a standby for the
+// template come first). Workers of nodes that are not live are never
+// claimed, so a resume never lands on a node that cannot start it.
 func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
-	ra, w, err := m.store.ClaimWorker(ctx, a, prefer, ready...)
-	if errors.Is(err, store.ErrNoFreeWorker) && prefer != "" {
-		ra, w, err = m.store.ClaimWorker(ctx, a, "", ready...)
+	order := m.nodes.ByLoad()
+	if prefer != "" {
+		if _, live := m.nodes.Get(prefer); live {
+			order = append([]string{prefer}, order...)
+		}
 	}
-	return ra, w, err
+	err := fmt.Errorf("actor %s: %w (no node is registered)", a.Key(), store.ErrNoFreeWorker)
+	for i, n := range order {
+		if i > 0 && n == prefer {
+			continue
+		}
+		var ra *store.Actor
+		var w *store.Worker
+		if ra, w, err = m.store.ClaimWorker(ctx, a, n, ready...); !errors.Is(err, store.ErrNoFreeWorker) {
+			return ra, w, err
+		}
+	}
+	return nil, nil, err
 }

@@ -78,7 +78,7 @@ func (m *Manager) makeRoom(ctx context.Context, waiting []*waiter, workers []*st
 	}
 }
 
-// candidates returns the RUNNING actors on this node's workers that may
+// candidates returns the RUNNING actors on live nodes' workers that may
 // be evicted now, best victim first: lowest template priority, then least
 // recently active. An actor is left out when its template says
 // evictable: false, a request is in flight to it (streams count unless
@@ -92,10 +92,14 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 	// read each per round.
 	tpls := map[[2]string]*store.Template{}
 	for _, w := range workers {
-		if w.Free() || w.Node != m.node.Name() || m.evictingOrFailed(w.Actor, now) {
+		if w.Free() || m.evictingOrFailed(w.Actor, now) {
 			continue
 		}
-		act, ok := m.node.WorkerActivity(w.Name)
+		n, ok := m.nodes.Get(w.Node)
+		if !ok {
+			continue
+		}
+		act, ok := n.WorkerActivity(w.Name)
 		if !ok || act.ActorUID != w.ActorUID {
 			continue
 		}
@@ -232,7 +236,11 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKe
 			// The waiters it was for gave up meanwhile: keep the actor.
 			return nil
 		}
-		act, ok := m.node.WorkerActivity(c.worker.Name)
+		var act node.Activity
+		n, ok := m.nodes.Get(c.worker.Node)
+		if ok {
+			act, ok = n.WorkerActivity(c.worker.Name)
+		}
 		if a.UID != c.actor.UID || a.State != store.Running || a.Worker != c.worker.Name || !ok ||
 			act.ActorUID != a.UID || !evictable(c.policy, act, time.Now()) {
 			// A request slipped in, or the actor moved: leave it.

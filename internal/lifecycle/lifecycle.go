@@ -65,7 +65,7 @@ const (
 // Manager runs workflows. Safe for concurrent use.
 type Manager struct {
 	store  store.Store
-	node   Node
+	nodes  Nodes
 	snaps  Snapshots
 	holder string
 	log    *slog.Logger
@@ -89,12 +89,12 @@ type Manager struct {
 // embedded store, whose file lock guarantees it): workflows are then
 // serialised by the in-process per-actor lock alone, which saves two
 // fsync'd store writes per workflow (BENCHMARKS.md, control plane).
-func New(s store.Store, n Node, snaps Snapshots, holder string, logger *slog.Logger) *Manager {
+func New(s store.Store, n Nodes, snaps Snapshots, holder string, logger *slog.Logger) *Manager {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{store: s, node: n, snaps: snaps, holder: holder, log: logger, ctx: ctx, cancel: cancel}
+	return &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, ctx: ctx, cancel: cancel}
 }
 
 // SetMetrics makes the manager record its workflows in l. Call it before
@@ -200,11 +200,9 @@ func sameLifecycle(a, b *store.Actor) bool {
 // workflow that died (this process holds its lease now, so none runs) to a
 // resumable state at its last snapshot, freeing its worker.
 func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string) (*store.Actor, error) {
-	if a.Worker != "" {
-		if err := m.node.Stop(ctx, a.Worker, a.UID); err != nil {
-			m.log.WarnContext(ctx, "stop during recovery", "actor", a.Key(), "worker", a.Worker, "err", err)
-		}
-	}
+	// A worker of a lost node has no sandbox to stop; the node is told to
+	// destroy it if it ever comes back (nodeagent's stop orders).
+	m.stopSandbox(ctx, a)
 	n := *a
 	n.State, n.Worker, n.Message = store.Crashed, "", why
 	out, err := m.update(ctx, a, &n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,10 +130,22 @@ func newEnv(t *testing.T) *env {
 		must(t, st.PutWorker(ctx, &store.Worker{Name: w, Node: "n1"}))
 	}
 	n := &fakeNode{name: "n1"}
-	m := New(st, n, snaps, "test", nil)
+	m := New(st, testNodes{n: n, live: []string{"n1", "n2"}}, snaps, "test", nil)
 	t.Cleanup(m.Close)
 	return &env{st: st, node: n, snaps: snaps, m: m, actor: a}
 }
+
+// testNodes answers for every node in live with the one fake node, as
+// if each were registered.
+type testNodes struct {
+	n    *fakeNode
+	live []string
+}
+
+func (t testNodes) Get(name string) (Node, bool)  { return t.n, slices.Contains(t.live, name) }
+func (t testNodes) ForWorker(string) (Node, bool) { return t.n, true }
+func (t testNodes) ByLoad() []string              { return t.live }
+func (t testNodes) All() []Node                   { return []Node{t.n} }
 
 func must(t *testing.T, err error) {
 	t.Helper()

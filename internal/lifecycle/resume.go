@@ -91,7 +91,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		return nil, err
 	}
 	prev := a.State
-	a, w, evicted, err := m.claim(ctx, a, src.node, m.node.StandbyWorkers(tpl.Spec, tpl.ImageDigest))
+	a, w, evicted, err := m.claim(ctx, a, src.node, m.standbyWorkers(tpl.Spec, tpl.ImageDigest))
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,11 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	if src.paused && w.Node != src.node {
 		// The paused node had no free worker: the checkpoint moves only
 		// once uploaded to the snapshot store.
-		ref, uerr := m.node.Upload(nctx, src.ref, a.UID, checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
+		pausedOn, uerr := m.nodeNamed(src.node)
+		ref := ""
+		if uerr == nil {
+			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
+		}
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
 		}
@@ -120,14 +124,18 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		moved.PausedSnapshot, moved.Node, moved.Snapshot = "", "", ref
 		stored, err := m.update(nctx, a, &moved)
 		if err != nil {
-			m.dropSnapshot(ref, false)
+			m.dropSnapshot(ref)
 			return nil, m.lateFinisher(nctx, a, prev, err)
 		}
-		_ = m.node.DeletePaused(src.ref)
+		_ = pausedOn.DeletePaused(src.ref)
 		a, prev, src = stored, store.Suspended, source{ref: ref}
 	}
 	start := time.Now()
-	err = m.node.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
+	on, err := m.nodeNamed(w.Node)
+	if err != nil {
+		return nil, m.resumeFailed(nctx, a, prev, err)
+	}
+	err = on.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
 		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest})
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
@@ -147,7 +155,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		// The paused copy is now older than the running actor and nothing
 		// points to it; removing it (a few ms for a small actor) need not
 		// delay the request that woke the actor.
-		m.goOwned(func(context.Context) { _ = m.node.DeletePaused(src.ref) })
+		m.goOwned(func(context.Context) { _ = on.DeletePaused(src.ref) })
 	}
 	if out.Snapshot != oldDurable {
 		m.deleteOld(ctx, a, oldDurable)
@@ -208,24 +216,12 @@ func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 	return source{kind: metrics.SourceCold}
 }
 
-// nodeAlive reports whether any worker of node is registered. The
-// manager's own node is alive by construction, which keeps the common
-// paused resume free of a scan over every worker (BENCHMARKS.md, Control
-// plane: Registered workers); another node's liveness still takes one.
-func (m *Manager) nodeAlive(ctx context.Context, node string) (bool, error) {
-	if node == m.node.Name() {
-		return true, nil
-	}
-	workers, err := m.store.ListWorkers(ctx)
-	if err != nil {
-		return false, err
-	}
-	for _, w := range workers {
-		if w.Node == node {
-			return true, nil
-		}
-	}
-	return false, nil
+// nodeAlive reports whether node is registered and heartbeating: an
+// in-memory lookup, so a paused resume scans no workers (BENCHMARKS.md,
+// Control plane: Registered workers).
+func (m *Manager) nodeAlive(_ context.Context, node string) (bool, error) {
+	_, ok := m.nodes.Get(node)
+	return ok, nil
 }
 
 // resumeFailed puts the actor back in the state Resume found it (minus
@@ -249,7 +245,7 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.A
 // RESUMING does it put the actor back, so it is never RUNNING without a
 // worker nor SUSPENDED without its snapshot.
 func (m *Manager) lateFinisher(ctx context.Context, a *store.Actor, prev store.ActorState, cause error) error {
-	_ = m.node.Stop(ctx, a.Worker, a.UID)
+	m.stopSandbox(ctx, a)
 	cur, err := m.store.GetActor(ctx, a.Key())
 	if err == nil && cur.UID == a.UID && cur.State == store.Resuming && cur.Worker == a.Worker {
 		back := *cur

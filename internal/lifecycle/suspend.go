@@ -124,7 +124,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	if err != nil {
 		return nil, err
 	}
-	ref, err := m.node.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+	on, err := m.nodeOf(a.Worker)
+	ref := ""
+	if err == nil {
+		ref, err = on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+	}
 	if err != nil {
 		// The sandbox may be gone; the last snapshot is still good.
 		crashed := *a
@@ -140,7 +144,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	done.Worker, done.Message = "", why.message(action.Done(), idleAfter)
 	done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
 	if paused {
-		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, m.node.Name()
+		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, on.Name()
 	} else {
 		done.State, done.Snapshot = store.Suspended, ref
 	}
@@ -148,7 +152,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	m.workerFreed()
 	if err != nil {
 		// Lost the race: the new snapshot is referenced by nobody.
-		m.dropSnapshot(ref, paused)
+		if paused {
+			_ = on.DeletePaused(ref)
+		} else {
+			m.dropSnapshot(ref)
+		}
 		return nil, err
 	}
 	if !paused {
@@ -169,7 +177,11 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	if err != nil {
 		return nil, err
 	}
-	ref, err := m.node.Upload(ctx, a.PausedSnapshot, a.UID, opts.Scope)
+	on, err := m.nodeNamed(a.Node)
+	ref := ""
+	if err == nil {
+		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, opts.Scope)
+	}
 	if err != nil {
 		back := *a
 		back.State, back.Message = store.Paused, "upload of the paused checkpoint failed: "+err.Error()
@@ -181,21 +193,16 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	done.Message, done.Reason, done.EvictedFor = why.message(checkpoint.Suspend.Done(), idleAfter), why.Reason, why.EvictedFor
 	out, err := m.update(ctx, a, &done)
 	if err != nil {
-		m.dropSnapshot(ref, false)
+		m.dropSnapshot(ref)
 		return nil, err
 	}
-	_ = m.node.DeletePaused(a.PausedSnapshot)
+	_ = on.DeletePaused(a.PausedSnapshot)
 	m.deleteOld(ctx, a, a.Snapshot)
 	return out, nil
 }
 
-func (m *Manager) dropSnapshot(ref string, paused bool) {
-	if paused {
-		_ = m.node.DeletePaused(ref)
-		return
-	}
-	_ = m.snaps.Delete(ref)
-}
+// dropSnapshot deletes a durable snapshot nobody came to point at.
+func (m *Manager) dropSnapshot(ref string) { _ = m.snaps.Delete(ref) }
 
 // deleteOld removes the actor's previous snapshot; the golden snapshot
 // belongs to its template and is never removed here.
@@ -225,17 +232,15 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 		default:
 			return fmt.Errorf("%w: actor %s is %s and cannot be reverted", ErrFailedPrecondition, a.Key(), a.State)
 		}
-		if a.Worker != "" {
-			_ = m.node.Stop(ctx, a.Worker, a.UID)
-		}
+		m.stopSandbox(ctx, a)
 		r := *a
 		r.State, r.Worker, r.PausedSnapshot, r.Node = store.Suspended, "", "", ""
 		r.Message = "reverted to the last durable snapshot"
 		if out, err = m.update(ctx, a, &r); err != nil {
 			return err
 		}
-		if a.PausedSnapshot != "" {
-			_ = m.node.DeletePaused(a.PausedSnapshot)
+		if n, ok := m.nodes.Get(a.Node); ok && a.PausedSnapshot != "" {
+			_ = n.DeletePaused(a.PausedSnapshot)
 		}
 		m.workerFreed()
 		m.log.InfoContext(ctx, "actor reverted", "actor", a.Key(), "from", a.State, "snapshot", a.Snapshot)
@@ -258,9 +263,7 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 			return fmt.Errorf("%w: actor %s is %s; suspend it first (ate suspend actor %s -n %s) or delete with --force",
 				ErrFailedPrecondition, a.Key(), a.State, a.Name, a.Atespace)
 		}
-		if a.Worker != "" {
-			_ = m.node.Stop(ctx, a.Worker, a.UID)
-		}
+		m.stopSandbox(ctx, a)
 		if err := m.store.DeleteActor(ctx, a); err != nil {
 			return err
 		}
@@ -270,7 +273,7 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 		if err := m.snaps.DeleteOwner(a.UID); err != nil {
 			m.log.WarnContext(ctx, "delete snapshots", "actor", a.Key(), "err", err)
 		}
-		m.node.ForgetActor(a.UID)
+		m.forgetActor(a.UID)
 		return nil
 	})
 }
@@ -293,4 +296,15 @@ func (m *Manager) SuspendAll(ctx context.Context) error {
 		}
 	}
 	return first
+}
+
+// stopSandbox stops the sandbox of the actor's worker, if it holds one on
+// a live node: a lost node's sandboxes are destroyed when it comes back.
+func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) {
+	if a.Worker == "" {
+		return
+	}
+	if n, ok := m.nodes.ForWorker(a.Worker); ok {
+		_ = n.Stop(ctx, a.Worker, a.UID)
+	}
 }

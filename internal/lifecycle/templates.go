@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"substrate.dev/ate/internal/store"
 )
@@ -20,7 +22,11 @@ func (m *Manager) StartGoldenBuild(t *store.Template) {
 // stays BUILDING, and Recover builds it again.
 func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	log := m.log.With("template", t.Name, "atespace", t.Atespace)
-	ref, digest, err := m.node.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
+	ref, digest := "", ""
+	n, err := m.builder(ctx)
+	if err == nil {
+		ref, digest, err = n.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
+	}
 	if err != nil && ctx.Err() != nil {
 		log.InfoContext(ctx, "golden build cancelled; left for the next start-up", "err", err)
 		return
@@ -63,5 +69,23 @@ func (m *Manager) resumeGoldenBuilds(ctx context.Context) error {
 func (m *Manager) DeleteTemplateSnapshots(ctx context.Context, t *store.Template) {
 	if err := m.snaps.DeleteOwner(t.UID); err != nil {
 		m.log.WarnContext(ctx, "delete golden snapshot", "template", t.Name, "err", err)
+	}
+}
+
+// builder returns the least loaded live node to build on, waiting (until
+// ctx ends) while none is registered: a template created before any node
+// joined builds once one does.
+func (m *Manager) builder(ctx context.Context) (Node, error) {
+	for {
+		for _, name := range m.nodes.ByLoad() {
+			if n, ok := m.nodes.Get(name); ok {
+				return n, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: no node registered to build on: %w", ErrNodeUnavailable, ctx.Err())
+		case <-time.After(claimPoll):
+		}
 	}
 }

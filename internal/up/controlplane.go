@@ -133,7 +133,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	// sees to that), so it needs no store leases: the in-process lock
 	// serialises workflows, and a restarted process never waits out a
 	// dead predecessor's lease.
-	cp.Lifecycle = lifecycle.New(cp.Store, cp.Node, cp.Snapshots, "", log)
+	cp.Lifecycle = lifecycle.New(cp.Store, lifecycle.OneNode(cp.Node), cp.Snapshots, "", log)
 	if cfg.Metrics != nil {
 		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
 	}

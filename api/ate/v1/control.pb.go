@@ -2753,6 +2753,198 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 	return nil
 }
 
+// Node is the API server's view of a registered node (`ate get nodes`).
+type Node struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// READY (heartbeating) or LOST (no heartbeat within the deadline, or
+	// its stream ended; its workers left the pool).
+	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	Address       string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	TunnelAddress string                 `protobuf:"bytes,4,opt,name=tunnel_address,json=tunnelAddress,proto3" json:"tunnel_address,omitempty"`
+	Epoch         int64                  `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Workers       int32                  `protobuf:"varint,6,opt,name=workers,proto3" json:"workers,omitempty"`
+	FreeWorkers   int32                  `protobuf:"varint,7,opt,name=free_workers,json=freeWorkers,proto3" json:"free_workers,omitempty"`
+	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
+	// message says why a node is LOST.
+	Message       string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_ate_v1_control_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *Node) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Node) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *Node) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Node) GetTunnelAddress() string {
+	if x != nil {
+		return x.TunnelAddress
+	}
+	return ""
+}
+
+func (x *Node) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Node) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *Node) GetFreeWorkers() int32 {
+	if x != nil {
+		return x.FreeWorkers
+	}
+	return 0
+}
+
+func (x *Node) GetLastHeartbeat() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeartbeat
+	}
+	return nil
+}
+
+func (x *Node) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type ListNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
+}
+
+type ListNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListNodesResponse) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -2955,7 +3147,20 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x14\n" +
 	"\x12ListWorkersRequest\"?\n" +
 	"\x13ListWorkersResponse\x12(\n" +
-	"\aworkers\x18\x01 \x03(\v2\x0e.ate.v1.WorkerR\aworkers*\x97\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x0e.ate.v1.WorkerR\aworkers\"\xa1\x02\n" +
+	"\x04Node\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12%\n" +
+	"\x0etunnel_address\x18\x04 \x01(\tR\rtunnelAddress\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\aworkers\x18\x06 \x01(\x05R\aworkers\x12!\n" +
+	"\ffree_workers\x18\a \x01(\x05R\vfreeWorkers\x12A\n" +
+	"\x0elast_heartbeat\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\x12\n" +
+	"\x10ListNodesRequest\"7\n" +
+	"\x11ListNodesResponse\x12\"\n" +
+	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -2974,7 +3179,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xb9\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xfb\n" +
 	"\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
@@ -2997,7 +3202,8 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"PauseActor\x12\x19.ate.v1.PauseActorRequest\x1a\r.ate.v1.Actor\x128\n" +
 	"\vRevertActor\x12\x1a.ate.v1.RevertActorRequest\x1a\r.ate.v1.Actor\x12O\n" +
 	"\x0eRecordActivity\x12\x1d.ate.v1.RecordActivityRequest\x1a\x1e.ate.v1.RecordActivityResponse\x12F\n" +
-	"\vListWorkers\x12\x1a.ate.v1.ListWorkersRequest\x1a\x1b.ate.v1.ListWorkersResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\vListWorkers\x12\x1a.ate.v1.ListWorkersRequest\x1a\x1b.ate.v1.ListWorkersResponse\x12@\n" +
+	"\tListNodes\x12\x18.ate.v1.ListNodesRequest\x1a\x19.ate.v1.ListNodesResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -3012,7 +3218,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -3060,22 +3266,25 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*Worker)(nil),                      // 43: ate.v1.Worker
 	(*ListWorkersRequest)(nil),          // 44: ate.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil),         // 45: ate.v1.ListWorkersResponse
-	nil,                                 // 46: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 47: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 48: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 49: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 50: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 51: google.protobuf.Timestamp
+	(*Node)(nil),                        // 46: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 47: ate.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 48: ate.v1.ListNodesResponse
+	nil,                                 // 49: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 50: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 51: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 52: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 53: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 54: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	51, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	54, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	46, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	49, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	10, // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	14, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	9,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	15, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	47, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	50, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	12, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	11, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	13, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -3084,67 +3293,71 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	18, // 13: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	16, // 14: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	20, // 15: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	51, // 16: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	54, // 16: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	21, // 17: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	21, // 18: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 19: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	48, // 20: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	51, // 21: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	51, // 22: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	51, // 23: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	51, // 20: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	54, // 21: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	54, // 22: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	54, // 23: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 24: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
 	28, // 25: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	28, // 26: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	49, // 27: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	52, // 27: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 28: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 29: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	51, // 30: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	54, // 30: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	40, // 31: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	50, // 32: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	53, // 32: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	43, // 33: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	3,  // 34: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	4,  // 35: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	5,  // 36: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	7,  // 37: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	22, // 38: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	23, // 39: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	24, // 40: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	26, // 41: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	29, // 42: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	30, // 43: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	31, // 44: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	33, // 45: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	34, // 46: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	36, // 47: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	37, // 48: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	38, // 49: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	39, // 50: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	41, // 51: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	44, // 52: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	2,  // 53: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	2,  // 54: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	6,  // 55: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	8,  // 56: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	21, // 57: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	21, // 58: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	25, // 59: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	27, // 60: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	28, // 61: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	28, // 62: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	32, // 63: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	28, // 64: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	35, // 65: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	28, // 66: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	28, // 67: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	28, // 68: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	28, // 69: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	42, // 70: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	45, // 71: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	53, // [53:72] is the sub-list for method output_type
-	34, // [34:53] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	54, // 34: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	46, // 35: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	3,  // 36: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	4,  // 37: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	5,  // 38: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	7,  // 39: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	22, // 40: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	23, // 41: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	24, // 42: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	26, // 43: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	29, // 44: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	30, // 45: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	31, // 46: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	33, // 47: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	34, // 48: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	36, // 49: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	37, // 50: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	38, // 51: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	39, // 52: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	41, // 53: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	44, // 54: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	47, // 55: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	2,  // 56: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	2,  // 57: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	6,  // 58: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	8,  // 59: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	21, // 60: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	21, // 61: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	25, // 62: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	27, // 63: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	28, // 64: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	28, // 65: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	32, // 66: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	28, // 67: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	35, // 68: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	28, // 69: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	28, // 70: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	28, // 71: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	28, // 72: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	42, // 73: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	45, // 74: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	48, // 75: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	56, // [56:76] is the sub-list for method output_type
+	36, // [36:56] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -3159,7 +3372,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

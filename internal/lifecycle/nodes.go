@@ -1,0 +1,77 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// Nodes finds the node agents workflows run on: the one in-process node of
+// `ate up` (OneNode) or the nodes registered with the API server
+// (internal/nodeagent.Registry). Implementations are safe for concurrent
+// use.
+type Nodes interface {
+	// Get returns the live node named name; ok is false when no node of
+	// that name is registered and heartbeating.
+	Get(name string) (n Node, ok bool)
+	// ForWorker returns the live node that owns worker.
+	ForWorker(worker string) (n Node, ok bool)
+	// ByLoad returns the names of the live nodes, the least loaded
+	// (fewest actors hosted per worker) first: the order new actors are
+	// placed in.
+	ByLoad() []string
+	// All returns every live node.
+	All() []Node
+}
+
+// ErrNodeUnavailable: the node a workflow step needs is not registered
+// (lost, or never joined).
+var ErrNodeUnavailable = errors.New("node unavailable")
+
+// OneNode is the Nodes of a single node that is always live.
+func OneNode(n Node) Nodes { return oneNode{n} }
+
+type oneNode struct{ n Node }
+
+func (o oneNode) Get(name string) (Node, bool) { return o.n, name == o.n.Name() }
+
+// ForWorker is always the one node: every registered worker is its.
+func (o oneNode) ForWorker(string) (Node, bool) { return o.n, true }
+func (o oneNode) ByLoad() []string              { return []string{o.n.Name()} }
+func (o oneNode) All() []Node                   { return []Node{o.n} }
+
+// nodeOf returns the node owning worker, or ErrNodeUnavailable.
+func (m *Manager) nodeOf(worker string) (Node, error) {
+	n, ok := m.nodes.ForWorker(worker)
+	if !ok {
+		return nil, fmt.Errorf("%w: no live node owns worker %s", ErrNodeUnavailable, worker)
+	}
+	return n, nil
+}
+
+// nodeNamed returns the live node called name, or ErrNodeUnavailable.
+func (m *Manager) nodeNamed(name string) (Node, error) {
+	n, ok := m.nodes.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: node %s is not registered", ErrNodeUnavailable, name)
+	}
+	return n, nil
+}
+
+// standbyWorkers lists, across live nodes, the free workers holding a
+// sandbox prepared for the template; claims prefer them.
+func (m *Manager) standbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
+	var out []string
+	for _, n := range m.nodes.All() {
+		out = append(out, n.StandbyWorkers(spec, imageDigest)...)
+	}
+	return out
+}
+
+// forgetActor tells every live node to drop what it keeps of an actor.
+func (m *Manager) forgetActor(actorUID string) {
+	for _, n := range m.nodes.All() {
+		n.ForgetActor(actorUID)
+	}
+}

@@ -34,7 +34,9 @@ type Server struct {
 	sandboxClass string
 	// images, if set, checks templates' images at creation (images.go).
 	images ImageInspector
-	log    *slog.Logger
+	// nodes answers ListNodes; nil lists none.
+	nodes NodeLister
+	log   *slog.Logger
 }
 
 var _ atev1.ControlServer = (*Server)(nil)

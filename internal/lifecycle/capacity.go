@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -269,11 +270,10 @@ func (m *Manager) dispatch(ctx context.Context) {
 		m.log.WarnContext(ctx, "capacity: list workers", "err", err)
 		return
 	}
+	// Only nodes that take new actors (live, not draining) get claims.
+	placeable := m.nodes.ByLoad()
 	for _, w := range workers {
-		if !w.Free() || pending[w.Name] {
-			continue
-		}
-		if _, live := m.nodes.Get(w.Node); !live {
+		if !w.Free() || pending[w.Name] || !slices.Contains(placeable, w.Node) {
 			continue
 		}
 		for i, wt := range waiting {
@@ -340,10 +340,8 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 // claimed, so a resume never lands on a node that cannot start it.
 func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
 	order := m.nodes.ByLoad()
-	if prefer != "" {
-		if _, live := m.nodes.Get(prefer); live {
-			order = append([]string{prefer}, order...)
-		}
+	if prefer != "" && slices.Contains(order, prefer) {
+		order = append([]string{prefer}, order...)
 	}
 	err := fmt.Errorf("actor %s: %w (no node is registered)", a.Key(), store.ErrNoFreeWorker)
 	for i, n := range order {

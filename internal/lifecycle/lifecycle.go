@@ -219,6 +219,26 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 // start-up does not grow with the number of actors; CollectGarbage, which
 // does, runs afterwards while the API serves.
 func (m *Manager) Recover(ctx context.Context) error {
+	if err := m.recoverWorkers(ctx); err != nil {
+		return err
+	}
+	return m.RecoverStore(ctx)
+}
+
+// RecoverStore is Recover for an API server whose nodes run apart from it
+// and outlive it: their actors are left as they are, to be reconciled by
+// each node's registration (internal/nodeagent); it only clears snapshot
+// staging and restarts unfinished golden builds.
+func (m *Manager) RecoverStore(ctx context.Context) error {
+	if err := m.snaps.ClearStaging(); err != nil {
+		return fmt.Errorf("clear snapshot staging: %w", err)
+	}
+	return m.resumeGoldenBuilds(ctx)
+}
+
+// recoverWorkers marks every actor that holds a worker CRASHED at its
+// last snapshot: its sandbox died with the previous process.
+func (m *Manager) recoverWorkers(ctx context.Context) error {
 	workers, err := m.store.ListWorkers(ctx)
 	if err != nil {
 		return err
@@ -242,10 +262,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return fmt.Errorf("recover actor %s: %w", w.Actor, err)
 		}
 	}
-	if err := m.snaps.ClearStaging(); err != nil {
-		return fmt.Errorf("clear snapshot staging: %w", err)
-	}
-	return m.resumeGoldenBuilds(ctx)
+	return nil
 }
 
 // CollectGarbage deletes every durable snapshot staged before cutoff that

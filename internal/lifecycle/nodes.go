@@ -1,10 +1,12 @@
 package lifecycle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/store"
 )
 
 // Nodes finds the node agents workflows run on: the one in-process node of
@@ -17,7 +19,8 @@ type Nodes interface {
 	Get(name string) (n Node, ok bool)
 	// ForWorker returns the live node that owns worker.
 	ForWorker(worker string) (n Node, ok bool)
-	// ByLoad returns the names of the live nodes, the least loaded
+	// ByLoad returns the names of the live nodes that take new actors
+	// (not draining), the least loaded
 	// (fewest actors hosted per worker) first: the order new actors are
 	// placed in.
 	ByLoad() []string
@@ -74,4 +77,54 @@ func (m *Manager) forgetActor(actorUID string) {
 	for _, n := range m.nodes.All() {
 		n.ForgetActor(actorUID)
 	}
+}
+
+// WorkersLost is the node registry's report that workers are gone with
+// their sandboxes (their node stopped heartbeating, or came back as a new
+// process without them): each actor holding one becomes CRASHED at its
+// last durable snapshot, resumable on any other node, with why as its
+// message; then the workers leave the pool. A PAUSED actor whose node is
+// gone falls back to its durable snapshot at its next resume (sourceFor).
+// It tries every worker and returns the first error.
+func (m *Manager) WorkersLost(ctx context.Context, workers []*store.Worker, why string) error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, w := range workers {
+		if !w.Free() {
+			keep(m.withActor(ctx, w.Actor, func() error {
+				a, err := m.store.GetActor(ctx, w.Actor)
+				if err != nil || a.UID != w.ActorUID || a.Worker != w.Name {
+					return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
+				}
+				_, err = m.recoverLocked(ctx, a, why)
+				return err
+			}))
+		}
+		keep(m.store.DeleteWorker(ctx, w.Name))
+	}
+	return first
+}
+
+// SuspendNode checkpoints (with the template's idle action, suspend when
+// it has none) every actor holding a worker of node: the node's drain
+// before it stops. It tries each actor once and returns the first error.
+func (m *Manager) SuspendNode(ctx context.Context, node string) error {
+	workers, err := m.store.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, w := range workers {
+		if w.Free() || w.Node != node {
+			continue
+		}
+		if _, err := m.Suspend(ctx, w.Actor); err != nil && first == nil {
+			first = fmt.Errorf("suspend %s: %w", w.Actor, err)
+		}
+	}
+	return first
 }

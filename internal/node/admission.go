@@ -197,7 +197,7 @@ func (g *gate) activity() (Activity, bool) {
 // request ends.
 func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, release func(), ok bool) {
 	s, err := n.slot(worker)
-	if err != nil {
+	if err != nil || n.fenced.Load() {
 		return tunnelTarget{}, nil, false
 	}
 	container, port, done, ok := s.gate.enter(actorUID, stream)
@@ -233,3 +233,9 @@ func (n *Node) cutState(worker string) (container string, cut bool) {
 	}
 	return s.gate.cutState()
 }
+
+// Fence makes the tunnel refuse every request as stale (421, so routers
+// re-resolve) while on: a node out of touch with the API server longer
+// than its loss deadline may have been declared lost, its actors resumed
+// elsewhere, and must not serve them from here (docs/nodes.md).
+func (n *Node) Fence(on bool) { n.fenced.Store(on) }

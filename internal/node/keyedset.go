@@ -50,3 +50,16 @@ func (k *keyedSet[V]) take(key string) []V {
 	delete(k.all, key)
 	return out
 }
+
+// copyAll returns a copy of every non-empty key's members.
+func (k *keyedSet[V]) copyAll() map[string][]V {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string][]V, len(k.all))
+	for key, vs := range k.all {
+		if len(vs) > 0 {
+			out[key] = slices.Collect(maps.Keys(vs))
+		}
+	}
+	return out
+}

@@ -132,6 +132,8 @@ type Node struct {
 	// onIdle is told when a worker's last request other than streams
 	// ends (admission.go); nil when nobody listens.
 	onIdle atomic.Pointer[func(worker string)]
+	// fenced refuses all tunnel traffic (Fence).
+	fenced atomic.Bool
 
 	// conns pools HTTP connections into sandboxes for the tunnel and
 	// the wakeup probe; open tracks them per container (tunnel.go).

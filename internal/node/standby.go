@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -162,6 +164,26 @@ func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *san
 // there waits for the preparation first, which made a resume right after
 // a suspend (on the worker it freed) much slower than on a worker that
 // was ready (BENCHMARKS.md, Activation latency).
+// StandbyKey names the template (spec and image digest) a standby is
+// prepared for, as Standbys reports it: a hex SHA-256, equal for equal
+// containers.
+func StandbyKey(spec *atev1.ActorTemplateSpec, imageDigest string) string {
+	sum := sha256.Sum256([]byte((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key()))
+	return hex.EncodeToString(sum[:])
+}
+
+// Standbys returns, by StandbyKey, the free workers whose standby is
+// ready: what a remote API server mirrors to prefer them (nodeagent).
+func (n *Node) Standbys() map[string][]string {
+	out := map[string][]string{}
+	for key, workers := range n.standbys.ready.copyAll() {
+		sum := sha256.Sum256([]byte(key))
+		slices.Sort(workers)
+		out[hex.EncodeToString(sum[:])] = workers
+	}
+	return out
+}
+
 func (n *Node) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
 	workers := n.standbys.ready.members((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
 	slices.Sort(workers)

@@ -39,6 +39,11 @@ const (
 	NodeEvent_IDLE NodeEvent_Kind = 2
 	// The actor asked for its own checkpoint (action is suspend or pause).
 	NodeEvent_SELF_REQUEST NodeEvent_Kind = 3
+	// The node is shutting down: checkpoint what it hosts and place
+	// nothing new on it.
+	NodeEvent_DRAIN NodeEvent_Kind = 4
+	// The node is leaving now (after a drain): its workers leave the pool.
+	NodeEvent_LEAVE NodeEvent_Kind = 5
 )
 
 // Enum value maps for NodeEvent_Kind.
@@ -48,12 +53,16 @@ var (
 		1: "EXITED",
 		2: "IDLE",
 		3: "SELF_REQUEST",
+		4: "DRAIN",
+		5: "LEAVE",
 	}
 	NodeEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"EXITED":           1,
 		"IDLE":             2,
 		"SELF_REQUEST":     3,
+		"DRAIN":            4,
+		"LEAVE":            5,
 	}
 )
 
@@ -1734,18 +1743,20 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\aworkers\x18\x06 \x03(\v2\x12.ate.v1.NodeWorkerR\aworkers\"p\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
-	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xca\x01\n" +
+	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xe0\x01\n" +
 	"\tNodeEvent\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.ate.v1.NodeEvent.KindR\x04kind\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12\x16\n" +
-	"\x06action\x18\x04 \x01(\tR\x06action\"D\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\"Z\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06EXITED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\x10\n" +
-	"\fSELF_REQUEST\x10\x03\"\xa1\x01\n" +
+	"\fSELF_REQUEST\x10\x03\x12\t\n" +
+	"\x05DRAIN\x10\x04\x12\t\n" +
+	"\x05LEAVE\x10\x05\"\xa1\x01\n" +
 	"\vNodeMessage\x12)\n" +
 	"\x05hello\x18\x01 \x01(\v2\x11.ate.v1.NodeHelloH\x00R\x05hello\x125\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x15.ate.v1.NodeHeartbeatH\x00R\theartbeat\x12)\n" +

@@ -1,0 +1,319 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/node"
+)
+
+// AgentConfig configures an Agent.
+type AgentConfig struct {
+	// Node is the node agent announced; its workers are registered.
+	Node *node.Node
+	// Conn reaches the API server's NodeRegistry.
+	Conn grpc.ClientConnInterface
+	// Address is where this node's NodeAgent service listens, as the API
+	// server must dial it (host:port).
+	Address      string
+	TunnelAddr   string
+	SandboxClass string
+	Logger       *slog.Logger
+}
+
+// Agent keeps the node registered with the API server: it holds one
+// Register stream open (reconnecting with backoff when it breaks), sends
+// the hello, a heartbeat every interval the API server asks for, and the
+// node's events, and obeys stop orders. While it has been out of touch
+// longer than the API server's loss deadline, it fences the node (the
+// tunnel refuses all traffic as stale): the API server may have declared
+// it lost and resumed its actors elsewhere.
+type Agent struct {
+	cfg   AgentConfig
+	log   *slog.Logger
+	epoch int64
+
+	mu     sync.Mutex
+	events []*atev1.NodeEvent
+	wake   chan struct{}
+
+	// rejected is the API server's last refusal (e.g. the name is live
+	// elsewhere); Run logs it and retries.
+	rejected error
+}
+
+// NewAgent returns an agent for cfg.Node; call Run.
+func NewAgent(cfg AgentConfig) *Agent {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1)}
+}
+
+// Epoch is this process's registration epoch.
+func (a *Agent) Epoch() int64 { return a.epoch }
+
+// Report queues an event for the API server (exits, idle workers,
+// self-service requests, the drain); it never blocks.
+func (a *Agent) Report(ev *atev1.NodeEvent) {
+	a.mu.Lock()
+	a.events = append(a.events, ev)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Exited, Idle and SelfRequest are the node's handlers
+// (node.SetExitHandler, SetIdleHandler, ServeSelfService) forwarding to
+// the API server.
+func (a *Agent) Exited(worker, actorUID string) {
+	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_EXITED, Worker: worker, ActorUid: actorUID})
+}
+
+// Idle implements the node's idle handler.
+func (a *Agent) Idle(worker string) {
+	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_IDLE, Worker: worker})
+}
+
+// SelfRequest implements node.SelfFunc.
+func (a *Agent) SelfRequest(worker, actorUID string, action checkpoint.Action) {
+	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_SELF_REQUEST, Worker: worker, ActorUid: actorUID, Action: action.String()})
+}
+
+// Backoff bounds between registration attempts.
+const (
+	minBackoff = 200 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// Run keeps the node registered until ctx ends. The first registration's
+// outcome is sent on first (nil once welcomed, else the refusal), so a
+// caller can fail start-up on a name already live elsewhere instead of
+// retrying forever; later breaks are retried.
+func (a *Agent) Run(ctx context.Context, first chan<- error) error {
+	backoff := minBackoff
+	var lastTouch time.Time // the last moment the API server heard us
+	lostAfter := time.Duration(0)
+	for ctx.Err() == nil {
+		welcomed, err := a.session(ctx, func(la time.Duration) {
+			lostAfter = la
+			if first != nil {
+				first <- nil
+				first = nil
+			}
+			backoff = minBackoff
+		}, &lastTouch)
+		if ctx.Err() != nil {
+			break
+		}
+		if first != nil && !welcomed && status.Code(err) != codes.Unavailable {
+			first <- err
+			first = nil
+		}
+		a.log.Warn("node registration interrupted; retrying", "err", err, "backoff", backoff)
+		if lostAfter > 0 && !lastTouch.IsZero() && time.Since(lastTouch) > lostAfter*3/4 {
+			a.cfg.Node.Fence(true)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+	return nil
+}
+
+// session runs one Register stream: hello, welcome (welcomed is called
+// with the loss deadline), then heartbeats and events until it breaks.
+func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Duration), lastTouch *time.Time) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := atev1.NewNodeRegistryClient(a.cfg.Conn).Register(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Hello{Hello: a.hello()}}); err != nil {
+		return false, err
+	}
+	var heartbeat, lostAfter time.Duration
+	for heartbeat == 0 {
+		in, err := stream.Recv()
+		if err != nil {
+			return false, err
+		}
+		switch m := in.GetMsg().(type) {
+		case *atev1.RegistryMessage_Stop:
+			a.stop(ctx, m.Stop)
+		case *atev1.RegistryMessage_Welcome:
+			heartbeat = time.Duration(m.Welcome.GetHeartbeatMs()) * time.Millisecond
+			lostAfter = time.Duration(m.Welcome.GetLostAfterMs()) * time.Millisecond
+		}
+	}
+	if heartbeat <= 0 {
+		return false, errors.New("registry sent no heartbeat interval")
+	}
+	*lastTouch = time.Now()
+	a.cfg.Node.Fence(false)
+	welcomed(lostAfter)
+	a.log.Info("node registered", "node", a.cfg.Node.Name(), "epoch", a.epoch, "heartbeat", heartbeat, "lostAfter", lostAfter)
+
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			in, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if m, ok := in.GetMsg().(*atev1.RegistryMessage_Stop); ok {
+				a.stop(ctx, m.Stop)
+			}
+		}
+	}()
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	for {
+		if err := a.flush(stream); err != nil {
+			return true, err
+		}
+		*lastTouch = time.Now()
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case err := <-recvErr:
+			return true, err
+		case <-a.wake:
+		case <-tick.C:
+			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+// flush sends the queued events; an event that fails to go is kept for
+// the next session.
+func (a *Agent) flush(stream atev1.NodeRegistry_RegisterClient) error {
+	a.mu.Lock()
+	evs := a.events
+	a.events = nil
+	a.mu.Unlock()
+	for i, ev := range evs {
+		if ev.GetKind() == atev1.NodeEvent_IDLE {
+			// The idle worker's activity goes first, so the API server
+			// orders victims by it at once.
+			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
+				a.requeue(evs[i:])
+				return err
+			}
+		}
+		if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Event{Event: ev}}); err != nil {
+			a.requeue(evs[i:])
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Agent) requeue(evs []*atev1.NodeEvent) {
+	a.mu.Lock()
+	a.events = append(evs, a.events...)
+	a.mu.Unlock()
+}
+
+func (a *Agent) stop(ctx context.Context, o *atev1.StopOrder) {
+	a.log.Info("stopping a sandbox the API server does not give this node", "worker", o.GetWorker(), "actorUid", o.GetActorUid())
+	if err := a.cfg.Node.Stop(ctx, o.GetWorker(), o.GetActorUid()); err != nil && !errors.Is(err, node.ErrStale) {
+		a.log.Warn("stop order", "worker", o.GetWorker(), "err", err)
+	}
+}
+
+func (a *Agent) hello() *atev1.NodeHello {
+	h := &atev1.NodeHello{Node: a.cfg.Node.Name(), Epoch: a.epoch, Address: a.cfg.Address,
+		TunnelAddress: a.cfg.TunnelAddr, SandboxClass: a.cfg.SandboxClass}
+	for _, w := range a.cfg.Node.Workers() {
+		nw := &atev1.NodeWorker{Name: w.Name, Labels: maps.Clone(w.Labels)}
+		if act, ok := a.cfg.Node.WorkerActivity(w.Name); ok {
+			nw.HostedActorUid = act.ActorUID
+		}
+		h.Workers = append(h.Workers, nw)
+	}
+	return h
+}
+
+func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
+	hb := &atev1.NodeHeartbeat{}
+	for _, w := range a.cfg.Node.Workers() {
+		act, ok := a.cfg.Node.WorkerActivity(w.Name)
+		if !ok {
+			continue
+		}
+		hb.Activity = append(hb.Activity, &atev1.WorkerActivity{Worker: w.Name, ActorUid: act.ActorUID,
+			InFlight: int32(act.InFlight), Streams: int32(act.Streams), Served: act.Served,
+			Started: timestamppb.New(act.Started), Last: timestamppb.New(act.Last)})
+	}
+	for key, workers := range a.cfg.Node.Standbys() {
+		hb.Standbys = append(hb.Standbys, &atev1.Standby{Key: key, Workers: workers})
+	}
+	return hb
+}
+
+// Drain asks the API server to checkpoint every actor this node hosts and
+// place nothing new here, and waits (until ctx ends) for the workers to
+// be empty; then it tells the API server the node leaves. Call it on
+// shutdown while Run still runs.
+func (a *Agent) Drain(ctx context.Context) error {
+	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if a.hosting() == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain: %d actors still hosted: %w", a.hosting(), ctx.Err())
+		case <-tick.C:
+		}
+	}
+	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_LEAVE})
+	// Give the leave a moment to go out with the stream still open.
+	a.mu.Lock()
+	pending := len(a.events)
+	a.mu.Unlock()
+	for pending > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+		a.mu.Lock()
+		pending = len(a.events)
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+func (a *Agent) hosting() int {
+	n := 0
+	for _, w := range a.cfg.Node.Workers() {
+		if _, ok := a.cfg.Node.WorkerActivity(w.Name); ok {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,75 @@
+package nodeagent
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// The one map between the node's errors and gRPC codes, used both ways:
+// the agent sends a node error as its code (toStatus) and the API server's
+// client turns the code back into the same sentinel (fromStatus), so
+// errors.Is works across the wire and the message reaches the actor's
+// record unchanged.
+var codeOf = []struct {
+	err  error
+	code codes.Code
+}{
+	{node.ErrUnknownWorker, codes.NotFound},
+	{node.ErrStale, codes.FailedPrecondition},
+	{snapshot.ErrCorrupt, codes.DataLoss},
+	{snapshot.ErrNotFound, codes.OutOfRange},
+	{node.ErrStartFailed, codes.Aborted},
+}
+
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range codeOf {
+		if errors.Is(err, c.err) {
+			return status.Error(c.code, err.Error())
+		}
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// fromStatus returns err as the node error its code stands for, keeping
+// the node's message; transport failures wrap ErrUnreachable.
+func fromStatus(node string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, c := range codeOf {
+		if st.Code() == c.code {
+			return &remoteError{sentinel: c.err, msg: st.Message()}
+		}
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return fmt.Errorf("%w: node %s: %s", ErrUnreachable, node, st.Message())
+	}
+	return errors.New(st.Message())
+}
+
+// ErrUnreachable: the node agent did not answer.
+var ErrUnreachable = errors.New("node agent unreachable")
+
+// remoteError is a node error that crossed the wire: its message is the
+// node's, and it matches the sentinel the code stands for.
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteError) Error() string        { return e.msg }
+func (e *remoteError) Is(target error) bool { return target == e.sentinel }

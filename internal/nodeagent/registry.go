@@ -1,0 +1,520 @@
+package nodeagent
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/store"
+)
+
+// Workflows is what the registry tells the lifecycle manager
+// (*lifecycle.Manager).
+type Workflows interface {
+	WorkerExited(worker, actorUID string)
+	WorkerIdle(worker string)
+	SelfRequest(worker, actorUID string, action checkpoint.Action)
+	WorkersLost(ctx context.Context, workers []*store.Worker, why string) error
+	SuspendNode(ctx context.Context, node string) error
+}
+
+// Defaults for RegistryConfig.
+const (
+	DefaultHeartbeat = time.Second
+	DefaultLostAfter = 5 * time.Second
+)
+
+// Node phases as ListNodes reports them.
+const (
+	PhaseReady    = "READY"
+	PhaseDraining = "DRAINING"
+	// PhasePending: known from the record store (registered with an
+	// earlier API server process) and not yet back.
+	PhasePending = "PENDING"
+	PhaseLost    = "LOST"
+)
+
+// RegistryConfig configures a Registry.
+type RegistryConfig struct {
+	Store store.Store
+	// Heartbeat is how often nodes heartbeat (DefaultHeartbeat); a node
+	// silent for LostAfter (DefaultLostAfter) is lost.
+	Heartbeat, LostAfter time.Duration
+	// Dial connects to a node's NodeAgent address; default plain gRPC.
+	Dial   func(addr string) (*grpc.ClientConn, error)
+	Logger *slog.Logger
+}
+
+// Registry is the API server's side of the node protocol: the
+// NodeRegistry service nodes register with, and the lifecycle.Nodes the
+// workflows find them through. A node is live from its welcome until it
+// leaves or is declared lost (no heartbeat for LostAfter); a lost node's
+// workers leave the pool and its actors go CRASHED at their last durable
+// snapshot (Workflows.WorkersLost). A node that registers again with a
+// new epoch is a new process: whatever the store said it hosted is gone.
+// Sandboxes a node reports hosting that the store does not give it are
+// stopped (stop orders), so a node back from a partition never serves an
+// actor that moved on.
+type Registry struct {
+	atev1.UnimplementedNodeRegistryServer
+	cfg RegistryConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	wf       Workflows
+	members  map[string]*member
+	byWorker map[string]string // worker → node, live members only
+}
+
+// member is one node as the registry knows it.
+type member struct {
+	name, address, tunnel string
+	epoch                 int64
+	phase, message        string
+	remote                *Remote
+	workers               []string
+	lastHeard             time.Time
+	// end closes the node's current stream; nil while none is open.
+	end context.CancelFunc
+}
+
+// NewRegistry returns a registry; call SetWorkflows before serving and Run
+// for the loss deadline. Nodes with workers in the store (registered with
+// an earlier process) start PENDING: they are live once they register,
+// and lost if they do not within LostAfter of Run.
+func NewRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.LostAfter <= 0 {
+		cfg.LostAfter = DefaultLostAfter
+	}
+	if cfg.LostAfter < 2*cfg.Heartbeat {
+		return nil, fmt.Errorf("node loss deadline %s must be at least two heartbeats (%s)", cfg.LostAfter, cfg.Heartbeat)
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = func(addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{cfg: cfg, log: cfg.Logger, members: map[string]*member{}, byWorker: map[string]string{}}
+	workers, err := cfg.Store.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	for _, w := range workers {
+		m := r.members[w.Node]
+		if m == nil {
+			m = &member{name: w.Node, phase: PhasePending, lastHeard: now, tunnel: w.TunnelAddr}
+			r.members[w.Node] = m
+		}
+		m.workers = append(m.workers, w.Name)
+	}
+	return r, nil
+}
+
+// SetWorkflows connects the registry to the lifecycle manager, which is
+// built with the registry as its Nodes.
+func (r *Registry) SetWorkflows(wf Workflows) {
+	r.mu.Lock()
+	r.wf = wf
+	r.mu.Unlock()
+}
+
+func (r *Registry) workflows() Workflows {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wf
+}
+
+// Get implements lifecycle.Nodes: READY and DRAINING nodes are live.
+func (r *Registry) Get(name string) (lifecycle.Node, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.members[name]
+	if m == nil || !m.live() {
+		return nil, false
+	}
+	return m.remote, true
+}
+
+// ForWorker implements lifecycle.Nodes.
+func (r *Registry) ForWorker(worker string) (lifecycle.Node, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.members[r.byWorker[worker]]
+	if m == nil || !m.live() {
+		return nil, false
+	}
+	return m.remote, true
+}
+
+// ByLoad implements lifecycle.Nodes: READY nodes by hosted actors per
+// worker, fewest first, then by name.
+func (r *Registry) ByLoad() []string {
+	r.mu.Lock()
+	type load struct {
+		name string
+		frac float64
+	}
+	var ls []load
+	for _, m := range r.members {
+		if m.phase == PhaseReady && len(m.workers) > 0 {
+			ls = append(ls, load{m.name, float64(m.remote.hosted()) / float64(len(m.workers))})
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(ls, func(a, b load) int { return cmp.Or(cmp.Compare(a.frac, b.frac), cmp.Compare(a.name, b.name)) })
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.name
+	}
+	return out
+}
+
+// All implements lifecycle.Nodes.
+func (r *Registry) All() []lifecycle.Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []lifecycle.Node
+	for _, m := range r.members {
+		if m.live() {
+			out = append(out, m.remote)
+		}
+	}
+	return out
+}
+
+func (m *member) live() bool { return m.phase == PhaseReady || m.phase == PhaseDraining }
+
+// List returns every node the registry knows, by name, for ListNodes;
+// free counts come from the store.
+func (r *Registry) List(ctx context.Context) ([]*atev1.Node, error) {
+	workers, err := r.cfg.Store.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	free := map[string]int32{}
+	for _, w := range workers {
+		if w.Free() {
+			free[w.Node]++
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*atev1.Node
+	for _, name := range slices.Sorted(maps.Keys(r.members)) {
+		m := r.members[name]
+		n := &atev1.Node{Name: m.name, Phase: m.phase, Address: m.address, TunnelAddress: m.tunnel, Epoch: m.epoch,
+			Message: m.message, LastHeartbeat: timestamppb.New(m.lastHeard)}
+		if m.phase != PhaseLost {
+			n.Workers, n.FreeWorkers = int32(len(m.workers)), free[m.name]
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Run declares lost every node silent for LostAfter, checking every
+// heartbeat interval, until ctx ends.
+func (r *Registry) Run(ctx context.Context) error {
+	tick := time.NewTicker(r.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.mu.Lock()
+			for _, m := range r.members {
+				if m.remote != nil {
+					m.remote.close()
+				}
+			}
+			r.mu.Unlock()
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		r.mu.Lock()
+		var silent []string
+		for _, m := range r.members {
+			if m.phase != PhaseLost && now.Sub(m.lastHeard) > r.cfg.LostAfter {
+				silent = append(silent, m.name)
+			}
+		}
+		r.mu.Unlock()
+		for _, name := range silent {
+			r.declareLost(ctx, name, 0, fmt.Sprintf("no heartbeat for %s", r.cfg.LostAfter))
+		}
+	}
+}
+
+// declareLost marks node lost (if it is still the incarnation epoch, 0 =
+// any) and hands its workers' actors to WorkersLost.
+func (r *Registry) declareLost(ctx context.Context, name string, epoch int64, why string) {
+	r.mu.Lock()
+	m := r.members[name]
+	if m == nil || m.phase == PhaseLost || (epoch != 0 && m.epoch != epoch) {
+		r.mu.Unlock()
+		return
+	}
+	m.phase, m.message = PhaseLost, why
+	for _, w := range m.workers {
+		delete(r.byWorker, w)
+	}
+	if m.end != nil {
+		m.end()
+	}
+	wf := r.wf
+	r.mu.Unlock()
+	r.log.WarnContext(ctx, "node lost", "node", name, "why", why)
+	workers, err := r.workersOf(ctx, name)
+	if err == nil && wf != nil {
+		err = wf.WorkersLost(ctx, workers, "node "+name+" lost ("+why+"): memory since the last snapshot was lost")
+	}
+	if err != nil {
+		r.log.WarnContext(ctx, "record lost node", "node", name, "err", err)
+	}
+}
+
+func (r *Registry) workersOf(ctx context.Context, node string) ([]*store.Worker, error) {
+	all, err := r.cfg.Store.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(w *store.Worker) bool { return w.Node != node }), nil
+}
+
+// Register implements atev1.NodeRegistryServer: one node's session.
+func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	in, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	h := in.GetHello()
+	if err := validHello(h); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	m, stops, err := r.admit(ctx, h, cancel)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		r.mu.Lock()
+		m.end = nil // no stream open: another incarnation may take the name once this one is silent
+		r.mu.Unlock()
+	}()
+	for _, s := range stops {
+		if err := stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Stop{Stop: s}}); err != nil {
+			return err
+		}
+	}
+	if err := stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Welcome{Welcome: &atev1.RegistryWelcome{
+		HeartbeatMs: r.cfg.Heartbeat.Milliseconds(), LostAfterMs: r.cfg.LostAfter.Milliseconds()}}}); err != nil {
+		return err
+	}
+	r.log.InfoContext(ctx, "node registered", "node", h.GetNode(), "epoch", h.GetEpoch(), "address", h.GetAddress(),
+		"workers", len(h.GetWorkers()))
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			// The stream broke; the node is lost only if it stays silent
+			// past the deadline (Run), unless it is already.
+			return nil
+		}
+		r.mu.Lock()
+		current := r.members[m.name] == m && m.epoch == h.GetEpoch() && m.phase != PhaseLost
+		if current {
+			m.lastHeard = time.Now()
+		}
+		wf := r.wf
+		r.mu.Unlock()
+		if !current {
+			return status.Error(codes.FailedPrecondition, "node "+m.name+" was declared lost; register again")
+		}
+		switch msg := in.GetMsg().(type) {
+		case *atev1.NodeMessage_Heartbeat:
+			m.remote.heard(msg.Heartbeat)
+		case *atev1.NodeMessage_Event:
+			r.event(ctx, m, wf, msg.Event)
+		}
+	}
+}
+
+func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1.NodeEvent) {
+	if wf == nil {
+		return
+	}
+	switch ev.GetKind() {
+	case atev1.NodeEvent_EXITED:
+		m.remote.clearActivity(ev.GetWorker(), ev.GetActorUid())
+		go wf.WorkerExited(ev.GetWorker(), ev.GetActorUid())
+	case atev1.NodeEvent_IDLE:
+		wf.WorkerIdle(ev.GetWorker())
+	case atev1.NodeEvent_SELF_REQUEST:
+		if action, err := checkpoint.ParseAction(ev.GetAction()); err == nil {
+			wf.SelfRequest(ev.GetWorker(), ev.GetActorUid(), action)
+		}
+	case atev1.NodeEvent_DRAIN:
+		r.mu.Lock()
+		if m.phase == PhaseReady {
+			m.phase = PhaseDraining
+		}
+		r.mu.Unlock()
+		r.log.InfoContext(ctx, "node draining", "node", m.name)
+		go func() {
+			if err := wf.SuspendNode(context.WithoutCancel(ctx), m.name); err != nil {
+				r.log.Warn("drain node", "node", m.name, "err", err)
+			}
+		}()
+	case atev1.NodeEvent_LEAVE:
+		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
+	}
+}
+
+// admit registers the node of hello h: it refuses a name live under
+// another epoch and workers already registered by another node; a new
+// epoch declares the previous incarnation lost first. It records the
+// workers, and returns stop orders for sandboxes the store does not give
+// the node.
+func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.CancelFunc) (*member, []*atev1.StopOrder, error) {
+	name := h.GetNode()
+	r.mu.Lock()
+	prev := r.members[name]
+	if prev != nil && prev.live() && prev.epoch != h.GetEpoch() && time.Since(prev.lastHeard) <= r.cfg.LostAfter && prev.end != nil {
+		r.mu.Unlock()
+		return nil, nil, status.Errorf(codes.AlreadyExists,
+			"node %s is already registered from %s and heartbeating; stop it first or give this node another --name", name, prev.address)
+	}
+	for _, w := range h.GetWorkers() {
+		if owner, ok := r.byWorker[w.GetName()]; ok && owner != name {
+			r.mu.Unlock()
+			return nil, nil, status.Errorf(codes.AlreadyExists,
+				"worker %s is already registered by node %s; give this node another --worker-prefix", w.GetName(), owner)
+		}
+	}
+	r.mu.Unlock()
+	newIncarnation := prev == nil || prev.epoch != h.GetEpoch()
+	if prev != nil && newIncarnation && prev.phase != PhaseLost {
+		// The earlier process is gone, and its sandboxes with it.
+		r.declareLost(ctx, name, prev.epoch, "restarted")
+	}
+
+	conn, err := r.cfg.Dial(h.GetAddress())
+	if err != nil {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "node address %s: %v", h.GetAddress(), err)
+	}
+	stops, err := r.reconcile(ctx, h, newIncarnation)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, status.Errorf(codes.Unavailable, "register node %s: %v", name, err)
+	}
+	m := &member{name: name, address: h.GetAddress(), tunnel: h.GetTunnelAddress(), epoch: h.GetEpoch(),
+		phase: PhaseReady, remote: newRemote(name, conn), lastHeard: time.Now(), end: end}
+	for _, w := range h.GetWorkers() {
+		m.workers = append(m.workers, w.GetName())
+		if w.GetHostedActorUid() != "" {
+			m.remote.setActivity(w.GetName(), nodeActivityOf(w.GetHostedActorUid()))
+		}
+	}
+	r.mu.Lock()
+	if old := r.members[name]; old != nil && old.remote != nil && old.remote != m.remote {
+		old.remote.close()
+	}
+	r.members[name] = m
+	for _, w := range m.workers {
+		r.byWorker[w] = name
+	}
+	r.mu.Unlock()
+	return m, stops, nil
+}
+
+// reconcile writes h's workers to the store and compares what the node
+// hosts with what the store gives it. Workers the node no longer has, and
+// (for a new incarnation, whose sandboxes died with the old one) claimed
+// workers whose actor the node does not host, go to WorkersLost.
+func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, newIncarnation bool) ([]*atev1.StopOrder, error) {
+	stored, err := r.workersOf(ctx, h.GetNode())
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*store.Worker{}
+	for _, w := range stored {
+		byName[w.Name] = w
+	}
+	var lost []*store.Worker
+	var stops []*atev1.StopOrder
+	have := map[string]bool{}
+	for _, w := range h.GetWorkers() {
+		have[w.GetName()] = true
+		sw := byName[w.GetName()]
+		hosted := w.GetHostedActorUid()
+		if sw != nil && !sw.Free() && sw.ActorUID != hosted && newIncarnation {
+			lost = append(lost, sw)
+		}
+		if hosted != "" && (sw == nil || sw.ActorUID != hosted) {
+			stops = append(stops, &atev1.StopOrder{Worker: w.GetName(), ActorUid: hosted})
+		}
+	}
+	for _, sw := range stored {
+		if !have[sw.Name] {
+			lost = append(lost, sw)
+		}
+	}
+	if wf := r.workflows(); wf != nil && len(lost) > 0 {
+		// Crash the actors first, then re-register (below): a lost
+		// worker that is still in the hello comes back free.
+		if err := wf.WorkersLost(ctx, lost, "node "+h.GetNode()+" restarted: memory since the last snapshot was lost"); err != nil {
+			return nil, err
+		}
+	}
+	for _, w := range h.GetWorkers() {
+		if err := r.cfg.Store.PutWorker(ctx, &store.Worker{Name: w.GetName(), Node: h.GetNode(), TunnelAddr: h.GetTunnelAddress(),
+			SandboxClass: h.GetSandboxClass(), Labels: w.GetLabels()}); err != nil {
+			return nil, fmt.Errorf("worker %s: %w", w.GetName(), err)
+		}
+	}
+	return stops, nil
+}
+
+func nodeActivityOf(actorUID string) node.Activity {
+	now := time.Now()
+	return node.Activity{ActorUID: actorUID, Started: now, Last: now}
+}
+
+func validHello(h *atev1.NodeHello) error {
+	if h == nil {
+		return fmt.Errorf("the first message must be a hello")
+	}
+	if err := names.ValidateLabel("node name", h.GetNode()); err != nil {
+		return err
+	}
+	if h.GetAddress() == "" || h.GetTunnelAddress() == "" {
+		return fmt.Errorf("node %s: hello without its agent or tunnel address", h.GetNode())
+	}
+	if h.GetEpoch() <= 0 {
+		return fmt.Errorf("node %s: epoch must be positive", h.GetNode())
+	}
+	return nil
+}

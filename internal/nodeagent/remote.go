@@ -1,0 +1,151 @@
+package nodeagent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// Remote is a registered node as lifecycle workflows use it
+// (lifecycle.Node): each step is a NodeAgent call; what the node's
+// heartbeats report (each worker's activity, its standbys) is kept here,
+// at most a heartbeat interval stale, so that claims and eviction read
+// memory, not the network. The drain before every checkpoint covers a
+// request that started since the last heartbeat.
+type Remote struct {
+	name   string
+	client atev1.NodeAgentClient
+	conn   *grpc.ClientConn
+
+	mu       sync.Mutex
+	activity map[string]node.Activity
+	standbys map[string][]string
+}
+
+func newRemote(name string, conn *grpc.ClientConn) *Remote {
+	return &Remote{name: name, conn: conn, client: atev1.NewNodeAgentClient(conn),
+		activity: map[string]node.Activity{}, standbys: map[string][]string{}}
+}
+
+// Name implements lifecycle.Node.
+func (r *Remote) Name() string { return r.name }
+
+// Start implements lifecycle.Node.
+func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
+	_, err := r.client.StartActor(ctx, &atev1.StartActorRequest{Worker: req.Worker, ActorUid: req.ActorUID,
+		Atespace: req.Atespace, Name: req.Name, Spec: req.Spec, Snapshot: req.Snapshot, Paused: req.Paused,
+		ImageDigest: req.ImageDigest})
+	if err == nil {
+		// Until the next heartbeat says otherwise: the actor runs there,
+		// fresh, with nothing served yet.
+		now := time.Now()
+		r.setActivity(req.Worker, node.Activity{ActorUID: req.ActorUID, Started: now, Last: now})
+	}
+	return fromStatus(r.name, err)
+}
+
+// Checkpoint implements lifecycle.Node.
+func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error) {
+	resp, err := r.client.CheckpointActor(ctx, &atev1.CheckpointActorRequest{Worker: worker, ActorUid: actorUID,
+		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds()})
+	r.clearActivity(worker, actorUID)
+	return resp.GetSnapshot(), fromStatus(r.name, err)
+}
+
+// Stop implements lifecycle.Node.
+func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
+	_, err := r.client.StopActor(ctx, &atev1.StopActorRequest{Worker: worker, ActorUid: actorUID})
+	r.clearActivity(worker, actorUID)
+	return fromStatus(r.name, err)
+}
+
+// BuildGolden implements lifecycle.Node.
+func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (string, string, error) {
+	resp, err := r.client.BuildGolden(ctx, &atev1.BuildGoldenRequest{TemplateUid: tplUID, Atespace: atespace, Template: tplName, Spec: spec})
+	return resp.GetSnapshot(), resp.GetImageDigest(), fromStatus(r.name, err)
+}
+
+// Upload implements lifecycle.Node.
+func (r *Remote) Upload(ctx context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error) {
+	resp, err := r.client.UploadPaused(ctx, &atev1.UploadPausedRequest{PausedSnapshot: pausedRef, Owner: owner, Scope: scope.String()})
+	return resp.GetSnapshot(), fromStatus(r.name, err)
+}
+
+// callTimeout bounds the calls whose failure loses nothing (a leftover
+// paused copy or cache entry): they must not hold a workflow long.
+const callTimeout = 10 * time.Second
+
+// DeletePaused implements lifecycle.Node.
+func (r *Remote) DeletePaused(ref string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, err := r.client.DeletePaused(ctx, &atev1.DeletePausedRequest{PausedSnapshot: ref})
+	return fromStatus(r.name, err)
+}
+
+// ForgetActor implements lifecycle.Node.
+func (r *Remote) ForgetActor(actorUID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, _ = r.client.ForgetActor(ctx, &atev1.ForgetActorRequest{ActorUid: actorUID})
+}
+
+// StandbyWorkers implements lifecycle.Node from the last heartbeat.
+func (r *Remote) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.standbys[node.StandbyKey(spec, imageDigest)]...)
+}
+
+// WorkerActivity implements lifecycle.Node from the last heartbeat.
+func (r *Remote) WorkerActivity(worker string) (node.Activity, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.activity[worker]
+	return a, ok
+}
+
+// hosted counts the workers hosting an actor, for placement.
+func (r *Remote) hosted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.activity)
+}
+
+func (r *Remote) setActivity(worker string, a node.Activity) {
+	r.mu.Lock()
+	r.activity[worker] = a
+	r.mu.Unlock()
+}
+
+func (r *Remote) clearActivity(worker, actorUID string) {
+	r.mu.Lock()
+	if r.activity[worker].ActorUID == actorUID {
+		delete(r.activity, worker)
+	}
+	r.mu.Unlock()
+}
+
+// heard takes in a heartbeat.
+func (r *Remote) heard(hb *atev1.NodeHeartbeat) {
+	act := make(map[string]node.Activity, len(hb.GetActivity()))
+	for _, a := range hb.GetActivity() {
+		act[a.GetWorker()] = node.Activity{ActorUID: a.GetActorUid(), InFlight: int(a.GetInFlight()),
+			Streams: int(a.GetStreams()), Served: a.GetServed(), Started: a.GetStarted().AsTime(), Last: a.GetLast().AsTime()}
+	}
+	sb := make(map[string][]string, len(hb.GetStandbys()))
+	for _, s := range hb.GetStandbys() {
+		sb[s.GetKey()] = s.GetWorkers()
+	}
+	r.mu.Lock()
+	r.activity, r.standbys = act, sb
+	r.mu.Unlock()
+}
+
+func (r *Remote) close() { _ = r.conn.Close() }

@@ -1,0 +1,90 @@
+package nodeagent
+
+import (
+	"context"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// Server is the NodeAgent gRPC service: the API server's calls on one
+// node agent, each a workflow step of internal/lifecycle run by the
+// node.Node it wraps.
+type Server struct {
+	atev1.UnimplementedNodeAgentServer
+	n *node.Node
+}
+
+// NewServer serves n.
+func NewServer(n *node.Node) *Server { return &Server{n: n} }
+
+// checkpointTimeout bounds a checkpoint once begun: it runs to the end
+// even when the API server that asked goes away, so a sandbox is never
+// left half checkpointed (the API server's recovery reconciles the
+// outcome).
+const checkpointTimeout = 2 * time.Minute
+
+// StartActor implements atev1.NodeAgentServer.
+func (s *Server) StartActor(ctx context.Context, r *atev1.StartActorRequest) (*atev1.StartActorResponse, error) {
+	err := s.n.Start(ctx, node.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
+		Name: r.GetName(), Spec: r.GetSpec(), Snapshot: r.GetSnapshot(), Paused: r.GetPaused(), ImageDigest: r.GetImageDigest()})
+	return &atev1.StartActorResponse{}, toStatus(err)
+}
+
+// CheckpointActor implements atev1.NodeAgentServer.
+func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRequest) (*atev1.CheckpointActorResponse, error) {
+	scope, err := snapshot.ParseScope(r.GetScope())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	defer cancel()
+	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), node.CheckpointOptions{
+		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond})
+	return &atev1.CheckpointActorResponse{Snapshot: ref}, toStatus(err)
+}
+
+// StopActor implements atev1.NodeAgentServer.
+func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*atev1.StopActorResponse, error) {
+	return &atev1.StopActorResponse{}, toStatus(s.n.Stop(ctx, r.GetWorker(), r.GetActorUid()))
+}
+
+// BuildGolden implements atev1.NodeAgentServer.
+func (s *Server) BuildGolden(ctx context.Context, r *atev1.BuildGoldenRequest) (*atev1.BuildGoldenResponse, error) {
+	ref, digest, err := s.n.BuildGolden(ctx, r.GetTemplateUid(), r.GetAtespace(), r.GetTemplate(), r.GetSpec())
+	return &atev1.BuildGoldenResponse{Snapshot: ref, ImageDigest: digest}, toStatus(err)
+}
+
+// UploadPaused implements atev1.NodeAgentServer.
+func (s *Server) UploadPaused(ctx context.Context, r *atev1.UploadPausedRequest) (*atev1.UploadPausedResponse, error) {
+	scope, err := snapshot.ParseScope(r.GetScope())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ref, err := s.n.Upload(ctx, r.GetPausedSnapshot(), r.GetOwner(), scope)
+	return &atev1.UploadPausedResponse{Snapshot: ref}, toStatus(err)
+}
+
+// DeletePaused implements atev1.NodeAgentServer.
+func (s *Server) DeletePaused(_ context.Context, r *atev1.DeletePausedRequest) (*atev1.DeletePausedResponse, error) {
+	return &atev1.DeletePausedResponse{}, toStatus(s.n.DeletePaused(r.GetPausedSnapshot()))
+}
+
+// ForgetActor implements atev1.NodeAgentServer.
+func (s *Server) ForgetActor(_ context.Context, r *atev1.ForgetActorRequest) (*atev1.ForgetActorResponse, error) {
+	s.n.ForgetActor(r.GetActorUid())
+	return &atev1.ForgetActorResponse{}, nil
+}
+
+// ListHosted implements atev1.NodeAgentServer.
+func (s *Server) ListHosted(context.Context, *atev1.ListHostedRequest) (*atev1.ListHostedResponse, error) {
+	out := &atev1.ListHostedResponse{}
+	for _, w := range s.n.Workers() {
+		if act, ok := s.n.WorkerActivity(w.Name); ok {
+			out.Workers = append(out.Workers, &atev1.HostedWorker{Worker: w.Name, ActorUid: act.ActorUID})
+		}
+	}
+	return out, nil
+}

@@ -24,7 +24,7 @@ var (
 	// SignatureDoesNotMatch, InvalidAccessKeyId, …).
 	ErrCredentials = errors.New("S3 credentials rejected")
 	// ErrNoBucket: the bucket does not exist at the endpoint.
-	ErrNoBucket = errors.New("S3 bucket does not exist")
+	ErrNoBucket = errors.New("no such S3 bucket")
 )
 
 // Compression names, as they appear in the URL (compression=…) and in

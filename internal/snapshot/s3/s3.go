@@ -24,6 +24,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -136,7 +137,7 @@ func check(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("%w: bucket %s does not exist at endpoint %s", ErrNoBucket, cfg.Bucket, cfg.Endpoint)
 	case "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidToken", "ExpiredToken", "InvalidSecurity", "AuthorizationHeaderMalformed":
 		hint := "check AWS_SECRET_ACCESS_KEY or the shared credentials file"
-		if v, verr := cfg.Creds.Get(); verr != nil || v.AccessKeyID == "" {
+		if v, verr := cfg.Creds.GetWithContext(&credentials.CredContext{Client: http.DefaultClient}); verr != nil || v.AccessKeyID == "" {
 			hint = "no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials"
 		} else {
 			hint = "access key " + v.AccessKeyID + ": " + hint
@@ -443,40 +444,27 @@ func (s *Store) removePrefix(ctx context.Context, prefix string) error {
 }
 
 // List returns "<owner>/<id>" of every snapshot with any object under
-// the prefix, complete or not, sorted.
+// the prefix, complete or not, sorted. It lists every object rather than
+// "directories" (delimiter listing): SeaweedFS keeps a deleted
+// snapshot's empty folders for a while and reports them as prefixes.
 func (s *Store) List(ctx context.Context) ([]string, error) {
 	root := s.root()
-	owners, err := s.listDirs(ctx, root)
-	if err != nil {
-		return nil, err
+	seen := map[string]bool{}
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: root, Recursive: true}) {
+		if o.Err != nil {
+			return nil, fmt.Errorf("list snapshots under %q: %w", root, o.Err)
+		}
+		parts := strings.SplitN(strings.TrimPrefix(o.Key, root), "/", 3)
+		if len(parts) == 3 && parts[0] != "" && parts[1] != "" && parts[2] != "" {
+			seen[parts[0]+"/"+parts[1]] = true
+		}
 	}
-	var refs []string
-	for _, o := range owners {
-		ids, err := s.listDirs(ctx, root+o+"/")
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range ids {
-			refs = append(refs, o+"/"+id)
-		}
+	refs := make([]string, 0, len(seen))
+	for ref := range seen {
+		refs = append(refs, ref)
 	}
 	sort.Strings(refs)
 	return refs, nil
-}
-
-// listDirs returns the names of the "directories" (common prefixes) right
-// under prefix.
-func (s *Store) listDirs(ctx context.Context, prefix string) ([]string, error) {
-	var names []string
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix}) {
-		if o.Err != nil {
-			return nil, fmt.Errorf("list snapshots under %q: %w", prefix, o.Err)
-		}
-		if name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, prefix), "/"); ok && name != "" && !strings.Contains(name, "/") {
-			names = append(names, name)
-		}
-	}
-	return names, nil
 }
 
 // ClearStaging removes leftovers of staging (a crash between Stage and

@@ -213,7 +213,7 @@ func (s *Store) download(ctx context.Context, ref, base, dir string, f snapshot.
 		if errors.As(err, &pe) {
 			return err // the local disk, not the object
 		}
-		return fmt.Errorf("%w: %s: object %s: %v", snapshot.ErrCorrupt, ref, key, err)
+		return fmt.Errorf("%w: %s: object %s does not decode (%v); manifest says sha256 %s", snapshot.ErrCorrupt, ref, key, err, f.SHA256)
 	}
 	if n != f.Size {
 		return fmt.Errorf("%w: %s: object %s holds %s bytes, manifest says %d (sha256 %s)",

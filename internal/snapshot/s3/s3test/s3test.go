@@ -262,8 +262,12 @@ func (s *Server) Rewrite(ctx context.Context, key string, edit func([]byte) []by
 	if err != nil {
 		return fmt.Errorf("s3test: read %s: %w", key, err)
 	}
-	data = edit(data)
-	_, err = s.Client.PutObject(ctx, s.Bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+	return s.Put(ctx, key, edit(data))
+}
+
+// Put stores data as object key.
+func (s *Server) Put(ctx context.Context, key string, data []byte) error {
+	_, err := s.Client.PutObject(ctx, s.Bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
 	return err
 }
 

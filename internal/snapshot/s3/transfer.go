@@ -29,6 +29,16 @@ const partThreads = 2
 // small volume files do not wait behind each other's round trips.
 const fileParallelism = 4
 
+// dataObject returns the options of a file's single-PUT upload. Its payload
+// is not hashed into the request signature (DisableContentSha256, sent
+// as UNSIGNED-PAYLOAD): the manifest's SHA-256 of every file, checked by
+// every Open, already covers the bytes end to end, and skipping the
+// second hash makes Commit 10-20% faster on the benchmark VM. The
+// manifest itself is uploaded with a signed payload.
+func dataObject() minio.PutObjectOptions {
+	return minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true}
+}
+
 // zstdSuffix ends the key of a zstd-compressed file's object.
 const zstdSuffix = ".zst"
 
@@ -88,7 +98,7 @@ func (s *Store) putSmall(ctx context.Context, key string, src io.Reader, size in
 		data = s.enc.EncodeAll(data, make([]byte, 0, len(data)/2+64))
 	}
 	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, bytes.NewReader(data), int64(len(data)),
-		minio.PutObjectOptions{ContentType: "application/octet-stream"})
+		dataObject())
 	return int64(len(data)), err
 }
 
@@ -118,6 +128,7 @@ func (s *Store) putLarge(ctx context.Context, key string, src io.Reader, compres
 	}
 	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, body, -1, minio.PutObjectOptions{
 		ContentType:           "application/octet-stream",
+		DisableContentSha256:  true, // see dataObject
 		PartSize:              s.cfg.PartSize,
 		NumThreads:            partThreads,
 		ConcurrentStreamParts: true,

@@ -8,6 +8,8 @@ if [[ $(id -u) != 0 ]]; then
 	echo "test: must run as root (network namespaces and runsc need it)" >&2
 	exit 1
 fi
+# The S3 snapshot store's tests run a real SeaweedFS; built once, cached.
+bash hack/install-seaweedfs.sh
 go vet ./...
 "${ATE_CACHE:-$HOME/.cache/ate}/bin/staticcheck" ./...
 # One iteration of every benchmark (~1 min), so no harness can rot;

@@ -1,6 +1,8 @@
 // Package snapshot is the snapshot store: where checkpoints live between a
-// suspend and the next resume. Local is a directory (the default, under the
-// data dir). A snapshot is complete only once its manifest is written, and
+// suspend and the next resume. Store is what every snapshot store does;
+// Local is a directory (the default, under the data dir), the S3 store
+// (internal/snapshot/s3) object storage behind a local cache, and
+// storeurl.Open picks one by URL. A snapshot is complete only once its manifest is written, and
 // it becomes visible under its final name only then, so a crash mid-write
 // never leaves a snapshot that looks usable.
 //
@@ -9,6 +11,7 @@
 package snapshot
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -87,10 +90,31 @@ var ErrNotFound = errors.New("snapshot not found")
 // ErrCorrupt: the snapshot's files do not match its manifest.
 var ErrCorrupt = errors.New("snapshot corrupt")
 
-// File is one file of a snapshot, with its size in bytes.
+// File is one regular file of a snapshot.
 type File struct {
+	// Name is the slash-separated path relative to the snapshot's directory.
 	Name string `json:"name"`
-	Size int64  `json:"size"`
+	// Size is the file's length in bytes (uncompressed).
+	Size int64 `json:"size"`
+	// SHA256 is the hex SHA-256 of the file's (uncompressed) bytes. The S3
+	// store records and verifies it; Local leaves it empty and checks sizes
+	// only (its bytes never leave the node's disk).
+	SHA256 string `json:"sha256,omitempty"`
+	// Mode is the file's permission bits; zero (Local) means 0o600.
+	Mode uint32 `json:"mode,omitempty"`
+	// Compression is how the S3 store keeps the file's object: "" (as is)
+	// or "zstd" (its key then ends in ".zst").
+	Compression string `json:"compression,omitempty"`
+	// StoredSize is the object's length in bytes as stored (compressed);
+	// zero for Local.
+	StoredSize int64 `json:"storedSize,omitempty"`
+}
+
+// Symlink is a symbolic link of a snapshot (a volume may hold some): Local
+// keeps them in its directory; the S3 store records them here.
+type Symlink struct {
+	Name   string `json:"name"`
+	Target string `json:"target"`
 }
 
 // Manifest describes a complete snapshot.
@@ -102,6 +126,12 @@ type Manifest struct {
 	// ScopeData (volumes only: resuming it cold-boots the image).
 	Scope Scope  `json:"scope"`
 	Files []File `json:"files"`
+	// Symlinks and Dirs (slash-separated, relative) are what the S3 store
+	// must recreate besides Files: links, and directories (empty ones
+	// included, e.g. an empty volume). Local leaves them empty: its
+	// directory keeps them.
+	Symlinks []Symlink `json:"symlinks,omitempty"`
+	Dirs     []string  `json:"dirs,omitempty"`
 }
 
 // Local is a snapshot store in a local directory. Safe for concurrent use:
@@ -127,12 +157,10 @@ type Staged struct {
 // Stage creates an empty staging directory for a new snapshot of owner (an
 // actor or template uid; a DNS-1123 label or uid, never containing '/').
 func (l *Local) Stage(owner string) (*Staged, error) {
-	if err := validOwner(owner); err != nil {
+	if err := ValidOwner(owner); err != nil {
 		return nil, err
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	id := time.Now().UTC().Format(idTimeLayout) + "-" + hex.EncodeToString(b[:])
+	id := NewID()
 	dir := filepath.Join(l.dir, ".staging", id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stage snapshot: %w", err)
@@ -146,7 +174,7 @@ func (l *Local) Abort(s *Staged) error { return os.RemoveAll(s.Dir) }
 // Commit makes every staged file durable, writes the manifest last, and
 // moves the snapshot to its final place. It returns the reference to store
 // in the actor's record; only after Commit returns may the pointer move.
-func (l *Local) Commit(s *Staged, scope Scope) (string, error) {
+func (l *Local) Commit(_ context.Context, s *Staged, scope Scope) (string, error) {
 	ref := s.Owner + "/" + s.ID
 	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: scope}
 	err := filepath.WalkDir(s.Dir, func(p string, d fs.DirEntry, err error) error {
@@ -185,31 +213,57 @@ func (l *Local) Commit(s *Staged, scope Scope) (string, error) {
 }
 
 // Open checks that ref is complete and its files have the sizes its
-// manifest records, and returns its directory and manifest. Errors wrap
-// ErrNotFound or ErrCorrupt.
-func (l *Local) Open(ref string) (string, *Manifest, error) {
+// manifest records, and returns its directory and manifest; Close is a
+// no-op. Errors wrap ErrNotFound or ErrCorrupt.
+func (l *Local) Open(_ context.Context, ref string) (*Opened, error) {
 	dir, err := l.path(ref)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
+	m, err := ReadManifest(dir, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckSizes(dir, ref, m); err != nil {
+		return nil, err
+	}
+	return &Opened{Dir: dir, Manifest: m}, nil
+}
+
+// ReadManifest reads the manifest in dir, the directory of snapshot ref
+// (named in errors). A missing manifest wraps ErrNotFound, an unreadable
+// one ErrCorrupt.
+func ReadManifest(dir, ref string) (*Manifest, error) {
 	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
+	return ParseManifest(data, ref)
+}
+
+// ParseManifest decodes manifest bytes of snapshot ref; a decoding error
+// wraps ErrCorrupt.
+func ParseManifest(data []byte, ref string) (*Manifest, error) {
 	var m Manifest
 	if err := codec.Unmarshal(data, &m); err != nil {
-		return "", nil, fmt.Errorf("%w: %s: manifest: %v", ErrCorrupt, ref, err)
+		return nil, fmt.Errorf("%w: %s: manifest: %v", ErrCorrupt, ref, err)
 	}
+	return &m, nil
+}
+
+// CheckSizes checks that every file m lists is in dir with its recorded
+// size; a mismatch wraps ErrCorrupt.
+func CheckSizes(dir, ref string, m *Manifest) error {
 	for _, f := range m.Files {
 		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Name)))
 		if err != nil || st.Size() != f.Size {
-			return "", nil, fmt.Errorf("%w: %s: file %s missing or not %d bytes", ErrCorrupt, ref, f.Name, f.Size)
+			return fmt.Errorf("%w: %s: file %s missing or not %d bytes", ErrCorrupt, ref, f.Name, f.Size)
 		}
 	}
-	return dir, &m, nil
+	return nil
 }
 
 // ClearStaging removes leftovers of staging (a crash between Stage and
@@ -221,9 +275,10 @@ func (l *Local) ClearStaging() error {
 	return os.MkdirAll(filepath.Join(l.dir, ".staging"), 0o700)
 }
 
-// List returns the reference of every committed snapshot. It only reads,
-// so it may run while snapshots are staged and committed.
-func (l *Local) List() ([]string, error) {
+// List returns the reference of every committed snapshot (Local has no
+// half-written ones: Commit renames a complete directory into place). It
+// only reads, so it may run while snapshots are staged and committed.
+func (l *Local) List(context.Context) ([]string, error) {
 	owners, err := os.ReadDir(l.dir)
 	if err != nil {
 		return nil, err
@@ -242,6 +297,14 @@ func (l *Local) List() ([]string, error) {
 		}
 	}
 	return refs, nil
+}
+
+// NewID returns a new snapshot id: the UTC second (idTimeLayout, so
+// StagedBefore can read it), '-', 16 random hex digits.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format(idTimeLayout) + "-" + hex.EncodeToString(b[:])
 }
 
 // idTimeLayout starts every snapshot id: the UTC second it was staged.
@@ -263,8 +326,14 @@ func StagedBefore(ref string, t time.Time) bool {
 // e.g. a node's paused copy) into this one as a new snapshot of owner and
 // returns its reference: the "upload" of a paused snapshot. With scope
 // ScopeData only its volumes are copied.
-func (l *Local) Import(owner, srcDir string, scope Scope) (string, error) {
-	st, err := l.Stage(owner)
+func (l *Local) Import(ctx context.Context, owner, srcDir string, scope Scope) (string, error) {
+	return ImportInto(ctx, l, owner, srcDir, scope)
+}
+
+// ImportInto is Import for any Store: it stages a copy of srcDir (without
+// its manifest; with ScopeData only its volumes) and commits it.
+func ImportInto(ctx context.Context, s Store, owner, srcDir string, scope Scope) (string, error) {
+	st, err := s.Stage(owner)
 	if err != nil {
 		return "", err
 	}
@@ -274,16 +343,16 @@ func (l *Local) Import(owner, srcDir string, scope Scope) (string, error) {
 	})
 	if err == nil {
 		var ref string
-		if ref, err = l.Commit(st, scope); err == nil {
+		if ref, err = s.Commit(ctx, st, scope); err == nil {
 			return ref, nil
 		}
 	}
-	_ = l.Abort(st)
+	_ = s.Abort(st)
 	return "", fmt.Errorf("import snapshot from %s: %w", srcDir, err)
 }
 
 // Delete removes snapshot ref; deleting a missing one succeeds.
-func (l *Local) Delete(ref string) error {
+func (l *Local) Delete(_ context.Context, ref string) error {
 	dir, err := l.path(ref)
 	if err != nil {
 		return err
@@ -295,15 +364,16 @@ func (l *Local) Delete(ref string) error {
 }
 
 // DeleteOwner removes every snapshot of owner.
-func (l *Local) DeleteOwner(owner string) error {
-	if err := validOwner(owner); err != nil {
+func (l *Local) DeleteOwner(_ context.Context, owner string) error {
+	if err := ValidOwner(owner); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Join(l.dir, owner))
 }
 
-// validOwner rejects owners that are not one plain directory name.
-func validOwner(owner string) error {
+// ValidOwner rejects owners that are not one plain directory name (nor
+// one object-key segment).
+func ValidOwner(owner string) error {
 	if owner == "" || strings.ContainsAny(owner, `/\`) || owner[0] == '.' {
 		return fmt.Errorf("invalid snapshot owner %q", owner)
 	}
@@ -311,11 +381,21 @@ func validOwner(owner string) error {
 }
 
 func (l *Local) path(ref string) (string, error) {
-	owner, id, ok := strings.Cut(ref, "/")
-	if !ok || owner == "" || id == "" || strings.ContainsAny(id, `/\`) || owner[0] == '.' || id[0] == '.' {
-		return "", fmt.Errorf("%w: malformed reference %q", ErrNotFound, ref)
+	owner, id, err := SplitRef(ref)
+	if err != nil {
+		return "", err
 	}
 	return filepath.Join(l.dir, owner, id), nil
+}
+
+// SplitRef splits "<owner>/<id>" into its parts; anything else (empty
+// parts, more slashes, a leading dot) is an error wrapping ErrNotFound.
+func SplitRef(ref string) (owner, id string, err error) {
+	owner, id, ok := strings.Cut(ref, "/")
+	if !ok || owner == "" || id == "" || strings.ContainsAny(id, `/\`) || strings.ContainsRune(owner, '\\') || owner[0] == '.' || id[0] == '.' {
+		return "", "", fmt.Errorf("%w: malformed reference %q", ErrNotFound, ref)
+	}
+	return owner, id, nil
 }
 
 func syncFile(p string) (int64, error) {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 )
 
 func TestCommitOpenDelete(t *testing.T) {
+	ctx := context.Background()
 	l, err := NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -21,17 +23,19 @@ func TestCommitOpenDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not visible before Commit.
-	if _, _, err := l.Open("actor-uid/" + st.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := l.Open(ctx, "actor-uid/"+st.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("staged snapshot visible: %v", err)
 	}
-	ref, err := l.Commit(st, ScopeFull)
+	ref, err := l.Commit(ctx, st, ScopeFull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, _, err := l.Open(ref)
+	o, err := l.Open(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := o.Dir
+	o.Close()
 	if data, _ := os.ReadFile(filepath.Join(dir, "pages.img")); string(data) != "12345" {
 		t.Fatalf("content = %q", data)
 	}
@@ -39,13 +43,13 @@ func TestCommitOpenDelete(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Open(ref); !errors.Is(err, ErrCorrupt) {
+	if _, err := l.Open(ctx, ref); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Open of truncated snapshot = %v, want ErrCorrupt", err)
 	}
-	if err := l.Delete(ref); err != nil {
+	if err := l.Delete(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
+	if _, err := l.Open(ctx, ref); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Open after delete = %v", err)
 	}
 }
@@ -57,7 +61,7 @@ func TestBadRefs(t *testing.T) {
 	}
 	for _, ref := range []string{"", "a", "a/", "/b", "../x", "a/../b", ".staging/x", "a/b/c"} {
 		t.Run(ref, func(t *testing.T) {
-			if _, _, err := l.Open(ref); !errors.Is(err, ErrNotFound) {
+			if _, err := l.Open(context.Background(), ref); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Open(%q) = %v, want ErrNotFound", ref, err)
 			}
 		})
@@ -123,6 +127,7 @@ func TestStagedBefore(t *testing.T) {
 // TestImportDataScopeKeepsOnlyVolumes: a Data-scope upload of a paused
 // checkpoint carries its volumes, not its memory image.
 func TestImportDataScopeKeepsOnlyVolumes(t *testing.T) {
+	ctx := context.Background()
 	src, err := NewLocal(filepath.Join(t.TempDir(), "paused"))
 	if err != nil {
 		t.Fatal(err)
@@ -140,11 +145,11 @@ func TestImportDataScopeKeepsOnlyVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ref, err := src.Commit(st, ScopeFull)
+	ref, err := src.Commit(ctx, st, ScopeFull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, _, err := src.Open(ref)
+	dir, err := src.Open(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,15 +157,15 @@ func TestImportDataScopeKeepsOnlyVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := dst.Import("a-uid", dir, ScopeData)
+	got, err := dst.Import(ctx, "a-uid", dir.Dir, ScopeData)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gdir, m, err := dst.Open(got)
+	o, err := dst.Open(ctx, got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Scope != ScopeData || len(m.Files) != 1 || m.Files[0].Name != VolumesDir+"/data/note" {
-		t.Fatalf("imported %s with %+v; want only the volume file", gdir, m)
+	if m := o.Manifest; m.Scope != ScopeData || len(m.Files) != 1 || m.Files[0].Name != VolumesDir+"/data/note" {
+		t.Fatalf("imported %s with %+v; want only the volume file", o.Dir, m)
 	}
 }

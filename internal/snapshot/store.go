@@ -1,0 +1,73 @@
+package snapshot
+
+import (
+	"context"
+	"sync"
+)
+
+// Store is a snapshot store: Local (a directory) or the S3 store
+// (internal/snapshot/s3, object storage behind a local cache). Both are
+// safe for concurrent use.
+//
+// A snapshot is written by Stage, writing files into Staged.Dir, then
+// Commit (or Abort); it is complete, and visible to Open, only once Commit
+// returns. References are "<owner>/<id>", ids start with the UTC second of
+// Stage (StagedBefore).
+type Store interface {
+	// Stage creates an empty local staging directory for a new snapshot
+	// of owner (an actor or template uid, never containing '/').
+	Stage(owner string) (*Staged, error)
+	// Abort removes a staged snapshot.
+	Abort(s *Staged) error
+	// Commit makes the staged files durable in the store, manifest last,
+	// and returns the reference; the staged directory is consumed.
+	Commit(ctx context.Context, s *Staged, scope Scope) (ref string, err error)
+	// Open returns a local directory holding ref's files, verified against
+	// its manifest. Errors wrap ErrNotFound or ErrCorrupt. The caller must
+	// Close the result when done reading the directory.
+	Open(ctx context.Context, ref string) (*Opened, error)
+	// Import copies the complete snapshot at srcDir (e.g. a node's paused
+	// copy) into the store as a new snapshot of owner; with ScopeData only
+	// its volumes.
+	Import(ctx context.Context, owner, srcDir string, scope Scope) (ref string, err error)
+	// Delete removes ref; deleting a missing one succeeds.
+	Delete(ctx context.Context, ref string) error
+	// DeleteOwner removes every snapshot of owner.
+	DeleteOwner(ctx context.Context, owner string) error
+	// List returns every reference that has any file or object, complete
+	// or not, so garbage collection also finds what a crash left
+	// half-written.
+	List(ctx context.Context) ([]string, error)
+	// ClearStaging removes leftovers of staging; call it at start-up
+	// only, before anything stages a snapshot.
+	ClearStaging() error
+}
+
+var _ Store = (*Local)(nil)
+
+// Opened is a snapshot opened for reading: Dir holds its files as the
+// manifest lists them. Dir stays valid, and unchanged, until Close.
+type Opened struct {
+	Dir      string
+	Manifest *Manifest
+
+	once    sync.Once
+	release func()
+}
+
+// NewOpened returns an Opened whose Close calls release once (nil: a
+// no-op). For Store implementations outside this package.
+func NewOpened(dir string, m *Manifest, release func()) *Opened {
+	return &Opened{Dir: dir, Manifest: m, release: release}
+}
+
+// Close releases the snapshot: for the S3 store it unpins the cache entry,
+// which may then be evicted; for Local it does nothing. Safe to call more
+// than once.
+func (o *Opened) Close() {
+	o.once.Do(func() {
+		if o.release != nil {
+			o.release()
+		}
+	})
+}

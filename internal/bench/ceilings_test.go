@@ -44,7 +44,7 @@ func BenchmarkCeilings(b *testing.B) {
 					prev := make([]string, writers)
 					b.Cleanup(func() {
 						for _, ref := range prev {
-							_ = l.Delete(ref)
+							_ = l.Delete(context.Background(), ref)
 						}
 					})
 					lat, elapsed := runParallel(b, writers, func(w, _ int) error {
@@ -97,15 +97,15 @@ func snapshotCycle(l *snapshot.Local, owner, prev string) (string, error) {
 	if err := os.WriteFile(filepath.Join(st.Dir, fake.StateFile), []byte(`{"count":1}`), 0o600); err != nil {
 		return "", err
 	}
-	ref, err := l.Commit(st, snapshot.ScopeFull)
+	ref, err := l.Commit(context.Background(), st, snapshot.ScopeFull)
 	if err != nil {
 		return "", err
 	}
-	if _, _, err := l.Open(ref); err != nil {
+	if _, err := l.Open(context.Background(), ref); err != nil {
 		return "", err
 	}
 	if prev != "" {
-		return ref, l.Delete(prev)
+		return ref, l.Delete(context.Background(), prev)
 	}
 	return ref, nil
 }

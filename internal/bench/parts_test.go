@@ -87,7 +87,7 @@ func runNodeCycle(b *testing.B, c *Cluster) {
 		}
 		starts, checkpoints = append(starts, t1.Sub(t0)), append(checkpoints, time.Since(t1))
 		// The lifecycle deletes the previous snapshot after each suspend.
-		if err := c.Snapshots.Delete(ref); err != nil {
+		if err := c.Snapshots.Delete(context.Background(), ref); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -24,7 +24,8 @@ func newGetCommand(a *app) *cobra.Command {
   ate get actor counter-1 -o json
   ate get actor team/counter-1
   ate get templates -n team
-  ate get workers`,
+  ate get workers
+  ate get nodes`,
 	}
 	kindGroup(cmd,
 		&cobra.Command{
@@ -44,6 +45,12 @@ func newGetCommand(a *app) *cobra.Command {
 			Short: "Show one worker, or all workers",
 			Args:  cobra.MaximumNArgs(1),
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getWorkers(cmd, args) },
+		},
+		&cobra.Command{
+			Use: "nodes", Aliases: []string{"node"},
+			Short: "Show the node agents the API server knows: phase (READY, DRAINING, PENDING, LOST), workers, last heartbeat",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return a.getNodes(cmd) },
 		},
 		&cobra.Command{
 			Use: "atespace [NAME]", Aliases: []string{"atespaces"},
@@ -209,4 +216,21 @@ func (a *app) getAtespaces(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	return printObjects(out, a.output, resp.GetAtespaces(), false, t)
+}
+
+func (a *app) getNodes(cmd *cobra.Command) error {
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	resp, err := call(cmd.Context(), s, s.client.ListNodes, &atev1.ListNodesRequest{})
+	if err != nil {
+		return err
+	}
+	if len(resp.GetNodes()) == 0 && a.output == formatTable {
+		fmt.Fprintln(cmd.ErrOrStderr(), "No nodes found.")
+		return nil
+	}
+	return printObjects(cmd.OutOrStdout(), a.output, resp.GetNodes(), false, nodeTable(a.now()))
 }

@@ -162,6 +162,16 @@ func workerTable() table[*atev1.Worker] {
 	}
 }
 
+func nodeTable(now time.Time) table[*atev1.Node] {
+	return table[*atev1.Node]{
+		header: []string{"NAME", "PHASE", "WORKERS", "FREE", "ADDRESS", "HEARTBEAT", "MESSAGE"},
+		row: func(x *atev1.Node) []string {
+			return []string{x.GetName(), x.GetPhase(), fmt.Sprint(x.GetWorkers()), fmt.Sprint(x.GetFreeWorkers()),
+				x.GetAddress(), age(now, x.GetLastHeartbeat()), x.GetMessage()}
+		},
+	}
+}
+
 func atespaceTable(now time.Time) table[*atev1.Atespace] {
 	return table[*atev1.Atespace]{
 		header: []string{"NAME", "AGE"},

@@ -44,9 +44,9 @@ type Node interface {
 
 // Snapshots is the durable snapshot store as workflows use it.
 type Snapshots interface {
-	Delete(ref string) error
-	DeleteOwner(owner string) error
-	List() ([]string, error)
+	Delete(ctx context.Context, ref string) error
+	DeleteOwner(ctx context.Context, owner string) error
+	List(ctx context.Context) ([]string, error)
 	ClearStaging() error
 }
 
@@ -295,14 +295,14 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 		}
 		token = next
 	}
-	refs, err := m.snaps.List()
+	refs, err := m.snaps.List(ctx)
 	if err != nil {
 		return err
 	}
 	for _, ref := range refs {
 		if !live[ref] && snapshot.StagedBefore(ref, cutoff) {
 			m.log.InfoContext(ctx, "deleting unreferenced snapshot", "snapshot", ref)
-			if err := m.snaps.Delete(ref); err != nil {
+			if err := m.snaps.Delete(ctx, ref); err != nil {
 				return err
 			}
 		}

@@ -355,7 +355,7 @@ func TestGarbageCollection(t *testing.T) {
 		st, err := e.snaps.Stage(owner)
 		must(t, err)
 		must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
-		ref, err := e.snaps.Commit(st, snapshot.ScopeFull)
+		ref, err := e.snaps.Commit(ctx, st, snapshot.ScopeFull)
 		must(t, err)
 		return ref
 	}
@@ -373,14 +373,14 @@ func TestGarbageCollection(t *testing.T) {
 	// A collection that started before the orphan was staged leaves it:
 	// it could be a running workflow's, not yet pointed to.
 	must(t, e.m.CollectGarbage(ctx, time.Now().Add(-2*time.Second)))
-	if _, _, err := e.snaps.Open(orphan); err != nil {
+	if _, err := e.snaps.Open(ctx, orphan); err != nil {
 		t.Fatalf("snapshot younger than the cutoff removed: %v", err)
 	}
 	must(t, e.m.CollectGarbage(ctx, time.Now().Add(2*time.Second)))
-	if _, _, err := e.snaps.Open(kept); err != nil {
+	if _, err := e.snaps.Open(ctx, kept); err != nil {
 		t.Fatalf("referenced snapshot removed: %v", err)
 	}
-	if _, _, err := e.snaps.Open(orphan); !errors.Is(err, snapshot.ErrNotFound) {
+	if _, err := e.snaps.Open(ctx, orphan); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("orphan snapshot survived: %v", err)
 	}
 }

@@ -202,7 +202,11 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 }
 
 // dropSnapshot deletes a durable snapshot nobody came to point at.
-func (m *Manager) dropSnapshot(ref string) { _ = m.snaps.Delete(ref) }
+func (m *Manager) dropSnapshot(ref string) {
+	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
+	defer cancel()
+	_ = m.snaps.Delete(ctx, ref)
+}
 
 // deleteOld removes the actor's previous snapshot; the golden snapshot
 // belongs to its template and is never removed here.
@@ -210,7 +214,7 @@ func (m *Manager) deleteOld(ctx context.Context, a *store.Actor, ref string) {
 	if ref == "" || !strings.HasPrefix(ref, a.UID+"/") {
 		return
 	}
-	if err := m.snaps.Delete(ref); err != nil {
+	if err := m.snaps.Delete(ctx, ref); err != nil {
 		m.log.WarnContext(ctx, "delete old snapshot", "actor", a.Key(), "snapshot", ref, "err", err)
 	}
 }
@@ -270,7 +274,7 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 		if a.Worker != "" {
 			m.workerFreed()
 		}
-		if err := m.snaps.DeleteOwner(a.UID); err != nil {
+		if err := m.snaps.DeleteOwner(ctx, a.UID); err != nil {
 			m.log.WarnContext(ctx, "delete snapshots", "actor", a.Key(), "err", err)
 		}
 		m.forgetActor(a.UID)

@@ -35,7 +35,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	if gerr != nil || cur.UID != t.UID {
 		// The template was deleted meanwhile; nobody will use the snapshot.
 		if ref != "" {
-			_ = m.snaps.DeleteOwner(t.UID)
+			_ = m.snaps.DeleteOwner(ctx, t.UID)
 		}
 		return
 	}
@@ -67,7 +67,7 @@ func (m *Manager) resumeGoldenBuilds(ctx context.Context) error {
 
 // DeleteTemplateSnapshots removes a deleted template's golden snapshot.
 func (m *Manager) DeleteTemplateSnapshots(ctx context.Context, t *store.Template) {
-	if err := m.snaps.DeleteOwner(t.UID); err != nil {
+	if err := m.snaps.DeleteOwner(ctx, t.UID); err != nil {
 		m.log.WarnContext(ctx, "delete golden snapshot", "template", t.Name, "err", err)
 	}
 }

@@ -91,7 +91,7 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 			return "", fmt.Errorf("copy volume %s: %w", v.name, err)
 		}
 	}
-	ref, err := store.Commit(st, opts.Scope)
+	ref, err := store.Commit(ctx, st, opts.Scope)
 	if err != nil {
 		_ = store.Abort(st)
 		return "", err
@@ -103,24 +103,27 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 // returns the new durable reference; scope Data uploads only the volumes
 // (a template's onSuspend may hold less than its onPause). The paused
 // copy stays until DeletePaused.
-func (n *Node) Upload(_ context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error) {
-	dir, m, err := n.cfg.Paused.Open(pausedRef)
+func (n *Node) Upload(ctx context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error) {
+	o, err := n.cfg.Paused.Open(ctx, pausedRef)
 	if err != nil {
 		return "", err
 	}
-	if m.Scope == snapshot.ScopeData {
+	defer o.Close()
+	if o.Manifest.Scope == snapshot.ScopeData {
 		scope = snapshot.ScopeData
 	}
-	return n.cfg.Snapshots.Import(owner, dir, scope)
+	return n.cfg.Snapshots.Import(ctx, owner, o.Dir, scope)
 }
 
 // DeletePaused removes a paused checkpoint from this node's disk.
-func (n *Node) DeletePaused(ref string) error { return n.cfg.Paused.Delete(ref) }
+func (n *Node) DeletePaused(ref string) error {
+	return n.cfg.Paused.Delete(context.Background(), ref)
+}
 
 // ForgetActor removes an actor's paused checkpoints from this node after
 // it was deleted. Its volumes were the worker's (prepareVolumes) and were
 // emptied when its container stopped (clearOp); its identity files stay
 // until the next start there rewrites them.
 func (n *Node) ForgetActor(actorUID string) {
-	_ = n.cfg.Paused.DeleteOwner(actorUID)
+	_ = n.cfg.Paused.DeleteOwner(context.Background(), actorUID)
 }

@@ -72,7 +72,7 @@ type Config struct {
 	Images   Images
 	// Snapshots is the durable snapshot store; Paused holds paused
 	// actors' checkpoints on this node's disk.
-	Snapshots *snapshot.Local
+	Snapshots snapshot.Store
 	Paused    *snapshot.Local
 	// StateDir holds bundles, per-worker container logs, identity and
 	// restore notification files, and volume directories.

@@ -96,11 +96,13 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		if req.Paused {
 			store = n.cfg.Paused
 		}
-		dir, m, err := store.Open(req.Snapshot)
+		o, err := store.Open(ctx, req.Snapshot)
 		if err != nil {
 			return "", "", err
 		}
-		snapDir, scope = dir, m.Scope
+		// The files are read until the restore (or its retry) is done.
+		defer o.Close()
+		snapDir, scope = o.Dir, o.Manifest.Scope
 	}
 	vols, err := n.prepareVolumes(s, spec, snapDir)
 	if err != nil {

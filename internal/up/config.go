@@ -171,3 +171,10 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
+
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

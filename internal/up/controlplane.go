@@ -151,6 +151,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		return nil, fmt.Errorf("unregister workers of an earlier run: %w", err)
 	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
+	cp.API.SetNodes(localNodes{name: nc.Name, tunnel: nc.TunnelAddr, store: cp.Store})
 	return cp, nil
 }
 

@@ -22,13 +22,25 @@ type managementServer struct {
 	srv *http.Server
 }
 
-// newManagementServer listens on addr for ms's metrics and pprof.
-func newManagementServer(addr string, ms *metrics.Metrics) (*managementServer, error) {
+// newManagementServer listens on addr for ms's metrics and pprof, and
+// answers /healthz (200 while the process serves) and /readyz (200 once
+// ready says so, else 503 with its reason; nil ready is always ready).
+func newManagementServer(addr string, ms *metrics.Metrics, ready func() error) (*managementServer, error) {
 	reg, err := metrics.NewRegistry(ms)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready != nil {
+			if err := ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

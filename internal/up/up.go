@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	rt, setup, teardown, closeRT, err := sandboxClass(cfg, log)
+	rt, setup, teardown, closeRT, err := sandboxClass(cfg.Node, cfg.Gvisor, log)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var mgmt *managementServer
 	if cfg.Metrics.Addr != "" {
 		ms = metrics.New()
-		if mgmt, err = newManagementServer(cfg.Metrics.Addr, ms); err != nil {
+		if mgmt, err = newManagementServer(cfg.Metrics.Addr, ms, nil); err != nil {
 			return err
 		}
 		defer mgmt.close()
@@ -238,13 +238,11 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener) error {
 	}
 }
 
-// sandboxClass builds the runtime of cfg.Node.SandboxClass and its slot
-// setup.
-func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, node.SlotTeardown, func(), error) {
-	switch cfg.Node.SandboxClass {
+// sandboxClass builds the runtime of nc.SandboxClass and its slot setup.
+func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, node.SlotTeardown, func(), error) {
+	switch nc.SandboxClass {
 	case "gvisor":
-		gc := cfg.Gvisor
-		gc.RootDir, gc.Logger = filepath.Join("/run/ate", cfg.Node.WorkerPrefix), log
+		gc.RootDir, gc.Logger = filepath.Join("/run/ate", nc.WorkerPrefix), log
 		rt, err := gvisor.New(gc)
 		if err != nil {
 			return nil, nil, nil, nil, err
@@ -256,6 +254,6 @@ func sandboxClass(cfg Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup
 		rt := fake.New(fake.Config{})
 		return rt, fake.Setup, nil, func() { _ = rt.Close() }, nil
 	default:
-		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", cfg.Node.SandboxClass)
+		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", nc.SandboxClass)
 	}
 }

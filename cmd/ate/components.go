@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"substrate.dev/ate/internal/flagfile"
+	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/up"
+)
+
+// componentCommand returns a server subcommand: flags defined by flags,
+// overlaid on --config-file, then run with a JSON logger at --log-level.
+func componentCommand(use, short string, flags func(*pflag.FlagSet), run func(ctx context.Context, log *slog.Logger) error) *cobra.Command {
+	var logLevel, configFile string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + `
+
+--config-file FILE reads settings from a YAML file whose keys are the flags
+below without their dashes; a flag given on the command line overrides it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagfile.Apply(cmd.Flags(), configFile, flagConfigFile); err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return err
+			}
+			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			up.TuneGC()
+			err := run(cmd.Context(), log)
+			log.Info("ate "+use+" stopped", "err", err)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, flagConfigFile, "", "YAML file of settings for the flags below, keyed by flag name (flags given here override it)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	flags(f)
+	return cmd
+}
+
+func apiserverCommand() *cobra.Command {
+	var cfg up.APIServerConfig
+	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
+			f.StringVar(&cfg.Store, "store", "", "record store: bolt:///path/ate.db (default <data-dir>/ate.db)")
+			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: s3://bucket/prefix?endpoint=http://host:port&region=R, or a directory (default <data-dir>/snapshots)")
+			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
+			f.DurationVar(&cfg.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
+			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
+		},
+		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunAPIServer(ctx, cfg) })
+}
+
+func nodeCommand() *cobra.Command {
+	var cfg up.NodeAgentConfig
+	var labels map[string]string
+	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required)")
+			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for images, paused checkpoints, the snapshot cache and worker state (default $HOME/.ate-node)")
+			f.StringVar(&cfg.Node.Name, "name", "", "node name, unique in the cluster (default the host name)")
+			f.StringVar(&cfg.Advertise, "advertise", "127.0.0.1", "address the API server and routers reach this node at; the agent and tunnel listen on it")
+			f.IntVar(&cfg.AgentPort, "agent-port", 0, "NodeAgent gRPC port (0 picks one)")
+			f.IntVar(&cfg.TunnelPort, "tunnel-port", 0, "worker tunnel port (0 picks one)")
+			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of gVisor workers")
+			f.StringToStringVar(&labels, "labels", nil, "worker labels, key=value,… (templates' worker selectors match them)")
+			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store, the API server's (default <data-dir>/snapshots)")
+			f.Int64Var(&cfg.CacheBytes, "snapshot-cache-bytes", 0, "bound of the local cache of downloaded snapshots in bytes (default 10 GiB)")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "gvisor, or fake (in-process stand-ins)")
+			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc)")
+			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
+			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
+			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
+		},
+		func(ctx context.Context, log *slog.Logger) error {
+			cfg.Logger, cfg.Node.Labels = log, labels
+			return up.RunNode(ctx, cfg)
+		})
+}
+
+func routerCommand() *cobra.Command {
+	var cfg up.RouterRunConfig
+	return componentCommand("router", "Run the HTTP router alone, in front of an API server and its nodes' worker tunnels",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required)")
+			f.StringVar(&cfg.Router.Addr, "listen", up.DefaultRouterAddr, "HTTP listen address")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
+			f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
+			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
+			f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay, "on SIGTERM, how long the router keeps serving with /readyz answering 503")
+			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout, "on SIGTERM, how long in-flight and parked requests may take to finish")
+		},
+		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunRouter(ctx, cfg) })
+}
+

@@ -1,0 +1,166 @@
+package up
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/metrics"
+	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/snapshot/storeurl"
+	"substrate.dev/ate/internal/store/bolt"
+)
+
+// APIServerConfig configures `ate apiserver`: the Control API and the
+// node registry over one record store, with nodes running apart.
+type APIServerConfig struct {
+	// DataDir holds the snapshot cache and image metadata; default
+	// $HOME/.ate-apiserver.
+	DataDir string
+	// Store is the record store: bolt:///path/ate.db (default
+	// <DataDir>/ate.db).
+	Store string
+	// Snapshots is the durable snapshot store's URL (storeurl.Open):
+	// s3://bucket/prefix?endpoint=… in a cluster; default
+	// <DataDir>/snapshots, which only works with nodes on this machine.
+	Snapshots string
+	// Addr is the gRPC listen address (Control and NodeRegistry).
+	Addr string
+	// ManagementAddr serves /healthz, /readyz, /metrics and pprof; empty
+	// means none.
+	ManagementAddr string
+	// SandboxClass is the class the nodes' workers run (templates naming
+	// another are refused); default DefaultSandboxClass.
+	SandboxClass string
+	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
+	Heartbeat, LostAfter time.Duration
+	Logger               *slog.Logger
+	// Ready, if set, is called with the API address once it serves.
+	Ready func(addr string)
+}
+
+// RunAPIServer serves until ctx ends, then stops accepting calls, lets
+// those in flight (and the workflows they run) finish, and closes the
+// store. Nodes keep their actors running across its restart: their
+// registrations reconcile them.
+func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
+	log := orDiscard(cfg.Logger)
+	if cfg.DataDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return err
+		}
+		cfg.DataDir = filepath.Join(home, ".ate-apiserver")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	dbPath, err := boltPath(cfg.Store, filepath.Join(cfg.DataDir, DBName))
+	if err != nil {
+		return err
+	}
+	st, err := bolt.Open(dbPath, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w (is another API server using %s?)", err, dbPath)
+	}
+	defer st.Close()
+	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {
+		return err
+	}
+	snaps, err := storeurl.Open(ctx, orDefault(cfg.Snapshots, filepath.Join(cfg.DataDir, "snapshots")),
+		storeurl.Options{CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), Logger: log})
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Logger: log})
+	if err != nil {
+		return err
+	}
+	var ms *metrics.Metrics
+	var mgmt *managementServer
+	if cfg.ManagementAddr != "" {
+		ms = metrics.New()
+		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, nil); err != nil {
+			return err
+		}
+		defer mgmt.close()
+	}
+	// bbolt's file lock makes this the only API server over the store, so
+	// workflows need no store leases (lifecycle.New).
+	lc := lifecycle.New(st, reg, snaps, "", log)
+	if ms != nil {
+		lc.SetMetrics(ms.Lifecycle)
+	}
+	defer lc.Close()
+	reg.SetWorkflows(lc)
+	recovered := time.Now()
+	if err := lc.RecoverStore(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
+	api.SetNodes(reg)
+
+	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAPIAddr))
+	if err != nil {
+		return fmt.Errorf("api listen: %w", err)
+	}
+	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	atev1.RegisterControlServer(gs, api)
+	atev1.RegisterNodeRegistryServer(gs, reg)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
+	g.Go(func() error { return reg.Run(gctx) })
+	if mgmt != nil {
+		g.Go(func() error { return mgmt.serve(gctx) })
+	}
+	g.Go(func() error {
+		// Only snapshots staged before this process started can be
+		// orphans: every later one belongs to a workflow of ours.
+		if err := lc.CollectGarbage(gctx, recovered); err != nil && gctx.Err() == nil {
+			log.Warn("snapshot garbage collection", "err", err)
+		}
+		return nil
+	})
+	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", dbPath, "snapshots", cfg.Snapshots)
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr().String())
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// boltPath returns the file of a bolt:// store URL (or a plain path);
+// empty means def.
+func boltPath(u, def string) (string, error) {
+	switch {
+	case u == "":
+		return def, nil
+	case strings.HasPrefix(u, "bolt://"):
+		p := strings.TrimPrefix(u, "bolt://")
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("store %q: want bolt:///absolute/path.db", u)
+		}
+		return p, nil
+	case strings.Contains(u, "://"):
+		return "", fmt.Errorf("store %q: only bolt:///path is supported (PostgreSQL is a later issue)", u)
+	}
+	return filepath.Abs(u)
+}

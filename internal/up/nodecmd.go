@@ -1,0 +1,232 @@
+package up
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/metrics"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/sandbox/gvisor"
+	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/snapshot/storeurl"
+)
+
+// NodeAgentConfig configures `ate node`: one node agent with its workers,
+// its worker tunnel and its NodeAgent service, registered with a remote
+// API server.
+type NodeAgentConfig struct {
+	// DataDir holds images, the paused snapshot store, the snapshot cache
+	// and worker state; default $HOME/.ate-node.
+	DataDir string
+	// API is the API server's gRPC address.
+	API string
+	// Advertise is the host other machines reach this node at; the
+	// tunnel and agent listen on it (AgentPort, TunnelPort; 0 picks).
+	Advertise             string
+	AgentPort, TunnelPort int
+	// Snapshots is the durable snapshot store's URL (storeurl.Open), the
+	// same the API server uses; CacheBytes bounds its local cache.
+	Snapshots  string
+	CacheBytes int64
+	// Node: Name (default the host name), Workers, WorkerPrefix (default
+	// derived from Name and DataDir), Labels, SandboxClass, NoStandbys.
+	Node   node.Config
+	Gvisor gvisor.Config
+	// ManagementAddr serves /healthz, /readyz (ready once registered),
+	// /metrics and pprof; empty means none.
+	ManagementAddr string
+	// DrainTimeout bounds the drain on shutdown (default 60 s).
+	DrainTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// RunNode serves until ctx ends, then drains: the API server checkpoints
+// every actor the node hosts and places nothing new on it; then the node
+// leaves and its sandboxes and network namespaces are removed. Start-up
+// fails with the API server's reason when it refuses the registration
+// (a name live elsewhere, workers another node registered).
+func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
+	log := orDiscard(cfg.Logger)
+	var err error
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	snaps, err := storeurl.Open(ctx, cfg.Snapshots, storeurl.Options{
+		CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), CacheBytes: cfg.CacheBytes, Logger: log})
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	paused, err := snapshot.NewLocal(filepath.Join(cfg.DataDir, "paused"))
+	if err != nil {
+		return err
+	}
+	rt, setup, teardown, closeRT, err := sandboxClass(cfg.Node, cfg.Gvisor, log)
+	if err != nil {
+		return err
+	}
+	defer closeRT()
+
+	var tunnel http.Handler
+	ts := httpserve.NewServer("worker-tunnel", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.TunnelPort)),
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tunnel.ServeHTTP(w, r) }), log)
+	if err := ts.Listen(); err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	agentLn, err := net.Listen("tcp", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.AgentPort)))
+	if err != nil {
+		return fmt.Errorf("node agent listen: %w", err)
+	}
+	var ms *metrics.Metrics
+	if cfg.ManagementAddr != "" {
+		ms = metrics.New()
+	}
+	nc := cfg.Node
+	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
+	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = image.NewCache(filepath.Join(cfg.DataDir, "images"), log), snaps, paused, filepath.Join(cfg.DataDir, "node")
+	nc.Logger = log
+	if ms != nil {
+		nc.Metrics = ms.Node
+	}
+	n, err := node.New(ctx, nc)
+	if err != nil {
+		return err
+	}
+	defer n.Shutdown(context.Background())
+	// Until the API server welcomes us, nothing it did not place here is
+	// served.
+	n.Fence(true)
+	tunnel = n.NewTunnel()
+
+	conn, err := grpc.NewClient(cfg.API, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("api %s: %w", cfg.API, err)
+	}
+	defer conn.Close()
+	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Conn: conn, Address: agentLn.Addr().String(),
+		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Logger: log})
+	n.SetExitHandler(agent.Exited)
+	n.SetIdleHandler(agent.Idle)
+	gs := grpc.NewServer()
+	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
+
+	registered := make(chan error, 1)
+	var welcomed atomic.Bool
+	readyFn := func() error {
+		if !welcomed.Load() {
+			return errors.New("not registered with the API server yet")
+		}
+		return nil
+	}
+	var mgmt *managementServer
+	if cfg.ManagementAddr != "" {
+		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, readyFn); err != nil {
+			return err
+		}
+		defer mgmt.close()
+	}
+
+	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServices()
+	services, sctx := errgroup.WithContext(base)
+	services.Go(func() error { return serveGRPC(sctx, gs, agentLn) })
+	services.Go(func() error { return ts.Start(sctx) })
+	services.Go(func() error { return n.ServeSelfService(sctx, agent.SelfRequest) })
+	services.Go(func() error { return agent.Run(sctx, registered) })
+	if mgmt != nil {
+		services.Go(func() error { return mgmt.serve(sctx) })
+	}
+	select {
+	case err := <-registered:
+		if err != nil {
+			stopServices()
+			_ = services.Wait()
+			return fmt.Errorf("register with the API server at %s: %w", cfg.API, err)
+		}
+	case <-ctx.Done():
+	case <-sctx.Done():
+	}
+	welcomed.Store(true)
+	log.Info("ate node ready", "node", nc.Name, "api", cfg.API, "agent", agentLn.Addr().String(),
+		"tunnel", ts.Addr(), "workers", nc.Workers, "snapshots", cfg.Snapshots)
+	select {
+	case <-ctx.Done():
+	case <-sctx.Done():
+	}
+	// Shutdown: the API server checkpoints what runs here (through this
+	// node's agent and tunnel, which keep serving), then we leave.
+	n.StopStandbys()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.DrainTimeout)
+	defer cancel()
+	if err := agent.Drain(dctx); err != nil {
+		log.Warn("drain", "err", err)
+	}
+	stopServices()
+	err = services.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
+	if c.API == "" {
+		return c, errors.New("--api: the API server's address is required")
+	}
+	if c.DataDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return c, err
+		}
+		c.DataDir = filepath.Join(home, ".ate-node")
+	}
+	dataDir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return c, err
+	}
+	c.DataDir = dataDir
+	if c.Node.Name == "" {
+		if c.Node.Name, err = os.Hostname(); err != nil {
+			return c, err
+		}
+	}
+	c.Advertise = orDefault(c.Advertise, "127.0.0.1")
+	c.Snapshots = orDefault(c.Snapshots, filepath.Join(c.DataDir, "snapshots"))
+	switch {
+	case c.Node.Workers == 0:
+		c.Node.Workers = DefaultWorkers
+	case c.Node.Workers < 0:
+		return c, fmt.Errorf("workers: %d is negative", c.Node.Workers)
+	}
+	c.Node.SandboxClass = orDefault(c.Node.SandboxClass, DefaultSandboxClass)
+	if c.Node.WorkerPrefix == "" {
+		// Worker names are global across the cluster and name network
+		// namespaces on the machine: both node name and data dir go in.
+		sum := sha256.Sum256([]byte(c.Node.Name + "\x00" + c.DataDir))
+		c.Node.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 60 * time.Second
+	}
+	return c, nil
+}

@@ -1,0 +1,93 @@
+package up
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/metrics"
+	"substrate.dev/ate/internal/router"
+)
+
+// RouterRunConfig configures `ate router`: the HTTP router alone, asking
+// the API server at API for actors and reaching every node's worker
+// tunnel at the address its workers record.
+type RouterRunConfig struct {
+	API    string
+	Router RouterConfig
+	// ManagementAddr serves /healthz, /readyz, /metrics and pprof; empty
+	// means none.
+	ManagementAddr string
+	Logger         *slog.Logger
+	// Ready, if set, is called with the router's address once it serves.
+	Ready func(addr string)
+}
+
+// RunRouter serves until ctx ends, then drains (httpserve.Server): parked
+// requests finish or time out within the drain.
+func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
+	log := orDiscard(cfg.Logger)
+	if cfg.API == "" {
+		return errors.New("--api: the API server's address is required")
+	}
+	rc := cfg.Router
+	rc.Addr = orDefault(rc.Addr, DefaultRouterAddr)
+	if rc.DrainTimeout <= 0 {
+		rc.DrainTimeout = router.DefaultDrainTimeout
+	}
+	conn, err := grpc.NewClient(cfg.API, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("api %s: %w", cfg.API, err)
+	}
+	defer conn.Close()
+	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
+	hc := rc.Handler
+	hc.Idler, hc.Activity = res, res
+	var ms *metrics.Metrics
+	var mgmt *managementServer
+	if cfg.ManagementAddr != "" {
+		ms = metrics.New()
+		hc.Metrics = ms.Router
+		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, nil); err != nil {
+			return err
+		}
+		defer mgmt.close()
+	}
+	rh := router.NewHandler(hc, res, log)
+	rs := httpserve.NewServer("router", rc.Addr, rh, log)
+	rs.DrainDelay, rs.DrainTimeout = rc.DrainDelay, rc.DrainTimeout
+	if err := rs.Listen(); err != nil {
+		return err
+	}
+	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoop()
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- rh.Start(loopCtx) }()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return rs.Start(gctx) })
+	var mctx context.Context
+	var stopMgmt context.CancelFunc = func() {}
+	if mgmt != nil {
+		mctx, stopMgmt = context.WithCancel(context.WithoutCancel(ctx))
+		go func() { _ = mgmt.serve(mctx) }()
+	}
+	defer stopMgmt()
+	log.Info("ate router ready", "router", rs.Addr(), "api", cfg.API)
+	if cfg.Ready != nil {
+		cfg.Ready(rs.Addr())
+	}
+	err = g.Wait()
+	stopLoop()
+	<-loopDone
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

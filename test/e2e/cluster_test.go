@@ -1,0 +1,402 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/snapshot/s3/s3test"
+)
+
+// component is one running `ate apiserver`, `ate node` or `ate router`
+// process: the components of a cluster, each as its own process, here
+// all on one machine with their own data dirs and worker prefixes.
+type component struct {
+	t    testing.TB
+	name string
+	args []string
+	cmd  *exec.Cmd
+
+	mu   sync.Mutex
+	log  strings.Builder
+	done chan struct{}
+	err  error
+}
+
+// startComponent runs `ate <args…>` and waits for the log record readyMsg;
+// it returns the record's fields.
+func startComponent(t testing.TB, name, readyMsg string, args ...string) (*component, map[string]any) {
+	t.Helper()
+	c := &component{t: t, name: name, args: args, done: make(chan struct{})}
+	fields := c.start(readyMsg)
+	t.Cleanup(func() {
+		c.terminate(90 * time.Second)
+		if t.Failed() {
+			t.Logf("%s log:\n%s", c.name, c.logText())
+		}
+	})
+	return c, fields
+}
+
+func (c *component) start(readyMsg string) map[string]any {
+	c.t.Helper()
+	cmd := exec.Command(ateBin, c.args...)
+	cmd.Dir = repoDir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.cmd, c.done = cmd, make(chan struct{})
+	ready := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			c.mu.Lock()
+			c.log.WriteString(line + "\n")
+			c.mu.Unlock()
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == readyMsg {
+				select {
+				case ready <- rec:
+				default:
+				}
+			}
+		}
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	select {
+	case rec := <-ready:
+		return rec
+	case <-c.done:
+		c.t.Fatalf("%s exited before it was ready (%v); log:\n%s", c.name, c.err, c.logText())
+	case <-time.After(90 * time.Second):
+		c.t.Fatalf("%s did not become ready; log:\n%s", c.name, c.logText())
+	}
+	return nil
+}
+
+// restart starts the component again with the same arguments.
+func (c *component) restart(readyMsg string) map[string]any {
+	c.t.Helper()
+	return c.start(readyMsg)
+}
+
+func (c *component) logText() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.log.String()
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (c *component) kill() {
+	if c.cmd == nil {
+		return
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.done
+	c.cmd = nil
+}
+
+// terminate sends SIGTERM and waits (up to timeout, then kills); it
+// reports a non-zero exit.
+func (c *component) terminate(timeout time.Duration) {
+	if c.cmd == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+		if c.err != nil {
+			c.t.Errorf("%s after SIGTERM: %v", c.name, c.err)
+		}
+	case <-time.After(timeout):
+		c.t.Errorf("%s did not stop %s after SIGTERM", c.name, timeout)
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	c.cmd = nil
+}
+
+// cluster is one API server, nodes and one router as separate processes
+// over a real SeaweedFS S3 server; in is the installation-shaped view the
+// other tests' helpers (get, ate, actor…) work on.
+type cluster struct {
+	t      testing.TB
+	s3     *s3test.Server
+	api    *component
+	nodes  map[string]*component
+	router *component
+	in     *installation
+	dir    string
+	snaps  string
+}
+
+// clusterTiming makes losses quick to see: heartbeat 250 ms, lost after 2 s.
+var clusterTiming = []string{"--node-heartbeat", "250ms", "--node-lost-after", "2s"}
+
+func startCluster(t testing.TB, nodes ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, s3: s3test.New(t), nodes: map[string]*component{}, dir: t.TempDir()}
+	t.Setenv("AWS_ACCESS_KEY_ID", c.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", c.s3.SecretKey)
+	c.snaps = c.s3.URL("e2e")
+	var fields map[string]any
+	c.api, fields = startComponent(t, "apiserver", "ate apiserver ready", append([]string{"apiserver",
+		"--data-dir", filepath.Join(c.dir, "api"), "--listen", "127.0.0.1:0", "--snapshots", c.snaps, "--log-level", "debug"},
+		clusterTiming...)...)
+	apiAddr := fields["api"].(string)
+	for _, n := range nodes {
+		c.startNode(n, apiAddr)
+	}
+	c.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", apiAddr,
+		"--listen", "127.0.0.1:0", "--drain-delay", "0s", "--log-level", "debug")
+	in := &installation{t: t, dataDir: filepath.Join(c.dir, "cli"), apiAddr: apiAddr, routerAddr: fields["router"].(string)}
+	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: apiAddr}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	in.client = atev1.NewControlClient(conn)
+	c.in = in
+	return c
+}
+
+func (c *cluster) startNode(name, apiAddr string) {
+	c.t.Helper()
+	n, _ := startComponent(c.t, "node "+name, "ate node ready", "node", "--api", apiAddr, "--name", name,
+		"--data-dir", filepath.Join(c.dir, name), "--workers", "1", "--snapshots", c.snaps, "--log-level", "debug")
+	c.nodes[name] = n
+}
+
+// nodeOf returns the node of the worker the actor holds ("" if none).
+func (c *cluster) nodeOf(actor string) string {
+	c.t.Helper()
+	w := c.in.actor(actor).GetWorker()
+	if w == "" {
+		return ""
+	}
+	resp, err := c.in.client.ListWorkers(context.Background(), &atev1.ListWorkersRequest{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, x := range resp.GetWorkers() {
+		if x.GetName() == w {
+			return x.GetNode()
+		}
+	}
+	return ""
+}
+
+func (c *cluster) nodePhase(name string) string {
+	c.t.Helper()
+	resp, err := c.in.client.ListNodes(context.Background(), &atev1.ListNodesRequest{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, n := range resp.GetNodes() {
+		if n.GetName() == name {
+			return n.GetPhase()
+		}
+	}
+	return ""
+}
+
+func other(n string) string {
+	if n == "node-a" {
+		return "node-b"
+	}
+	return "node-a"
+}
+
+// TestClusterSuspendOnOneNodeResumeOnAnother: three kinds of process
+// (API server, two nodes, router) over the S3 server. An actor suspended
+// on one node whose node then drains away resumes on the other node with
+// its memory (the count) intact, downloading its snapshot from S3.
+func TestClusterSuspendOnOneNodeResumeOnAnother(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	c.in.mustCount("default/counter-1", 2)
+	first := c.nodeOf("counter-1")
+	if first == "" {
+		t.Fatal("running actor holds no worker")
+	}
+	c.in.ate("suspend", "actor", "counter-1")
+	if st := c.in.actor("counter-1").GetState().String(); st != "SUSPENDED" {
+		t.Fatalf("state after suspend = %s", st)
+	}
+	keys, err := c.s3.Keys(context.Background(), "e2e/")
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("no snapshot objects in the bucket after suspend (%v)", err)
+	}
+	c.nodes[first].terminate(60 * time.Second)
+	waitFor(t, "node "+first+" gone from the pool", 10*time.Second, func() bool { return c.nodePhase(first) == "LOST" })
+	c.in.mustCount("default/counter-1", 3)
+	if got := c.nodeOf("counter-1"); got != other(first) {
+		t.Fatalf("resumed on %q, want %s", got, other(first))
+	}
+	out := c.in.ate("get", "nodes")
+	if !strings.Contains(out, other(first)) || !strings.Contains(out, "READY") {
+		t.Fatalf("ate get nodes:\n%s", out)
+	}
+}
+
+// TestClusterNodeKilled: kill -9 of the node running an actor. Within the
+// loss deadline the actor is CRASHED; the next request resumes it on the
+// other node from its last durable snapshot; the killed node restarts,
+// rejoins and does not take the actor back.
+func TestClusterNodeKilled(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	c.in.ate("suspend", "actor", "counter-1") // the durable snapshot: count=1
+	c.in.mustCount("default/counter-1", 2)    // memory past it, lost below
+	victim := c.nodeOf("counter-1")
+	c.nodes[victim].kill()
+	waitFor(t, "actor CRASHED after its node was killed", 15*time.Second, func() bool {
+		return c.in.actor("counter-1").GetState().String() == "CRASHED"
+	})
+	if msg := c.in.actor("counter-1").GetMessage(); !strings.Contains(msg, victim) || !strings.Contains(msg, "lost") {
+		t.Fatalf("crash message %q does not say node %s was lost", msg, victim)
+	}
+	c.in.mustCount("default/counter-1", 2)
+	if got := c.nodeOf("counter-1"); got != other(victim) {
+		t.Fatalf("resumed on %q, want %s", got, other(victim))
+	}
+	c.nodes[victim].restart("ate node ready")
+	waitFor(t, "killed node back", 15*time.Second, func() bool { return c.nodePhase(victim) == "READY" })
+	if got := c.nodeOf("counter-1"); got != other(victim) {
+		t.Fatalf("after the killed node rejoined the actor is on %q, want it left on %s", got, other(victim))
+	}
+	c.in.mustCount("default/counter-1", 3)
+}
+
+// TestClusterCorruptSnapshot: a byte flipped in a snapshot object in the
+// bucket makes the resume on a node without a cached copy fail with a
+// message naming the object and the checksums; the actor stays
+// SUSPENDED (resumable) and can be deleted.
+func TestClusterCorruptSnapshot(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	first := c.nodeOf("counter-1")
+	c.in.ate("suspend", "actor", "counter-1")
+	ref := c.in.actor("counter-1").GetSnapshot()
+	ctx := context.Background()
+	keys, err := c.s3.Keys(ctx, "e2e/"+ref+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target string
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "manifest.json") && (target == "" || strings.Contains(k, "pages")) {
+			target = k
+		}
+	}
+	if target == "" {
+		t.Fatalf("no data object under %s: %v", ref, keys)
+	}
+	if err := c.s3.Corrupt(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	// The node that suspended it has a verified copy in its cache; the
+	// other must download.
+	c.nodes[first].terminate(60 * time.Second)
+	waitFor(t, "node "+first+" left", 10*time.Second, func() bool { return c.nodePhase(first) == "LOST" })
+	code, body := c.in.get("default/counter-1", "/")
+	if code < 500 {
+		t.Fatalf("resume from a corrupt snapshot answered %d %q", code, body)
+	}
+	a := c.in.actor("counter-1")
+	if a.GetState().String() != "SUSPENDED" {
+		t.Fatalf("after the failed resume the actor is %s, want SUSPENDED", a.GetState().String())
+	}
+	if msg := a.GetMessage(); !strings.Contains(msg, target) || !strings.Contains(msg, "sha256") {
+		t.Fatalf("failure message %q does not name object %s and its checksum", msg, target)
+	}
+	c.in.ate("delete", "actor", "counter-1")
+}
+
+// TestClusterBadInput: start-up errors are clear and quick: an S3
+// endpoint nobody listens on, wrong credentials, a missing bucket, and a
+// node registering with a name that is live elsewhere.
+func TestClusterBadInput(t *testing.T) {
+	c := startCluster(t, "node-a")
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, url, want string
+		env             []string
+	}{
+		{"unreachable endpoint", "s3://snapshots/x?endpoint=http://127.0.0.1:1", "127.0.0.1:1", nil},
+		{"missing bucket", strings.Replace(c.snaps, "s3://"+c.s3.Bucket+"/", "s3://no-such-bucket/", 1), "no-such-bucket", nil},
+		{"wrong credentials", c.snaps, "", []string{"AWS_SECRET_ACCESS_KEY=wrong"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(ateBin, "apiserver", "--data-dir", filepath.Join(dir, tc.name), "--listen", "127.0.0.1:0", "--snapshots", tc.url)
+			cmd.Env = append(cmd.Environ(), tc.env...)
+			out, err := runBounded(cmd, 60*time.Second)
+			if err == nil {
+				t.Fatalf("apiserver started with %s:\n%s", tc.url, out)
+			}
+			if !strings.Contains(out, "snapshot store") || !strings.Contains(out, tc.want) {
+				t.Fatalf("error does not say what is wrong (want %q):\n%s", tc.want, out)
+			}
+		})
+	}
+	t.Run("duplicate node name", func(t *testing.T) {
+		cmd := exec.Command(ateBin, "node", "--api", c.in.apiAddr, "--name", "node-a", "--data-dir", filepath.Join(dir, "dup"),
+			"--workers", "1", "--snapshots", c.snaps)
+		out, err := runBounded(cmd, 60*time.Second)
+		if err == nil {
+			t.Fatalf("a second node-a registered:\n%s", out)
+		}
+		if !strings.Contains(out, "already registered") {
+			t.Fatalf("error does not say the name is taken:\n%s", out)
+		}
+	})
+}
+
+// runBounded runs cmd to its end, killing it after timeout: a start-up
+// error must never be a hang.
+func runBounded(cmd *exec.Cmd, timeout time.Duration) (string, error) {
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return out.String(), fmt.Errorf("still running after %s", timeout)
+	}
+}

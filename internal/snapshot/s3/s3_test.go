@@ -12,6 +12,7 @@ import (
 
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/s3"
+	"substrate.dev/ate/internal/snapshot/snapshottest"
 )
 
 // TestRoundTrip: what Commit uploads, Open on another node (an empty
@@ -414,4 +415,9 @@ func TestConcurrentOpens(t *testing.T) {
 	if _, n := s.CacheStats(); n != 1 {
 		t.Fatalf("%d cache entries, want 1", n)
 	}
+}
+
+// TestConformance: the S3 store does what every snapshot store does.
+func TestConformance(t *testing.T) {
+	snapshottest.Run(t, func(t *testing.T) snapshot.Store { return newStore(t, config(t, testPrefix(t))) })
 }

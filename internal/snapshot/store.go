@@ -46,7 +46,8 @@ type Store interface {
 var _ Store = (*Local)(nil)
 
 // Opened is a snapshot opened for reading: Dir holds its files as the
-// manifest lists them. Dir stays valid, and unchanged, until Close.
+// manifest lists them. Dir stays valid until Close, and is read-only to
+// the caller: for the S3 store it is the cache entry later Opens share.
 type Opened struct {
 	Dir      string
 	Manifest *Manifest

@@ -55,6 +55,18 @@ func BenchmarkTransfer(b *testing.B) {
 			}
 			b.ReportMetric(float64(stored)/float64(total), "stored-ratio")
 		})
+		b.Run("compression="+comp+"/op=open-cached", func(b *testing.B) {
+			s := newStore(b, config(b, testPrefix(b)))
+			ctx := context.Background()
+			ref := commit(b, s, "bench", files)
+			for b.Loop() {
+				o, err := s.Open(ctx, ref)
+				if err != nil {
+					b.Fatal(err)
+				}
+				o.Close()
+			}
+		})
 		b.Run("compression="+comp+"/op=open-cold", func(b *testing.B) {
 			cfg := config(b, testPrefix(b))
 			cfg.Compression, cfg.PartSize = comp, s3.DefaultPartSize

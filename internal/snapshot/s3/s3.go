@@ -45,6 +45,10 @@ import (
 // server, short enough that a dead one fails the checkpoint in seconds.
 const maxRetries = 4
 
+// cleanupTimeout bounds the removal of a failed commit's objects; what it
+// does not remove, garbage collection does (List returns the ref).
+const cleanupTimeout = 30 * time.Second
+
 // Store is the S3 snapshot store. Safe for concurrent use.
 type Store struct {
 	cfg    Config
@@ -195,7 +199,11 @@ func (s *Store) Commit(ctx context.Context, st *snapshot.Staged, scope snapshot.
 	ref := st.Owner + "/" + st.ID
 	m, err := s.uploadAll(ctx, ref, st.Dir, scope)
 	if err != nil {
-		if rerr := s.removePrefix(context.WithoutCancel(ctx), s.root()+ref+"/"); rerr != nil {
+		// Bounded, and not by ctx: a cancelled commit should still clean
+		// up, but a dead endpoint must not hold the caller long.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if rerr := s.removePrefix(cctx, s.root()+ref+"/"); rerr != nil {
 			s.log.Warn("removing objects of a failed commit", "ref", ref, "err", rerr)
 		}
 		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)

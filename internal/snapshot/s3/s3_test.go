@@ -12,6 +12,7 @@ import (
 
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/s3"
+	"substrate.dev/ate/internal/snapshot/snapshottest"
 )
 
 // TestRoundTrip: what Commit uploads, Open on another node (an empty
@@ -382,4 +383,41 @@ func TestClearStaging(t *testing.T) {
 	if _, err := s.Stage("a/b"); err == nil {
 		t.Fatal("Stage accepted an owner with a slash")
 	}
+}
+
+// TestConcurrentOpens: Opens of one ref racing a cold cache all get the
+// verified files, and the cache ends with one entry.
+func TestConcurrentOpens(t *testing.T) {
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	files := checkpointFiles(t, 1<<20)
+	ref := commit(t, newStore(t, config(t, prefix)), "a-uid", files)
+	s := newStore(t, config(t, prefix))
+	type result struct {
+		o   *snapshot.Opened
+		err error
+	}
+	results := make(chan result, 4)
+	for range 4 {
+		go func() {
+			o, err := s.Open(ctx, ref)
+			results <- result{o, err}
+		}()
+	}
+	for range 4 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		checkFiles(t, r.o.Dir, files)
+		defer r.o.Close()
+	}
+	if _, n := s.CacheStats(); n != 1 {
+		t.Fatalf("%d cache entries, want 1", n)
+	}
+}
+
+// TestConformance: the S3 store does what every snapshot store does.
+func TestConformance(t *testing.T) {
+	snapshottest.Run(t, func(t *testing.T) snapshot.Store { return newStore(t, config(t, testPrefix(t))) })
 }

@@ -12,8 +12,10 @@ package s3test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -93,6 +95,27 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("s3test: SeaweedFS binary %s: %w (build it with hack/install-seaweedfs.sh)", bin, err)
 	}
+	// A port picked free can still be taken before weed binds it (another
+	// test binary's weed starting alongside); then weed exits at once, and
+	// a new set of ports is tried.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		sub := filepath.Join(dir, "weed-"+strconv.Itoa(attempt))
+		if err = os.Mkdir(sub, 0o700); err != nil {
+			return nil, err
+		}
+		var s *Server
+		if s, err = start(ctx, bin, sub); !errors.Is(err, errPortTaken) {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+// errPortTaken: weed exited because a port was taken.
+var errPortTaken = errors.New("s3test: a port weed was given is taken")
+
+func start(ctx context.Context, bin, dir string) (*Server, error) {
 	ports, err := freePorts(8)
 	if err != nil {
 		return nil, err
@@ -153,7 +176,11 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	}
 	if err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("%w\nweed log (%s):\n%s", err, filepath.Join(dir, "weed.log"), s.logTail())
+		tail := s.logTail()
+		if strings.Contains(tail, "address already in use") {
+			err = fmt.Errorf("%w: %v", errPortTaken, err)
+		}
+		return nil, fmt.Errorf("%w\nweed log (%s):\n%s", err, filepath.Join(dir, "weed.log"), tail)
 	}
 	s.StartupTime = time.Since(start)
 	return s, nil
@@ -287,9 +314,19 @@ func (s *Server) Remove(ctx context.Context, key string) error {
 }
 
 // freePorts returns n distinct loopback ports free at the time of the
-// call. All listeners stay open until every port is picked, so the kernel
-// does not hand out the same one twice.
+// call, below the kernel's ephemeral range: a port from that range, once
+// released, is soon the source port of some outgoing connection (weed
+// makes many), and weed's bind then fails. All listeners stay open until
+// every port is picked, so no port comes twice.
 func freePorts(n int) ([]int, error) {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				lo = v
+			}
+		}
+	}
 	var ports []int
 	var ls []net.Listener
 	defer func() {
@@ -297,13 +334,17 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("s3test: no %d free ports in 10000-%d", n, lo-1)
+		}
+		port := 10000 + rand.IntN(lo-10000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			return nil, fmt.Errorf("s3test: free port: %w", err)
+			continue
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -106,4 +106,3 @@ func routerCommand() *cobra.Command {
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunRouter(ctx, cfg) })
 }
-

@@ -47,7 +47,7 @@ func newGetCommand(a *app) *cobra.Command {
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getWorkers(cmd, args) },
 		},
 		&cobra.Command{
-			Use: "nodes", Aliases: []string{"node"},
+			Use: "node", Aliases: []string{"nodes"},
 			Short: "Show the node agents the API server knows: phase (READY, DRAINING, PENDING, LOST), workers, last heartbeat",
 			Args:  cobra.NoArgs,
 			RunE:  func(cmd *cobra.Command, _ []string) error { return a.getNodes(cmd) },

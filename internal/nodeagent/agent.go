@@ -48,10 +48,6 @@ type Agent struct {
 	mu     sync.Mutex
 	events []*atev1.NodeEvent
 	wake   chan struct{}
-
-	// rejected is the API server's last refusal (e.g. the name is live
-	// elsewhere); Run logs it and retries.
-	rejected error
 }
 
 // NewAgent returns an agent for cfg.Node; call Run.

@@ -107,7 +107,19 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	defer lc.Close()
 	reg.SetWorkflows(lc)
-	recovered := time.Now()
+	// Snapshot ids record the second they were staged (snapshot.StagedBefore),
+	// and the collection below may only take snapshots no workflow of
+	// this process staged. Serving from the next whole second on makes
+	// every snapshot staged for a predecessor's workflow, up to its
+	// death, fall before the cutoff: otherwise an orphan of a crash in the
+	// second before a quick restart survived (TestClusterAPIServerKilledMidSuspend).
+	// Node clocks are assumed to agree with ours to well under a second.
+	recovered := time.Now().Truncate(time.Second).Add(time.Second)
+	select {
+	case <-time.After(time.Until(recovered)):
+	case <-ctx.Done():
+		return nil
+	}
 	if err := lc.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

@@ -31,3 +31,13 @@ func TestServer(t *testing.T) {
 		t.Fatalf("URL = %s", u)
 	}
 }
+
+// TestMissingBinaryFails: without weed, Start fails naming the path and
+// the script that builds it (tests fail, never skip).
+func TestMissingBinaryFails(t *testing.T) {
+	t.Setenv("ATE_CACHE", t.TempDir())
+	_, err := Start(context.Background(), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), Binary()) || !strings.Contains(err.Error(), "hack/install-seaweedfs.sh") {
+		t.Fatalf("Start without weed = %v", err)
+	}
+}

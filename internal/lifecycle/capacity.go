@@ -339,20 +339,15 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 // template come first). Workers of nodes that are not live are never
 // claimed, so a resume never lands on a node that cannot start it.
 func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
-	order := m.nodes.ByLoad()
-	if prefer != "" && slices.Contains(order, prefer) {
-		order = append([]string{prefer}, order...)
+	order := slices.Clone(m.nodes.ByLoad()) // reordered below; not ours to change
+	if i := slices.Index(order, prefer); i > 0 {
+		order = slices.Insert(slices.Delete(order, i, i+1), 0, prefer)
 	}
-	err := fmt.Errorf("actor %s: %w (no node is registered)", a.Key(), store.ErrNoFreeWorker)
-	for i, n := range order {
-		if i > 0 && n == prefer {
-			continue
-		}
-		var ra *store.Actor
-		var w *store.Worker
-		if ra, w, err = m.store.ClaimWorker(ctx, a, n, ready...); !errors.Is(err, store.ErrNoFreeWorker) {
+	for _, n := range order {
+		ra, w, err := m.store.ClaimWorker(ctx, a, n, ready...)
+		if !errors.Is(err, store.ErrNoFreeWorker) {
 			return ra, w, err
 		}
 	}
-	return nil, nil, err
+	return nil, nil, fmt.Errorf("actor %s: %w on any live node", a.Key(), store.ErrNoFreeWorker)
 }

@@ -247,18 +247,7 @@ func (m *Manager) recoverWorkers(ctx context.Context) error {
 		if w.Free() {
 			continue
 		}
-		err := m.withActor(ctx, w.Actor, func() error {
-			a, err := m.store.GetActor(ctx, w.Actor)
-			if errors.Is(err, store.ErrNotFound) || (err == nil && a.UID != w.ActorUID) {
-				return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
-			}
-			if err != nil {
-				return err
-			}
-			_, err = m.recoverLocked(ctx, a, "node restarted: memory since the last snapshot was lost")
-			return err
-		})
-		if err != nil {
+		if err := m.crashHolder(ctx, w, "node restarted: memory since the last snapshot was lost"); err != nil {
 			return fmt.Errorf("recover actor %s: %w", w.Actor, err)
 		}
 	}
@@ -338,17 +327,28 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 	if !ok {
 		return
 	}
-	err := m.withActor(ctx, key, func() error {
-		a, err := m.store.GetActor(ctx, key)
-		if err != nil || a.UID != actorUID || a.Worker != worker {
-			return m.store.ReleaseWorker(ctx, worker, actorUID)
-		}
-		_, err = m.recoverLocked(ctx, a, "sandbox exited unexpectedly on worker "+worker)
-		return err
-	})
-	if err != nil {
+	w := &store.Worker{Name: worker, ActorUID: actorUID, Actor: key}
+	if err := m.crashHolder(ctx, w, "sandbox exited unexpectedly on worker "+worker); err != nil {
 		m.log.Warn("record crashed actor", "worker", worker, "err", err)
 	}
+}
+
+// crashHolder makes the actor holding w CRASHED at its last snapshot with
+// why as its message, if it is still the incarnation w names on w; a
+// stale report (the actor deleted, recreated or moved) only frees w if
+// that incarnation still holds it.
+func (m *Manager) crashHolder(ctx context.Context, w *store.Worker, why string) error {
+	return m.withActor(ctx, w.Actor, func() error {
+		a, err := m.store.GetActor(ctx, w.Actor)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && (a.UID != w.ActorUID || a.Worker != w.Name)) {
+			return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = m.recoverLocked(ctx, a, why)
+		return err
+	})
 }
 
 // holderOf returns the actor holding worker, ok only if that actor is

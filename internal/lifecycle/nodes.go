@@ -95,36 +95,9 @@ func (m *Manager) WorkersLost(ctx context.Context, workers []*store.Worker, why 
 	}
 	for _, w := range workers {
 		if !w.Free() {
-			keep(m.withActor(ctx, w.Actor, func() error {
-				a, err := m.store.GetActor(ctx, w.Actor)
-				if err != nil || a.UID != w.ActorUID || a.Worker != w.Name {
-					return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
-				}
-				_, err = m.recoverLocked(ctx, a, why)
-				return err
-			}))
+			keep(m.crashHolder(ctx, w, why))
 		}
 		keep(m.store.DeleteWorker(ctx, w.Name))
-	}
-	return first
-}
-
-// SuspendNode checkpoints (with the template's idle action, suspend when
-// it has none) every actor holding a worker of node: the node's drain
-// before it stops. It tries each actor once and returns the first error.
-func (m *Manager) SuspendNode(ctx context.Context, node string) error {
-	workers, err := m.store.ListWorkers(ctx)
-	if err != nil {
-		return err
-	}
-	var first error
-	for _, w := range workers {
-		if w.Free() || w.Node != node {
-			continue
-		}
-		if _, err := m.Suspend(ctx, w.Actor); err != nil && first == nil {
-			first = fmt.Errorf("suspend %s: %w", w.Actor, err)
-		}
 	}
 	return first
 }

@@ -168,11 +168,10 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 // sourceFor picks what to restore.
 func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Template) (source, error) {
 	if a.State == store.Paused && a.PausedSnapshot != "" {
-		alive, err := m.nodeAlive(ctx, a.Node)
-		if err != nil {
-			return source{}, err
-		}
-		if alive {
+		// The paused node's liveness is the registry's, in memory: a paused
+		// resume scans no workers (BENCHMARKS.md, Control plane: Registered
+		// workers).
+		if _, alive := m.nodes.Get(a.Node); alive {
 			return source{ref: a.PausedSnapshot, paused: true, node: a.Node, kind: metrics.SourcePaused}, nil
 		}
 		src := m.durableSource(a, tpl)
@@ -214,14 +213,6 @@ func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 		return source{ref: tpl.GoldenSnapshot, kind: metrics.SourceGolden}
 	}
 	return source{kind: metrics.SourceCold}
-}
-
-// nodeAlive reports whether node is registered and heartbeating: an
-// in-memory lookup, so a paused resume scans no workers (BENCHMARKS.md,
-// Control plane: Registered workers).
-func (m *Manager) nodeAlive(_ context.Context, node string) (bool, error) {
-	_, ok := m.nodes.Get(node)
-	return ok, nil
 }
 
 // resumeFailed puts the actor back in the state Resume found it (minus

@@ -285,14 +285,22 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 // SuspendAll suspends every actor holding one of this store's workers, so
 // that stopping the node loses no memory. It tries each actor once and
 // returns the first error after trying all.
-func (m *Manager) SuspendAll(ctx context.Context) error {
+func (m *Manager) SuspendAll(ctx context.Context) error { return m.suspendOn(ctx, "") }
+
+// SuspendNode suspends every actor holding a worker of node: the node's
+// drain before it stops. It tries each actor once and returns the first
+// error after trying all.
+func (m *Manager) SuspendNode(ctx context.Context, node string) error { return m.suspendOn(ctx, node) }
+
+// suspendOn suspends the actors holding workers of node ("" = any).
+func (m *Manager) suspendOn(ctx context.Context, node string) error {
 	workers, err := m.store.ListWorkers(ctx)
 	if err != nil {
 		return err
 	}
 	var first error
 	for _, w := range workers {
-		if w.Free() {
+		if w.Free() || (node != "" && w.Node != node) {
 			continue
 		}
 		if _, err := m.Suspend(ctx, w.Actor); err != nil && first == nil {

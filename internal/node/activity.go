@@ -55,3 +55,16 @@ func (n *Node) SetIdleHandler(f func(worker string)) { n.onIdle.Store(&f) }
 func isStream(r *http.Request) bool {
 	return r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
+
+// Hosted returns, by worker, the uid of the actor each worker hosts now
+// (workers hosting none are left out): what a node reports at
+// registration and on shutdown waits to see empty.
+func (n *Node) Hosted() map[string]string {
+	out := map[string]string{}
+	for _, name := range n.order {
+		if act, ok := n.WorkerActivity(name); ok {
+			out[name] = act.ActorUID
+		}
+	}
+	return out
+}

@@ -242,12 +242,9 @@ func (a *Agent) stop(ctx context.Context, o *atev1.StopOrder) {
 func (a *Agent) hello() *atev1.NodeHello {
 	h := &atev1.NodeHello{Node: a.cfg.Node.Name(), Epoch: a.epoch, Address: a.cfg.Address,
 		TunnelAddress: a.cfg.TunnelAddr, SandboxClass: a.cfg.SandboxClass}
+	hosted := a.cfg.Node.Hosted()
 	for _, w := range a.cfg.Node.Workers() {
-		nw := &atev1.NodeWorker{Name: w.Name, Labels: maps.Clone(w.Labels)}
-		if act, ok := a.cfg.Node.WorkerActivity(w.Name); ok {
-			nw.HostedActorUid = act.ActorUID
-		}
-		h.Workers = append(h.Workers, nw)
+		h.Workers = append(h.Workers, &atev1.NodeWorker{Name: w.Name, Labels: maps.Clone(w.Labels), HostedActorUid: hosted[w.Name]})
 	}
 	return h
 }
@@ -277,39 +274,26 @@ func (a *Agent) Drain(ctx context.Context) error {
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		if a.hosting() == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("drain: %d actors still hosted: %w", a.hosting(), ctx.Err())
-		case <-tick.C:
-		}
+	if err := waitTick(ctx, tick, func() bool { return len(a.cfg.Node.Hosted()) == 0 }); err != nil {
+		return fmt.Errorf("drain: %d actors still hosted: %w", len(a.cfg.Node.Hosted()), err)
 	}
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_LEAVE})
-	// Give the leave a moment to go out with the stream still open.
-	a.mu.Lock()
-	pending := len(a.events)
-	a.mu.Unlock()
-	for pending > 0 && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
+	// The leave must go out while the stream is still open.
+	return waitTick(ctx, tick, func() bool {
 		a.mu.Lock()
-		pending = len(a.events)
-		a.mu.Unlock()
-	}
-	return nil
+		defer a.mu.Unlock()
+		return len(a.events) == 0
+	})
 }
 
-func (a *Agent) hosting() int {
-	n := 0
-	for _, w := range a.cfg.Node.Workers() {
-		if _, ok := a.cfg.Node.WorkerActivity(w.Name); ok {
-			n++
+// waitTick checks cond at every tick until it holds or ctx ends.
+func waitTick(ctx context.Context, tick *time.Ticker, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
 		}
 	}
-	return n
+	return nil
 }

@@ -20,7 +20,6 @@ import (
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -435,7 +434,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	for _, w := range h.GetWorkers() {
 		m.workers = append(m.workers, w.GetName())
 		if w.GetHostedActorUid() != "" {
-			m.remote.setActivity(w.GetName(), nodeActivityOf(w.GetHostedActorUid()))
+			m.remote.hosts(w.GetName(), w.GetHostedActorUid())
 		}
 	}
 	r.mu.Lock()
@@ -496,11 +495,6 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, newIncarna
 		}
 	}
 	return stops, nil
-}
-
-func nodeActivityOf(actorUID string) node.Activity {
-	now := time.Now()
-	return node.Activity{ActorUID: actorUID, Started: now, Last: now}
 }
 
 func validHello(h *atev1.NodeHello) error {

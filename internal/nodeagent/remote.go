@@ -42,10 +42,7 @@ func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
 		Atespace: req.Atespace, Name: req.Name, Spec: req.Spec, Snapshot: req.Snapshot, Paused: req.Paused,
 		ImageDigest: req.ImageDigest})
 	if err == nil {
-		// Until the next heartbeat says otherwise: the actor runs there,
-		// fresh, with nothing served yet.
-		now := time.Now()
-		r.setActivity(req.Worker, node.Activity{ActorUID: req.ActorUID, Started: now, Last: now})
+		r.hosts(req.Worker, req.ActorUID)
 	}
 	return fromStatus(r.name, err)
 }
@@ -118,9 +115,12 @@ func (r *Remote) hosted() int {
 	return len(r.activity)
 }
 
-func (r *Remote) setActivity(worker string, a node.Activity) {
+// hosts records that worker hosts actorUID, fresh and with nothing
+// served, until the next heartbeat says otherwise.
+func (r *Remote) hosts(worker, actorUID string) {
+	now := time.Now()
 	r.mu.Lock()
-	r.activity[worker] = a
+	r.activity[worker] = node.Activity{ActorUID: actorUID, Started: now, Last: now}
 	r.mu.Unlock()
 }
 

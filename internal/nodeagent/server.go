@@ -81,10 +81,8 @@ func (s *Server) ForgetActor(_ context.Context, r *atev1.ForgetActorRequest) (*a
 // ListHosted implements atev1.NodeAgentServer.
 func (s *Server) ListHosted(context.Context, *atev1.ListHostedRequest) (*atev1.ListHostedResponse, error) {
 	out := &atev1.ListHostedResponse{}
-	for _, w := range s.n.Workers() {
-		if act, ok := s.n.WorkerActivity(w.Name); ok {
-			out.Workers = append(out.Workers, &atev1.HostedWorker{Worker: w.Name, ActorUid: act.ActorUID})
-		}
+	for worker, uid := range s.n.Hosted() {
+		out.Workers = append(out.Workers, &atev1.HostedWorker{Worker: worker, ActorUid: uid})
 	}
 	return out, nil
 }

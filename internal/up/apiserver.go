@@ -8,12 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apiserver"
@@ -130,7 +128,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	gs := newAPIGRPCServer()
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
 

@@ -143,17 +143,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Router.DrainTimeout <= 0 {
 		c.Router.DrainTimeout = router.DefaultDrainTimeout
 	}
-	switch {
-	case c.Node.Workers == 0:
-		c.Node.Workers = DefaultWorkers
-	case c.Node.Workers < 0:
-		return c, fmt.Errorf("workers: %d is negative", c.Node.Workers)
-	}
 	c.Node.Name = orDefault(c.Node.Name, DefaultNodeName)
-	c.Node.SandboxClass = orDefault(c.Node.SandboxClass, DefaultSandboxClass)
-	if c.Node.WorkerPrefix == "" {
-		sum := sha256.Sum256([]byte(c.DataDir))
-		c.Node.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
+	if c.Node, err = nodeDefaults(c.Node, c.DataDir); err != nil {
+		return c, err
 	}
 	c.Demo.Template = orDefault(c.Demo.Template, DefaultDemoTemplate)
 	if c.Demo.Enabled && c.Demo.LoadTemplate == nil {
@@ -177,4 +169,23 @@ func orDiscard(l *slog.Logger) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return l
+}
+
+// nodeDefaults defaults a node's Workers (DefaultWorkers; negative is an
+// error), SandboxClass and WorkerPrefix, the latter derived from
+// prefixSeed so that two installations on one machine never share worker
+// or network namespace names.
+func nodeDefaults(nc node.Config, prefixSeed string) (node.Config, error) {
+	switch {
+	case nc.Workers == 0:
+		nc.Workers = DefaultWorkers
+	case nc.Workers < 0:
+		return nc, fmt.Errorf("workers: %d is negative", nc.Workers)
+	}
+	nc.SandboxClass = orDefault(nc.SandboxClass, DefaultSandboxClass)
+	if nc.WorkerPrefix == "" {
+		sum := sha256.Sum256([]byte(prefixSeed))
+		nc.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
+	}
+	return nc, nil
 }

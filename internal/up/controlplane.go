@@ -215,15 +215,21 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	return nil
 }
 
-// NewGRPCServer returns a gRPC server serving cp's Control API. Its
-// handlers run on a pool of long-lived goroutines (one per CPU; more are
-// started while all are busy) rather than a new goroutine per call, whose
-// stack grew anew on every call (BENCHMARKS.md, Control plane: Wake-up
-// throughput).
+// NewGRPCServer returns a gRPC server serving cp's Control API
+// (newAPIGRPCServer).
 func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	gs := newAPIGRPCServer()
 	atev1.RegisterControlServer(gs, cp.API)
 	return gs
+}
+
+// newAPIGRPCServer returns the API server's gRPC server, services not yet
+// registered. Its handlers run on a pool of long-lived goroutines (one
+// per CPU; more are started while all are busy) rather than a new
+// goroutine per call, whose stack grew anew on every call (BENCHMARKS.md,
+// Control plane: Wake-up throughput).
+func newAPIGRPCServer() *grpc.Server {
+	return grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that

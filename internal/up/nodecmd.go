@@ -2,8 +2,6 @@ package up
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -163,23 +161,26 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 			_ = services.Wait()
 			return fmt.Errorf("register with the API server at %s: %w", cfg.API, err)
 		}
+		welcomed.Store(true)
+		log.Info("ate node ready", "node", nc.Name, "api", cfg.API, "agent", agentLn.Addr().String(),
+			"tunnel", ts.Addr(), "workers", nc.Workers, "snapshots", cfg.Snapshots)
+		select {
+		case <-ctx.Done():
+		case <-sctx.Done():
+		}
 	case <-ctx.Done():
 	case <-sctx.Done():
 	}
-	welcomed.Store(true)
-	log.Info("ate node ready", "node", nc.Name, "api", cfg.API, "agent", agentLn.Addr().String(),
-		"tunnel", ts.Addr(), "workers", nc.Workers, "snapshots", cfg.Snapshots)
-	select {
-	case <-ctx.Done():
-	case <-sctx.Done():
-	}
-	// Shutdown: the API server checkpoints what runs here (through this
-	// node's agent and tunnel, which keep serving), then we leave.
 	n.StopStandbys()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.DrainTimeout)
-	defer cancel()
-	if err := agent.Drain(dctx); err != nil {
-		log.Warn("drain", "err", err)
+	if welcomed.Load() {
+		// The API server checkpoints what runs here (through this node's
+		// agent and tunnel, which keep serving), then we leave. A node
+		// never welcomed hosts nothing and has nobody to tell.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.DrainTimeout)
+		defer cancel()
+		if err := agent.Drain(dctx); err != nil {
+			log.Warn("drain", "err", err)
+		}
 	}
 	stopServices()
 	err = services.Wait()
@@ -212,18 +213,10 @@ func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
 	}
 	c.Advertise = orDefault(c.Advertise, "127.0.0.1")
 	c.Snapshots = orDefault(c.Snapshots, filepath.Join(c.DataDir, "snapshots"))
-	switch {
-	case c.Node.Workers == 0:
-		c.Node.Workers = DefaultWorkers
-	case c.Node.Workers < 0:
-		return c, fmt.Errorf("workers: %d is negative", c.Node.Workers)
-	}
-	c.Node.SandboxClass = orDefault(c.Node.SandboxClass, DefaultSandboxClass)
-	if c.Node.WorkerPrefix == "" {
-		// Worker names are global across the cluster and name network
-		// namespaces on the machine: both node name and data dir go in.
-		sum := sha256.Sum256([]byte(c.Node.Name + "\x00" + c.DataDir))
-		c.Node.WorkerPrefix = "ate" + hex.EncodeToString(sum[:3])
+	// Worker names are global across the cluster and name network
+	// namespaces on the machine: both node name and data dir go in.
+	if c.Node, err = nodeDefaults(c.Node, c.Node.Name+"\x00"+c.DataDir); err != nil {
+		return c, err
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 60 * time.Second

@@ -72,13 +72,12 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	go func() { loopDone <- rh.Start(loopCtx) }()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return rs.Start(gctx) })
-	var mctx context.Context
-	var stopMgmt context.CancelFunc = func() {}
+	// The management listener outlives the drain, so it can be watched.
+	mctx, stopMgmt := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMgmt()
 	if mgmt != nil {
-		mctx, stopMgmt = context.WithCancel(context.WithoutCancel(ctx))
 		go func() { _ = mgmt.serve(mctx) }()
 	}
-	defer stopMgmt()
 	log.Info("ate router ready", "router", rs.Addr(), "api", cfg.API)
 	if cfg.Ready != nil {
 		cfg.Ready(rs.Addr())

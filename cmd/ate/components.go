@@ -14,17 +14,22 @@ import (
 )
 
 // componentCommand returns a server subcommand: flags defined by flags,
-// overlaid on --config-file, then run with a JSON logger at --log-level.
-func componentCommand(use, short string, flags func(*pflag.FlagSet), run func(ctx context.Context, log *slog.Logger) error) *cobra.Command {
+// overlaid on --config-file, then run with a JSON logger at --log-level
+// and the collector tuned (up.TuneGC). An empty long help says what
+// --config-file does.
+func componentCommand(use, short, long string, flags func(*pflag.FlagSet), run func(ctx context.Context, log *slog.Logger) error) *cobra.Command {
 	var logLevel, configFile string
+	if long == "" {
+		long = short + `
+
+--config-file FILE reads settings from a YAML file whose keys are the flags
+below without their dashes; a flag given on the command line overrides it.`
+	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Long: short + `
-
---config-file FILE reads settings from a YAML file whose keys are the flags
-below without their dashes; a flag given on the command line overrides it.`,
-		Args: cobra.NoArgs,
+		Long:  long,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := flagfile.Apply(cmd.Flags(), configFile, flagConfigFile); err != nil {
 				return err
@@ -34,7 +39,7 @@ below without their dashes; a flag given on the command line overrides it.`,
 				return err
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			up.TuneGC()
+			log.Debug("garbage collector target", "gogc", up.TuneGC())
 			err := run(cmd.Context(), log)
 			log.Info("ate "+use+" stopped", "err", err)
 			return err
@@ -49,7 +54,7 @@ below without their dashes; a flag given on the command line overrides it.`,
 
 func apiserverCommand() *cobra.Command {
 	var cfg up.APIServerConfig
-	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store",
+	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
 			f.StringVar(&cfg.Store, "store", "", "record store: bolt:///path/ate.db (default <data-dir>/ate.db)")
@@ -66,7 +71,7 @@ func apiserverCommand() *cobra.Command {
 func nodeCommand() *cobra.Command {
 	var cfg up.NodeAgentConfig
 	var labels map[string]string
-	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server",
+	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required)")
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for images, paused checkpoints, the snapshot cache and worker state (default $HOME/.ate-node)")
@@ -93,7 +98,7 @@ func nodeCommand() *cobra.Command {
 
 func routerCommand() *cobra.Command {
 	var cfg up.RouterRunConfig
-	return componentCommand("router", "Run the HTTP router alone, in front of an API server and its nodes' worker tunnels",
+	return componentCommand("router", "Run the HTTP router alone, in front of an API server and its nodes' worker tunnels", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required)")
 			f.StringVar(&cfg.Router.Addr, "listen", up.DefaultRouterAddr, "HTTP listen address")

@@ -12,9 +12,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/cli"
-	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/up"
 )
@@ -28,7 +28,7 @@ func main() {
 	os.Exit(code)
 }
 
-// flagConfigFile names `ate up`'s settings file; it is the one flag the
+// flagConfigFile names a server subcommand's settings file; it is the one flag the
 // file cannot set.
 const flagConfigFile = "config-file"
 
@@ -36,12 +36,9 @@ const flagConfigFile = "config-file"
 // settings, make the up.Config that run (up.Run outside tests) gets.
 func upCommand(run func(context.Context, up.Config) error) *cobra.Command {
 	var cfg up.Config
-	var logLevel, configFile string
 	home, _ := os.UserHomeDir()
-	cmd := &cobra.Command{
-		Use:   "up",
-		Short: "Run everything on this machine: API server, embedded store, node agent with gVisor workers, router",
-		Long: `Run everything on this machine: API server, embedded store, node agent with gVisor workers, router.
+	return componentCommand("up", "Run everything on this machine: API server, embedded store, node agent with gVisor workers, router",
+		`Run everything on this machine: API server, embedded store, node agent with gVisor workers, router.
 
 --config-file FILE reads settings from a YAML file whose keys are the flags
 below without their dashes, with the values the flags take, e.g.
@@ -52,51 +49,35 @@ below without their dashes, with the values the flags take, e.g.
 
 A flag given on the command line overrides the file; a key that is not a
 flag is an error.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := flagfile.Apply(cmd.Flags(), configFile, flagConfigFile); err != nil {
-				return err
-			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return err
-			}
-			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			cfg.Demo.LoadTemplate = cli.LoadTemplateFile
-			gogc := up.TuneGC()
-			cfg.Logger.Debug("garbage collector target", "gogc", gogc)
-			err := run(cmd.Context(), cfg)
-			// After every deferred teardown in Run: the workers and their
-			// network namespaces are gone, the store is closed.
-			cfg.Logger.Info("ate up stopped", "err", err)
-			return err
+		func(f *pflag.FlagSet) {
+			f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
+			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
+			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
+			f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")
+			f.StringVar(&cfg.Tunnel.Addr, "tunnel-addr", up.DefaultTunnelAddr, "worker tunnel listen address")
+			f.StringVar(&cfg.Metrics.Addr, "metrics-addr", up.DefaultMetricsAddr,
+				"management listen address: Prometheus /metrics and /debug/pprof/ (keep it on loopback or a private network; empty disables)")
+			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
+			f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
+			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
+			f.DurationVar(&cfg.Router.Handler.ParkGrace, "park-grace", router.DefaultParkGrace,
+				"extra wait for a request whose budget ran out while its actor was already being restored on a worker")
+			f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay,
+				"on SIGTERM, how long the router keeps serving with /readyz answering 503 before it stops accepting")
+			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
+				"on SIGTERM, how long in-flight and parked requests may take to finish once the router stops accepting")
+			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
+			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
+			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
+			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",
+				"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
+			f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")
+			f.StringVar(&cfg.Demo.Template, "demo-template", up.DefaultDemoTemplate, "template file used by --demo")
 		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&configFile, flagConfigFile, "", "YAML file of settings for the flags below, keyed by flag name (flags given here override it)")
-	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
-	f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
-	f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
-	f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")
-	f.StringVar(&cfg.Tunnel.Addr, "tunnel-addr", up.DefaultTunnelAddr, "worker tunnel listen address")
-	f.StringVar(&cfg.Metrics.Addr, "metrics-addr", up.DefaultMetricsAddr,
-		"management listen address: Prometheus /metrics and /debug/pprof/ (keep it on loopback or a private network; empty disables)")
-	f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
-	f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
-	f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
-	f.DurationVar(&cfg.Router.Handler.ParkGrace, "park-grace", router.DefaultParkGrace,
-		"extra wait for a request whose budget ran out while its actor was already being restored on a worker")
-	f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay,
-		"on SIGTERM, how long the router keeps serving with /readyz answering 503 before it stops accepting")
-	f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
-		"on SIGTERM, how long in-flight and parked requests may take to finish once the router stops accepting")
-	f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
-	f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
-	f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
-	negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",
-		"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
-	f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")
-	f.StringVar(&cfg.Demo.Template, "demo-template", up.DefaultDemoTemplate, "template file used by --demo")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	return cmd
+		func(ctx context.Context, log *slog.Logger) error {
+			cfg.Logger, cfg.Demo.LoadTemplate = log, cli.LoadTemplateFile
+			// Returns after every deferred teardown in Run: the workers and
+			// their network namespaces are gone, the store is closed.
+			return run(ctx, cfg)
+		})
 }

@@ -196,7 +196,7 @@ func (l *Local) Commit(_ context.Context, s *Staged, scope Scope) (string, error
 	if err != nil {
 		return "", err
 	}
-	if err := writeSync(filepath.Join(s.Dir, ManifestName), data); err != nil {
+	if err := WriteFileSync(filepath.Join(s.Dir, ManifestName), data); err != nil {
 		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
 	}
 	ownerDir := filepath.Join(l.dir, s.Owner)
@@ -411,7 +411,10 @@ func syncFile(p string) (int64, error) {
 	return st.Size(), f.Sync()
 }
 
-func writeSync(p string, data []byte) error {
+// WriteFileSync writes data to a new file p (mode 0600, replacing any)
+// and fsyncs it before returning: a manifest must be on disk before the
+// snapshot it describes counts as complete.
+func WriteFileSync(p string, data []byte) error {
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err

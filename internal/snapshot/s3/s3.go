@@ -276,7 +276,7 @@ func (s *Store) uploadAll(ctx context.Context, ref, dir string, scope snapshot.S
 	if err != nil {
 		return nil, err
 	}
-	if err := writeSync(filepath.Join(dir, snapshot.ManifestName), data); err != nil {
+	if err := snapshot.WriteFileSync(filepath.Join(dir, snapshot.ManifestName), data); err != nil {
 		return nil, err
 	}
 	key := base + snapshot.ManifestName
@@ -375,7 +375,7 @@ func (s *Store) fetchInto(ctx context.Context, ref, base, tmp string, m *snapsho
 			return nil, err
 		}
 	}
-	if err := writeSync(filepath.Join(tmp, snapshot.ManifestName), data); err != nil {
+	if err := snapshot.WriteFileSync(filepath.Join(tmp, snapshot.ManifestName), data); err != nil {
 		return nil, err
 	}
 	return s.cache.insert(ref, tmp, m, true)
@@ -478,19 +478,3 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 // ClearStaging removes leftovers of staging (a crash between Stage and
 // Commit). Call it at start-up only, before anything stages a snapshot.
 func (s *Store) ClearStaging() error { return s.cache.clearStaging() }
-
-func writeSync(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}

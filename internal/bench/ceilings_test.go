@@ -90,7 +90,7 @@ func BenchmarkCeilings(b *testing.B) {
 // snapshotCycle is the snapshot store's part of one fake wake-up (see
 // BenchmarkCeilings) and returns the new snapshot's reference.
 func snapshotCycle(l *snapshot.Local, owner, prev string) (string, error) {
-	st, err := l.Stage(owner)
+	st, err := l.Stage(owner, "")
 	if err != nil {
 		return "", err
 	}

@@ -30,8 +30,8 @@ type Node interface {
 	Start(ctx context.Context, req node.StartRequest) error
 	Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error)
 	Stop(ctx context.Context, worker, actorUID string) error
-	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (ref, digest string, err error)
-	Upload(ctx context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error)
+	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (ref, digest string, err error)
+	Upload(ctx context.Context, pausedRef, owner, snapshotID string, scope snapshot.Scope) (string, error)
 	DeletePaused(ref string) error
 	ForgetActor(actorUID string)
 	// StandbyWorkers lists the node's free workers holding a sandbox

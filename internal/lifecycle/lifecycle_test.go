@@ -65,10 +65,10 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.Checkpoin
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
 func (f *fakeNode) Stop(context.Context, string, string) error { return nil }
-func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec) (string, string, error) {
+func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec, string) (string, string, error) {
 	return "", "", nil
 }
-func (f *fakeNode) Upload(_ context.Context, _, owner string, _ snapshot.Scope) (string, error) {
+func (f *fakeNode) Upload(_ context.Context, _, owner, _ string, _ snapshot.Scope) (string, error) {
 	return owner + "/uploaded", nil
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
@@ -352,7 +352,7 @@ func TestGarbageCollection(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	mk := func(owner string) string {
-		st, err := e.snaps.Stage(owner)
+		st, err := e.snaps.Stage(owner, "")
 		must(t, err)
 		must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
 		ref, err := e.snaps.Commit(ctx, st, snapshot.ScopeFull)
@@ -360,7 +360,7 @@ func TestGarbageCollection(t *testing.T) {
 		return ref
 	}
 	kept, orphan := mk("a-uid"), mk("a-uid")
-	leftover, err := e.snaps.Stage("a-uid") // crash before commit
+	leftover, err := e.snaps.Stage("a-uid", "") // crash before commit
 	must(t, err)
 	a := e.get(t)
 	a.Snapshot = kept

@@ -9,6 +9,7 @@ import (
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -112,7 +113,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		pausedOn, uerr := m.nodeNamed(src.node)
 		ref := ""
 		if uerr == nil {
-			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
+			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, snapshot.NewID(), checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
 		}
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))

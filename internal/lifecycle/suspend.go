@@ -115,6 +115,8 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	defer func() { m.metrics.Checkpoint(action.String(), string(why.Reason), err) }()
 	paused := action == checkpoint.Pause
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
+	// Snapshot ids carry the API server's clock (node.CheckpointOptions.ID).
+	opts.ID = snapshot.NewID()
 	ing := *a
 	ing.State = store.Suspending
 	if paused {
@@ -180,7 +182,7 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	on, err := m.nodeNamed(a.Node)
 	ref := ""
 	if err == nil {
-		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, opts.Scope)
+		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, snapshot.NewID(), opts.Scope)
 	}
 	if err != nil {
 		back := *a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -25,7 +26,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	ref, digest := "", ""
 	n, err := m.builder(ctx)
 	if err == nil {
-		ref, digest, err = n.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec)
+		ref, digest, err = n.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
 	}
 	if err != nil && ctx.Err() != nil {
 		log.InfoContext(ctx, "golden build cancelled; left for the next start-up", "err", err)

@@ -15,7 +15,7 @@ type blockingBuildNode struct {
 	started chan struct{}
 }
 
-func (b *blockingBuildNode) BuildGolden(ctx context.Context, _, _, _ string, _ *atev1.ActorTemplateSpec) (string, string, error) {
+func (b *blockingBuildNode) BuildGolden(ctx context.Context, _, _, _ string, _ *atev1.ActorTemplateSpec, _ string) (string, string, error) {
 	close(b.started)
 	<-ctx.Done()
 	return "", "", ctx.Err()

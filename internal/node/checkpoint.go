@@ -23,6 +23,10 @@ type CheckpointOptions struct {
 	// Grace bounds the wait for in-flight requests; 0 means
 	// DefaultDrainGrace.
 	Grace time.Duration
+	// ID is the snapshot's id (snapshot.NewID's form), minted by the
+	// workflow that will record it so that its time is the API server's
+	// clock, which garbage collection compares; empty means a new one.
+	ID string
 }
 
 // Checkpoint drains the worker (new requests are refused with 421 so the
@@ -65,7 +69,7 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	if opts.Paused {
 		store = n.cfg.Paused
 	}
-	st, err := store.Stage(owner)
+	st, err := store.Stage(owner, opts.ID)
 	if err != nil {
 		return "", err
 	}
@@ -102,8 +106,9 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 // Upload copies a paused checkpoint into the durable snapshot store and
 // returns the new durable reference; scope Data uploads only the volumes
 // (a template's onSuspend may hold less than its onPause). The paused
-// copy stays until DeletePaused.
-func (n *Node) Upload(ctx context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error) {
+// copy stays until DeletePaused. id names the new snapshot as
+// CheckpointOptions.ID does.
+func (n *Node) Upload(ctx context.Context, pausedRef, owner, id string, scope snapshot.Scope) (string, error) {
 	o, err := n.cfg.Paused.Open(ctx, pausedRef)
 	if err != nil {
 		return "", err
@@ -112,7 +117,7 @@ func (n *Node) Upload(ctx context.Context, pausedRef, owner string, scope snapsh
 	if o.Manifest.Scope == snapshot.ScopeData {
 		scope = snapshot.ScopeData
 	}
-	return n.cfg.Snapshots.Import(ctx, owner, o.Dir, scope)
+	return n.cfg.Snapshots.Import(ctx, owner, id, o.Dir, scope)
 }
 
 // DeletePaused removes a paused checkpoint from this node's disk.

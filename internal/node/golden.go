@@ -19,9 +19,10 @@ type goldenBuilder struct {
 // BuildGolden boots spec on the node's build slot, waits for its wakeup
 // probe, and checkpoints it (Full) as the golden snapshot owned by the
 // template's uid, whose identity files name the template. It returns the
-// snapshot and the digest of the image it ran, which the template pins.
-// Builds are serialised; they never use a worker.
-func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (ref, digest string, err error) {
+// snapshot and the digest of the image it ran, which the template pins;
+// snapshotID names the snapshot as CheckpointOptions.ID does. Builds are
+// serialised; they never use a worker.
+func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (ref, digest string, err error) {
 	s := n.golden.slot
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -31,7 +32,7 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}
-	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull})
+	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull, ID: snapshotID})
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}

@@ -122,7 +122,7 @@ func TestRestoreNotificationFiles(t *testing.T) {
 	ctx := t.Context()
 	w := n.order[0]
 	spec := template("img1")
-	golden, _, err := n.BuildGolden(ctx, "tpl", "ns", "tpl", spec)
+	golden, _, err := n.BuildGolden(ctx, "tpl", "ns", "tpl", spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestRestoreHook(t *testing.T) {
 	// handler the hook port answers 404: a build that called it fails.
 	golden := func(t *testing.T, n *Node) StartRequest {
 		t.Helper()
-		ref, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "tpl", withHook(0))
+		ref, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "tpl", withHook(0), "")
 		if err != nil {
 			t.Fatal(err)
 		}

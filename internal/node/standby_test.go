@@ -186,7 +186,7 @@ func TestStandbyGoneStillStarts(t *testing.T) {
 func TestGoldenBuildOffersTemplate(t *testing.T) {
 	rt := fake.New(fake.Config{})
 	n := newTestNode(t, rt)
-	if _, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "counter", template("img1")); err != nil {
+	if _, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "counter", template("img1"), ""); err != nil {
 		t.Fatal(err)
 	}
 	waitPrepared(t, rt, 1)
@@ -199,7 +199,7 @@ func TestNoStandbys(t *testing.T) {
 	n := newTestNodeWith(t, rt, true)
 	w := n.order[0]
 	ctx := t.Context()
-	if _, _, err := n.BuildGolden(ctx, "tpl", "ns", "counter", template("img1")); err != nil {
+	if _, _, err := n.BuildGolden(ctx, "tpl", "ns", "counter", template("img1"), ""); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

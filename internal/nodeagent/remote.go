@@ -50,7 +50,7 @@ func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
 // Checkpoint implements lifecycle.Node.
 func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error) {
 	resp, err := r.client.CheckpointActor(ctx, &atev1.CheckpointActorRequest{Worker: worker, ActorUid: actorUID,
-		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds()})
+		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds(), SnapshotId: opts.ID})
 	r.clearActivity(worker, actorUID)
 	return resp.GetSnapshot(), fromStatus(r.name, err)
 }
@@ -63,14 +63,14 @@ func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
 }
 
 // BuildGolden implements lifecycle.Node.
-func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec) (string, string, error) {
-	resp, err := r.client.BuildGolden(ctx, &atev1.BuildGoldenRequest{TemplateUid: tplUID, Atespace: atespace, Template: tplName, Spec: spec})
+func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (string, string, error) {
+	resp, err := r.client.BuildGolden(ctx, &atev1.BuildGoldenRequest{TemplateUid: tplUID, Atespace: atespace, Template: tplName, Spec: spec, SnapshotId: snapshotID})
 	return resp.GetSnapshot(), resp.GetImageDigest(), fromStatus(r.name, err)
 }
 
 // Upload implements lifecycle.Node.
-func (r *Remote) Upload(ctx context.Context, pausedRef, owner string, scope snapshot.Scope) (string, error) {
-	resp, err := r.client.UploadPaused(ctx, &atev1.UploadPausedRequest{PausedSnapshot: pausedRef, Owner: owner, Scope: scope.String()})
+func (r *Remote) Upload(ctx context.Context, pausedRef, owner, snapshotID string, scope snapshot.Scope) (string, error) {
+	resp, err := r.client.UploadPaused(ctx, &atev1.UploadPausedRequest{PausedSnapshot: pausedRef, Owner: owner, Scope: scope.String(), SnapshotId: snapshotID})
 	return resp.GetSnapshot(), fromStatus(r.name, err)
 }
 

@@ -42,7 +42,7 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancel()
 	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), node.CheckpointOptions{
-		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond})
+		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond, ID: r.GetSnapshotId()})
 	return &atev1.CheckpointActorResponse{Snapshot: ref}, toStatus(err)
 }
 
@@ -53,7 +53,7 @@ func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*ate
 
 // BuildGolden implements atev1.NodeAgentServer.
 func (s *Server) BuildGolden(ctx context.Context, r *atev1.BuildGoldenRequest) (*atev1.BuildGoldenResponse, error) {
-	ref, digest, err := s.n.BuildGolden(ctx, r.GetTemplateUid(), r.GetAtespace(), r.GetTemplate(), r.GetSpec())
+	ref, digest, err := s.n.BuildGolden(ctx, r.GetTemplateUid(), r.GetAtespace(), r.GetTemplate(), r.GetSpec(), r.GetSnapshotId())
 	return &atev1.BuildGoldenResponse{Snapshot: ref, ImageDigest: digest}, toStatus(err)
 }
 
@@ -63,7 +63,7 @@ func (s *Server) UploadPaused(ctx context.Context, r *atev1.UploadPausedRequest)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	ref, err := s.n.Upload(ctx, r.GetPausedSnapshot(), r.GetOwner(), scope)
+	ref, err := s.n.Upload(ctx, r.GetPausedSnapshot(), r.GetOwner(), r.GetSnapshotId(), scope)
 	return &atev1.UploadPausedResponse{Snapshot: ref}, toStatus(err)
 }
 

@@ -156,11 +156,11 @@ type Staged struct {
 
 // Stage creates an empty staging directory for a new snapshot of owner (an
 // actor or template uid; a DNS-1123 label or uid, never containing '/').
-func (l *Local) Stage(owner string) (*Staged, error) {
-	if err := ValidOwner(owner); err != nil {
+func (l *Local) Stage(owner, id string) (*Staged, error) {
+	id, err := StageID(owner, id)
+	if err != nil {
 		return nil, err
 	}
-	id := NewID()
 	dir := filepath.Join(l.dir, ".staging", id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stage snapshot: %w", err)
@@ -299,7 +299,7 @@ func (l *Local) List(context.Context) ([]string, error) {
 	return refs, nil
 }
 
-// NewID returns a new snapshot id: the UTC second (idTimeLayout, so
+// NewID returns a new snapshot id: the UTC millisecond (idTimeLayout, so
 // StagedBefore can read it), '-', 16 random hex digits.
 func NewID() string {
 	var b [8]byte
@@ -307,33 +307,71 @@ func NewID() string {
 	return time.Now().UTC().Format(idTimeLayout) + "-" + hex.EncodeToString(b[:])
 }
 
-// idTimeLayout starts every snapshot id: the UTC second it was staged.
-const idTimeLayout = "20060102T150405Z"
+// StageID checks Stage's owner and id and returns id, or a new one
+// (NewID) when it is empty; for every Store implementation's Stage.
+func StageID(owner, id string) (string, error) {
+	if err := ValidOwner(owner); err != nil {
+		return "", err
+	}
+	if id == "" {
+		return NewID(), nil
+	}
+	if _, _, ok := idTime(id); !ok || strings.ContainsAny(id, `/\`) {
+		return "", fmt.Errorf("invalid snapshot id %q: want NewID's form", id)
+	}
+	return id, nil
+}
+
+// idTimeLayout starts every snapshot id: the UTC millisecond it was
+// staged. Ids written before 2026-12-01 record the second only
+// (idTimeLayoutSeconds); StagedBefore reads both.
+const (
+	idTimeLayout        = "20060102T150405.000Z"
+	idTimeLayoutSeconds = "20060102T150405Z"
+)
 
 // StagedBefore reports whether ref was staged (hence committed) before t,
-// to the second, as its id records; false for a ref whose id records no
-// time.
+// to the resolution its id records (a millisecond, or a second for old
+// ids): a ref staged in t's own millisecond (second) may be after it and
+// is not. False for a ref whose id records no time.
 func StagedBefore(ref string, t time.Time) bool {
 	_, id, ok := strings.Cut(ref, "/")
-	if !ok || len(id) < len(idTimeLayout) {
+	if !ok {
 		return false
 	}
-	staged, err := time.Parse(idTimeLayout, id[:len(idTimeLayout)])
-	return err == nil && staged.Before(t.UTC().Truncate(time.Second))
+	staged, resolution, ok := idTime(id)
+	return ok && staged.Before(t.UTC().Truncate(resolution))
+}
+
+// idTime reads the staging time at the start of a snapshot id, and the
+// resolution its layout records.
+func idTime(id string) (staged time.Time, resolution time.Duration, ok bool) {
+	for _, f := range []struct {
+		layout     string
+		resolution time.Duration
+	}{{idTimeLayout, time.Millisecond}, {idTimeLayoutSeconds, time.Second}} {
+		if len(id) < len(f.layout) {
+			continue
+		}
+		if staged, err := time.Parse(f.layout, id[:len(f.layout)]); err == nil {
+			return staged, f.resolution, true
+		}
+	}
+	return time.Time{}, 0, false
 }
 
 // Import copies the complete snapshot at srcDir (another snapshot store's,
 // e.g. a node's paused copy) into this one as a new snapshot of owner and
 // returns its reference: the "upload" of a paused snapshot. With scope
 // ScopeData only its volumes are copied.
-func (l *Local) Import(ctx context.Context, owner, srcDir string, scope Scope) (string, error) {
-	return ImportInto(ctx, l, owner, srcDir, scope)
+func (l *Local) Import(ctx context.Context, owner, id, srcDir string, scope Scope) (string, error) {
+	return ImportInto(ctx, l, owner, id, srcDir, scope)
 }
 
 // ImportInto is Import for any Store: it stages a copy of srcDir (without
 // its manifest; with ScopeData only its volumes) and commits it.
-func ImportInto(ctx context.Context, s Store, owner, srcDir string, scope Scope) (string, error) {
-	st, err := s.Stage(owner)
+func ImportInto(ctx context.Context, s Store, owner, id, srcDir string, scope Scope) (string, error) {
+	st, err := s.Stage(owner, id)
 	if err != nil {
 		return "", err
 	}

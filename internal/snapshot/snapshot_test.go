@@ -15,7 +15,7 @@ func TestCommitOpenDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := l.Stage("actor-uid")
+	st, err := l.Stage("actor-uid", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestBadRefs(t *testing.T) {
 		})
 	}
 	for _, owner := range []string{"", "a/b", ".staging"} {
-		if _, err := l.Stage(owner); err == nil {
+		if _, err := l.Stage(owner, ""); err == nil {
 			t.Fatalf("Stage(%q) accepted", owner)
 		}
 	}
@@ -114,6 +114,9 @@ func TestStagedBefore(t *testing.T) {
 		{"a-uid/20261130T095959Z-0011223344556677", true},
 		{"a-uid/20261130T100000Z-0011223344556677", false}, // the cutoff's own second: maybe after it
 		{"a-uid/20261130T100001Z-0011223344556677", false},
+		{"a-uid/20261130T100000.499Z-0011223344556677", true}, // ids record the millisecond now
+		{"a-uid/20261130T100000.500Z-0011223344556677", false},
+		{"a-uid/20261130T100000.501Z-0011223344556677", false},
 		{"a-uid/not-a-time", false},
 		{"a-uid/2026", false},
 		{"no-slash", false},
@@ -132,7 +135,7 @@ func TestImportDataScopeKeepsOnlyVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := src.Stage("a-uid")
+	st, err := src.Stage("a-uid", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +160,7 @@ func TestImportDataScopeKeepsOnlyVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := dst.Import(ctx, "a-uid", dir.Dir, ScopeData)
+	got, err := dst.Import(ctx, "a-uid", "", dir.Dir, ScopeData)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,11 @@ import (
 // Stage (StagedBefore).
 type Store interface {
 	// Stage creates an empty local staging directory for a new snapshot
-	// of owner (an actor or template uid, never containing '/').
-	Stage(owner string) (*Staged, error)
+	// of owner (an actor or template uid, never containing '/') with id
+	// (NewID's form; "" = a new one). The workflow that will record the
+	// reference names it, so the time in the id is that workflow's
+	// clock's, which the garbage collection compares (StagedBefore).
+	Stage(owner, id string) (*Staged, error)
 	// Abort removes a staged snapshot.
 	Abort(s *Staged) error
 	// Commit makes the staged files durable in the store, manifest last,
@@ -29,7 +32,7 @@ type Store interface {
 	// Import copies the complete snapshot at srcDir (e.g. a node's paused
 	// copy) into the store as a new snapshot of owner; with ScopeData only
 	// its volumes.
-	Import(ctx context.Context, owner, srcDir string, scope Scope) (ref string, err error)
+	Import(ctx context.Context, owner, id, srcDir string, scope Scope) (ref string, err error)
 	// Delete removes ref; deleting a missing one succeeds.
 	Delete(ctx context.Context, ref string) error
 	// DeleteOwner removes every snapshot of owner.

@@ -105,19 +105,11 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	defer lc.Close()
 	reg.SetWorkflows(lc)
-	// Snapshot ids record the second they were staged (snapshot.StagedBefore),
-	// and the collection below may only take snapshots no workflow of
-	// this process staged. Serving from the next whole second on makes
-	// every snapshot staged for a predecessor's workflow, up to its
-	// death, fall before the cutoff: otherwise an orphan of a crash in the
-	// second before a quick restart survived (TestClusterAPIServerKilledMidSuspend).
-	// Node clocks are assumed to agree with ours to well under a second.
-	recovered := time.Now().Truncate(time.Second).Add(time.Second)
-	select {
-	case <-time.After(time.Until(recovered)):
-	case <-ctx.Done():
-		return nil
-	}
+	// Only snapshots staged before this moment can be orphans of a
+	// predecessor's workflows (snapshot.StagedBefore, to the millisecond;
+	// node clocks are assumed to agree with ours to well under that
+	// margin's use: a later id is never collected).
+	recovered := time.Now()
 	if err := lc.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -139,8 +131,6 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		g.Go(func() error { return mgmt.serve(gctx) })
 	}
 	g.Go(func() error {
-		// Only snapshots staged before this process started can be
-		// orphans: every later one belongs to a workflow of ours.
 		if err := lc.CollectGarbage(gctx, recovered); err != nil && gctx.Err() == nil {
 			log.Warn("snapshot garbage collection", "err", err)
 		}

@@ -38,7 +38,8 @@ type component struct {
 }
 
 // startComponent runs `ate <args…>` and waits for the log record readyMsg;
-// it returns the record's fields.
+// it returns the record's fields. start runs it again (after kill or
+// terminate) with the same arguments.
 func startComponent(t testing.TB, name, readyMsg string, args ...string) (*component, map[string]any) {
 	t.Helper()
 	c := &component{t: t, name: name, args: args, done: make(chan struct{})}
@@ -93,12 +94,6 @@ func (c *component) start(readyMsg string) map[string]any {
 		c.t.Fatalf("%s did not become ready; log:\n%s", c.name, c.logText())
 	}
 	return nil
-}
-
-// restart starts the component again with the same arguments.
-func (c *component) restart(readyMsg string) map[string]any {
-	c.t.Helper()
-	return c.start(readyMsg)
 }
 
 func (c *component) logText() string {
@@ -296,7 +291,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	if got := c.nodeOf("counter-1"); got != other(victim) {
 		t.Fatalf("resumed on %q, want %s", got, other(victim))
 	}
-	c.nodes[victim].restart("ate node ready")
+	c.nodes[victim].start("ate node ready")
 	waitFor(t, "killed node back", 15*time.Second, func() bool { return c.nodePhase(victim) == "READY" })
 	if got := c.nodeOf("counter-1"); got != other(victim) {
 		t.Fatalf("after the killed node rejoined the actor is on %q, want it left on %s", got, other(victim))
@@ -363,7 +358,7 @@ func TestClusterBadInput(t *testing.T) {
 	}{
 		{"unreachable endpoint", "s3://snapshots/x?endpoint=http://127.0.0.1:1", "127.0.0.1:1", nil},
 		{"missing bucket", strings.Replace(c.snaps, "s3://"+c.s3.Bucket+"/", "s3://no-such-bucket/", 1), "no-such-bucket", nil},
-		{"wrong credentials", c.snaps, "", []string{"AWS_SECRET_ACCESS_KEY=wrong"}},
+		{"wrong credentials", c.snaps, "credentials rejected", []string{"AWS_SECRET_ACCESS_KEY=wrong"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(ateBin, "apiserver", "--data-dir", filepath.Join(dir, tc.name), "--listen", "127.0.0.1:0", "--snapshots", tc.url)
@@ -438,7 +433,7 @@ func TestClusterAPIServerKilledMidSuspend(t *testing.T) {
 	// committed between two polls still checks the rest.
 	t.Logf("API server killed with the actor %s", state)
 	_ = suspend.Wait()
-	c.api.restart("ate apiserver ready")
+	c.api.start("ate apiserver ready")
 	waitFor(t, "node-a registered again", 15*time.Second, func() bool { return c.nodePhase("node-a") == "READY" })
 	ctx := context.Background()
 	referenced := func() map[string]bool {

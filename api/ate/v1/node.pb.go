@@ -239,7 +239,10 @@ type CheckpointActorRequest struct {
 	// scope: "Full" or "Data" (snapshot.Scope).
 	Scope string `protobuf:"bytes,4,opt,name=scope,proto3" json:"scope,omitempty"`
 	// grace_ms bounds the drain of in-flight requests; 0 = the default.
-	GraceMs       int64 `protobuf:"varint,5,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	GraceMs int64 `protobuf:"varint,5,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	// snapshot_id names the snapshot written (snapshot.NewID's form); the
+	// API server mints it on its clock, which garbage collection compares.
+	SnapshotId    string `protobuf:"bytes,6,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +310,13 @@ func (x *CheckpointActorRequest) GetGraceMs() int64 {
 		return x.GraceMs
 	}
 	return 0
+}
+
+func (x *CheckpointActorRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
 }
 
 type CheckpointActorResponse struct {
@@ -442,11 +452,13 @@ func (*StopActorResponse) Descriptor() ([]byte, []int) {
 }
 
 type BuildGoldenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TemplateUid   string                 `protobuf:"bytes,1,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
-	Atespace      string                 `protobuf:"bytes,2,opt,name=atespace,proto3" json:"atespace,omitempty"`
-	Template      string                 `protobuf:"bytes,3,opt,name=template,proto3" json:"template,omitempty"`
-	Spec          *ActorTemplateSpec     `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TemplateUid string                 `protobuf:"bytes,1,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
+	Atespace    string                 `protobuf:"bytes,2,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Template    string                 `protobuf:"bytes,3,opt,name=template,proto3" json:"template,omitempty"`
+	Spec        *ActorTemplateSpec     `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	// snapshot_id: as in CheckpointActorRequest.
+	SnapshotId    string `protobuf:"bytes,5,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +521,13 @@ func (x *BuildGoldenRequest) GetSpec() *ActorTemplateSpec {
 	return nil
 }
 
+func (x *BuildGoldenRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
 type BuildGoldenResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Snapshot      string                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
@@ -566,8 +585,10 @@ type UploadPausedRequest struct {
 	PausedSnapshot string                 `protobuf:"bytes,1,opt,name=paused_snapshot,json=pausedSnapshot,proto3" json:"paused_snapshot,omitempty"`
 	Owner          string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	Scope          string                 `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// snapshot_id: as in CheckpointActorRequest.
+	SnapshotId    string `protobuf:"bytes,4,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UploadPausedRequest) Reset() {
@@ -617,6 +638,13 @@ func (x *UploadPausedRequest) GetOwner() string {
 func (x *UploadPausedRequest) GetScope() string {
 	if x != nil {
 		return x.Scope
+	}
+	return ""
+}
+
+func (x *UploadPausedRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
 	}
 	return ""
 }
@@ -1676,31 +1704,37 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\bsnapshot\x18\x06 \x01(\tR\bsnapshot\x12\x16\n" +
 	"\x06paused\x18\a \x01(\bR\x06paused\x12!\n" +
 	"\fimage_digest\x18\b \x01(\tR\vimageDigest\"\x14\n" +
-	"\x12StartActorResponse\"\x96\x01\n" +
+	"\x12StartActorResponse\"\xb7\x01\n" +
 	"\x16CheckpointActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x16\n" +
 	"\x06paused\x18\x03 \x01(\bR\x06paused\x12\x14\n" +
 	"\x05scope\x18\x04 \x01(\tR\x05scope\x12\x19\n" +
-	"\bgrace_ms\x18\x05 \x01(\x03R\agraceMs\"5\n" +
+	"\bgrace_ms\x18\x05 \x01(\x03R\agraceMs\x12\x1f\n" +
+	"\vsnapshot_id\x18\x06 \x01(\tR\n" +
+	"snapshotId\"5\n" +
 	"\x17CheckpointActorResponse\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\"G\n" +
 	"\x10StopActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"\x13\n" +
-	"\x11StopActorResponse\"\x9e\x01\n" +
+	"\x11StopActorResponse\"\xbf\x01\n" +
 	"\x12BuildGoldenRequest\x12!\n" +
 	"\ftemplate_uid\x18\x01 \x01(\tR\vtemplateUid\x12\x1a\n" +
 	"\batespace\x18\x02 \x01(\tR\batespace\x12\x1a\n" +
 	"\btemplate\x18\x03 \x01(\tR\btemplate\x12-\n" +
-	"\x04spec\x18\x04 \x01(\v2\x19.ate.v1.ActorTemplateSpecR\x04spec\"T\n" +
+	"\x04spec\x18\x04 \x01(\v2\x19.ate.v1.ActorTemplateSpecR\x04spec\x12\x1f\n" +
+	"\vsnapshot_id\x18\x05 \x01(\tR\n" +
+	"snapshotId\"T\n" +
 	"\x13BuildGoldenResponse\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12!\n" +
-	"\fimage_digest\x18\x02 \x01(\tR\vimageDigest\"j\n" +
+	"\fimage_digest\x18\x02 \x01(\tR\vimageDigest\"\x8b\x01\n" +
 	"\x13UploadPausedRequest\x12'\n" +
 	"\x0fpaused_snapshot\x18\x01 \x01(\tR\x0epausedSnapshot\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
-	"\x05scope\x18\x03 \x01(\tR\x05scope\"2\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\x12\x1f\n" +
+	"\vsnapshot_id\x18\x04 \x01(\tR\n" +
+	"snapshotId\"2\n" +
 	"\x14UploadPausedResponse\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\">\n" +
 	"\x13DeletePausedRequest\x12'\n" +

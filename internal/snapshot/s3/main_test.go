@@ -106,7 +106,7 @@ func checkpointFiles(t testing.TB, pagesBytes int) map[string][]byte {
 // and an empty directory, and returns it.
 func stage(t testing.TB, s snapshot.Store, owner string, files map[string][]byte) *snapshot.Staged {
 	t.Helper()
-	st, err := s.Stage(owner)
+	st, err := s.Stage(owner, "")
 	if err != nil {
 		t.Fatal(err)
 	}

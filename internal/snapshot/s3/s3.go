@@ -173,11 +173,11 @@ func (s *Store) root() string {
 
 // Stage creates an empty staging directory for a new snapshot of owner,
 // inside the cache directory so Commit moves it into the cache by rename.
-func (s *Store) Stage(owner string) (*snapshot.Staged, error) {
-	if err := snapshot.ValidOwner(owner); err != nil {
+func (s *Store) Stage(owner, id string) (*snapshot.Staged, error) {
+	id, err := snapshot.StageID(owner, id)
+	if err != nil {
 		return nil, err
 	}
-	id := snapshot.NewID()
 	dir := filepath.Join(s.cfg.CacheDir, stagingDir, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stage snapshot: %w", err)
@@ -384,8 +384,8 @@ func (s *Store) fetchInto(ctx context.Context, ref, base, tmp string, m *snapsho
 // Import copies the complete snapshot at srcDir (e.g. a node's paused
 // copy) into the store as a new snapshot of owner; with
 // snapshot.ScopeData only its volumes.
-func (s *Store) Import(ctx context.Context, owner, srcDir string, scope snapshot.Scope) (string, error) {
-	return snapshot.ImportInto(ctx, s, owner, srcDir, scope)
+func (s *Store) Import(ctx context.Context, owner, id, srcDir string, scope snapshot.Scope) (string, error) {
+	return snapshot.ImportInto(ctx, s, owner, id, srcDir, scope)
 }
 
 // Delete removes every object of ref, manifest first (so a concurrent

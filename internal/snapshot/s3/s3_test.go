@@ -340,7 +340,7 @@ func TestImport(t *testing.T) {
 	defer lo.Close()
 	prefix := testPrefix(t)
 	s := newStore(t, config(t, prefix))
-	ref, err := s.Import(ctx, "a-uid", lo.Dir, snapshot.ScopeData)
+	ref, err := s.Import(ctx, "a-uid", "", lo.Dir, snapshot.ScopeData)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestImport(t *testing.T) {
 // TestClearStaging: staged leftovers go, committed snapshots stay.
 func TestClearStaging(t *testing.T) {
 	s := newStore(t, config(t, testPrefix(t)))
-	st, err := s.Stage("a-uid")
+	st, err := s.Stage("a-uid", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestClearStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Close()
-	if _, err := s.Stage("a/b"); err == nil {
+	if _, err := s.Stage("a/b", ""); err == nil {
 		t.Fatal("Stage accepted an owner with a slash")
 	}
 }

@@ -32,7 +32,7 @@ var files = map[string][]byte{
 
 func stageFiles(t *testing.T, s snapshot.Store, owner string) *snapshot.Staged {
 	t.Helper()
-	st, err := s.Stage(owner)
+	st, err := s.Stage(owner, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func badRefs(t *testing.T, s snapshot.Store) {
 		}
 	}
 	for _, owner := range []string{"", "a/b", ".staging"} {
-		if _, err := s.Stage(owner); err == nil {
+		if _, err := s.Stage(owner, ""); err == nil {
 			t.Errorf("Stage(%q) accepted", owner)
 		}
 		if err := s.DeleteOwner(ctx, owner); err == nil {
@@ -144,7 +144,7 @@ func importDataScope(t *testing.T, s snapshot.Store) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	ref, err := s.Import(ctx, "a-uid", src.Dir, snapshot.ScopeData)
+	ref, err := s.Import(ctx, "a-uid", "", src.Dir, snapshot.ScopeData)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func clearStaging(t *testing.T, s snapshot.Store) {
 		t.Fatalf("committed snapshot gone after ClearStaging: %v", err)
 	}
 	o.Close()
-	if _, err := s.Stage("a-uid"); err != nil {
+	if _, err := s.Stage("a-uid", ""); err != nil {
 		t.Fatalf("Stage after ClearStaging: %v", err)
 	}
 }

@@ -62,6 +62,8 @@ func apiserverCommand() *cobra.Command {
 			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
 			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
+			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
+				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")
 			f.DurationVar(&cfg.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
 			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
 		},

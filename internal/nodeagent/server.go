@@ -20,11 +20,11 @@ type Server struct {
 // NewServer serves n.
 func NewServer(n *node.Node) *Server { return &Server{n: n} }
 
-// checkpointTimeout bounds a checkpoint once begun: it runs to the end
+// CheckpointTimeout bounds a checkpoint once begun: it runs to the end
 // even when the API server that asked goes away, so a sandbox is never
 // left half checkpointed (the API server's recovery reconciles the
 // outcome).
-const checkpointTimeout = 2 * time.Minute
+const CheckpointTimeout = 2 * time.Minute
 
 // StartActor implements atev1.NodeAgentServer.
 func (s *Server) StartActor(ctx context.Context, r *atev1.StartActorRequest) (*atev1.StartActorResponse, error) {
@@ -39,7 +39,7 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckpointTimeout)
 	defer cancel()
 	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), node.CheckpointOptions{
 		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond, ID: r.GetSnapshotId()})

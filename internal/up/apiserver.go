@@ -44,6 +44,10 @@ type APIServerConfig struct {
 	// SandboxClass is the class the nodes' workers run (templates naming
 	// another are refused); default DefaultSandboxClass.
 	SandboxClass string
+	// SnapshotGCInterval is how often, in the first orphanWindow after
+	// start-up, unreferenced snapshots of a predecessor are collected
+	// (default DefaultSnapshotGCInterval).
+	SnapshotGCInterval time.Duration
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
 	Heartbeat, LostAfter time.Duration
 	Logger               *slog.Logger
@@ -130,12 +134,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if mgmt != nil {
 		g.Go(func() error { return mgmt.serve(gctx) })
 	}
-	g.Go(func() error {
-		if err := lc.CollectGarbage(gctx, recovered); err != nil && gctx.Err() == nil {
-			log.Warn("snapshot garbage collection", "err", err)
-		}
-		return nil
-	})
+	g.Go(func() error { return collectOrphans(gctx, lc, recovered, cfg.SnapshotGCInterval, log) })
 	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", dbPath, "snapshots", cfg.Snapshots)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
@@ -163,4 +162,38 @@ func boltPath(u, def string) (string, error) {
 		return "", fmt.Errorf("store %q: only bolt:///path is supported (PostgreSQL is a later issue)", u)
 	}
 	return filepath.Abs(u)
+}
+
+// DefaultSnapshotGCInterval is APIServerConfig.SnapshotGCInterval's
+// default.
+const DefaultSnapshotGCInterval = 30 * time.Second
+
+// orphanWindow is how long after start-up a snapshot of a predecessor's
+// workflow may still appear: a node finishes a checkpoint whose caller
+// died (nodeagent.CheckpointTimeout), and only then uploads its manifest.
+const orphanWindow = nodeagent.CheckpointTimeout + time.Minute
+
+// collectOrphans deletes the unreferenced snapshots staged before cutoff
+// (this process's start: they belong to dead workflows) at once and then
+// every interval until orphanWindow has passed, since nodes may still be
+// finishing such snapshots; later ones are this process's own, which its
+// workflows record or drop themselves. Failures are logged; the next pass
+// or start retries.
+func collectOrphans(ctx context.Context, lc *lifecycle.Manager, cutoff time.Time, interval time.Duration, log *slog.Logger) error {
+	if interval <= 0 {
+		interval = DefaultSnapshotGCInterval
+	}
+	for {
+		if err := lc.CollectGarbage(ctx, cutoff); err != nil && ctx.Err() == nil {
+			log.Warn("snapshot garbage collection", "err", err)
+		}
+		if time.Since(cutoff) > orphanWindow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
 }

@@ -146,8 +146,9 @@ type cluster struct {
 	snaps  string
 }
 
-// clusterTiming makes losses quick to see: heartbeat 250 ms, lost after 2 s.
-var clusterTiming = []string{"--node-heartbeat", "250ms", "--node-lost-after", "2s"}
+// clusterTiming makes losses and collections quick to see: heartbeat
+// 250 ms, lost after 2 s, orphans collected every second.
+var clusterTiming = []string{"--node-heartbeat", "250ms", "--node-lost-after", "2s", "--snapshot-gc-interval", "1s"}
 
 func startCluster(t testing.TB, nodes ...string) *cluster {
 	t.Helper()

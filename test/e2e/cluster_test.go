@@ -104,6 +104,13 @@ func (c *component) logText() string {
 	return c.log.String()
 }
 
+// records counts the log records whose msg is msg.
+func (c *component) records(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Count(c.log.String(), `"msg":"`+msg+`"`)
+}
+
 // kill sends SIGKILL and waits for the process to end.
 func (c *component) kill() {
 	if c.cmd == nil {
@@ -199,6 +206,7 @@ func freeAddr(t testing.TB) string {
 func (c *cluster) startNode(name, apiAddr string) {
 	c.t.Helper()
 	n, _ := startComponent(c.t, "node "+name, "ate node ready", "node", "--api", apiAddr, "--name", name,
+		"--labels", "node="+name, // what benchmarks pin placement with
 		"--data-dir", filepath.Join(c.dir, name), "--workers", "1", "--snapshots", c.snaps, "--log-level", "debug")
 	c.nodes[name] = n
 }

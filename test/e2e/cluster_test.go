@@ -3,13 +3,15 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot/s3/s3test"
 )
 
@@ -192,6 +195,23 @@ func startCluster(t testing.TB, nodes ...string) *cluster {
 	return c
 }
 
+// workerPrefix is node name's --worker-prefix: unique to this cluster,
+// so its runsc root (/run/ate/<prefix>) can be inspected.
+func (c *cluster) workerPrefix(name string) string {
+	sum := sha256.Sum256([]byte(c.dir + "/" + name))
+	return "e2e" + hex.EncodeToString(sum[:3])
+}
+
+// containers lists the runsc containers in node name's runsc root.
+func (c *cluster) containers(name string) []string {
+	c.t.Helper()
+	out, err := exec.Command(gvisor.DefaultRunscPath(), "--root", filepath.Join("/run/ate", c.workerPrefix(name)), "list", "-quiet").CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("runsc list: %v\n%s", err, out)
+	}
+	return strings.Fields(string(out))
+}
+
 // freeAddr returns a loopback address with a port free now.
 func freeAddr(t testing.TB) string {
 	t.Helper()
@@ -207,6 +227,7 @@ func (c *cluster) startNode(name, apiAddr string) {
 	c.t.Helper()
 	n, _ := startComponent(c.t, "node "+name, "ate node ready", "node", "--api", apiAddr, "--name", name,
 		"--labels", "node="+name, // what benchmarks pin placement with
+		"--worker-prefix", c.workerPrefix(name),
 		"--data-dir", filepath.Join(c.dir, name), "--workers", "1", "--snapshots", c.snaps, "--log-level", "debug")
 	c.nodes[name] = n
 }
@@ -308,10 +329,21 @@ func TestClusterNodeKilled(t *testing.T) {
 	if got := c.nodeOf("counter-1"); got != other(victim) {
 		t.Fatalf("resumed on %q, want %s", got, other(victim))
 	}
+	// The killed agent's sandbox outlived it (runsc runs it in its own
+	// processes); the restarted agent must destroy it.
+	stale := c.containers(victim)
+	if len(stale) == 0 {
+		t.Fatalf("no container left in %s's runsc root after kill -9: nothing to check the clean-up with", victim)
+	}
 	c.nodes[victim].start("ate node ready")
 	waitFor(t, "killed node back", 15*time.Second, func() bool { return c.nodePhase(victim) == "READY" })
 	if got := c.nodeOf("counter-1"); got != other(victim) {
 		t.Fatalf("after the killed node rejoined the actor is on %q, want it left on %s", got, other(victim))
+	}
+	for _, id := range c.containers(victim) {
+		if slices.Contains(stale, id) {
+			t.Fatalf("container %s of the killed agent still exists after the restart", id)
+		}
 	}
 	c.in.mustCount("default/counter-1", 3)
 }

@@ -1,0 +1,40 @@
+package nodeagent
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/snapshot"
+)
+
+// TestErrorsCrossTheWire: a node error sent as its gRPC code comes back
+// as the same sentinel with the node's message; a transport failure is
+// ErrUnreachable.
+func TestErrorsCrossTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{
+		{fmt.Errorf("%w: w9", node.ErrUnknownWorker), node.ErrUnknownWorker},
+		{fmt.Errorf("worker w1: %w", node.ErrStale), node.ErrStale},
+		{fmt.Errorf("%w: object a/b/pages.img.zst: sha256 1234 != 5678", snapshot.ErrCorrupt), snapshot.ErrCorrupt},
+		{fmt.Errorf("%w: a/b", snapshot.ErrNotFound), snapshot.ErrNotFound},
+		{fmt.Errorf("%w: image x", node.ErrStartFailed), node.ErrStartFailed},
+	} {
+		got := fromStatus("n1", toStatus(tc.err))
+		if !errors.Is(got, tc.want) || got.Error() != tc.err.Error() {
+			t.Errorf("%v crossed as %v (is %v: %v)", tc.err, got, tc.want, errors.Is(got, tc.want))
+		}
+	}
+	if got := fromStatus("n1", status.Error(codes.Unavailable, "connection refused")); !errors.Is(got, ErrUnreachable) {
+		t.Errorf("Unavailable crossed as %v, want ErrUnreachable", got)
+	}
+	if fromStatus("n1", toStatus(nil)) != nil {
+		t.Error("nil did not cross as nil")
+	}
+}

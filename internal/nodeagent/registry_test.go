@@ -1,0 +1,199 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/store/bolt"
+)
+
+// lostRecorder is the Workflows neighbour: it records which workers were
+// reported lost and frees them as the lifecycle manager would.
+type lostRecorder struct {
+	st   store.Store
+	mu   sync.Mutex
+	lost []string
+}
+
+func (l *lostRecorder) WorkerExited(string, string)                   {}
+func (l *lostRecorder) WorkerIdle(string)                             {}
+func (l *lostRecorder) SelfRequest(string, string, checkpoint.Action) {}
+func (l *lostRecorder) SuspendNode(context.Context, string) error     { return nil }
+func (l *lostRecorder) WorkersLost(ctx context.Context, ws []*store.Worker, _ string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range ws {
+		l.lost = append(l.lost, w.Name)
+		if err := l.st.ReleaseWorker(ctx, w.Name, w.ActorUID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *lostRecorder) reported() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(slices.Values(l.lost))
+}
+
+func newTestRegistry(t *testing.T) (*Registry, *lostRecorder, store.Store) {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r, err := NewRegistry(t.Context(), RegistryConfig{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := &lostRecorder{st: st}
+	r.SetWorkflows(wf)
+	return r, wf, st
+}
+
+func hello(node string, epoch int64, workers ...*atev1.NodeWorker) *atev1.NodeHello {
+	return &atev1.NodeHello{Node: node, Epoch: epoch, Address: "127.0.0.1:1", TunnelAddress: "127.0.0.1:2", Workers: workers}
+}
+
+// claim makes actor uid hold worker in the store.
+func claim(t *testing.T, st store.Store, worker, uid string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := st.CreateAtespace(ctx, &store.Atespace{Name: "default"}); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatal(err)
+	}
+	if err := st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl-uid"}); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatal(err)
+	}
+	a := &store.Actor{Atespace: "default", Name: uid, UID: uid, Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}
+	if err := st.CreateActor(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.ClaimWorker(ctx, a, "", worker); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a name heartbeating under another epoch is refused", func(t *testing.T) {
+		r, _, _ := newTestRegistry(t)
+		if _, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := r.admit(ctx, hello("n1", 2, &atev1.NodeWorker{Name: "w1"}), func() {})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("second n1 = %v, want AlreadyExists", err)
+		}
+	})
+	t.Run("a worker name another node registered is refused", func(t *testing.T) {
+		r, _, _ := newTestRegistry(t)
+		if _, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := r.admit(ctx, hello("n2", 1, &atev1.NodeWorker{Name: "w1"}), func() {})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("n2 with n1's worker = %v, want AlreadyExists", err)
+		}
+	})
+	t.Run("a new epoch: claimed workers it does not host are lost, sandboxes it should not host are stopped", func(t *testing.T) {
+		r, wf, st := newTestRegistry(t)
+		m, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}, &atev1.NodeWorker{Name: "w2"}), func() {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.end = nil // its stream ended: the name may be taken by a new epoch
+		claim(t, st, "w1", "a")
+		// The restarted node hosts nothing on w1 (its sandbox died with the
+		// old process) and, somehow, an actor the store never placed on w2.
+		_, stops, err := r.admit(ctx, hello("n1", 2, &atev1.NodeWorker{Name: "w1"},
+			&atev1.NodeWorker{Name: "w2", HostedActorUid: "stray"}), func() {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := wf.reported(); !slices.Contains(got, "w1") {
+			t.Fatalf("lost workers %v, want w1 (claimed by a, not hosted by the new epoch)", got)
+		}
+		if len(stops) != 1 || stops[0].GetWorker() != "w2" || stops[0].GetActorUid() != "stray" {
+			t.Fatalf("stop orders %v, want the stray sandbox on w2", stops)
+		}
+		if _, ok := r.Get("n1"); !ok {
+			t.Fatal("n1 not live after its new registration")
+		}
+	})
+	t.Run("the same epoch reconnecting keeps its actors", func(t *testing.T) {
+		r, wf, st := newTestRegistry(t)
+		m, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.end = nil
+		claim(t, st, "w1", "a")
+		// Reconnected mid-start: the hello was taken before the sandbox ran.
+		if _, stops, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil || len(stops) != 0 {
+			t.Fatalf("reconnect = %v, stops %v", err, stops)
+		}
+		if got := wf.reported(); len(got) != 0 {
+			t.Fatalf("a reconnect of the same process lost workers %v", got)
+		}
+	})
+}
+
+func TestDeclareLost(t *testing.T) {
+	r, wf, st := newTestRegistry(t)
+	ctx := context.Background()
+	if _, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
+		t.Fatal(err)
+	}
+	claim(t, st, "w1", "a")
+	r.declareLost(ctx, "n1", 0, "no heartbeat")
+	if _, ok := r.Get("n1"); ok {
+		t.Fatal("a lost node is still live")
+	}
+	if _, ok := r.ForWorker("w1"); ok {
+		t.Fatal("a lost node's worker still has a node")
+	}
+	if got := wf.reported(); !slices.Equal(got, []string{"w1"}) {
+		t.Fatalf("lost workers %v, want [w1]", got)
+	}
+	nodes, err := r.List(ctx)
+	if err != nil || len(nodes) != 1 || nodes[0].GetPhase() != PhaseLost || nodes[0].GetMessage() != "no heartbeat" {
+		t.Fatalf("List = %v, %v; want n1 LOST with its reason", nodes, err)
+	}
+}
+
+func TestByLoad(t *testing.T) {
+	r, _, _ := newTestRegistry(t)
+	ctx := context.Background()
+	for _, n := range []string{"busy", "idle"} {
+		if _, _, err := r.admit(ctx, hello(n, 1, &atev1.NodeWorker{Name: n + "-w1"}, &atev1.NodeWorker{Name: n + "-w2"}), func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy, _ := r.Get("busy")
+	busy.(*Remote).hosts("busy-w1", "a")
+	if got := r.ByLoad(); !slices.Equal(got, []string{"idle", "busy"}) {
+		t.Fatalf("ByLoad = %v, want the idle node first", got)
+	}
+	// A draining node takes no new actors but is still reachable.
+	r.members["idle"].phase = PhaseDraining
+	if got := r.ByLoad(); !slices.Equal(got, []string{"busy"}) {
+		t.Fatalf("ByLoad with idle draining = %v, want [busy]", got)
+	}
+	if _, ok := r.Get("idle"); !ok {
+		t.Fatal("a draining node must stay reachable for its checkpoints")
+	}
+}

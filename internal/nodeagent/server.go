@@ -77,12 +77,3 @@ func (s *Server) ForgetActor(_ context.Context, r *atev1.ForgetActorRequest) (*a
 	s.n.ForgetActor(r.GetActorUid())
 	return &atev1.ForgetActorResponse{}, nil
 }
-
-// ListHosted implements atev1.NodeAgentServer.
-func (s *Server) ListHosted(context.Context, *atev1.ListHostedRequest) (*atev1.ListHostedResponse, error) {
-	out := &atev1.ListHostedResponse{}
-	for worker, uid := range s.n.Hosted() {
-		out.Workers = append(out.Workers, &atev1.HostedWorker{Worker: worker, ActorUid: uid})
-	}
-	return out, nil
-}

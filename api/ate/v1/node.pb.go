@@ -90,7 +90,7 @@ func (x NodeEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeEvent_Kind.Descriptor instead.
 func (NodeEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{22, 0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type StartActorRequest struct {
@@ -853,87 +853,9 @@ func (*ForgetActorResponse) Descriptor() ([]byte, []int) {
 	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
-type ListHostedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListHostedRequest) Reset() {
-	*x = ListHostedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListHostedRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListHostedRequest) ProtoMessage() {}
-
-func (x *ListHostedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListHostedRequest.ProtoReflect.Descriptor instead.
-func (*ListHostedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
-}
-
-type ListHostedResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workers       []*HostedWorker        `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListHostedResponse) Reset() {
-	*x = ListHostedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[15]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListHostedResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListHostedResponse) ProtoMessage() {}
-
-func (x *ListHostedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[15]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListHostedResponse.ProtoReflect.Descriptor instead.
-func (*ListHostedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
-}
-
-func (x *ListHostedResponse) GetWorkers() []*HostedWorker {
-	if x != nil {
-		return x.Workers
-	}
-	return nil
-}
-
-// NodeWorker describes one worker of a node.
+// NodeWorker describes one worker of a node. The hello lists them all,
+// with what each hosts: that is how the API server learns a node's
+// sandboxes, on every (re)registration.
 type NodeWorker struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -946,7 +868,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +880,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +893,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeWorker) GetName() string {
@@ -995,58 +917,6 @@ func (x *NodeWorker) GetHostedActorUid() string {
 	return ""
 }
 
-type HostedWorker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HostedWorker) Reset() {
-	*x = HostedWorker{}
-	mi := &file_ate_v1_node_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HostedWorker) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HostedWorker) ProtoMessage() {}
-
-func (x *HostedWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HostedWorker.ProtoReflect.Descriptor instead.
-func (*HostedWorker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *HostedWorker) GetWorker() string {
-	if x != nil {
-		return x.Worker
-	}
-	return ""
-}
-
-func (x *HostedWorker) GetActorUid() string {
-	if x != nil {
-		return x.ActorUid
-	}
-	return ""
-}
-
 // WorkerActivity is what the worker tunnel saw of the actor a worker hosts.
 type WorkerActivity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1063,7 +933,7 @@ type WorkerActivity struct {
 
 func (x *WorkerActivity) Reset() {
 	*x = WorkerActivity{}
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +945,7 @@ func (x *WorkerActivity) String() string {
 func (*WorkerActivity) ProtoMessage() {}
 
 func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +958,7 @@ func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
 func (*WorkerActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerActivity) GetWorker() string {
@@ -1152,7 +1022,7 @@ type Standby struct {
 
 func (x *Standby) Reset() {
 	*x = Standby{}
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1034,7 @@ func (x *Standby) String() string {
 func (*Standby) ProtoMessage() {}
 
 func (x *Standby) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1047,7 @@ func (x *Standby) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Standby.ProtoReflect.Descriptor instead.
 func (*Standby) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Standby) GetKey() string {
@@ -1212,7 +1082,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1094,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1107,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeHello) GetNode() string {
@@ -1292,7 +1162,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1174,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1187,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeHeartbeat) GetActivity() []*WorkerActivity {
@@ -1346,7 +1216,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1228,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1241,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeEvent) GetKind() NodeEvent_Kind {
@@ -1416,7 +1286,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1298,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1311,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1512,7 +1382,7 @@ type RegistryWelcome struct {
 
 func (x *RegistryWelcome) Reset() {
 	*x = RegistryWelcome{}
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1394,7 @@ func (x *RegistryWelcome) String() string {
 func (*RegistryWelcome) ProtoMessage() {}
 
 func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1407,7 @@ func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryWelcome.ProtoReflect.Descriptor instead.
 func (*RegistryWelcome) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegistryWelcome) GetHeartbeatMs() int64 {
@@ -1566,7 +1436,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1448,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1461,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -1621,7 +1491,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1503,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1516,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -1742,10 +1612,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x14DeletePausedResponse\"1\n" +
 	"\x12ForgetActorRequest\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\"\x15\n" +
-	"\x13ForgetActorResponse\"\x13\n" +
-	"\x11ListHostedRequest\"D\n" +
-	"\x12ListHostedResponse\x12.\n" +
-	"\aworkers\x18\x01 \x03(\v2\x14.ate.v1.HostedWorkerR\aworkers\"\xbd\x01\n" +
+	"\x13ForgetActorResponse\"\xbd\x01\n" +
 	"\n" +
 	"NodeWorker\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
@@ -1753,10 +1620,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x10hosted_actor_uid\x18\x03 \x01(\tR\x0ehostedActorUid\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
-	"\fHostedWorker\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
-	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"\xfa\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x01\n" +
 	"\x0eWorkerActivity\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1b\n" +
@@ -1805,7 +1669,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x0fRegistryMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.ate.v1.RegistryWelcomeH\x00R\awelcome\x12'\n" +
 	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stopB\x05\n" +
-	"\x03msg2\xd1\x04\n" +
+	"\x03msg2\x8c\x04\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
@@ -1814,9 +1678,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\vBuildGolden\x12\x1a.ate.v1.BuildGoldenRequest\x1a\x1b.ate.v1.BuildGoldenResponse\x12I\n" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
-	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse\x12C\n" +
-	"\n" +
-	"ListHosted\x12\x19.ate.v1.ListHostedRequest\x1a\x1a.ate.v1.ListHostedResponse2L\n" +
+	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse2L\n" +
 	"\fNodeRegistry\x12<\n" +
 	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
@@ -1833,7 +1695,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*StartActorRequest)(nil),       // 1: ate.v1.StartActorRequest
@@ -1850,62 +1712,56 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*DeletePausedResponse)(nil),    // 12: ate.v1.DeletePausedResponse
 	(*ForgetActorRequest)(nil),      // 13: ate.v1.ForgetActorRequest
 	(*ForgetActorResponse)(nil),     // 14: ate.v1.ForgetActorResponse
-	(*ListHostedRequest)(nil),       // 15: ate.v1.ListHostedRequest
-	(*ListHostedResponse)(nil),      // 16: ate.v1.ListHostedResponse
-	(*NodeWorker)(nil),              // 17: ate.v1.NodeWorker
-	(*HostedWorker)(nil),            // 18: ate.v1.HostedWorker
-	(*WorkerActivity)(nil),          // 19: ate.v1.WorkerActivity
-	(*Standby)(nil),                 // 20: ate.v1.Standby
-	(*NodeHello)(nil),               // 21: ate.v1.NodeHello
-	(*NodeHeartbeat)(nil),           // 22: ate.v1.NodeHeartbeat
-	(*NodeEvent)(nil),               // 23: ate.v1.NodeEvent
-	(*NodeMessage)(nil),             // 24: ate.v1.NodeMessage
-	(*RegistryWelcome)(nil),         // 25: ate.v1.RegistryWelcome
-	(*StopOrder)(nil),               // 26: ate.v1.StopOrder
-	(*RegistryMessage)(nil),         // 27: ate.v1.RegistryMessage
-	nil,                             // 28: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 29: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*NodeWorker)(nil),              // 15: ate.v1.NodeWorker
+	(*WorkerActivity)(nil),          // 16: ate.v1.WorkerActivity
+	(*Standby)(nil),                 // 17: ate.v1.Standby
+	(*NodeHello)(nil),               // 18: ate.v1.NodeHello
+	(*NodeHeartbeat)(nil),           // 19: ate.v1.NodeHeartbeat
+	(*NodeEvent)(nil),               // 20: ate.v1.NodeEvent
+	(*NodeMessage)(nil),             // 21: ate.v1.NodeMessage
+	(*RegistryWelcome)(nil),         // 22: ate.v1.RegistryWelcome
+	(*StopOrder)(nil),               // 23: ate.v1.StopOrder
+	(*RegistryMessage)(nil),         // 24: ate.v1.RegistryMessage
+	nil,                             // 25: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 26: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	29, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	29, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	18, // 2: ate.v1.ListHostedResponse.workers:type_name -> ate.v1.HostedWorker
-	28, // 3: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	30, // 4: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	30, // 5: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
-	17, // 6: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
-	19, // 7: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
-	20, // 8: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
-	0,  // 9: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	21, // 10: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
-	22, // 11: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
-	23, // 12: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
-	25, // 13: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	26, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	1,  // 15: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	3,  // 16: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	5,  // 17: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	7,  // 18: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	9,  // 19: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	11, // 20: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	13, // 21: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	15, // 22: ate.v1.NodeAgent.ListHosted:input_type -> ate.v1.ListHostedRequest
-	24, // 23: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	2,  // 24: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	4,  // 25: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	6,  // 26: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	8,  // 27: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	10, // 28: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	12, // 29: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	14, // 30: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	16, // 31: ate.v1.NodeAgent.ListHosted:output_type -> ate.v1.ListHostedResponse
-	27, // 32: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	26, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	26, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	25, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	27, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	27, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	15, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
+	16, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
+	17, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
+	0,  // 8: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
+	18, // 9: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
+	19, // 10: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
+	20, // 11: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
+	22, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
+	23, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	1,  // 14: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	3,  // 15: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	5,  // 16: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	7,  // 17: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	9,  // 18: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	11, // 19: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	13, // 20: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	21, // 21: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	2,  // 22: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	4,  // 23: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	6,  // 24: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	8,  // 25: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	10, // 26: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	12, // 27: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	14, // 28: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	24, // 29: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -1914,12 +1770,12 @@ func file_ate_v1_node_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_init()
-	file_ate_v1_node_proto_msgTypes[23].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[20].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[26].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[23].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 	}
@@ -1929,7 +1785,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,7 +33,6 @@ const (
 	NodeAgent_UploadPaused_FullMethodName    = "/ate.v1.NodeAgent/UploadPaused"
 	NodeAgent_DeletePaused_FullMethodName    = "/ate.v1.NodeAgent/DeletePaused"
 	NodeAgent_ForgetActor_FullMethodName     = "/ate.v1.NodeAgent/ForgetActor"
-	NodeAgent_ListHosted_FullMethodName      = "/ate.v1.NodeAgent/ListHosted"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -53,8 +52,6 @@ type NodeAgentClient interface {
 	UploadPaused(ctx context.Context, in *UploadPausedRequest, opts ...grpc.CallOption) (*UploadPausedResponse, error)
 	DeletePaused(ctx context.Context, in *DeletePausedRequest, opts ...grpc.CallOption) (*DeletePausedResponse, error)
 	ForgetActor(ctx context.Context, in *ForgetActorRequest, opts ...grpc.CallOption) (*ForgetActorResponse, error)
-	// ListHosted lists what each worker hosts now.
-	ListHosted(ctx context.Context, in *ListHostedRequest, opts ...grpc.CallOption) (*ListHostedResponse, error)
 }
 
 type nodeAgentClient struct {
@@ -135,16 +132,6 @@ func (c *nodeAgentClient) ForgetActor(ctx context.Context, in *ForgetActorReques
 	return out, nil
 }
 
-func (c *nodeAgentClient) ListHosted(ctx context.Context, in *ListHostedRequest, opts ...grpc.CallOption) (*ListHostedResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListHostedResponse)
-	err := c.cc.Invoke(ctx, NodeAgent_ListHosted_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -162,8 +149,6 @@ type NodeAgentServer interface {
 	UploadPaused(context.Context, *UploadPausedRequest) (*UploadPausedResponse, error)
 	DeletePaused(context.Context, *DeletePausedRequest) (*DeletePausedResponse, error)
 	ForgetActor(context.Context, *ForgetActorRequest) (*ForgetActorResponse, error)
-	// ListHosted lists what each worker hosts now.
-	ListHosted(context.Context, *ListHostedRequest) (*ListHostedResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -194,9 +179,6 @@ func (UnimplementedNodeAgentServer) DeletePaused(context.Context, *DeletePausedR
 }
 func (UnimplementedNodeAgentServer) ForgetActor(context.Context, *ForgetActorRequest) (*ForgetActorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetActor not implemented")
-}
-func (UnimplementedNodeAgentServer) ListHosted(context.Context, *ListHostedRequest) (*ListHostedResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ListHosted not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -345,24 +327,6 @@ func _NodeAgent_ForgetActor_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
-func _NodeAgent_ListHosted_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListHostedRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(NodeAgentServer).ListHosted(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: NodeAgent_ListHosted_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(NodeAgentServer).ListHosted(ctx, req.(*ListHostedRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -397,10 +361,6 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForgetActor",
 			Handler:    _NodeAgent_ForgetActor_Handler,
-		},
-		{
-			MethodName: "ListHosted",
-			Handler:    _NodeAgent_ListHosted_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

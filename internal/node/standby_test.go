@@ -2,17 +2,18 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // stubImages serves one unpacked image for every reference: the fake
@@ -62,13 +63,7 @@ func template(image string) *atev1.ActorTemplateSpec {
 // waitPrepared waits until the fake runtime holds want prepared containers.
 func waitPrepared(t *testing.T, rt *fake.Runtime, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for rt.Prepared() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("prepared containers = %d, want %d", rt.Prepared(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, fmt.Sprintf("%d prepared containers", want), func() bool { return rt.Prepared() == want })
 }
 
 // standbyOf returns s's standby once no operation runs on s: a refill

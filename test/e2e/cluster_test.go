@@ -598,3 +598,30 @@ func TestClusterRouterRestartWhileNodeDrains(t *testing.T) {
 		t.Errorf("drained node-a is %s, want LOST (left)", c.nodePhase("node-a"))
 	}
 }
+
+// TestClusterPausedOnLostNode: an actor paused on a node (its checkpoint
+// on that node's disk) whose node is then killed resumes on the other
+// node from its last durable snapshot, and its message says the work
+// since then was lost.
+func TestClusterPausedOnLostNode(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	c.in.ate("suspend", "actor", "counter-1") // durable: count=1
+	c.in.mustCount("default/counter-1", 2)
+	on := c.nodeOf("counter-1")
+	c.in.ate("pause", "actor", "counter-1") // paused on `on`: count=2
+	if st := c.in.actor("counter-1").GetState().String(); st != "PAUSED" {
+		t.Fatalf("state after pause = %s", st)
+	}
+	c.nodes[on].kill()
+	waitFor(t, "node "+on+" lost", 15*time.Second, func() bool { return c.nodePhase(on) == "LOST" })
+	c.in.mustCount("default/counter-1", 2) // from the durable count=1: the paused work is gone
+	if got := c.nodeOf("counter-1"); got != other(on) {
+		t.Fatalf("resumed on %q, want %s", got, other(on))
+	}
+	if msg := c.in.actor("counter-1").GetMessage(); !strings.Contains(msg, on) || !strings.Contains(msg, "lost") {
+		t.Fatalf("message %q does not say the paused checkpoint's node %s is gone and work was lost", msg, on)
+	}
+}

@@ -375,6 +375,14 @@ func (a *activator) resolving(key names.ActorKey, on bool) chan struct{} {
 
 // forget drops key's cached target if it is still t, so that a fresher
 // target stored meanwhile by another request's resolution survives.
+// tunnelGone tells the resolver, if it caches tunnel addresses
+// (TunnelForgetter), that t's address refused a connection.
+func (a *activator) tunnelGone(t Target) {
+	if f, ok := a.res.(TunnelForgetter); ok {
+		f.ForgetTunnel(t.Worker, t.TunnelAddr)
+	}
+}
+
 func (a *activator) forget(key names.ActorKey, t Target) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

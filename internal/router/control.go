@@ -218,6 +218,15 @@ func (c *ControlResolver) tunnelAddr(ctx context.Context, worker string) (string
 	return "", fmt.Errorf("%w: worker %s is not listed with a tunnel address", ErrResumeFailed, worker)
 }
 
+// ForgetTunnel implements TunnelForgetter.
+func (c *ControlResolver) ForgetTunnel(worker, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tunnels[worker] == addr {
+		delete(c.tunnels, worker)
+	}
+}
+
 func (c *ControlResolver) cachedTunnel(worker string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -395,3 +395,32 @@ func TestHandlerOverControlAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerRelistsATunnelThatRefuses: a node restarted with its
+// tunnel on another port. The router's cached address refuses the
+// connection; the request is sent again to the address the API server
+// lists now, not to the dead one for ever.
+func TestHandlerRelistsATunnelThatRefuses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there any more
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/app": {Atespace: "default", Name: "app", Uid: "u1", State: atev1.ActorState_RUNNING, Worker: "w1"},
+		},
+		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: dead}},
+	}
+	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc), nil))
+	// The router learns the dead address, then the node comes back.
+	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.status == http.StatusOK {
+		t.Fatalf("a request to a dead tunnel answered 200: %+v", got)
+	}
+	fc.setWorkers(&atev1.Worker{Name: "w1", TunnelAddress: echoTunnel(t, "restarted", nil)})
+	got := get(t, srv, "app.default.actors.localhost", "/", nil)
+	if got.status != http.StatusOK || !strings.Contains(got.msg, "worker=w1 uid=u1") {
+		t.Fatalf("after the node moved its tunnel: %d %q, want 200 from the new address", got.status, got.msg)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"sync/atomic"
+	"syscall"
 
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
@@ -229,6 +230,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 		// it was: looking again would only load the control plane
 		// with a lookup per request to a broken app.
 		h.act.forget(key, t)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Nothing listens at the tunnel address: its node restarted
+			// elsewhere (another port) or is gone.
+			h.act.tunnelGone(t)
+		}
 	}
 	return t, act.how, err
 }

@@ -93,6 +93,14 @@ type Resolver interface {
 	Assigned(ctx context.Context, key names.ActorKey) (bool, error)
 }
 
+// TunnelForgetter is implemented by a Resolver that caches workers'
+// tunnel addresses: ForgetTunnel drops worker's if it is still addr,
+// which refused a connection (its node restarted on another port), so
+// the next target reads it afresh.
+type TunnelForgetter interface {
+	ForgetTunnel(worker, addr string)
+}
+
 // ErrPauseUnsupported is returned by Idler.Pause when the control plane
 // cannot pause actors; the router then suspends instead.
 var ErrPauseUnsupported = errors.New("pause is not supported by the control plane")

@@ -413,10 +413,15 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 				"worker %s is already registered by node %s; give this node another --worker-prefix", w.GetName(), owner)
 		}
 	}
+	// A live member's epoch is known: the same one back is the same
+	// process reconnecting, another a restart, whose predecessor's
+	// sandboxes are gone. A PENDING member (known only from the store,
+	// after this API server restarted) or a LOST one has no epoch to go
+	// by: what the hello says each worker hosts decides, worker by worker.
+	known := prev != nil && prev.live()
+	sameProcess := known && prev.epoch == h.GetEpoch()
 	r.mu.Unlock()
-	newIncarnation := prev == nil || prev.epoch != h.GetEpoch()
-	if prev != nil && newIncarnation && prev.phase != PhaseLost {
-		// The earlier process is gone, and its sandboxes with it.
+	if known && !sameProcess {
 		r.declareLost(ctx, name, prev.epoch, "restarted")
 	}
 
@@ -424,7 +429,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "node address %s: %v", h.GetAddress(), err)
 	}
-	stops, err := r.reconcile(ctx, h, newIncarnation)
+	stops, err := r.reconcile(ctx, h, !sameProcess)
 	if err != nil {
 		_ = conn.Close()
 		return nil, nil, status.Errorf(codes.Unavailable, "register node %s: %v", name, err)
@@ -451,9 +456,10 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 
 // reconcile writes h's workers to the store and compares what the node
 // hosts with what the store gives it. Workers the node no longer has, and
-// (for a new incarnation, whose sandboxes died with the old one) claimed
-// workers whose actor the node does not host, go to WorkersLost.
-func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, newIncarnation bool) ([]*atev1.StopOrder, error) {
+// (with checkClaims: unless this is the same process reconnecting, whose
+// hello may predate a start under way) claimed workers whose actor the
+// node does not host, go to WorkersLost.
+func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaims bool) ([]*atev1.StopOrder, error) {
 	stored, err := r.workersOf(ctx, h.GetNode())
 	if err != nil {
 		return nil, err
@@ -469,7 +475,7 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, newIncarna
 		have[w.GetName()] = true
 		sw := byName[w.GetName()]
 		hosted := w.GetHostedActorUid()
-		if sw != nil && !sw.Free() && sw.ActorUID != hosted && newIncarnation {
+		if sw != nil && !sw.Free() && sw.ActorUID != hosted && checkClaims {
 			lost = append(lost, sw)
 		}
 		if hosted != "" && (sw == nil || sw.ActorUID != hosted) {
@@ -484,7 +490,7 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, newIncarna
 	if wf := r.workflows(); wf != nil && len(lost) > 0 {
 		// Crash the actors first, then re-register (below): a lost
 		// worker that is still in the hello comes back free.
-		if err := wf.WorkersLost(ctx, lost, "node "+h.GetNode()+" restarted: memory since the last snapshot was lost"); err != nil {
+		if err := wf.WorkersLost(ctx, lost, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost"); err != nil {
 			return nil, err
 		}
 	}

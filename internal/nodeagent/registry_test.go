@@ -197,3 +197,38 @@ func TestByLoad(t *testing.T) {
 		t.Fatal("a draining node must stay reachable for its checkpoints")
 	}
 }
+
+// TestAdmitAfterAPIServerRestart: nodes known only from the store
+// (PENDING) re-register with whatever epoch they have; actors they still
+// host keep running, and only claims they no longer host are lost.
+func TestAdmitAfterAPIServerRestart(t *testing.T) {
+	ctx := context.Background()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, w := range []string{"w1", "w2"} {
+		if err := st.PutWorker(ctx, &store.Worker{Name: w, Node: "n1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim(t, st, "w1", "a") // still runs on n1
+	claim(t, st, "w2", "b") // its sandbox is gone
+	r, err := NewRegistry(ctx, RegistryConfig{Store: st}) // the restarted API server
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := &lostRecorder{st: st}
+	r.SetWorkflows(wf)
+	if nodes, _ := r.List(ctx); len(nodes) != 1 || nodes[0].GetPhase() != PhasePending {
+		t.Fatalf("before it registers n1 is %v, want PENDING", nodes)
+	}
+	_, stops, err := r.admit(ctx, hello("n1", 42, &atev1.NodeWorker{Name: "w1", HostedActorUid: "a"}, &atev1.NodeWorker{Name: "w2"}), func() {})
+	if err != nil || len(stops) != 0 {
+		t.Fatalf("admit = %v, stops %v; want no stop orders", err, stops)
+	}
+	if got := wf.reported(); !slices.Equal(got, []string{"w2"}) {
+		t.Fatalf("lost workers %v, want only [w2]: a still runs on w1", got)
+	}
+}

@@ -625,3 +625,27 @@ func TestClusterPausedOnLostNode(t *testing.T) {
 		t.Fatalf("message %q does not say the paused checkpoint's node %s is gone and work was lost", msg, on)
 	}
 }
+
+// TestClusterAPIServerRestartKeepsActors: the API server is killed and
+// restarted; the nodes re-register and the actors they run keep running
+// with their memory: nothing is crashed or stopped.
+func TestClusterAPIServerRestartKeepsActors(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	c.in.mustCount("default/counter-1", 2)
+	on := c.nodeOf("counter-1")
+	c.api.kill()
+	c.api.start("ate apiserver ready")
+	waitFor(t, "both nodes registered again", 15*time.Second, func() bool {
+		return c.nodePhase("node-a") == "READY" && c.nodePhase("node-b") == "READY"
+	})
+	if st := c.in.actor("counter-1").GetState().String(); st != "RUNNING" {
+		t.Fatalf("after the API server restart the actor is %s (%s), want RUNNING", st, c.in.actor("counter-1").GetMessage())
+	}
+	c.in.mustCount("default/counter-1", 3) // the memory survived
+	if got := c.nodeOf("counter-1"); got != on {
+		t.Fatalf("actor moved from %s to %q", on, got)
+	}
+}

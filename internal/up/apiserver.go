@@ -88,7 +88,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Logger: log})
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/httpserve"
@@ -116,7 +115,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	n.Fence(true)
 	tunnel = n.NewTunnel()
 
-	conn, err := grpc.NewClient(cfg.API, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialComponent(cfg.API)
 	if err != nil {
 		return fmt.Errorf("api %s: %w", cfg.API, err)
 	}

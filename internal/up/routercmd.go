@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/httpserve"
@@ -42,7 +40,7 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	if rc.DrainTimeout <= 0 {
 		rc.DrainTimeout = router.DefaultDrainTimeout
 	}
-	conn, err := grpc.NewClient(cfg.API, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialComponent(cfg.API)
 	if err != nil {
 		return fmt.Errorf("api %s: %w", cfg.API, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gofrs/flock"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -243,11 +244,25 @@ func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.R
 	switch nc.SandboxClass {
 	case "gvisor":
 		gc.RootDir, gc.Logger = filepath.Join("/run/ate", nc.WorkerPrefix), log
-		rt, err := gvisor.New(gc)
-		if err != nil {
+		// The worker prefix names this node's runsc root and network
+		// namespaces on the machine; the node's start-up clears both of
+		// what a dead predecessor left. A second process with the same
+		// prefix (the same node started twice) would clear a live one's.
+		lock := flock.New(gc.RootDir + ".lock")
+		if err := os.MkdirAll(filepath.Dir(gc.RootDir), 0o700); err != nil {
 			return nil, nil, nil, nil, err
 		}
-		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close() }, nil
+		if ok, err := lock.TryLock(); err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("lock worker prefix %s: %w", nc.WorkerPrefix, err)
+		} else if !ok {
+			return nil, nil, nil, nil, fmt.Errorf("worker prefix %s is in use by another ate process on this machine (the same --data-dir and --name, or the same --worker-prefix)", nc.WorkerPrefix)
+		}
+		rt, err := gvisor.New(gc)
+		if err != nil {
+			_ = lock.Unlock()
+			return nil, nil, nil, nil, err
+		}
+		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close(); _ = lock.Unlock() }, nil
 	case fake.Class:
 		// In-process stand-ins that emulate the counter: for trying the
 		// control plane without root or runsc, and for benchmarks.

@@ -421,6 +421,17 @@ func TestClusterBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the same node started twice", func(t *testing.T) {
+		c.in.createTemplate("examples/counter/template.yaml", "counter")
+		c.in.ate("create", "actor", "counter-1", "--template", "counter")
+		c.in.mustCount("default/counter-1", 1)
+		out, err := runBounded(exec.Command(ateBin, c.nodes["node-a"].args...), 60*time.Second)
+		if err == nil || !strings.Contains(out, "in use by another ate process") {
+			t.Fatalf("a second node-a on the same data dir: %v\n%s", err, out)
+		}
+		// The live node lost nothing: its actor still has its memory.
+		c.in.mustCount("default/counter-1", 2)
+	})
 	t.Run("duplicate node name", func(t *testing.T) {
 		cmd := exec.Command(ateBin, "node", "--api", c.in.apiAddr, "--name", "node-a", "--data-dir", filepath.Join(dir, "dup"),
 			"--workers", "1", "--snapshots", c.snaps)

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -289,10 +290,32 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 // returns the first error after trying all.
 func (m *Manager) SuspendAll(ctx context.Context) error { return m.suspendOn(ctx, "") }
 
-// SuspendNode suspends every actor holding a worker of node: the node's
-// drain before it stops. It tries each actor once and returns the first
-// error after trying all.
-func (m *Manager) SuspendNode(ctx context.Context, node string) error { return m.suspendOn(ctx, node) }
+// SuspendNode is the drain of a node about to stop: it suspends every
+// actor holding one of its workers and uploads every checkpoint paused on
+// it (suspending those actors), so that nothing of them stays on its disk.
+// Finding the paused ones reads every actor, which only a drain does. It
+// tries each actor once and returns the first error after trying all.
+func (m *Manager) SuspendNode(ctx context.Context, node string) error {
+	first := m.suspendOn(ctx, node)
+	for token := ""; ; {
+		page, next, err := m.store.ListActors(ctx, "", 1000, token)
+		if err != nil {
+			return cmp.Or(first, err)
+		}
+		for _, a := range page {
+			if a.State != store.Paused || a.Node != node {
+				continue
+			}
+			if _, err := m.Suspend(ctx, a.Key()); err != nil && first == nil {
+				first = fmt.Errorf("upload paused %s: %w", a.Key(), err)
+			}
+		}
+		if next == "" {
+			return first
+		}
+		token = next
+	}
+}
 
 // suspendOn suspends the actors holding workers of node ("" = any).
 func (m *Manager) suspendOn(ctx context.Context, node string) error {

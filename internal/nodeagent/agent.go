@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,6 +49,11 @@ type Agent struct {
 	mu     sync.Mutex
 	events []*atev1.NodeEvent
 	wake   chan struct{}
+
+	// draining is set by Drain; every session then asks for the drain
+	// again, and drained hears the API server's answer.
+	draining atomic.Bool
+	drained  chan *atev1.Drained
 }
 
 // NewAgent returns an agent for cfg.Node; call Run.
@@ -56,7 +62,7 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1)}
+	return &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), drained: make(chan *atev1.Drained, 1)}
 }
 
 // Epoch is this process's registration epoch.
@@ -166,6 +172,9 @@ func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Durati
 	*lastTouch = time.Now()
 	a.cfg.Node.Fence(false)
 	welcomed(lostAfter)
+	if a.draining.Load() {
+		a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
+	}
 	a.log.Info("node registered", "node", a.cfg.Node.Name(), "epoch", a.epoch, "heartbeat", heartbeat, "lostAfter", lostAfter)
 
 	recvErr := make(chan error, 1)
@@ -176,8 +185,14 @@ func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Durati
 				recvErr <- err
 				return
 			}
-			if m, ok := in.GetMsg().(*atev1.RegistryMessage_Stop); ok {
+			switch m := in.GetMsg().(type) {
+			case *atev1.RegistryMessage_Stop:
 				a.stop(ctx, m.Stop)
+			case *atev1.RegistryMessage_Drained:
+				select {
+				case a.drained <- m.Drained:
+				default:
+				}
 			}
 		}
 	}()
@@ -266,19 +281,27 @@ func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
 	return hb
 }
 
-// Drain asks the API server to checkpoint every actor this node hosts and
-// place nothing new here, and waits (until ctx ends) for the workers to
-// be empty; then it tells the API server the node leaves. Call it on
-// shutdown while Run still runs.
+// Drain asks the API server to put away every actor this node has —
+// suspend those it runs, upload its paused checkpoints — and to place
+// nothing new here, waits (until ctx ends) for its answer, then tells it
+// the node leaves. Call it on shutdown while Run still runs. An error
+// means actors were left here: their memory since their last durable
+// snapshot (and paused checkpoints not uploaded) goes with the node.
 func (a *Agent) Drain(ctx context.Context) error {
+	a.draining.Store(true)
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	if err := waitTick(ctx, tick, func() bool { return len(a.cfg.Node.Hosted()) == 0 }); err != nil {
-		return fmt.Errorf("drain: %d actors still hosted: %w", len(a.cfg.Node.Hosted()), err)
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("drain: no answer from the API server (%w); %d actors still running here lose their memory since their last snapshot", ctx.Err(), len(a.cfg.Node.Hosted()))
+	case d := <-a.drained:
+		if d.GetError() != "" {
+			return fmt.Errorf("drain: the API server could not put every actor away: %s", d.GetError())
+		}
 	}
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_LEAVE})
 	// The leave must go out while the stream is still open.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	return waitTick(ctx, tick, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()

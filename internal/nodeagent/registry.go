@@ -91,6 +91,8 @@ type member struct {
 	lastHeard             time.Time
 	// end closes the node's current stream; nil while none is open.
 	end context.CancelFunc
+	// drainOnce runs this incarnation's drain once.
+	drainOnce sync.Once
 }
 
 // NewRegistry returns a registry; call SetWorkflows before serving and Run
@@ -356,12 +358,15 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 		case *atev1.NodeMessage_Heartbeat:
 			m.remote.heard(msg.Heartbeat)
 		case *atev1.NodeMessage_Event:
-			r.event(ctx, m, wf, msg.Event)
+			r.event(ctx, m, wf, msg.Event, stream)
 		}
 	}
 }
 
-func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1.NodeEvent) {
+// event acts on one of m's events. stream is m's, for the one message
+// sent after the welcome: the answer to a drain, from the drain's own
+// goroutine (the Register loop only receives by then).
+func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1.NodeEvent, stream atev1.NodeRegistry_RegisterServer) {
 	if wf == nil {
 		return
 	}
@@ -382,11 +387,18 @@ func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1
 		}
 		r.mu.Unlock()
 		r.log.InfoContext(ctx, "node draining", "node", m.name)
-		go func() {
-			if err := wf.SuspendNode(context.WithoutCancel(ctx), m.name); err != nil {
-				r.log.Warn("drain node", "node", m.name, "err", err)
-			}
-		}()
+		m.drainOnce.Do(func() {
+			go func() {
+				done := &atev1.Drained{}
+				if err := wf.SuspendNode(context.WithoutCancel(ctx), m.name); err != nil {
+					r.log.Warn("drain node", "node", m.name, "err", err)
+					done.Error = err.Error()
+				}
+				// A node whose stream broke meanwhile drains again on its
+				// next session and hears then.
+				_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
+			}()
+		})
 	case atev1.NodeEvent_LEAVE:
 		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
 	}

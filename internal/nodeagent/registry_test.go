@@ -213,8 +213,8 @@ func TestAdmitAfterAPIServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claim(t, st, "w1", "a") // still runs on n1
-	claim(t, st, "w2", "b") // its sandbox is gone
+	claim(t, st, "w1", "a")                               // still runs on n1
+	claim(t, st, "w2", "b")                               // its sandbox is gone
 	r, err := NewRegistry(ctx, RegistryConfig{Store: st}) // the restarted API server
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package up
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -171,14 +172,15 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	case <-sctx.Done():
 	}
 	n.StopStandbys()
+	var drainErr error
 	if welcomed.Load() {
-		// The API server checkpoints what runs here (through this node's
-		// agent and tunnel, which keep serving), then we leave. A node
-		// never welcomed hosts nothing and has nobody to tell.
+		// The API server puts away what this node has (through its agent
+		// and tunnel, which keep serving), then we leave. A node never
+		// welcomed hosts nothing and has nobody to tell.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.DrainTimeout)
 		defer cancel()
-		if err := agent.Drain(dctx); err != nil {
-			log.Warn("drain", "err", err)
+		if drainErr = agent.Drain(dctx); drainErr != nil {
+			log.Error("drain failed: what is left on this node is lost with it", "err", drainErr)
 		}
 	}
 	stopServices()
@@ -186,7 +188,8 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
-	return err
+	// A drain that left actors behind is a failed stop, not a clean one.
+	return cmp.Or(drainErr, err)
 }
 
 func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {

@@ -127,21 +127,27 @@ func (c *component) kill() {
 // terminate sends SIGTERM and waits (up to timeout, then kills); it
 // reports a non-zero exit.
 func (c *component) terminate(timeout time.Duration) {
-	if c.cmd == nil {
-		return
+	if err := c.stop(timeout); err != nil {
+		c.t.Errorf("%s after SIGTERM: %v", c.name, err)
 	}
+}
+
+// stop sends SIGTERM and returns how the process exited (killed after
+// timeout, an error).
+func (c *component) stop(timeout time.Duration) error {
+	if c.cmd == nil {
+		return nil
+	}
+	defer func() { c.cmd = nil }()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-		if c.err != nil {
-			c.t.Errorf("%s after SIGTERM: %v", c.name, c.err)
-		}
+		return c.err
 	case <-time.After(timeout):
-		c.t.Errorf("%s did not stop %s after SIGTERM", c.name, timeout)
 		_ = c.cmd.Process.Kill()
 		<-c.done
+		return fmt.Errorf("did not stop %s after SIGTERM", timeout)
 	}
-	c.cmd = nil
 }
 
 // cluster is one API server, nodes and one router as separate processes
@@ -223,12 +229,12 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-func (c *cluster) startNode(name, apiAddr string) {
+func (c *cluster) startNode(name, apiAddr string, extra ...string) {
 	c.t.Helper()
-	n, _ := startComponent(c.t, "node "+name, "ate node ready", "node", "--api", apiAddr, "--name", name,
-		"--labels", "node="+name, // what benchmarks pin placement with
+	n, _ := startComponent(c.t, "node "+name, "ate node ready", append([]string{"node", "--api", apiAddr, "--name", name,
+		"--labels", "node=" + name, // what benchmarks pin placement with
 		"--worker-prefix", c.workerPrefix(name),
-		"--data-dir", filepath.Join(c.dir, name), "--workers", "1", "--snapshots", c.snaps, "--log-level", "debug")
+		"--data-dir", filepath.Join(c.dir, name), "--workers", "1", "--snapshots", c.snaps, "--log-level", "debug"}, extra...)...)
 	c.nodes[name] = n
 }
 
@@ -658,5 +664,45 @@ func TestClusterAPIServerRestartKeepsActors(t *testing.T) {
 	c.in.mustCount("default/counter-1", 3) // the memory survived
 	if got := c.nodeOf("counter-1"); got != on {
 		t.Fatalf("actor moved from %s to %q", on, got)
+	}
+}
+
+// TestClusterDrainUploadsPaused: a node that drains (SIGTERM) with an
+// actor paused on its disk uploads the checkpoint before it leaves: the
+// actor resumes on the other node with its memory.
+func TestClusterDrainUploadsPaused(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	c.in.mustCount("default/counter-1", 2)
+	on := c.nodeOf("counter-1")
+	c.in.ate("pause", "actor", "counter-1")
+	c.nodes[on].terminate(60 * time.Second)
+	if st := c.in.actor("counter-1").GetState().String(); st != "SUSPENDED" {
+		t.Fatalf("after its node drained the paused actor is %s (%s), want SUSPENDED", st, c.in.actor("counter-1").GetMessage())
+	}
+	c.in.mustCount("default/counter-1", 3)
+	if got := c.nodeOf("counter-1"); got != other(on) {
+		t.Fatalf("resumed on %q, want %s", got, other(on))
+	}
+}
+
+// TestClusterNodeStopWithoutAPIServer: a node asked to stop while the API
+// server is away cannot have its actors put away; it says so and exits
+// non-zero instead of reporting a clean stop.
+func TestClusterNodeStopWithoutAPIServer(t *testing.T) {
+	c := startCluster(t)
+	c.startNode("node-a", c.in.apiAddr, "--drain-timeout", "2s")
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+	c.api.kill()
+	err := c.nodes["node-a"].stop(60 * time.Second)
+	if err == nil {
+		t.Fatal("the node stopped cleanly with an actor it could not put away")
+	}
+	if log := c.nodes["node-a"].logText(); !strings.Contains(log, "drain failed") || !strings.Contains(log, "lose their memory") {
+		t.Fatalf("the node's log does not say what was lost:\n%s", log)
 	}
 }

@@ -1478,12 +1478,61 @@ func (x *StopOrder) GetActorUid() string {
 	return ""
 }
 
+// Drained answers a node's DRAIN event once the API server has put away
+// every actor of the node: suspended those it ran and uploaded its paused
+// checkpoints. error is set when some could not be (the node should not
+// leave believing nothing was lost).
+type Drained struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Drained) Reset() {
+	*x = Drained{}
+	mi := &file_ate_v1_node_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Drained) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Drained) ProtoMessage() {}
+
+func (x *Drained) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Drained.ProtoReflect.Descriptor instead.
+func (*Drained) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Drained) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type RegistryMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*RegistryMessage_Welcome
 	//	*RegistryMessage_Stop
+	//	*RegistryMessage_Drained
 	Msg           isRegistryMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1491,7 +1540,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1552,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1565,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -1544,6 +1593,15 @@ func (x *RegistryMessage) GetStop() *StopOrder {
 	return nil
 }
 
+func (x *RegistryMessage) GetDrained() *Drained {
+	if x != nil {
+		if x, ok := x.Msg.(*RegistryMessage_Drained); ok {
+			return x.Drained
+		}
+	}
+	return nil
+}
+
 type isRegistryMessage_Msg interface {
 	isRegistryMessage_Msg()
 }
@@ -1556,9 +1614,15 @@ type RegistryMessage_Stop struct {
 	Stop *StopOrder `protobuf:"bytes,2,opt,name=stop,proto3,oneof"`
 }
 
+type RegistryMessage_Drained struct {
+	Drained *Drained `protobuf:"bytes,3,opt,name=drained,proto3,oneof"`
+}
+
 func (*RegistryMessage_Welcome) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_Stop) isRegistryMessage_Msg() {}
+
+func (*RegistryMessage_Drained) isRegistryMessage_Msg() {}
 
 var File_ate_v1_node_proto protoreflect.FileDescriptor
 
@@ -1665,10 +1729,13 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\rlost_after_ms\x18\x02 \x01(\x03R\vlostAfterMs\"@\n" +
 	"\tStopOrder\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
-	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"v\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"\x1f\n" +
+	"\aDrained\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"\xa3\x01\n" +
 	"\x0fRegistryMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.ate.v1.RegistryWelcomeH\x00R\awelcome\x12'\n" +
-	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stopB\x05\n" +
+	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stop\x12+\n" +
+	"\adrained\x18\x03 \x01(\v2\x0f.ate.v1.DrainedH\x00R\adrainedB\x05\n" +
 	"\x03msg2\x8c\x04\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
@@ -1695,7 +1762,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*StartActorRequest)(nil),       // 1: ate.v1.StartActorRequest
@@ -1721,17 +1788,18 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*NodeMessage)(nil),             // 21: ate.v1.NodeMessage
 	(*RegistryWelcome)(nil),         // 22: ate.v1.RegistryWelcome
 	(*StopOrder)(nil),               // 23: ate.v1.StopOrder
-	(*RegistryMessage)(nil),         // 24: ate.v1.RegistryMessage
-	nil,                             // 25: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 26: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
+	(*Drained)(nil),                 // 24: ate.v1.Drained
+	(*RegistryMessage)(nil),         // 25: ate.v1.RegistryMessage
+	nil,                             // 26: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 27: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	26, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	26, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	25, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	27, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	27, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	27, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	27, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	26, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	28, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	28, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	15, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	16, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	17, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
@@ -1741,27 +1809,28 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	20, // 11: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
 	22, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
 	23, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	1,  // 14: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	3,  // 15: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	5,  // 16: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	7,  // 17: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	9,  // 18: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	11, // 19: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	13, // 20: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	21, // 21: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	2,  // 22: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	4,  // 23: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	6,  // 24: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	8,  // 25: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	10, // 26: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	12, // 27: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	14, // 28: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	24, // 29: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	24, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	1,  // 15: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	3,  // 16: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	5,  // 17: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	7,  // 18: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	9,  // 19: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	11, // 20: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	13, // 21: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	21, // 22: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	2,  // 23: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	4,  // 24: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	6,  // 25: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	8,  // 26: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	10, // 27: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	12, // 28: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	14, // 29: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	25, // 30: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -1775,9 +1844,10 @@ func file_ate_v1_node_proto_init() {
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[23].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[24].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
+		(*RegistryMessage_Drained)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1785,7 +1855,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -83,7 +83,7 @@ func nodeCommand() *cobra.Command {
 			f.IntVar(&cfg.TunnelPort, "tunnel-port", 0, "worker tunnel port (0 picks one)")
 			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of gVisor workers")
 			f.StringToStringVar(&labels, "labels", nil, "worker labels, key=value,… (templates' worker selectors match them)")
-			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store, the API server's (default <data-dir>/snapshots)")
+			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: the same URL the API server was given (it refuses a node on another; default <data-dir>/snapshots)")
 			f.Int64Var(&cfg.CacheBytes, "snapshot-cache-bytes", 0, "bound of the local cache of downloaded snapshots in bytes (default 10 GiB)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
 			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "gvisor, or fake (in-process stand-ins)")

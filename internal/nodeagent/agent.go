@@ -31,7 +31,10 @@ type AgentConfig struct {
 	Address      string
 	TunnelAddr   string
 	SandboxClass string
-	Logger       *slog.Logger
+	// Snapshots is the durable snapshot store's URL, which must be the
+	// API server's (NodeHello.snapshots).
+	Snapshots string
+	Logger    *slog.Logger
 }
 
 // Agent keeps the node registered with the API server: it holds one
@@ -256,7 +259,7 @@ func (a *Agent) stop(ctx context.Context, o *atev1.StopOrder) {
 
 func (a *Agent) hello() *atev1.NodeHello {
 	h := &atev1.NodeHello{Node: a.cfg.Node.Name(), Epoch: a.epoch, Address: a.cfg.Address,
-		TunnelAddress: a.cfg.TunnelAddr, SandboxClass: a.cfg.SandboxClass}
+		TunnelAddress: a.cfg.TunnelAddr, SandboxClass: a.cfg.SandboxClass, Snapshots: a.cfg.Snapshots}
 	hosted := a.cfg.Node.Hosted()
 	for _, w := range a.cfg.Node.Workers() {
 		h.Workers = append(h.Workers, &atev1.NodeWorker{Name: w.Name, Labels: maps.Clone(w.Labels), HostedActorUid: hosted[w.Name]})

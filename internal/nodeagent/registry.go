@@ -56,8 +56,12 @@ type RegistryConfig struct {
 	// silent for LostAfter (DefaultLostAfter) is lost.
 	Heartbeat, LostAfter time.Duration
 	// Dial connects to a node's NodeAgent address; default plain gRPC.
-	Dial   func(addr string) (*grpc.ClientConn, error)
-	Logger *slog.Logger
+	Dial func(addr string) (*grpc.ClientConn, error)
+	// Snapshots is the API server's durable snapshot store URL; a node
+	// announcing another is refused (FAILED_PRECONDITION). Empty checks
+	// nothing.
+	Snapshots string
+	Logger    *slog.Logger
 }
 
 // Registry is the API server's side of the node protocol: the
@@ -411,6 +415,10 @@ func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1
 // the node.
 func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.CancelFunc) (*member, []*atev1.StopOrder, error) {
 	name := h.GetNode()
+	if want := r.cfg.Snapshots; want != "" && h.GetSnapshots() != want {
+		return nil, nil, status.Errorf(codes.FailedPrecondition,
+			"node %s uses snapshot store %q, the API server %q: give the node the API server's --snapshots, or no snapshot could be found across them", name, h.GetSnapshots(), want)
+	}
 	r.mu.Lock()
 	prev := r.members[name]
 	if prev != nil && prev.live() && prev.epoch != h.GetEpoch() && time.Since(prev.lastHeard) <= r.cfg.LostAfter && prev.end != nil {

@@ -99,6 +99,19 @@ func TestAdmit(t *testing.T) {
 			t.Fatalf("second n1 = %v, want AlreadyExists", err)
 		}
 	})
+	t.Run("a node on another snapshot store is refused", func(t *testing.T) {
+		r, _, _ := newTestRegistry(t)
+		r.cfg.Snapshots = "s3://b/p?endpoint=http://s3:8333"
+		h := hello("n1", 1, &atev1.NodeWorker{Name: "w1"})
+		h.Snapshots = "/var/lib/ate-node/snapshots"
+		if _, _, err := r.admit(ctx, h, func() {}); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("admit = %v, want FailedPrecondition", err)
+		}
+		h.Snapshots = r.cfg.Snapshots
+		if _, _, err := r.admit(ctx, h, func() {}); err != nil {
+			t.Fatalf("admit with the same store = %v", err)
+		}
+	})
 	t.Run("a worker name another node registered is refused", func(t *testing.T) {
 		r, _, _ := newTestRegistry(t)
 		if _, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {

@@ -83,12 +83,13 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {
 		return err
 	}
-	snaps, err := storeurl.Open(ctx, orDefault(cfg.Snapshots, filepath.Join(cfg.DataDir, "snapshots")),
+	cfg.Snapshots = orDefault(cfg.Snapshots, filepath.Join(cfg.DataDir, "snapshots"))
+	snaps, err := storeurl.Open(ctx, cfg.Snapshots,
 		storeurl.Options{CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), Logger: log})
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Logger: log})
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	}
 	defer conn.Close()
 	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Conn: conn, Address: agentLn.Addr().String(),
-		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Logger: log})
+		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)
 	gs := grpc.NewServer()

@@ -438,6 +438,14 @@ func TestClusterBadInput(t *testing.T) {
 		// The live node lost nothing: its actor still has its memory.
 		c.in.mustCount("default/counter-1", 2)
 	})
+	t.Run("a node on another snapshot store", func(t *testing.T) {
+		cmd := exec.Command(ateBin, "node", "--api", c.in.apiAddr, "--name", "node-z", "--data-dir", filepath.Join(dir, "z"),
+			"--workers", "1") // no --snapshots: a directory of its own
+		out, err := runBounded(cmd, 60*time.Second)
+		if err == nil || !strings.Contains(out, "uses snapshot store") {
+			t.Fatalf("a node without the API server's snapshot store: %v\n%s", err, out)
+		}
+	})
 	t.Run("duplicate node name", func(t *testing.T) {
 		cmd := exec.Command(ateBin, "node", "--api", c.in.apiAddr, "--name", "node-a", "--data-dir", filepath.Join(dir, "dup"),
 			"--workers", "1", "--snapshots", c.snaps)

@@ -1076,6 +1076,10 @@ type NodeHello struct {
 	TunnelAddress string        `protobuf:"bytes,4,opt,name=tunnel_address,json=tunnelAddress,proto3" json:"tunnel_address,omitempty"`
 	SandboxClass  string        `protobuf:"bytes,5,opt,name=sandbox_class,json=sandboxClass,proto3" json:"sandbox_class,omitempty"`
 	Workers       []*NodeWorker `protobuf:"bytes,6,rep,name=workers,proto3" json:"workers,omitempty"`
+	// snapshots is the URL of the node's durable snapshot store (no
+	// credentials are in it); the API server refuses a node whose store is
+	// not its own, since no snapshot would be found across them.
+	Snapshots     string `protobuf:"bytes,7,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1150,6 +1154,13 @@ func (x *NodeHello) GetWorkers() []*NodeWorker {
 		return x.Workers
 	}
 	return nil
+}
+
+func (x *NodeHello) GetSnapshots() string {
+	if x != nil {
+		return x.Snapshots
+	}
+	return ""
 }
 
 type NodeHeartbeat struct {
@@ -1695,14 +1706,15 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04last\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04last\"5\n" +
 	"\aStandby\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aworkers\x18\x02 \x03(\tR\aworkers\"\xc9\x01\n" +
+	"\aworkers\x18\x02 \x03(\tR\aworkers\"\xe7\x01\n" +
 	"\tNodeHello\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12%\n" +
 	"\x0etunnel_address\x18\x04 \x01(\tR\rtunnelAddress\x12#\n" +
 	"\rsandbox_class\x18\x05 \x01(\tR\fsandboxClass\x12,\n" +
-	"\aworkers\x18\x06 \x03(\v2\x12.ate.v1.NodeWorkerR\aworkers\"p\n" +
+	"\aworkers\x18\x06 \x03(\v2\x12.ate.v1.NodeWorkerR\aworkers\x12\x1c\n" +
+	"\tsnapshots\x18\a \x01(\tR\tsnapshots\"p\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
 	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xe0\x01\n" +

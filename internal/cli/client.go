@@ -104,7 +104,7 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	e := &APIError{Status: st}
 	switch {
 	case st.Code() == codes.Unavailable && !fromServer(st):
-		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` running? pass --server to use another): %s", s.server, st.Message())
+		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` or `ate apiserver` running? pass --server to use another): %s", s.server, st.Message())
 	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):
 		e.hint = fmt.Sprintf("no answer from the ate server at %s within %s (raise --timeout; a resume waits until a worker is free or can be freed)", s.server, s.timeout)
 	}

@@ -248,8 +248,14 @@ func (r *Registry) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// End the nodes' streams too: a graceful stop of the gRPC
+			// server waits for every call, and these never end by
+			// themselves. The nodes retry until an API server is back.
 			r.mu.Lock()
 			for _, m := range r.members {
+				if m.end != nil {
+					m.end()
+				}
 				if m.remote != nil {
 					m.remote.close()
 				}
@@ -341,12 +347,36 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 	}
 	r.log.InfoContext(ctx, "node registered", "node", h.GetNode(), "epoch", h.GetEpoch(), "address", h.GetAddress(),
 		"workers", len(h.GetWorkers()))
+	// Receive on a goroutine, so that ending ctx (member.end: the node
+	// was declared lost, or the API server stops) ends the stream even
+	// while a Recv blocks: returning cancels the stream, which ends it.
+	msgs := make(chan *atev1.NodeMessage)
+	go func() {
+		defer close(msgs)
+		for {
+			in, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case msgs <- in:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	for {
-		in, err := stream.Recv()
-		if err != nil {
-			// The stream broke; the node is lost only if it stays silent
-			// past the deadline (Run), unless it is already.
-			return nil
+		var in *atev1.NodeMessage
+		select {
+		case <-ctx.Done():
+			return status.Error(codes.Unavailable, "node session ended by the API server")
+		case got, ok := <-msgs:
+			if !ok {
+				// The stream broke; the node is lost only if it stays
+				// silent past the deadline (Run), unless it is already.
+				return nil
+			}
+			in = got
 		}
 		r.mu.Lock()
 		current := r.members[m.name] == m && m.epoch == h.GetEpoch() && m.phase != PhaseLost

@@ -10,6 +10,9 @@ if [[ $(id -u) != 0 ]]; then
 fi
 # The S3 snapshot store's tests run a real SeaweedFS; built once, cached.
 bash hack/install-seaweedfs.sh
+# The PostgreSQL store's tests run a real PostgreSQL (Debian's package;
+# pgtest starts its own server, as the postgres user when root).
+bash hack/install-postgres.sh
 go vet ./...
 "${ATE_CACHE:-$HOME/.cache/ate}/bin/staticcheck" ./...
 # One iteration of every benchmark (~1 min), so no harness can rot;

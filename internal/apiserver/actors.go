@@ -84,7 +84,7 @@ func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (
 	}
 	list, next, err := s.store.ListActors(ctx, req.GetAtespace(), size, req.GetPageToken())
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) && req.GetPageToken() != "" {
+		if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrUnavailable) && req.GetPageToken() != "" {
 			err = fmt.Errorf("%w: %w", errInvalid, err)
 		}
 		return nil, toStatus(err)

@@ -123,6 +123,8 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("actor: %w", store.ErrNotFound), codes.NotFound},
 		{store.ErrAlreadyExists, codes.AlreadyExists},
 		{store.ErrConflict, codes.Aborted},
+		{fmt.Errorf("lease actor/a: %w", store.ErrFenced), codes.Aborted},
+		{fmt.Errorf("%w: postgres at 127.0.0.1:1: %w", store.ErrUnavailable, context.DeadlineExceeded), codes.Unavailable},
 		{store.ErrNotEmpty, codes.FailedPrecondition},
 		{lifecycle.ErrFailedPrecondition, codes.FailedPrecondition},
 		{lifecycle.ErrNoCapacity, codes.ResourceExhausted},

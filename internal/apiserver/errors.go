@@ -35,6 +35,14 @@ func toStatus(err error) error {
 		code, reason = codes.AlreadyExists, "ALREADY_EXISTS"
 	case errors.Is(err, store.ErrConflict):
 		code, reason = codes.Aborted, "CONFLICT"
+	case errors.Is(err, store.ErrFenced):
+		// This replica stalled past the actor's lease and another took
+		// the actor over: like a conflict, the caller retries and reaches
+		// the new state.
+		code, reason = codes.Aborted, "LEASE_LOST"
+	case errors.Is(err, store.ErrUnavailable):
+		// The router and clients key on this reason (router.fromControl).
+		code, reason = codes.Unavailable, "STORE_UNAVAILABLE"
 	case errors.Is(err, store.ErrNotEmpty), errors.Is(err, lifecycle.ErrFailedPrecondition):
 		code, reason = codes.FailedPrecondition, "FAILED_PRECONDITION"
 	case errors.Is(err, lifecycle.ErrNoCapacity):

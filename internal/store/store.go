@@ -1,8 +1,17 @@
 // Package store defines Substrate's persistent records and the domain
 // operations on them. Every write of an actor is compare-and-set on (uid,
 // version); the claim of a worker and the actor's move to RESUMING happen in
-// one transaction. Backends: bolt (embedded, the default) and, later,
-// PostgreSQL; storetest is the conformance suite every backend passes.
+// one transaction. Backends: bolt (embedded, the default) and postgres
+// (shared, for several API servers); storetest is the conformance suite
+// every backend passes.
+//
+// Fencing: a workflow that holds an actor's lease (AcquireLease) puts it
+// on the context of its writes (WithFence). UpdateActor, ClaimWorker,
+// DeleteActor and ReleaseWorker then check, in the transaction that
+// writes, that the lease is still the writer's and unexpired, and fail
+// with ErrFenced without writing otherwise; so a writer that lost its
+// lease (paused, partitioned, slow) cannot overwrite its successor's
+// work however late its write arrives.
 package store
 
 import (
@@ -27,7 +36,39 @@ var (
 	ErrNoFreeWorker = errors.New("no free worker")
 	// ErrLeaseHeld: another holder owns an unexpired lease.
 	ErrLeaseHeld = errors.New("lease held by another holder")
+	// ErrFenced: the write's lease (WithFence) expired or was taken over,
+	// or a renewal found it so. The writer must stop, not retry: another
+	// holder may own the record now. Distinct from ErrConflict, which a
+	// writer resolves by reading again.
+	ErrFenced = errors.New("fenced: the lease this write was made under expired or was taken over")
+	// ErrUnavailable: the backend cannot reach its database now (refused,
+	// reset or timed-out connection, server shutting down). Retryable; the
+	// write may or may not have committed if the connection broke during
+	// the commit, so retry by reading again, as after ErrConflict.
+	ErrUnavailable = errors.New("store unavailable")
 )
+
+// Fence is the lease an actor write is made under: Key and Holder as
+// given to AcquireLease, Token as it returned.
+type Fence struct {
+	Key, Holder string
+	Token       int64
+}
+
+// fenceKey is the context key of a Fence.
+type fenceKey struct{}
+
+// WithFence returns ctx carrying f: writes made with it are fenced by
+// f's lease (the package comment says which and how).
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceFrom returns the Fence ctx carries, if any.
+func FenceFrom(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok
+}
 
 // ActorState is the actor's lifecycle state (docs/architecture.md, Lifecycle). The
 // strings equal the atev1.ActorState enum names.
@@ -166,6 +207,9 @@ func (w *Worker) Free() bool { return w.ActorUID == "" }
 
 // Lease is a per-key exclusive lease with a fencing token that grows with
 // every acquisition, so a stale holder's writes can be recognised.
+// Expiry is computed, and compared, by the backend's clock: the local
+// clock for bolt, the database server's for postgres (so API server
+// replicas' clock skew does not matter).
 type Lease struct {
 	Key    string    `json:"key"`
 	Holder string    `json:"holder"`
@@ -200,6 +244,11 @@ type Store interface {
 	// atespaces when empty) in name order after pageToken, and the token
 	// of the next page ("" at the end).
 	ListActors(ctx context.Context, atespace string, pageSize int, pageToken string) ([]*Actor, string, error)
+	// UpdateActor, ClaimWorker, DeleteActor and ReleaseWorker are fenced
+	// when ctx carries a Fence (WithFence): ErrFenced, nothing written,
+	// unless the lease Fence.Key is held by Fence.Holder with Fence.Token
+	// and unexpired, checked in the writing transaction.
+
 	// UpdateActor writes a if the stored record has a's UID and Version
 	// (else ErrConflict) and returns it with Version+1. If a.Worker no
 	// longer names the worker the stored record held, that worker is freed
@@ -239,6 +288,11 @@ type Store interface {
 	// AcquireLease takes key's lease for holder for ttl if it is free,
 	// expired or already holder's, returning it with a new token.
 	AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (*Lease, error)
+	// RenewLease extends key's lease to now+ttl, keeping its token, if
+	// holder still holds it with token and it has not expired; else
+	// ErrFenced (the holder lost it and must stop). It returns the lease
+	// with its new Expiry.
+	RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (*Lease, error)
 	// ReleaseLease ends holder's lease; a no-op when holder lost it.
 	ReleaseLease(ctx context.Context, key, holder string) error
 

@@ -392,8 +392,11 @@ func casActor(tx *bbolt.Tx, a *store.Actor) (*store.Actor, error) {
 }
 
 // UpdateActor implements store.Store.
-func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor, err error) {
+func (s *Store) UpdateActor(ctx context.Context, a *store.Actor) (out *store.Actor, err error) {
 	err = s.update(func(tx *bbolt.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
 		cur, err := casActor(tx, a)
 		if err != nil {
 			return err
@@ -418,8 +421,11 @@ func (s *Store) UpdateActor(_ context.Context, a *store.Actor) (out *store.Actor
 }
 
 // ClaimWorker implements store.Store.
-func (s *Store) ClaimWorker(_ context.Context, a *store.Actor, node string, prefer ...string) (outA *store.Actor, outW *store.Worker, err error) {
+func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, prefer ...string) (outA *store.Actor, outW *store.Worker, err error) {
 	err = s.update(func(tx *bbolt.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := casActor(tx, a); err != nil {
 			return err
 		}
@@ -498,8 +504,11 @@ func (s *Store) RecordActivity(_ context.Context, acts []names.Activity) error {
 }
 
 // DeleteActor implements store.Store.
-func (s *Store) DeleteActor(_ context.Context, a *store.Actor) error {
+func (s *Store) DeleteActor(ctx context.Context, a *store.Actor) error {
 	return s.update(func(tx *bbolt.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
 		cur, err := casActor(tx, a)
 		if err != nil {
 			return err
@@ -588,8 +597,13 @@ func (s *Store) DeleteWorker(_ context.Context, name string) error {
 }
 
 // ReleaseWorker implements store.Store.
-func (s *Store) ReleaseWorker(_ context.Context, name, actorUID string) error {
-	return s.update(func(tx *bbolt.Tx) error { return release(tx, name, actorUID) })
+func (s *Store) ReleaseWorker(ctx context.Context, name, actorUID string) error {
+	return s.update(func(tx *bbolt.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
+		return release(tx, name, actorUID)
+	})
 }
 
 // AcquireLease implements store.Store.
@@ -614,6 +628,51 @@ func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Dur
 		return put(b, []byte(key), out)
 	})
 	return out, err
+}
+
+// RenewLease implements store.Store.
+func (s *Store) RenewLease(_ context.Context, key, holder string, token int64, ttl time.Duration) (out *store.Lease, err error) {
+	err = s.update(func(tx *bbolt.Tx) error {
+		now := time.Now()
+		cur, err := liveLease(tx, store.Fence{Key: key, Holder: holder, Token: token}, now)
+		if err != nil {
+			return err
+		}
+		cur.Expiry = now.Add(ttl)
+		out = cur
+		return put(tx.Bucket(bLeases), []byte(key), cur)
+	})
+	return out, err
+}
+
+// checkFence fails with store.ErrFenced unless the fence ctx carries, if
+// any, names a live lease. It runs inside the write's function, so
+// bbolt's single writer makes the check and the write one step: no
+// takeover can fall between them.
+func checkFence(ctx context.Context, tx *bbolt.Tx) error {
+	f, ok := store.FenceFrom(ctx)
+	if !ok {
+		return nil
+	}
+	_, err := liveLease(tx, f, time.Now())
+	return err
+}
+
+// liveLease returns f's lease if f.Holder holds it with f.Token and it
+// has not expired at now; store.ErrFenced otherwise.
+func liveLease(tx *bbolt.Tx, f store.Fence, now time.Time) (*store.Lease, error) {
+	cur, err := get[store.Lease](tx.Bucket(bLeases), []byte(f.Key))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("lease %s of %s (token %d) is gone: %w", f.Key, f.Holder, f.Token, store.ErrFenced)
+	case err != nil:
+		return nil, err
+	case cur.Holder != f.Holder || cur.Token != f.Token:
+		return nil, fmt.Errorf("lease %s of %s (token %d) is now %s's (token %d): %w", f.Key, f.Holder, f.Token, cur.Holder, cur.Token, store.ErrFenced)
+	case !now.Before(cur.Expiry):
+		return nil, fmt.Errorf("lease %s of %s (token %d) expired at %s: %w", f.Key, f.Holder, f.Token, cur.Expiry.Format(time.RFC3339Nano), store.ErrFenced)
+	}
+	return cur, nil
 }
 
 // ReleaseLease implements store.Store.

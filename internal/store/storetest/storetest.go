@@ -34,6 +34,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"WorkerInvariant", testWorkerInvariant},
 		{"NodeScopedClaim", testNodeScopedClaim},
 		{"RecordActivity", testRecordActivity},
+		{"FencedWrites", testFencedWrites},
+		{"FenceExpired", testFenceExpired},
+		{"FenceTakenOver", testFenceTakenOver},
+		{"RenewLease", testRenewLease},
+		{"ClaimManyConcurrent", testClaimManyConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs Debian's PostgreSQL server package, whose binaries
+# (/usr/lib/postgresql/<major>/bin/initdb, postgres) the PostgreSQL store's
+# tests run: internal/store/postgres/pgtest initdbs and starts a private
+# server per test binary, and fails, never skips, without them.
+#
+# No cluster is created or started: the tests start their own, and a
+# system-wide server on port 5432 would only be in the way. (Set
+# ATE_TEST_POSTGRES=postgres://… to test against an existing server
+# instead.)
+#
+# Idempotent: nothing is done when some initdb is already installed, and
+# `apt-get update` runs only when the package must be installed. Needs
+# root for that; hack/test.sh calls it.
+set -euo pipefail
+
+shopt -s nullglob
+found=(/usr/lib/postgresql/*/bin/initdb)
+if ((${#found[@]} > 0)); then
+	echo "PostgreSQL already installed: ${found[*]}"
+	exit 0
+fi
+if [[ $(id -u) != 0 ]]; then
+	echo "install-postgres: PostgreSQL is not installed, and installing it needs root (apt-get)" >&2
+	exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "install-postgres: no apt-get; install the PostgreSQL server binaries (initdb, postgres) by hand, or set ATE_TEST_POSTGRES" >&2
+	exit 1
+fi
+
+# postgresql-common reads createcluster.d before creating the "main"
+# cluster it would otherwise create and start during the install.
+mkdir -p /etc/postgresql-common/createcluster.d
+conf=/etc/postgresql-common/createcluster.d/ate-no-main-cluster.conf
+[[ -e $conf ]] || printf '# hack/install-postgres.sh: tests start their own servers\ncreate_main_cluster = false\n' >"$conf"
+# And no service is started during the install: policy-rc.d exiting 101
+# forbids it (invoke-rc.d's protocol). An existing one (Docker images
+# ship one) is left alone.
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e $policy ]]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	trap 'rm -f "$policy"' EXIT
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install-postgres: apt-get install postgresql..." >&2
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+found=(/usr/lib/postgresql/*/bin/initdb)
+if ((${#found[@]} == 0)); then
+	echo "install-postgres: postgresql installed, but no /usr/lib/postgresql/*/bin/initdb" >&2
+	exit 1
+fi
+echo "PostgreSQL installed: ${found[*]}"

@@ -1,0 +1,102 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"substrate.dev/ate/internal/store"
+)
+
+// Leases are computed and compared by the database clock
+// (clock_timestamp(): the time of the statement, not of its
+// transaction's start), so the replicas' clocks play no part. A TTL is
+// rounded up to whole microseconds, the database's resolution.
+
+// micros is ttl in microseconds, rounded up.
+func micros(ttl time.Duration) int64 {
+	return int64((ttl + time.Microsecond - 1) / time.Microsecond)
+}
+
+// AcquireLease implements store.Store: one statement that takes the row
+// if it is absent, expired or holder's, with a token from the
+// lease_tokens sequence.
+func (s *Store) AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
+	err = s.do(ctx, func(q querier) error {
+		l := &store.Lease{Key: key, Holder: holder}
+		err := q.QueryRow(ctx, `
+			INSERT INTO leases AS l (key, holder, token, expiry)
+			VALUES ($1, $2, nextval('lease_tokens'), clock_timestamp() + $3 * interval '1 microsecond')
+			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = excluded.token, expiry = excluded.expiry
+				WHERE l.holder = excluded.holder OR l.expiry <= clock_timestamp()
+			RETURNING token, expiry`, key, holder, micros(ttl)).Scan(&l.Token, &l.Expiry)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var other string
+			if err := q.QueryRow(ctx, `SELECT holder FROM leases WHERE key = $1`, key).Scan(&other); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			return fmt.Errorf("lease %s held by %s: %w", key, other, store.ErrLeaseHeld)
+		}
+		if err != nil {
+			return err
+		}
+		l.Expiry = l.Expiry.UTC()
+		out = l
+		return nil
+	})
+	return out, err
+}
+
+// RenewLease implements store.Store.
+func (s *Store) RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (out *store.Lease, err error) {
+	err = s.do(ctx, func(q querier) error {
+		l := &store.Lease{Key: key, Holder: holder, Token: token}
+		err := q.QueryRow(ctx, `
+			UPDATE leases SET expiry = clock_timestamp() + $4 * interval '1 microsecond'
+			WHERE key = $1 AND holder = $2 AND token = $3 AND expiry > clock_timestamp()
+			RETURNING expiry`, key, holder, token, micros(ttl)).Scan(&l.Expiry)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("lease %s of %s (token %d) expired or was taken over: %w", key, holder, token, store.ErrFenced)
+		}
+		if err != nil {
+			return err
+		}
+		l.Expiry = l.Expiry.UTC()
+		out = l
+		return nil
+	})
+	return out, err
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(ctx context.Context, key, holder string) error {
+	return s.do(ctx, func(q querier) error {
+		_, err := q.Exec(ctx, `DELETE FROM leases WHERE key = $1 AND holder = $2`, key, holder)
+		return err
+	})
+}
+
+// checkFence fails with store.ErrFenced unless the fence ctx carries, if
+// any, names a live lease. It runs first in the writing transaction and
+// locks the lease row FOR SHARE, so no takeover (AcquireLease updates
+// the row) can commit until the write has: the check holds until commit,
+// not just at the moment it ran. A lease row changed by a transaction
+// committed while this one waited is re-read and re-checked (READ
+// COMMITTED's re-check of locked rows).
+func checkFence(ctx context.Context, tx pgx.Tx) error {
+	f, ok := store.FenceFrom(ctx)
+	if !ok {
+		return nil
+	}
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM leases
+		WHERE key = $1 AND holder = $2 AND token = $3 AND expiry > clock_timestamp() FOR SHARE`,
+		f.Key, f.Holder, f.Token).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("lease %s of %s (token %d) expired or was taken over: %w", f.Key, f.Holder, f.Token, store.ErrFenced)
+	}
+	return err
+}

@@ -1,0 +1,282 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"substrate.dev/ate/internal/codec"
+	"substrate.dev/ate/internal/store"
+)
+
+// encodeLabels is labels as a JSON object; "{}" for none (never JSON
+// null, which @> would match nothing against).
+func encodeLabels(labels map[string]string) ([]byte, error) {
+	if len(labels) == 0 {
+		return []byte("{}"), nil
+	}
+	b, err := codec.Marshal(labels)
+	if err != nil {
+		return nil, fmt.Errorf("encode labels: %w", err)
+	}
+	return b, nil
+}
+
+// decodeLabels decodes worker name's labels; nil for none, as bolt
+// returns them.
+func decodeLabels(name string, b []byte) (map[string]string, error) {
+	var m map[string]string
+	if err := codec.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode worker %s labels: %w", name, err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// workerCols are the workers columns a store.Worker is read from, in
+// scanWorker's order, then the view's.
+const workerCols = `name, node, tunnel_addr, sandbox_class, labels, actor_uid, actor, rev`
+
+// scanWorker scans workerCols into a worker and its view entry.
+func scanWorker(row pgx.Row) (*store.Worker, viewEntry, error) {
+	var w store.Worker
+	var labels []byte
+	var uid, actor *string
+	var e viewEntry
+	if err := row.Scan(&w.Name, &w.Node, &w.TunnelAddr, &w.SandboxClass, &labels, &uid, &actor, &e.rev); err != nil {
+		return nil, e, err
+	}
+	var err error
+	if w.Labels, err = decodeLabels(w.Name, labels); err != nil {
+		return nil, e, err
+	}
+	if uid != nil {
+		w.ActorUID = *uid
+	}
+	if actor != nil {
+		if err := w.Actor.UnmarshalText([]byte(*actor)); err != nil {
+			return nil, e, fmt.Errorf("decode worker %s: %w", w.Name, err)
+		}
+	}
+	e.node, e.labels, e.free = w.Node, w.Labels, w.Free()
+	return &w, e, nil
+}
+
+// viewCandidates bounds how many of the view's free workers one claim
+// tries under lock before it falls back to the query: enough to get past
+// those other replicas took a moment ago, few enough for one statement.
+const viewCandidates = 16
+
+// ClaimWorker implements store.Store, in one transaction: the actor's
+// row is locked and compare-and-set checked; then a worker is picked and
+// bound by a statement that locks its row FOR UPDATE SKIP LOCKED and
+// re-checks, under that lock, that it is free, on the node and matching
+// the selector (a row another transaction changed meanwhile is re-read
+// and re-checked); then the actor is written RESUMING on it. Candidates,
+// in order: prefer, then the free workers the view knows (view.go); if
+// none holds, the free workers of the table by (node, name), skipping
+// rows other claims have locked; and if that finds none, the same
+// waiting for those locks, so a claim that rolls back cannot make this
+// one answer store.ErrNoFreeWorker while its worker is still free.
+func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, prefer ...string) (outA *store.Actor, outW *store.Worker, err error) {
+	sel, err := encodeLabels(a.WorkerSelector)
+	if err != nil {
+		return nil, nil, err
+	}
+	candidates := slices.Concat(prefer, s.view.candidates(node, a.WorkerSelector, viewCandidates))
+	var entry viewEntry
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := lockActor(ctx, tx, a); err != nil {
+			return err
+		}
+		w, e, err := bindWorker(ctx, tx, a, node, sel, candidates)
+		if err != nil {
+			return err
+		}
+		n := *a
+		n.State, n.Worker, n.Version = store.Resuming, w.Name, a.Version+1
+		n.StateTime = time.Now().UTC()
+		if err := writeActor(ctx, tx, &n); err != nil {
+			return err
+		}
+		outA, outW, entry = &n, w, e
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s.view.put(outW.Name, entry)
+	return outA, outW, nil
+}
+
+// bindWorker binds the first worker that holds of: candidates, then the
+// table's free workers (SKIP LOCKED), then the same waiting for locks.
+func bindWorker(ctx context.Context, tx pgx.Tx, a *store.Actor, node string, sel []byte, candidates []string) (*store.Worker, viewEntry, error) {
+	// The filter every pick re-checks under the row lock.
+	filter := `actor_uid IS NULL`
+	args := []any{a.UID, a.Key().String()}
+	if node != "" {
+		args = append(args, node)
+		filter += fmt.Sprintf(` AND node = $%d`, len(args))
+	}
+	if len(a.WorkerSelector) > 0 {
+		args = append(args, sel)
+		filter += fmt.Sprintf(` AND labels @> $%d`, len(args))
+	}
+	bind := func(pick string, args []any) (*store.Worker, viewEntry, error) {
+		w, e, err := scanWorker(tx.QueryRow(ctx, `
+			WITH pick AS (`+pick+`)
+			UPDATE workers w SET actor_uid = $1, actor = $2 FROM pick WHERE w.name = pick.name
+			RETURNING w.name, w.node, w.tunnel_addr, w.sandbox_class, w.labels, w.actor_uid, w.actor, w.rev`, args...))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, e, nil
+		}
+		return w, e, err
+	}
+	if len(candidates) > 0 {
+		n := len(args) + 1
+		w, e, err := bind(fmt.Sprintf(`SELECT name FROM workers WHERE name = ANY($%d) AND %s
+			ORDER BY array_position($%d, name) LIMIT 1 FOR UPDATE SKIP LOCKED`, n, filter, n), append(args, candidates))
+		if w != nil || err != nil {
+			return w, e, err
+		}
+	}
+	for _, lock := range []string{"FOR UPDATE SKIP LOCKED", "FOR UPDATE"} {
+		w, e, err := bind(`SELECT name FROM workers WHERE `+filter+` ORDER BY node, name LIMIT 1 `+lock, args)
+		if w != nil || err != nil {
+			return w, e, err
+		}
+	}
+	return nil, viewEntry{}, fmt.Errorf("actor %s: %w", a.Key(), store.ErrNoFreeWorker)
+}
+
+// release frees worker name if actorUID holds it, returning its view
+// entry; nil if it did not (or is gone).
+func release(ctx context.Context, q querier, name, actorUID string) (*viewEntry, error) {
+	row := q.QueryRow(ctx, `UPDATE workers SET actor_uid = NULL, actor = NULL
+		WHERE name = $1 AND actor_uid = $2 RETURNING `+viewCols, name, actorUID)
+	_, e, err := scanEntry(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// PutWorker implements store.Store. A re-registration that changes
+// nothing writes nothing (and notifies no one).
+func (s *Store) PutWorker(ctx context.Context, w *store.Worker) error {
+	labels, err := encodeLabels(w.Labels)
+	if err != nil {
+		return err
+	}
+	actor, _ := w.Actor.MarshalText()
+	var name string
+	var e viewEntry
+	err = s.do(ctx, func(q querier) error {
+		name, e, err = scanEntry(q.QueryRow(ctx, `
+			INSERT INTO workers AS w (name, node, tunnel_addr, sandbox_class, labels, actor_uid, actor)
+			VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''))
+			ON CONFLICT (name) DO UPDATE SET node = excluded.node, tunnel_addr = excluded.tunnel_addr,
+				sandbox_class = excluded.sandbox_class, labels = excluded.labels
+				WHERE (w.node, w.tunnel_addr, w.sandbox_class, w.labels) IS DISTINCT FROM
+					(excluded.node, excluded.tunnel_addr, excluded.sandbox_class, excluded.labels)
+			RETURNING `+viewCols, w.Name, w.Node, w.TunnelAddr, w.SandboxClass, labels, w.ActorUID, string(actor)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			name = "" // unchanged
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("put worker %s: %w", w.Name, err)
+	}
+	if name != "" {
+		s.view.put(name, e)
+	}
+	return nil
+}
+
+// GetWorker implements store.Store, from the table.
+func (s *Store) GetWorker(ctx context.Context, name string) (out *store.Worker, err error) {
+	err = s.do(ctx, func(q querier) error {
+		out, _, err = scanWorker(q.QueryRow(ctx, `SELECT `+workerCols+` FROM workers WHERE name = $1`, name))
+		if err != nil {
+			return fmt.Errorf("worker %s: %w", name, notFound(err))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ListWorkers implements store.Store, from the table, in name order.
+func (s *Store) ListWorkers(ctx context.Context) (out []*store.Worker, err error) {
+	err = s.do(ctx, func(q querier) error {
+		out = nil
+		rows, err := q.Query(ctx, `SELECT `+workerCols+` FROM workers ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			w, _, err := scanWorker(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, w)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ReleaseWorker implements store.Store.
+func (s *Store) ReleaseWorker(ctx context.Context, name, actorUID string) error {
+	var freed *viewEntry
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
+		var err error
+		freed, err = release(ctx, tx, name, actorUID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if freed != nil {
+		s.view.put(name, *freed)
+	}
+	return nil
+}
+
+// DeleteWorker implements store.Store.
+func (s *Store) DeleteWorker(ctx context.Context, name string) error {
+	var rev int64
+	err := s.do(ctx, func(q querier) error {
+		err := q.QueryRow(ctx, `DELETE FROM workers WHERE name = $1 RETURNING rev`, name).Scan(&rev)
+		if errors.Is(err, pgx.ErrNoRows) {
+			rev = 0
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete worker %s: %w", name, err)
+	}
+	if rev != 0 {
+		s.view.remove(name, rev)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+// Package storeurl opens the record store a --store URL names:
+//
+//	bolt:///abs/path/ate.db, or a plain path   the embedded bbolt file
+//	postgres://user:pass@host:port/db?…        PostgreSQL (also postgresql://)
+//
+// It is the one place that maps URLs to backends, for `ate up` and `ate
+// apiserver` alike.
+package storeurl
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/store/bolt"
+	"substrate.dev/ate/internal/store/postgres"
+)
+
+// Options are what backends need besides the URL.
+type Options struct {
+	// DefaultPath is the bolt file when the URL is empty.
+	DefaultPath string
+	Logger      *slog.Logger
+}
+
+// Opened is an open store and what it is.
+type Opened struct {
+	store.Store
+	// Shared reports whether other API servers may use the store at once
+	// (PostgreSQL): workflows then need store leases (lifecycle.New's
+	// holder). A bolt file is locked by one process.
+	Shared bool
+	// Description names the store for logs, without credentials.
+	Description string
+}
+
+// IsPostgres reports whether u names a PostgreSQL database.
+func IsPostgres(u string) bool {
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// Open opens the store u names. Errors: a URL of no known kind, a bolt
+// file another process holds (after 5 s), or the backend's — for
+// PostgreSQL, store.ErrUnavailable (wrapped) while the server cannot be
+// reached, which the caller may retry.
+func Open(ctx context.Context, u string, opts Options) (*Opened, error) {
+	if IsPostgres(u) {
+		st, err := postgres.Open(ctx, u, postgres.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Store: st, Shared: true, Description: Redact(u)}, nil
+	}
+	path, err := boltPath(u, opts.DefaultPath)
+	if err != nil {
+		return nil, err
+	}
+	st, err := bolt.Open(path, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%w (is another API server using %s?)", err, path)
+	}
+	return &Opened{Store: st, Description: "bolt://" + path}, nil
+}
+
+// boltPath returns the file of a bolt:// store URL (or a plain path);
+// empty means def.
+func boltPath(u, def string) (string, error) {
+	switch {
+	case u == "":
+		return def, nil
+	case strings.HasPrefix(u, "bolt://"):
+		p := strings.TrimPrefix(u, "bolt://")
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("store %q: want bolt:///absolute/path.db", u)
+		}
+		return p, nil
+	case strings.Contains(u, "://"):
+		return "", fmt.Errorf("store %q: want bolt:///path/ate.db or postgres://user:password@host:port/database", Redact(u))
+	}
+	return filepath.Abs(u)
+}
+
+// Redact returns u with any password replaced, for logs and errors.
+func Redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "<unparsable store URL>"
+	}
+	return p.Redacted()
+}

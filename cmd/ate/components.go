@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/flagfile"
+	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/up"
@@ -57,7 +58,11 @@ func apiserverCommand() *cobra.Command {
 	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
-			f.StringVar(&cfg.Store, "store", "", "record store: bolt:///path/ate.db (default <data-dir>/ate.db)")
+			f.StringVar(&cfg.Store, "store", "", "record store: bolt:///path/ate.db (default <data-dir>/ate.db), or postgres://user:password@host:port/database shared by several API server replicas")
+			f.DurationVar(&cfg.Leases.Duration, "lease-duration", lifecycle.DefaultLeaseDuration,
+				"with a shared store: life of an actor's workflow lease unrenewed; an actor whose API server died mid-workflow is taken over after this")
+			f.DurationVar(&cfg.Leases.RenewEvery, "lease-renew-interval", 0, "with a shared store: how often a running workflow renews its lease (default lease-duration/3)")
+			f.Float64Var(&cfg.Leases.Jitter, "lease-jitter", lifecycle.DefaultLeaseJitter, "with a shared store: renewals are spread by ± this fraction of the interval")
 			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: s3://bucket/prefix?endpoint=http://host:port&region=R, or a directory (default <data-dir>/snapshots)")
 			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
@@ -75,7 +80,7 @@ func nodeCommand() *cobra.Command {
 	var labels map[string]string
 	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server", "",
 		func(f *pflag.FlagSet) {
-			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required)")
+			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required): host:port, a comma-separated list of replicas, or dns:///name:port")
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for images, paused checkpoints, the snapshot cache and worker state (default $HOME/.ate-node)")
 			f.StringVar(&cfg.Node.Name, "name", "", "node name, unique in the cluster (default the host name)")
 			f.StringVar(&cfg.Advertise, "advertise", "127.0.0.1", "address the API server and routers reach this node at; the agent and tunnel listen on it")
@@ -102,7 +107,7 @@ func routerCommand() *cobra.Command {
 	var cfg up.RouterRunConfig
 	return componentCommand("router", "Run the HTTP router alone, in front of an API server and its nodes' worker tunnels", "",
 		func(f *pflag.FlagSet) {
-			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required)")
+			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required): host:port, a comma-separated list of replicas, or dns:///name:port")
 			f.StringVar(&cfg.Router.Addr, "listen", up.DefaultRouterAddr, "HTTP listen address")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
 			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")

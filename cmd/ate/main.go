@@ -51,6 +51,7 @@ A flag given on the command line overrides the file; a key that is not a
 flag is an error.`,
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
+			f.StringVar(&cfg.Store, "store", "", "record store: empty for <data-dir>/ate.db, or postgres://user:password@host:port/database")
 			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
 			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
 			f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")

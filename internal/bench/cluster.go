@@ -15,6 +15,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,10 @@ type Config struct {
 	// Logger receives every component's logs; nil discards them, which
 	// keeps logging's cost out of the numbers.
 	Logger *slog.Logger
+	// Store is the record store's URL; empty for a bbolt file in Dir.
+	// Clusters over one PostgreSQL database are API server replicas:
+	// give each its own NodeName and WorkerPrefix and one SnapshotsDir.
+	Store, NodeName, WorkerPrefix, SnapshotsDir string
 }
 
 // Cluster is a running all-in-one installation over the fake sandbox
@@ -98,9 +103,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 	c.Runtime = fake.New(cfg.Fake)
 	c.ControlPlane, err = up.NewControlPlane(ctx, up.ControlPlaneConfig{
-		DataDir: cfg.Dir, Logger: log,
+		DataDir: cfg.Dir, Logger: log, Store: cfg.Store, SnapshotsDir: cfg.SnapshotsDir,
 		Node: node.Config{
-			Workers: cfg.Workers, WorkerPrefix: "bench", SandboxClass: fake.Class,
+			Name:    cfg.NodeName,
+			Workers: cfg.Workers, WorkerPrefix: cmp.Or(cfg.WorkerPrefix, "bench"), SandboxClass: fake.Class,
 			Runtime: c.Runtime, Setup: fake.Setup,
 			// No tunnel serves here; workers record where it would be.
 			TunnelAddr: "127.0.0.1:0",

@@ -9,22 +9,23 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/ateconfig"
 )
 
 // Dial returns a client connection to the API server named by c. It is the
 // one place that decides transport security, so TLS and bearer tokens (new
-// ateconfig.Config fields) land here. For now the server listens on loopback without
+// ateconfig.Config fields) land here. Server may list several API server
+// replicas (package apidial). For now the server listens on loopback without
 // TLS, matching `ate up`. The connection is lazy: nothing is sent until the
 // first call. The caller must Close it.
 func Dial(c ateconfig.Config) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(c.Server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := apidial.Dial(c.Server)
 	if err != nil {
-		return nil, fmt.Errorf("connect to ate server %s: %w", c.Server, err)
+		return nil, fmt.Errorf("connect to ate server: %w", err)
 	}
 	return conn, nil
 }

@@ -26,7 +26,7 @@ const (
 	// evictTimeout bounds one eviction: the victim's drain grace
 	// (default 10 s, at most a day by validation, but an idle victim has
 	// nothing to drain) and its checkpoint.
-	evictTimeout = 2 * LeaseTTL
+	evictTimeout = workflowTimeout
 )
 
 // eviction is one victim being checkpointed to make room.
@@ -227,7 +227,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKe
 		return false, nil
 	}
 	defer unlock()
-	err = m.leased(ctx, c.actor.Key(), func() error {
+	err = m.leased(ctx, c.actor.Key(), func(ctx context.Context) error {
 		a, err := m.store.GetActor(ctx, c.actor.Key())
 		if err != nil {
 			return err

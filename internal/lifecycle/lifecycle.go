@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -50,10 +51,54 @@ type Snapshots interface {
 	ClearStaging() error
 }
 
-// Tuning. LeaseTTL outlives the longest workflow step (a cold boot waits up
-// to node.DefaultProbeTimeout); the lease is released at the end anyway.
+// LeaseConfig configures the per-actor leases that fence workflows across
+// API server replicas (Manager.SetLeases). A lease is renewed while its
+// workflow runs, so Duration bounds not the workflow but how long an
+// actor stays unavailable after the replica running its workflow died:
+// another replica takes it over once the lease expires.
+type LeaseConfig struct {
+	// Duration is a lease's life unrenewed. Default 10 s: Kubernetes'
+	// leader election uses 15 s with renewals every 2 s; actors are
+	// smaller stakes and a takeover waits this long.
+	Duration time.Duration
+	// RenewEvery is the renewal period; default Duration/3, so two
+	// renewals may fail before the lease lapses.
+	RenewEvery time.Duration
+	// Jitter spreads renewals by ±Jitter×RenewEvery (0 ≤ Jitter < 1) so
+	// workflows started together do not renew in lockstep; default 0.2.
+	Jitter float64
+}
+
+// Lease defaults (LeaseConfig).
 const (
-	LeaseTTL = 3 * time.Minute
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultLeaseJitter   = 0.2
+)
+
+func (c LeaseConfig) withDefaults() LeaseConfig {
+	if c.Duration <= 0 {
+		c.Duration = DefaultLeaseDuration
+	}
+	if c.RenewEvery <= 0 || c.RenewEvery >= c.Duration {
+		c.RenewEvery = c.Duration / 3
+	}
+	if c.Jitter < 0 || c.Jitter >= 1 {
+		c.Jitter = DefaultLeaseJitter
+	}
+	return c
+}
+
+// Tuning.
+const (
+	// storeOutageWait is how long a workflow's write of what the node
+	// did waits for an unreachable store (a PostgreSQL restart takes
+	// seconds) before giving up and leaving recovery to the next
+	// workflow.
+	storeOutageWait = 30 * time.Second
+	// workflowTimeout bounds a background workflow (a self-requested
+	// checkpoint, an eviction): its node operation (nodeOpTimeout) and
+	// the store writes around it.
+	workflowTimeout = 2 * nodeOpTimeout
 	// nodeOpTimeout bounds a node operation once started; it runs detached
 	// from the caller so a client hanging up mid-restore cannot wedge it.
 	nodeOpTimeout = 2 * time.Minute
@@ -71,6 +116,8 @@ type Manager struct {
 	log    *slog.Logger
 	// metrics is nil unless SetMetrics was called.
 	metrics *metrics.Lifecycle
+
+	leases LeaseConfig
 
 	locks keyedMutex[names.ActorKey]
 	// queue orders resumes waiting for a worker (capacity.go).
@@ -97,6 +144,10 @@ func New(s store.Store, n Nodes, snaps Snapshots, holder string, logger *slog.Lo
 	return &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, ctx: ctx, cancel: cancel}
 }
 
+// SetLeases sets the per-actor lease configuration (zero fields take
+// their defaults). Call it before the manager is used.
+func (m *Manager) SetLeases(c LeaseConfig) { m.leases = c.withDefaults() }
+
 // SetMetrics makes the manager record its workflows in l. Call it before
 // the manager is used.
 func (m *Manager) SetMetrics(l *metrics.Lifecycle) { m.metrics = l }
@@ -119,10 +170,11 @@ func (m *Manager) goOwned(f func(ctx context.Context)) {
 // workerFreed hands the freed worker to the oldest resume waiting for one.
 func (m *Manager) workerFreed() { m.kick() }
 
-// withActor runs fn holding the actor's in-process lock and store lease.
+// withActor runs fn holding the actor's in-process lock and store lease,
+// with a ctx whose store writes are fenced by the lease (store.WithFence).
 // The in-process lock makes concurrent callers queue instead of polling
 // the lease; the lease fences other replicas.
-func (m *Manager) withActor(ctx context.Context, key names.ActorKey, fn func() error) error {
+func (m *Manager) withActor(ctx context.Context, key names.ActorKey, fn func(ctx context.Context) error) error {
 	unlock, err := m.locks.lock(ctx, key)
 	if err != nil {
 		return err
@@ -132,14 +184,21 @@ func (m *Manager) withActor(ctx context.Context, key names.ActorKey, fn func() e
 }
 
 // leased runs fn holding the actor's store lease (none with an empty
-// holder); the caller holds its in-process lock.
-func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func() error) error {
+// holder), renewed while fn runs; the caller holds its in-process lock.
+// fn's ctx fences its actor writes with the lease, so if this process
+// stalls past the lease (a GC pause, SIGSTOP, a partition from the store)
+// and another replica takes the actor over, every later write of fn is
+// refused by the store (store.ErrFenced) whatever fn believes.
+func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx context.Context) error) error {
 	if m.holder == "" {
-		return fn()
+		return fn(ctx)
 	}
-	lease := "actor/" + key.String()
+	cfg := m.leases.withDefaults()
+	name := "actor/" + key.String()
+	var lease *store.Lease
 	for {
-		_, err := m.store.AcquireLease(ctx, lease, m.holder, LeaseTTL)
+		var err error
+		lease, err = m.store.AcquireLease(ctx, name, m.holder, cfg.Duration)
 		if err == nil {
 			break
 		}
@@ -152,12 +211,42 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func() erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	fence := store.Fence{Key: name, Holder: m.holder, Token: lease.Token}
+	renewing, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var renewer sync.WaitGroup
+	renewer.Go(func() { m.renew(renewing, fence, cfg) })
 	defer func() {
-		if err := m.store.ReleaseLease(context.WithoutCancel(ctx), lease, m.holder); err != nil {
+		stop()
+		renewer.Wait()
+		if err := m.store.ReleaseLease(context.WithoutCancel(ctx), name, m.holder); err != nil {
 			m.log.Warn("release lease", "actor", key, "err", err)
 		}
 	}()
-	return fn()
+	return fn(store.WithFence(ctx, fence))
+}
+
+// renew keeps f's lease alive until ctx ends, every cfg.RenewEvery with
+// jitter, and gives up once the store says it is lost: the workflow's
+// writes are then refused anyway.
+func (m *Manager) renew(ctx context.Context, f store.Fence, cfg LeaseConfig) {
+	for {
+		d := time.Duration(float64(cfg.RenewEvery) * (1 + cfg.Jitter*(2*rand.Float64()-1)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		_, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, cfg.Duration)
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case errors.Is(err, store.ErrFenced):
+			m.log.Warn("actor lease lost mid-workflow: another API server may have taken the actor over; this workflow's writes will be refused",
+				"lease", f.Key, "token", f.Token)
+			return
+		default:
+			m.log.Warn("actor lease renewal failed; retrying", "lease", f.Key, "err", err)
+		}
+	}
 }
 
 // update writes next, a copy of base with lifecycle fields
@@ -171,16 +260,34 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func() erro
 func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.Actor, error) {
 	ctx = context.WithoutCancel(ctx)
 	next.StateTime = time.Now().UTC()
-	for attempt := 0; ; attempt++ {
+	began, pause := time.Now(), 100*time.Millisecond
+	unsure := false // an earlier attempt may have committed unseen
+	for attempt := 0; ; {
 		out, err := m.store.UpdateActor(ctx, next)
 		if err == nil {
 			m.log.DebugContext(ctx, "actor state", "actor", next.Key(), "state", next.State, "worker", next.Worker)
 			return out, nil
 		}
+		// This write records what the node already did (the -ING state
+		// was written first): giving up on a store outage would leave
+		// the actor wedged in that state, so it waits the outage out —
+		// a database restart or failover — as long as its lease holds
+		// (ErrFenced ends it). The ctx is detached: nobody cancels it.
+		if errors.Is(err, store.ErrUnavailable) && time.Since(began) < storeOutageWait {
+			m.log.WarnContext(ctx, "store unavailable; retrying the actor's write", "actor", next.Key(), "state", next.State, "err", err)
+			time.Sleep(pause) // backoff between attempts, not synchronisation
+			pause = min(2*pause, time.Second)
+			unsure = true
+			continue
+		}
 		if !errors.Is(err, store.ErrConflict) || attempt == 5 {
 			return nil, err
 		}
+		attempt++
 		cur, gerr := m.store.GetActor(ctx, base.Key())
+		if gerr == nil && unsure && cur.UID == next.UID && cur.Lifecycle == next.Lifecycle {
+			return cur, nil // the attempt whose answer was lost committed
+		}
 		if gerr != nil || !sameLifecycle(cur, base) {
 			return nil, err
 		}
@@ -305,7 +412,7 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 // checkpointed.
 func (m *Manager) SelfRequest(worker, actorUID string, action checkpoint.Action) {
 	m.goOwned(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, 2*LeaseTTL)
+		ctx, cancel := context.WithTimeout(ctx, workflowTimeout)
 		defer cancel()
 		key, ok := m.holderOf(ctx, worker, actorUID)
 		if !ok {
@@ -338,7 +445,7 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 // stale report (the actor deleted, recreated or moved) only frees w if
 // that incarnation still holds it.
 func (m *Manager) crashHolder(ctx context.Context, w *store.Worker, why string) error {
-	return m.withActor(ctx, w.Actor, func() error {
+	return m.withActor(ctx, w.Actor, func(ctx context.Context) error {
 		a, err := m.store.GetActor(ctx, w.Actor)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (a.UID != w.ActorUID || a.Worker != w.Name)) {
 			return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)

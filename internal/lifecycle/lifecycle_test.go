@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
@@ -473,3 +474,58 @@ func TestResumePrefersWorkerWithStandby(t *testing.T) {
 
 // key is the actor name's key in the default atespace.
 func key(name string) names.ActorKey { return names.ActorKey{Atespace: "default", Name: name} }
+
+// TestIdleSuspendRefusedWhileTunnelBusy: with several routers, one may
+// find an actor idle that is busy through another; an idle suspend is
+// refused while the worker's tunnel has a request open or saw traffic
+// within idle.after, and goes ahead once it has been quiet that long. A
+// requested suspend is never refused for traffic.
+func TestIdleSuspendRefusedWhileTunnelBusy(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	must(t, e.st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "idle", UID: "idle-uid",
+		Phase: store.TemplateReady, GoldenSnapshot: "idle-uid/golden", ImageDigest: "sha256:idle",
+		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}},
+			Idle: &atev1.IdlePolicy{After: "10s"}}}))
+	must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "b", UID: "b-uid", Template: "idle",
+		Lifecycle: store.Lifecycle{State: store.Suspended}}))
+	b, err := e.m.Resume(ctx, key("b"))
+	must(t, err)
+	idle := Why{Reason: store.ReasonIdle}
+	for _, tc := range []struct {
+		name string
+		act  node.Activity
+		ok   bool
+	}{
+		{"request open", node.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now().Add(-time.Hour)}, false},
+		{"traffic 2s ago", node.Activity{ActorUID: "b-uid", Last: time.Now().Add(-2 * time.Second)}, false},
+		{"another incarnation's traffic", node.Activity{ActorUID: "old-uid", InFlight: 3, Last: time.Now()}, true},
+	} {
+		e.node.setActivity(b.Worker, tc.act)
+		_, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, idle)
+		if tc.ok {
+			if err != nil {
+				t.Fatalf("%s: idle suspend = %v, want it done", tc.name, err)
+			}
+			b, err = e.m.Resume(ctx, key("b"))
+			must(t, err)
+			continue
+		}
+		if !errors.Is(err, ErrFailedPrecondition) {
+			t.Fatalf("%s: idle suspend = %v, want ErrFailedPrecondition", tc.name, err)
+		}
+		if got, _ := e.st.GetActor(ctx, key("b")); got.State != store.Running {
+			t.Fatalf("%s: refused idle suspend left the actor %s", tc.name, got.State)
+		}
+	}
+	e.node.setActivity(b.Worker, node.Activity{ActorUID: "b-uid", Last: time.Now().Add(-11 * time.Second)})
+	if _, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, idle); err != nil {
+		t.Fatalf("idle suspend after 11s of quiet with idle.after 10s = %v", err)
+	}
+	b, err = e.m.Resume(ctx, key("b"))
+	must(t, err)
+	e.node.setActivity(b.Worker, node.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now()})
+	if _, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, Why{Reason: store.ReasonRequested}); err != nil {
+		t.Fatalf("requested suspend of a busy actor = %v, want it done", err)
+	}
+}

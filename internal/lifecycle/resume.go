@@ -48,7 +48,7 @@ type Resumed struct {
 // ResumeEvicting is Resume, also saying whether another actor was evicted
 // to make room (capacity.go). Same errors as Resume.
 func (m *Manager) ResumeEvicting(ctx context.Context, key names.ActorKey) (out *store.Actor, r Resumed, err error) {
-	err = m.withActor(ctx, key, func() error {
+	err = m.withActor(ctx, key, func(ctx context.Context) error {
 		out, err = m.resumeLocked(ctx, key, &r)
 		return err
 	})

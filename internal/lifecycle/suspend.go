@@ -66,14 +66,27 @@ func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkp
 	if paused {
 		target, from = store.Paused, "a RUNNING"
 	}
-	err = m.withActor(ctx, key, func() error {
+	err = m.withActor(ctx, key, func(ctx context.Context) error {
 		a, err := m.store.GetActor(ctx, key)
 		if err != nil {
 			return err
 		}
+		if a.State == store.Resuming || a.State == store.Suspending || a.State == store.Pausing {
+			// We hold the lease, so no workflow runs: one died (its
+			// replica, or its store, went away before its last write).
+			if a, err = m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back"); err != nil {
+				return err
+			}
+		}
+		var busy error
+		if a.State == store.Running && why.Reason == store.ReasonIdle {
+			busy = m.busy(ctx, a)
+		}
 		switch {
 		case a.State == target:
 			out = a
+		case busy != nil:
+			err = busy
 		case a.State == store.Running:
 			out, err = m.checkpointLocked(ctx, a, action, why)
 		case a.State == store.Paused && !paused:
@@ -84,6 +97,36 @@ func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkp
 		return err
 	})
 	return out, err
+}
+
+// busy returns ErrFailedPrecondition when a's worker tunnel saw traffic
+// within the template's idle.after or has a request open. A router
+// decides idleness from the traffic it proxied, but with several routers
+// an actor busy through one looks idle to another; every router's
+// traffic crosses the worker's tunnel, so the final word is the tunnel's
+// (nodes report it in their heartbeats, so it is at most one heartbeat
+// interval old).
+func (m *Manager) busy(ctx context.Context, a *store.Actor) error {
+	n, ok := m.nodes.ForWorker(a.Worker)
+	if !ok {
+		return nil
+	}
+	act, ok := n.WorkerActivity(a.Worker)
+	if !ok || act.ActorUID != a.UID {
+		return nil
+	}
+	_, idleAfter := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
+	after, err := time.ParseDuration(idleAfter)
+	if err != nil {
+		return nil // no idle policy: the caller's word stands
+	}
+	if act.InFlight > 0 {
+		return fmt.Errorf("%w: actor %s is not idle: %d requests open on its worker (through another router)", ErrFailedPrecondition, a.Key(), act.InFlight)
+	}
+	if since := time.Since(act.Last); since < after {
+		return fmt.Errorf("%w: actor %s is not idle: its worker served traffic %s ago, within idle.after %s (through another router)", ErrFailedPrecondition, a.Key(), since.Round(time.Millisecond), idleAfter)
+	}
+	return nil
 }
 
 // checkpointOptionsFor returns the checkpoint options for action on a,
@@ -226,7 +269,7 @@ func (m *Manager) deleteOld(ctx context.Context, a *store.Actor, ref string) {
 // last durable snapshot (or its golden start), discarding memory, the
 // paused checkpoint and volume changes since. SUSPENDED is a no-op.
 func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Actor, err error) {
-	err = m.withActor(ctx, key, func() error {
+	err = m.withActor(ctx, key, func(ctx context.Context) error {
 		a, err := m.store.GetActor(ctx, key)
 		if err != nil {
 			return err
@@ -261,7 +304,7 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 // ErrFailedPrecondition, telling the user to suspend first); with force
 // any state goes, its sandbox stopped first.
 func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) error {
-	return m.withActor(ctx, key, func() error {
+	return m.withActor(ctx, key, func(ctx context.Context) error {
 		a, err := m.store.GetActor(ctx, key)
 		if err != nil {
 			return err

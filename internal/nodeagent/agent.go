@@ -24,8 +24,15 @@ import (
 type AgentConfig struct {
 	// Node is the node agent announced; its workers are registered.
 	Node *node.Node
-	// Conn reaches the API server's NodeRegistry.
-	Conn grpc.ClientConnInterface
+	// Replicas returns the addresses of every API server replica now
+	// (apidial.Replicas); the node keeps a session with each, and asks
+	// again every ResolveEvery, so replicas that move or are added (a
+	// Deployment's new Pods behind a headless Service) are found.
+	Replicas func(ctx context.Context) ([]string, error)
+	// Dial connects to one replica's NodeRegistry.
+	Dial func(addr string) (*grpc.ClientConn, error)
+	// ResolveEvery defaults to 10 s.
+	ResolveEvery time.Duration
 	// Address is where this node's NodeAgent service listens, as the API
 	// server must dial it (host:port).
 	Address      string
@@ -37,26 +44,52 @@ type AgentConfig struct {
 	Logger    *slog.Logger
 }
 
-// Agent keeps the node registered with the API server: it holds one
-// Register stream open (reconnecting with backoff when it breaks), sends
-// the hello, a heartbeat every interval the API server asks for, and the
-// node's events, and obeys stop orders. While it has been out of touch
-// longer than the API server's loss deadline, it fences the node (the
-// tunnel refuses all traffic as stale): the API server may have declared
-// it lost and resumed its actors elsewhere.
+// Agent keeps the node registered with every API server replica: per
+// replica it holds one Register stream open (reconnecting with backoff
+// when it breaks), sends the hello, a heartbeat every interval the API
+// server asks for, and the node's events, and obeys stop orders. Every
+// replica hears every event and heartbeat because whichever one runs an
+// actor's workflow needs the node's view (standbys, tunnel activity);
+// workflows are fenced by per-actor leases in the store, so an event two
+// replicas act on is acted on once.
+//
+// While every replica has been out of touch longer than the loss deadline
+// (¾ of it, for margin), it fences the node (the tunnel refuses all
+// traffic as stale): they may have declared it lost and resumed its
+// actors elsewhere.
 type Agent struct {
 	cfg   AgentConfig
 	log   *slog.Logger
 	epoch int64
 
-	mu     sync.Mutex
-	events []*atev1.NodeEvent
-	wake   chan struct{}
+	// linksMu guards links, by replica address.
+	linksMu sync.Mutex
+	links   map[string]*link
 
 	// draining is set by Drain; every session then asks for the drain
-	// again, and drained hears the API server's answer.
+	// again.
 	draining atomic.Bool
-	drained  chan *atev1.Drained
+}
+
+// link is the agent's session with one API server replica.
+type link struct {
+	addr string
+	conn *grpc.ClientConn
+	// cancel ends the link's sessions (the replica went away); done is
+	// closed once they have ended.
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	events []*atev1.NodeEvent
+	// lastTouch is the last moment the replica heard us; lostAfter is its
+	// loss deadline (zero until the first welcome); live is set while a
+	// welcomed session is open.
+	lastTouch time.Time
+	lostAfter time.Duration
+	live      bool
+	wake      chan struct{}
+	drained   chan *atev1.Drained
 }
 
 // NewAgent returns an agent for cfg.Node; call Run.
@@ -65,20 +98,40 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), drained: make(chan *atev1.Drained, 1)}
+	if cfg.ResolveEvery <= 0 {
+		cfg.ResolveEvery = 10 * time.Second
+	}
+	return &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), links: map[string]*link{}}
+}
+
+// current returns the links now.
+func (a *Agent) current() []*link {
+	a.linksMu.Lock()
+	defer a.linksMu.Unlock()
+	out := make([]*link, 0, len(a.links))
+	for _, l := range a.links {
+		out = append(out, l)
+	}
+	return out
 }
 
 // Epoch is this process's registration epoch.
 func (a *Agent) Epoch() int64 { return a.epoch }
 
-// Report queues an event for the API server (exits, idle workers,
-// self-service requests, the drain); it never blocks.
+// Report queues an event for every API server replica (exits, idle
+// workers, self-service requests, the drain); it never blocks.
 func (a *Agent) Report(ev *atev1.NodeEvent) {
-	a.mu.Lock()
-	a.events = append(a.events, ev)
-	a.mu.Unlock()
+	for _, l := range a.current() {
+		l.report(ev)
+	}
+}
+
+func (l *link) report(ev *atev1.NodeEvent) {
+	l.mu.Lock()
+	l.events = append(l.events, ev)
+	l.mu.Unlock()
 	select {
-	case a.wake <- struct{}{}:
+	case l.wake <- struct{}{}:
 	default:
 	}
 }
@@ -106,49 +159,151 @@ const (
 	maxBackoff = 2 * time.Second
 )
 
-// Run keeps the node registered until ctx ends. The first registration's
-// outcome is sent on first (nil once welcomed, else the refusal), so a
-// caller can fail start-up on a name already live elsewhere instead of
-// retrying forever; later breaks are retried.
+// Run keeps the node registered with every replica until ctx ends. The
+// first registration's outcome is sent on first (nil once any replica
+// welcomed it, else the first refusal), so a caller can fail start-up on
+// a name already live elsewhere instead of retrying forever; later breaks
+// are retried. Errors: the first resolution of the replicas failing.
 func (a *Agent) Run(ctx context.Context, first chan<- error) error {
-	backoff := minBackoff
-	var lastTouch time.Time // the last moment the API server heard us
-	lostAfter := time.Duration(0)
-	for ctx.Err() == nil {
-		welcomed, err := a.session(ctx, func(la time.Duration) {
-			lostAfter = la
-			if first != nil {
-				first <- nil
-				first = nil
+	var once sync.Once
+	report := func(err error) { once.Do(func() { first <- err }) }
+	if first == nil {
+		report = func(error) {}
+	}
+	defer func() {
+		for _, l := range a.current() {
+			l.cancel()
+			<-l.done
+			_ = l.conn.Close()
+		}
+	}()
+	tick := time.NewTicker(a.cfg.ResolveEvery)
+	defer tick.Stop()
+	for resolved := false; ; {
+		addrs, err := a.cfg.Replicas(ctx)
+		switch {
+		case err != nil && !resolved:
+			return fmt.Errorf("find the API server replicas: %w", err)
+		case err != nil:
+			a.log.Warn("finding the API server replicas failed; keeping the sessions there are", "err", err)
+		case len(addrs) == 0:
+			a.log.Warn("no API server replica found; keeping the sessions there are")
+		default:
+			resolved = true
+			if err := a.follow(ctx, addrs, report); err != nil && len(a.current()) == 0 {
+				return err
 			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// follow starts a link for every address in addrs without one and ends
+// the links of addresses no longer there.
+func (a *Agent) follow(ctx context.Context, addrs []string, first func(error)) error {
+	want := map[string]bool{}
+	for _, addr := range addrs {
+		want[addr] = true
+	}
+	a.linksMu.Lock()
+	var gone []*link
+	for addr, l := range a.links {
+		if !want[addr] {
+			gone = append(gone, l)
+			delete(a.links, addr)
+		}
+	}
+	a.linksMu.Unlock()
+	// Ended outside the lock: a link's goroutine reads the links.
+	for _, l := range gone {
+		a.log.Info("API server replica gone; ending its session", "replica", l.addr)
+		l.cancel()
+		<-l.done
+		_ = l.conn.Close()
+	}
+	a.linksMu.Lock()
+	defer a.linksMu.Unlock()
+	for addr := range want {
+		if a.links[addr] != nil {
+			continue
+		}
+		conn, err := a.cfg.Dial(addr)
+		if err != nil {
+			return fmt.Errorf("API server replica %s: %w", addr, err)
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		l := &link{addr: addr, conn: conn, cancel: cancel, done: make(chan struct{}),
+			wake: make(chan struct{}, 1), drained: make(chan *atev1.Drained, 1)}
+		if a.draining.Load() {
+			l.events = append(l.events, &atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
+		}
+		a.links[addr] = l
+		go func() {
+			defer close(l.done)
+			a.keep(lctx, l, first)
+		}()
+	}
+	return nil
+}
+
+// keep runs l's sessions one after another until ctx ends.
+func (a *Agent) keep(ctx context.Context, l *link, first func(error)) {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		welcomed, err := a.session(ctx, l, func() {
+			first(nil)
 			backoff = minBackoff
-		}, &lastTouch)
+		})
+		l.mu.Lock()
+		l.live = false
+		l.mu.Unlock()
 		if ctx.Err() != nil {
 			break
 		}
-		if first != nil && !welcomed && status.Code(err) != codes.Unavailable {
-			first <- err
-			first = nil
+		if !welcomed && status.Code(err) != codes.Unavailable {
+			first(err)
 		}
-		a.log.Warn("node registration interrupted; retrying", "err", err, "backoff", backoff)
-		if lostAfter > 0 && !lastTouch.IsZero() && time.Since(lastTouch) > lostAfter*3/4 {
-			a.cfg.Node.Fence(true)
-		}
+		a.log.Warn("node registration interrupted; retrying", "replica", l.addr, "err", err, "backoff", backoff)
+		a.fenceIfLost()
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
-	return nil
 }
 
-// session runs one Register stream: hello, welcome (welcomed is called
-// with the loss deadline), then heartbeats and events until it breaks.
-func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Duration), lastTouch *time.Time) (bool, error) {
+// fenceIfLost fences the node when no replica has heard from it for ¾
+// of its loss deadline (replicas that never welcomed us count as out of
+// touch since forever, but at least one must have welcomed us: before
+// that the node is fenced anyway).
+func (a *Agent) fenceIfLost() {
+	lost, known := true, false
+	for _, l := range a.current() {
+		l.mu.Lock()
+		if l.lostAfter > 0 {
+			known = true
+			if l.live || time.Since(l.lastTouch) <= l.lostAfter*3/4 {
+				lost = false
+			}
+		}
+		l.mu.Unlock()
+	}
+	if known && lost {
+		a.cfg.Node.Fence(true)
+	}
+}
+
+// session runs one Register stream with l's replica: hello, welcome
+// (welcomed is called), then heartbeats and events until it breaks.
+func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := atev1.NewNodeRegistryClient(a.cfg.Conn).Register(ctx)
+	stream, err := atev1.NewNodeRegistryClient(l.conn).Register(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -172,13 +327,20 @@ func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Durati
 	if heartbeat <= 0 {
 		return false, errors.New("registry sent no heartbeat interval")
 	}
-	*lastTouch = time.Now()
-	a.cfg.Node.Fence(false)
-	welcomed(lostAfter)
-	if a.draining.Load() {
-		a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
+	touch := func() {
+		l.mu.Lock()
+		l.lastTouch = time.Now()
+		l.mu.Unlock()
 	}
-	a.log.Info("node registered", "node", a.cfg.Node.Name(), "epoch", a.epoch, "heartbeat", heartbeat, "lostAfter", lostAfter)
+	l.mu.Lock()
+	l.lastTouch, l.lostAfter, l.live = time.Now(), lostAfter, true
+	l.mu.Unlock()
+	a.cfg.Node.Fence(false)
+	welcomed()
+	if a.draining.Load() {
+		l.report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
+	}
+	a.log.Info("node registered", "node", a.cfg.Node.Name(), "replica", l.addr, "epoch", a.epoch, "heartbeat", heartbeat, "lostAfter", lostAfter)
 
 	recvErr := make(chan error, 1)
 	go func() {
@@ -193,7 +355,7 @@ func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Durati
 				a.stop(ctx, m.Stop)
 			case *atev1.RegistryMessage_Drained:
 				select {
-				case a.drained <- m.Drained:
+				case l.drained <- m.Drained:
 				default:
 				}
 			}
@@ -202,16 +364,16 @@ func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Durati
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
-		if err := a.flush(stream); err != nil {
+		if err := l.flush(stream, a.heartbeat); err != nil {
 			return true, err
 		}
-		*lastTouch = time.Now()
+		touch()
 		select {
 		case <-ctx.Done():
 			return true, ctx.Err()
 		case err := <-recvErr:
 			return true, err
-		case <-a.wake:
+		case <-l.wake:
 		case <-tick.C:
 			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
 				return true, err
@@ -222,32 +384,32 @@ func (a *Agent) session(ctx context.Context, welcomed func(lostAfter time.Durati
 
 // flush sends the queued events; an event that fails to go is kept for
 // the next session.
-func (a *Agent) flush(stream atev1.NodeRegistry_RegisterClient) error {
-	a.mu.Lock()
-	evs := a.events
-	a.events = nil
-	a.mu.Unlock()
+func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, heartbeat func() *atev1.NodeHeartbeat) error {
+	l.mu.Lock()
+	evs := l.events
+	l.events = nil
+	l.mu.Unlock()
 	for i, ev := range evs {
 		if ev.GetKind() == atev1.NodeEvent_IDLE {
 			// The idle worker's activity goes first, so the API server
 			// orders victims by it at once.
-			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
-				a.requeue(evs[i:])
+			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: heartbeat()}}); err != nil {
+				l.requeue(evs[i:])
 				return err
 			}
 		}
 		if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Event{Event: ev}}); err != nil {
-			a.requeue(evs[i:])
+			l.requeue(evs[i:])
 			return err
 		}
 	}
 	return nil
 }
 
-func (a *Agent) requeue(evs []*atev1.NodeEvent) {
-	a.mu.Lock()
-	a.events = append(evs, a.events...)
-	a.mu.Unlock()
+func (l *link) requeue(evs []*atev1.NodeEvent) {
+	l.mu.Lock()
+	l.events = append(evs, l.events...)
+	l.mu.Unlock()
 }
 
 func (a *Agent) stop(ctx context.Context, o *atev1.StopOrder) {
@@ -284,31 +446,63 @@ func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
 	return hb
 }
 
-// Drain asks the API server to put away every actor this node has —
-// suspend those it runs, upload its paused checkpoints — and to place
-// nothing new here, waits (until ctx ends) for its answer, then tells it
-// the node leaves. Call it on shutdown while Run still runs. An error
-// means actors were left here: their memory since their last durable
-// snapshot (and paused checkpoints not uploaded) goes with the node.
+// Drain asks the API server replicas to put away every actor this node
+// has — suspend those it runs, upload its paused checkpoints — and to
+// place nothing new here, waits (until ctx ends) for the answer of every
+// replica it is in touch with (at least one), then tells them the node
+// leaves. Call it on shutdown while Run still runs. An error means actors
+// were left here: their memory since their last durable snapshot (and
+// paused checkpoints not uploaded) goes with the node.
 func (a *Agent) Drain(ctx context.Context) error {
 	a.draining.Store(true)
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("drain: no answer from the API server (%w); %d actors still running here lose their memory since their last snapshot", ctx.Err(), len(a.cfg.Node.Hosted()))
-	case d := <-a.drained:
-		if d.GetError() != "" {
-			return fmt.Errorf("drain: the API server could not put every actor away: %s", d.GetError())
+	answered := map[*link]bool{}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		done, waiting := 0, 0
+		for _, l := range a.current() {
+			if !answered[l] {
+				select {
+				case d := <-l.drained:
+					if d.GetError() != "" {
+						return fmt.Errorf("drain: the API server could not put every actor away: %s", d.GetError())
+					}
+					answered[l] = true
+				default:
+				}
+			}
+			l.mu.Lock()
+			live := l.live
+			l.mu.Unlock()
+			switch {
+			case answered[l]:
+				done++
+			case live:
+				waiting++
+			}
+		}
+		if done > 0 && waiting == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain: no answer from the API server (%w); %d actors still running here lose their memory since their last snapshot", ctx.Err(), len(a.cfg.Node.Hosted()))
+		case <-tick.C:
 		}
 	}
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_LEAVE})
-	// The leave must go out while the stream is still open.
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
+	// The leave must go out while the streams are still open.
 	return waitTick(ctx, tick, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return len(a.events) == 0
+		for _, l := range a.current() {
+			l.mu.Lock()
+			pending := len(l.events) > 0 && l.live
+			l.mu.Unlock()
+			if pending {
+				return false
+			}
+		}
+		return true
 	})
 }
 

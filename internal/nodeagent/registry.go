@@ -242,9 +242,17 @@ func (r *Registry) List(ctx context.Context) ([]*atev1.Node, error) {
 
 // Run declares lost every node silent for LostAfter, checking every
 // heartbeat interval, until ctx ends.
+//
+// A check that comes late by more than two heartbeats means this process
+// itself stood still (SIGSTOP, a long pause, a frozen VM): the silence it
+// measures is its own, and the nodes' heartbeats are still queued in the
+// socket. Such a check gives every node a fresh deadline instead of
+// declaring it lost, or a replica waking from a stall would crash actors
+// that other replicas run on healthy nodes.
 func (r *Registry) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.Heartbeat)
 	defer tick.Stop()
+	lastCheck := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -265,7 +273,20 @@ func (r *Registry) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		now := time.Now()
+		late := now.Sub(lastCheck)
+		stalled := late > 2*r.cfg.Heartbeat+r.cfg.Heartbeat/2
+		lastCheck = now
 		r.mu.Lock()
+		if stalled {
+			for _, m := range r.members {
+				if m.phase != PhaseLost {
+					m.lastHeard = now
+				}
+			}
+			r.mu.Unlock()
+			r.log.Warn("node loss check ran late: this process stood still; nodes get a fresh deadline", "late", late)
+			continue
+		}
 		var silent []string
 		for _, m := range r.members {
 			if m.phase != PhaseLost && now.Sub(m.lastHeard) > r.cfg.LostAfter {

@@ -280,10 +280,13 @@ func fromControl(err error) error {
 	case codes.FailedPrecondition:
 		return fmt.Errorf("%w: %w", ErrNotResumable, err)
 	case codes.Unavailable:
-		if fromServer(st) {
+		switch reason, ok := serverReason(st); {
+		case ok && reason == storeUnavailableReason:
+			return fmt.Errorf("%w: %w: %w", ErrControlPlane, ErrUnavailable, err)
+		case ok:
 			return fmt.Errorf("%w: %w", ErrResumeFailed, err)
 		}
-		return fmt.Errorf("%w: %w", ErrControlPlane, err)
+		return fmt.Errorf("%w: %w: %w", ErrControlPlane, ErrUnavailable, err)
 	case codes.Canceled:
 		// The caller's context ended; nobody waits for the answer.
 		return fmt.Errorf("%w: %w", context.Canceled, err)
@@ -292,13 +295,18 @@ func fromControl(err error) error {
 	}
 }
 
-// fromServer reports whether st carries the ate API's ErrorInfo, i.e. the
-// server answered; a transport failure carries none.
-func fromServer(st *status.Status) bool {
+// storeUnavailableReason is the API server's ErrorInfo reason for "my
+// store is unreachable" (apiserver.toStatus).
+const storeUnavailableReason = "STORE_UNAVAILABLE"
+
+// serverReason returns the reason of the ate API's ErrorInfo st carries;
+// ok is false when it carries none (a transport failure: the server did
+// not answer).
+func serverReason(st *status.Status) (string, bool) {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == atev1.ErrorDomain {
-			return true
+			return info.GetReason(), true
 		}
 	}
-	return false
+	return "", false
 }

@@ -240,13 +240,14 @@ func TestControlResolver(t *testing.T) {
 // becomes the router's error, keeping the status and its message; an
 // Unavailable is a failed resume only when the API server says so.
 func TestFromControl(t *testing.T) {
-	fromAPI := func(c codes.Code, msg string) error {
-		st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: "X", Domain: atev1.ErrorDomain})
+	fromAPIReason := func(c codes.Code, reason, msg string) error {
+		st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: atev1.ErrorDomain})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st.Err()
 	}
+	fromAPI := func(c codes.Code, msg string) error { return fromAPIReason(c, "X", msg) }
 	tests := []struct {
 		name string
 		err  error
@@ -261,15 +262,16 @@ func TestFromControl(t *testing.T) {
 		{"invalid argument", fromAPI(codes.InvalidArgument, "bad"), []error{ErrInvalid}},
 		{"failed precondition", fromAPI(codes.FailedPrecondition, "DELETING"), []error{ErrNotResumable}},
 		{"resume failed on the server", fromAPI(codes.Unavailable, "restore failed"), []error{ErrResumeFailed}},
-		{"transport unavailable", status.Error(codes.Unavailable, "connection refused"), []error{ErrControlPlane}},
-		{"unavailable from another domain", status.Error(codes.Unavailable, "proxy says no"), []error{ErrControlPlane}},
+		{"store unavailable on the server", fromAPIReason(codes.Unavailable, "STORE_UNAVAILABLE", "store unavailable"), []error{ErrControlPlane, ErrUnavailable}},
+		{"transport unavailable", status.Error(codes.Unavailable, "connection refused"), []error{ErrControlPlane, ErrUnavailable}},
+		{"unavailable from another domain", status.Error(codes.Unavailable, "proxy says no"), []error{ErrControlPlane, ErrUnavailable}},
 		{"canceled", status.Error(codes.Canceled, "context canceled"), []error{context.Canceled}},
 		{"internal", fromAPI(codes.Internal, "boom"), []error{ErrControlPlane}},
 		{"unimplemented", status.Error(codes.Unimplemented, "unknown method"), []error{ErrControlPlane}},
 		{"not a status", errors.New("odd"), []error{ErrControlPlane}},
 	}
 	all := []error{ErrActorNotFound, ErrNoCapacity, ErrConflict, ErrInvalid, ErrNotResumable, ErrResumeFailed,
-		ErrControlPlane, context.DeadlineExceeded, context.Canceled}
+		ErrControlPlane, ErrUnavailable, context.DeadlineExceeded, context.Canceled}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := fromControl(tt.err)

@@ -190,6 +190,9 @@ func classifyResolver(err error, actor string, cfg Config) failure {
 	case errors.Is(err, ErrResumeFailed):
 		return failure{reason: "resume_failed", status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s could not be resumed; its last snapshot is kept and the next request tries again", actor)}
+	case errors.Is(err, ErrUnavailable):
+		return failure{reason: "control_plane_unavailable", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"actor %s could not be resumed: the control plane is unavailable (restarting or failing over); retry shortly", actor)}
 	case errors.Is(err, ErrConflict), errors.Is(err, ErrControlPlane):
 		return failure{reason: "control_plane", status: http.StatusBadGateway, body: fmt.Sprintf(
 			"actor %s could not be resumed; retry later", actor)}
@@ -210,10 +213,12 @@ func clientClosed() failure {
 // (coalesce.ErrExpired); the control plane found no worker before the call's
 // deadline (ErrNoCapacity — that deadline is the budget of the request that
 // started the call, not of the requests that joined it); or it gave up over
-// a concurrent change (ErrConflict). A request with budget left starts
-// another attempt.
+// a concurrent change (ErrConflict); or no API server replica, or no
+// store, could be reached (ErrUnavailable: a restart or failover). A
+// request with budget left starts another attempt.
 func retryable(err error) bool {
-	return errors.Is(err, coalesce.ErrExpired) || errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrConflict)
+	return errors.Is(err, coalesce.ErrExpired) || errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrConflict) ||
+		errors.Is(err, ErrUnavailable)
 }
 
 func notResumedInTime(actor string, cfg Config) failure {

@@ -72,6 +72,10 @@ var (
 	// ErrControlPlane: any other failure of the control plane, including
 	// not reaching it.
 	ErrControlPlane = errors.New("control plane failed")
+	// ErrUnavailable (with ErrControlPlane): no API server replica could
+	// be reached, or the one reached could not reach its store — a
+	// restart or failover. Retried while the request has budget.
+	ErrUnavailable = errors.New("control plane unavailable")
 )
 
 // Resolver finds and wakes actors. Implementations are safe for concurrent

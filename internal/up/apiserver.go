@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,8 +20,9 @@ import (
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
-	"substrate.dev/ate/internal/snapshot/storeurl"
-	"substrate.dev/ate/internal/store/bolt"
+	snapurl "substrate.dev/ate/internal/snapshot/storeurl"
+	"substrate.dev/ate/internal/store"
+	storeurl "substrate.dev/ate/internal/store/storeurl"
 )
 
 // APIServerConfig configures `ate apiserver`: the Control API and the
@@ -29,9 +31,13 @@ type APIServerConfig struct {
 	// DataDir holds the snapshot cache and image metadata; default
 	// $HOME/.ate-apiserver.
 	DataDir string
-	// Store is the record store: bolt:///path/ate.db (default
-	// <DataDir>/ate.db).
+	// Store is the record store (storeurl.Open): bolt:///path/ate.db
+	// (default <DataDir>/ate.db), or postgres://… shared by several API
+	// server replicas.
 	Store string
+	// Leases configures the per-actor leases replicas over a shared store
+	// fence workflows with (unused with bolt, which one process holds).
+	Leases lifecycle.LeaseConfig
 	// Snapshots is the durable snapshot store's URL (storeurl.Open):
 	// s3://bucket/prefix?endpoint=… in a cluster; default
 	// <DataDir>/snapshots, which only works with nodes on this machine.
@@ -71,21 +77,41 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	dbPath, err := boltPath(cfg.Store, filepath.Join(cfg.DataDir, DBName))
+	// The management server answers before the store is reached, so an
+	// orchestrator sees /readyz 503 (not a dead port) while the database
+	// is still coming up.
+	var (
+		ms         *metrics.Metrics
+		mgmt       *managementServer
+		storeReady atomic.Bool
+		err        error
+	)
+	if cfg.ManagementAddr != "" {
+		ms = metrics.New()
+		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, func() error {
+			if !storeReady.Load() {
+				return errors.New("record store not reached yet")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		defer mgmt.close()
+		go func() { _ = mgmt.serve(ctx) }()
+	}
+	opened, err := openStore(ctx, cfg.Store, storeurl.Options{DefaultPath: filepath.Join(cfg.DataDir, DBName), Logger: log}, log)
 	if err != nil {
 		return err
 	}
-	st, err := bolt.Open(dbPath, 5*time.Second)
-	if err != nil {
-		return fmt.Errorf("%w (is another API server using %s?)", err, dbPath)
-	}
+	st := opened.Store
 	defer st.Close()
+	storeReady.Store(true)
 	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {
 		return err
 	}
 	cfg.Snapshots = orDefault(cfg.Snapshots, filepath.Join(cfg.DataDir, "snapshots"))
-	snaps, err := storeurl.Open(ctx, cfg.Snapshots,
-		storeurl.Options{CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), Logger: log})
+	snaps, err := snapurl.Open(ctx, cfg.Snapshots,
+		snapurl.Options{CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), Logger: log})
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
@@ -93,18 +119,15 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return err
 	}
-	var ms *metrics.Metrics
-	var mgmt *managementServer
-	if cfg.ManagementAddr != "" {
-		ms = metrics.New()
-		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, nil); err != nil {
-			return err
-		}
-		defer mgmt.close()
+	// bbolt's file lock makes this the only API server over its store, so
+	// workflows need no store leases (lifecycle.New); over a shared store
+	// each replica holds leases under a name of its own.
+	holder := ""
+	if opened.Shared {
+		holder = replicaName()
 	}
-	// bbolt's file lock makes this the only API server over the store, so
-	// workflows need no store leases (lifecycle.New).
-	lc := lifecycle.New(st, reg, snaps, "", log)
+	lc := lifecycle.New(st, reg, snaps, holder, log)
+	lc.SetLeases(cfg.Leases)
 	if ms != nil {
 		lc.SetMetrics(ms.Lifecycle)
 	}
@@ -132,11 +155,8 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
 	g.Go(func() error { return reg.Run(gctx) })
-	if mgmt != nil {
-		g.Go(func() error { return mgmt.serve(gctx) })
-	}
 	g.Go(func() error { return collectOrphans(gctx, lc, recovered, cfg.SnapshotGCInterval, log) })
-	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", dbPath, "snapshots", cfg.Snapshots)
+	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}
@@ -147,22 +167,39 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	return err
 }
 
-// boltPath returns the file of a bolt:// store URL (or a plain path);
-// empty means def.
-func boltPath(u, def string) (string, error) {
-	switch {
-	case u == "":
-		return def, nil
-	case strings.HasPrefix(u, "bolt://"):
-		p := strings.TrimPrefix(u, "bolt://")
-		if !filepath.IsAbs(p) {
-			return "", fmt.Errorf("store %q: want bolt:///absolute/path.db", u)
+// openStore opens the record store, retrying with backoff (up to 5 s
+// apart) while it is unreachable — a database that starts after us, or
+// restarts — and logging each failure; other errors end start-up.
+func openStore(ctx context.Context, u string, opts storeurl.Options, log *slog.Logger) (*storeurl.Opened, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		opened, err := storeurl.Open(ctx, u, opts)
+		if err == nil {
+			return opened, nil
 		}
-		return p, nil
-	case strings.Contains(u, "://"):
-		return "", fmt.Errorf("store %q: only bolt:///path is supported (PostgreSQL is a later issue)", u)
+		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return nil, fmt.Errorf("record store: %w", err)
+		}
+		log.Warn("record store unreachable; retrying", "store", storeurl.Redact(u), "retryIn", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("record store: %w", err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
-	return filepath.Abs(u)
+}
+
+// replicaName names this process in the store's leases: the host name and
+// a random suffix, so two replicas never share one, and a restarted
+// replica does not inherit the leases of the process it replaces (their
+// workflows died with it; the leases lapse).
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "apiserver"
+	}
+	return fmt.Sprintf("%s-%08x", host, rand.Uint32())
 }
 
 // DefaultSnapshotGCInterval is APIServerConfig.SnapshotGCInterval's

@@ -50,7 +50,11 @@ type Config struct {
 	// images/, node/ and the client config (config.yaml). Default
 	// $HOME/.ate.
 	DataDir string
-	API     APIConfig
+	// Store is the record store (storeurl.Open): empty for <DataDir>/ate.db,
+	// or postgres://… (workflows then hold store leases, since other API
+	// servers may share the database).
+	Store string
+	API   APIConfig
 	// Node is the local node agent. From here Run takes Workers (default
 	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two
 	// installations never collide), SandboxClass (gvisor, the default,

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apidial"
 
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/image"
@@ -21,7 +23,7 @@ import (
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
-	"substrate.dev/ate/internal/store/bolt"
+	storeurl "substrate.dev/ate/internal/store/storeurl"
 )
 
 // ControlPlaneConfig says what NewControlPlane builds.
@@ -35,8 +37,14 @@ type ControlPlaneConfig struct {
 	// NoStandbys; NewControlPlane sets Images, Snapshots, Paused and
 	// StateDir under DataDir, Name if empty (DefaultNodeName) and Logger
 	// if nil.
-	Node   node.Config
-	Logger *slog.Logger
+	Node node.Config
+	// Store is the record store's URL (Config.Store); empty for
+	// <DataDir>/ate.db.
+	Store string
+	// SnapshotsDir is the durable snapshot directory; default
+	// <DataDir>/snapshots. Control planes sharing a store must share it.
+	SnapshotsDir string
+	Logger       *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
 }
@@ -47,7 +55,7 @@ type ControlPlaneConfig struct {
 // `ate up` and the control-plane benchmarks build it the same way:
 // NewControlPlane, then Start for its background work, then Close.
 type ControlPlane struct {
-	Store     *bolt.Store
+	Store     store.Store
 	Snapshots *snapshot.Local
 	Node      *node.Node
 	Lifecycle *lifecycle.Manager
@@ -94,13 +102,15 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 			cp.Close()
 		}
 	}()
-	if cp.Store, err = bolt.Open(filepath.Join(cfg.DataDir, DBName), 5*time.Second); err != nil {
-		return nil, fmt.Errorf("%w (is another `ate up` using %s?)", err, cfg.DataDir)
+	opened, err := openStore(ctx, cfg.Store, storeurl.Options{DefaultPath: filepath.Join(cfg.DataDir, DBName), Logger: log}, log)
+	if err != nil {
+		return nil, err
 	}
+	cp.Store = opened.Store
 	if err := apiserver.EnsureDefaultAtespace(ctx, cp.Store); err != nil {
 		return nil, err
 	}
-	if cp.Snapshots, err = snapshot.NewLocal(filepath.Join(cfg.DataDir, "snapshots")); err != nil {
+	if cp.Snapshots, err = snapshot.NewLocal(orDefault(cfg.SnapshotsDir, filepath.Join(cfg.DataDir, "snapshots"))); err != nil {
 		return nil, err
 	}
 	// Paused checkpoints stay on this node's disk, apart from the
@@ -132,8 +142,13 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	// The embedded store has exactly one API server (bbolt's file lock
 	// sees to that), so it needs no store leases: the in-process lock
 	// serialises workflows, and a restarted process never waits out a
-	// dead predecessor's lease.
-	cp.Lifecycle = lifecycle.New(cp.Store, lifecycle.OneNode(cp.Node), cp.Snapshots, "", log)
+	// dead predecessor's lease. A shared store (PostgreSQL) may have
+	// other API servers: leases fence them.
+	holder := ""
+	if opened.Shared {
+		holder = replicaName()
+	}
+	cp.Lifecycle = lifecycle.New(cp.Store, lifecycle.OneNode(cp.Node), cp.Snapshots, holder, log)
 	if cfg.Metrics != nil {
 		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
 	}
@@ -227,9 +242,16 @@ func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 // registered. Its handlers run on a pool of long-lived goroutines (one
 // per CPU; more are started while all are busy) rather than a new
 // goroutine per call, whose stack grew anew on every call (BENCHMARKS.md,
-// Control plane: Wake-up throughput).
+// Control plane: Wake-up throughput). Connections are aged out after
+// apidial.MaxConnectionAge so clients that resolve replicas by DNS find
+// ones added later; a node's registration stream cut that way reconnects
+// within a second, well inside its loss deadline.
 func newAPIGRPCServer() *grpc.Server {
-	return grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	return grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      apidial.MaxConnectionAge,
+			MaxConnectionAgeGrace: apidial.MaxConnectionAgeGrace,
+		}))
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that

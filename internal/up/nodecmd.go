@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
@@ -116,12 +117,12 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	n.Fence(true)
 	tunnel = n.NewTunnel()
 
-	conn, err := dialComponent(cfg.API)
-	if err != nil {
-		return fmt.Errorf("api %s: %w", cfg.API, err)
+	// One session per API server replica (nodeagent.Agent says why).
+	if _, err := apidial.Split(cfg.API); err != nil {
+		return fmt.Errorf("--api: %w", err)
 	}
-	defer conn.Close()
-	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Conn: conn, Address: agentLn.Addr().String(),
+	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: dialComponent,
+		Replicas: func(ctx context.Context) ([]string, error) { return apidial.Replicas(ctx, cfg.API) }, Address: agentLn.Addr().String(),
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)

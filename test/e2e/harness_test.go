@@ -72,6 +72,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: build ate:", err)
 		return 1
 	}
+	// The HA tests' PostgreSQL server, if one started, stops with the
+	// binary: nothing is left running.
+	defer stopPostgres()
 	return m.Run()
 }
 

@@ -1,0 +1,152 @@
+package apidial
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		target string
+		want   []string
+		bad    bool
+	}{
+		{target: "127.0.0.1:7070", want: []string{"127.0.0.1:7070"}},
+		{target: "a:7070,b:7071", want: []string{"a:7070", "b:7071"}},
+		{target: "dns:///api.ate.svc:7070", want: []string{"dns:///api.ate.svc:7070"}},
+		{target: "", bad: true},
+		{target: "a:7070,", bad: true},
+		{target: "a", bad: true},
+		{target: "a:", bad: true},
+		{target: "dns:///api", bad: true},
+		{target: "http://a:7070", bad: true},
+		{target: "dns:a:7070", bad: true},
+	} {
+		got, err := Split(tc.target)
+		if tc.bad {
+			if !errors.Is(err, ErrTarget) {
+				t.Errorf("Split(%q) = %v, %v; want ErrTarget", tc.target, got, err)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Errorf("Split(%q) = %v, %v; want %v", tc.target, got, err, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("Split(%q)[%d] = %q, want %q", tc.target, i, got[i], tc.want[i])
+			}
+		}
+	}
+}
+
+// replica answers GetActor and CreateActor, or UNAVAILABLE for both when
+// down (what a stopping API server or one whose store is unreachable
+// answers).
+type replica struct {
+	atev1.UnimplementedControlServer
+	name  string
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (r *replica) GetActor(context.Context, *atev1.GetActorRequest) (*atev1.Actor, error) {
+	r.calls.Add(1)
+	if r.down.Load() {
+		return nil, status.Error(codes.Unavailable, r.name+" is down")
+	}
+	return &atev1.Actor{Name: r.name}, nil
+}
+
+func (r *replica) CreateActor(context.Context, *atev1.CreateActorRequest) (*atev1.Actor, error) {
+	r.calls.Add(1)
+	if r.down.Load() {
+		return nil, status.Error(codes.Unavailable, r.name+" is down")
+	}
+	return &atev1.Actor{Name: r.name}, nil
+}
+
+func serve(t *testing.T, r *replica) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	atev1.RegisterControlServer(gs, r)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
+}
+
+// TestListBalancesAndRetries: calls to a listed target reach both
+// replicas; with one answering UNAVAILABLE, idempotent calls are retried
+// on the other and all succeed, while non-idempotent ones are not retried.
+func TestListBalancesAndRetries(t *testing.T) {
+	a, b := &replica{name: "a"}, &replica{name: "b"}
+	conn, err := Dial(serve(t, a) + "," + serve(t, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := atev1.NewControlClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seen := map[string]int{}
+	for range 20 {
+		got, err := c.GetActor(ctx, &atev1.GetActorRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[got.GetName()]++
+	}
+	if seen["a"] == 0 || seen["b"] == 0 {
+		t.Fatalf("round robin over two replicas answered %v", seen)
+	}
+
+	a.down.Store(true)
+	for i := range 20 {
+		got, err := c.GetActor(ctx, &atev1.GetActorRequest{})
+		if err != nil || got.GetName() != "b" {
+			t.Fatalf("GetActor %d with replica a down = %v, %v; want b's answer", i, got, err)
+		}
+	}
+	if a.calls.Load() <= int64(seen["a"]) {
+		t.Fatal("replica a was never tried while down: the test proves nothing")
+	}
+	failed := 0
+	for range 20 {
+		if _, err := c.CreateActor(ctx, &atev1.CreateActorRequest{}); status.Code(err) == codes.Unavailable {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("CreateActor was retried on another replica; it is not idempotent")
+	}
+}
+
+func TestReplicas(t *testing.T) {
+	ctx := context.Background()
+	got, err := Replicas(ctx, "dns:///localhost:7070")
+	if err != nil || len(got) == 0 || !slices.Contains(got, "127.0.0.1:7070") {
+		t.Fatalf("Replicas(dns:///localhost:7070) = %v, %v; want 127.0.0.1:7070 among them", got, err)
+	}
+	if got, err := Replicas(ctx, "a:1,b:2"); err != nil || !slices.Equal(got, []string{"a:1", "b:2"}) {
+		t.Fatalf("Replicas(a:1,b:2) = %v, %v", got, err)
+	}
+	if _, err := Replicas(ctx, "dns:///no-such-host.invalid:7070"); err == nil {
+		t.Fatal("Replicas of an unresolvable name succeeded")
+	}
+}

@@ -1,0 +1,402 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apidial"
+	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/snapshot/s3/s3test"
+	"substrate.dev/ate/internal/store/postgres/pgtest"
+)
+
+// postgres is the test binary's one PostgreSQL server, started on first
+// use (pgtest) and stopped by TestMain (stopPostgres).
+var postgres struct {
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
+}
+
+func sharedPostgres(t testing.TB) *pgtest.Server {
+	t.Helper()
+	postgres.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		postgres.srv, postgres.err = pgtest.Start(ctx)
+	})
+	if postgres.err != nil {
+		t.Fatalf("PostgreSQL for the HA tests: %v", postgres.err)
+	}
+	return postgres.srv
+}
+
+func stopPostgres() {
+	if postgres.srv != nil {
+		_ = postgres.srv.Stop()
+	}
+}
+
+// haCluster is two `ate apiserver` replicas over one PostgreSQL database,
+// one node and one router that know both, over a real S3 server.
+type haCluster struct {
+	*cluster
+	pg    *pgtest.Server
+	apis  [2]*component
+	addrs [2]string
+	// replica[i] talks to apis[i] alone; c.in.client balances over both.
+	replica [2]atev1.ControlClient
+}
+
+// haTiming: quick node loss (cluster timing) and 3 s actor leases, so a
+// takeover after a replica dies waits 3 s.
+var haTiming = append([]string{"--lease-duration", "3s"}, clusterTiming...)
+
+func startHA(t *testing.T, workers int) *haCluster {
+	t.Helper()
+	h := &haCluster{cluster: &cluster{t: t, s3: s3test.New(t), nodes: map[string]*component{}, dir: t.TempDir()}, pg: sharedPostgres(t)}
+	t.Setenv("AWS_ACCESS_KEY_ID", h.s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", h.s3.SecretKey)
+	h.snaps = h.s3.URL("e2e")
+	db := h.pg.NewDatabase(t)
+	h.addrs = [2]string{freeAddr(t), freeAddr(t)}
+	var wg sync.WaitGroup
+	for i := range h.apis {
+		// Both at once: their migrations race for the advisory lock.
+		wg.Go(func() {
+			h.apis[i], _ = startComponent(t, fmt.Sprintf("apiserver-%d", i), "ate apiserver ready", append([]string{"apiserver",
+				"--data-dir", filepath.Join(h.dir, fmt.Sprintf("api%d", i)), "--listen", h.addrs[i], "--store", db,
+				"--snapshots", h.snaps, "--log-level", "debug"}, haTiming...)...)
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	h.api = h.apis[0]
+	both := h.addrs[0] + "," + h.addrs[1]
+	h.startNode("node-a", both, "--workers", fmt.Sprint(workers))
+	var fields map[string]any
+	h.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", both,
+		"--listen", freeAddr(t), "--drain-delay", "0s", "--log-level", "debug")
+	in := &installation{t: t, dataDir: filepath.Join(h.dir, "cli"), apiAddr: both, routerAddr: fields["router"].(string)}
+	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: both}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := apidial.Dial(both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	in.client = atev1.NewControlClient(conn)
+	for i, a := range h.addrs {
+		c, err := apidial.Dial(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		h.replica[i] = atev1.NewControlClient(c)
+	}
+	h.in = in
+	return h
+}
+
+// slowTemplate is the counter whose wakeup probe fails for 4 s after a
+// restore: a resume stays RESUMING, its worker claimed and the node
+// restoring, long enough to kill or stop the replica running it.
+func (h *haCluster) slowTemplate() {
+	h.in.counterTemplate("slow", map[string]string{"WARMUP_MS": "4000", "RESTORE_GAP_MS": "300"},
+		"wakeupProbe:\n  httpGet: {path: /ready, port: 8080}\n")
+}
+
+// suspendedActor creates an actor of the slow template that has counted
+// to 1 and is SUSPENDED.
+func (h *haCluster) suspendedActor(name string) {
+	h.t.Helper()
+	h.in.ate("create", "actor", name, "--template", "slow")
+	h.in.mustCount("default/"+name, 1)
+	h.in.ate("suspend", "actor", name)
+}
+
+// resumeOn starts ResumeActor of name on replica i; the channel gets its
+// outcome.
+func (h *haCluster) resumeOn(i int, name string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		_, err := h.replica[i].ResumeActor(ctx, &atev1.ResumeActorRequest{Atespace: "default", Name: name})
+		done <- err
+	}()
+	return done
+}
+
+// getOn reads the actor through replica i.
+func (h *haCluster) getOn(i int, name string) *atev1.Actor {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := h.replica[i].GetActor(ctx, &atev1.GetActorRequest{Atespace: "default", Name: name})
+	if err != nil {
+		h.t.Fatalf("GetActor %s on replica %d: %v", name, i, err)
+	}
+	return a
+}
+
+// holders returns, by worker, the actor holding it (free workers absent).
+func (h *haCluster) holders() map[string]string {
+	h.t.Helper()
+	resp, err := h.in.client.ListWorkers(context.Background(), &atev1.ListWorkersRequest{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, w := range resp.GetWorkers() {
+		if w.GetActor() != "" {
+			out[w.GetName()] = w.GetActor()
+		}
+	}
+	return out
+}
+
+// wantOnlyHolder checks that name's worker is held by name and that no
+// other worker is held by it.
+func (h *haCluster) wantOnlyHolder(name string, a *atev1.Actor) {
+	h.t.Helper()
+	held := 0
+	for w, holder := range h.holders() {
+		if strings.HasSuffix(holder, "/"+name) || holder == name {
+			held++
+			if w != a.GetWorker() {
+				h.t.Fatalf("actor %s holds worker %s but its record names %s", name, w, a.GetWorker())
+			}
+		}
+	}
+	if held != 1 {
+		h.t.Fatalf("actor %s holds %d workers, want 1 (%v)", name, held, h.holders())
+	}
+}
+
+// TestHAReplicaKilledMidResume: resumes spread across two API server
+// replicas; one is killed (SIGKILL) after it claimed a worker for a resume
+// and while the node restores the actor. The retry through the other
+// replica takes the actor over once the dead one's lease lapses: it ends
+// RUNNING with its memory, on one worker, and the worker claimed by the
+// dead replica is not leaked.
+func TestHAReplicaKilledMidResume(t *testing.T) {
+	h := startHA(t, 2)
+	h.slowTemplate()
+	ctx := context.Background()
+	for i := range 4 {
+		name := fmt.Sprintf("spread-%d", i)
+		h.in.ate("create", "actor", name, "--template", "slow")
+		if _, err := h.in.client.ResumeActor(ctx, &atev1.ResumeActorRequest{Atespace: "default", Name: name}); err != nil {
+			t.Fatalf("resume %s: %v", name, err)
+		}
+		if _, err := h.in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: name}); err != nil {
+			t.Fatalf("suspend %s: %v", name, err)
+		}
+	}
+	for i, api := range h.apis {
+		if api.records("actor state") == 0 {
+			t.Fatalf("replica %d ran no workflow of 8 balanced over both; log:\n%s", i, api.logText())
+		}
+	}
+
+	h.suspendedActor("victim")
+	first := h.resumeOn(0, "victim")
+	waitFor(t, "the resume on replica 0 to claim a worker", 30*time.Second, func() bool {
+		a := h.getOn(1, "victim")
+		return a.GetState() == atev1.ActorState_RESUMING && a.GetWorker() != ""
+	})
+	h.apis[0].kill()
+	if err := <-first; err == nil {
+		t.Fatal("the resume on the killed replica answered OK")
+	}
+	// The retry, through the balancing connection as a router or the CLI
+	// makes it: the dead replica is skipped, the live one takes over.
+	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	a, err := h.in.client.ResumeActor(rctx, &atev1.ResumeActorRequest{Atespace: "default", Name: "victim"})
+	if err != nil {
+		t.Fatalf("retried resume through the surviving replica: %v", err)
+	}
+	if a.GetState() != atev1.ActorState_RUNNING {
+		t.Fatalf("after the retry: %s (%s)", a.GetState(), a.GetMessage())
+	}
+	h.wantOnlyHolder("victim", a)
+	h.in.mustCount("default/victim", 2)
+	if _, err := h.in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "victim"}); err != nil {
+		t.Fatal(err)
+	}
+	if held := h.holders(); len(held) != 0 {
+		t.Fatalf("workers still held with every actor suspended (the dead replica's claim leaked?): %v", held)
+	}
+}
+
+// TestHAStalledReplicaIsFenced: a replica stopped (SIGSTOP) mid-resume
+// past its lease loses the actor to the other replica; when it continues,
+// its late writes are refused by the lease's fencing token, and the
+// actor's record keeps the other replica's result.
+func TestHAStalledReplicaIsFenced(t *testing.T) {
+	h := startHA(t, 2)
+	h.slowTemplate()
+	h.suspendedActor("stalled")
+	first := h.resumeOn(0, "stalled")
+	waitFor(t, "the resume on replica 0 to claim a worker", 30*time.Second, func() bool {
+		a := h.getOn(1, "stalled")
+		return a.GetState() == atev1.ActorState_RESUMING && a.GetWorker() != ""
+	})
+	claimedByStalled := h.getOn(1, "stalled").GetWorker()
+	if err := h.apis[0].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = h.apis[0].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	// Replica 1 waits out replica 0's lease, rolls the interrupted resume
+	// back and resumes the actor itself.
+	if err := <-h.resumeOn(1, "stalled"); err != nil {
+		t.Fatalf("resume on replica 1 while replica 0 is stopped: %v", err)
+	}
+	won := h.getOn(1, "stalled")
+	if won.GetState() != atev1.ActorState_RUNNING {
+		t.Fatalf("after replica 1's resume: %s", won.GetState())
+	}
+	if err := h.apis[0].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	err := <-first
+	if err == nil {
+		t.Fatalf("the stalled replica's resume succeeded after it lost the actor's lease (worker %s, winner's %s)", claimedByStalled, won.GetWorker())
+	}
+	t.Logf("stalled replica's resume: %v", err)
+	// Whatever the stalled replica tried after waking, the record is the
+	// winner's, and stays so.
+	h.in.mustCount("default/stalled", 2)
+	after := h.getOn(0, "stalled")
+	if after.GetState() != atev1.ActorState_RUNNING || after.GetWorker() != won.GetWorker() || after.GetResumes() != won.GetResumes() {
+		t.Fatalf("record after the stalled replica woke: state %s worker %s resumes %d; want the winner's RUNNING on %s with %d resumes",
+			after.GetState(), after.GetWorker(), after.GetResumes(), won.GetWorker(), won.GetResumes())
+	}
+	h.wantOnlyHolder("stalled", after)
+	if code := status.Code(err); code != codes.Aborted && code != codes.Unavailable {
+		t.Fatalf("stalled replica's resume = %v; want ABORTED (its lease was taken over) or UNAVAILABLE", err)
+	}
+}
+
+// TestHAPostgresRestartUnderLoad: PostgreSQL restarts (pg_ctl restart -m
+// fast) during 20 s of wake-ups through the router and suspends through
+// the API, over two replicas. Every request is answered, or refused with
+// a status a client retries (HTTP 503 with Retry-After; gRPC UNAVAILABLE
+// or ABORTED); no actor loses its memory (each one's count only grows)
+// or is left wedged: afterwards every one serves and suspends, and no
+// worker stays claimed.
+func TestHAPostgresRestartUnderLoad(t *testing.T) {
+	h := startHA(t, 3)
+	h.in.counterTemplate("fast", nil, "")
+	const actors = 3
+	for i := range actors {
+		h.in.ate("create", "actor", fmt.Sprintf("load-%d", i), "--template", "fast")
+	}
+	ctx := context.Background()
+	var (
+		mu       sync.Mutex
+		problems []string
+		served   [actors]int
+		afterPG  int // wake-ups answered 200 after the restart
+	)
+	restarted := make(chan struct{})
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var wg sync.WaitGroup
+	for i := range actors {
+		wg.Go(func() {
+			name := fmt.Sprintf("load-%d", i)
+			last := 0
+			for time.Now().Before(deadline) {
+				code, body, hdr, err := h.in.request("GET", "default/"+name, "/", "")
+				switch {
+				case err != nil:
+					fail("GET %s: %v", name, err)
+					return
+				case code == http.StatusOK:
+					var n int
+					if _, err := fmt.Sscanf(strings.TrimSpace(body), "count=%d", &n); err != nil || n <= last {
+						fail("GET %s = %q after count=%d: memory lost or replayed", name, body, last)
+						return
+					}
+					last = n
+					mu.Lock()
+					served[i]++
+					select {
+					case <-restarted:
+						afterPG++
+					default:
+					}
+					mu.Unlock()
+				case code == http.StatusServiceUnavailable && hdr.Get("Retry-After") != "":
+					continue
+				default:
+					fail("GET %s = %d %q: not a retryable refusal", name, code, body)
+					return
+				}
+				_, err = h.in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: name})
+				if c := status.Code(err); err != nil && c != codes.Unavailable && c != codes.Aborted {
+					fail("suspend %s: %v (code %s): not retryable", name, err, c)
+					return
+				}
+			}
+		})
+	}
+	time.AfterFunc(5*time.Second, func() {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := h.pg.Restart(rctx); err != nil {
+			fail("restart PostgreSQL: %v", err)
+		}
+		close(restarted)
+	})
+	wg.Wait()
+	<-restarted
+	if len(problems) > 0 {
+		t.Fatalf("%d problems under a PostgreSQL restart:\n%s", len(problems), strings.Join(problems, "\n"))
+	}
+	t.Logf("wake-ups served per actor: %v; %d after the restart", served, afterPG)
+	if afterPG == 0 {
+		t.Fatal("no wake-up was served after PostgreSQL came back")
+	}
+	for i := range actors {
+		name := fmt.Sprintf("load-%d", i)
+		waitFor(t, name+" serving after the restart", time.Minute, func() bool {
+			code, _ := h.in.get("default/"+name, "/")
+			return code == http.StatusOK
+		})
+		waitFor(t, name+" suspended", time.Minute, func() bool {
+			a, err := h.in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: name})
+			return err == nil && a.GetState() == atev1.ActorState_SUSPENDED
+		})
+	}
+	if held := h.holders(); len(held) != 0 {
+		t.Fatalf("workers still claimed with every actor suspended: %v", held)
+	}
+}

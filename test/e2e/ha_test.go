@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -399,4 +402,75 @@ func TestHAPostgresRestartUnderLoad(t *testing.T) {
 	if held := h.holders(); len(held) != 0 {
 		t.Fatalf("workers still claimed with every actor suspended: %v", held)
 	}
+}
+
+// TestHAAPIServerWaitsForPostgres: an API server started before its
+// database is reachable retries with backoff and says so, keeps /readyz
+// at 503 meanwhile, and serves once the database answers.
+func TestHAAPIServerWaitsForPostgres(t *testing.T) {
+	pg := sharedPostgres(t)
+	db := pg.NewDatabase(t)
+	// The database as seen through a port nothing listens on yet.
+	lateAddr := freeAddr(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = lateAddr
+	mgmt := freeAddr(t)
+	api, _ := startComponent(t, "apiserver", "record store unreachable; retrying", "apiserver",
+		"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--store", u.String(), "--management-addr", mgmt, "--log-level", "debug")
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + mgmt + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor(t, "/readyz to answer", 10*time.Second, func() bool { code, _ := readyz(); return code != 0 })
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "record store") {
+		t.Fatalf("/readyz before the database is reachable = %d %q, want 503 naming the record store", code, body)
+	}
+	if !strings.Contains(api.logText(), lateAddr) {
+		t.Fatalf("the retry log should name the address tried; log:\n%s", api.logText())
+	}
+	// Now the database answers on that port.
+	forward(t, lateAddr, pg.Addr())
+	waitFor(t, "the API server ready once the database answers", time.Minute, func() bool {
+		return api.records("ate apiserver ready") == 1
+	})
+	if code, body := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz once connected = %d %q", code, body)
+	}
+}
+
+// forward accepts on from and copies each connection to and from to,
+// until the test ends.
+func forward(t *testing.T, from, to string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", to)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in) }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
 }

@@ -49,6 +49,7 @@ func BenchmarkStores(b *testing.B) {
 		{"store=postgres/replicas=2", 2, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			outer := b // the database and directories outlive each clients= run
 			var clusters []*Cluster
 			var actors []string
 			defer func() {
@@ -61,9 +62,9 @@ func BenchmarkStores(b *testing.B) {
 					if clusters == nil {
 						url := ""
 						if tc.postgres {
-							url = startPG().NewDatabase(b)
+							url = startPG().NewDatabase(outer)
 						}
-						clusters, actors = startReplicas(b, tc.replicas, url)
+						clusters, actors = startReplicas(outer, tc.replicas, url)
 					}
 					runReplicaWakeups(b, clusters, actors, clients)
 				})

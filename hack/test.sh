@@ -20,6 +20,9 @@ go vet ./...
 go test -run XXX -bench . -benchtime 1x ./internal/bench/
 go test -run XXX -bench . -benchtime 1x ./test/e2e/
 go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/
+# The stores' conformance suite (concurrent claimers, leases, fencing)
+# under the race detector, on both backends (~20 s).
+go test -race -count=1 ./internal/store/... ./internal/apidial/
 # Packages run one at a time: the machine has 2 cores and runsc sandboxes
 # are heavy; e2e tests start their own `ate up`. Last, so the run closes
 # on the test results.

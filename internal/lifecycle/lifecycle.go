@@ -335,23 +335,33 @@ func (m *Manager) Recover(ctx context.Context) error {
 // RecoverStore is Recover for an API server whose nodes run apart from it
 // and outlive it: their actors are left as they are, to be reconciled by
 // each node's registration (internal/nodeagent); it only clears snapshot
-// staging and restarts unfinished golden builds.
+// staging and restarts unfinished golden builds. Over a shared store
+// (a holder was given) other replicas' workflows may be staging
+// snapshots right now, so staging is left alone.
 func (m *Manager) RecoverStore(ctx context.Context) error {
-	if err := m.snaps.ClearStaging(); err != nil {
-		return fmt.Errorf("clear snapshot staging: %w", err)
+	if m.holder == "" {
+		if err := m.snaps.ClearStaging(); err != nil {
+			return fmt.Errorf("clear snapshot staging: %w", err)
+		}
 	}
 	return m.resumeGoldenBuilds(ctx)
 }
 
-// recoverWorkers marks every actor that holds a worker CRASHED at its
-// last snapshot: its sandbox died with the previous process.
+// recoverWorkers marks every actor that holds a worker of this
+// manager's nodes CRASHED at its last snapshot: its sandbox died with the
+// previous process. Workers of other nodes (over a shared store, other
+// `ate up` installations') are not ours to judge.
 func (m *Manager) recoverWorkers(ctx context.Context) error {
 	workers, err := m.store.ListWorkers(ctx)
 	if err != nil {
 		return err
 	}
+	ours := map[string]bool{}
+	for _, n := range m.nodes.All() {
+		ours[n.Name()] = true
+	}
 	for _, w := range workers {
-		if w.Free() {
+		if w.Free() || !ours[w.Node] {
 			continue
 		}
 		if err := m.crashHolder(ctx, w, "node restarted: memory since the last snapshot was lost"); err != nil {

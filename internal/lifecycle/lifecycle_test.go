@@ -367,7 +367,15 @@ func TestGarbageCollection(t *testing.T) {
 	a.Snapshot = kept
 	_, err = e.st.UpdateActor(ctx, a)
 	must(t, err)
+	// Over a shared store (a holder given) other replicas may be staging:
+	// staging is left alone. The only API server over its store clears it.
 	must(t, e.m.Recover(ctx))
+	if _, err := os.Stat(leftover.Dir); err != nil {
+		t.Fatalf("Recover with a lease holder removed staging other replicas may be writing: %v", err)
+	}
+	alone := New(e.st, testNodes{n: e.node, live: []string{"n1"}}, e.snaps, "", nil)
+	t.Cleanup(alone.Close)
+	must(t, alone.Recover(ctx))
 	if _, err := os.Stat(leftover.Dir); !os.IsNotExist(err) {
 		t.Fatalf("staging leftover survived Recover: %v", err)
 	}
@@ -527,5 +535,31 @@ func TestIdleSuspendRefusedWhileTunnelBusy(t *testing.T) {
 	e.node.setActivity(b.Worker, node.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now()})
 	if _, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, Why{Reason: store.ReasonRequested}); err != nil {
 		t.Fatalf("requested suspend of a busy actor = %v, want it done", err)
+	}
+}
+
+// TestRecoverLeavesOtherNodesActors: Recover after this node restarted
+// crashes the actors that held its workers, not those holding another
+// node's (over a shared store, another installation's).
+func TestRecoverLeavesOtherNodesActors(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t) // "a" on a worker of n1
+	must(t, e.st.PutWorker(ctx, &store.Worker{Name: "x0", Node: "elsewhere"}))
+	must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "b", UID: "b-uid", Template: "tpl",
+		Lifecycle: store.Lifecycle{State: store.Suspended}}))
+	b, err := e.st.GetActor(ctx, key("b"))
+	must(t, err)
+	claimed, _, err := e.st.ClaimWorker(ctx, b, "elsewhere")
+	must(t, err)
+	claimed.State = store.Running
+	_, err = e.st.UpdateActor(ctx, claimed)
+	must(t, err)
+	must(t, e.m.Recover(ctx))
+	if a := e.get(t); a.State != store.Crashed {
+		t.Fatalf("actor on this node after Recover: %s, want CRASHED", a.State)
+	}
+	if got, _ := e.st.GetActor(ctx, key("b")); got.State != store.Running || got.Worker != "x0" {
+		t.Fatalf("actor on node elsewhere after Recover: %s on %q, want RUNNING on x0", got.State, got.Worker)
 	}
 }

@@ -155,7 +155,16 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
 	g.Go(func() error { return reg.Run(gctx) })
-	g.Go(func() error { return collectOrphans(gctx, lc, recovered, cfg.SnapshotGCInterval, log) })
+	// Over a shared store other replicas' workflows are under way: a
+	// snapshot one of them staged before our start may not be recorded
+	// yet. None can still be unrecorded orphanWindow after it was staged
+	// (node operations are bounded by nodeagent.CheckpointTimeout), so
+	// only older ones are collected, in one pass.
+	cutoff := recovered
+	if opened.Shared {
+		cutoff = recovered.Add(-orphanWindow)
+	}
+	g.Go(func() error { return collectOrphans(gctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
 	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())

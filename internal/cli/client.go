@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -105,11 +106,24 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	e := &APIError{Status: st}
 	switch {
 	case st.Code() == codes.Unavailable && !fromServer(st):
-		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` or `ate apiserver` running? pass --server to use another): %s", s.server, st.Message())
+		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` or `ate apiserver` running? pass --server to use another): %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):
 		e.hint = fmt.Sprintf("no answer from the ate server at %s within %s (raise --timeout; a resume waits until a worker is free or can be freed)", s.server, s.timeout)
 	}
 	return e
+}
+
+// transportCause is the innermost cause in a transport failure's status
+// message: grpc-go nests the last attempt's status in its retry message
+// ("max retries exhausted: failed after 3 attempts: rpc error: code =
+// Unavailable desc = connection error: desc = \"transport: … connection
+// refused\""), which names gRPC's machinery rather than what a user can
+// act on.
+func transportCause(msg string) string {
+	if i := strings.LastIndex(msg, "desc = "); i >= 0 {
+		msg = strings.Trim(msg[i+len("desc = "):], `"\`)
+	}
+	return strings.TrimPrefix(msg, "transport: ")
 }
 
 // deadlineSlack is how early the server may report our deadline: gRPC sends

@@ -59,6 +59,12 @@ type Options struct {
 // the kernel's minutes of SYN retries.
 const defaultConnectTimeout = 10 * time.Second
 
+// defaultMaxConns bounds the pool when the URL does not (pool_max_conns):
+// pgxpool's own default, max(4, CPUs), queued a 2-core API server's
+// workflows behind 4 connections, each waiting on a round trip (BENCHMARKS.md,
+// Record stores).
+const defaultMaxConns = 32
+
 // maxAttempts bounds how often one operation runs when its failure left
 // nothing done (a pooled connection found dead before anything was sent,
 // a serialization failure or deadlock).
@@ -102,6 +108,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	if !strings.Contains(rawURL, "connect_timeout=") {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	if !strings.Contains(rawURL, "pool_max_conns=") {
+		cfg.MaxConns = defaultMaxConns
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ate"

@@ -42,7 +42,11 @@ below without their dashes; a flag given on the command line overrides it.`
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			log.Debug("garbage collector target", "gogc", up.TuneGC())
 			err := run(cmd.Context(), log)
-			log.Info("ate "+use+" stopped", "err", err)
+			if err != nil {
+				log.Error("ate "+use+" stopped", "err", err)
+			} else {
+				log.Info("ate " + use + " stopped")
+			}
 			return err
 		},
 	}

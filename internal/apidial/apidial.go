@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
@@ -43,6 +44,30 @@ const (
 	MaxConnectionAge      = time.Hour
 	MaxConnectionAgeGrace = 5 * time.Minute
 )
+
+// Keepalive: a connection on which the peer has sent nothing for
+// keepaliveTime is pinged, and closed if the ping is not answered within
+// keepaliveTimeout. Without it a replica that stands still (SIGSTOP, a
+// frozen VM, a half-open TCP connection after a partition) held every
+// call sent to it until the caller's own deadline; now the call fails
+// UNAVAILABLE within 15 s and the retry policy sends it to another
+// replica. 10 s is grpc-go's smallest client ping interval.
+const (
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 5 * time.Second
+)
+
+// ServerOptions are the keepalive settings every server apidial clients
+// call must use (API servers, node agents): they accept the clients'
+// pings (grpc-go's default policy refuses pings more often than every
+// 5 minutes and closes the connection) and age connections out
+// (MaxConnectionAge).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: MaxConnectionAge, MaxConnectionAgeGrace: MaxConnectionAgeGrace}),
+	}
+}
 
 // idempotent are the Control calls that may run twice with the effect of
 // once: reads, RecordActivity (moves last_activity forward only), and the
@@ -110,6 +135,7 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 5 * time.Second,

@@ -25,7 +25,8 @@ const EnvVar = "ATE_CONFIG"
 // unknown keys are ignored on Load so an older client still reads a file
 // written by a newer `ate up`.
 type Config struct {
-	// Server is the API server's gRPC address, host:port.
+	// Server is the API server's gRPC address: host:port, a comma-separated
+	// list of replicas, or dns:///name:port (internal/apidial).
 	Server string `json:"server"`
 }
 

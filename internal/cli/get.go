@@ -19,7 +19,7 @@ const listPageSize = 1000
 func newGetCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
-		Short: "Show actors, templates, workers or atespaces",
+		Short: "Show actors, templates, workers, nodes or atespaces",
 		Example: `  ate get actors
   ate get actor counter-1 -o json
   ate get actor team/counter-1

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +46,8 @@ type Node interface {
 
 // Snapshots is the durable snapshot store as workflows use it.
 type Snapshots interface {
+	// Open is used to check that a snapshot was committed.
+	Open(ctx context.Context, ref string) (*snapshot.Opened, error)
 	Delete(ctx context.Context, ref string) error
 	DeleteOwner(ctx context.Context, owner string) error
 	List(ctx context.Context) ([]string, error)
@@ -310,13 +313,46 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 	// A worker of a lost node has no sandbox to stop; the node is told to
 	// destroy it if it ever comes back (nodeagent's stop orders).
 	m.stopSandbox(ctx, a)
+	if out, ok := m.adoptPending(ctx, a); ok {
+		return out, nil
+	}
 	n := *a
-	n.State, n.Worker, n.Message = store.Crashed, "", why
+	n.State, n.Worker, n.Message, n.PendingSnapshot = store.Crashed, "", why, ""
 	out, err := m.update(ctx, a, &n)
 	if err == nil && a.Worker != "" {
 		m.workerFreed()
 	}
 	return out, err
+}
+
+// adoptPending finishes the interrupted suspend of a SUSPENDING actor
+// whose snapshot was committed: it becomes SUSPENDED at that snapshot
+// (nothing it answered is rolled back) and its previous one is deleted.
+// ok is false when there is no such snapshot, or the write fails.
+func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (*store.Actor, bool) {
+	if a.State != store.Suspending || a.PendingSnapshot == "" || !strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
+		return nil, false
+	}
+	o, err := m.snaps.Open(ctx, a.PendingSnapshot)
+	if err != nil {
+		m.log.InfoContext(ctx, "interrupted suspend's snapshot was not committed; rolling back to the last one",
+			"actor", a.Key(), "pending", a.PendingSnapshot, "last", a.Snapshot, "err", err)
+		return nil, false
+	}
+	o.Close()
+	n := *a
+	n.State, n.Worker, n.Snapshot, n.PendingSnapshot = store.Suspended, "", a.PendingSnapshot, ""
+	n.Message = "suspended (an interrupted suspend was completed from its committed snapshot)"
+	out, err := m.update(ctx, a, &n)
+	if err != nil {
+		return nil, false
+	}
+	if a.Worker != "" {
+		m.workerFreed()
+	}
+	m.deleteOld(ctx, a, a.Snapshot)
+	m.log.InfoContext(ctx, "interrupted suspend completed from its committed snapshot", "actor", a.Key(), "snapshot", out.Snapshot)
+	return out, true
 }
 
 // Recover repairs state after this node restarted: every actor holding a

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -561,5 +562,46 @@ func TestRecoverLeavesOtherNodesActors(t *testing.T) {
 	}
 	if got, _ := e.st.GetActor(ctx, key("b")); got.State != store.Running || got.Worker != "x0" {
 		t.Fatalf("actor on node elsewhere after Recover: %s on %q, want RUNNING on x0", got.State, got.Worker)
+	}
+}
+
+// TestInterruptedSuspendAdoptsCommittedSnapshot: a suspend whose
+// workflow died after the node committed its snapshot but before the
+// SUSPENDED write (a replica killed, a store outage past its lease) left
+// the actor SUSPENDING with the snapshot pending. The next workflow
+// completes the suspend from that snapshot, so what the actor answered
+// before it is not rolled back; a pending snapshot never committed is
+// not adopted, and the actor resumes from its last one.
+func TestInterruptedSuspendAdoptsCommittedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	for _, committed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
+			e := newEnv(t)
+			e.resume(t)
+			a := e.get(t)
+			pending := a.UID + "/" + snapshot.NewID()
+			if committed {
+				st, err := e.snaps.Stage(a.UID, "")
+				must(t, err)
+				must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+				pending, err = e.snaps.Commit(ctx, st, snapshot.ScopeFull)
+				must(t, err)
+			}
+			a.State, a.PendingSnapshot = store.Suspending, pending
+			_, err := e.st.UpdateActor(ctx, a)
+			must(t, err)
+			out, err := e.m.Resume(ctx, key("a"))
+			must(t, err)
+			want := "tpl-uid/golden" // the last snapshot before the interrupted suspend
+			if committed {
+				want = pending
+			}
+			if e.node.last.Snapshot != want || out.State != store.Running || out.PendingSnapshot != "" {
+				t.Fatalf("resumed from %q (want %q): state %s, pending %q", e.node.last.Snapshot, want, out.State, out.PendingSnapshot)
+			}
+			if n := e.claimedWorkers(t); n != 1 {
+				t.Fatalf("%d workers claimed, want the resumed actor's one", n)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -165,6 +166,8 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	ing.State = store.Suspending
 	if paused {
 		ing.State = store.Pausing
+	} else {
+		ing.PendingSnapshot = a.UID + "/" + opts.ID
 	}
 	a, err = m.update(ctx, a, &ing)
 	if err != nil {
@@ -178,7 +181,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	if err != nil {
 		// The sandbox may be gone; the last snapshot is still good.
 		crashed := *a
-		crashed.State, crashed.Worker, crashed.Message = store.Crashed, "", "checkpoint failed: "+err.Error()
+		crashed.State, crashed.Worker, crashed.Message, crashed.PendingSnapshot = store.Crashed, "", "checkpoint failed: "+err.Error(), ""
 		_, uerr := m.update(ctx, a, &crashed)
 		m.workerFreed()
 		if uerr != nil {
@@ -187,7 +190,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	done.Worker, done.Message = "", why.message(action.Done(), idleAfter)
+	done.Worker, done.Message, done.PendingSnapshot = "", why.message(action.Done(), idleAfter), ""
 	done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
 	if paused {
 		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, on.Name()
@@ -196,6 +199,13 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	}
 	out, err := m.update(ctx, a, &done)
 	m.workerFreed()
+	if err != nil && !paused && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFenced)) {
+		// The record still names the snapshot as pending: whichever
+		// workflow takes the actor next adopts it (adoptPending).
+		m.log.WarnContext(ctx, "suspend not recorded; the next workflow on the actor completes it from its snapshot",
+			"actor", a.Key(), "snapshot", ref, "err", err)
+		return nil, err
+	}
 	if err != nil {
 		// Lost the race: the new snapshot is referenced by nobody.
 		if paused {

@@ -163,7 +163,7 @@ const (
 // first registration's outcome is sent on first (nil once any replica
 // welcomed it, else the first refusal), so a caller can fail start-up on
 // a name already live elsewhere instead of retrying forever; later breaks
-// are retried. Errors: the first resolution of the replicas failing.
+// are retried, as are failures to find the replicas.
 func (a *Agent) Run(ctx context.Context, first chan<- error) error {
 	var once sync.Once
 	report := func(err error) { once.Do(func() { first <- err }) }
@@ -177,27 +177,29 @@ func (a *Agent) Run(ctx context.Context, first chan<- error) error {
 			_ = l.conn.Close()
 		}
 	}()
-	tick := time.NewTicker(a.cfg.ResolveEvery)
-	defer tick.Stop()
+	// Until the replicas are first found (a headless Service with no
+	// ready Pod yet resolves to nothing), ask every second.
 	for resolved := false; ; {
 		addrs, err := a.cfg.Replicas(ctx)
 		switch {
-		case err != nil && !resolved:
-			return fmt.Errorf("find the API server replicas: %w", err)
 		case err != nil:
-			a.log.Warn("finding the API server replicas failed; keeping the sessions there are", "err", err)
+			a.log.Warn("finding the API server replicas failed; retrying", "err", err)
 		case len(addrs) == 0:
-			a.log.Warn("no API server replica found; keeping the sessions there are")
+			a.log.Warn("no API server replica found; retrying")
 		default:
 			resolved = true
-			if err := a.follow(ctx, addrs, report); err != nil && len(a.current()) == 0 {
-				return err
+			if err := a.follow(ctx, addrs, report); err != nil {
+				a.log.Warn("connecting to the API server replicas failed; retrying", "err", err)
 			}
+		}
+		wait := a.cfg.ResolveEvery
+		if !resolved {
+			wait = time.Second
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 	}
 }

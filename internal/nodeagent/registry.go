@@ -61,7 +61,11 @@ type RegistryConfig struct {
 	// announcing another is refused (FAILED_PRECONDITION). Empty checks
 	// nothing.
 	Snapshots string
-	Logger    *slog.Logger
+	// SandboxClass is the class the API server's templates run; a node
+	// announcing another is refused (FAILED_PRECONDITION). Empty checks
+	// nothing.
+	SandboxClass string
+	Logger       *slog.Logger
 }
 
 // Registry is the API server's side of the node protocol: the
@@ -469,6 +473,10 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	if want := r.cfg.Snapshots; want != "" && h.GetSnapshots() != want {
 		return nil, nil, status.Errorf(codes.FailedPrecondition,
 			"node %s uses snapshot store %q, the API server %q: give the node the API server's --snapshots, or no snapshot could be found across them", name, h.GetSnapshots(), want)
+	}
+	if want := r.cfg.SandboxClass; want != "" && h.GetSandboxClass() != want {
+		return nil, nil, status.Errorf(codes.FailedPrecondition,
+			"node %s runs sandbox class %q, the API server %q: start the node with --sandbox-class %s, or its workers would run templates built for another class", name, h.GetSandboxClass(), want, want)
 	}
 	r.mu.Lock()
 	prev := r.members[name]

@@ -155,6 +155,13 @@ type Lifecycle struct {
 	// Snapshot is the id of the latest complete durable snapshot, empty
 	// until the first suspend.
 	Snapshot string `json:"snapshot,omitempty"`
+	// PendingSnapshot is the durable snapshot a SUSPENDING workflow is
+	// having written ("<uid>/<id>"): if its workflow dies before the
+	// SUSPENDED write (a replica killed, a store outage past its lease),
+	// the workflow that finds the actor SUSPENDING adopts it when it was
+	// committed, so work the actor answered before it was checkpointed
+	// is not rolled back.
+	PendingSnapshot string `json:"pendingSnapshot,omitempty"`
 	// PausedSnapshot and Node locate a PAUSED actor's checkpoint on a
 	// node's disk; it is newer than Snapshot.
 	PausedSnapshot string `json:"pausedSnapshot,omitempty"`

@@ -115,7 +115,8 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots, Logger: log})
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots,
+		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
@@ -44,7 +45,13 @@ type ControlPlaneConfig struct {
 	// SnapshotsDir is the durable snapshot directory; default
 	// <DataDir>/snapshots. Control planes sharing a store must share it.
 	SnapshotsDir string
-	Logger       *slog.Logger
+	// Exclusive makes this the only control plane over a shared store
+	// (`ate up`, whose snapshots live in its own data dir, so a second
+	// installation over the database could restore none of them):
+	// NewControlPlane refuses to start while another holds the store's
+	// installation lease, and the control plane holds it until Close.
+	Exclusive bool
+	Logger    *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
 }
@@ -55,6 +62,11 @@ type ControlPlaneConfig struct {
 // `ate up` and the control-plane benchmarks build it the same way:
 // NewControlPlane, then Start for its background work, then Close.
 type ControlPlane struct {
+	// installation renews the installation lease (Exclusive) until the
+	// background work stops; nil without one.
+	installation       *sync.WaitGroup
+	installationHolder string
+
 	Store     store.Store
 	Snapshots *snapshot.Local
 	Node      *node.Node
@@ -107,6 +119,11 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	cp.Store = opened.Store
+	if opened.Shared && cfg.Exclusive {
+		if err := cp.takeInstallation(ctx, cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	if err := apiserver.EnsureDefaultAtespace(ctx, cp.Store); err != nil {
 		return nil, err
 	}
@@ -230,6 +247,45 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	return nil
 }
 
+// installationLease is the store lease an Exclusive control plane holds,
+// renewed every installationTTL/3.
+const (
+	installationLease = "installation/ate-up"
+	installationTTL   = 15 * time.Second
+)
+
+// takeInstallation takes the installation lease for this data dir on
+// this host (so a restarted `ate up` takes it back at once) and renews it
+// until the control plane's background work stops.
+func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir string) error {
+	host, _ := os.Hostname()
+	holder := host + ":" + dataDir
+	lease, err := cp.Store.AcquireLease(ctx, installationLease, holder, installationTTL)
+	if errors.Is(err, store.ErrLeaseHeld) {
+		return fmt.Errorf("another `ate up` uses this database (%w): `ate up` keeps its snapshots in its own data dir, so two cannot share a store; "+
+			"run `ate apiserver` replicas over it instead (docs/ha.md)", err)
+	}
+	if err != nil {
+		return fmt.Errorf("take the installation lease: %w", err)
+	}
+	cp.installation, cp.installationHolder = &sync.WaitGroup{}, holder
+	cp.installation.Go(func() {
+		tick := time.NewTicker(installationTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-cp.background.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := cp.Store.RenewLease(cp.background, installationLease, holder, lease.Token, installationTTL); err != nil && cp.background.Err() == nil {
+				cp.log.Error("installation lease not renewed: another `ate up` may take this database over", "err", err)
+			}
+		}
+	})
+	return nil
+}
+
 // NewGRPCServer returns a gRPC server serving cp's Control API
 // (newAPIGRPCServer).
 func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
@@ -247,11 +303,7 @@ func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 // ones added later; a node's registration stream cut that way reconnects
 // within a second, well inside its loss deadline.
 func newAPIGRPCServer() *grpc.Server {
-	return grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge:      apidial.MaxConnectionAge,
-			MaxConnectionAgeGrace: apidial.MaxConnectionAgeGrace,
-		}))
+	return grpc.NewServer(append(apidial.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that
@@ -264,6 +316,10 @@ func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCD
 // collection.
 func (cp *ControlPlane) Close() error {
 	cp.stopBackground()
+	if cp.installation != nil {
+		cp.installation.Wait()
+		_ = cp.Store.ReleaseLease(context.Background(), installationLease, cp.installationHolder)
+	}
 	if cp.started.Load() {
 		<-cp.snapshotGCDone
 	}

@@ -126,7 +126,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(apidial.ServerOptions()...)
 	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
 
 	registered := make(chan error, 1)

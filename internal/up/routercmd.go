@@ -42,7 +42,7 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	}
 	conn, err := dialComponent(cfg.API)
 	if err != nil {
-		return fmt.Errorf("api %s: %w", cfg.API, err)
+		return fmt.Errorf("--api: %w", err)
 	}
 	defer conn.Close()
 	res := router.NewControlResolver(atev1.NewControlClient(conn), log)

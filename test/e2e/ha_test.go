@@ -251,11 +251,17 @@ func TestHAReplicaKilledMidResume(t *testing.T) {
 // TestHAStalledReplicaIsFenced: a replica stopped (SIGSTOP) mid-resume
 // past its lease loses the actor to the other replica; when it continues,
 // its late writes are refused by the lease's fencing token, and the
-// actor's record keeps the other replica's result.
+// actor's record keeps the other replica's result. Meanwhile traffic
+// through the router is served: calls the router sends to the stopped
+// replica fail over once its connection's keepalive times out.
 func TestHAStalledReplicaIsFenced(t *testing.T) {
-	h := startHA(t, 2)
+	h := startHA(t, 3)
 	h.slowTemplate()
 	h.suspendedActor("stalled")
+	others := []string{"other-1", "other-2"}
+	for _, name := range others {
+		h.suspendedActor(name)
+	}
 	first := h.resumeOn(0, "stalled")
 	waitFor(t, "the resume on replica 0 to claim a worker", 30*time.Second, func() bool {
 		a := h.getOn(1, "stalled")
@@ -271,6 +277,17 @@ func TestHAStalledReplicaIsFenced(t *testing.T) {
 			_ = h.apis[0].cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
+	// The router balances over both replicas, so of two resumes one is
+	// sent to the stopped one.
+	for _, name := range others {
+		h.in.mustCount("default/"+name, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := h.replica[1].SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: name})
+		cancel()
+		if err != nil {
+			t.Fatalf("suspend %s on replica 1: %v", name, err)
+		}
+	}
 	// Replica 1 waits out replica 0's lease, rolls the interrupted resume
 	// back and resumes the actor itself.
 	if err := <-h.resumeOn(1, "stalled"); err != nil {
@@ -284,6 +301,11 @@ func TestHAStalledReplicaIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = false
+	// The stopped replica's workflow goes on where it stood, and its
+	// writes are refused by the fence.
+	waitFor(t, "the woken replica's late write to be fenced", time.Minute, func() bool {
+		return strings.Contains(h.apis[0].logText(), "fenced")
+	})
 	err := <-first
 	if err == nil {
 		t.Fatalf("the stalled replica's resume succeeded after it lost the actor's lease (worker %s, winner's %s)", claimedByStalled, won.GetWorker())

@@ -129,6 +129,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	if err := s.open(ctx, cfg); err != nil {
 		s.pool.Close()
+		if mode := u.Query().Get("sslmode"); strings.HasPrefix(mode, "verify-") || mode == "require" {
+			if strings.Contains(err.Error(), "server refused TLS connection") {
+				// A configuration error, not an outage to wait out.
+				return nil, fmt.Errorf("open postgres store: the server at %s does not offer TLS, and the URL says sslmode=%s: %w", s.addr, mode, err)
+			}
+		}
 		return nil, fmt.Errorf("open postgres store: %w", s.unavailable(err))
 	}
 	return s, nil

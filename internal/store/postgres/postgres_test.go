@@ -306,3 +306,13 @@ func TestClaimAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenTLSRequiredIsAConfigurationError: sslmode=require against a
+// server without TLS is refused at once, not retried as an outage.
+func TestOpenTLSRequiredIsAConfigurationError(t *testing.T) {
+	url := strings.Replace(srv.NewDatabase(t), "sslmode=disable", "sslmode=require", 1)
+	_, err := Open(t.Context(), url, Options{})
+	if err == nil || errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "does not offer TLS") {
+		t.Fatalf("Open with sslmode=require on a server without TLS = %v; want a configuration error, not ErrUnavailable", err)
+	}
+}

@@ -104,16 +104,18 @@ func TestListBalancesAndRetries(t *testing.T) {
 	c := atev1.NewControlClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// round_robin picks among the connections that are ready, so both
+	// answer once both have connected.
 	seen := map[string]int{}
-	for range 20 {
+	for deadline := time.Now().Add(10 * time.Second); seen["a"] == 0 || seen["b"] == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("round robin over two replicas answered %v", seen)
+		}
 		got, err := c.GetActor(ctx, &atev1.GetActorRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		seen[got.GetName()]++
-	}
-	if seen["a"] == 0 || seen["b"] == 0 {
-		t.Fatalf("round robin over two replicas answered %v", seen)
 	}
 
 	a.down.Store(true)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -21,12 +22,13 @@ import (
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/snapshot/s3/s3test"
+	"substrate.dev/ate/internal/store/postgres"
 	"substrate.dev/ate/internal/store/postgres/pgtest"
 )
 
-// postgres is the test binary's one PostgreSQL server, started on first
+// sharedPG is the test binary's one PostgreSQL server, started on first
 // use (pgtest) and stopped by TestMain (stopPostgres).
-var postgres struct {
+var sharedPG struct {
 	once sync.Once
 	srv  *pgtest.Server
 	err  error
@@ -34,20 +36,20 @@ var postgres struct {
 
 func sharedPostgres(t testing.TB) *pgtest.Server {
 	t.Helper()
-	postgres.once.Do(func() {
+	sharedPG.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		postgres.srv, postgres.err = pgtest.Start(ctx)
+		sharedPG.srv, sharedPG.err = pgtest.Start(ctx)
 	})
-	if postgres.err != nil {
-		t.Fatalf("PostgreSQL for the HA tests: %v", postgres.err)
+	if sharedPG.err != nil {
+		t.Fatalf("PostgreSQL for the HA tests: %v", sharedPG.err)
 	}
-	return postgres.srv
+	return sharedPG.srv
 }
 
 func stopPostgres() {
-	if postgres.srv != nil {
-		_ = postgres.srv.Stop()
+	if sharedPG.srv != nil {
+		_ = sharedPG.srv.Stop()
 	}
 }
 
@@ -87,6 +89,7 @@ func startHA(t *testing.T, workers int) *haCluster {
 	if t.Failed() {
 		t.FailNow()
 	}
+	wantSchema(t, db)
 	h.api = h.apis[0]
 	both := h.addrs[0] + "," + h.addrs[1]
 	h.startNode("node-a", both, "--workers", fmt.Sprint(workers))
@@ -113,6 +116,29 @@ func startHA(t *testing.T, workers int) *haCluster {
 	}
 	h.in = in
 	return h
+}
+
+// wantSchema checks that the database two replicas migrated at once is
+// at the newest migration, each applied exactly once.
+func wantSchema(t *testing.T, db string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var newest, rows, distinct int64
+	err = conn.QueryRow(ctx, `SELECT coalesce(max(version_id), 0), count(*), count(DISTINCT version_id)
+		FROM goose_db_version WHERE is_applied AND version_id > 0`).Scan(&newest, &rows, &distinct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newest != postgres.SchemaVersion() || rows != distinct {
+		t.Fatalf("schema after two replicas migrated at once: version %d (want %d), %d migrations applied for %d versions",
+			newest, postgres.SchemaVersion(), rows, distinct)
+	}
 }
 
 // slowTemplate is the counter whose wakeup probe fails for 4 s after a

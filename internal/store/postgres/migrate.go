@@ -120,3 +120,13 @@ func lastVersion(ctx context.Context, p *goose.Provider, applied []*goose.Migrat
 	}
 	return v
 }
+
+// SchemaVersion is the version of the newest embedded migration: the
+// schema version Open leaves a database at.
+func SchemaVersion() int64 {
+	versions, err := migrationFiles()
+	if err != nil || len(versions) == 0 {
+		panic(fmt.Sprintf("embedded migrations: %v", err)) // embedded at build time
+	}
+	return versions[len(versions)-1]
+}

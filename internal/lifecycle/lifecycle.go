@@ -491,6 +491,12 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 // stale report (the actor deleted, recreated or moved) only frees w if
 // that incarnation still holds it.
 func (m *Manager) crashHolder(ctx context.Context, w *store.Worker, why string) error {
+	return m.crashHolderIf(ctx, w, why, func(*store.Actor) bool { return true })
+}
+
+// crashHolderIf is crashHolder for an actor still holding w only if
+// applies(actor) says the report is newer than the actor's record.
+func (m *Manager) crashHolderIf(ctx context.Context, w *store.Worker, why string, applies func(*store.Actor) bool) error {
 	return m.withActor(ctx, w.Actor, func(ctx context.Context) error {
 		a, err := m.store.GetActor(ctx, w.Actor)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (a.UID != w.ActorUID || a.Worker != w.Name)) {
@@ -498,6 +504,10 @@ func (m *Manager) crashHolder(ctx context.Context, w *store.Worker, why string) 
 		}
 		if err != nil {
 			return err
+		}
+		if !applies(a) {
+			m.log.InfoContext(ctx, "report of a lost sandbox is older than the actor's record; left as it is", "actor", a.Key(), "worker", w.Name, "state", a.State)
+			return nil
 		}
 		_, err = m.recoverLocked(ctx, a, why)
 		return err

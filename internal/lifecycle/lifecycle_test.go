@@ -33,6 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeNode struct {
 	name   string
 	starts atomic.Int64
+	stops  atomic.Int64
 	// onStart, if set, runs inside Start and its error is Start's.
 	onStart func(req node.StartRequest) error
 	// onCheckpoint, if set, runs inside Checkpoint.
@@ -66,7 +67,7 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.Checkpoin
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
-func (f *fakeNode) Stop(context.Context, string, string) error { return nil }
+func (f *fakeNode) Stop(context.Context, string, string) error { f.stops.Add(1); return nil }
 func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec, string) (string, string, error) {
 	return "", "", nil
 }
@@ -601,6 +602,86 @@ func TestInterruptedSuspendAdoptsCommittedSnapshot(t *testing.T) {
 			}
 			if n := e.claimedWorkers(t); n != 1 {
 				t.Fatalf("%d workers claimed, want the resumed actor's one", n)
+			}
+		})
+	}
+}
+
+// stallingStore fails lease renewals while stalled is set, as a process
+// that stands still renews nothing.
+type stallingStore struct {
+	store.Store
+	stalled atomic.Bool
+}
+
+func (s *stallingStore) RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (*store.Lease, error) {
+	if s.stalled.Load() {
+		return nil, store.ErrUnavailable
+	}
+	return s.Store.RenewLease(ctx, key, holder, token, ttl)
+}
+
+// TestFencedWorkflowLeavesTheNodeAlone: a resume whose lease lapsed
+// while the node restored (the replica stood still) and was taken over
+// by another holder has its RUNNING write refused; it must not then stop
+// the sandbox on the node, which may be the new holder's, for the same
+// actor on the same worker.
+func TestFencedWorkflowLeavesTheNodeAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	st := &stallingStore{Store: e.st}
+	m := New(st, testNodes{n: e.node, live: []string{"n1"}}, e.snaps, "stalled-replica", nil)
+	t.Cleanup(m.Close)
+	m.SetLeases(LeaseConfig{Duration: 100 * time.Millisecond})
+	e.node.onStart = func(node.StartRequest) error {
+		st.stalled.Store(true)
+		defer st.stalled.Store(false)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := e.st.AcquireLease(ctx, "actor/default/a", "other-replica", time.Hour); err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return errors.New("the stalled lease was never taken over")
+			}
+			time.Sleep(10 * time.Millisecond) // polling the store for the takeover, with a deadline
+		}
+	}
+	_, err := m.Resume(ctx, key("a"))
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("resume whose lease was taken over = %v, want ErrFenced", err)
+	}
+	if n := e.node.stops.Load(); n != 0 {
+		t.Fatalf("the fenced workflow stopped %d sandboxes on the node; it must leave them to the lease's new holder", n)
+	}
+}
+
+// TestClaimsNotHostedSkipsNewerRecords: a node's hello that shows a
+// claimed worker not hosting its actor crashes the actor only if the
+// actor's record predates the hello; one written since (a start under
+// way when the node built its hello, by another replica perhaps) is left
+// as it is.
+func TestClaimsNotHostedSkipsNewerRecords(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		seenAgo   time.Duration // how long before now the hello arrived
+		wantState store.ActorState
+	}{
+		{"record older than the hello", -time.Minute, store.Crashed},
+		{"record written after the hello", time.Minute, store.Running},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.resume(t)
+			a := e.get(t)
+			w, err := e.st.GetWorker(ctx, a.Worker)
+			must(t, err)
+			// A negative seenAgo puts the hello after the write.
+			seen := a.StateTime.Add(-tc.seenAgo)
+			must(t, e.m.ClaimsNotHosted(ctx, []*store.Worker{w}, "test", seen))
+			if got := e.get(t); got.State != tc.wantState {
+				t.Fatalf("after ClaimsNotHosted: %s, want %s", got.State, tc.wantState)
 			}
 		})
 	}

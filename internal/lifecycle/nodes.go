@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/store"
@@ -86,6 +87,33 @@ func (m *Manager) forgetActor(actorUID string) {
 // message; then the workers leave the pool. A PAUSED actor whose node is
 // gone falls back to its durable snapshot at its next resume (sourceFor).
 // It tries every worker and returns the first error.
+// ClaimsNotHosted handles claimed workers that a node's hello, received
+// at seen, shows not hosting the actor the store gives them: the actor
+// lost its sandbox and goes CRASHED at its last snapshot (resumable) —
+// unless its record was written since the node spoke (less
+// clockMargin, for the replicas' clocks): then a workflow moved it on
+// meanwhile (a start under way when the hello was built, perhaps by
+// another replica) and the hello is stale about it. The workers stay
+// registered. Safe to call with the workflows' leases held elsewhere: it
+// takes each actor's lease in turn.
+func (m *Manager) ClaimsNotHosted(ctx context.Context, workers []*store.Worker, why string, seen time.Time) error {
+	var first error
+	for _, w := range workers {
+		err := m.crashHolderIf(ctx, w, why, func(a *store.Actor) bool { return a.StateTime.Before(seen.Add(-clockMargin)) })
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// clockMargin is how far apart API server replicas' clocks may be for
+// ClaimsNotHosted's comparison of a record's StateTime (the writer's
+// clock) with when a hello arrived (ours).
+const clockMargin = time.Second
+
+// WorkersLost crashes the actors holding workers (their node lost them)
+// and unregisters the workers.
 func (m *Manager) WorkersLost(ctx context.Context, workers []*store.Worker, why string) error {
 	var first error
 	keep := func(err error) {

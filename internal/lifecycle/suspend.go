@@ -394,6 +394,16 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) {
 	if a.Worker == "" {
 		return
 	}
+	// The node does not check leases: a workflow whose lease was taken
+	// over (it stood still) must not stop what the new holder started,
+	// perhaps on this very worker, for this very actor. The renewal is
+	// the check.
+	if f, ok := store.FenceFrom(ctx); ok {
+		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.withDefaults().Duration); err != nil {
+			m.log.WarnContext(ctx, "sandbox left alone: this workflow no longer holds the actor's lease", "actor", a.Key(), "worker", a.Worker, "err", err)
+			return
+		}
+	}
 	if n, ok := m.nodes.ForWorker(a.Worker); ok {
 		_ = n.Stop(ctx, a.Worker, a.UID)
 	}

@@ -30,6 +30,9 @@ type Workflows interface {
 	WorkerIdle(worker string)
 	SelfRequest(worker, actorUID string, action checkpoint.Action)
 	WorkersLost(ctx context.Context, workers []*store.Worker, why string) error
+	// ClaimsNotHosted: the node's hello, received at seen, shows these
+	// claimed workers not hosting the actor the store gives them.
+	ClaimsNotHosted(ctx context.Context, workers []*store.Worker, why string, seen time.Time) error
 	SuspendNode(ctx context.Context, node string) error
 }
 
@@ -61,6 +64,11 @@ type RegistryConfig struct {
 	// announcing another is refused (FAILED_PRECONDITION). Empty checks
 	// nothing.
 	Snapshots string
+	// Shared says other API server replicas use the store: their
+	// workflows run meanwhile, so a claimed worker a node's hello does not
+	// list may be a start under way (not a loss), and a node this process
+	// has not heard from yet may be talking to them.
+	Shared bool
 	// SandboxClass is the class the API server's templates run; a node
 	// announcing another is refused (FAILED_PRECONDITION). Empty checks
 	// nothing.
@@ -244,6 +252,22 @@ func (r *Registry) List(ctx context.Context) ([]*atev1.Node, error) {
 	return out, nil
 }
 
+// Close closes the connections to the nodes. Call it once Run has
+// returned and the workflows that use them have ended.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.members {
+		if m.remote != nil {
+			m.remote.close()
+		}
+	}
+}
+
+// pendingSharedGrace multiplies LostAfter for a PENDING node over a
+// shared store (RegistryConfig.Shared).
+const pendingSharedGrace = 6
+
 // Run declares lost every node silent for LostAfter, checking every
 // heartbeat interval, until ctx ends.
 //
@@ -263,13 +287,12 @@ func (r *Registry) Run(ctx context.Context) error {
 			// End the nodes' streams too: a graceful stop of the gRPC
 			// server waits for every call, and these never end by
 			// themselves. The nodes retry until an API server is back.
+			// Their connections stay open (Close) for the workflows the
+			// graceful stop lets finish.
 			r.mu.Lock()
 			for _, m := range r.members {
 				if m.end != nil {
 					m.end()
-				}
-				if m.remote != nil {
-					m.remote.close()
 				}
 			}
 			r.mu.Unlock()
@@ -293,7 +316,14 @@ func (r *Registry) Run(ctx context.Context) error {
 		}
 		var silent []string
 		for _, m := range r.members {
-			if m.phase != PhaseLost && now.Sub(m.lastHeard) > r.cfg.LostAfter {
+			deadline := r.cfg.LostAfter
+			if m.phase == PhasePending && r.cfg.Shared {
+				// Never heard by this process, which just started: the
+				// node may be busy re-registering, or talking to the
+				// other replicas, which would declare it lost themselves.
+				deadline = pendingSharedGrace * r.cfg.LostAfter
+			}
+			if m.phase != PhaseLost && now.Sub(m.lastHeard) > deadline {
 				silent = append(silent, m.name)
 			}
 		}
@@ -539,6 +569,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 // hello may predate a start under way) claimed workers whose actor the
 // node does not host, go to WorkersLost.
 func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaims bool) ([]*atev1.StopOrder, error) {
+	seen := time.Now()
 	stored, err := r.workersOf(ctx, h.GetNode())
 	if err != nil {
 		return nil, err
@@ -547,7 +578,7 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaim
 	for _, w := range stored {
 		byName[w.Name] = w
 	}
-	var lost []*store.Worker
+	var gone, notHosted []*store.Worker
 	var stops []*atev1.StopOrder
 	have := map[string]bool{}
 	for _, w := range h.GetWorkers() {
@@ -555,7 +586,7 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaim
 		sw := byName[w.GetName()]
 		hosted := w.GetHostedActorUid()
 		if sw != nil && !sw.Free() && sw.ActorUID != hosted && checkClaims {
-			lost = append(lost, sw)
+			notHosted = append(notHosted, sw)
 		}
 		if hosted != "" && (sw == nil || sw.ActorUID != hosted) {
 			stops = append(stops, &atev1.StopOrder{Worker: w.GetName(), ActorUid: hosted})
@@ -563,14 +594,21 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaim
 	}
 	for _, sw := range stored {
 		if !have[sw.Name] {
-			lost = append(lost, sw)
+			gone = append(gone, sw)
 		}
 	}
-	if wf := r.workflows(); wf != nil && len(lost) > 0 {
+	if wf := r.workflows(); wf != nil {
 		// Crash the actors first, then re-register (below): a lost
 		// worker that is still in the hello comes back free.
-		if err := wf.WorkersLost(ctx, lost, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost"); err != nil {
-			return nil, err
+		if len(gone) > 0 {
+			if err := wf.WorkersLost(ctx, gone, "node "+h.GetNode()+" no longer has the worker: memory since the last snapshot was lost"); err != nil {
+				return nil, err
+			}
+		}
+		if len(notHosted) > 0 {
+			if err := wf.ClaimsNotHosted(ctx, notHosted, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost", seen); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, w := range h.GetWorkers() {

@@ -30,6 +30,10 @@ func (l *lostRecorder) WorkerExited(string, string)                   {}
 func (l *lostRecorder) WorkerIdle(string)                             {}
 func (l *lostRecorder) SelfRequest(string, string, checkpoint.Action) {}
 func (l *lostRecorder) SuspendNode(context.Context, string) error     { return nil }
+func (l *lostRecorder) ClaimsNotHosted(ctx context.Context, ws []*store.Worker, why string, _ time.Time) error {
+	return l.WorkersLost(ctx, ws, why)
+}
+
 func (l *lostRecorder) WorkersLost(ctx context.Context, ws []*store.Worker, _ string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

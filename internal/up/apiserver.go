@@ -115,11 +115,15 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots,
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots, Shared: opened.Shared,
 		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
 	}
+	// Node connections close last: after the graceful stop let in-flight
+	// calls finish, and after the lifecycle's own workflows (deferred
+	// later, so run first).
+	defer reg.Close()
 	// bbolt's file lock makes this the only API server over its store, so
 	// workflows need no store leases (lifecycle.New); over a shared store
 	// each replica holds leases under a name of its own.

@@ -120,7 +120,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	}
 	cp.Store = opened.Store
 	if opened.Shared && cfg.Exclusive {
-		if err := cp.takeInstallation(ctx, cfg.DataDir); err != nil {
+		if err := cp.takeInstallation(ctx, cfg.DataDir, orDefault(cfg.Node.Name, DefaultNodeName)); err != nil {
 			return nil, err
 		}
 	}
@@ -256,8 +256,10 @@ const (
 
 // takeInstallation takes the installation lease for this data dir on
 // this host (so a restarted `ate up` takes it back at once) and renews it
-// until the control plane's background work stops.
-func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir string) error {
+// until the control plane's background work stops. A database holding
+// workers of nodes other than ours (nodeName) belongs to `ate apiserver`
+// replicas and is refused too.
+func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName string) error {
 	host, _ := os.Hostname()
 	holder := host + ":" + dataDir
 	lease, err := cp.Store.AcquireLease(ctx, installationLease, holder, installationTTL)
@@ -267,6 +269,18 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir string) er
 	}
 	if err != nil {
 		return fmt.Errorf("take the installation lease: %w", err)
+	}
+	release := func() { _ = cp.Store.ReleaseLease(context.WithoutCancel(ctx), installationLease, holder) }
+	workers, err := cp.Store.ListWorkers(ctx)
+	if err != nil {
+		release()
+		return err
+	}
+	for _, w := range workers {
+		if w.Node != nodeName {
+			release()
+			return fmt.Errorf("this database holds workers of node %s: it is used by `ate apiserver` replicas, and `ate up` needs a database of its own", w.Node)
+		}
 	}
 	cp.installation, cp.installationHolder = &sync.WaitGroup{}, holder
 	cp.installation.Go(func() {

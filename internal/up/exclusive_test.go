@@ -7,7 +7,9 @@ import (
 
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/postgres/pgtest"
+	storeurl "substrate.dev/ate/internal/store/storeurl"
 )
 
 // TestExclusiveOverSharedStore: a second `ate up` over the database of a
@@ -47,5 +49,19 @@ func TestExclusiveOverSharedStore(t *testing.T) {
 	}
 	if err := next.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// A database whose workers belong to other nodes is the replicas'.
+	replicas := pg.NewDatabase(t)
+	rs, err := storeurl.Open(t.Context(), replicas, storeurl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.PutWorker(t.Context(), &store.Worker{Name: "n1-w0", Node: "node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = rs.Close()
+	db = replicas
+	if _, err := start("ex4"); err == nil || !strings.Contains(err.Error(), "used by `ate apiserver` replicas") {
+		t.Fatalf("ate up over the replicas' database: %v, want a refusal", err)
 	}
 }

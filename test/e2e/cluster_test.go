@@ -201,6 +201,15 @@ func startCluster(t testing.TB, nodes ...string) *cluster {
 	return c
 }
 
+// counterActor creates the counter template and the actor counter-1 and
+// GETs it once (count=1): where most cluster tests start.
+func (c *cluster) counterActor() {
+	c.t.Helper()
+	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	c.in.mustCount("default/counter-1", 1)
+}
+
 // workerPrefix is node name's --worker-prefix: unique to this cluster,
 // so its runsc root (/run/ate/<prefix>) can be inspected.
 func (c *cluster) workerPrefix(name string) string {
@@ -284,9 +293,7 @@ func other(n string) string {
 // its memory (the count) intact, downloading its snapshot from S3.
 func TestClusterSuspendOnOneNodeResumeOnAnother(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.in.mustCount("default/counter-1", 2)
 	first := c.nodeOf("counter-1")
 	if first == "" {
@@ -318,9 +325,7 @@ func TestClusterSuspendOnOneNodeResumeOnAnother(t *testing.T) {
 // rejoins and does not take the actor back.
 func TestClusterNodeKilled(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.in.ate("suspend", "actor", "counter-1") // the durable snapshot: count=1
 	c.in.mustCount("default/counter-1", 2)    // memory past it, lost below
 	victim := c.nodeOf("counter-1")
@@ -360,9 +365,7 @@ func TestClusterNodeKilled(t *testing.T) {
 // SUSPENDED (resumable) and can be deleted.
 func TestClusterCorruptSnapshot(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	first := c.nodeOf("counter-1")
 	c.in.ate("suspend", "actor", "counter-1")
 	ref := c.in.actor("counter-1").GetSnapshot()
@@ -428,9 +431,7 @@ func TestClusterBadInput(t *testing.T) {
 		})
 	}
 	t.Run("the same node started twice", func(t *testing.T) {
-		c.in.createTemplate("examples/counter/template.yaml", "counter")
-		c.in.ate("create", "actor", "counter-1", "--template", "counter")
-		c.in.mustCount("default/counter-1", 1)
+		c.counterActor()
 		out, err := runBounded(exec.Command(ateBin, c.nodes["node-a"].args...), 60*time.Second)
 		if err == nil || !strings.Contains(out, "in use by another ate process") {
 			t.Fatalf("a second node-a on the same data dir: %v\n%s", err, out)
@@ -487,9 +488,7 @@ func runBounded(cmd *exec.Cmd, timeout time.Duration) (string, error) {
 // last complete snapshot.
 func TestClusterAPIServerKilledMidSuspend(t *testing.T) {
 	c := startCluster(t, "node-a")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.in.ate("suspend", "actor", "counter-1") // last complete snapshot: count=1
 	c.in.mustCount("default/counter-1", 2)
 	suspend := exec.Command(ateBin, "suspend", "actor", "counter-1")
@@ -630,9 +629,7 @@ func TestClusterRouterRestartWhileNodeDrains(t *testing.T) {
 // since then was lost.
 func TestClusterPausedOnLostNode(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.in.ate("suspend", "actor", "counter-1") // durable: count=1
 	c.in.mustCount("default/counter-1", 2)
 	on := c.nodeOf("counter-1")
@@ -656,9 +653,7 @@ func TestClusterPausedOnLostNode(t *testing.T) {
 // with their memory: nothing is crashed or stopped.
 func TestClusterAPIServerRestartKeepsActors(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.in.mustCount("default/counter-1", 2)
 	on := c.nodeOf("counter-1")
 	c.api.kill()
@@ -680,9 +675,7 @@ func TestClusterAPIServerRestartKeepsActors(t *testing.T) {
 // actor resumes on the other node with its memory.
 func TestClusterDrainUploadsPaused(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.in.mustCount("default/counter-1", 2)
 	on := c.nodeOf("counter-1")
 	c.in.ate("pause", "actor", "counter-1")
@@ -702,9 +695,7 @@ func TestClusterDrainUploadsPaused(t *testing.T) {
 func TestClusterNodeStopWithoutAPIServer(t *testing.T) {
 	c := startCluster(t)
 	c.startNode("node-a", c.in.apiAddr, "--drain-timeout", "2s")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
-	c.in.ate("create", "actor", "counter-1", "--template", "counter")
-	c.in.mustCount("default/counter-1", 1)
+	c.counterActor()
 	c.api.kill()
 	err := c.nodes["node-a"].stop(60 * time.Second)
 	if err == nil {

@@ -144,7 +144,7 @@ func New(s store.Store, n Nodes, snaps Snapshots, holder string, logger *slog.Lo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, ctx: ctx, cancel: cancel}
+	return &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, leases: LeaseConfig{}.withDefaults(), ctx: ctx, cancel: cancel}
 }
 
 // SetLeases sets the per-actor lease configuration (zero fields take
@@ -196,7 +196,7 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 	if m.holder == "" {
 		return fn(ctx)
 	}
-	cfg := m.leases.withDefaults()
+	cfg := m.leases
 	name := "actor/" + key.String()
 	var lease *store.Lease
 	for {
@@ -323,6 +323,22 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 		m.workerFreed()
 	}
 	return out, err
+}
+
+// getSettled reads the actor; one found RESUMING, SUSPENDING or PAUSING
+// is settled first (recoverLocked): the caller holds its lock and lease,
+// so no workflow runs it, and one died before its last write (its
+// replica, or its store, went away).
+func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+	a, err := m.store.GetActor(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	switch a.State {
+	case store.Resuming, store.Suspending, store.Pausing:
+		return m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back to the last snapshot")
+	}
+	return a, nil
 }
 
 // adoptPending finishes the interrupted suspend of a SUSPENDING actor

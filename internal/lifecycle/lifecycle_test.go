@@ -24,6 +24,7 @@ import (
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
+	"substrate.dev/ate/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -636,16 +637,11 @@ func TestFencedWorkflowLeavesTheNodeAlone(t *testing.T) {
 	e.node.onStart = func(node.StartRequest) error {
 		st.stalled.Store(true)
 		defer st.stalled.Store(false)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if _, err := e.st.AcquireLease(ctx, "actor/default/a", "other-replica", time.Hour); err == nil {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return errors.New("the stalled lease was never taken over")
-			}
-			time.Sleep(10 * time.Millisecond) // polling the store for the takeover, with a deadline
-		}
+		testwait.Until(t, "the stalled lease taken over", func() bool {
+			_, err := e.st.AcquireLease(ctx, "actor/default/a", "other-replica", time.Hour)
+			return err == nil
+		})
+		return nil
 	}
 	_, err := m.Resume(ctx, key("a"))
 	if !errors.Is(err, store.ErrFenced) {

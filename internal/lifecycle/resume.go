@@ -68,17 +68,13 @@ type source struct {
 // resumeLocked runs Resume holding the actor's lock; r learns what the
 // resume did besides.
 func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resumed) (_ *store.Actor, err error) {
-	a, err := m.store.GetActor(ctx, key)
+	a, err := m.getSettled(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	switch a.State {
 	case store.Running:
 		return a, nil
-	case store.Resuming, store.Suspending, store.Pausing:
-		if a, err = m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back"); err != nil {
-			return nil, err
-		}
 	case store.Suspended, store.Crashed, store.Paused:
 	default:
 		return nil, fmt.Errorf("%w: actor %s is %s and cannot be resumed", ErrFailedPrecondition, a.Key(), a.State)

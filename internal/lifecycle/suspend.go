@@ -68,16 +68,9 @@ func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkp
 		target, from = store.Paused, "a RUNNING"
 	}
 	err = m.withActor(ctx, key, func(ctx context.Context) error {
-		a, err := m.store.GetActor(ctx, key)
+		a, err := m.getSettled(ctx, key)
 		if err != nil {
 			return err
-		}
-		if a.State == store.Resuming || a.State == store.Suspending || a.State == store.Pausing {
-			// We hold the lease, so no workflow runs: one died (its
-			// replica, or its store, went away before its last write).
-			if a, err = m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back"); err != nil {
-				return err
-			}
 		}
 		var busy error
 		if a.State == store.Running && why.Reason == store.ReasonIdle {
@@ -399,7 +392,7 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) {
 	// perhaps on this very worker, for this very actor. The renewal is
 	// the check.
 	if f, ok := store.FenceFrom(ctx); ok {
-		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.withDefaults().Duration); err != nil {
+		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
 			m.log.WarnContext(ctx, "sandbox left alone: this workflow no longer holds the actor's lease", "actor", a.Key(), "worker", a.Worker, "err", err)
 			return
 		}

@@ -158,17 +158,16 @@ func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *san
 	return sb
 }
 
-// StandbyWorkers returns the workers whose standby is ready for spec (from
-// image imageDigest), sorted: a start of its actor there skips the
-// sandbox's start-up. A worker still preparing one is not listed: a start
-// there waits for the preparation first, which made a resume right after
-// a suspend (on the worker it freed) much slower than on a worker that
-// was ready (BENCHMARKS.md, Activation latency).
 // StandbyKey names the template (spec and image digest) a standby is
 // prepared for, as Standbys reports it: a hex SHA-256, equal for equal
 // containers.
 func StandbyKey(spec *atev1.ActorTemplateSpec, imageDigest string) string {
-	sum := sha256.Sum256([]byte((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key()))
+	return standbyHash((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
+}
+
+// standbyHash is the hex SHA-256 of a standby template's key.
+func standbyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -177,13 +176,18 @@ func StandbyKey(spec *atev1.ActorTemplateSpec, imageDigest string) string {
 func (n *Node) Standbys() map[string][]string {
 	out := map[string][]string{}
 	for key, workers := range n.standbys.ready.copyAll() {
-		sum := sha256.Sum256([]byte(key))
 		slices.Sort(workers)
-		out[hex.EncodeToString(sum[:])] = workers
+		out[standbyHash(key)] = workers
 	}
 	return out
 }
 
+// StandbyWorkers returns the workers whose standby is ready for spec (from
+// image imageDigest), sorted: a start of its actor there skips the
+// sandbox's start-up. A worker still preparing one is not listed: a start
+// there waits for the preparation first, which made a resume right after
+// a suspend (on the worker it freed) much slower than on a worker that
+// was ready (BENCHMARKS.md, Activation latency).
 func (n *Node) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
 	workers := n.standbys.ready.members((&standbyTemplate{spec: spec, imageDigest: imageDigest}).key())
 	slices.Sort(workers)

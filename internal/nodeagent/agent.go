@@ -115,9 +115,6 @@ func (a *Agent) current() []*link {
 	return out
 }
 
-// Epoch is this process's registration epoch.
-func (a *Agent) Epoch() int64 { return a.epoch }
-
 // Report queues an event for every API server replica (exits, idle
 // workers, self-service requests, the drain); it never blocks.
 func (a *Agent) Report(ev *atev1.NodeEvent) {
@@ -240,9 +237,6 @@ func (a *Agent) follow(ctx context.Context, addrs []string, first func(error)) e
 		lctx, cancel := context.WithCancel(ctx)
 		l := &link{addr: addr, conn: conn, cancel: cancel, done: make(chan struct{}),
 			wake: make(chan struct{}, 1), drained: make(chan *atev1.Drained, 1)}
-		if a.draining.Load() {
-			l.events = append(l.events, &atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
-		}
 		a.links[addr] = l
 		go func() {
 			defer close(l.done)

@@ -46,8 +46,7 @@ type Node interface {
 
 // Snapshots is the durable snapshot store as workflows use it.
 type Snapshots interface {
-	// Open is used to check that a snapshot was committed.
-	Open(ctx context.Context, ref string) (*snapshot.Opened, error)
+	Committed(ctx context.Context, ref string) error
 	Delete(ctx context.Context, ref string) error
 	DeleteOwner(ctx context.Context, owner string) error
 	List(ctx context.Context) ([]string, error)
@@ -313,8 +312,8 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 	// A worker of a lost node has no sandbox to stop; the node is told to
 	// destroy it if it ever comes back (nodeagent's stop orders).
 	m.stopSandbox(ctx, a)
-	if out, ok := m.adoptPending(ctx, a); ok {
-		return out, nil
+	if out, adopted, err := m.adoptPending(ctx, a); adopted || err != nil {
+		return out, err
 	}
 	n := *a
 	n.State, n.Worker, n.Message, n.PendingSnapshot = store.Crashed, "", why, ""
@@ -344,31 +343,36 @@ func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Ac
 // adoptPending finishes the interrupted suspend of a SUSPENDING actor
 // whose snapshot was committed: it becomes SUSPENDED at that snapshot
 // (nothing it answered is rolled back) and its previous one is deleted.
-// ok is false when there is no such snapshot, or the write fails.
-func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (*store.Actor, bool) {
+// adopted is false when there is no such snapshot; an error (the
+// snapshot store could not tell, or the write failed) leaves the actor
+// as it is, for a later workflow to try again rather than roll back work
+// that may be safe.
+func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Actor, adopted bool, _ error) {
 	if a.State != store.Suspending || a.PendingSnapshot == "" || !strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
-		return nil, false
+		return nil, false, nil
 	}
-	o, err := m.snaps.Open(ctx, a.PendingSnapshot)
-	if err != nil {
+	err := m.snaps.Committed(ctx, a.PendingSnapshot)
+	if errors.Is(err, snapshot.ErrNotFound) {
 		m.log.InfoContext(ctx, "interrupted suspend's snapshot was not committed; rolling back to the last one",
-			"actor", a.Key(), "pending", a.PendingSnapshot, "last", a.Snapshot, "err", err)
-		return nil, false
+			"actor", a.Key(), "pending", a.PendingSnapshot, "last", a.Snapshot)
+		return nil, false, nil
 	}
-	o.Close()
+	if err != nil {
+		return nil, false, fmt.Errorf("actor %s: is the interrupted suspend's snapshot %s committed? %w", a.Key(), a.PendingSnapshot, err)
+	}
 	n := *a
 	n.State, n.Worker, n.Snapshot, n.PendingSnapshot = store.Suspended, "", a.PendingSnapshot, ""
 	n.Message = "suspended (an interrupted suspend was completed from its committed snapshot)"
 	out, err := m.update(ctx, a, &n)
 	if err != nil {
-		return nil, false
+		return nil, false, err
 	}
 	if a.Worker != "" {
 		m.workerFreed()
 	}
 	m.deleteOld(ctx, a, a.Snapshot)
 	m.log.InfoContext(ctx, "interrupted suspend completed from its committed snapshot", "actor", a.Key(), "snapshot", out.Snapshot)
-	return out, true
+	return out, true, nil
 }
 
 // Recover repairs state after this node restarted: every actor holding a

@@ -682,3 +682,33 @@ func TestClaimsNotHostedSkipsNewerRecords(t *testing.T) {
 		})
 	}
 }
+
+// unsureSnapshots cannot tell whether a snapshot was committed.
+type unsureSnapshots struct{ *snapshot.Local }
+
+func (unsureSnapshots) Committed(context.Context, string) error {
+	return errors.New("snapshot store unreachable")
+}
+
+// TestInterruptedSuspendWaitsWhenUnsure: when the snapshot store cannot
+// tell whether an interrupted suspend's snapshot was committed, the actor
+// is neither rolled back (that could lose what it answered) nor adopted:
+// it stays SUSPENDING with its pending snapshot for a later workflow.
+func TestInterruptedSuspendWaitsWhenUnsure(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	a := e.get(t)
+	pending := a.UID + "/" + snapshot.NewID()
+	a.State, a.PendingSnapshot = store.Suspending, pending
+	_, err := e.st.UpdateActor(ctx, a)
+	must(t, err)
+	m := New(e.st, testNodes{n: e.node, live: []string{"n1"}}, unsureSnapshots{e.snaps}, "test", nil)
+	t.Cleanup(m.Close)
+	if _, err := m.Resume(ctx, key("a")); err == nil {
+		t.Fatal("resume succeeded though the interrupted suspend could be neither adopted nor rolled back")
+	}
+	if got := e.get(t); got.State != store.Suspending || got.PendingSnapshot != pending {
+		t.Fatalf("actor after the unsure resume: %s, pending %q; want SUSPENDING with %q", got.State, got.PendingSnapshot, pending)
+	}
+}

@@ -230,6 +230,17 @@ func (l *Local) Open(_ context.Context, ref string) (*Opened, error) {
 	return &Opened{Dir: dir, Manifest: m}, nil
 }
 
+// Committed implements Store: the manifest is written last, so its
+// presence is the commit.
+func (l *Local) Committed(_ context.Context, ref string) error {
+	dir, err := l.path(ref)
+	if err != nil {
+		return err
+	}
+	_, err = ReadManifest(dir, ref)
+	return err
+}
+
 // ReadManifest reads the manifest in dir, the directory of snapshot ref
 // (named in errors). A missing manifest wraps ErrNotFound, an unreadable
 // one ErrCorrupt.

@@ -11,7 +11,7 @@ import (
 //
 // A snapshot is written by Stage, writing files into Staged.Dir, then
 // Commit (or Abort); it is complete, and visible to Open, only once Commit
-// returns. References are "<owner>/<id>", ids start with the UTC second of
+// returns. References are "<owner>/<id>", ids start with the UTC millisecond of
 // Stage (StagedBefore).
 type Store interface {
 	// Stage creates an empty local staging directory for a new snapshot
@@ -29,6 +29,10 @@ type Store interface {
 	// its manifest. Errors wrap ErrNotFound or ErrCorrupt. The caller must
 	// Close the result when done reading the directory.
 	Open(ctx context.Context, ref string) (*Opened, error)
+	// Committed reports whether ref is complete, reading its manifest
+	// only: nil when it is, an error wrapping ErrNotFound when it is not,
+	// any other error when the store could not tell.
+	Committed(ctx context.Context, ref string) error
 	// Import copies the complete snapshot at srcDir (e.g. a node's paused
 	// copy) into the store as a new snapshot of owner; with ScopeData only
 	// its volumes.

@@ -318,6 +318,16 @@ func (s *Store) Open(ctx context.Context, ref string) (*snapshot.Opened, error) 
 	return o, nil
 }
 
+// Committed implements snapshot.Store: the manifest is uploaded last, so
+// its presence is the commit; nothing else is downloaded.
+func (s *Store) Committed(ctx context.Context, ref string) error {
+	if _, _, err := snapshot.SplitRef(ref); err != nil {
+		return err
+	}
+	_, _, err := s.getManifest(ctx, ref, s.root()+ref+"/")
+	return err
+}
+
 func (s *Store) getManifest(ctx context.Context, ref, base string) (*snapshot.Manifest, []byte, error) {
 	key := base + snapshot.ManifestName
 	obj, err := s.client.GetObject(ctx, s.cfg.Bucket, key, minio.GetObjectOptions{})

@@ -63,9 +63,15 @@ func commitThenOpen(t *testing.T, s snapshot.Store) {
 	if _, err := s.Open(ctx, "a-uid/"+st.ID); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("staged snapshot visible before Commit: %v", err)
 	}
+	if err := s.Committed(ctx, "a-uid/"+st.ID); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("Committed of a staged snapshot = %v, want ErrNotFound", err)
+	}
 	ref, err := s.Commit(ctx, st, snapshot.ScopeFull)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Committed(ctx, ref); err != nil {
+		t.Fatalf("Committed after Commit = %v", err)
 	}
 	if ref != "a-uid/"+st.ID {
 		t.Fatalf("ref %q, want a-uid/%s", ref, st.ID)

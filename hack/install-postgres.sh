@@ -16,7 +16,13 @@ set -euo pipefail
 
 shopt -s nullglob
 found=(/usr/lib/postgresql/*/bin/initdb)
+# pgtest runs the server as the postgres OS user when root, which the
+# package creates.
 if ((${#found[@]} > 0)); then
+	if ! id postgres >/dev/null 2>&1; then
+		[[ $(id -u) == 0 ]] || { echo "install-postgres: no postgres OS user, and creating it needs root" >&2; exit 1; }
+		useradd --system --user-group --home-dir /var/lib/postgresql --shell /usr/sbin/nologin postgres
+	fi
 	echo "PostgreSQL already installed: ${found[*]}"
 	exit 0
 fi

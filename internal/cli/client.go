@@ -26,7 +26,7 @@ import (
 func Dial(c ateconfig.Config) (*grpc.ClientConn, error) {
 	conn, err := apidial.Dial(c.Server)
 	if err != nil {
-		return nil, fmt.Errorf("connect to ate server: %w", err)
+		return nil, err // apidial names the server
 	}
 	return conn, nil
 }

@@ -373,8 +373,6 @@ func (a *activator) resolving(key names.ActorKey, on bool) chan struct{} {
 	return st.away
 }
 
-// forget drops key's cached target if it is still t, so that a fresher
-// target stored meanwhile by another request's resolution survives.
 // tunnelGone tells the resolver, if it caches tunnel addresses
 // (TunnelForgetter), that t's address refused a connection.
 func (a *activator) tunnelGone(t Target) {
@@ -383,6 +381,8 @@ func (a *activator) tunnelGone(t Target) {
 	}
 }
 
+// forget drops key's cached target if it is still t, so that a fresher
+// target stored meanwhile by another request's resolution survives.
 func (a *activator) forget(key names.ActorKey, t Target) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

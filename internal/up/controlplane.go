@@ -292,8 +292,14 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName 
 				return
 			case <-tick.C:
 			}
-			if _, err := cp.Store.RenewLease(cp.background, installationLease, holder, lease.Token, installationTTL); err != nil && cp.background.Err() == nil {
-				cp.log.Error("installation lease not renewed: another `ate up` may take this database over", "err", err)
+			_, err := cp.Store.RenewLease(cp.background, installationLease, holder, lease.Token, installationTTL)
+			switch {
+			case err == nil, cp.background.Err() != nil:
+			case errors.Is(err, store.ErrFenced):
+				cp.log.Error("installation lease lost: another `ate up` may have taken this database over", "err", err)
+				return
+			default:
+				cp.log.Warn("installation lease not renewed; retrying", "err", err)
 			}
 		}
 	})

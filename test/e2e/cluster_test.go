@@ -40,6 +40,9 @@ type component struct {
 	log  strings.Builder
 	done chan struct{}
 	err  error
+	// ready gets the first log record of the running process whose msg
+	// is the ready message launch was given.
+	ready chan map[string]any
 }
 
 // startComponent runs `ate <args…>` and waits for the log record readyMsg;
@@ -47,18 +50,35 @@ type component struct {
 // terminate) with the same arguments.
 func startComponent(t testing.TB, name, readyMsg string, args ...string) (*component, map[string]any) {
 	t.Helper()
+	c := launchComponent(t, name, readyMsg, args...)
+	return c, c.waitReady()
+}
+
+// launchComponent runs `ate <args…>` without waiting for it: several
+// started together (waitReady each afterwards, on the test's goroutine)
+// race as processes do.
+func launchComponent(t testing.TB, name, readyMsg string, args ...string) *component {
+	t.Helper()
 	c := &component{t: t, name: name, args: args, done: make(chan struct{})}
-	fields := c.start(readyMsg)
+	c.launch(readyMsg)
 	t.Cleanup(func() {
 		c.terminate(90 * time.Second)
 		if t.Failed() {
 			t.Logf("%s log:\n%s", c.name, c.logText())
 		}
 	})
-	return c, fields
+	return c
 }
 
+// start runs the component again (after kill or terminate) with the same
+// arguments and waits for the log record readyMsg.
 func (c *component) start(readyMsg string) map[string]any {
+	c.t.Helper()
+	c.launch(readyMsg)
+	return c.waitReady()
+}
+
+func (c *component) launch(readyMsg string) {
 	c.t.Helper()
 	cmd := exec.Command(ateBin, c.args...)
 	cmd.Dir = repoDir
@@ -70,7 +90,8 @@ func (c *component) start(readyMsg string) map[string]any {
 		c.t.Fatal(err)
 	}
 	c.cmd, c.done = cmd, make(chan struct{})
-	ready := make(chan map[string]any, 1)
+	c.ready = make(chan map[string]any, 1)
+	done, ready := c.done, c.ready
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -88,10 +109,16 @@ func (c *component) start(readyMsg string) map[string]any {
 			}
 		}
 		c.err = cmd.Wait()
-		close(c.done)
+		close(done)
 	}()
+}
+
+// waitReady waits for the ready record of the process launch started
+// and returns its fields.
+func (c *component) waitReady() map[string]any {
+	c.t.Helper()
 	select {
-	case rec := <-ready:
+	case rec := <-c.ready:
 		return rec
 	case <-c.done:
 		c.t.Fatalf("%s exited before it was ready (%v); log:\n%s", c.name, c.err, c.logText())

@@ -76,18 +76,14 @@ func startHA(t *testing.T, workers int) *haCluster {
 	h.snaps = h.s3.URL("e2e")
 	db := h.pg.NewDatabase(t)
 	h.addrs = [2]string{freeAddr(t), freeAddr(t)}
-	var wg sync.WaitGroup
+	// Both at once: their migrations race for the advisory lock.
 	for i := range h.apis {
-		// Both at once: their migrations race for the advisory lock.
-		wg.Go(func() {
-			h.apis[i], _ = startComponent(t, fmt.Sprintf("apiserver-%d", i), "ate apiserver ready", append([]string{"apiserver",
-				"--data-dir", filepath.Join(h.dir, fmt.Sprintf("api%d", i)), "--listen", h.addrs[i], "--store", db,
-				"--snapshots", h.snaps, "--log-level", "debug"}, haTiming...)...)
-		})
+		h.apis[i] = launchComponent(t, fmt.Sprintf("apiserver-%d", i), "ate apiserver ready", append([]string{"apiserver",
+			"--data-dir", filepath.Join(h.dir, fmt.Sprintf("api%d", i)), "--listen", h.addrs[i], "--store", db,
+			"--snapshots", h.snaps, "--log-level", "debug"}, haTiming...)...)
 	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
+	for _, api := range h.apis {
+		api.waitReady()
 	}
 	wantSchema(t, db)
 	h.api = h.apis[0]
@@ -330,7 +326,9 @@ func TestHAStalledReplicaIsFenced(t *testing.T) {
 	// The stopped replica's workflow goes on where it stood, and its
 	// writes are refused by the fence.
 	waitFor(t, "the woken replica's late write to be fenced", time.Minute, func() bool {
-		return strings.Contains(h.apis[0].logText(), "fenced")
+		// store.ErrFenced's words, in the refusal of the stalled
+		// replica's write or of its lease renewal.
+		return strings.Contains(h.apis[0].logText(), "expired or was taken over")
 	})
 	err := <-first
 	if err == nil {
@@ -419,14 +417,28 @@ func TestHAPostgresRestartUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	time.AfterFunc(5*time.Second, func() {
+	// The restart comes once the load is under way: 20 wake-ups served.
+	go func() {
+		defer close(restarted)
+		for {
+			mu.Lock()
+			n := served[0] + served[1] + served[2]
+			mu.Unlock()
+			if n >= 20 {
+				break
+			}
+			if time.Now().After(deadline) {
+				fail("only %d wake-ups served before the load ended: PostgreSQL never restarted under load", n)
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // polling the count, bounded by the load's deadline
+		}
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		if err := h.pg.Restart(rctx); err != nil {
 			fail("restart PostgreSQL: %v", err)
 		}
-		close(restarted)
-	})
+	}()
 	wg.Wait()
 	<-restarted
 	if len(problems) > 0 {

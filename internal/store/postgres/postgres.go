@@ -89,8 +89,8 @@ var _ store.Store = (*Store)(nil)
 // postgresql://…, with libpq's parameters: sslmode, connect_timeout,
 // pool_max_conns, …), applies the embedded migrations, loads the worker
 // view and starts its listener. Defaults: connect_timeout 10 s;
-// pool_max_conns pgxpool's, the larger of 4 and the number of CPUs; one
-// more connection, outside the pool, listens for worker changes.
+// pool_max_conns defaultMaxConns (32); one more connection, outside the
+// pool, listens for worker changes.
 //
 // Errors: store.ErrUnavailable (naming host:port) when the server cannot
 // be reached within ctx or the connect timeout, for the caller to retry

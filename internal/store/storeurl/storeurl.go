@@ -85,11 +85,16 @@ func boltPath(u, def string) (string, error) {
 	return filepath.Abs(u)
 }
 
-// Redact returns u with any password replaced, for logs and errors.
+// Redact returns u with any password replaced, for logs and errors: the
+// URL's own and a password= parameter (libpq's form, which pgx takes).
 func Redact(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {
 		return "<unparsable store URL>"
+	}
+	if q := p.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		p.RawQuery = q.Encode()
 	}
 	return p.Redacted()
 }

@@ -1,7 +1,8 @@
 -- The first schema of the PostgreSQL store. Forward-only: there is no
 -- Down section; a change is a new, higher-numbered file.
 --
--- Each record is the JSON bolt stores (internal/codec) in `record`, and
+-- Each record is the JSON bolt stores (internal/codec) in `record` (bytea:
+-- nothing queries inside it, and jsonb refuses strings with a NUL byte), and
 -- the fields that queries filter, join, lock or compare on are real
 -- columns beside it, written from the same struct in the same statement.
 -- Times live in the JSON (RFC 3339, nanoseconds: they round-trip
@@ -14,7 +15,7 @@
 -- +goose Up
 CREATE TABLE atespaces (
 	name   text COLLATE "C" PRIMARY KEY,
-	record jsonb NOT NULL
+	record bytea NOT NULL
 );
 
 CREATE TABLE templates (
@@ -26,7 +27,7 @@ CREATE TABLE templates (
 	version  bigint NOT NULL,
 	-- The ActorTemplateSpec in protobuf wire form: it is an API message.
 	spec     bytea NOT NULL,
-	record   jsonb NOT NULL,
+	record   bytea NOT NULL,
 	UNIQUE (atespace, name)
 );
 
@@ -41,7 +42,7 @@ CREATE TABLE actors (
 	state    text NOT NULL,
 	-- The worker the actor holds; NULL when none.
 	worker   text COLLATE "C",
-	record   jsonb NOT NULL,
+	record   bytea NOT NULL,
 	-- An actor's template (and so its atespace) cannot be deleted under it.
 	FOREIGN KEY (atespace, template) REFERENCES templates (atespace, name)
 );

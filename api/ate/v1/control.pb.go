@@ -2901,6 +2901,147 @@ func (*ListNodesRequest) Descriptor() ([]byte, []int) {
 	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
+type DrainNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// reason is logged and shown in the node's message.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *DrainNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RemoveNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
+}
+
 type ListNodesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -2910,7 +3051,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3063,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3076,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3158,7 +3299,14 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\ffree_workers\x18\a \x01(\x05R\vfreeWorkers\x12A\n" +
 	"\x0elast_heartbeat\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12\x18\n" +
 	"\amessage\x18\t \x01(\tR\amessage\"\x12\n" +
-	"\x10ListNodesRequest\"7\n" +
+	"\x10ListNodesRequest\">\n" +
+	"\x10DrainNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"?\n" +
+	"\x11RemoveNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x14\n" +
+	"\x12RemoveNodeResponse\"7\n" +
 	"\x11ListNodesResponse\x12\"\n" +
 	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes*\x97\x01\n" +
 	"\n" +
@@ -3179,8 +3327,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xfb\n" +
-	"\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xf5\v\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -3203,7 +3350,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\vRevertActor\x12\x1a.ate.v1.RevertActorRequest\x1a\r.ate.v1.Actor\x12O\n" +
 	"\x0eRecordActivity\x12\x1d.ate.v1.RecordActivityRequest\x1a\x1e.ate.v1.RecordActivityResponse\x12F\n" +
 	"\vListWorkers\x12\x1a.ate.v1.ListWorkersRequest\x1a\x1b.ate.v1.ListWorkersResponse\x12@\n" +
-	"\tListNodes\x12\x18.ate.v1.ListNodesRequest\x1a\x19.ate.v1.ListNodesResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\tListNodes\x12\x18.ate.v1.ListNodesRequest\x1a\x19.ate.v1.ListNodesResponse\x123\n" +
+	"\tDrainNode\x12\x18.ate.v1.DrainNodeRequest\x1a\f.ate.v1.Node\x12C\n" +
+	"\n" +
+	"RemoveNode\x12\x19.ate.v1.RemoveNodeRequest\x1a\x1a.ate.v1.RemoveNodeResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -3218,7 +3368,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -3268,23 +3418,26 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*ListWorkersResponse)(nil),         // 45: ate.v1.ListWorkersResponse
 	(*Node)(nil),                        // 46: ate.v1.Node
 	(*ListNodesRequest)(nil),            // 47: ate.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 48: ate.v1.ListNodesResponse
-	nil,                                 // 49: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 50: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 51: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 52: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 53: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 54: google.protobuf.Timestamp
+	(*DrainNodeRequest)(nil),            // 48: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 49: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 50: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 51: ate.v1.ListNodesResponse
+	nil,                                 // 52: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 53: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 54: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 55: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 56: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 57: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	54, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	57, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	49, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	52, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	10, // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	14, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	9,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	15, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	50, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	53, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	12, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	11, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	13, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -3293,25 +3446,25 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	18, // 13: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	16, // 14: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	20, // 15: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	54, // 16: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	57, // 16: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	21, // 17: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	21, // 18: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 19: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	51, // 20: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	54, // 21: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	54, // 22: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	54, // 23: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	54, // 20: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	57, // 21: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	57, // 22: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	57, // 23: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 24: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
 	28, // 25: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	28, // 26: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	52, // 27: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	55, // 27: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 28: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 29: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	54, // 30: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	57, // 30: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	40, // 31: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	53, // 32: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	56, // 32: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	43, // 33: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	54, // 34: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	57, // 34: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	46, // 35: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
 	3,  // 36: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
 	4,  // 37: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
@@ -3333,28 +3486,32 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	41, // 53: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
 	44, // 54: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
 	47, // 55: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	2,  // 56: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	2,  // 57: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	6,  // 58: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	8,  // 59: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	21, // 60: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	21, // 61: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	25, // 62: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	27, // 63: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	28, // 64: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	28, // 65: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	32, // 66: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	28, // 67: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	35, // 68: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	28, // 69: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	28, // 70: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	28, // 71: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	28, // 72: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	42, // 73: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	45, // 74: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	48, // 75: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	56, // [56:76] is the sub-list for method output_type
-	36, // [36:56] is the sub-list for method input_type
+	48, // 56: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	49, // 57: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	2,  // 58: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	2,  // 59: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	6,  // 60: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	8,  // 61: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	21, // 62: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	21, // 63: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	25, // 64: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	27, // 65: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	28, // 66: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	28, // 67: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	32, // 68: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	28, // 69: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	35, // 70: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	28, // 71: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	28, // 72: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	28, // 73: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	28, // 74: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	42, // 75: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	45, // 76: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	51, // 77: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	46, // 78: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	50, // 79: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	58, // [58:80] is the sub-list for method output_type
+	36, // [36:58] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -3372,7 +3529,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

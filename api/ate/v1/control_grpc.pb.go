@@ -43,6 +43,8 @@ const (
 	Control_RecordActivity_FullMethodName      = "/ate.v1.Control/RecordActivity"
 	Control_ListWorkers_FullMethodName         = "/ate.v1.Control/ListWorkers"
 	Control_ListNodes_FullMethodName           = "/ate.v1.Control/ListNodes"
+	Control_DrainNode_FullMethodName           = "/ate.v1.Control/DrainNode"
+	Control_RemoveNode_FullMethodName          = "/ate.v1.Control/RemoveNode"
 )
 
 // ControlClient is the client API for Control service.
@@ -94,6 +96,20 @@ type ControlClient interface {
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 	// ListNodes lists the node agents this API server knows (node.proto).
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
+	// DrainNode places nothing new on a node and puts away what it holds:
+	// its running actors are suspended and its paused checkpoints uploaded,
+	// so they resume on any node. It returns the node once the drain has
+	// started (phase DRAINING); the node's message says when it is done.
+	// Draining a draining node does nothing. NOT_FOUND for a node this API
+	// server does not know. The Kubernetes controller calls it for a
+	// terminating worker Pod.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error)
+	// RemoveNode forgets a node that is gone (its worker Pod was deleted):
+	// its workers leave the pool, the actors they held become CRASHED at
+	// their last durable snapshot (resumable on another node), and its
+	// PAUSED actors resume from their last durable snapshot. Removing an
+	// unknown or already removed node succeeds.
+	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 }
 
 type controlClient struct {
@@ -304,6 +320,26 @@ func (c *controlClient) ListNodes(ctx context.Context, in *ListNodesRequest, opt
 	return out, nil
 }
 
+func (c *controlClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Node)
+	err := c.cc.Invoke(ctx, Control_DrainNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveNodeResponse)
+	err := c.cc.Invoke(ctx, Control_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -353,6 +389,20 @@ type ControlServer interface {
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	// ListNodes lists the node agents this API server knows (node.proto).
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
+	// DrainNode places nothing new on a node and puts away what it holds:
+	// its running actors are suspended and its paused checkpoints uploaded,
+	// so they resume on any node. It returns the node once the drain has
+	// started (phase DRAINING); the node's message says when it is done.
+	// Draining a draining node does nothing. NOT_FOUND for a node this API
+	// server does not know. The Kubernetes controller calls it for a
+	// terminating worker Pod.
+	DrainNode(context.Context, *DrainNodeRequest) (*Node, error)
+	// RemoveNode forgets a node that is gone (its worker Pod was deleted):
+	// its workers leave the pool, the actors they held become CRASHED at
+	// their last durable snapshot (resumable on another node), and its
+	// PAUSED actors resume from their last durable snapshot. Removing an
+	// unknown or already removed node succeeds.
+	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -422,6 +472,12 @@ func (UnimplementedControlServer) ListWorkers(context.Context, *ListWorkersReque
 }
 func (UnimplementedControlServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
+}
+func (UnimplementedControlServer) DrainNode(context.Context, *DrainNodeRequest) (*Node, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainNode not implemented")
+}
+func (UnimplementedControlServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -804,6 +860,42 @@ func _Control_ListNodes_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DrainNode(ctx, req.(*DrainNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RemoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RemoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -890,6 +982,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodes",
 			Handler:    _Control_ListNodes_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _Control_DrainNode_Handler,
+		},
+		{
+			MethodName: "RemoveNode",
+			Handler:    _Control_RemoveNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -16,3 +16,7 @@ bash hack/install-kube.sh >/dev/null
 kube=$cache/kube/bin
 "$kube/controller-gen" object paths=./pkg/apis/...
 "$kube/controller-gen" crd paths=./pkg/apis/... output:crd:artifacts:config=deploy/crds
+# The CRD chart carries them as templates (Helm never upgrades a chart's
+# crds/ directory): byte-identical copies, which deploy's tests check.
+rm -f deploy/helm/substrate-crds/templates/ate.substrate.dev_*.yaml
+cp deploy/crds/ate.substrate.dev_*.yaml deploy/helm/substrate-crds/templates/

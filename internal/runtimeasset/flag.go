@@ -42,7 +42,7 @@ func ParseFlags(name string, values []string) ([]Asset, error) {
 			return nil, err
 		}
 		if seen[a.Architecture] {
-			return nil, fmt.Errorf("%s is given twice for %s: give one value per architecture", name, a.Architecture)
+			return nil, fmt.Errorf("%q: a second %s for %s: give one value per architecture", v, name, a.Architecture)
 		}
 		seen[a.Architecture] = true
 		out = append(out, a)

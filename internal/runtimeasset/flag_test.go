@@ -64,7 +64,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"none", nil, 0, ""},
 		{"one per architecture", []string{amd, arm}, 2, ""},
-		{"same architecture twice", []string{amd, "amd64=" + sumB + "@https://example.com/runsc"}, 0, "runsc is given twice for amd64"},
+		{"same architecture twice", []string{amd, "amd64=" + sumB + "@https://example.com/runsc"}, 0, "a second runsc for amd64: give one value per architecture"},
 		{"one malformed", []string{amd, "arm64"}, 0, `"arm64": want ARCH=SHA256@URL`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -123,7 +123,9 @@ type Options struct {
 	Timeout time.Duration
 	// MaxBytes bounds a fetched file in bytes; zero means DefaultMaxBytes.
 	MaxBytes int64
-	Logger   *slog.Logger
+	// Logger gets one Info line per Resolve (cached or fetched); nil
+	// discards it.
+	Logger *slog.Logger
 }
 
 // Resolve returns the absolute path of the verified file of the asset
@@ -180,9 +182,13 @@ func Resolve(ctx context.Context, opts Options, name string, assets []Asset) (st
 	start := time.Now()
 	n, err := fetch(ctx, opts, a, dir, final, maxBytes)
 	if err != nil {
+		// Removes the digest's directory only if it is empty: a failed
+		// fetch leaves no trace, and one running alongside is not
+		// disturbed.
+		_ = os.Remove(dir)
 		return "", err
 	}
-	log.Info("runtime asset fetched and verified", "path", final, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
+	log.Info("runtime asset fetched and verified", "path", final, "bytes", n, "duration", time.Since(start))
 	return final, nil
 }
 

@@ -13,6 +13,10 @@ bash hack/install-seaweedfs.sh
 # The PostgreSQL store's tests run a real PostgreSQL (Debian's package;
 # pgtest starts its own server, as the postgres user when root).
 bash hack/install-postgres.sh
+# The Kubernetes-mode tests run a real kube-apiserver + etcd (envtest), and
+# helm, kustomize and controller-gen; built once, cached (~20 min on a
+# fresh 2-core machine, most of it kube-apiserver).
+bash hack/install-kube.sh
 go vet ./...
 "${ATE_CACHE:-$HOME/.cache/ate}/bin/staticcheck" ./...
 # One iteration of every benchmark (~1 min), so no harness can rot;

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -11,6 +12,7 @@ import (
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/up"
 )
 
@@ -82,6 +84,7 @@ func apiserverCommand() *cobra.Command {
 func nodeCommand() *cobra.Command {
 	var cfg up.NodeAgentConfig
 	var labels map[string]string
+	var runscAssets []string
 	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required): host:port, a comma-separated list of replicas, or dns:///name:port")
@@ -97,12 +100,17 @@ func nodeCommand() *cobra.Command {
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
 			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "gvisor, or fake (in-process stand-ins)")
 			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc)")
+			f.StringArrayVar(&runscAssets, "runsc-asset", nil, "ARCH=SHA256@URL (repeatable, one per architecture): fetch runsc from an https://, http:// or file:// URL into <data-dir>/runtime, verify its sha256 and run it instead of --runsc; the value for this machine's architecture is used")
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger, cfg.Node.Labels = log, labels
+			var err error
+			if cfg.RunscAssets, err = runtimeasset.ParseFlags("runsc", runscAssets); err != nil {
+				return fmt.Errorf("--runsc-asset %w", err)
+			}
 			return up.RunNode(ctx, cfg)
 		})
 }

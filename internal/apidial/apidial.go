@@ -77,7 +77,7 @@ func ServerOptions() []grpc.ServerOption {
 var idempotent = []string{
 	"GetAtespace", "ListAtespaces", "GetActorTemplate", "ListActorTemplates",
 	"GetActor", "ListActors", "ListWorkers", "ListNodes", "RecordActivity",
-	"ResumeActor", "SuspendActor", "PauseActor",
+	"ResumeActor", "SuspendActor", "PauseActor", "DrainNode", "RemoveNode",
 }
 
 // retryableCodes are retried: UNAVAILABLE is what a dead or stopping

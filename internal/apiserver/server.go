@@ -35,7 +35,7 @@ type Server struct {
 	// images, if set, checks templates' images at creation (images.go).
 	images ImageInspector
 	// nodes answers ListNodes; nil lists none.
-	nodes NodeLister
+	nodes Nodes
 	log   *slog.Logger
 }
 

@@ -95,6 +95,9 @@ type Registry struct {
 	wf       Workflows
 	members  map[string]*member
 	byWorker map[string]string // worker → node, live members only
+	// draining names the nodes drained by Drain (DrainNode), with why:
+	// they stay DRAINING across re-registrations until Remove.
+	draining map[string]string
 }
 
 // member is one node as the registry knows it.
@@ -559,7 +562,19 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	for _, w := range m.workers {
 		r.byWorker[w] = name
 	}
+	reason, drained := r.draining[name]
+	if drained {
+		m.phase = PhaseDraining
+	}
 	r.mu.Unlock()
+	if drained {
+		// Drained by DrainNode before this session: drain this
+		// incarnation too (it may host actors placed meanwhile by
+		// another replica).
+		if _, err := r.Drain(ctx, name, reason); err != nil {
+			r.log.WarnContext(ctx, "drain re-registered node", "node", name, "err", err)
+		}
+	}
 	return m, stops, nil
 }
 

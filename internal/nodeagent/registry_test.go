@@ -24,12 +24,19 @@ type lostRecorder struct {
 	st   store.Store
 	mu   sync.Mutex
 	lost []string
+	// suspended receives the node of each SuspendNode, when not nil.
+	suspended chan string
 }
 
 func (l *lostRecorder) WorkerExited(string, string)                   {}
 func (l *lostRecorder) WorkerIdle(string)                             {}
 func (l *lostRecorder) SelfRequest(string, string, checkpoint.Action) {}
-func (l *lostRecorder) SuspendNode(context.Context, string) error     { return nil }
+func (l *lostRecorder) SuspendNode(_ context.Context, node string) error {
+	if l.suspended != nil {
+		l.suspended <- node
+	}
+	return nil
+}
 func (l *lostRecorder) ClaimsNotHosted(ctx context.Context, ws []*store.Worker, why string, _ time.Time) error {
 	return l.WorkersLost(ctx, ws, why)
 }

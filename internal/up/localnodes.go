@@ -2,11 +2,13 @@ package up
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/store"
 )
@@ -34,4 +36,15 @@ func (l localNodes) List(ctx context.Context) ([]*atev1.Node, error) {
 		}
 	}
 	return []*atev1.Node{n}, nil
+}
+
+// Drain refuses: `ate up`'s node is in the same process and leaves with
+// it (SIGTERM suspends its actors).
+func (l localNodes) Drain(context.Context, string, string) (*atev1.Node, error) {
+	return nil, fmt.Errorf("ate up's in-process node %s cannot be drained: stop ate up to suspend its actors: %w", l.name, lifecycle.ErrFailedPrecondition)
+}
+
+// Remove refuses, as Drain.
+func (l localNodes) Remove(context.Context, string, string) error {
+	return fmt.Errorf("ate up's in-process node %s cannot be removed: %w", l.name, lifecycle.ErrFailedPrecondition)
 }

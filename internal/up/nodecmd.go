@@ -23,6 +23,7 @@ import (
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/storeurl"
@@ -49,6 +50,11 @@ type NodeAgentConfig struct {
 	// derived from Name and DataDir), Labels, SandboxClass, NoStandbys.
 	Node   node.Config
 	Gvisor gvisor.Config
+	// RunscAssets (--runsc-asset) are runsc per architecture by URL and
+	// sha256: with the gvisor class, the one for this machine is fetched
+	// into <DataDir>/runtime and verified before any sandbox is touched,
+	// and runs instead of Gvisor.RunscPath, which must then be empty.
+	RunscAssets []runtimeasset.Asset
 	// ManagementAddr serves /healthz, /readyz (ready once registered),
 	// /metrics and pprof; empty means none.
 	ManagementAddr string
@@ -70,6 +76,9 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
+	}
+	if cfg.Gvisor, err = resolveRunsc(ctx, cfg, log); err != nil {
+		return err
 	}
 	snaps, err := storeurl.Open(ctx, cfg.Snapshots, storeurl.Options{
 		CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), CacheBytes: cfg.CacheBytes, Logger: log})
@@ -214,6 +223,9 @@ func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
 			return c, err
 		}
 	}
+	if c.Gvisor.RunscPath != "" && len(c.RunscAssets) > 0 {
+		return c, errors.New("--runsc and --runsc-asset are both given: give --runsc for a runsc installed on this machine, or --runsc-asset for one fetched and verified by its sha256, not both")
+	}
 	c.Advertise = orDefault(c.Advertise, "127.0.0.1")
 	c.Snapshots = orDefault(c.Snapshots, filepath.Join(c.DataDir, "snapshots"))
 	// Worker names are global across the cluster and name network
@@ -225,4 +237,24 @@ func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
 		c.DrainTimeout = 60 * time.Second
 	}
 	return c, nil
+}
+
+// resolveRunsc returns cfg.Gvisor with RunscPath set to the verified runsc
+// of cfg.RunscAssets for this machine, or unchanged when there are none.
+// Another sandbox class runs no runsc: the assets are not fetched.
+func resolveRunsc(ctx context.Context, cfg NodeAgentConfig, log *slog.Logger) (gvisor.Config, error) {
+	gc := cfg.Gvisor
+	if len(cfg.RunscAssets) == 0 {
+		return gc, nil
+	}
+	if cfg.Node.SandboxClass != "gvisor" {
+		log.Info("--runsc-asset not fetched: the sandbox class runs no runsc", "sandbox_class", cfg.Node.SandboxClass)
+		return gc, nil
+	}
+	path, err := runtimeasset.Resolve(ctx, runtimeasset.Options{CacheDir: filepath.Join(cfg.DataDir, "runtime"), Logger: log}, "runsc", cfg.RunscAssets)
+	if err != nil {
+		return gc, fmt.Errorf("--runsc-asset: %w", err)
+	}
+	gc.RunscPath = path
+	return gc, nil
 }

@@ -197,6 +197,12 @@ var clusterTiming = []string{"--node-heartbeat", "250ms", "--node-lost-after", "
 
 func startCluster(t testing.TB, nodes ...string) *cluster {
 	t.Helper()
+	return startClusterTimed(t, clusterTiming, nodes...)
+}
+
+// startClusterTimed is startCluster with the API server's timing flags.
+func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster {
+	t.Helper()
 	c := &cluster{t: t, s3: s3test.New(t), nodes: map[string]*component{}, dir: t.TempDir()}
 	t.Setenv("AWS_ACCESS_KEY_ID", c.s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", c.s3.SecretKey)
@@ -207,7 +213,7 @@ func startCluster(t testing.TB, nodes ...string) *cluster {
 	var fields map[string]any
 	c.api, fields = startComponent(t, "apiserver", "ate apiserver ready", append([]string{"apiserver",
 		"--data-dir", filepath.Join(c.dir, "api"), "--listen", apiListen, "--snapshots", c.snaps, "--log-level", "debug"},
-		clusterTiming...)...)
+		timing...)...)
 	apiAddr := fields["api"].(string)
 	for _, n := range nodes {
 		c.startNode(n, apiAddr)

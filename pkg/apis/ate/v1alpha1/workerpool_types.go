@@ -52,10 +52,9 @@ type WorkerPoolSpec struct {
 	// selectors match them. The controller adds ate.substrate.dev/pool.
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="label keys must be Kubernetes label keys: an optional DNS-subdomain prefix and '/', then at most 63 alphanumerics, '-', '_' or '.'"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="label values must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
 	// +kubebuilder:validation:XValidation:rule="!('ate.substrate.dev/pool' in self)",message="label ate.substrate.dev/pool is set by the controller to the pool's name"
 	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]LabelValue `json:"labels,omitempty"`
 
 	// SandboxClass is the sandbox runtime the workers run; it must be the
 	// API server's (`ate apiserver --sandbox-class`). Immutable.
@@ -81,6 +80,12 @@ type WorkerPoolSpec struct {
 	// +optional
 	Template WorkerPodTemplate `json:"template,omitempty"`
 }
+
+// LabelValue is a Kubernetes label value: at most 63 alphanumerics, '-',
+// '_' or '.', starting and ending alphanumeric, or empty.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
+type LabelValue string
 
 // WorkerPodTemplate is the subset of a Pod spec a WorkerPool passes on to
 // its worker Pods; the controller owns the rest (container, args,

@@ -1,0 +1,101 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/store"
+)
+
+// Drain is DrainNode (the Kubernetes controller's call for a terminating
+// worker Pod): the node gets no new actors, and its running actors are
+// suspended and its paused checkpoints uploaded in the background
+// (Workflows.SuspendNode), as when the node drains itself on SIGTERM. The
+// drain sticks to the name: a node that re-registers (its stream broke)
+// comes back DRAINING and is drained again, until Remove. It returns the
+// node as ListNodes shows it; store.ErrNotFound (wrapped) for a node this
+// registry does not know.
+//
+// Only this replica's registry learns the drain; other API server
+// replicas keep placing on the node until it drains itself (its Pod's
+// SIGTERM, which reaches every replica over the node's streams).
+func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node, error) {
+	r.mu.Lock()
+	m := r.members[name]
+	if m == nil {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("node %s: %w", name, store.ErrNotFound)
+	}
+	if r.draining == nil {
+		r.draining = map[string]string{}
+	}
+	r.draining[name] = reason
+	if m.phase == PhaseReady {
+		m.phase = PhaseDraining
+	}
+	live := m.live()
+	wf := r.wf
+	r.mu.Unlock()
+	if live && wf != nil {
+		m.drainOnce.Do(func() {
+			r.log.InfoContext(ctx, "node draining", "node", name, "reason", reason)
+			go func() {
+				msg := "drained (" + reason + ")"
+				if err := wf.SuspendNode(context.WithoutCancel(ctx), name); err != nil {
+					r.log.Warn("drain node", "node", name, "err", err)
+					msg = "drain (" + reason + ") failed: " + err.Error()
+				}
+				r.mu.Lock()
+				if r.members[name] == m && m.phase == PhaseDraining {
+					m.message = msg
+				}
+				r.mu.Unlock()
+			}()
+		})
+	}
+	return r.describe(ctx, name)
+}
+
+// Remove is RemoveNode (the Kubernetes controller's call for a deleted
+// worker Pod): the node is declared lost now instead of at the heartbeat
+// deadline, so its actors become CRASHED at their last durable snapshot
+// and resume elsewhere at their next request, and every worker record of
+// the node leaves the store (Workflows.WorkersLost), also those of a node
+// this replica never heard from. The name is forgotten: ListNodes no
+// longer shows it. Removing an unknown node succeeds.
+func (r *Registry) Remove(ctx context.Context, name, reason string) error {
+	why := "removed: " + reason
+	r.declareLost(ctx, name, 0, why)
+	workers, err := r.workersOf(ctx, name)
+	if err != nil {
+		return err
+	}
+	if wf := r.workflows(); wf != nil && len(workers) > 0 {
+		if err := wf.WorkersLost(ctx, workers, "node "+name+" "+why+": memory since the last snapshot was lost"); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	if m := r.members[name]; m != nil && m.phase == PhaseLost {
+		delete(r.members, name)
+	}
+	delete(r.draining, name)
+	r.mu.Unlock()
+	r.log.InfoContext(ctx, "node removed", "node", name, "reason", reason)
+	return nil
+}
+
+// describe returns node name as List shows it.
+func (r *Registry) describe(ctx context.Context, name string) (*atev1.Node, error) {
+	nodes, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.GetName() == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("node %s: %w", name, store.ErrNotFound)
+}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,8 +87,15 @@ type rendering struct {
 	helmArgs  []string
 }
 
+// rendered caches each rendering's output by name: the tools run once per
+// test binary, and every caller decodes its own objects.
+var rendered sync.Map
+
 func (r rendering) render(t testing.TB) []*unstructured.Unstructured {
 	t.Helper()
+	if out, ok := rendered.Load(r.name); ok {
+		return decode(t, out.([]byte))
+	}
 	var out []byte
 	if r.kustomize != "" {
 		out = run(t, tool(t, "kustomize"), "build", filepath.Join(dir(), r.kustomize))
@@ -94,6 +103,7 @@ func (r rendering) render(t testing.TB) []*unstructured.Unstructured {
 		args := append([]string{"template", "substrate", filepath.Join(dir(), r.chart), "--namespace", namespace}, r.helmArgs...)
 		out = run(t, tool(t, "helm"), args...)
 	}
+	rendered.Store(r.name, out)
 	return decode(t, out)
 }
 
@@ -207,6 +217,15 @@ func TestCRDChartIsDeployCRDs(t *testing.T) {
 	if err != nil || len(want) == 0 {
 		t.Fatalf("no CRDs in deploy/crds (%v): run make generate", err)
 	}
+	// Helm installs a chart's crds/ once and never upgrades it.
+	if _, err := os.Stat(filepath.Join(dir(), "helm", "substrate-crds", "crds")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("substrate-crds has a crds/ directory (%v): helm upgrade would never upgrade what is in it", err)
+	}
+	for _, r := range componentRenderings {
+		if crds := ofKind(r.render(t), "CustomResourceDefinition"); r.chart != "" && len(crds) > 0 {
+			t.Errorf("%s renders CRD %s: the CRDs belong to substrate-crds alone", r.name, crds[0].GetName())
+		}
+	}
 	tmplDir := filepath.Join(dir(), "helm", "substrate-crds", "templates")
 	got, err := filepath.Glob(filepath.Join(tmplDir, "*"))
 	if err != nil {
@@ -241,11 +260,11 @@ func TestCRDChartIsDeployCRDs(t *testing.T) {
 			}
 		})
 	}
-	rendered := helmCRDs.render(t)
-	if len(rendered) != len(wantObjs) {
-		t.Errorf("substrate-crds renders %d objects, deploy/crds has %d", len(rendered), len(wantObjs))
+	crds := helmCRDs.render(t)
+	if len(crds) != len(wantObjs) {
+		t.Errorf("substrate-crds renders %d objects, deploy/crds has %d", len(crds), len(wantObjs))
 	}
-	for _, o := range rendered {
+	for _, o := range crds {
 		if w := wantObjs[o.GetName()]; w == nil || !reflect.DeepEqual(o.Object, w.Object) {
 			t.Errorf("rendered %s %s is not deploy/crds' (template syntax in a description?)", o.GetKind(), o.GetName())
 		}

@@ -81,13 +81,19 @@ func apiserverCommand() *cobra.Command {
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunAPIServer(ctx, cfg) })
 }
 
+// apiFlagHelp is the --api help of every component that dials the API
+// server (internal/apidial reads the forms).
+const apiFlagHelp = "the API server's gRPC address (required): host:port, a comma-separated list of replicas, dns:///name:port, " +
+	"or k8s:///service.namespace:port (the Service's ready endpoints from its EndpointSlices, port by name or number; " +
+	"in-cluster config or $KUBECONFIG; needs get on services, list and watch on endpointslices)"
+
 func nodeCommand() *cobra.Command {
 	var cfg up.NodeAgentConfig
 	var labels map[string]string
 	var runscAssets []string
 	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server", "",
 		func(f *pflag.FlagSet) {
-			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required): host:port, a comma-separated list of replicas, or dns:///name:port")
+			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for images, paused checkpoints, the snapshot cache and worker state (default $HOME/.ate-node)")
 			f.StringVar(&cfg.Node.Name, "name", "", "node name, unique in the cluster (default the host name)")
 			f.StringVar(&cfg.Advertise, "advertise", "127.0.0.1", "address the API server and routers reach this node at; the agent and tunnel listen on it")
@@ -119,7 +125,7 @@ func routerCommand() *cobra.Command {
 	var cfg up.RouterRunConfig
 	return componentCommand("router", "Run the HTTP router alone, in front of an API server and its nodes' worker tunnels", "",
 		func(f *pflag.FlagSet) {
-			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address (required): host:port, a comma-separated list of replicas, or dns:///name:port")
+			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.Router.Addr, "listen", up.DefaultRouterAddr, "HTTP listen address")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
 			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")

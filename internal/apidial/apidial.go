@@ -1,6 +1,6 @@
 // Package apidial connects components and the CLI to the API server,
 // which may run as several replicas over one store. An --api value names
-// them one of three ways:
+// them one of four ways:
 //
 //	host:port              one replica
 //	a:7070,b:7070          several, listed
@@ -9,6 +9,19 @@
 //	                       are found when a connection is re-established;
 //	                       the API server's MaxConnectionAge makes that
 //	                       happen about hourly, MaxConnectionAge below)
+//	k8s:///svc.ns:grpc     the ready endpoints of Kubernetes Service svc in
+//	                       namespace ns (optional: default the Pod's own,
+//	                       else "default") at the port named grpc or
+//	                       numbered (internal/k8s/resolver), followed
+//	                       through its EndpointSlices: a replica is used as
+//	                       soon as it is ready and no more once it is not
+//
+// Only k8s:/// targets need Kubernetes: the client is built from the
+// kubeconfig (client-go's default loading rules: $KUBECONFIG,
+// ~/.kube/config, else the in-cluster service account; WithKubeconfig
+// picks a file and context) when such a target is dialled, never for the
+// other forms. It needs, in the Service's namespace, list and watch on
+// endpointslices (API group discovery.k8s.io) and get on services.
 //
 // Calls are balanced round-robin over the replicas, and idempotent calls
 // that fail with UNAVAILABLE before a replica answered (a replica killed
@@ -32,6 +45,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+
+	k8sresolver "substrate.dev/ate/internal/k8s/resolver"
 )
 
 // MaxConnectionAge and MaxConnectionAgeGrace are what API servers set on
@@ -121,17 +136,40 @@ func serviceConfig() string {
 	return string(b)
 }
 
-// Dial returns a lazy connection to the replicas target names (package
-// doc). Reconnects are tried at least every second: grpc-go's default
-// backoff grows to 120 s, so a node found its restarted API server only
-// after its loss deadline (5 s). opts come after ours (transport
-// credentials are ours for now: every component listens without TLS).
-// Errors: a malformed target.
+// Dial is DialContext with a background context: a k8s:/// target's
+// start-up wait is still bounded, by its sync timeout (WithSyncTimeout).
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return DialContext(context.Background(), target, opts...)
+}
+
+// DialContext returns a lazy connection to the replicas target names
+// (package doc). Reconnects are tried at least every second: grpc-go's
+// default backoff grows to 120 s, so a node found its restarted API
+// server only after its loss deadline (5 s). opts come after ours
+// (transport credentials are ours for now: every component listens
+// without TLS); apidial's own options (WithKubeconfig, WithSyncTimeout,
+// WithLogger) may be among them.
+//
+// A k8s:/// target is not lazy at start-up: DialContext waits, within
+// ctx and the sync timeout (default 30 s), until the Service's
+// EndpointSlices have been listed, so missing RBAC fails here, naming
+// the permission to grant, instead of leaving a connection that is never
+// ready. Errors: a malformed target, an unloadable kubeconfig, that
+// start-up failure.
+func DialContext(ctx context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if strings.HasPrefix(target, k8sresolver.Scheme+":///") {
+		return dialK8s(ctx, target, opts)
+	}
 	t, extra, err := resolve(target)
 	if err != nil {
 		return nil, err
 	}
+	return newClient(target, t, extra, opts)
+}
+
+// newClient makes the connection for a resolved target t (grpc-go's form
+// of target) with our options, extra (the resolver's), then opts.
+func newClient(target, t string, extra, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig()),
@@ -149,7 +187,7 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 }
 
 // Split returns the replicas a listed target names, one per entry, and a
-// one-element slice for a single address or a dns:/// name.
+// one-element slice for a single address, a dns:/// or a k8s:/// name.
 func Split(target string) ([]string, error) {
 	if err := validate(target); err != nil {
 		return nil, err
@@ -161,12 +199,17 @@ func Split(target string) ([]string, error) {
 }
 
 // Replicas returns the address of every replica target names now: the
-// entries of a list, the one address given, or every address a dns:///
-// name resolves to (host:port each, sorted). A node agent keeps a session
-// with each replica (nodeagent.Agent), so it needs them all, not a
-// balanced connection. Errors: a malformed target, a failed lookup.
-func Replicas(ctx context.Context, target string) ([]string, error) {
+// entries of a list, the one address given, every address a dns:///
+// name resolves to, or the ready endpoints of a k8s:/// Service
+// (host:port each, sorted; opts as for DialContext, the others ignored).
+// A node agent keeps a session with each replica (nodeagent.Agent), so
+// it needs them all, not a balanced connection. Errors: a malformed
+// target, a failed lookup.
+func Replicas(ctx context.Context, target string, opts ...grpc.DialOption) ([]string, error) {
 	addrs, err := Split(target)
+	if err == nil && strings.HasPrefix(target, k8sresolver.Scheme+":///") {
+		return k8sReplicas(ctx, target, opts)
+	}
 	if err != nil || !strings.HasPrefix(target, "dns:///") {
 		return addrs, err
 	}
@@ -210,14 +253,19 @@ var ErrTarget = errors.New("invalid API server address")
 func validate(target string) error {
 	switch {
 	case target == "":
-		return fmt.Errorf("%w: empty (want host:port, a comma-separated list of them, or dns:///name:port)", ErrTarget)
+		return fmt.Errorf("%w: empty (want host:port, a comma-separated list of them, dns:///name:port or k8s:///service.namespace:port)", ErrTarget)
+	case strings.HasPrefix(target, k8sresolver.Scheme+":///"):
+		if _, err := k8sresolver.ParseTarget(target); err != nil {
+			return fmt.Errorf("%w: %w", ErrTarget, err)
+		}
+		return nil
 	case strings.HasPrefix(target, "dns:///"):
 		if _, _, err := net.SplitHostPort(strings.TrimPrefix(target, "dns:///")); err != nil {
 			return fmt.Errorf("%w %q: %v (want dns:///name:port)", ErrTarget, target, err)
 		}
 		return nil
 	case strings.Contains(target, "://"), strings.Contains(target, ":/"):
-		return fmt.Errorf("%w %q: the only scheme understood is dns:/// (else host:port, or a comma-separated list)", ErrTarget, target)
+		return fmt.Errorf("%w %q: the only schemes understood are dns:/// and k8s:/// (else host:port, or a comma-separated list)", ErrTarget, target)
 	}
 	for _, a := range strings.Split(target, ",") {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {

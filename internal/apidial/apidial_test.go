@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +28,11 @@ func TestSplit(t *testing.T) {
 		{target: "127.0.0.1:7070", want: []string{"127.0.0.1:7070"}},
 		{target: "a:7070,b:7071", want: []string{"a:7070", "b:7071"}},
 		{target: "dns:///api.ate.svc:7070", want: []string{"dns:///api.ate.svc:7070"}},
+		{target: "k8s:///ate-apiserver.ate-system:grpc", want: []string{"k8s:///ate-apiserver.ate-system:grpc"}},
+		{target: "k8s:///ate-apiserver:443", want: []string{"k8s:///ate-apiserver:443"}},
+		{target: "k8s:///ate-apiserver.ate-system", bad: true},
+		{target: "k8s:///a.b.c:grpc", bad: true},
+		{target: "k8s://host/svc:grpc", bad: true},
 		{target: "", bad: true},
 		{target: "a:7070,", bad: true},
 		{target: "a", bad: true},
@@ -150,5 +158,39 @@ func TestReplicas(t *testing.T) {
 	}
 	if _, err := Replicas(ctx, "dns:///no-such-host.invalid:7070"); err == nil {
 		t.Fatal("Replicas of an unresolvable name succeeded")
+	}
+}
+
+// TestNoKubernetesNeeded: dns:/// and host:port targets dial and answer
+// with $KUBECONFIG naming a file that does not exist, no ~/.kube/config
+// and no in-cluster environment; only a k8s:/// target asks for a
+// kubeconfig, and says so.
+func TestNoKubernetesNeeded(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "no-such-kubeconfig"))
+	t.Setenv("HOME", t.TempDir())
+	for _, v := range []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
+		t.Setenv(v, "") // restored after the test
+		if err := os.Unsetenv(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := serve(t, &replica{name: "a"})
+	_, port, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, target := range []string{addr, "dns:///localhost:" + port} {
+		conn, err := DialContext(ctx, target)
+		if err != nil {
+			t.Fatalf("Dial(%s) = %v", target, err)
+		}
+		got, err := atev1.NewControlClient(conn).GetActor(ctx, &atev1.GetActorRequest{})
+		_ = conn.Close()
+		if err != nil || got.GetName() != "a" {
+			t.Fatalf("GetActor through %s = %v, %v", target, got, err)
+		}
+	}
+	_, err := DialContext(ctx, "k8s:///ate-apiserver.ate-system:grpc")
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Fatalf("Dial(k8s:///…) with no kubeconfig = %v; want an error about the kubeconfig", err)
 	}
 }

@@ -26,7 +26,8 @@ const EnvVar = "ATE_CONFIG"
 // written by a newer `ate up`.
 type Config struct {
 	// Server is the API server's gRPC address: host:port, a comma-separated
-	// list of replicas, or dns:///name:port (internal/apidial).
+	// list of replicas, dns:///name:port or k8s:///service.namespace:port
+	// (internal/apidial).
 	Server string `json:"server"`
 }
 

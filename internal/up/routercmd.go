@@ -40,7 +40,7 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	if rc.DrainTimeout <= 0 {
 		rc.DrainTimeout = router.DefaultDrainTimeout
 	}
-	conn, err := dialComponent(cfg.API)
+	conn, err := dialAPI(ctx, cfg.API, log)
 	if err != nil {
 		return fmt.Errorf("--api: %w", err)
 	}

@@ -1,0 +1,121 @@
+package apidial
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	k8sresolver "substrate.dev/ate/internal/k8s/resolver"
+)
+
+// k8sOption is an apidial setting carried among grpc.DialOptions, so
+// Dial keeps its signature for every caller; grpc-go ignores it
+// (grpc.EmptyDialOption).
+type k8sOption struct {
+	grpc.EmptyDialOption
+	apply func(*k8sSettings)
+}
+
+// k8sSettings are what k8s:/// targets are dialled with.
+type k8sSettings struct {
+	kubeconfig, context string
+	resolver            k8sresolver.Options
+}
+
+// WithKubeconfig makes k8s:/// targets use the kubeconfig file at path
+// (empty: client-go's default loading rules, $KUBECONFIG, ~/.kube/config,
+// else in-cluster) and its context kubeContext (empty: the file's
+// current context). Other targets ignore it.
+func WithKubeconfig(path, kubeContext string) grpc.DialOption {
+	return k8sOption{apply: func(s *k8sSettings) { s.kubeconfig, s.context = path, kubeContext }}
+}
+
+// WithSyncTimeout bounds how long DialContext waits for a k8s:///
+// target's EndpointSlices to be listed (default
+// k8sresolver.DefaultSyncTimeout, 30 s).
+func WithSyncTimeout(d time.Duration) grpc.DialOption {
+	return k8sOption{apply: func(s *k8sSettings) { s.resolver.SyncTimeout = d }}
+}
+
+// WithLogger is where a k8s:/// target's resolver logs list and watch
+// failures (default slog.Default()).
+func WithLogger(l *slog.Logger) grpc.DialOption {
+	return k8sOption{apply: func(s *k8sSettings) { s.resolver.Logger = l }}
+}
+
+func k8sSettingsOf(opts []grpc.DialOption) k8sSettings {
+	var s k8sSettings
+	for _, o := range opts {
+		if k, ok := o.(k8sOption); ok {
+			k.apply(&s)
+		}
+	}
+	return s
+}
+
+// kubeClient builds a clientset from s's kubeconfig. Called only for
+// k8s:/// targets: nothing else needs a kubeconfig or in-cluster env.
+func kubeClient(s k8sSettings) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = s.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: s.context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig for k8s:/// API server targets: %w", err)
+	}
+	cfg.UserAgent = "ate"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+// dialK8s dials a k8s:/// target (DialContext): the connection's
+// resolver is built over a watch this function has seen sync.
+func dialK8s(ctx context.Context, target string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
+	if err := validate(target); err != nil {
+		return nil, err
+	}
+	t, _ := k8sresolver.ParseTarget(target) // validated
+	s := k8sSettingsOf(opts)
+	cs, err := kubeClient(s)
+	if err != nil {
+		return nil, fmt.Errorf("connect to API server %s: %w", target, err)
+	}
+	b := k8sresolver.NewBuilder(cs, s.resolver)
+	// Our hold on the watch lasts until the connection's resolver holds
+	// it too, so the resolver starts on the synced cache, not a new one.
+	w, release := b.Acquire(t)
+	defer release()
+	if err := w.WaitSynced(ctx); err != nil {
+		return nil, fmt.Errorf("connect to API server %s: %w", target, err)
+	}
+	conn, err := newClient(target, t.String(), []grpc.DialOption{grpc.WithResolvers(b)}, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Builds the resolver now (grpc-go builds it on leaving idle), so it
+	// joins the synced watch before release.
+	conn.Connect()
+	return conn, nil
+}
+
+// k8sReplicas is Replicas for a k8s:/// target: one lookup.
+func k8sReplicas(ctx context.Context, target string, opts []grpc.DialOption) ([]string, error) {
+	t, _ := k8sresolver.ParseTarget(target) // validated by Split
+	s := k8sSettingsOf(opts)
+	cs, err := kubeClient(s)
+	if err != nil {
+		return nil, fmt.Errorf("resolve API server replicas %s: %w", target, err)
+	}
+	addrs, err := k8sresolver.Lookup(ctx, cs, t, s.resolver)
+	if err != nil {
+		return nil, fmt.Errorf("resolve API server replicas %s: %w", target, err)
+	}
+	return addrs, nil
+}

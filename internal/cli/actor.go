@@ -27,7 +27,7 @@ func (a *app) actorAction(cmd *cobra.Command, arg, verb string, rpc func(context
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (a *app) waitActor(cmd *cobra.Command, arg, cond string) error {
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}

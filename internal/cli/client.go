@@ -20,11 +20,13 @@ import (
 // Dial returns a client connection to the API server named by c. It is the
 // one place that decides transport security, so TLS and bearer tokens (new
 // ateconfig.Config fields) land here. Server may list several API server
-// replicas (package apidial). For now the server listens on loopback without
-// TLS, matching `ate up`. The connection is lazy: nothing is sent until the
-// first call. The caller must Close it.
-func Dial(c ateconfig.Config) (*grpc.ClientConn, error) {
-	conn, err := apidial.Dial(c.Server)
+// replicas or name a Kubernetes Service (package apidial; opts such as
+// apidial.WithKubeconfig say how to reach the cluster). For now the
+// server listens on loopback without TLS, matching `ate up`. The
+// connection is lazy, but for a k8s:/// server, whose EndpointSlices are
+// listed first (within ctx). The caller must Close it.
+func Dial(ctx context.Context, c ateconfig.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	conn, err := apidial.DialContext(ctx, c.Server, opts...)
 	if err != nil {
 		return nil, err // apidial names the server
 	}
@@ -42,7 +44,7 @@ type session struct {
 // connect validates the global flags, resolves the config and dials. Verbs
 // call it after validating their own arguments, so bad names are rejected
 // even when no server is configured.
-func (a *app) connect() (*session, error) {
+func (a *app) connect(ctx context.Context) (*session, error) {
 	if err := a.validateGlobals(); err != nil {
 		return nil, err
 	}
@@ -50,7 +52,11 @@ func (a *app) connect() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := Dial(c)
+	var opts []grpc.DialOption
+	if a.kubeMode() {
+		opts = append(opts, apidial.WithKubeconfig(a.kubeconfig, a.kubeContext))
+	}
+	conn, err := Dial(ctx, c, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (a *app) createTemplate(cmd *cobra.Command, file string) error {
 		return err
 	}
 	tmpl.Atespace = atespace
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (a *app) createAtespace(cmd *cobra.Command, name string) error {
 	if err := names.ValidateLabel("atespace", name); err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}

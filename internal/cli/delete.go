@@ -50,7 +50,7 @@ func (a *app) deleteActor(cmd *cobra.Command, arg string, force bool) error {
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (a *app) deleteTemplate(cmd *cobra.Command, arg string) error {
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (a *app) deleteAtespace(cmd *cobra.Command, name string) error {
 	if err := names.ValidateLabel("atespace", name); err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}

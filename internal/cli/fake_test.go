@@ -304,7 +304,14 @@ func sortedKeys[V any](m map[string]V) []string {
 // returns its address.
 func serve(t *testing.T, f *fakeControl) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveOn(t, f, "127.0.0.1")
+}
+
+// serveOn is serve on host (any of 127/8 is loopback on Linux), at a
+// free port.
+func serveOn(t *testing.T, f *fakeControl, host string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func (a *app) getActors(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (a *app) getTemplates(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (a *app) getWorkers(cmd *cobra.Command, args []string) error {
 			return err
 		}
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func (a *app) getAtespaces(cmd *cobra.Command, args []string) error {
 			return err
 		}
 	}
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (a *app) getAtespaces(cmd *cobra.Command, args []string) error {
 }
 
 func (a *app) getNodes(cmd *cobra.Command) error {
-	s, err := a.connect()
+	s, err := a.connect(cmd.Context())
 	if err != nil {
 		return err
 	}

@@ -11,17 +11,29 @@
 //	os.Exit(cli.Main(ctx, root))
 //
 // The client flags (--config, --server, -n/--atespace, -o/--output,
-// --timeout) belong to the client verbs, so a server subcommand added
+// --timeout, --kubeconfig, --context, --ate-namespace) belong to the
+// client verbs, so a server subcommand added
 // beside them neither lists nor accepts them. They may still be given
 // before the verb (`ate --server HOST:PORT get actors`). The client config
 // file they find the server with is internal/ateconfig, which `ate up`
 // writes.
+//
+// As a kubectl plugin (the binary installed as kubectl-ate on $PATH, so
+// `kubectl ate get actors` runs it), or whenever --kubeconfig or
+// --context is given, the server is found through Kubernetes instead:
+// the API server Service ate-apiserver's port grpc in --ate-namespace
+// (default ate-system), k8s:///ate-apiserver.ate-system:grpc, reached
+// with the kubeconfig's cluster and credentials (internal/apidial). The
+// user needs get on that Service and list and watch on endpointslices in
+// that namespace. --server still wins. The flag is --ate-namespace, not
+// -n/--namespace, because -n is the atespace.
 package cli
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -38,6 +50,20 @@ const (
 	flagAtespace = "atespace"
 	flagOutput   = "output"
 	flagTimeout  = "timeout"
+
+	flagKubeconfig   = "kubeconfig"
+	flagKubeContext  = "context"
+	flagATENamespace = "ate-namespace"
+)
+
+// Kubernetes mode (package doc): the Service our manifests (deploy/)
+// give the API server, its gRPC port's name, and its namespace.
+const (
+	KubeService          = "ate-apiserver"
+	KubePortName         = "grpc"
+	DefaultKubeNamespace = "ate-system"
+	// KubectlPluginName is the binary's name as a kubectl plugin.
+	KubectlPluginName = "kubectl-ate"
 )
 
 // DefaultTimeout bounds each RPC unless --timeout says otherwise. It is long
@@ -57,6 +83,12 @@ func WithGetenv(getenv func(string) string) Option {
 	return func(a *app) { a.getenv = getenv }
 }
 
+// WithProgramName sets the name the binary was invoked by (default the
+// base name of os.Args[0]); KubectlPluginName selects Kubernetes mode.
+func WithProgramName(name string) Option {
+	return func(a *app) { a.program = name }
+}
+
 // WithNow replaces time.Now for the AGE column.
 func WithNow(now func() time.Time) Option {
 	return func(a *app) { a.now = now }
@@ -74,12 +106,17 @@ type app struct {
 	getenv       func(string) string
 	now          func() time.Time
 	pollInterval time.Duration
+	program      string // base name the binary was invoked by
 
 	configFlag string
 	server     string
 	atespace   string
 	output     string
 	timeout    time.Duration
+
+	kubeconfig   string
+	kubeContext  string
+	ateNamespace string
 }
 
 // NewRootCommand returns the `ate` root command with the client verbs
@@ -87,7 +124,7 @@ type app struct {
 // subcommands with root.AddCommand and runs the result with Main; they
 // inherit no flags from the root.
 func NewRootCommand(opts ...Option) *cobra.Command {
-	a := &app{getenv: os.Getenv, now: time.Now, pollInterval: defaultPollInterval}
+	a := &app{getenv: os.Getenv, now: time.Now, pollInterval: defaultPollInterval, program: filepath.Base(os.Args[0])}
 	for _, o := range opts {
 		o(a)
 	}
@@ -109,6 +146,10 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		a.addClientFlags(v)
 	}
 	root.AddCommand(verbs...)
+	if a.program == KubectlPluginName {
+		// Usage lines read `kubectl ate get …`, the way it is run.
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ate"}
+	}
 	return root
 }
 
@@ -123,6 +164,16 @@ func (a *app) addClientFlags(verb *cobra.Command) {
 	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
 	f.StringVarP(&a.output, flagOutput, "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, flagTimeout, DefaultTimeout, "deadline for each call to the server (for wait: the whole wait)")
+	f.StringVar(&a.kubeconfig, flagKubeconfig, "", "kubeconfig file: find the API server as Service "+KubeService+" in --"+flagATENamespace+
+		" through this cluster (default as a kubectl plugin: $KUBECONFIG, else ~/.kube/config)")
+	f.StringVar(&a.kubeContext, flagKubeContext, "", "kubeconfig context to use (implies Kubernetes mode, as --"+flagKubeconfig+")")
+	f.StringVar(&a.ateNamespace, flagATENamespace, DefaultKubeNamespace, "Kubernetes namespace of the "+KubeService+" Service (Kubernetes mode only)")
+}
+
+// kubeMode reports whether the server is found through Kubernetes:
+// invoked as kubectl-ate, or --kubeconfig or --context given.
+func (a *app) kubeMode() bool {
+	return a.program == KubectlPluginName || a.kubeconfig != "" || a.kubeContext != ""
 }
 
 // Main runs root under ctx and returns the process exit code: 0 on success,

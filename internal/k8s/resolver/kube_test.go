@@ -16,15 +16,20 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/k8s/k8stest"
+	"substrate.dev/ate/internal/k8s/resolver"
 	"substrate.dev/ate/internal/testwait"
 )
 
@@ -376,7 +381,8 @@ func testMissingRBAC(t *testing.T, env *k8stest.Env) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := env.WriteKubeconfig(t, env.AddUser(t, "no-slices"))
+	user := env.AddUser(t, "no-slices")
+	kubeconfig := env.WriteKubeconfig(t, user)
 
 	for _, tc := range []struct {
 		port, resource, verb string
@@ -407,10 +413,30 @@ func testMissingRBAC(t *testing.T, env *k8stest.Env) {
 		}
 	}
 
+	// A connection built on the resolver alone (no start-up wait) gets
+	// the refusal as its resolver error: calls fail UNAVAILABLE with it.
+	cs, err := kubernetes.NewForConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := resolver.NewBuilder(cs, resolver.Options{Logger: slog.New(slog.DiscardHandler)})
+	conn, err := grpc.NewClient("k8s:///"+svc+"."+ns+":grpc", grpc.WithResolvers(b), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	testwait.Until(t, "the connection reporting the refused list", func() bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := atev1.NewControlClient(conn).GetActor(rctx, &atev1.GetActorRequest{})
+		st := status.Convert(err)
+		return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "endpointslices") && strings.Contains(st.Message(), "forbidden")
+	})
+
 	// A user with no permission at all, on a numeric port, is told to
 	// grant get on services.
 	none := env.WriteKubeconfig(t, env.AddUser(t, "nothing"))
-	_, err := apidial.DialContext(ctx, "k8s:///"+svc+"."+ns+":443", apidial.WithKubeconfig(none, ""),
+	_, err = apidial.DialContext(ctx, "k8s:///"+svc+"."+ns+":443", apidial.WithKubeconfig(none, ""),
 		apidial.WithSyncTimeout(2*time.Second), apidial.WithLogger(slog.New(slog.DiscardHandler)))
 	if err == nil || !strings.Contains(err.Error(), "grant get on services") {
 		t.Fatalf("Dial without services get = %v; want an error naming it", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"regexp"
@@ -87,6 +88,10 @@ type Watch struct {
 	done   chan struct{} // closed when every goroutine of the watch has returned
 	synced chan struct{} // closed once the port is known and the cache has synced
 
+	// sendMu is held while subscribers are told something, so each gets
+	// the changes in order (a new subscriber's first state cannot
+	// overtake a change sent meanwhile). Taken before mu.
+	sendMu   sync.Mutex
 	mu       sync.Mutex
 	portName string // EndpointSlice port name the target's port maps to
 	inf      cache.SharedIndexInformer
@@ -169,6 +174,7 @@ func (w *Watch) Addresses() []string {
 // every change after, from the informer's goroutine or the caller's,
 // until the returned cancel is called. fn must not block.
 func (w *Watch) subscribe(fn func(update)) (cancel func()) {
+	w.sendMu.Lock()
 	w.mu.Lock()
 	id := w.nextSub
 	w.nextSub++
@@ -178,6 +184,7 @@ func (w *Watch) subscribe(fn func(update)) (cancel func()) {
 	if ready {
 		fn(last)
 	}
+	w.sendMu.Unlock()
 	return func() {
 		w.mu.Lock()
 		delete(w.subs, id)
@@ -213,7 +220,9 @@ func (w *Watch) run(ctx context.Context) {
 	// (and classifies expired watches as routine).
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
-		w.fail(sliceResource, err)
+		if !routineWatchEnd(err) {
+			w.fail(sliceResource, err)
+		}
 	}); err != nil {
 		w.log.Error("k8s resolver: installing the watch error handler", "err", err) // only fails once started
 	}
@@ -278,12 +287,22 @@ func (w *Watch) resolvePort(ctx context.Context) (string, bool) {
 	}
 }
 
+// routineWatchEnd reports whether err is a watch ending the way watches
+// do (closed by the server, or its resource version expired, which
+// client-go answers with a fresh list): no failure to report.
+func routineWatchEnd(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
 // forbiddenVerb finds the verb in an RBAC refusal's message (`User "u"
 // cannot list resource "endpointslices" …`).
 var forbiddenVerb = regexp.MustCompile(`cannot (\w+) resource`)
 
 // fail logs a list, watch or get failure on resource, naming the verb
 // RBAC refused if it was a refusal, and reports it to every connection.
+// After the first sync the connections keep the endpoints they have
+// (grpc-go's balancers ignore a resolver error while they have
+// addresses), which the cache still holds while client-go retries.
 func (w *Watch) fail(resource string, err error) {
 	attrs := []any{"resource", resource, "err", err}
 	msg := "k8s resolver: looking up the endpoints failed; retrying"
@@ -300,20 +319,17 @@ func (w *Watch) fail(resource string, err error) {
 	}
 	w.log.Error(msg, attrs...)
 	err = fmt.Errorf("k8s resolver %s: %s: %w", w.target, resource, err)
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
 	w.mu.Lock()
 	w.lastErr = err
-	synced := w.isSynced()
-	if !synced {
-		// Once synced the cache keeps serving the last known endpoints
-		// while client-go retries; connections keep using them.
-		w.last = update{err: err}
+	if !w.isSynced() {
+		w.last = update{err: err} // what a connection subscribing now gets
 	}
 	subs := w.subscribers()
 	w.mu.Unlock()
-	if !synced {
-		for _, fn := range subs {
-			fn(update{err: err})
-		}
+	for _, fn := range subs {
+		fn(update{err: err})
 	}
 }
 
@@ -329,6 +345,8 @@ func (w *Watch) subscribers() []func(update) {
 // recompute derives the ready endpoints from the whole cache and, once
 // synced, sends them to every subscriber if they changed.
 func (w *Watch) recompute() {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
 	w.mu.Lock()
 	if !w.isSynced() {
 		w.mu.Unlock()

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/k8s/k8stest"
+)
+
+// publishAPIServer makes the API server's Service (KubeService, port
+// KubePortName 7070 → the fake's port) and an EndpointSlice pointing at
+// addr in namespace ns, the way deploy/ and the EndpointSlice controller
+// would. The slice is of type FQDN: the API server refuses loopback
+// addresses in IPv4 slices, and "127.0.0.2" is a valid name.
+func publishAPIServer(t *testing.T, env *k8stest.Env, ns, addr string) {
+	t.Helper()
+	ctx := t.Context()
+	host, portStr, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portStr)
+	cs := env.Clientset
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: KubeService},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
+			Name: KubePortName, Port: 7070, TargetPort: intstr.FromInt32(int32(port)), Protocol: corev1.ProtocolTCP,
+		}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: KubeService + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: KubeService}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Ports:       []discoveryv1.EndpointPort{{Name: new(KubePortName), Port: new(int32(port))}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: new(true)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKubernetesMode: the CLI invoked as kubectl-ate, or given
+// --kubeconfig or --context, finds the API server as Service
+// ate-apiserver's port grpc in --ate-namespace (default ate-system)
+// through a real kube-apiserver, and lists what that server returns;
+// --server still wins, and plain `ate` ignores $KUBECONFIG.
+func TestKubernetesMode(t *testing.T) {
+	env := k8stest.Start(t)
+	inSystem := newFake() // its actors: counter-0, counter-1
+	publishAPIServer(t, env, DefaultKubeNamespace, serveOn(t, inSystem, "127.0.0.2"))
+	inTeam := newFake()
+	inTeam.addActor(&atev1.Actor{Atespace: "default", Name: "only-in-team", Template: "counter", CreateTime: ago(time.Minute)})
+	publishAPIServer(t, env, "team-ate", serveOn(t, inTeam, "127.0.0.3"))
+	direct := newFake()
+	direct.addActor(&atev1.Actor{Atespace: "default", Name: "only-direct", Template: "counter", CreateTime: ago(time.Minute)})
+	directAddr := serveOn(t, direct, "127.0.0.4")
+	t.Setenv("KUBECONFIG", env.Kubeconfig) // client-go reads the real environment
+
+	noConfig := t.TempDir() + "/absent.yaml"
+	for _, tc := range []struct {
+		name    string
+		program string
+		args    []string
+		want    string // in stdout, or in stderr when fails
+		fails   bool
+	}{
+		{name: "kubectl-ate through $KUBECONFIG", program: KubectlPluginName, want: "counter-1"},
+		{name: "kubectl-ate --kubeconfig", program: KubectlPluginName, args: []string{"--kubeconfig", env.Kubeconfig}, want: "counter-1"},
+		{name: "ate --kubeconfig", program: "ate", args: []string{"--kubeconfig", env.Kubeconfig}, want: "counter-1"},
+		{name: "ate --context", program: "ate", args: []string{"--context", "envtest"}, want: "counter-1"},
+		{name: "kubectl-ate --ate-namespace", program: KubectlPluginName, args: []string{"--ate-namespace", "team-ate"}, want: "only-in-team"},
+		{name: "kubectl-ate --server wins", program: KubectlPluginName, args: []string{"--server", directAddr}, want: "only-direct"},
+		{name: "plain ate ignores $KUBECONFIG", program: "ate", fails: true, want: "no client config"},
+		{name: "kubectl-ate, no such context", program: KubectlPluginName, args: []string{"--context", "nope"}, fails: true, want: "nope"},
+		{name: "kubectl-ate, bad namespace", program: KubectlPluginName, args: []string{"--ate-namespace", "Not_A_Namespace"}, fails: true, want: "--ate-namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := NewRootCommand(WithProgramName(tc.program), WithGetenv(func(string) string { return "" }), WithNow(func() time.Time { return testNow }))
+			var stdout, stderr bytes.Buffer
+			root.SetOut(&stdout)
+			root.SetErr(&stderr)
+			root.SetArgs(append(append([]string{"--config", noConfig}, tc.args...), "get", "actors"))
+			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+			defer cancel()
+			code := Main(ctx, root)
+			if tc.fails {
+				if code == 0 || !strings.Contains(stderr.String(), tc.want) {
+					t.Fatalf("exit %d, stderr %q; want a failure naming %q", code, stderr.String(), tc.want)
+				}
+				return
+			}
+			if code != 0 || !strings.Contains(stdout.String(), tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %q listed", code, stdout.String(), stderr.String(), tc.want)
+			}
+		})
+	}
+}

@@ -160,7 +160,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 func (a *app) addClientFlags(verb *cobra.Command) {
 	f := verb.PersistentFlags()
 	f.StringVar(&a.configFlag, flagConfig, "", "client config file (default $"+ateconfig.EnvVar+", else $HOME/.ate/config.yaml)")
-	f.StringVar(&a.server, flagServer, "", "API server address host:port (overrides the config file)")
+	f.StringVar(&a.server, flagServer, "", "API server address: host:port, a comma-separated list, dns:///name:port or k8s:///service.namespace:port (overrides the config file and Kubernetes mode)")
 	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
 	f.StringVarP(&a.output, flagOutput, "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, flagTimeout, DefaultTimeout, "deadline for each call to the server (for wait: the whole wait)")

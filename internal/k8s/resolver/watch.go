@@ -144,6 +144,9 @@ func (w *Watch) WaitSynced(ctx context.Context) error {
 	w.mu.Lock()
 	portKnown, last := w.inf != nil, w.lastErr
 	w.mu.Unlock()
+	if !portKnown && apierrors.IsNotFound(last) {
+		return fmt.Errorf("k8s resolver %s: no service %q in namespace %s (waited %s): %w", w.target, w.target.Service, w.target.Namespace, w.syncTimeout, last)
+	}
 	if !portKnown {
 		return fmt.Errorf("k8s resolver %s: cannot get %s %q in namespace %s within %s: grant get on services in namespace %s to map port %s to its name: %w",
 			w.target, serviceResource, w.target.Service, w.target.Namespace, w.syncTimeout, w.target.Namespace, w.target.Port, orTimeout(last))

@@ -357,6 +357,11 @@ func testTargetPort(t *testing.T, env *k8stest.Env) {
 	if err == nil || !strings.Contains(err.Error(), "no port 8443") {
 		t.Fatalf("Dial of a port the Service lacks = %v; want an error naming it", err)
 	}
+	// So is a Service that does not exist, without blaming RBAC.
+	_, err = apidial.DialContext(ctx, "k8s:///missing."+ns+":443", apidial.WithKubeconfig(env.Kubeconfig, ""), apidial.WithSyncTimeout(2*time.Second))
+	if err == nil || !strings.Contains(err.Error(), `no service "missing"`) || strings.Contains(err.Error(), "grant") {
+		t.Fatalf("Dial of a missing Service = %v; want an error saying it is missing", err)
+	}
 }
 
 // testMissingRBAC: a user who may get services but not list

@@ -111,7 +111,7 @@ func currentRunscArgs(d *appsv1.Deployment) []string {
 func workerLabelsArg(pool *atek8s.WorkerPool) string {
 	parts := []string{atek8s.PoolLabel + "=" + pool.Name, atek8s.NamespaceLabel + "=" + pool.Namespace}
 	for _, k := range slices.Sorted(maps.Keys(pool.Spec.Labels)) {
-		parts = append(parts, k+"="+pool.Spec.Labels[k])
+		parts = append(parts, k+"="+string(pool.Spec.Labels[k]))
 	}
 	return strings.Join(parts, ",")
 }

@@ -90,7 +90,7 @@ func TestWorkerDeployment(t *testing.T) {
 			pool: func() *atek8s.WorkerPool {
 				p := base()
 				p.Spec.Image = "ate:pool"
-				p.Spec.Labels = map[string]string{"zone": "b", "gpu": "a100"}
+				p.Spec.Labels = map[string]atek8s.LabelValue{"zone": "b", "gpu": "a100"}
 				p.Spec.Template = atek8s.WorkerPodTemplate{
 					Labels:                        map[string]string{"team": "x", atek8s.PoolLabel: "spoofed"},
 					Annotations:                   map[string]string{"a": "b"},

@@ -67,7 +67,7 @@ type WorkerPoolSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('ate.substrate.dev/pool' in self)",message="label ate.substrate.dev/pool is set by the controller to the pool's name"
 	// +kubebuilder:validation:XValidation:rule="!('ate.substrate.dev/namespace' in self)",message="label ate.substrate.dev/namespace is set by the controller to the pool's namespace"
 	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]LabelValue `json:"labels,omitempty"`
 
 	// SandboxClass is the sandbox runtime the workers run; it must be the
 	// API server's (`ate apiserver --sandbox-class`). Immutable.
@@ -93,6 +93,13 @@ type WorkerPoolSpec struct {
 	// +optional
 	Template WorkerPodTemplate `json:"template,omitempty"`
 }
+
+// LabelValue is a worker label's value. Its length bound is what lets
+// the API server accept the CEL rule on the values: without it the rule's
+// estimated cost (values of unbounded length) is over the CRD budget and
+// the CRD is refused.
+// +kubebuilder:validation:MaxLength=63
+type LabelValue string
 
 // WorkerPodTemplate is the subset of a Pod spec a WorkerPool passes on to
 // its worker Pods; the controller owns the rest (container, args,

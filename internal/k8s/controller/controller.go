@@ -144,7 +144,12 @@ func New(cfg Config) (*Controller, error) {
 	if c.conn, err = apidial.Dial(cfg.API); err != nil {
 		return nil, err
 	}
-	for _, p := range c.paths(c.mgr, atev1.NewControlClient(c.conn)) {
+	paths, err := c.paths(c.mgr, atev1.NewControlClient(c.conn))
+	if err != nil {
+		_ = c.conn.Close()
+		return nil, err
+	}
+	for _, p := range paths {
 		if err := c.mgr.Add(p); err != nil {
 			_ = c.conn.Close()
 			return nil, fmt.Errorf("controller: %w", err)
@@ -178,10 +183,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// newManager builds the controller-runtime manager: no listeners of its
-// own (the management listener serves its registry), a shared cache
-// whose watch errors go to health, worker Pods and Deployments cached by
-// label only.
+// newManager builds the controller-runtime manager: leader election
+// and the runnables' lifecycle, no listeners of its own (the management
+// listener serves its registry). Its own cache is unused: each path has
+// one (cacheOptions).
 func (c *Controller) newManager(rc *rest.Config) (manager.Manager, error) {
 	logger := logr.FromSlogHandler(c.log.Handler())
 	// controller-runtime and client-go log through their own package
@@ -189,29 +194,9 @@ func (c *Controller) newManager(rc *rest.Config) (manager.Manager, error) {
 	// at ours.
 	ctrllog.SetLogger(logger)
 	klog.SetLogger(logger)
-	managed, err := labels.NewRequirement(managedByLabel, selection.Equals, []string{FieldManager})
-	if err != nil {
-		return nil, err
-	}
-	inPool, err := labels.NewRequirement(atek8s.PoolLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
-	workers := labels.NewSelector().Add(*managed, *inPool)
-	copts := cache.Options{
-		DefaultWatchErrorHandler: c.health.watchError,
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:        {Label: workers},
-			&appsv1.Deployment{}: {Label: workers},
-		},
-	}
-	if c.cfg.Namespace != "" {
-		copts.DefaultNamespaces = map[string]cache.Config{c.cfg.Namespace: {}}
-	}
 	opts := manager.Options{
 		Scheme:                        Scheme(),
 		Logger:                        logger,
-		Cache:                         copts,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                c.cfg.LeaderElect,
@@ -233,6 +218,34 @@ func (c *Controller) newManager(rc *rest.Config) (manager.Manager, error) {
 		return nil, fmt.Errorf("controller: manager: %w", err)
 	}
 	return mgr, nil
+}
+
+// cacheOptions are a path's cache's: watch errors go to health (for
+// /readyz), the watched namespace only, worker Pods and Deployments
+// selected by label so that the cluster's other Pods are not cached.
+func (c *Controller) cacheOptions(mgr manager.Manager) cache.Options {
+	managed, err := labels.NewRequirement(managedByLabel, selection.Equals, []string{FieldManager})
+	if err != nil {
+		panic(err) // constant, valid arguments
+	}
+	inPool, err := labels.NewRequirement(atek8s.PoolLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	workers := labels.NewSelector().Add(*managed, *inPool)
+	opts := cache.Options{
+		Scheme:                   mgr.GetScheme(),
+		Mapper:                   mgr.GetRESTMapper(),
+		DefaultWatchErrorHandler: c.health.watchError,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:        {Label: workers},
+			&appsv1.Deployment{}: {Label: workers},
+		},
+	}
+	if c.cfg.Namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{c.cfg.Namespace: {}}
+	}
+	return opts
 }
 
 // Scheme knows the kinds the controller reads and writes: Kubernetes'

@@ -280,3 +280,7 @@ var workerPoolsGVR = k8stest.WorkerPools
 func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
 	return unstructured.NestedString(obj, fields...)
 }
+
+func timeNow() time.Time { return time.Now() }
+
+const timeSecond = time.Second

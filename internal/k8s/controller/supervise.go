@@ -14,20 +14,20 @@ import (
 // supervised runs one reconcile path as a manager Runnable (leader
 // only), apart from the others. controller-runtime's manager stops every
 // controller when one returns an error, and a controller returns one
-// when its watches do not sync in time (a permission missing): one
-// missing permission would stop every path, which is what this design
-// forbids. So the path waits for its own informers first, bounded by
-// timeout; on failure it records the error for /readyz, logs it, and
-// tries again after retry with a new controller (a controller starts only
-// once), while the other paths run on.
+// when its watches do not sync in time (a permission missing); and a
+// controller's watch waits for every informer of its cache to sync. So
+// each path has a cache of its own, waits for its informers first,
+// bounded by timeout, and on failure records the error for /readyz,
+// logs it and tries again after retry with a new controller (a
+// controller starts only once), while the other paths run on.
 type supervised struct {
 	name string
 	// kinds are the objects the controller watches, resources their
 	// resource names (for /readyz, matched with refusals).
 	kinds     []client.Object
 	resources []string
-	// build makes the controller, its watches registered; called once
-	// the informers of kinds synced.
+	// build makes the controller, its watches registered on cache;
+	// called once the informers of kinds synced.
 	build   func() (controller.Controller, error)
 	cache   cache.Cache
 	health  *health
@@ -44,6 +44,9 @@ func (s *supervised) NeedLeaderElection() bool { return true }
 // controller's own once it runs.
 func (s *supervised) Start(ctx context.Context) error {
 	log := s.log.With("controller", s.name)
+	cacheErr := make(chan error, 1)
+	go func() { cacheErr <- s.cache.Start(ctx) }()
+	defer func() { <-cacheErr }()
 	for attempt := 1; ; attempt++ {
 		s.health.starting(s.name, s.resources)
 		err := s.waitSynced(ctx)
@@ -75,17 +78,20 @@ func (s *supervised) Start(ctx context.Context) error {
 	}
 }
 
-// waitSynced gets (starting if need be) and waits for the informer of
-// each kind, within timeout. The informers stay in the shared cache and
-// keep retrying after a timeout, so a permission granted later is seen
-// by the next attempt.
+// waitSynced registers the informer of each kind in the path's cache
+// and waits, within timeout, for the cache to start and them to sync.
+// The informers keep retrying after a timeout, so a permission granted
+// later is seen by the next attempt.
 func (s *supervised) waitSynced(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	for _, k := range s.kinds {
-		if _, err := s.cache.GetInformer(ctx, k); err != nil {
-			return syncTimeoutError(s.timeout, s.resources, s.health.refusals(s.resources), err)
+		if _, err := s.cache.GetInformer(ctx, k, cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("informer of %T: %w", k, err)
 		}
+	}
+	if !s.cache.WaitForCacheSync(ctx) {
+		return syncTimeoutError(s.timeout, s.resources, s.health.refusals(s.resources), ctx.Err())
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -31,22 +34,38 @@ const (
 )
 
 // paths returns the three reconcile paths as supervised runnables. Each
-// watches only its own kinds, so one kind that cannot be watched idles
-// only the path that needs it.
-func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) []*supervised {
+// watches only its own kinds, through a cache of its own, so one kind
+// that cannot be watched idles only the path that needs it.
+func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*supervised, error) {
 	nudge := make(chan event.GenericEvent, 1)
-	cache := mgr.GetCache()
 	opts := func(r reconcile.Reconciler) controller.Options {
 		return controller.Options{Reconciler: r, Logger: mgr.GetLogger(), SkipNameValidation: ptr.To(true),
 			CacheSyncTimeout: c.cfg.SyncTimeout, NeedLeaderElection: ptr.To(true)}
 	}
-	sup := func(name string, kinds []client.Object, resources []string, build func() (controller.Controller, error)) *supervised {
-		return &supervised{name: name, kinds: kinds, resources: resources, build: build, cache: cache,
+	var errs []error
+	// newPath returns a path's cache and a client reading from it
+	// (writing directly).
+	newPath := func() (cache.Cache, client.Client) {
+		pc, err := cache.New(mgr.GetConfig(), c.cacheOptions(mgr))
+		if err != nil {
+			errs = append(errs, err)
+			return nil, nil
+		}
+		cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+			Cache: &client.CacheOptions{Reader: pc}})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return pc, cl
+	}
+	sup := func(name string, pc cache.Cache, kinds []client.Object, resources []string, build func() (controller.Controller, error)) *supervised {
+		return &supervised{name: name, kinds: kinds, resources: resources, build: build, cache: pc,
 			health: c.health, timeout: c.cfg.SyncTimeout, retry: c.cfg.SyncTimeout, log: c.log}
 	}
 
-	pools := &poolReconciler{client: mgr.GetClient(), live: mgr.GetAPIReader(), settings: c.cfg.Workers, log: c.log}
-	poolPath := sup(poolController, []client.Object{&atek8s.WorkerPool{}, &appsv1.Deployment{}}, []string{"workerpools", "deployments"},
+	poolCache, poolClient := newPath()
+	pools := &poolReconciler{client: poolClient, live: mgr.GetAPIReader(), settings: c.cfg.Workers, log: c.log}
+	poolPath := sup(poolController, poolCache, []client.Object{&atek8s.WorkerPool{}, &appsv1.Deployment{}}, []string{"workerpools", "deployments"},
 		func() (controller.Controller, error) {
 			ctl, err := controller.NewUnmanaged(poolController, opts(pools))
 			if err != nil {
@@ -54,7 +73,7 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) []*supe
 			}
 			allPools := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 				var list atek8s.WorkerPoolList
-				if err := mgr.GetClient().List(ctx, &list); err != nil {
+				if err := poolClient.List(ctx, &list); err != nil {
 					c.log.Warn("SandboxConfig change not passed on to pools", "err", err)
 					return nil
 				}
@@ -65,8 +84,8 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) []*supe
 				return reqs
 			})
 			for _, s := range []source.Source{
-				source.Kind(cache, &atek8s.WorkerPool{}, &handler.TypedEnqueueRequestForObject[*atek8s.WorkerPool]{}),
-				source.Kind(cache, &appsv1.Deployment{}, handler.TypedEnqueueRequestForOwner[*appsv1.Deployment](
+				source.Kind(poolCache, &atek8s.WorkerPool{}, &handler.TypedEnqueueRequestForObject[*atek8s.WorkerPool]{}),
+				source.Kind(poolCache, &appsv1.Deployment{}, handler.TypedEnqueueRequestForOwner[*appsv1.Deployment](
 					mgr.GetScheme(), mgr.GetRESTMapper(), &atek8s.WorkerPool{}, handler.OnlyControllerOwner())),
 				source.Channel(nudge, allPools),
 			} {
@@ -77,17 +96,18 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) []*supe
 			return ctl, nil
 		})
 
-	nodes := &nodesReconciler{client: mgr.GetClient(), live: mgr.GetAPIReader(), api: api, metrics: c.metrics,
+	nodesCache, nodesClient := newPath()
+	nodes := &nodesReconciler{client: nodesClient, live: mgr.GetAPIReader(), api: api, metrics: c.metrics,
 		deleted: &deletedPods{}, resync: c.cfg.Resync, log: c.log}
-	nodesPath := sup(nodesController, []client.Object{&corev1.Pod{}}, []string{"pods"},
+	nodesPath := sup(nodesController, nodesCache, []client.Object{&corev1.Pod{}}, []string{"pods"},
 		func() (controller.Controller, error) {
 			ctl, err := controller.NewUnmanaged(nodesController, opts(nodes))
 			if err != nil {
 				return nil, err
 			}
 			for _, s := range []source.Source{
-				source.Kind(cache, &corev1.Pod{}, podEvents(nodes.deleted)),
-				source.Func(c.resyncNodes(api)),
+				source.Kind(nodesCache, &corev1.Pod{}, podEvents(nodes.deleted)),
+				source.Func(c.resyncNodes(mgr.GetAPIReader(), api)),
 			} {
 				if err := ctl.Watch(s); err != nil {
 					return nil, err
@@ -96,8 +116,9 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) []*supe
 			return ctl, nil
 		})
 
-	configs := &sandboxConfigReconciler{client: mgr.GetClient(), poolNudge: nudge, log: c.log}
-	configPath := sup(sandboxConfigController, []client.Object{&atek8s.SandboxConfig{}}, []string{"sandboxconfigs"},
+	configCache, configClient := newPath()
+	configs := &sandboxConfigReconciler{client: configClient, poolNudge: nudge, log: c.log}
+	configPath := sup(sandboxConfigController, configCache, []client.Object{&atek8s.SandboxConfig{}}, []string{"sandboxconfigs"},
 		func() (controller.Controller, error) {
 			ctl, err := controller.NewUnmanaged(sandboxConfigController, opts(configs))
 			if err != nil {
@@ -106,12 +127,15 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) []*supe
 			one := handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *atek8s.SandboxConfig) []reconcile.Request {
 				return []reconcile.Request{allConfigs}
 			})
-			if err := ctl.Watch(source.Kind(cache, &atek8s.SandboxConfig{}, one)); err != nil {
+			if err := ctl.Watch(source.Kind(configCache, &atek8s.SandboxConfig{}, one)); err != nil {
 				return nil, err
 			}
 			return ctl, nil
 		})
-	return []*supervised{poolPath, nodesPath, configPath}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	return []*supervised{poolPath, nodesPath, configPath}, nil
 }
 
 // podEvents maps a worker Pod's events to its pool's key, and remembers
@@ -145,16 +169,19 @@ func podEvents(deleted *deletedPods) handler.TypedEventHandler[*corev1.Pod, reco
 	}
 }
 
-// resyncNodes is a source that every Resync lists the API server's
-// workers and queues each pool (of the watched namespaces) that has
-// any: a pool whose Pods are all gone gets no Pod event, yet its nodes
-// must still be removed.
-func (c *Controller) resyncNodes(api atev1.ControlClient) source.Func {
+// resyncNodes is a source that every Resync queues every pool: those
+// the Kubernetes API server lists (read live, so that this path needs no
+// WorkerPool watch; a pool without Pods gets no Pod event, yet needs its
+// status) and those the API server has workers of (a deleted pool's
+// nodes must still be removed). Either list failing is logged and the
+// other still queues its pools.
+func (c *Controller) resyncNodes(live client.Reader, api atev1.ControlClient) source.Func {
 	return func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		go func() {
 			t := time.NewTicker(c.cfg.Resync)
 			defer t.Stop()
 			for {
+				c.queuePools(ctx, live, q)
 				c.queuePoolsWithWorkers(ctx, api, q, c.log)
 				select {
 				case <-ctx.Done():
@@ -164,6 +191,23 @@ func (c *Controller) resyncNodes(api atev1.ControlClient) source.Func {
 			}
 		}()
 		return nil
+	}
+}
+
+func (c *Controller) queuePools(ctx context.Context, live client.Reader, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	var list atek8s.WorkerPoolList
+	var opts []client.ListOption
+	if c.cfg.Namespace != "" {
+		opts = append(opts, client.InNamespace(c.cfg.Namespace))
+	}
+	if err := live.List(ctx, &list, opts...); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("resync: WorkerPools not listed; pools are still found from Pods and the API server's workers", "err", err)
+		}
+		return
+	}
+	for i := range list.Items {
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,27 +30,7 @@ import (
 // works in namespaces of its own.
 var testEnv *k8stest.Env
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "controller-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	env, err := k8stest.StartShared(dir)
-	if err != nil {
-		// A missing kube-apiserver fails the package, never skips it.
-		fmt.Fprintln(os.Stderr, "k8stest:", err)
-		os.Exit(1)
-	}
-	testEnv = env
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "k8stest stop:", err)
-		code = 1
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { k8stest.Main(m, func(e *k8stest.Env) { testEnv = e }) }
 
 var nsSeq atomic.Int64
 

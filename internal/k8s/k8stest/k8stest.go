@@ -165,3 +165,31 @@ var (
 	WorkerPools    = schema.GroupVersionResource{Group: atek8s.GroupVersion.Group, Version: atek8s.GroupVersion.Version, Resource: "workerpools"}
 	SandboxConfigs = schema.GroupVersionResource{Group: atek8s.GroupVersion.Group, Version: atek8s.GroupVersion.Version, Resource: "sandboxconfigs"}
 )
+
+// Main is a package's TestMain over one shared control plane: it starts
+// it, hands it to use, runs the tests, stops it and exits. A control
+// plane that does not start fails the package (exit 1), never skips it.
+func Main(m *testing.M, use func(*Env)) {
+	os.Exit(runMain(m, use))
+}
+
+func runMain(m *testing.M, use func(*Env)) int {
+	dir, err := os.MkdirTemp("", "k8stest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	env, err := StartShared(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest:", err)
+		return 1
+	}
+	use(env)
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest: stop:", err)
+		code = 1
+	}
+	return code
+}

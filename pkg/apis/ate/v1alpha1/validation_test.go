@@ -2,8 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,24 +16,7 @@ import (
 // env is the package's one control plane (TestMain).
 var env *k8stest.Env
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "v1alpha1-test")
-	if err == nil {
-		env, err = k8stest.StartShared(dir)
-	}
-	if err != nil {
-		// A missing kube-apiserver fails the package, never skips it.
-		fmt.Fprintln(os.Stderr, "k8stest:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "k8stest stop:", err)
-		code = 1
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { k8stest.Main(m, func(e *k8stest.Env) { env = e }) }
 
 // TestWorkerPoolValidation: the CRD's schema and CEL rules refuse
 // invalid pools at admission with the types' messages, and accept a

@@ -147,6 +147,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 
 // runController runs the controller until ctx ends.
 func runController(ctx context.Context, cfg controller.Config) error {
+	controller.SetProcessLoggers(cfg.Logger)
 	c, err := controller.New(cfg)
 	if err != nil {
 		return err

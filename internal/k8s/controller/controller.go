@@ -189,11 +189,6 @@ func (c *Controller) Run(ctx context.Context) error {
 // one (cacheOptions).
 func (c *Controller) newManager(rc *rest.Config) (manager.Manager, error) {
 	logger := logr.FromSlogHandler(c.log.Handler())
-	// controller-runtime and client-go log through their own package
-	// loggers too (and warn, with a stack, when none was set): point them
-	// at ours.
-	ctrllog.SetLogger(logger)
-	klog.SetLogger(logger)
 	opts := manager.Options{
 		Scheme:                        Scheme(),
 		Logger:                        logger,
@@ -246,6 +241,17 @@ func (c *Controller) cacheOptions(mgr manager.Manager) cache.Options {
 		opts.DefaultNamespaces = map[string]cache.Config{c.cfg.Namespace: {}}
 	}
 	return opts
+}
+
+// SetProcessLoggers points controller-runtime's and client-go's
+// package loggers (they log through them besides the manager's, and
+// controller-runtime warns with a stack when none was set) at log. Call
+// it once, before New, from the process's wiring: klog's is not safe to
+// set while anything logs.
+func SetProcessLoggers(log *slog.Logger) {
+	logger := logr.FromSlogHandler(log.Handler())
+	ctrllog.SetLogger(logger)
+	klog.SetLogger(logger)
 }
 
 // Scheme knows the kinds the controller reads and writes: Kubernetes'

@@ -30,7 +30,12 @@ import (
 // works in namespaces of its own.
 var testEnv *k8stest.Env
 
-func TestMain(m *testing.M) { k8stest.Main(m, func(e *k8stest.Env) { testEnv = e }) }
+func TestMain(m *testing.M) {
+	// Once, before any controller logs (klog's logger is not safe to set
+	// later); what they log goes to each controller's own buffer anyway.
+	SetProcessLoggers(slog.New(slog.DiscardHandler))
+	k8stest.Main(m, func(e *k8stest.Env) { testEnv = e })
+}
 
 var nsSeq atomic.Int64
 

@@ -43,7 +43,6 @@ type nodesReconciler struct {
 	api     atev1.ControlClient
 	metrics *Metrics
 	deleted *deletedPods
-	resync  time.Duration
 	log     *slog.Logger
 }
 
@@ -128,7 +127,8 @@ func (r *nodesReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err := errors.Join(callErr, statusErr); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: r.resync}, nil
+	// No RequeueAfter: the resync source queues every pool each Resync.
+	return reconcile.Result{}, nil
 }
 
 // view asks the API server for the pool's workers and the nodes'

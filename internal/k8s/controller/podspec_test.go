@@ -2,6 +2,7 @@ package controller
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -115,8 +116,8 @@ func TestWorkerDeployment(t *testing.T) {
 				if c.Image != "ate:pool" || c.Resources.Limits.Memory().String() != "4Gi" {
 					t.Errorf("image %s resources %v", c.Image, c.Resources)
 				}
-				if !hasArg(c.Args, "--labels=ate.substrate.dev/pool=gpu,ate.substrate.dev/namespace=team,gpu=a100,zone=b") ||
-					!hasArg(c.Args, "--drain-timeout=115s") || currentRunscArgs(d) != nil {
+				if !slices.Contains(c.Args, "--labels=ate.substrate.dev/pool=gpu,ate.substrate.dev/namespace=team,gpu=a100,zone=b") ||
+					!slices.Contains(c.Args, "--drain-timeout=115s") || currentRunscArgs(d) != nil {
 					t.Errorf("args %q", c.Args)
 				}
 			},
@@ -142,15 +143,6 @@ func TestRunscAssetArgs(t *testing.T) {
 	if got := runscAssetArgs(sc); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}
-}
-
-func hasArg(args []string, want string) bool {
-	for _, a := range args {
-		if a == want {
-			return true
-		}
-	}
-	return false
 }
 
 // sha is a 64-hex-digit digest made of c.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -98,7 +97,7 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*sup
 
 	nodesCache, nodesClient := newPath()
 	nodes := &nodesReconciler{client: nodesClient, live: mgr.GetAPIReader(), api: api, metrics: c.metrics,
-		deleted: &deletedPods{}, resync: c.cfg.Resync, log: c.log}
+		deleted: &deletedPods{}, log: c.log}
 	nodesPath := sup(nodesController, nodesCache, []client.Object{&corev1.Pod{}}, []string{"pods"},
 		func() (controller.Controller, error) {
 			ctl, err := controller.NewUnmanaged(nodesController, opts(nodes))
@@ -182,7 +181,7 @@ func (c *Controller) resyncNodes(live client.Reader, api atev1.ControlClient) so
 			defer t.Stop()
 			for {
 				c.queuePools(ctx, live, q)
-				c.queuePoolsWithWorkers(ctx, api, q, c.log)
+				c.queuePoolsWithWorkers(ctx, api, q)
 				select {
 				case <-ctx.Done():
 					return
@@ -211,14 +210,14 @@ func (c *Controller) queuePools(ctx context.Context, live client.Reader, q workq
 	}
 }
 
-func (c *Controller) queuePoolsWithWorkers(ctx context.Context, api atev1.ControlClient, q workqueue.TypedRateLimitingInterface[reconcile.Request], log *slog.Logger) {
+func (c *Controller) queuePoolsWithWorkers(ctx context.Context, api atev1.ControlClient, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	cctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
 	defer cancel()
 	ws, err := api.ListWorkers(cctx, &atev1.ListWorkersRequest{})
 	c.metrics.observe("ListWorkers", err)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.Warn("resync: API server's workers not listed", "err", err)
+			c.log.Warn("resync: the API server's workers not listed; pools are still found from Pods and WorkerPools", "err", err)
 		}
 		return
 	}

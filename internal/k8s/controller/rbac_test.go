@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"substrate.dev/ate/internal/testwait"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
@@ -89,6 +90,17 @@ func TestMissingPermission(t *testing.T) {
 					return c != nil && c.Status == "True" && c.Reason == tc.degraded
 				})
 			}
+
+			// The permission granted: the idle path starts on its next try.
+			var role rbacv1.ClusterRole
+			if err := testEnv.Client.Get(t.Context(), client.ObjectKey{Name: user}, &role); err != nil {
+				t.Fatal(err)
+			}
+			role.Rules = RBACRules()
+			if err := testEnv.Client.Update(t.Context(), &role); err != nil {
+				t.Fatal(err)
+			}
+			testwait.Until(t, "/readyz 200 once granted", func() bool { code, _ := ctl.readyz(t); return code == 200 })
 		})
 	}
 }

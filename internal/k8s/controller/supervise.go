@@ -44,9 +44,17 @@ func (s *supervised) NeedLeaderElection() bool { return true }
 // controller's own once it runs.
 func (s *supervised) Start(ctx context.Context) error {
 	log := s.log.With("controller", s.name)
-	cacheErr := make(chan error, 1)
-	go func() { cacheErr <- s.cache.Start(ctx) }()
-	defer func() { <-cacheErr }()
+	// The cache lives as long as this path: stopped (and waited for)
+	// on every return, an error included.
+	cctx, stop := context.WithCancel(ctx)
+	cacheDone := make(chan struct{})
+	go func() {
+		defer close(cacheDone)
+		if err := s.cache.Start(cctx); err != nil {
+			log.Error("cache stopped", "err", err)
+		}
+	}()
+	defer func() { stop(); <-cacheDone }()
 	for attempt := 1; ; attempt++ {
 		s.health.starting(s.name, s.resources)
 		err := s.waitSynced(ctx)

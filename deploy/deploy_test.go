@@ -571,7 +571,7 @@ func testValidation(t *testing.T, c client.Client, objs []*unstructured.Unstruct
 		{"workerpool label value too long", set(pool, map[string]any{"tier": strings.Repeat("a", 64)}, "spec", "labels"),
 			"spec.labels.tier: Too long: may not be more than 63 bytes"},
 		{"workerpool label value with a space", set(pool, map[string]any{"tier": "a b"}, "spec", "labels"),
-			"spec.labels.tier in body should match"},
+			"label values must be at most 63 alphanumerics"},
 		{"workerpool sets the pool label", set(pool, map[string]any{"ate.substrate.dev/pool": "other"}, "spec", "labels"),
 			"label ate.substrate.dev/pool is set by the controller to the pool's name"},
 		{"workerpool workersPerPod 0", set(pool, int64(0), "spec", "workersPerPod"),

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/flagfile"
+	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/router"
@@ -135,4 +136,35 @@ func routerCommand() *cobra.Command {
 			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout, "on SIGTERM, how long in-flight and parked requests may take to finish")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunRouter(ctx, cfg) })
+}
+
+// controllerCommand returns `ate controller`: its flags make the
+// controller.Config that run (runController outside tests) gets.
+func controllerCommand(run func(context.Context, controller.Config) error) *cobra.Command {
+	var cfg controller.Config
+	return componentCommand("controller", "Run the Kubernetes controller: WorkerPools become Deployments of worker Pods running ate node, and worker Pods' lives are told to the API server", "",
+		func(f *pflag.FlagSet) {
+			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address for the controller (required): host:port, a comma-separated list of replicas, or dns:///name:port")
+			f.StringVar(&cfg.Workers.API, "worker-api", "", "the API server's address as worker Pods reach it, their ate node --api (default --api)")
+			f.StringVar(&cfg.Workers.Image, "worker-image", "", "the ate container image of worker Pods whose WorkerPool names none (required)")
+			f.StringVar(&cfg.Workers.Snapshots, "worker-snapshots", "", "worker Pods' ate node --snapshots: the API server's snapshot store URL")
+			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
+			f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+			f.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace's WorkerPools and Pods (default all)")
+			f.BoolVar(&cfg.LeaderElect, "leader-elect", true, "elect one active replica through a Lease named ate-controller; the others stand by")
+			f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default the Pod's own)")
+			f.DurationVar(&cfg.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "how long a reconcile path waits for its watches before /readyz names what is missing and the path retries")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz, /metrics and /debug/pprof/")
+		},
+		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return run(ctx, cfg) })
+}
+
+// runController runs the controller until ctx ends.
+func runController(ctx context.Context, cfg controller.Config) error {
+	controller.SetProcessLoggers(cfg.Logger)
+	c, err := controller.New(cfg)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
 }

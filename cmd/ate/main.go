@@ -22,7 +22,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRootCommand()
-	root.AddCommand(upCommand(up.Run), apiserverCommand(), nodeCommand(), routerCommand())
+	root.AddCommand(upCommand(up.Run), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(runController))
 	code := cli.Main(ctx, root)
 	stop()
 	os.Exit(code)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/up"
 )
 
@@ -235,5 +236,42 @@ func TestUpMetricsAddr(t *testing.T) {
 		if cfg.Metrics.Addr != "" {
 			t.Errorf("%v: metrics addr %q, want none", args, cfg.Metrics.Addr)
 		}
+	}
+}
+
+// TestControllerFlags: every `ate controller` flag ends up in the
+// controller.Config, and the defaults are the design's.
+func TestControllerFlags(t *testing.T) {
+	runCtl := func(args ...string) controller.Config {
+		t.Helper()
+		var got controller.Config
+		root := cli.NewRootCommand()
+		root.AddCommand(controllerCommand(func(_ context.Context, cfg controller.Config) error { got = cfg; return nil }))
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append([]string{"controller"}, args...))
+		if err := root.ExecuteContext(t.Context()); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		if got.Logger == nil {
+			t.Fatal("no logger")
+		}
+		got.Logger = nil
+		return got
+	}
+	base := runCtl()
+	if !base.LeaderElect || base.ManagementAddr != ":8081" || base.SyncTimeout != controller.DefaultSyncTimeout {
+		t.Errorf("defaults %+v", base)
+	}
+	for _, f := range ownFlags(controllerCommand(nil)) {
+		if f.Name == "log-level" {
+			continue
+		}
+		t.Run(f.Name, func(t *testing.T) {
+			if reflect.DeepEqual(runCtl("--"+f.Name+"="+otherValue(f)), base) {
+				t.Errorf("--%s left the config as it was", f.Name)
+			}
+		})
 	}
 }

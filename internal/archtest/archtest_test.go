@@ -33,6 +33,20 @@ func TestNodeDoesNotImportRouter(t *testing.T) {
 	}
 }
 
+// TestBinaryHasNoTestControlPlane: the controller's test control plane
+// (k8stest, controller-runtime's envtest) stays out of the ate binary.
+func TestBinaryHasNoTestControlPlane(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "substrate.dev/ate/cmd/ate").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep == "substrate.dev/ate/internal/k8s/k8stest" || strings.HasPrefix(dep, "sigs.k8s.io/controller-runtime/pkg/envtest") {
+			t.Errorf("cmd/ate depends on %s", dep)
+		}
+	}
+}
+
 // TestRouterCoreIsTransportFree: only the router's gRPC adapter imports
 // gRPC; the core, its error map and its fakes speak router errors.
 func TestRouterCoreIsTransportFree(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
@@ -82,7 +83,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	// is still coming up.
 	var (
 		ms         *metrics.Metrics
-		mgmt       *managementServer
+		mgmt       *httpserve.Management
 		storeReady atomic.Bool
 		err        error
 	)
@@ -96,8 +97,8 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		}); err != nil {
 			return err
 		}
-		defer mgmt.close()
-		go func() { _ = mgmt.serve(ctx) }()
+		defer mgmt.Close()
+		go func() { _ = mgmt.Serve(ctx) }()
 	}
 	opened, err := openStore(ctx, cfg.Store, storeurl.Options{DefaultPath: filepath.Join(cfg.DataDir, DBName), Logger: log}, log)
 	if err != nil {

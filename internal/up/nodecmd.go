@@ -146,12 +146,12 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 		}
 		return nil
 	}
-	var mgmt *managementServer
+	var mgmt *httpserve.Management
 	if cfg.ManagementAddr != "" {
 		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, readyFn); err != nil {
 			return err
 		}
-		defer mgmt.close()
+		defer mgmt.Close()
 	}
 
 	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
@@ -162,7 +162,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	services.Go(func() error { return n.ServeSelfService(sctx, agent.SelfRequest) })
 	services.Go(func() error { return agent.Run(sctx, registered) })
 	if mgmt != nil {
-		services.Go(func() error { return mgmt.serve(sctx) })
+		services.Go(func() error { return mgmt.Serve(sctx) })
 	}
 	select {
 	case err := <-registered:

@@ -49,14 +49,14 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
 	var ms *metrics.Metrics
-	var mgmt *managementServer
+	var mgmt *httpserve.Management
 	if cfg.ManagementAddr != "" {
 		ms = metrics.New()
 		hc.Metrics = ms.Router
 		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, nil); err != nil {
 			return err
 		}
-		defer mgmt.close()
+		defer mgmt.Close()
 	}
 	rh := router.NewHandler(hc, res, log)
 	rs := httpserve.NewServer("router", rc.Addr, rh, log)
@@ -74,7 +74,7 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	mctx, stopMgmt := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMgmt()
 	if mgmt != nil {
-		go func() { _ = mgmt.serve(mctx) }()
+		go func() { _ = mgmt.Serve(mctx) }()
 	}
 	log.Info("ate router ready", "router", rs.Addr(), "api", cfg.API)
 	if cfg.Ready != nil {

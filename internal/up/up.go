@@ -70,13 +70,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Metrics are recorded only when something serves them.
 	var ms *metrics.Metrics
-	var mgmt *managementServer
+	var mgmt *httpserve.Management
 	if cfg.Metrics.Addr != "" {
 		ms = metrics.New()
 		if mgmt, err = newManagementServer(cfg.Metrics.Addr, ms, nil); err != nil {
 			return err
 		}
-		defer mgmt.close()
+		defer mgmt.Close()
 	}
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
@@ -114,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rs.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
 	if mgmt != nil {
-		info.MetricsAddr = mgmt.addr()
+		info.MetricsAddr = mgmt.Addr()
 	}
 	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr}); err != nil {
 		return err
@@ -145,7 +145,7 @@ type serving struct {
 	routes *router.Handler
 	cp     *ControlPlane
 	// mgmt is the management listener; nil when there is none.
-	mgmt *managementServer
+	mgmt *httpserve.Management
 	log  *slog.Logger
 }
 
@@ -166,7 +166,7 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	services.Go(func() error { return s.tunnel.Start(svcCtx) })
 	if s.mgmt != nil {
 		// Up until the very end, so the shutdown itself can be watched.
-		services.Go(func() error { return s.mgmt.serve(svcCtx) })
+		services.Go(func() error { return s.mgmt.Serve(svcCtx) })
 	}
 	// Actors' requests for their own suspension.
 	services.Go(func() error { return s.cp.Node.ServeSelfService(svcCtx, s.cp.Lifecycle.SelfRequest) })

@@ -9,6 +9,7 @@
 package k8stest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,39 +74,65 @@ func Scheme() *k8sruntime.Scheme {
 // made with AddUser have only the permissions a test binds to them.
 func Start(t testing.TB) *Env {
 	t.Helper()
-	dir := BinDir()
+	env, err := StartShared(t.TempDir())
+	if err != nil {
+		t.Fatalf("k8stest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("k8stest: stop: %v", err)
+		}
+	})
+	return env
+}
+
+// StartShared is Start for a package's TestMain (one control plane for
+// all its tests): the kubeconfig goes into dir, and the caller calls
+// Stop. Errors: a binary not built, a failed start.
+func StartShared(dir string) (*Env, error) {
+	bin := BinDir()
 	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("k8stest: %s not built (%v): run hack/install-kube.sh", b, err)
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			return nil, fmt.Errorf("%s not built (%w): run hack/install-kube.sh", b, err)
 		}
 	}
 	e := &envtest.Environment{
-		BinaryAssetsDirectory: dir,
+		BinaryAssetsDirectory: bin,
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "deploy", "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
 	}
 	cfg, err := e.Start()
 	if err != nil {
-		t.Fatalf("k8stest: start kube-apiserver and etcd: %v", err)
+		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
 	}
-	t.Cleanup(func() {
-		if err := e.Stop(); err != nil {
-			t.Errorf("k8stest: stop: %v", err)
-		}
-	})
-	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
-	if err != nil {
-		t.Fatalf("k8stest: client: %v", err)
+	env := &Env{Config: cfg, env: e}
+	if err := env.init(dir); err != nil {
+		_ = e.Stop()
+		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatalf("k8stest: clientset: %v", err)
-	}
-	env := &Env{Config: cfg, Client: c, Clientset: cs, env: e}
-	env.Kubeconfig = env.WriteKubeconfig(t, cfg)
-	return env
+	return env, nil
 }
+
+func (e *Env) init(dir string) error {
+	c, err := client.New(e.Config, client.Options{Scheme: e.env.Scheme})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return fmt.Errorf("clientset: %w", err)
+	}
+	data, err := kubeconfigFor(e.Config)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	e.Client, e.Clientset, e.Kubeconfig = c, cs, filepath.Join(dir, "kubeconfig")
+	return os.WriteFile(e.Kubeconfig, data, 0o600)
+}
+
+// Stop stops kube-apiserver and etcd.
+func (e *Env) Stop() error { return e.env.Stop() }
 
 // AddUser returns a connection as a user with name and groups and no
 // permissions but those a test binds to it (RBAC).
@@ -138,3 +165,31 @@ var (
 	WorkerPools    = schema.GroupVersionResource{Group: atek8s.GroupVersion.Group, Version: atek8s.GroupVersion.Version, Resource: "workerpools"}
 	SandboxConfigs = schema.GroupVersionResource{Group: atek8s.GroupVersion.Group, Version: atek8s.GroupVersion.Version, Resource: "sandboxconfigs"}
 )
+
+// Main is a package's TestMain over one shared control plane: it starts
+// it, hands it to use, runs the tests, stops it and exits. A control
+// plane that does not start fails the package (exit 1), never skips it.
+func Main(m *testing.M, use func(*Env)) {
+	os.Exit(runMain(m, use))
+}
+
+func runMain(m *testing.M, use func(*Env)) int {
+	dir, err := os.MkdirTemp("", "k8stest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	env, err := StartShared(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest:", err)
+		return 1
+	}
+	use(env)
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest: stop:", err)
+		code = 1
+	}
+	return code
+}

@@ -10,6 +10,10 @@ const (
 	// PoolLabel names a worker Pod's WorkerPool, on the Pod and on each
 	// of its workers (so a worker selector can name a pool).
 	PoolLabel = "ate.substrate.dev/pool"
+	// NamespaceLabel names the pool's namespace on each of its workers:
+	// pools of one name in two namespaces are two pools, and the
+	// controller matches the API server's workers to a pool by both.
+	NamespaceLabel = "ate.substrate.dev/namespace"
 	// PodDeletionCostAnnotation is the ReplicaSet controller's hint
 	// (Kubernetes 1.22+, k8s.io/api/core/v1 PodDeletionCost): on
 	// scale-down, Pods with a lower cost go first. The controller sets it
@@ -26,6 +30,12 @@ const (
 	// (Deployment apply refused, SandboxConfig missing, …); the message
 	// says why.
 	ConditionDegraded = "Degraded"
+	// ConditionNodesSynced: the controller's last sync of the pool's
+	// worker Pods with the API server (drains, removals, deletion costs,
+	// readyWorkers) succeeded. False with reason APIServerUnavailable
+	// while the API server cannot be reached; the Deployment is still
+	// reconciled meanwhile.
+	ConditionNodesSynced = "NodesSynced"
 )
 
 // WorkerPoolSpec is the desired worker capacity.
@@ -49,10 +59,12 @@ type WorkerPoolSpec struct {
 	WorkersPerPod int32 `json:"workersPerPod,omitempty"`
 
 	// Labels are given to every worker of the pool; actors' worker
-	// selectors match them. The controller adds ate.substrate.dev/pool.
+	// selectors match them. The controller adds ate.substrate.dev/pool
+	// and ate.substrate.dev/namespace.
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="label keys must be Kubernetes label keys: an optional DNS-subdomain prefix and '/', then at most 63 alphanumerics, '-', '_' or '.'"
 	// +kubebuilder:validation:XValidation:rule="!('ate.substrate.dev/pool' in self)",message="label ate.substrate.dev/pool is set by the controller to the pool's name"
+	// +kubebuilder:validation:XValidation:rule="!('ate.substrate.dev/namespace' in self)",message="label ate.substrate.dev/namespace is set by the controller to the pool's namespace"
 	// +optional
 	Labels map[string]LabelValue `json:"labels,omitempty"`
 
@@ -82,9 +94,12 @@ type WorkerPoolSpec struct {
 }
 
 // LabelValue is a Kubernetes label value: at most 63 alphanumerics, '-',
-// '_' or '.', starting and ending alphanumeric, or empty.
+// '_' or '.', starting and ending alphanumeric, or empty. The length
+// bound keeps the CEL rule's estimated cost within the API server's CRD
+// budget (without it the rule over a map of unbounded strings was refused,
+// 13x over).
 // +kubebuilder:validation:MaxLength=63
-// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",message="label values must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
 type LabelValue string
 
 // WorkerPodTemplate is the subset of a Pod spec a WorkerPool passes on to

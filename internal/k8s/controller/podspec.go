@@ -1,0 +1,228 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
+)
+
+// Labels every worker Pod carries besides atek8s.PoolLabel.
+const (
+	nameLabel      = "app.kubernetes.io/name"
+	managedByLabel = "app.kubernetes.io/managed-by"
+	workerName     = "ate-worker"
+	// FieldManager owns what the controller applies (Deployments, pool
+	// and SandboxConfig status written by the Deployment path).
+	FieldManager = "ate-controller"
+)
+
+// Fixed ports and paths inside a worker Pod. Fixed, not picked: the
+// Pod's IP is the node's address, and a probe needs a known port.
+const (
+	agentPort      = 7072
+	tunnelPort     = 7071
+	managementPort = 9090
+	dataDir        = "/var/lib/ate"
+	// drainMargin is taken off the Pod's grace period for ate node's
+	// --drain-timeout, so the node reports LOST ("left") and exits before
+	// the kubelet's SIGKILL.
+	drainMargin         = 5
+	defaultGraceSeconds = 60
+)
+
+// WorkerSettings are the controller-wide parts of every worker Pod.
+type WorkerSettings struct {
+	// API is ate node's --api: the API server as seen from a worker Pod
+	// (host:port, a list, or dns:///name:port).
+	API string
+	// Image is the `ate` image of pools that name none.
+	Image string
+	// Snapshots is ate node's --snapshots, the API server's snapshot
+	// store URL.
+	Snapshots string
+	// EnvSecret names an optional Secret in the pool's namespace whose
+	// keys become the node container's environment (S3 credentials);
+	// empty: none.
+	EnvSecret string
+}
+
+// deploymentName is the name of pool's Deployment.
+func deploymentName(pool string) string { return pool + "-workers" }
+
+// selectorLabels are the worker Pods' selector: immutable in a
+// Deployment, so only what never changes for a pool.
+func selectorLabels(pool string) map[string]string {
+	return map[string]string{atek8s.PoolLabel: pool, nameLabel: workerName}
+}
+
+// poolSelector is status.selector: the /scale subresource's label
+// selector of pool's Pods, as a string ("k=v,k=v").
+func poolSelector(pool string) string {
+	return labels.SelectorFromSet(selectorLabels(pool)).String()
+}
+
+// runscAssetArgs are ate node's --runsc-asset flags for sc's runsc
+// assets, "<arch>=<sha256>@<url>", sorted by architecture so that the
+// rendered spec, and hence the Deployment, does not change by order.
+func runscAssetArgs(sc *atek8s.SandboxConfig) []string {
+	var args []string
+	for _, a := range sc.Spec.Assets {
+		if a.Name == "runsc" {
+			args = append(args, fmt.Sprintf("--runsc-asset=%s=%s@%s", a.Architecture, a.SHA256, a.URL))
+		}
+	}
+	slices.Sort(args)
+	return args
+}
+
+// currentRunscArgs are the --runsc-asset flags of d's node container,
+// kept when the SandboxConfig cannot be read so an apply does not drop
+// them. Nil d or no such container: none.
+func currentRunscArgs(d *appsv1.Deployment) []string {
+	if d == nil {
+		return nil
+	}
+	var args []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != "node" {
+			continue
+		}
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--runsc-asset=") {
+				args = append(args, a)
+			}
+		}
+	}
+	return args
+}
+
+// workerLabelsArg is ate node's --labels value: the pool and namespace
+// first, then spec.labels sorted by key ("k=v,k=v").
+func workerLabelsArg(pool *atek8s.WorkerPool) string {
+	parts := []string{atek8s.PoolLabel + "=" + pool.Name, atek8s.NamespaceLabel + "=" + pool.Namespace}
+	for _, k := range slices.Sorted(maps.Keys(pool.Spec.Labels)) {
+		parts = append(parts, k+"="+string(pool.Spec.Labels[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// workerDeployment renders pool's Deployment (apiVersion and kind set,
+// for server-side apply): one Pod per node, each running `ate node` with
+// spec.workersPerPod workers and runscArgs (from runscAssetArgs, or
+// currentRunscArgs when the SandboxConfig is unavailable).
+func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []string) *appsv1.Deployment {
+	t := pool.Spec.Template
+	grace := ptr.Deref(t.TerminationGracePeriodSeconds, defaultGraceSeconds)
+	podLabels := maps.Clone(t.Labels)
+	if podLabels == nil {
+		podLabels = map[string]string{}
+	}
+	maps.Copy(podLabels, selectorLabels(pool.Name))
+	podLabels[managedByLabel] = FieldManager
+	image := pool.Spec.Image
+	if image == "" {
+		image = w.Image
+	}
+	workers := max(pool.Spec.WorkersPerPod, 1)
+	class := pool.Spec.SandboxClass
+	if class == "" {
+		class = "gvisor"
+	}
+	args := []string{
+		"--api=" + w.API,
+		"--name=$(POD_NAME)",
+		"--advertise=$(POD_IP)",
+		fmt.Sprintf("--workers=%d", workers),
+		"--labels=" + workerLabelsArg(pool),
+		"--sandbox-class=" + class,
+		"--snapshots=" + w.Snapshots,
+		fmt.Sprintf("--agent-port=%d", agentPort),
+		fmt.Sprintf("--tunnel-port=%d", tunnelPort),
+		fmt.Sprintf("--management-addr=:%d", managementPort),
+		"--data-dir=" + dataDir,
+		fmt.Sprintf("--drain-timeout=%ds", max(grace-drainMargin, 1)),
+	}
+	args = append(args, runscArgs...)
+	var envFrom []corev1.EnvFromSource
+	if w.EnvSecret != "" {
+		envFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: w.EnvSecret},
+			Optional:             ptr.To(true),
+		}}}
+	}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: path, Port: intstr.FromInt32(managementPort),
+		}}}
+	}
+	container := corev1.Container{
+		Name:    "node",
+		Image:   image,
+		Command: []string{"ate", "node"},
+		Args:    args,
+		Env: []corev1.EnvVar{
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		},
+		EnvFrom: envFrom,
+		Ports: []corev1.ContainerPort{
+			{Name: "agent", ContainerPort: agentPort},
+			{Name: "tunnel", ContainerPort: tunnelPort},
+			{Name: "management", ContainerPort: managementPort},
+		},
+		Resources: t.Resources,
+		// runsc creates user, network and mount namespaces, mounts the
+		// sandboxes' file systems and sets up their cgroups and veth
+		// pairs: none of that is allowed to an unprivileged container,
+		// and no narrower capability set is known to cover it (the same
+		// holds for `ate up` outside Kubernetes, which runs as root).
+		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		// /readyz answers 503 until the API server welcomed the node, so a
+		// Ready Pod is a registered node.
+		ReadinessProbe: probe("/readyz"),
+		LivenessProbe:  probe("/healthz"),
+		VolumeMounts:   []corev1.VolumeMount{{Name: "data", MountPath: dataDir}},
+	}
+	return &appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      deploymentName(pool.Name),
+			Namespace: pool.Namespace,
+			Labels:    map[string]string{atek8s.PoolLabel: pool.Name, nameLabel: workerName, managedByLabel: FieldManager},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: atek8s.GroupVersion.String(), Kind: "WorkerPool",
+				Name: pool.Name, UID: pool.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(ptr.Deref(pool.Spec.Replicas, 1)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(pool.Name)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: maps.Clone(t.Annotations)},
+				Spec: corev1.PodSpec{
+					Containers:                    []corev1.Container{container},
+					NodeSelector:                  maps.Clone(t.NodeSelector),
+					Tolerations:                   t.Tolerations,
+					Affinity:                      t.Affinity,
+					PriorityClassName:             t.PriorityClassName,
+					ServiceAccountName:            t.ServiceAccountName,
+					TerminationGracePeriodSeconds: ptr.To(grace),
+					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+						EmptyDir: &corev1.EmptyDirVolumeSource{},
+					}}},
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,155 @@
+package controller
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
+)
+
+// TestWorkerDeployment renders pools and checks the parts of the spec
+// the design fixes (docs/design/controller.md).
+func TestWorkerDeployment(t *testing.T) {
+	settings := WorkerSettings{API: "dns:///ate-api.ate.svc:7070", Image: "ate:default", Snapshots: "s3://b/p", EnvSecret: "ate-s3"}
+	base := func() *atek8s.WorkerPool {
+		return &atek8s.WorkerPool{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: "team", UID: "uid-1"},
+			Spec:       atek8s.WorkerPoolSpec{Replicas: ptr.To[int32](3), WorkersPerPod: 4, SandboxClass: "gvisor"},
+		}
+	}
+	runsc := []string{"--runsc-asset=amd64=" + sha('a') + "@https://x/runsc"}
+	tests := []struct {
+		name  string
+		pool  func() *atek8s.WorkerPool
+		runsc []string
+		check func(t *testing.T, d *appsv1.Deployment)
+	}{
+		{
+			name: "defaults", pool: base, runsc: runsc,
+			check: func(t *testing.T, d *appsv1.Deployment) {
+				if d.Name != "gpu-workers" || d.Namespace != "team" || *d.Spec.Replicas != 3 {
+					t.Errorf("name %s/%s replicas %d", d.Namespace, d.Name, *d.Spec.Replicas)
+				}
+				wantSel := map[string]string{atek8s.PoolLabel: "gpu", nameLabel: workerName}
+				if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, wantSel) {
+					t.Errorf("selector %v", d.Spec.Selector.MatchLabels)
+				}
+				wantPod := map[string]string{atek8s.PoolLabel: "gpu", nameLabel: workerName, managedByLabel: FieldManager}
+				if !reflect.DeepEqual(d.Spec.Template.Labels, wantPod) {
+					t.Errorf("pod labels %v", d.Spec.Template.Labels)
+				}
+				or := d.OwnerReferences
+				if len(or) != 1 || or[0].Kind != "WorkerPool" || or[0].UID != "uid-1" || !*or[0].Controller {
+					t.Errorf("owner references %+v", or)
+				}
+				p := d.Spec.Template.Spec
+				if *p.TerminationGracePeriodSeconds != 60 || len(p.Containers) != 1 {
+					t.Fatalf("grace %d, %d containers", *p.TerminationGracePeriodSeconds, len(p.Containers))
+				}
+				c := p.Containers[0]
+				wantArgs := []string{
+					"--api=dns:///ate-api.ate.svc:7070", "--name=$(POD_NAME)", "--advertise=$(POD_IP)",
+					"--workers=4", "--labels=ate.substrate.dev/pool=gpu,ate.substrate.dev/namespace=team",
+					"--sandbox-class=gvisor", "--snapshots=s3://b/p", "--agent-port=7072", "--tunnel-port=7071",
+					"--management-addr=:9090", "--data-dir=/var/lib/ate", "--drain-timeout=55s", runsc[0],
+				}
+				if c.Name != "node" || c.Image != "ate:default" || !reflect.DeepEqual(c.Command, []string{"ate", "node"}) {
+					t.Errorf("container %s image %s command %v", c.Name, c.Image, c.Command)
+				}
+				if !reflect.DeepEqual(c.Args, wantArgs) {
+					t.Errorf("args\n got %q\nwant %q", c.Args, wantArgs)
+				}
+				if !*c.SecurityContext.Privileged {
+					t.Error("not privileged")
+				}
+				if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Port.IntVal != 9090 {
+					t.Errorf("probes %+v %+v", c.ReadinessProbe.HTTPGet, c.LivenessProbe.HTTPGet)
+				}
+				if c.Lifecycle != nil {
+					t.Error("a lifecycle hook (ate node drains on SIGTERM itself)")
+				}
+				if len(c.Env) != 2 || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" || c.Env[1].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+					t.Errorf("env %+v", c.Env)
+				}
+				if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef.Name != "ate-s3" || !*c.EnvFrom[0].SecretRef.Optional {
+					t.Errorf("envFrom %+v", c.EnvFrom)
+				}
+				if len(p.Volumes) != 1 || p.Volumes[0].EmptyDir == nil || c.VolumeMounts[0].MountPath != "/var/lib/ate" {
+					t.Errorf("volumes %+v mounts %+v", p.Volumes, c.VolumeMounts)
+				}
+			},
+		},
+		{
+			name: "template and labels",
+			pool: func() *atek8s.WorkerPool {
+				p := base()
+				p.Spec.Image = "ate:pool"
+				p.Spec.Labels = map[string]atek8s.LabelValue{"zone": "b", "gpu": "a100"}
+				p.Spec.Template = atek8s.WorkerPodTemplate{
+					Labels:                        map[string]string{"team": "x", atek8s.PoolLabel: "spoofed"},
+					Annotations:                   map[string]string{"a": "b"},
+					NodeSelector:                  map[string]string{"pool": "sandbox"},
+					Tolerations:                   []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists}},
+					PriorityClassName:             "high",
+					ServiceAccountName:            "worker",
+					TerminationGracePeriodSeconds: ptr.To[int64](120),
+					Resources:                     corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}},
+				}
+				return p
+			},
+			check: func(t *testing.T, d *appsv1.Deployment) {
+				p := d.Spec.Template
+				c := p.Spec.Containers[0]
+				if p.Labels[atek8s.PoolLabel] != "gpu" || p.Labels["team"] != "x" || p.Annotations["a"] != "b" {
+					t.Errorf("pod metadata %v %v", p.Labels, p.Annotations)
+				}
+				if p.Spec.NodeSelector["pool"] != "sandbox" || len(p.Spec.Tolerations) != 1 || p.Spec.PriorityClassName != "high" || p.Spec.ServiceAccountName != "worker" {
+					t.Errorf("pod spec %+v", p.Spec)
+				}
+				if c.Image != "ate:pool" || c.Resources.Limits.Memory().String() != "4Gi" {
+					t.Errorf("image %s resources %v", c.Image, c.Resources)
+				}
+				if !slices.Contains(c.Args, "--labels=ate.substrate.dev/pool=gpu,ate.substrate.dev/namespace=team,gpu=a100,zone=b") ||
+					!slices.Contains(c.Args, "--drain-timeout=115s") || currentRunscArgs(d) != nil {
+					t.Errorf("args %q", c.Args)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := workerDeployment(tc.pool(), settings, tc.runsc)
+			tc.check(t, d)
+			if got := currentRunscArgs(d); !reflect.DeepEqual(got, tc.runsc) {
+				t.Errorf("currentRunscArgs %q, want %q", got, tc.runsc)
+			}
+		})
+	}
+}
+
+func TestRunscAssetArgs(t *testing.T) {
+	sc := &atek8s.SandboxConfig{Spec: atek8s.SandboxConfigSpec{Assets: []atek8s.RuntimeAsset{
+		{Name: "runsc", Architecture: "arm64", URL: "https://x/arm", SHA256: sha('b')},
+		{Name: "runsc", Architecture: "amd64", URL: "file:///opt/runsc", SHA256: sha('a')},
+	}}}
+	want := []string{"--runsc-asset=amd64=" + sha('a') + "@file:///opt/runsc", "--runsc-asset=arm64=" + sha('b') + "@https://x/arm"}
+	if got := runscAssetArgs(sc); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// sha is a 64-hex-digit digest made of c.
+func sha(c byte) string {
+	b := make([]byte, 64)
+	for i := range b {
+		b[i] = c
+	}
+	return string(b)
+}

@@ -1,0 +1,25 @@
+package controller
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// RBACRules are the permissions `ate controller` needs, for a ClusterRole
+// (or, with --namespace, a Role in that namespace for the namespaced
+// kinds plus a ClusterRole for sandboxconfigs). The least-privilege test
+// runs the controller with exactly these. Leases and events are needed
+// only in the leader election namespace.
+func RBACRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"ate.substrate.dev"}, Resources: []string{"workerpools", "sandboxconfigs"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"ate.substrate.dev"}, Resources: []string{"workerpools/status", "sandboxconfigs/status"}, Verbs: []string{"get", "patch"}},
+		// create and patch: a server-side apply that creates the Deployment
+		// is authorised as both.
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
+		// patch: the deletion-cost annotation.
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		// The leader election's events (controller-runtime records them).
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}

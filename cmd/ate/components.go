@@ -144,7 +144,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 	var cfg controller.Config
 	return componentCommand("controller", "Run the Kubernetes controller: WorkerPools become Deployments of worker Pods running ate node, and worker Pods' lives are told to the API server", "",
 		func(f *pflag.FlagSet) {
-			f.StringVar(&cfg.API, "api", "", "the API server's gRPC address for the controller (required): host:port, a comma-separated list of replicas, or dns:///name:port")
+			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.Workers.API, "worker-api", "", "the API server's address as worker Pods reach it, their ate node --api (default --api)")
 			f.StringVar(&cfg.Workers.Image, "worker-image", "", "the ate container image of worker Pods whose WorkerPool names none (required)")
 			f.StringVar(&cfg.Workers.Snapshots, "worker-snapshots", "", "worker Pods' ate node --snapshots: the API server's snapshot store URL")

@@ -40,7 +40,7 @@ func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeClust
 		kc.startWorkerPod(n)
 	}
 	kc.ctrl, _ = startComponent(t, "controller", "ate controller ready", "controller",
-		"--kubeconfig", kc.kube.Kubeconfig, "--api", kc.in.apiAddr, "--leader-elect=false",
+		"--kubeconfig", kc.kube.Kubeconfig, "--api", kc.in.apiAddr, "--leader-elect=false", "--worker-image", "ate:e2e",
 		"--management-addr", freeAddr(t), "--log-level", "debug")
 	return kc
 }
@@ -52,7 +52,7 @@ func (kc *kubeCluster) startWorkerPod(name string) {
 	kc.startNode(name, kc.in.apiAddr, "--labels", atek8s.PoolLabel+"="+kubePool+",ate.substrate.dev/namespace=default")
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{atek8s.PoolLabel: kubePool}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{atek8s.PoolLabel: kubePool, "app.kubernetes.io/managed-by": "ate-controller"}},
 		Spec: corev1.PodSpec{
 			// Bound to a node: a graceful delete then leaves the Pod
 			// Terminating (until a kubelet, here the test, confirms).

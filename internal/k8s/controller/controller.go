@@ -141,7 +141,9 @@ func New(cfg Config) (*Controller, error) {
 	if c.mgr, err = c.newManager(rc); err != nil {
 		return nil, err
 	}
-	if c.conn, err = apidial.Dial(cfg.API); err != nil {
+	// A k8s:/// --api reads the same cluster's EndpointSlices, with the
+	// controller's kubeconfig.
+	if c.conn, err = apidial.Dial(cfg.API, apidial.WithKubeconfig(cfg.Kubeconfig, ""), apidial.WithLogger(log)); err != nil {
 		return nil, err
 	}
 	paths, err := c.paths(c.mgr, atev1.NewControlClient(c.conn))
@@ -172,6 +174,8 @@ func (c *Controller) ManagementAddr() string { return c.mgmt.Addr() }
 // that no two leaders reconcile).
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.conn.Close()
+	c.log.InfoContext(ctx, "ate controller ready", "management", c.ManagementAddr(), "api", c.cfg.API,
+		"leader-elect", c.cfg.LeaderElect, "namespace", c.cfg.Namespace)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.mgmt.Serve(gctx) })
 	g.Go(func() error {

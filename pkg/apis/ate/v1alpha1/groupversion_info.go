@@ -5,15 +5,18 @@
 // often for etcd, and live in the API server's record store.
 //
 // The CRD YAML in deploy/crds and zz_generated.deepcopy.go are generated
-// by controller-gen from these types (`make generate`).
+// by controller-gen from these types (`make generate`). The package
+// depends on k8s.io/apimachinery and k8s.io/api only, so clients can
+// import it cheaply.
 //
 // +kubebuilder:object:generate=true
 // +groupName=ate.substrate.dev
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 // GroupVersion is the API group and version of these types.
@@ -21,11 +24,13 @@ var GroupVersion = schema.GroupVersion{Group: "ate.substrate.dev", Version: "v1a
 
 var (
 	// SchemeBuilder registers the types with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds the types to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-func init() {
-	SchemeBuilder.Register(&WorkerPool{}, &WorkerPoolList{}, &SandboxConfig{}, &SandboxConfigList{})
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &WorkerPool{}, &WorkerPoolList{}, &SandboxConfig{}, &SandboxConfigList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
 }

@@ -624,8 +624,12 @@ func testRBAC(t *testing.T, env *k8stest.Env, objs []*unstructured.Unstructured)
 		allowed                        bool
 	}
 	var cases []access
-	// The resolver's permissions, every component's: exactly these.
-	for _, sa := range []string{"ate-apiserver", "ate-controller", "ate-router", "ate-worker"} {
+	// The resolver's permissions, every component's that dials the API
+	// server (the API server itself dials none): exactly these.
+	cases = append(cases,
+		access{"ate-apiserver", "get", "", "services", "", namespace, "ate-apiserver", false},
+		access{"ate-apiserver", "list", "discovery.k8s.io", "endpointslices", "", namespace, "", false})
+	for _, sa := range []string{"ate-controller", "ate-router", "ate-worker"} {
 		cases = append(cases,
 			access{sa, "get", "", "services", "", namespace, "ate-apiserver", true},
 			access{sa, "list", "discovery.k8s.io", "endpointslices", "", namespace, "", true},

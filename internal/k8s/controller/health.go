@@ -21,9 +21,24 @@ import (
 type health struct {
 	mu          sync.Mutex
 	controllers map[string]*controllerHealth // by controller name
-	refused     map[string]error             // by resource ("pods"); cleared when a controller watching it syncs
-	log         *slog.Logger
+	// refused is by resource ("pods"); cleared when a controller
+	// watching it syncs, and when no refusal came for refusalTTL (the
+	// reflector retries a refused list at least every 30 s, its
+	// backoff's cap in client-go, so silence means it lists again: a
+	// permission granted back after start-up, a token rotation hiccup).
+	refused map[string]refusal
+	log     *slog.Logger
+	now     func() time.Time
 }
+
+type refusal struct {
+	err  error
+	seen time.Time
+}
+
+// refusalTTL is how long a refused watch counts against /readyz after
+// its last refusal: three of the reflector's longest retry intervals.
+const refusalTTL = 90 * time.Second
 
 type controllerHealth struct {
 	resources []string
@@ -32,7 +47,7 @@ type controllerHealth struct {
 }
 
 func newHealth(log *slog.Logger) *health {
-	return &health{controllers: map[string]*controllerHealth{}, refused: map[string]error{}, log: log}
+	return &health{controllers: map[string]*controllerHealth{}, refused: map[string]refusal{}, log: log, now: time.Now}
 }
 
 // starting records that controller name, watching resources, is
@@ -78,7 +93,10 @@ func (h *health) synced(name string) {
 // resource and verb (the API server's message does: `pods is forbidden:
 // User "x" cannot list resource "pods" …`); other errors (a restarting
 // API server) are logged only, since the reflector retries them.
-func (h *health) watchError(_ context.Context, r *toolscache.Reflector, err error) {
+func (h *health) watchError(ctx context.Context, r *toolscache.Reflector, err error) {
+	// client-go's own handler still logs every failure its way (and
+	// knows an expired watch is routine): ours adds to it.
+	toolscache.DefaultWatchErrorHandler(ctx, r, err)
 	var status apierrors.APIStatus
 	if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) && errors.As(err, &status) {
 		resource := r.TypeDescription()
@@ -86,13 +104,11 @@ func (h *health) watchError(_ context.Context, r *toolscache.Reflector, err erro
 			resource = d.Kind
 		}
 		h.mu.Lock()
-		h.refused[resource] = err
+		h.refused[resource] = refusal{err: err, seen: h.now()}
 		h.mu.Unlock()
 		h.log.Error("watch refused by the Kubernetes API server: grant the controller this permission",
 			"resource", resource, "type", r.TypeDescription(), "err", err)
-		return
 	}
-	h.log.Warn("watch failed; retrying", "type", r.TypeDescription(), "err", err)
 }
 
 // ready is /readyz: nil, or an error naming each problem (controllers
@@ -110,8 +126,12 @@ func (h *health) ready() error {
 			problems = append(problems, fmt.Sprintf("controller %s: watches of %s not synced yet", name, strings.Join(c.resources, ", ")))
 		}
 	}
-	for r, err := range h.refused {
-		problems = append(problems, fmt.Sprintf("watch of %s refused: %v", r, err))
+	for r, ref := range h.refused {
+		if h.now().Sub(ref.seen) > refusalTTL {
+			delete(h.refused, r)
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("watch of %s refused: %v", r, ref.err))
 	}
 	if len(problems) == 0 {
 		return nil
@@ -127,8 +147,8 @@ func (h *health) refusals(resources []string) string {
 	defer h.mu.Unlock()
 	var out []string
 	for _, r := range resources {
-		if err := h.refused[r]; err != nil {
-			out = append(out, err.Error())
+		if ref, ok := h.refused[r]; ok && h.now().Sub(ref.seen) <= refusalTTL {
+			out = append(out, ref.err.Error())
 		}
 	}
 	return strings.Join(out, "; ")

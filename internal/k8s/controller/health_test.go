@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,6 +31,18 @@ func TestHealthReady(t *testing.T) {
 			h.starting("p", []string{"pods"})
 			h.watchError(t.Context(), toolscache.NewReflector(nil, nil, nil, 0), forbidden)
 			h.synced("p")
+		}},
+		{name: "refused after start-up counts", steps: func(h *health) {
+			h.starting("p", []string{"pods"})
+			h.synced("p")
+			h.watchError(t.Context(), toolscache.NewReflector(nil, nil, nil, 0), forbidden)
+		}, want: []string{`watch of pods refused`}},
+		{name: "refused after start-up, then silent past the TTL: over", steps: func(h *health) {
+			h.starting("p", []string{"pods"})
+			h.synced("p")
+			h.watchError(t.Context(), toolscache.NewReflector(nil, nil, nil, 0), forbidden)
+			later := time.Now().Add(refusalTTL + time.Second)
+			h.now = func() time.Time { return later }
 		}},
 		{name: "other errors are not refusals", steps: func(h *health) {
 			h.starting("p", []string{"pods"})

@@ -113,12 +113,17 @@ func (r *nodesReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	view, apiErr := r.view(ctx, req.NamespacedName)
 	var errs []error
-	for _, p := range pods.Items {
-		if !p.DeletionTimestamp.IsZero() {
-			errs = append(errs, r.drain(ctx, &p))
+	// An API server that did not answer the lists will not answer a
+	// drain either: do not spend apiCallTimeout per Pod finding out
+	// (the pass is retried with backoff), so other pools' passes go on.
+	if !unreachable(apiErr) {
+		for _, p := range pods.Items {
+			if !p.DeletionTimestamp.IsZero() {
+				errs = append(errs, r.drain(ctx, &p))
+			}
 		}
+		errs = append(errs, r.removeGone(ctx, req.NamespacedName, view, byName))
 	}
-	errs = append(errs, r.removeGone(ctx, req.NamespacedName, view, byName))
 	if view.workers != nil {
 		errs = append(errs, r.setDeletionCosts(ctx, view, pods.Items))
 	}
@@ -282,6 +287,16 @@ func podReady(p *corev1.Pod) bool {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
 		}
+	}
+	return false
+}
+
+// unreachable reports whether err says the API server could not be
+// reached or did not answer in time (not that it refused the call).
+func unreachable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
 	}
 	return false
 }

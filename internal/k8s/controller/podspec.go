@@ -120,6 +120,16 @@ func workerLabelsArg(pool *atek8s.WorkerPool) string {
 // for server-side apply): one Pod per node, each running `ate node` with
 // spec.workersPerPod workers and runscArgs (from runscAssetArgs, or
 // currentRunscArgs when the SandboxConfig is unavailable).
+// WorkerDeployment is the Deployment the controller applies for pool
+// when its SandboxConfig is sc (nil: none, the image's runsc).
+func WorkerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, sc *atek8s.SandboxConfig) *appsv1.Deployment {
+	var runsc []string
+	if sc != nil {
+		runsc = runscAssetArgs(sc)
+	}
+	return workerDeployment(pool, w, runsc)
+}
+
 func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []string) *appsv1.Deployment {
 	t := pool.Spec.Template
 	grace := ptr.Deref(t.TerminationGracePeriodSeconds, defaultGraceSeconds)
@@ -138,19 +148,26 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 	if class == "" {
 		class = "gvisor"
 	}
+	// The image's entrypoint is `ate` (as for every other component's
+	// manifest in deploy/), so the arguments start with the subcommand.
 	args := []string{
+		"node",
 		"--api=" + w.API,
 		"--name=$(POD_NAME)",
 		"--advertise=$(POD_IP)",
 		fmt.Sprintf("--workers=%d", workers),
 		"--labels=" + workerLabelsArg(pool),
 		"--sandbox-class=" + class,
-		"--snapshots=" + w.Snapshots,
 		fmt.Sprintf("--agent-port=%d", agentPort),
 		fmt.Sprintf("--tunnel-port=%d", tunnelPort),
 		fmt.Sprintf("--management-addr=:%d", managementPort),
 		"--data-dir=" + dataDir,
 		fmt.Sprintf("--drain-timeout=%ds", max(grace-drainMargin, 1)),
+	}
+	if w.Snapshots != "" {
+		// Empty would make the node fall back to a directory of its own,
+		// which the API server refuses (another snapshot store).
+		args = append(args, "--snapshots="+w.Snapshots)
 	}
 	args = append(args, runscArgs...)
 	var envFrom []corev1.EnvFromSource
@@ -166,10 +183,9 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		}}}
 	}
 	container := corev1.Container{
-		Name:    "node",
-		Image:   image,
-		Command: []string{"ate", "node"},
-		Args:    args,
+		Name:  "node",
+		Image: image,
+		Args:  args,
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},

@@ -13,6 +13,11 @@ func RBACRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"ate.substrate.dev"}, Resources: []string{"workerpools", "sandboxconfigs"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ate.substrate.dev"}, Resources: []string{"workerpools/status", "sandboxconfigs/status"}, Verbs: []string{"get", "patch"}},
+		// update on finalizers: the Deployment's owner reference sets
+		// blockOwnerDeletion, which clusters running the
+		// OwnerReferencesPermissionEnforcement admission plugin allow only
+		// to who may update the owner's finalizers.
+		{APIGroups: []string{"ate.substrate.dev"}, Resources: []string{"workerpools/finalizers"}, Verbs: []string{"update"}},
 		// create and patch: a server-side apply that creates the Deployment
 		// is authorised as both.
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},

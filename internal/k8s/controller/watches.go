@@ -38,8 +38,12 @@ const (
 func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*supervised, error) {
 	nudge := make(chan event.GenericEvent, 1)
 	opts := func(r reconcile.Reconciler) controller.Options {
+		// Several pools reconcile at once: one pool's slow API server
+		// calls (drains of many terminating Pods) must not hold up
+		// another's past its Pods' grace period. A key (pool) is never
+		// reconciled twice at once.
 		return controller.Options{Reconciler: r, Logger: mgr.GetLogger(), SkipNameValidation: ptr.To(true),
-			CacheSyncTimeout: c.cfg.SyncTimeout, NeedLeaderElection: ptr.To(true)}
+			CacheSyncTimeout: c.cfg.SyncTimeout, NeedLeaderElection: ptr.To(true), MaxConcurrentReconciles: maxConcurrentReconciles}
 	}
 	var errs []error
 	// newPath returns a path's cache and a client reading from it
@@ -231,3 +235,7 @@ func (c *Controller) queuePoolsWithWorkers(ctx context.Context, api atev1.Contro
 		q.Add(reconcile.Request{NamespacedName: k})
 	}
 }
+
+// maxConcurrentReconciles is how many keys (pools, SandboxConfigs) a
+// path reconciles at once.
+const maxConcurrentReconciles = 4

@@ -36,6 +36,10 @@ func TestWorkerPoolValidation(t *testing.T) {
 		want   string // "" accepted
 	}{
 		{name: "valid", mutate: func(*atek8s.WorkerPool) {}},
+		{name: "name with a dot", mutate: func(p *atek8s.WorkerPool) { p.Name = "pool.a" },
+			want: "a WorkerPool's name must be a DNS label of at most 40 characters"},
+		{name: "name too long", mutate: func(p *atek8s.WorkerPool) { p.Name = strings.Repeat("a", 41) },
+			want: "a WorkerPool's name must be a DNS label of at most 40 characters"},
 		{name: "label key with spaces", mutate: func(p *atek8s.WorkerPool) { p.Spec.Labels["bad key"] = "x" },
 			want: "label keys must be Kubernetes label keys"},
 		{name: "label value too long", mutate: func(p *atek8s.WorkerPool) { p.Spec.Labels["k"] = atek8s.LabelValue(strings.Repeat("a", 64)) },

@@ -165,7 +165,12 @@ type WorkerPoolStatus struct {
 // WorkerPool is worker capacity: a Deployment of worker Pods, each running
 // a node agent, whose workers carry the pool's labels.
 //
+// The name becomes a label value (ate.substrate.dev/pool) and the start
+// of its worker Pods' names, which are node names (DNS labels): so a DNS
+// label itself, short enough for "<name>-workers-<hash>-<suffix>".
+//
 // +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="a WorkerPool's name must be a DNS label of at most 40 characters (lowercase alphanumerics and '-'): it names its worker Pods and nodes"
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=wp,categories=ate

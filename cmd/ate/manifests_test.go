@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/k8s/controller"
+	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
+)
+
+// TestManifestArgsParse: every container of deploy/base, and the worker
+// Pods the controller renders for the example WorkerPool, passes `ate`
+// arguments its real subcommand accepts (the image's entrypoint is
+// `ate`). A flag renamed in cmd/ate and not in the manifests fails here,
+// not on a cluster.
+func TestManifestArgsParse(t *testing.T) {
+	var containers []corev1.Container
+	var pool *atek8s.WorkerPool
+	var sc *atek8s.SandboxConfig
+	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "base", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in deploy/base (%v)", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---")) {
+			var meta struct{ Kind string }
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			switch meta.Kind {
+			case "Deployment":
+				var d appsv1.Deployment
+				if err := yaml.UnmarshalStrict(doc, &d); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				containers = append(containers, d.Spec.Template.Spec.Containers...)
+			case "WorkerPool":
+				pool = &atek8s.WorkerPool{}
+				if err := yaml.UnmarshalStrict(doc, pool); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+			case "SandboxConfig":
+				sc = &atek8s.SandboxConfig{}
+				if err := yaml.UnmarshalStrict(doc, sc); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+			}
+		}
+	}
+	if pool == nil || sc == nil || len(containers) < 3 {
+		t.Fatalf("deploy/base: pool %v, SandboxConfig %v, %d containers; want the example pool, the default SandboxConfig and 3 components", pool != nil, sc != nil, len(containers))
+	}
+	w := controller.WorkerDeployment(pool, controller.WorkerSettings{API: "k8s:///ate-apiserver.ate-system:grpc", Image: "ate", Snapshots: "s3://b/p"}, sc)
+	containers = append(containers, w.Spec.Template.Spec.Containers...)
+	for _, c := range containers {
+		if len(c.Command) > 0 {
+			t.Errorf("container %s sets a command %q: the image's entrypoint is ate", c.Name, c.Command)
+		}
+		root := cli.NewRootCommand()
+		root.AddCommand(upCommand(nil), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(nil))
+		sub, rest, err := root.Find(c.Args)
+		if err != nil || sub == root {
+			t.Errorf("container %s: args %q name no ate subcommand (%v)", c.Name, c.Args, err)
+			continue
+		}
+		if err := sub.ParseFlags(rest); err != nil {
+			t.Errorf("container %s: ate %s refuses its args: %v\nargs: %s", c.Name, sub.Name(), err, strings.Join(c.Args, " "))
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -119,3 +120,54 @@ func k8sReplicas(ctx context.Context, target string, opts []grpc.DialOption) ([]
 	}
 	return addrs, nil
 }
+
+// ReplicaLister lists a target's replicas for a caller that asks again
+// and again (nodeagent.Agent re-resolves every few seconds). For a
+// k8s:/// target it keeps one EndpointSlice watch (a shared informer)
+// for its lifetime and answers from its cache: no list per call, which
+// at a thousand worker Pods asking every 10 s would be a hundred
+// EndpointSlice lists a second on the Kubernetes API server. Other
+// targets are resolved on each call, as Replicas.
+type ReplicaLister struct {
+	target  string
+	opts    []grpc.DialOption
+	watch   *k8sresolver.Watch
+	release func()
+}
+
+// NewReplicaLister returns a lister of target's replicas (opts as for
+// DialContext). Errors: a malformed target, a kubeconfig that cannot be
+// loaded. Close it when done.
+func NewReplicaLister(target string, opts ...grpc.DialOption) (*ReplicaLister, error) {
+	if _, err := Split(target); err != nil {
+		return nil, err
+	}
+	l := &ReplicaLister{target: target, opts: opts, release: func() {}}
+	if !strings.HasPrefix(target, k8sresolver.Scheme+":///") {
+		return l, nil
+	}
+	t, _ := k8sresolver.ParseTarget(target) // validated by Split
+	s := k8sSettingsOf(opts)
+	cs, err := kubeClient(s)
+	if err != nil {
+		return nil, fmt.Errorf("resolve API server replicas %s: %w", target, err)
+	}
+	l.watch, l.release = k8sresolver.NewBuilder(cs, s.resolver).Acquire(t)
+	return l, nil
+}
+
+// List returns the replicas now (host:port each, sorted). For k8s:///
+// it waits for the watch's first sync (within its bound) and returns
+// its errors naming the permission missing, as Replicas.
+func (l *ReplicaLister) List(ctx context.Context) ([]string, error) {
+	if l.watch == nil {
+		return Replicas(ctx, l.target, l.opts...)
+	}
+	if err := l.watch.WaitSynced(ctx); err != nil {
+		return nil, fmt.Errorf("resolve API server replicas %s: %w", l.target, err)
+	}
+	return l.watch.Addresses(), nil
+}
+
+// Close stops the watch, if any.
+func (l *ReplicaLister) Close() { l.release() }

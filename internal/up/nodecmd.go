@@ -127,11 +127,13 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	tunnel = n.NewTunnel()
 
 	// One session per API server replica (nodeagent.Agent says why).
-	if _, err := apidial.Split(cfg.API); err != nil {
+	replicas, err := apidial.NewReplicaLister(cfg.API)
+	if err != nil {
 		return fmt.Errorf("--api: %w", err)
 	}
+	defer replicas.Close()
 	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: dialComponent,
-		Replicas: func(ctx context.Context) ([]string, error) { return apidial.Replicas(ctx, cfg.API) }, Address: agentLn.Addr().String(),
+		Replicas: replicas.List, Address: agentLn.Addr().String(),
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)

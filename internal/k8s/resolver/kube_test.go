@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,6 +174,38 @@ func TestKubernetes(t *testing.T) {
 	t.Run("FollowsEndpointsWithoutReconnecting", func(t *testing.T) { testFollows(t, env) })
 	t.Run("NumericPortDialsTargetPort", func(t *testing.T) { testTargetPort(t, env) })
 	t.Run("MissingEndpointSliceRBAC", func(t *testing.T) { testMissingRBAC(t, env) })
+	t.Run("ReplicaListerFollowsTheWatch", func(t *testing.T) { testReplicaLister(t, env) })
+}
+
+// testReplicaLister: a node agent's lister of every replica answers from
+// its watch, and follows the EndpointSlice as it changes.
+func testReplicaLister(t *testing.T, env *k8stest.Env) {
+	const ns, svc = "replicas", "api"
+	createNamespace(t, env, ns)
+	createService(t, env, ns, svc, "grpc", 7070, 7070)
+	ctx := t.Context()
+	s := slice(ns, svc+"-a", svc, map[string]int{"grpc": 7070}, ep{addr: "127.0.0.2", ready: true})
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := apidial.NewReplicaLister("k8s:///"+svc+"."+ns+":grpc", apidial.WithKubeconfig(env.Kubeconfig, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got, err := l.List(ctx); err != nil || !slices.Equal(got, []string{"127.0.0.2:7070"}) {
+		t.Fatalf("List = %v, %v; want [127.0.0.2:7070]", got, err)
+	}
+	s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"127.0.0.3"},
+		Conditions: discoveryv1.EndpointConditions{Ready: new(true)}})
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"127.0.0.2:7070", "127.0.0.3:7070"}
+	testwait.Until(t, "the lister seeing the slice grow", func() bool {
+		got, err := l.List(ctx)
+		return err == nil && slices.Equal(got, want)
+	})
 }
 
 // testFollows: 8 connections to a Service with one ready endpoint; the

@@ -228,7 +228,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: maps.Clone(t.Annotations)},
 				Spec: corev1.PodSpec{
 					Containers:                    []corev1.Container{container},
-					NodeSelector:                  maps.Clone(t.NodeSelector),
+					NodeSelector:                  nodeSelector(t.NodeSelector, runscArgs),
 					Tolerations:                   t.Tolerations,
 					Affinity:                      t.Affinity,
 					PriorityClassName:             t.PriorityClassName,
@@ -241,4 +241,32 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 			},
 		},
 	}
+}
+
+// archLabel is the well-known node label of a node's GOARCH.
+const archLabel = "kubernetes.io/arch"
+
+// nodeSelector is the pool's node selector, plus kubernetes.io/arch when
+// the runsc assets cover one architecture only and the pool does not
+// choose: a Pod on another would find no runsc for its node and never
+// become ready.
+func nodeSelector(pool map[string]string, runscArgs []string) map[string]string {
+	sel := maps.Clone(pool)
+	archs := map[string]bool{}
+	for _, a := range runscArgs {
+		arch, _, ok := strings.Cut(strings.TrimPrefix(a, "--runsc-asset="), "=")
+		if ok {
+			archs[arch] = true
+		}
+	}
+	if len(archs) != 1 || sel[archLabel] != "" {
+		return sel
+	}
+	if sel == nil {
+		sel = map[string]string{}
+	}
+	for arch := range archs {
+		sel[archLabel] = arch
+	}
+	return sel
 }

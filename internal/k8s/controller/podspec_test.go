@@ -3,6 +3,7 @@ package controller
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -152,4 +153,28 @@ func sha(c byte) string {
 		b[i] = c
 	}
 	return string(b)
+}
+
+func TestNodeSelectorArch(t *testing.T) {
+	amd := "--runsc-asset=amd64=" + strings.Repeat("a", 64) + "@https://x/runsc"
+	arm := "--runsc-asset=arm64=" + strings.Repeat("b", 64) + "@https://x/runsc-arm"
+	tests := []struct {
+		name  string
+		pool  map[string]string
+		runsc []string
+		want  map[string]string
+	}{
+		{"no assets: the image's runsc, any arch", nil, nil, nil},
+		{"one arch: pinned", nil, []string{amd}, map[string]string{archLabel: "amd64"}},
+		{"both archs: any", nil, []string{amd, arm}, nil},
+		{"kept with the pool's", map[string]string{"pool": "gpu"}, []string{arm}, map[string]string{"pool": "gpu", archLabel: "arm64"}},
+		{"the pool's choice wins", map[string]string{archLabel: "arm64"}, []string{amd}, map[string]string{archLabel: "arm64"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nodeSelector(tc.pool, tc.runsc); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("nodeSelector = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

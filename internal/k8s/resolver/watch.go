@@ -144,6 +144,9 @@ func (w *Watch) WaitSynced(ctx context.Context) error {
 	w.mu.Lock()
 	portKnown, last := w.inf != nil, w.lastErr
 	w.mu.Unlock()
+	if !portKnown && errors.Is(last, errNoSuchPort) {
+		return fmt.Errorf("k8s resolver %s: %w", w.target, last)
+	}
 	if !portKnown && apierrors.IsNotFound(last) {
 		return fmt.Errorf("k8s resolver %s: no service %q in namespace %s (waited %s): %w", w.target, w.target.Service, w.target.Namespace, w.syncTimeout, last)
 	}
@@ -154,6 +157,9 @@ func (w *Watch) WaitSynced(ctx context.Context) error {
 	return fmt.Errorf("k8s resolver %s: cannot list %s in namespace %s within %s: grant list and watch on endpointslices (API group discovery.k8s.io) in namespace %s: %w",
 		w.target, sliceResource, w.target.Namespace, w.syncTimeout, w.target.Namespace, orTimeout(last))
 }
+
+// errNoSuchPort: the Service has no port of the target's number.
+var errNoSuchPort = errors.New("no such Service port")
 
 // errNoAnswer stands for the cause of a sync timeout with no failure seen.
 var errNoAnswer = errors.New("no complete answer from the Kubernetes API server")
@@ -273,7 +279,7 @@ func (w *Watch) resolvePort(ctx context.Context) (string, bool) {
 				}
 				names = append(names, fmt.Sprintf("%s=%d", p.Name, p.Port))
 			}
-			err = fmt.Errorf("service %s/%s has no port %d (its ports: %v)", w.target.Namespace, w.target.Service, num, names)
+			err = fmt.Errorf("service %s/%s has no port %d (its ports: %v): %w", w.target.Namespace, w.target.Service, num, names, errNoSuchPort)
 		}
 		if ctx.Err() != nil {
 			return "", false

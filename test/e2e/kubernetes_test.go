@@ -5,10 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/k8s/k8stest"
@@ -29,6 +32,9 @@ const kubePool = "pool-a"
 
 func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeCluster {
 	t.Helper()
+	// envtest logs through controller-runtime's package logger, which
+	// otherwise complains with a stack trace that it was never set.
+	ctrllog.SetLogger(logr.Discard())
 	kc := &kubeCluster{cluster: startClusterTimed(t, timing), kube: k8stest.Start(t)}
 	ctx := t.Context()
 	wp := &atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: kubePool, Namespace: "default"},
@@ -63,9 +69,17 @@ func (kc *kubeCluster) startWorkerPod(name string) {
 	if err := kc.kube.Client.Create(ctx, pod); err != nil {
 		kc.t.Fatal(err)
 	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-	if err := kc.kube.Client.Status().Update(ctx, pod); err != nil {
+	// The controller may annotate the Pod (its deletion cost) meanwhile:
+	// write the status on the latest version, as a kubelet does.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := kc.kube.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+		return kc.kube.Client.Status().Update(ctx, pod)
+	})
+	if err != nil {
 		kc.t.Fatal(err)
 	}
 }

@@ -146,8 +146,9 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.Workers.API, "worker-api", "", "the API server's address as worker Pods reach it, their ate node --api (default --api)")
-			f.StringVar(&cfg.Workers.Image, "worker-image", "", "the ate container image of worker Pods whose WorkerPool names none (required)")
+			f.StringVar(&cfg.Workers.Image, "worker-image", "", "the ate container image of worker Pods whose WorkerPool names none (default: the controller's own image, read from its Pod named by $POD_NAMESPACE/$POD_NAME)")
 			f.StringVar(&cfg.Workers.Snapshots, "worker-snapshots", "", "worker Pods' ate node --snapshots: the API server's snapshot store URL")
+			f.StringVar(&cfg.Workers.ServiceAccount, "worker-service-account", controller.DefaultWorkerServiceAccount, "ServiceAccount of worker Pods whose WorkerPool names none (it needs the k8s:/// resolver's permissions when --worker-api is k8s:///)")
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
 			f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 			f.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace's WorkerPools and Pods (default all)")

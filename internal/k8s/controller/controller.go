@@ -12,7 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -110,9 +113,6 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers.API == "" {
 		cfg.Workers.API = cfg.API
 	}
-	if cfg.Workers.Image == "" {
-		return nil, errors.New("controller: --worker-image is required")
-	}
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = DefaultSyncTimeout
 	}
@@ -132,6 +132,14 @@ func New(cfg Config) (*Controller, error) {
 		if rc, err = restConfig(cfg.Kubeconfig); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Workers.Image == "" {
+		img, err := ownImage(rc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Workers.Image = img
+		log.Info("worker image: the controller's own", "image", img)
 	}
 	c := &Controller{cfg: cfg, log: log, health: newHealth(log)}
 	var err error
@@ -286,3 +294,37 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	return rc, nil
 }
+
+// ownImage is the image of the controller's own container, read from its
+// Pod ($POD_NAMESPACE/$POD_NAME, from the downward API): so worker Pods
+// run the same ate as the controller, whatever a kustomize images:
+// override or a Helm value made of the controller's image. Errors: not
+// in a Pod (say --worker-image), the Pod unreadable.
+func ownImage(rc *rest.Config) (string, error) {
+	ns, name := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
+	if ns == "" || name == "" {
+		return "", errors.New("controller: --worker-image is required (or run in a Pod with POD_NAMESPACE and POD_NAME set, and the worker image is the controller's own)")
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return "", fmt.Errorf("controller: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiCallTimeout)
+	defer cancel()
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("controller: read its own Pod %s/%s for the worker image (or give --worker-image): %w", ns, name, err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == ownContainer {
+			return c.Image, nil
+		}
+	}
+	if len(pod.Spec.Containers) == 1 {
+		return pod.Spec.Containers[0].Image, nil
+	}
+	return "", fmt.Errorf("controller: its Pod %s/%s has no container named %q to take the worker image from: give --worker-image", ns, name, ownContainer)
+}
+
+// ownContainer is the controller's container name in the manifests.
+const ownContainer = "controller"

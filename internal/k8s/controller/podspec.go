@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -54,7 +55,17 @@ type WorkerSettings struct {
 	// keys become the node container's environment (S3 credentials);
 	// empty: none.
 	EnvSecret string
+	// ServiceAccount is the worker Pods' ServiceAccount when the pool's
+	// template names none (DefaultWorkerServiceAccount, which the
+	// manifests give the k8s:/// resolver's permissions): the
+	// namespace's "default" has none, and a node dialling
+	// k8s:///… would never become ready.
+	ServiceAccount string
 }
+
+// DefaultWorkerServiceAccount is the worker Pods' ServiceAccount in the
+// manifests (deploy/).
+const DefaultWorkerServiceAccount = "ate-worker"
 
 // deploymentName is the name of pool's Deployment.
 func deploymentName(pool string) string { return pool + "-workers" }
@@ -232,7 +243,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 					Tolerations:                   t.Tolerations,
 					Affinity:                      t.Affinity,
 					PriorityClassName:             t.PriorityClassName,
-					ServiceAccountName:            t.ServiceAccountName,
+					ServiceAccountName:            cmp.Or(t.ServiceAccountName, w.ServiceAccount),
 					TerminationGracePeriodSeconds: ptr.To(grace),
 					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 						EmptyDir: &corev1.EmptyDirVolumeSource{},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -54,7 +56,15 @@ func (a *app) connect(ctx context.Context) (*session, error) {
 	}
 	var opts []grpc.DialOption
 	if a.kubeMode() {
-		opts = append(opts, apidial.WithKubeconfig(a.kubeconfig, a.kubeContext))
+		// --timeout bounds the wait for the first EndpointSlice list too
+		// (a refused list is otherwise retried for the resolver's 30 s),
+		// and the resolver's routine lines (endpoints changed) stay out
+		// of a command's output: only its warnings and errors show.
+		quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		opts = append(opts, apidial.WithKubeconfig(a.kubeconfig, a.kubeContext), apidial.WithLogger(quiet))
+		if a.timeout > 0 {
+			opts = append(opts, apidial.WithSyncTimeout(a.timeout))
+		}
 	}
 	conn, err := Dial(ctx, c, opts...)
 	if err != nil {

@@ -376,6 +376,11 @@ func (w *Watch) recompute() {
 	subs := w.subscribers()
 	w.mu.Unlock()
 	w.log.Info("k8s resolver: endpoints changed", "addresses", addrs)
+	if names := portNames(list); len(addrs) == 0 && len(names) > 0 && !slices.Contains(names, w.portName) {
+		// Most likely a typo in the target: say so rather than wait.
+		w.log.Warn("k8s resolver: the service's EndpointSlices have no port of this name", "target", w.target.String(),
+			"port", w.portName, "ports", names)
+	}
 	for _, fn := range subs {
 		fn(update{addrs: addrs})
 	}
@@ -420,4 +425,18 @@ func slicePort(s *discoveryv1.EndpointSlice, name string) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// portNames lists the port names of list's slices, sorted, once each.
+func portNames(list []*discoveryv1.EndpointSlice) []string {
+	var names []string
+	for _, s := range list {
+		for _, p := range s.Ports {
+			if p.Name != nil {
+				names = append(names, *p.Name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }

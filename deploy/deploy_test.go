@@ -119,9 +119,9 @@ var (
 	helmCustom = rendering{name: "helm/substrate custom", chart: "helm/substrate", helmArgs: []string{"--set", fmt.Sprintf(
 		"router.drainDelaySeconds=%d,router.drainTimeoutSeconds=%d,router.terminationMarginSeconds=%d,apiserver.replicas=3,"+
 			"postgres.url=postgres://ate:secret@db:5432/ate,controller.watchNamespace=team-a,image.tag=1.2.3,"+
-			"router.service.type=LoadBalancer", customDrainDelay, customDrainTimeout, customMargin)}}
+			"router.service.type=LoadBalancer,sandboxConfig.enabled=true", customDrainDelay, customDrainTimeout, customMargin)}}
 	helmMinimal = rendering{name: "helm/substrate minimal", chart: "helm/substrate", helmArgs: []string{"--set",
-		"apiserver.replicas=1,router.replicas=1,controller.replicas=1,workerPool.enabled=false,sandboxConfig.enabled=false"}}
+		"apiserver.replicas=1,router.replicas=1,controller.replicas=1,workerPool.enabled=false"}}
 	helmCRDs = rendering{name: "helm/substrate-crds", chart: "helm/substrate-crds"}
 
 	// Every rendering of the components (all but the CRD chart).

@@ -8,8 +8,8 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
-	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/snapshot"
 )

@@ -185,6 +185,9 @@ func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Temp
 		if from == "" {
 			from = "a cold boot"
 		}
+		if src.volumes != "" {
+			from += " with the volumes of " + src.volumes
+		}
 		src.note = fmt.Sprintf("resumed from %s after a crash (%s)", from, a.Message)
 	}
 	return src, nil

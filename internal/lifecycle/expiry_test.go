@@ -181,3 +181,86 @@ func TestSweepSkipsBusyActors(t *testing.T) {
 		t.Fatalf("held actor: %v", err)
 	}
 }
+
+// TestSweepRacesResume: a resume and a sweep started together end with
+// one of them having won whole: either the actor was deleted (its
+// snapshots gone, the resume saw NotFound, no worker claimed) or it is
+// RUNNING on a worker and kept.
+func TestSweepRacesResume(t *testing.T) {
+	for i := range 20 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			must(t, e.st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "ttl", UID: "ttl-uid", Phase: store.TemplateReady,
+				GoldenSnapshot: "ttl-uid/golden",
+				Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}},
+					Ttl: &atev1.TTLPolicy{DeleteAfterIdle: "1s"}}}))
+			must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "r", UID: "r-uid", Template: "ttl",
+				Lifecycle: store.Lifecycle{State: store.Suspended}, StateTime: time.Now().UTC()}))
+			later := time.Now().Add(time.Minute)
+			resumed := make(chan error, 1)
+			go func() {
+				_, err := e.m.Resume(ctx, key("r"))
+				resumed <- err
+			}()
+			deleted, err := e.m.SweepExpired(ctx, later)
+			must(t, err)
+			rerr := <-resumed
+			a, gerr := e.st.GetActor(ctx, key("r"))
+			t.Logf("sweep deleted %d", deleted)
+			switch {
+			case deleted == 1:
+				if !errors.Is(gerr, store.ErrNotFound) || !errors.Is(rerr, store.ErrNotFound) {
+					t.Fatalf("sweep won but actor read %v, resume %v; want both NotFound", gerr, rerr)
+				}
+				if n := e.claimedWorkers(t); n != 0 {
+					t.Fatalf("%d workers claimed after the sweep won", n)
+				}
+			case deleted == 0:
+				must(t, gerr)
+				if rerr != nil || a.State != store.Running || a.Worker == "" {
+					t.Fatalf("resume won but resume %v, actor %s on %q", rerr, a.State, a.Worker)
+				}
+			default:
+				t.Fatalf("deleted %d", deleted)
+			}
+		})
+	}
+}
+
+// TestSweepReplicas: two API servers' managers sweeping one store at
+// once delete every expired actor exactly once between them.
+func TestSweepReplicas(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other := New(e.st, testNodes{n: e.node, live: []string{"n1"}}, e.snaps, "other", nil)
+	t.Cleanup(other.Close)
+	must(t, e.st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "ttl", UID: "ttl-uid", Phase: store.TemplateReady,
+		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}},
+			Ttl: &atev1.TTLPolicy{DeleteAfterIdle: "1s"}}}))
+	const total = 60
+	for i := range total {
+		must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: fmt.Sprintf("x%02d", i), UID: fmt.Sprintf("x%02d-uid", i),
+			Template: "ttl", Lifecycle: store.Lifecycle{State: store.Suspended}, StateTime: time.Now().UTC()}))
+	}
+	later := time.Now().Add(time.Minute)
+	counts := make(chan int, 2)
+	for _, m := range []*Manager{e.m, other} {
+		go func() {
+			n, err := m.SweepExpired(ctx, later)
+			if err != nil {
+				t.Error(err)
+			}
+			counts <- n
+		}()
+	}
+	a, b := <-counts, <-counts
+	if a+b != total {
+		t.Fatalf("replicas deleted %d + %d, want %d in all", a, b, total)
+	}
+	page, _, err := e.st.ListActors(ctx, "default", 1000, "")
+	must(t, err)
+	if len(page) != 1 || page[0].Name != "a" {
+		t.Fatalf("actors left: %d, want only a (no ttl)", len(page))
+	}
+}

@@ -219,6 +219,7 @@ func (m *Manager) expire(ctx context.Context, key names.ActorKey, ttls *TTLs, no
 			return err
 		}
 		ok = true
+		m.metrics.Expired()
 		if err := m.snaps.DeleteOwner(ctx, a.UID); err != nil {
 			m.log.WarnContext(ctx, "delete expired actor's snapshots", "actor", a.Key(), "err", err)
 		}

@@ -184,4 +184,7 @@ func TestExpiry(t *testing.T) {
 	if out := in.ate("get", "actors", "--expired"); strings.Contains(out, "used-1") {
 		t.Fatalf("ate get actors --expired lists used-1:\n%s", out)
 	}
+	if n := sample(t, in.scrape(), "ate_lifecycle_actors_expired_total", nil); n != 1 {
+		t.Fatalf("ate_lifecycle_actors_expired_total = %v, want 1", n)
+	}
 }

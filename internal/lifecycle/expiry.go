@@ -58,14 +58,18 @@ func ParseTTL(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// IdleSince is when the actor was last used: the later of its last
-// activity (the router's traffic) and its last state change (a resume,
-// suspend or crash).
+// IdleSince is when the actor was last used: the latest of its last
+// activity (the router's traffic), its last state change (a resume,
+// suspend or crash) and its creation (a record without a state time, so
+// a new actor is never expired at once).
 func IdleSince(a *store.Actor) time.Time {
-	if a.LastActivity.After(a.StateTime) {
-		return a.LastActivity
+	t := a.StateTime
+	for _, u := range []time.Time{a.LastActivity, a.CreateTime} {
+		if u.After(t) {
+			t = u
+		}
 	}
-	return a.StateTime
+	return t
 }
 
 // ExpiredFor reports how long a has been unused and whether that makes it

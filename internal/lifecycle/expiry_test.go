@@ -58,6 +58,7 @@ func TestExpiredFor(t *testing.T) {
 		{"exactly ttl", store.Actor{Lifecycle: store.Lifecycle{State: store.Suspended}, StateTime: ago(time.Hour)}, ttl, true, time.Hour},
 		{"recent activity wins", store.Actor{Lifecycle: store.Lifecycle{State: store.Suspended}, StateTime: ago(5 * time.Hour), LastActivity: ago(time.Minute)}, ttl, false, time.Minute},
 		{"recent state change wins", store.Actor{Lifecycle: store.Lifecycle{State: store.Suspended}, StateTime: ago(time.Minute), LastActivity: ago(5 * time.Hour)}, ttl, false, time.Minute},
+		{"new, no state time", store.Actor{Lifecycle: store.Lifecycle{State: store.Suspended}, CreateTime: ago(time.Minute)}, ttl, false, time.Minute},
 		{"no ttl", store.Actor{Lifecycle: store.Lifecycle{State: store.Suspended}, StateTime: ago(1000 * time.Hour)}, 0, false, 1000 * time.Hour},
 		{"running", store.Actor{Lifecycle: store.Lifecycle{State: store.Running, Worker: "w0"}, StateTime: ago(2 * time.Hour)}, ttl, false, 2 * time.Hour},
 		{"paused", store.Actor{Lifecycle: store.Lifecycle{State: store.Paused, PausedSnapshot: "p", Node: "n1"}, StateTime: ago(2 * time.Hour)}, ttl, false, 2 * time.Hour},

@@ -98,8 +98,15 @@ func TestTemplateMove(t *testing.T) {
 	if code, body := in.get("default/notes-1", "/memo"); code != http.StatusOK || body != "" {
 		t.Fatalf("GET /memo after the move = %d %q, want it empty: memory does not move", code, body)
 	}
-	if a := in.actor("notes-1"); a.GetState() != atev1.ActorState_RUNNING {
-		t.Fatalf("state after the first request on notes-v2 = %s", a.GetState())
+	tpl, err := in.client.GetActorTemplate(ctx, &atev1.GetActorTemplateRequest{Atespace: "default", Name: "notes-v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It restored notes-v2's golden snapshot, not a cold boot.
+	if a := in.actor("notes-1"); a.GetState() != atev1.ActorState_RUNNING ||
+		!strings.Contains(a.GetMessage(), "memory from "+tpl.GetStatus().GetGoldenSnapshot()) {
+		t.Fatalf("after the first request on notes-v2: state %s, message %q; want RUNNING from %s's golden snapshot",
+			a.GetState(), a.GetMessage(), tpl.GetName())
 	}
 	// A suspend on notes-v2 makes the snapshot whole again: memory is kept.
 	if code, body := in.do(http.MethodPut, "default/notes-1", "/memo", "v2 memo"); code != http.StatusNoContent {

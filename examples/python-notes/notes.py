@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""A stateful actor in Python: notes kept only in memory.
+"""A stateful actor in Python: notes kept in memory, or in a durable volume.
 
-Its state lives in the interpreter's heap, so a restored checkpoint still has
-every note while a cold boot starts empty.
+By default its state lives in the interpreter's heap, so a restored
+checkpoint still has every note while a cold boot starts empty. With
+$NOTES_DIR set (a template's durable volume, e.g. /data), every note is a
+file there, read on every request: the notes survive anything that keeps
+the volume, such as a move to another template (docs/actors.md), while the
+memo, always in memory, does not.
 
     POST /notes        body = note text  -> 201 {"id": N, "text": "..."}
     GET  /notes        -> [{"id": 1, "text": "..."}, ...] in insertion order
     GET  /notes/N      -> {"id": N, "text": "..."} or 404
+    PUT  /memo         body = text       -> 204; kept in memory only
+    GET  /memo         -> the memo's text ("" when none)
     GET  /healthz      -> "ok" (the wakeup probe)
 
 Listens on 0.0.0.0:$PORT (default 8080). Standard library only.
@@ -49,7 +55,51 @@ class Notes:
             return [{"id": i, "text": t} for i, t in self._notes.items()]
 
 
-NOTES = Notes()
+class DirNotes:
+    """Notes as files <id>.txt in a directory; ids are never reused."""
+
+    def __init__(self, path):
+        self._lock = threading.Lock()
+        self._dir = path
+        os.makedirs(path, exist_ok=True)
+
+    def _ids(self):
+        ids = []
+        for name in os.listdir(self._dir):
+            if name.endswith(".txt") and name[:-4].isdigit():
+                ids.append(int(name[:-4]))
+        return sorted(ids)
+
+    def _path(self, note_id):
+        return os.path.join(self._dir, "%d.txt" % note_id)
+
+    def add(self, text):
+        with self._lock:
+            ids = self._ids()
+            note_id = (ids[-1] if ids else 0) + 1
+            tmp = os.path.join(self._dir, ".tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(tmp, self._path(note_id))
+            return {"id": note_id, "text": text}
+
+    def get(self, note_id):
+        try:
+            with open(self._path(note_id), encoding="utf-8") as f:
+                return {"id": note_id, "text": f.read()}
+        except FileNotFoundError:
+            return None
+
+    def all(self):
+        with self._lock:
+            return [self.get(i) for i in self._ids()]
+
+
+NOTES = DirNotes(os.environ["NOTES_DIR"]) if os.environ.get("NOTES_DIR") else Notes()
+# MEMO is in memory only, whichever store holds the notes.
+MEMO = [""]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -61,6 +111,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"ok\n", "text/plain; charset=utf-8")
         if self.path == "/notes":
             return self._json(200, NOTES.all())
+        if self.path == "/memo":
+            return self._send(200, MEMO[0].encode(), "text/plain; charset=utf-8")
         if self.path.startswith("/notes/"):
             try:
                 note_id = int(self.path[len("/notes/"):])
@@ -72,18 +124,35 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, note)
         return self._json(404, {"error": "not found"})
 
+    def do_PUT(self):
+        if self.path != "/memo":
+            return self._json(404, {"error": "not found"})
+        text = self._body()
+        if text is None:
+            return None
+        MEMO[0] = text
+        return self._send(204, b"", "text/plain; charset=utf-8")
+
     def do_POST(self):
         if self.path != "/notes":
             return self._json(404, {"error": "not found"})
+        text = self._body()
+        if text is None:
+            return None
+        note = NOTES.add(text)
+        return self._json(201, note, {"Location": "/notes/%d" % note["id"]})
+
+    def _body(self):
+        """The request body as text, or None after answering an error."""
         try:
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:
-            return self._json(400, {"error": "bad Content-Length"})
+            self._json(400, {"error": "bad Content-Length"})
+            return None
         if length > MAX_BODY:
-            return self._json(413, {"error": "note larger than %d bytes" % MAX_BODY})
-        text = self.rfile.read(length).decode("utf-8", errors="replace")
-        note = NOTES.add(text)
-        return self._json(201, note, {"Location": "/notes/%d" % note["id"]})
+            self._json(413, {"error": "body larger than %d bytes" % MAX_BODY})
+            return None
+        return self.rfile.read(length).decode("utf-8", errors="replace")
 
     def _json(self, status, obj, headers=None):
         self._send(status, json.dumps(obj).encode() + b"\n", "application/json", headers)

@@ -90,14 +90,25 @@ func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (
 		return nil, toStatus(err)
 	}
 	out := &atev1.ListActorsResponse{NextPageToken: next}
+	ttls, now := lifecycle.NewTTLs(s.store), time.Now()
 	for _, a := range list {
+		if req.GetExpiredOnly() {
+			// The sweep's own test (lifecycle.ExpiredFor), so this
+			// listing is what its next pass would delete.
+			if _, expired, err := ttls.Expired(ctx, a, now); err != nil {
+				return nil, toStatus(err)
+			} else if !expired {
+				continue
+			}
+		}
 		out.Actors = append(out.Actors, actorToProto(a))
 	}
 	return out, nil
 }
 
 // UpdateActor implements atev1.ControlServer: it replaces the worker
-// selector, which takes effect at the next resume.
+// selector, which takes effect at the next resume, or, with template set,
+// moves the actor to another template (lifecycle.MoveTemplate).
 func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest) (*atev1.Actor, error) {
 	key := names.ActorKey{Atespace: req.GetAtespace(), Name: req.GetName()}
 	if err := key.Validate(); err != nil {
@@ -105,6 +116,19 @@ func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest)
 	}
 	if err := validateSelector(req.GetWorkerSelector()); err != nil {
 		return nil, toStatus(err)
+	}
+	if to := req.GetTemplate(); to != "" {
+		if len(req.GetWorkerSelector()) > 0 {
+			return nil, toStatus(fmt.Errorf("%w: set either template (a move) or worker_selector, not both in one update", errInvalid))
+		}
+		if err := names.ValidateLabel("template", to); err != nil {
+			return nil, toStatus(err)
+		}
+		out, err := s.lc.MoveTemplate(ctx, key, to)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return actorToProto(out), nil
 	}
 	for range 5 {
 		a, err := s.store.GetActor(ctx, key)

@@ -51,6 +51,12 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"bad idle action", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "1m", Action: "kill"} }, "pause or suspend"},
 		{"idle without action suspends", func(s *atev1.ActorTemplateSpec) { s.Idle = &atev1.IdlePolicy{After: "10m"} }, ""},
 		{"negative timeout", func(s *atev1.ActorTemplateSpec) { s.RouteTimeoutSeconds = -1 }, "routeTimeoutSeconds"},
+		{"ttl in days", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "14d"} }, ""},
+		{"ttl 1s", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "1s"} }, ""},
+		{"ttl absent", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{} }, ""},
+		{"ttl too short", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "500ms"} }, `ttl.deleteAfterIdle "500ms": must be at least 1s`},
+		{"ttl zero", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "0s"} }, "or absent: never"},
+		{"ttl garbage", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "two weeks"} }, `want a Go duration ("36h") or whole days ("14d")`},
 		{"probe off the traffic port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090} }, "wakeupProbe.httpGet.port 8080 is not the port traffic goes to"},
 		{"probe on a second port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090, 8080} }, "containers[0].ports[0] = 9090"},
 		{"eviction", func(s *atev1.ActorTemplateSpec) {
@@ -153,6 +159,25 @@ func TestToStatus(t *testing.T) {
 // TestPutAwayReason: a client may say why it suspends or pauses (by
 // request, or idle as the router does) but never claim the system's own
 // reasons.
+func TestUpdateActorTemplateArguments(t *testing.T) {
+	s := &Server{}
+	for _, tc := range []struct {
+		name string
+		req  *atev1.UpdateActorRequest
+		want string
+	}{
+		{"both", &atev1.UpdateActorRequest{Atespace: "default", Name: "a", Template: "t2", WorkerSelector: map[string]string{"k": "v"}}, "not both"},
+		{"bad template", &atev1.UpdateActorRequest{Atespace: "default", Name: "a", Template: "T_2"}, "DNS-1123"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.UpdateActor(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("UpdateActor = %v, want InvalidArgument containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestPutAwayReason(t *testing.T) {
 	s := &Server{}
 	for _, r := range []atev1.CheckpointReason{atev1.CheckpointReason_EVICTED, atev1.CheckpointReason_SELF_REQUESTED, 42} {

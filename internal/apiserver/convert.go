@@ -28,9 +28,10 @@ func actorToProto(a *store.Actor) *atev1.Actor {
 		Worker: a.Worker, Snapshot: a.Snapshot, WorkerSelector: a.WorkerSelector,
 		Message: a.Message, Version: a.Version, Resumes: a.Resumes,
 		Node: a.Node, PausedSnapshot: a.PausedSnapshot,
-		Reason:     atev1.CheckpointReason(atev1.CheckpointReason_value[string(a.Reason)]),
-		EvictedFor: keyToProto(a.EvictedFor),
-		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
+		Reason:      atev1.CheckpointReason(atev1.CheckpointReason_value[string(a.Reason)]),
+		EvictedFor:  keyToProto(a.EvictedFor),
+		VolumesOnly: a.VolumesOnly,
+		CreateTime:  timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
 	}
 	if !a.LastActivity.IsZero() {
 		out.LastActivity = timestamppb.New(a.LastActivity)

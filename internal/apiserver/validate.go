@@ -9,6 +9,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/snapshot"
 )
@@ -182,6 +183,9 @@ func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 		if _, err := checkpoint.ParseAction(idle.GetAction()); d > 0 && err != nil {
 			return fmt.Errorf("%w: idle.action: %w", errInvalid, err)
 		}
+	}
+	if _, err := lifecycle.ParseTTL(spec.GetTtl().GetDeleteAfterIdle()); err != nil {
+		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return nil
 }

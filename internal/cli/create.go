@@ -115,6 +115,8 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
     httpPost: {path: /ate/restored, port: 8080}
     timeoutSeconds: 5
   newActors: golden                   # optional: golden (default) or coldBoot
+  ttl: {deleteAfterIdle: 14d}         # optional: delete actors SUSPENDED or CRASHED and unused
+                                      # this long (Go duration or whole days, >= 1s; docs/actors.md)
 
 Relative oci: and oci-archive: paths are resolved against the current
 directory. The template is created in --atespace.

@@ -221,7 +221,10 @@ func (f *fakeControl) ListActors(_ context.Context, r *atev1.ListActorsRequest) 
 	defer f.mu.Unlock()
 	var all []*atev1.Actor
 	for _, k := range sortedKeys(f.actors) {
-		if a := f.actors[k]; a.GetAtespace() == r.GetAtespace() {
+		// The fake's "expired" actors are the SUSPENDED ones with no
+		// activity: enough to see the filter carried.
+		if a := f.actors[k]; a.GetAtespace() == r.GetAtespace() &&
+			(!r.GetExpiredOnly() || (a.GetState() == atev1.ActorState_SUSPENDED && a.GetLastActivity() == nil)) {
 			all = append(all, a)
 		}
 	}
@@ -255,6 +258,22 @@ func (f *fakeControl) DeleteActor(_ context.Context, r *atev1.DeleteActorRequest
 	}
 	delete(f.actors, r.GetAtespace()+"/"+r.GetName())
 	return &atev1.DeleteActorResponse{}, nil
+}
+
+// UpdateActor moves SUSPENDED actors to r.Template and refuses others,
+// as the API server does.
+func (f *fakeControl) UpdateActor(_ context.Context, r *atev1.UpdateActorRequest) (*atev1.Actor, error) {
+	f.record(r)
+	defer f.mu.Unlock()
+	a, err := f.actor(r.GetAtespace(), r.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if a.GetState() != atev1.ActorState_SUSPENDED {
+		return nil, status.Errorf(codes.FailedPrecondition, "actor %s/%s is %s: suspend it first", a.GetAtespace(), a.GetName(), a.GetState())
+	}
+	a.Template, a.VolumesOnly = r.GetTemplate(), true
+	return proto.Clone(a).(*atev1.Actor), nil
 }
 
 func (f *fakeControl) SuspendActor(_ context.Context, r *atev1.SuspendActorRequest) (*atev1.Actor, error) {

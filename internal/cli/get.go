@@ -23,17 +23,27 @@ func newGetCommand(a *app) *cobra.Command {
 		Example: `  ate get actors
   ate get actor counter-1 -o json
   ate get actor team/counter-1
+  ate get actors --expired
   ate get templates -n team
   ate get workers
   ate get nodes`,
 	}
-	kindGroup(cmd,
-		&cobra.Command{
-			Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
-			Short: "Show one actor, or all actors of the atespace",
-			Args:  cobra.MaximumNArgs(1),
-			RunE:  func(cmd *cobra.Command, args []string) error { return a.getActors(cmd, args) },
+	var expired bool
+	actors := &cobra.Command{
+		Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
+		Short: "Show one actor, or all actors of the atespace",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if expired && len(args) > 0 {
+				return fmt.Errorf("--expired lists the atespace's actors: give no NAME")
+			}
+			return a.getActors(cmd, args, expired)
 		},
+	}
+	actors.Flags().BoolVar(&expired, "expired", false,
+		"only the actors the next expiry sweep would delete: SUSPENDED or CRASHED, unused for their template's ttl.deleteAfterIdle (a dry run)")
+	kindGroup(cmd,
+		actors,
 		&cobra.Command{
 			Use: "template [NAME]", Aliases: []string{"templates"},
 			Short: "Show one actor template, or all templates of the atespace",
@@ -62,7 +72,7 @@ func newGetCommand(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) getActors(cmd *cobra.Command, args []string) error {
+func (a *app) getActors(cmd *cobra.Command, args []string, expired bool) error {
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	var key names.ActorKey
 	var err error
@@ -87,22 +97,27 @@ func (a *app) getActors(cmd *cobra.Command, args []string) error {
 		}
 		return printObjects(out, a.output, []*atev1.Actor{actor}, true, t)
 	}
-	actors, err := listActors(ctx, s, key.Atespace)
+	actors, err := listActors(ctx, s, &atev1.ListActorsRequest{Atespace: key.Atespace, ExpiredOnly: expired})
 	if err != nil {
 		return err
 	}
 	if len(actors) == 0 && a.output == formatTable {
-		fmt.Fprintf(cmd.ErrOrStderr(), "No actors found in atespace %s.\n", key.Atespace)
+		if expired {
+			fmt.Fprintf(cmd.ErrOrStderr(), "No expired actors in atespace %s.\n", key.Atespace)
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "No actors found in atespace %s.\n", key.Atespace)
+		}
 		return nil
 	}
 	return printObjects(out, a.output, actors, false, t)
 }
 
-// listActors follows next_page_token until the server says there is no more.
-func listActors(ctx context.Context, s *session, atespace string) ([]*atev1.Actor, error) {
+// listActors follows next_page_token until the server says there is no
+// more; req gives the atespace and filter, and is modified.
+func listActors(ctx context.Context, s *session, req *atev1.ListActorsRequest) ([]*atev1.Actor, error) {
 	var all []*atev1.Actor
 	seen := map[string]bool{}
-	req := &atev1.ListActorsRequest{Atespace: atespace, PageSize: listPageSize}
+	req.PageSize = listPageSize
 	for {
 		resp, err := call(ctx, s, s.client.ListActors, req)
 		if err != nil {

@@ -140,6 +140,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newGetCommand(a),
 		newCreateCommand(a),
 		newDeleteCommand(a),
+		newUpdateCommand(a),
 		newWaitCommand(a),
 	}, newActorVerbCommands(a)...)
 	for _, v := range verbs {

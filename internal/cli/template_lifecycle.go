@@ -11,6 +11,7 @@ import atev1 "substrate.dev/ate/api/ate/v1"
 //	drainGraceSeconds: 10
 //	onRestore: {httpPost: {path: /ate/restored, port: 8080}, timeoutSeconds: 5}
 //	newActors: golden                  # or coldBoot
+//	ttl: {deleteAfterIdle: 14d}        # a Go duration or whole days; absent: never
 //
 // The server validates them; the client only carries them.
 type lifecycleFields struct {
@@ -23,6 +24,13 @@ type lifecycleFields struct {
 	// NewActors is how an actor without a snapshot of its own starts:
 	// golden (restore the golden snapshot, the default) or coldBoot.
 	NewActors string `json:"newActors,omitempty"`
+	// TTL deletes actors left SUSPENDED or CRASHED and unused for
+	// deleteAfterIdle (docs/actors.md, Expiry).
+	TTL *ttlFile `json:"ttl,omitempty"`
+}
+
+type ttlFile struct {
+	DeleteAfterIdle string `json:"deleteAfterIdle,omitempty"`
 }
 
 type restoreHookFile struct {
@@ -64,6 +72,9 @@ func (l lifecycleFields) apply(spec *atev1.ActorTemplateSpec) {
 		}
 	}
 	spec.NewActors = l.NewActors
+	if t := l.TTL; t != nil {
+		spec.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: t.DeleteAfterIdle}
+	}
 }
 
 // sharesGoldenMemory reports whether new actors of spec restore its golden

@@ -70,3 +70,33 @@ func TestCreateTemplateGoldenWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestParseTemplateTTL: ttl reaches the spec as written (the server
+// validates it); a misspelt key is refused.
+func TestParseTemplateTTL(t *testing.T) {
+	const base = "name: t\ncontainers:\n- name: c\n  image: oci:/x\n"
+	for _, tc := range []struct {
+		name, yaml, want, wantErr string
+	}{
+		{"days", "ttl: {deleteAfterIdle: 14d}\n", "14d", ""},
+		{"duration", "ttl:\n  deleteAfterIdle: 36h\n", "36h", ""},
+		{"absent", "", "", ""},
+		{"snake case", "ttl: {delete_after_idle: 14d}\n", "", `unknown field "delete_after_idle"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseTemplate([]byte(base+tc.yaml), "/base")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := got.GetSpec().GetTtl().GetDeleteAfterIdle(); d != tc.want {
+				t.Fatalf("deleteAfterIdle = %q, want %q", d, tc.want)
+			}
+		})
+	}
+}

@@ -124,6 +124,8 @@ type Manager struct {
 	locks keyedMutex[names.ActorKey]
 	// queue orders resumes waiting for a worker (capacity.go).
 	queue queue
+	// expiry is where the next expiry sweep pass goes on (expiry.go).
+	expiry expiryCursor
 
 	// ctx bounds the manager's own goroutines (dispatch, evictions);
 	// Close cancels it and waits for them.
@@ -259,9 +261,17 @@ func (m *Manager) renew(ctx context.Context, f store.Fence, cfg LeaseConfig) {
 // fields themselves is a real conflict and is returned
 // (store.ErrConflict): a late finisher never overwrites another
 // workflow's state.
+//
+// A write that moves the snapshot pointer clears VolumesOnly: the new
+// snapshot was taken under the actor's current template, so all of it
+// is the actor's (until then a revert or a lost node falls back to the
+// snapshot from before a template move, whose memory is not).
 func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.Actor, error) {
 	ctx = context.WithoutCancel(ctx)
 	next.StateTime = time.Now().UTC()
+	if next.Snapshot != base.Snapshot {
+		next.VolumesOnly = false
+	}
 	began, pause := time.Now(), 100*time.Millisecond
 	unsure := false // an earlier attempt may have committed unseen
 	for attempt := 0; ; {

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -61,6 +62,9 @@ type source struct {
 	paused bool
 	node   string // claim only on this node ("" = any)
 	note   string // goes into the actor's message
+	// volumes is the durable snapshot whose volumes the start restores
+	// instead of ref's: the actor's own, after a template move.
+	volumes string
 	// kind is the metrics' source label (metrics.Source*).
 	kind string
 }
@@ -133,7 +137,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
 	err = on.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
-		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest})
+		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest, VolumesFrom: src.volumes})
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
@@ -181,6 +185,9 @@ func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Temp
 		if from == "" {
 			from = "a cold boot"
 		}
+		if src.volumes != "" {
+			from += " with the volumes of " + src.volumes
+		}
 		src.note = fmt.Sprintf("resumed from %s after a crash (%s)", from, a.Message)
 	}
 	return src, nil
@@ -202,14 +209,22 @@ const (
 // every actor restored from it would share the memory the build had,
 // seeded random state included (docs/restore.md); its golden build still
 // runs, since it proves the template boots and makes it READY.
+//
+// An actor moved to another template (VolumesOnly) starts as a new actor
+// of it would, with its own snapshot's volumes.
 func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
-	if a.Snapshot != "" {
+	if a.Snapshot != "" && !a.VolumesOnly {
 		return source{ref: a.Snapshot, kind: metrics.SourceDurable}
 	}
+	src := source{kind: metrics.SourceCold}
 	if tpl.Phase == store.TemplateReady && tpl.Spec.GetNewActors() != NewActorsColdBoot {
-		return source{ref: tpl.GoldenSnapshot, kind: metrics.SourceGolden}
+		src = source{ref: tpl.GoldenSnapshot, kind: metrics.SourceGolden}
 	}
-	return source{kind: metrics.SourceCold}
+	if a.VolumesOnly {
+		src.volumes = a.Snapshot
+		src.note = "first resume on template " + a.Template + ": volumes from snapshot " + a.Snapshot + ", memory from " + cmp.Or(src.ref, "a cold boot")
+	}
+	return src
 }
 
 // resumeFailed puts the actor back in the state Resume found it (minus

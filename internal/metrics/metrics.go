@@ -37,7 +37,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	r, l, n := m.Router, m.Lifecycle, m.Node
 	return []prometheus.Collector{
 		r.requests, r.activationWait, r.parked, r.failures,
-		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters,
+		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters, l.expired,
 		n.standbyStarts,
 	}
 }
@@ -186,6 +186,7 @@ type Lifecycle struct {
 	checkpoints   *prometheus.CounterVec
 	evictions     *prometheus.CounterVec
 	waiters       prometheus.Gauge
+	expired       prometheus.Counter
 }
 
 func newLifecycle() *Lifecycle {
@@ -210,6 +211,10 @@ func newLifecycle() *Lifecycle {
 		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ate_lifecycle_capacity_waiters",
 			Help: "Resumes waiting in the capacity queue for a worker.",
+		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ate_lifecycle_actors_expired_total",
+			Help: "Actors the expiry sweep deleted, unused past their template's ttl.deleteAfterIdle.",
 		}),
 	}
 	for _, s := range sources {
@@ -262,6 +267,14 @@ func (l *Lifecycle) Eviction(outcome string) {
 		return
 	}
 	l.evictions.WithLabelValues(outcome).Inc()
+}
+
+// Expired counts an actor the expiry sweep deleted.
+func (l *Lifecycle) Expired() {
+	if l == nil {
+		return
+	}
+	l.expired.Inc()
 }
 
 // Waiters adds delta to the resumes waiting for a worker.

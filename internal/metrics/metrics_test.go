@@ -66,6 +66,7 @@ func TestNilSafe(t *testing.T) {
 	l.Checkpoint("suspend", "IDLE", nil)
 	l.Eviction(OutcomeOK)
 	l.Waiters(1)
+	l.Expired()
 	var n *Node
 	n.StandbyStart(true)
 }

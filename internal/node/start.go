@@ -35,6 +35,12 @@ type StartRequest struct {
 	// Paused says it is in the node's paused store, not the durable one.
 	Snapshot string
 	Paused   bool
+	// VolumesFrom, when set, is a durable snapshot whose volumes fill
+	// the actor's volumes instead of Snapshot's, which then gives only
+	// the memory (another template's golden snapshot) or is empty (a cold
+	// boot): how an actor moved to another template keeps its data
+	// (docs/actors.md).
+	VolumesFrom string
 	// ImageDigest pins the image content (the template's); empty means
 	// whatever the reference names now.
 	ImageDigest string
@@ -104,7 +110,16 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		defer o.Close()
 		snapDir, scope = o.Dir, o.Manifest.Scope
 	}
-	vols, err := n.prepareVolumes(s, spec, snapDir)
+	volDir := snapDir
+	if req.VolumesFrom != "" {
+		o, err := n.cfg.Snapshots.Open(ctx, req.VolumesFrom)
+		if err != nil {
+			return "", "", fmt.Errorf("volumes from %s: %w", req.VolumesFrom, err)
+		}
+		defer o.Close()
+		volDir = o.Dir
+	}
+	vols, err := n.prepareVolumes(s, spec, volDir)
 	if err != nil {
 		return "", "", err
 	}
@@ -158,7 +173,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		sspec.ID = newContainerID(req.ActorUID)
 		sspec.BundleDir, sspec.Prepared = n.bundleDir(sspec.ID), false
 		// clearOp emptied the volumes: restore them again.
-		if vols, err = n.prepareVolumes(s, spec, snapDir); err != nil {
+		if vols, err = n.prepareVolumes(s, spec, volDir); err != nil {
 			return "", "", err
 		}
 	}

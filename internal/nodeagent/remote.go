@@ -40,7 +40,7 @@ func (r *Remote) Name() string { return r.name }
 func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
 	_, err := r.client.StartActor(ctx, &atev1.StartActorRequest{Worker: req.Worker, ActorUid: req.ActorUID,
 		Atespace: req.Atespace, Name: req.Name, Spec: req.Spec, Snapshot: req.Snapshot, Paused: req.Paused,
-		ImageDigest: req.ImageDigest})
+		ImageDigest: req.ImageDigest, VolumesFrom: req.VolumesFrom})
 	if err == nil {
 		r.hosts(req.Worker, req.ActorUID)
 	}

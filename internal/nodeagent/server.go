@@ -29,7 +29,8 @@ const CheckpointTimeout = 2 * time.Minute
 // StartActor implements atev1.NodeAgentServer.
 func (s *Server) StartActor(ctx context.Context, r *atev1.StartActorRequest) (*atev1.StartActorResponse, error) {
 	err := s.n.Start(ctx, node.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
-		Name: r.GetName(), Spec: r.GetSpec(), Snapshot: r.GetSnapshot(), Paused: r.GetPaused(), ImageDigest: r.GetImageDigest()})
+		Name: r.GetName(), Spec: r.GetSpec(), Snapshot: r.GetSnapshot(), Paused: r.GetPaused(), ImageDigest: r.GetImageDigest(),
+		VolumesFrom: r.GetVolumesFrom()})
 	return &atev1.StartActorResponse{}, toStatus(err)
 }
 

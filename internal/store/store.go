@@ -175,6 +175,11 @@ type Lifecycle struct {
 	// EvictedFor is the actor an eviction made room for, with
 	// ReasonEvicted; stored as "<atespace>/<name>".
 	EvictedFor names.ActorKey `json:"evictedFor,omitzero"`
+	// VolumesOnly: the actor moved to another template (Template) since
+	// Snapshot was taken, so Snapshot's memory is the old template's: the
+	// next resume takes only its volumes, onto the template's golden
+	// snapshot or a cold boot, and clears this.
+	VolumesOnly bool `json:"volumesOnly,omitempty"`
 }
 
 // CheckpointReason is why an actor was suspended or paused. The strings
@@ -257,7 +262,8 @@ type Store interface {
 	// and unexpired, checked in the writing transaction.
 
 	// UpdateActor writes a if the stored record has a's UID and Version
-	// (else ErrConflict) and returns it with Version+1. If a.Worker no
+	// (else ErrConflict) and returns it with Version+1. A changed
+	// a.Template must name a template of the atespace (else ErrNotFound). If a.Worker no
 	// longer names the worker the stored record held, that worker is freed
 	// in the same transaction. a.Worker may keep or clear the stored
 	// worker, never name another, and a kept worker must still be held by

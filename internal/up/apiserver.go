@@ -55,6 +55,11 @@ type APIServerConfig struct {
 	// start-up, unreferenced snapshots of a predecessor are collected
 	// (default DefaultSnapshotGCInterval).
 	SnapshotGCInterval time.Duration
+	// ExpiryInterval is how often the expiry sweep deletes actors unused
+	// past their template's ttl (lifecycle.RunExpiry; default
+	// lifecycle.DefaultExpiryInterval). Every replica sweeps; deletions
+	// are serialised by the actors' leases.
+	ExpiryInterval time.Duration
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
 	Heartbeat, LostAfter time.Duration
 	Logger               *slog.Logger
@@ -171,6 +176,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		cutoff = recovered.Add(-orphanWindow)
 	}
 	g.Go(func() error { return collectOrphans(gctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
+	g.Go(func() error { return lc.RunExpiry(gctx, cfg.ExpiryInterval) })
 	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())

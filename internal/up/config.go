@@ -79,6 +79,9 @@ type Config struct {
 type APIConfig struct {
 	// Addr is its listen address. Default DefaultAPIAddr.
 	Addr string
+	// ExpiryInterval is how often the expiry sweep runs
+	// (ControlPlaneConfig.ExpiryInterval).
+	ExpiryInterval time.Duration
 }
 
 // MetricsConfig configures the management listener: Prometheus metrics

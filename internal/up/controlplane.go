@@ -51,7 +51,11 @@ type ControlPlaneConfig struct {
 	// NewControlPlane refuses to start while another holds the store's
 	// installation lease, and the control plane holds it until Close.
 	Exclusive bool
-	Logger    *slog.Logger
+	// ExpiryInterval is how often Start's expiry sweep deletes actors
+	// unused past their template's ttl (lifecycle.RunExpiry; default
+	// lifecycle.DefaultExpiryInterval).
+	ExpiryInterval time.Duration
+	Logger         *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
 }
@@ -87,6 +91,8 @@ type ControlPlane struct {
 	// returned.
 	snapshotGCDone chan struct{}
 	started        atomic.Bool
+	// expiryInterval is ControlPlaneConfig.ExpiryInterval.
+	expiryInterval time.Duration
 }
 
 // DBName is the store file in the data directory.
@@ -102,7 +108,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	}
 	// A local, not the named result: `return nil, err` clears the result
 	// before the deferred Close runs.
-	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{})}
+	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{}), expiryInterval: cfg.ExpiryInterval}
 	cp.background, cp.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
 	// While building, ending ctx ends the background work too (a recovery
 	// cut short by a signal stops its builds); afterwards only Start's
@@ -218,7 +224,8 @@ func unregisterGone(ctx context.Context, st store.Store, node string, current []
 // Start runs the control plane's background work and blocks until ctx
 // ends (or Close is called): it collects unreferenced snapshots (which
 // reads every actor, so it runs while the API serves rather than growing
-// start-up with their number), then waits. When ctx ends it cancels the
+// start-up with their number) and runs the expiry sweep every
+// ExpiryInterval until then. When ctx ends it cancels the
 // collection and returns nil. A failed collection is logged, not returned: the next
 // start retries it. Start may be called once; the API serves without it,
 // only without the collection.
@@ -238,12 +245,18 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 		}
 		cp.log.Debug("snapshot garbage collection done", "duration", time.Since(start))
 	}()
+	expiryDone := make(chan struct{})
+	go func() {
+		defer close(expiryDone)
+		_ = cp.Lifecycle.RunExpiry(gcCtx, cp.expiryInterval)
+	}()
 	select {
 	case <-ctx.Done():
 	case <-cp.background.Done(): // Close
 	}
 	stopGC()
 	<-cp.snapshotGCDone
+	<-expiryDone
 	return nil
 }
 

@@ -912,7 +912,9 @@ type ActorTemplateSpec struct {
 	// "golden" (the default: restore the template's golden snapshot, fast,
 	// but every such actor shares the memory the golden build had,
 	// random seeds included) or "coldBoot" (boot the image afresh).
-	NewActors     string `protobuf:"bytes,13,opt,name=new_actors,json=newActors,proto3" json:"new_actors,omitempty"`
+	NewActors string `protobuf:"bytes,13,opt,name=new_actors,json=newActors,proto3" json:"new_actors,omitempty"`
+	// ttl deletes actors of the template left unused (docs/actors.md, Expiry).
+	Ttl           *TTLPolicy `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1038,6 +1040,63 @@ func (x *ActorTemplateSpec) GetNewActors() string {
 	return ""
 }
 
+func (x *ActorTemplateSpec) GetTtl() *TTLPolicy {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+// TTLPolicy says when an unused actor is deleted.
+type TTLPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delete_after_idle is a Go duration ("36h") or whole days ("14d"), at
+	// least 1s; empty means never. An actor SUSPENDED or CRASHED whose last
+	// activity and last state change are both at least this long ago is
+	// deleted, with its snapshots, by the API server's expiry sweep. RUNNING
+	// and PAUSED actors are never expired.
+	DeleteAfterIdle string `protobuf:"bytes,1,opt,name=delete_after_idle,json=deleteAfterIdle,proto3" json:"delete_after_idle,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TTLPolicy) Reset() {
+	*x = TTLPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TTLPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TTLPolicy) ProtoMessage() {}
+
+func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TTLPolicy.ProtoReflect.Descriptor instead.
+func (*TTLPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TTLPolicy) GetDeleteAfterIdle() string {
+	if x != nil {
+		return x.DeleteAfterIdle
+	}
+	return ""
+}
+
 // RestoreHook is a call into the actor after a restore.
 type RestoreHook struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1051,7 +1110,7 @@ type RestoreHook struct {
 
 func (x *RestoreHook) Reset() {
 	*x = RestoreHook{}
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1122,7 @@ func (x *RestoreHook) String() string {
 func (*RestoreHook) ProtoMessage() {}
 
 func (x *RestoreHook) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1135,7 @@ func (x *RestoreHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHook.ProtoReflect.Descriptor instead.
 func (*RestoreHook) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RestoreHook) GetHttpPost() *HTTPPostAction {
@@ -1103,7 +1162,7 @@ type HTTPPostAction struct {
 
 func (x *HTTPPostAction) Reset() {
 	*x = HTTPPostAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1174,7 @@ func (x *HTTPPostAction) String() string {
 func (*HTTPPostAction) ProtoMessage() {}
 
 func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1187,7 @@ func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPPostAction.ProtoReflect.Descriptor instead.
 func (*HTTPPostAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HTTPPostAction) GetPath() string {
@@ -1169,7 +1228,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1240,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1253,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EvictionPolicy) GetEvictable() bool {
@@ -1240,7 +1299,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1311,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1324,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1310,7 +1369,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1381,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1394,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -1389,7 +1448,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1460,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1473,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -1434,7 +1493,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1505,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1518,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -1485,7 +1544,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1556,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1569,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -1529,7 +1588,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1600,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1613,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -1574,7 +1633,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1645,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1658,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -1624,7 +1683,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1695,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1708,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 type Actor struct {
@@ -1683,14 +1742,18 @@ type Actor struct {
 	Reason CheckpointReason `protobuf:"varint,17,opt,name=reason,proto3,enum=ate.v1.CheckpointReason" json:"reason,omitempty"`
 	// evicted_for names ("<atespace>/<name>") the actor an eviction made
 	// room for, with reason EVICTED.
-	EvictedFor    string `protobuf:"bytes,18,opt,name=evicted_for,json=evictedFor,proto3" json:"evicted_for,omitempty"`
+	EvictedFor string `protobuf:"bytes,18,opt,name=evicted_for,json=evictedFor,proto3" json:"evicted_for,omitempty"`
+	// volumes_only: the actor was moved to another template since its
+	// snapshot was taken, so its next resume restores only the snapshot's
+	// volumes, onto the template's golden snapshot or a cold boot.
+	VolumesOnly   bool `protobuf:"varint,19,opt,name=volumes_only,json=volumesOnly,proto3" json:"volumes_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1765,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1778,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -1844,6 +1907,13 @@ func (x *Actor) GetEvictedFor() string {
 	return ""
 }
 
+func (x *Actor) GetVolumesOnly() bool {
+	if x != nil {
+		return x.VolumesOnly
+	}
+	return false
+}
+
 type CreateActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -1853,7 +1923,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1935,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1948,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1898,7 +1968,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +1980,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +1993,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -1944,15 +2014,20 @@ type ListActorsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
 	// page_size defaults to 100 and is capped at 1000.
-	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// expired_only lists only the actors the next expiry sweep would delete
+	// (SUSPENDED or CRASHED, unused for their template's
+	// ttl.delete_after_idle): a dry run. A page may then hold fewer than
+	// page_size actors, even none, before the end: follow next_page_token.
+	ExpiredOnly   bool `protobuf:"varint,4,opt,name=expired_only,json=expiredOnly,proto3" json:"expired_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2039,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2052,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -2001,6 +2076,13 @@ func (x *ListActorsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListActorsRequest) GetExpiredOnly() bool {
+	if x != nil {
+		return x.ExpiredOnly
+	}
+	return false
+}
+
 type ListActorsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actors        []*Actor               `protobuf:"bytes,1,rep,name=actors,proto3" json:"actors,omitempty"`
@@ -2011,7 +2093,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2105,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2118,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -2058,13 +2140,22 @@ type UpdateActorRequest struct {
 	Atespace       string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
 	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	WorkerSelector map[string]string      `protobuf:"bytes,3,rep,name=worker_selector,json=workerSelector,proto3" json:"worker_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// template, when set, moves the actor to that template of its atespace
+	// instead of replacing the worker selector (which must then be empty).
+	// The new template must have the same sandbox class and identical
+	// volumes and volume mounts; the actor must be SUSPENDED or CRASHED
+	// with a durable snapshot (or none). Its volumes carry over, its memory
+	// does not: the next resume starts from the new template's golden
+	// snapshot (or cold-boots) with the actor's volumes. Refusals are
+	// FAILED_PRECONDITION, saying why.
+	Template      string `protobuf:"bytes,4,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2167,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2180,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -2113,6 +2204,13 @@ func (x *UpdateActorRequest) GetWorkerSelector() map[string]string {
 	return nil
 }
 
+func (x *UpdateActorRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
 type DeleteActorRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
@@ -2125,7 +2223,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2235,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2248,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -2182,7 +2280,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2292,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2305,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 // reason may be REQUESTED (the default) or IDLE; the others are the
@@ -2223,7 +2321,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2333,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2346,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -2284,7 +2382,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2394,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2407,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -2337,7 +2435,7 @@ type PauseActorRequest struct {
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2447,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2460,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -2396,7 +2494,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2506,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2519,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -2449,7 +2547,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2559,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2572,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -2507,7 +2605,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2617,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2630,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -2550,7 +2648,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2660,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2673,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 type Worker struct {
@@ -2596,7 +2694,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2706,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2719,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Worker) GetName() string {
@@ -2681,7 +2779,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +2791,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +2804,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 type ListWorkersResponse struct {
@@ -2718,7 +2816,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2828,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2841,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2774,7 +2872,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2884,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2897,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Node) GetName() string {
@@ -2873,7 +2971,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2983,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +2996,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 type DrainNodeRequest struct {
@@ -2912,7 +3010,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3022,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3035,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -2964,7 +3062,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3074,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3087,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3014,7 +3112,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3124,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3137,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 type ListNodesResponse struct {
@@ -3051,7 +3149,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3161,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3174,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3138,7 +3236,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xf9\x05\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\x9e\x06\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -3157,10 +3255,13 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"on_restore\x18\f \x01(\v2\x13.ate.v1.RestoreHookR\tonRestore\x12\x1d\n" +
 	"\n" +
-	"new_actors\x18\r \x01(\tR\tnewActors\x1aA\n" +
+	"new_actors\x18\r \x01(\tR\tnewActors\x12#\n" +
+	"\x03ttl\x18\x0e \x01(\v2\x11.ate.v1.TTLPolicyR\x03ttl\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\tTTLPolicy\x12*\n" +
+	"\x11delete_after_idle\x18\x01 \x01(\tR\x0fdeleteAfterIdle\"k\n" +
 	"\vRestoreHook\x123\n" +
 	"\thttp_post\x18\x01 \x01(\v2\x16.ate.v1.HTTPPostActionR\bhttpPost\x12'\n" +
 	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"8\n" +
@@ -3200,7 +3301,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x1aDeleteActorTemplateRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1d\n" +
-	"\x1bDeleteActorTemplateResponse\"\xe9\x05\n" +
+	"\x1bDeleteActorTemplateResponse\"\x8c\x06\n" +
 	"\x05Actor\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -3223,7 +3324,8 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x0fpaused_snapshot\x18\x10 \x01(\tR\x0epausedSnapshot\x120\n" +
 	"\x06reason\x18\x11 \x01(\x0e2\x18.ate.v1.CheckpointReasonR\x06reason\x12\x1f\n" +
 	"\vevicted_for\x18\x12 \x01(\tR\n" +
-	"evictedFor\x1aA\n" +
+	"evictedFor\x12!\n" +
+	"\fvolumes_only\x18\x13 \x01(\bR\vvolumesOnly\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
@@ -3231,19 +3333,21 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x05actor\x18\x01 \x01(\v2\r.ate.v1.ActorR\x05actor\"A\n" +
 	"\x0fGetActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"k\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x8e\x01\n" +
 	"\x11ListActorsRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"c\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
+	"\fexpired_only\x18\x04 \x01(\bR\vexpiredOnly\"c\n" +
 	"\x12ListActorsResponse\x12%\n" +
 	"\x06actors\x18\x01 \x03(\v2\r.ate.v1.ActorR\x06actors\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfc\x01\n" +
 	"\x12UpdateActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12W\n" +
-	"\x0fworker_selector\x18\x03 \x03(\v2..ate.v1.UpdateActorRequest.WorkerSelectorEntryR\x0eworkerSelector\x1aA\n" +
+	"\x0fworker_selector\x18\x03 \x03(\v2..ate.v1.UpdateActorRequest.WorkerSelectorEntryR\x0eworkerSelector\x12\x1a\n" +
+	"\btemplate\x18\x04 \x01(\tR\btemplate\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
@@ -3368,7 +3472,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -3387,134 +3491,136 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*HTTPGetAction)(nil),               // 14: ate.v1.HTTPGetAction
 	(*Probe)(nil),                       // 15: ate.v1.Probe
 	(*ActorTemplateSpec)(nil),           // 16: ate.v1.ActorTemplateSpec
-	(*RestoreHook)(nil),                 // 17: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 18: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 19: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 20: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 21: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 22: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 23: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 24: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 25: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 26: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 27: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 28: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 29: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 30: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 31: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 32: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 33: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 34: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 35: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 36: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 37: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 38: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 39: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 40: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 41: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 42: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 43: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 44: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 45: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 46: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 47: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 48: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 49: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 50: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 51: ate.v1.ListNodesResponse
-	nil,                                 // 52: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 53: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 54: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 55: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 56: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 57: google.protobuf.Timestamp
+	(*TTLPolicy)(nil),                   // 17: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 18: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 19: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 20: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 21: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 22: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 23: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 24: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 25: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 26: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 27: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 28: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 29: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 30: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 31: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 32: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 33: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 34: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 35: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 36: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 37: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 38: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 39: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 40: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 41: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 42: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 43: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 44: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 45: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 46: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 47: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 48: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 49: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 50: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 51: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 52: ate.v1.ListNodesResponse
+	nil,                                 // 53: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 54: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 55: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 56: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 57: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	57, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	58, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	52, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	53, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	10, // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	14, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	9,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	15, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	53, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	54, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	12, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	11, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	13, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	19, // 11: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	17, // 12: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	18, // 13: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	16, // 14: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	20, // 15: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	57, // 16: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	21, // 17: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	21, // 18: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 19: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	54, // 20: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	57, // 21: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	57, // 22: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	57, // 23: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 24: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	28, // 25: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	28, // 26: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	55, // 27: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 28: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 29: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	57, // 30: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	40, // 31: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	56, // 32: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	43, // 33: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	57, // 34: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	46, // 35: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	3,  // 36: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	4,  // 37: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	5,  // 38: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	7,  // 39: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	22, // 40: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	23, // 41: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	24, // 42: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	26, // 43: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	29, // 44: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	30, // 45: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	31, // 46: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	33, // 47: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	34, // 48: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	36, // 49: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	37, // 50: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	38, // 51: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	39, // 52: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	41, // 53: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	44, // 54: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	47, // 55: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	48, // 56: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	49, // 57: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	2,  // 58: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	2,  // 59: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	6,  // 60: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	8,  // 61: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	21, // 62: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	21, // 63: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	25, // 64: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	27, // 65: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	28, // 66: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	28, // 67: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	32, // 68: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	28, // 69: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	35, // 70: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	28, // 71: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	28, // 72: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	28, // 73: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	28, // 74: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	42, // 75: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	45, // 76: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	51, // 77: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	46, // 78: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	50, // 79: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	58, // [58:80] is the sub-list for method output_type
-	36, // [36:58] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	20, // 11: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	18, // 12: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	17, // 13: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	19, // 14: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	16, // 15: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	21, // 16: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	58, // 17: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	22, // 18: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	22, // 19: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 20: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	55, // 21: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	58, // 22: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	58, // 23: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	58, // 24: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 25: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	29, // 26: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	29, // 27: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	56, // 28: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 29: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 30: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	58, // 31: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	41, // 32: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	57, // 33: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	44, // 34: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	58, // 35: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	47, // 36: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	3,  // 37: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	4,  // 38: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	5,  // 39: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	7,  // 40: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	23, // 41: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	24, // 42: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	25, // 43: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	27, // 44: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	30, // 45: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	31, // 46: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	32, // 47: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	34, // 48: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	35, // 49: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	37, // 50: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	38, // 51: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	39, // 52: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	40, // 53: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	42, // 54: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	45, // 55: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	48, // 56: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	49, // 57: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	50, // 58: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	2,  // 59: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	2,  // 60: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	6,  // 61: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	8,  // 62: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	22, // 63: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	22, // 64: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	26, // 65: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	28, // 66: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	29, // 67: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	29, // 68: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	33, // 69: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	29, // 70: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	36, // 71: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	29, // 72: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	29, // 73: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	29, // 74: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	29, // 75: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	43, // 76: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	46, // 77: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	52, // 78: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	47, // 79: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	51, // 80: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	59, // [59:81] is the sub-list for method output_type
+	37, // [37:59] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -3522,14 +3628,14 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
-	file_ate_v1_control_proto_msgTypes[17].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

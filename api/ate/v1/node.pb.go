@@ -102,9 +102,14 @@ type StartActorRequest struct {
 	Spec     *ActorTemplateSpec     `protobuf:"bytes,5,opt,name=spec,proto3" json:"spec,omitempty"`
 	// snapshot to restore; empty cold-boots. paused: it is in the node's
 	// paused snapshot store.
-	Snapshot      string `protobuf:"bytes,6,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Paused        bool   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
-	ImageDigest   string `protobuf:"bytes,8,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	Snapshot    string `protobuf:"bytes,6,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Paused      bool   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	ImageDigest string `protobuf:"bytes,8,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// volumes_from, when set, is a durable snapshot whose volumes fill the
+	// actor's volumes instead of snapshot's (which then gives only memory,
+	// e.g. another template's golden snapshot, or is empty for a cold boot):
+	// an actor moved to another template (docs/actors.md).
+	VolumesFrom   string `protobuf:"bytes,9,opt,name=volumes_from,json=volumesFrom,proto3" json:"volumes_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -191,6 +196,13 @@ func (x *StartActorRequest) GetPaused() bool {
 func (x *StartActorRequest) GetImageDigest() string {
 	if x != nil {
 		return x.ImageDigest
+	}
+	return ""
+}
+
+func (x *StartActorRequest) GetVolumesFrom() string {
+	if x != nil {
+		return x.VolumesFrom
 	}
 	return ""
 }
@@ -1639,7 +1651,7 @@ var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x11ate/v1/node.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ate/v1/control.proto\"\xfe\x01\n" +
+	"\x11ate/v1/node.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ate/v1/control.proto\"\xa1\x02\n" +
 	"\x11StartActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1a\n" +
@@ -1648,7 +1660,8 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04spec\x18\x05 \x01(\v2\x19.ate.v1.ActorTemplateSpecR\x04spec\x12\x1a\n" +
 	"\bsnapshot\x18\x06 \x01(\tR\bsnapshot\x12\x16\n" +
 	"\x06paused\x18\a \x01(\bR\x06paused\x12!\n" +
-	"\fimage_digest\x18\b \x01(\tR\vimageDigest\"\x14\n" +
+	"\fimage_digest\x18\b \x01(\tR\vimageDigest\x12!\n" +
+	"\fvolumes_from\x18\t \x01(\tR\vvolumesFrom\"\x14\n" +
 	"\x12StartActorResponse\"\xb7\x01\n" +
 	"\x16CheckpointActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +

@@ -401,6 +401,9 @@ func (s *Store) UpdateActor(ctx context.Context, a *store.Actor) (out *store.Act
 		if err != nil {
 			return err
 		}
+		if a.Template != cur.Template && tx.Bucket(bTemplates).Get(key2(a.Atespace, a.Template)) == nil {
+			return fmt.Errorf("actor %s: template %s: %w", a.Key(), a.Template, store.ErrNotFound)
+		}
 		if a.Worker != "" {
 			w, err := get[store.Worker](tx.Bucket(bWorkers), []byte(a.Worker))
 			if a.Worker != cur.Worker || err != nil || w.ActorUID != a.UID {

@@ -26,6 +26,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Atespaces", testAtespaces},
 		{"Templates", testTemplates},
 		{"ActorCAS", testActorCAS},
+		{"MoveTemplate", testMoveTemplate},
 		{"ListActorsPages", testListActorsPages},
 		{"ClaimWorker", testClaimWorker},
 		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
@@ -417,4 +418,30 @@ func testAnyString(t *testing.T, s store.Store) {
 	if got.Message != a.Message {
 		t.Fatalf("message read back as %q, want %q", got.Message, a.Message)
 	}
+}
+
+// testMoveTemplate: UpdateActor may move an actor to another template of
+// its atespace, and the old template is then free to delete; a template
+// that does not exist is refused with ErrNotFound, nothing written.
+func testMoveTemplate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	must(t, s.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl2", UID: "t-2",
+		Phase: store.TemplateBuilding, Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+	a := newActor(t, s, "a", nil)
+	missing := *a
+	missing.Template = "nope"
+	_, err := s.UpdateActor(ctx, &missing)
+	wantErr(t, err, store.ErrNotFound)
+	moved := *a
+	moved.Template, moved.VolumesOnly = "tpl2", true
+	out, err := s.UpdateActor(ctx, &moved)
+	must(t, err)
+	got, err := s.GetActor(ctx, a.Key())
+	must(t, err)
+	if got.Template != "tpl2" || !got.VolumesOnly || got.Version != out.Version {
+		t.Fatalf("after the move: template %q volumesOnly %v version %d, want tpl2 true %d", got.Template, got.VolumesOnly, got.Version, out.Version)
+	}
+	must(t, s.DeleteTemplate(ctx, "default", "tpl"))
+	wantErr(t, s.DeleteTemplate(ctx, "default", "tpl2"), store.ErrNotEmpty)
 }

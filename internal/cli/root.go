@@ -141,6 +141,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newCreateCommand(a),
 		newDeleteCommand(a),
 		newWaitCommand(a),
+		newAlarmCommand(a),
 	}, newActorVerbCommands(a)...)
 	for _, v := range verbs {
 		a.addClientFlags(v)

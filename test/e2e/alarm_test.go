@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// alarmDelivery is one entry of the counter's GET /alarms-received.
+type alarmDelivery struct {
+	Path, ID, Time, Attempt string
+}
+
+// alarmsReceived reads what the counter actor recorded of alarm
+// deliveries (it resumes the actor if needed).
+func (in *installation) alarmsReceived(actor string) []alarmDelivery {
+	in.t.Helper()
+	code, body := in.get(actor, "/alarms-received")
+	if code != http.StatusOK {
+		in.t.Fatalf("GET %s /alarms-received = %d %q", actor, code, body)
+	}
+	var out []alarmDelivery
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		in.t.Fatalf("alarms-received %q: %v", body, err)
+	}
+	return out
+}
+
+// alarmGone reports whether alarm id is no longer listed: delivered (or
+// cancelled).
+func (in *installation) alarmGone(id string) bool {
+	in.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := in.client.ListAlarms(ctx, &atev1.ListAlarmsRequest{Atespace: "default"})
+	if err != nil {
+		in.t.Fatalf("ListAlarms: %v", err)
+	}
+	for _, a := range resp.GetAlarms() {
+		if a.GetId() == id {
+			if a.GetState() == atev1.Alarm_FAILED {
+				in.t.Fatalf("alarm %s FAILED: %s", id, a.GetMessage())
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// TestAlarmWakesSuspendedActor: an actor sets an alarm for 3 s ahead from
+// inside its sandbox and is suspended; once the alarm is due it is
+// RUNNING again and has received exactly one POST to its path, with the
+// alarm's id and time, on the first attempt.
+func TestAlarmWakesSuspendedActor(t *testing.T) {
+	in := startUp(t, 2, "--demo")
+	in.mustCount("default/counter-1", 1)
+	setAt := time.Now()
+	code, body := in.do(http.MethodPost, "default/counter-1", "/set-alarm", `{"in": "3s", "path": "/alarm/tick?n=1"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("self-service alarm = %d %q, want 201", code, body)
+	}
+	var set struct{ ID, Time string }
+	if err := json.Unmarshal([]byte(body), &set); err != nil || set.ID == "" {
+		t.Fatalf("self-service alarm answer %q: %v", body, err)
+	}
+	// An invalid request is refused with the reason.
+	if code, body := in.do(http.MethodPost, "default/counter-1", "/set-alarm", `{"in": "3s", "path": "tick"}`); code != http.StatusBadRequest {
+		t.Fatalf("alarm with a relative path = %d %q, want 400", code, body)
+	}
+	in.ate("suspend", "actor", "counter-1")
+	in.wantState("counter-1", atev1.ActorState_SUSPENDED)
+	if in.alarmGone(set.ID) {
+		t.Fatalf("alarm %s not listed before it is due", set.ID)
+	}
+
+	waitFor(t, "the alarm to wake the actor", 30*time.Second, func() bool {
+		return in.state("counter-1") == atev1.ActorState_RUNNING
+	})
+	if waited := time.Since(setAt); waited < 3*time.Second {
+		t.Fatalf("actor RUNNING %s after the alarm was set for 3 s ahead", waited)
+	}
+	waitFor(t, "the alarm to be delivered", 30*time.Second, func() bool { return in.alarmGone(set.ID) })
+	got := in.alarmsReceived("default/counter-1")
+	if len(got) != 1 || got[0].Path != "/alarm/tick?n=1" || got[0].ID != set.ID || got[0].Time != set.Time || got[0].Attempt != "1" {
+		t.Fatalf("deliveries %+v, want one POST /alarm/tick?n=1 with id %s time %s attempt 1", got, set.ID, set.Time)
+	}
+	// The delivery resumed it, with its memory (count=1 before the suspend).
+	in.mustCount("default/counter-1", 2)
+}
+
+// TestAlarmSurvivesKill: an alarm set with the CLI before `ate up` is
+// SIGKILLed fires after the restart: the actor, CRASHED by the kill, is
+// resumed from its last snapshot and receives it.
+func TestAlarmSurvivesKill(t *testing.T) {
+	dataDir := t.TempDir()
+	in := startUpIn(t, dataDir, 2, "--demo")
+	in.mustCount("default/counter-1", 1)
+	out := in.ate("alarm", "actor", "counter-1", "--in", "6s", "--path", "/alarm/after-restart", "-o", "json")
+	var set struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &set); err != nil || set.ID == "" {
+		t.Fatalf("ate alarm -o json = %q: %v", out, err)
+	}
+	if list := in.ate("get", "alarms", "--actor", "counter-1"); !strings.Contains(list, set.ID) {
+		t.Fatalf("ate get alarms does not list %s:\n%s", set.ID, list)
+	}
+	in.kill()
+
+	in2 := startUpIn(t, dataDir, 2)
+	waitFor(t, "the alarm to be delivered after the restart", 60*time.Second, func() bool { return in2.alarmGone(set.ID) })
+	in2.wantState("counter-1", atev1.ActorState_RUNNING)
+	got := in2.alarmsReceived("default/counter-1")
+	if len(got) != 1 || got[0].Path != "/alarm/after-restart" || got[0].ID != set.ID {
+		t.Fatalf("deliveries after the restart %+v, want one POST /alarm/after-restart with id %s", got, set.ID)
+	}
+
+	// Deleting an actor deletes its alarms.
+	in2.ate("alarm", "actor", "counter-1", "--in", "1h", "--path", "/never")
+	in2.ate("delete", "actor", "counter-1", "--force")
+	if list, err := in2.ateErr("get", "alarms"); err != nil || strings.Contains(list, "/never") {
+		t.Fatalf("alarms after deleting their actor (%v):\n%s", err, list)
+	}
+}

@@ -204,7 +204,10 @@ func TestOneReplicaDelivers(t *testing.T) {
 	}
 	close(release)
 	rec.wait(t, 1)
-	waitFor(t, "the alarm deleted", func() bool { _, err := st.GetAlarm(context.Background(), a.ID); return errors.Is(err, store.ErrNotFound) })
+	waitFor(t, "the alarm deleted", func() bool {
+		_, err := st.GetAlarm(context.Background(), a.ID)
+		return errors.Is(err, store.ErrNotFound)
+	})
 	// Several more refreshes: nobody delivers a deleted alarm.
 	deadline = time.Now().Add(200 * time.Millisecond)
 	for time.Now().Before(deadline) {

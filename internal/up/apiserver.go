@@ -152,6 +152,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	api.SetNodes(reg)
 	alarms := alarm.New(st, lc, alarm.Config{Holder: orDefault(holder, "ate-apiserver")}, log)
 	api.SetAlarms(alarms)
+	reg.SetSelfAlarmHandler(alarms.ServeSelf)
 
 	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAPIAddr))
 	if err != nil {

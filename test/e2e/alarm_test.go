@@ -125,3 +125,26 @@ func TestAlarmSurvivesKill(t *testing.T) {
 		t.Fatalf("alarms after deleting their actor (%v):\n%s", err, list)
 	}
 }
+
+// TestClusterAlarmFromActor: with the node apart from the API server, an
+// actor's self-service alarm request is forwarded to the API server
+// (NodeRegistry.SetSelfAlarm) and the alarm wakes the suspended actor.
+func TestClusterAlarmFromActor(t *testing.T) {
+	c := startCluster(t, "node-a")
+	c.counterActor()
+	code, body := c.in.do(http.MethodPost, "default/counter-1", "/set-alarm", `{"in": "2s", "path": "/alarm/cluster"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("self-service alarm on a separate node = %d %q, want 201", code, body)
+	}
+	var set struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &set); err != nil || set.ID == "" {
+		t.Fatalf("self-service alarm answer %q: %v", body, err)
+	}
+	c.in.ate("suspend", "actor", "counter-1")
+	waitFor(t, "the alarm to be delivered", 60*time.Second, func() bool { return c.in.alarmGone(set.ID) })
+	c.in.wantState("counter-1", atev1.ActorState_RUNNING)
+	got := c.in.alarmsReceived("default/counter-1")
+	if len(got) != 1 || got[0].Path != "/alarm/cluster" || got[0].ID != set.ID {
+		t.Fatalf("deliveries %+v, want one POST /alarm/cluster with id %s", got, set.ID)
+	}
+}

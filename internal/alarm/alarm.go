@@ -50,6 +50,13 @@ type Resumer interface {
 	Resume(ctx context.Context, key names.ActorKey) (*store.Actor, error)
 }
 
+// Idler puts away an actor an alarm woke once it is idle
+// (lifecycle.Manager.PutAwayIfIdle): no router watches an actor no
+// request through it woke. It returns when to ask again, zero when done.
+type Idler interface {
+	PutAwayIfIdle(ctx context.Context, key names.ActorKey, uid string) (time.Time, error)
+}
+
 // Config tunes a Scheduler; zero fields take the defaults.
 type Config struct {
 	// Holder names this API server in alarm leases; default "ate".
@@ -124,6 +131,10 @@ type Scheduler struct {
 	due map[string]time.Time
 	// inflight holds alarms being delivered by this scheduler.
 	inflight map[string]bool
+	// watch holds, per actor an alarm woke, the incarnation and when to
+	// ask the Idler whether it is idle; watching marks those being asked.
+	watch    map[names.ActorKey]idleWatch
+	watching map[names.ActorKey]bool
 	// wake is signalled when due changed (Set, Cancel).
 	wake chan struct{}
 	// attempts bounds the deliveries in flight.
@@ -138,7 +149,8 @@ func New(st store.Store, r Resumer, cfg Config, log *slog.Logger) *Scheduler {
 	cfg = cfg.withDefaults()
 	s := &Scheduler{st: st, resumer: r, cfg: cfg, log: log.With("component", "alarms"),
 		client: &http.Client{Transport: cfg.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		now:    time.Now, due: map[string]time.Time{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+		now: time.Now, due: map[string]time.Time{}, inflight: map[string]bool{},
+		watch: map[names.ActorKey]idleWatch{}, watching: map[names.ActorKey]bool{}, wake: make(chan struct{}, 1)}
 	s.deliver = s.deliverHTTP
 	return s
 }
@@ -300,7 +312,24 @@ func (s *Scheduler) fireDue(ctx context.Context) time.Time {
 	for _, id := range ready {
 		s.inflight[id] = true
 	}
+	var idle []names.ActorKey
+	for k, w := range s.watch {
+		switch {
+		case s.watching[k]:
+		case !w.at.After(now):
+			idle = append(idle, k)
+			s.watching[k] = true
+		case next.IsZero() || w.at.Before(next):
+			next = w.at
+		}
+	}
 	s.mu.Unlock()
+	for _, k := range idle {
+		s.attempts.Go(func() {
+			defer s.kick()
+			s.checkIdle(ctx, k)
+		})
+	}
 	for _, id := range ready {
 		s.attempts.Go(func() {
 			defer func() {
@@ -385,6 +414,7 @@ func (s *Scheduler) fire(runCtx context.Context, id string) {
 			log.Info("alarm dropped: its actor is gone", "err", derr)
 		} else {
 			log.Info("alarm delivered", "late", s.now().Sub(a.At).Round(time.Millisecond))
+			s.watchIdle(a.Key(), a.ActorUID)
 		}
 		if err := s.st.DeleteAlarm(ctx, a.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			// Delivered again at the next attempt: at least once.
@@ -413,6 +443,49 @@ func (s *Scheduler) fire(runCtx context.Context, id string) {
 		s.drop(id)
 	} else {
 		s.forget(id, n.NextAttempt)
+	}
+}
+
+// idleWatch is an actor an alarm woke: incarnation uid, asked at at.
+type idleWatch struct {
+	uid string
+	at  time.Time
+}
+
+// watchIdle starts watching actor k (incarnation uid), which an alarm
+// just woke, for idleness; without an Idler it does nothing. The watch is
+// in memory: after a restart an actor an alarm woke is put away by
+// eviction when its worker is needed, or by a router once it routes to
+// it.
+func (s *Scheduler) watchIdle(k names.ActorKey, uid string) {
+	if _, ok := s.resumer.(Idler); !ok {
+		return
+	}
+	s.mu.Lock()
+	s.watch[k] = idleWatch{uid: uid, at: s.now()}
+	s.mu.Unlock()
+}
+
+// checkIdle asks the Idler about watched actor k and keeps or ends the
+// watch as it answers.
+func (s *Scheduler) checkIdle(ctx context.Context, k names.ActorKey) {
+	s.mu.Lock()
+	w := s.watch[k]
+	s.mu.Unlock()
+	again, err := s.resumer.(Idler).PutAwayIfIdle(ctx, k, w.uid)
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("put away an actor an alarm woke", "actor", k, "err", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.watching, k)
+	if cur, ok := s.watch[k]; ok && cur.uid == w.uid && cur.at.Equal(w.at) {
+		// Not re-armed by a delivery meanwhile.
+		if again.IsZero() || ctx.Err() != nil {
+			delete(s.watch, k)
+		} else {
+			s.watch[k] = idleWatch{uid: w.uid, at: again}
+		}
 	}
 }
 

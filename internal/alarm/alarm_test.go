@@ -372,3 +372,52 @@ func TestServeSelf(t *testing.T) {
 		})
 	}
 }
+
+// idler is a Resumer and Idler that answers "ask again in 30 ms" until
+// it has been asked twice, then "done".
+type idler struct {
+	mu    sync.Mutex
+	asked []string
+	done  chan struct{}
+}
+
+func (*idler) Resume(context.Context, names.ActorKey) (*store.Actor, error) { return nil, nil }
+
+func (i *idler) PutAwayIfIdle(_ context.Context, k names.ActorKey, uid string) (time.Time, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.asked = append(i.asked, k.String()+" "+uid)
+	if len(i.asked) < 3 {
+		return time.Now().Add(30 * time.Millisecond), nil
+	}
+	close(i.done)
+	return time.Time{}, nil
+}
+
+// TestWatchesWokenActorUntilIdle: after a delivery the scheduler asks the
+// Idler about the actor until it answers done, at the times it names.
+func TestWatchesWokenActorUntilIdle(t *testing.T) {
+	st := newStore(t, "a")
+	id := &idler{done: make(chan struct{})}
+	s := New(st, id, Config{Refresh: time.Hour}, nil)
+	rec := newRecorder()
+	s.deliver = rec.as("s")
+	run(t, s)
+	if _, err := s.Set(context.Background(), key("a"), time.Now().Add(10*time.Millisecond), "/tick"); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 1)
+	select {
+	case <-id.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Idler asked %v, want three times", id.asked)
+	}
+	waitFor(t, "the watch to end", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.watch) == 0 })
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	for _, a := range id.asked {
+		if a != "default/a uid-a" {
+			t.Fatalf("Idler asked about %q, want default/a uid-a", a)
+		}
+	}
+}

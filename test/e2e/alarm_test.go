@@ -148,3 +148,28 @@ func TestClusterAlarmFromActor(t *testing.T) {
 		t.Fatalf("deliveries %+v, want one POST /alarm/cluster with id %s", got, set.ID)
 	}
 }
+
+// TestAlarmWokenActorGoesIdle: an actor an alarm woke, with no request
+// through a router, is put away by its template's idle policy (idle.after
+// 2 s) after the delivery, as a router would have for traffic it saw.
+func TestAlarmWokenActorGoesIdle(t *testing.T) {
+	in := startUp(t, 2)
+	in.counterTemplate("idle-alarm", nil, "idle: {after: 2s, action: suspend}\n")
+	in.ate("create", "actor", "sleepy", "--template", "idle-alarm")
+	out := in.ate("alarm", "actor", "sleepy", "--in", "1s", "--path", "/alarm/wake", "-o", "json")
+	var set struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &set); err != nil || set.ID == "" {
+		t.Fatalf("ate alarm -o json = %q: %v", out, err)
+	}
+	waitFor(t, "the alarm to be delivered", 30*time.Second, func() bool { return in.alarmGone(set.ID) })
+	delivered := time.Now()
+	waitFor(t, "the actor an alarm woke to be put away when idle", 30*time.Second, func() bool {
+		return in.state("sleepy") == atev1.ActorState_SUSPENDED
+	})
+	if a := in.actor("sleepy"); a.GetResumes() != 1 || a.GetReason() != atev1.CheckpointReason_IDLE {
+		t.Fatalf("actor after the idle put-away: resumes %d, reason %s (%s); want 1 resume, IDLE", a.GetResumes(), a.GetReason(), a.GetMessage())
+	}
+	if d := time.Since(delivered); d < time.Second {
+		t.Fatalf("put away %s after the delivery, before idle.after (2 s) could have passed", d)
+	}
+}

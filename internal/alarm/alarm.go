@@ -149,7 +149,7 @@ func New(st store.Store, r Resumer, cfg Config, log *slog.Logger) *Scheduler {
 	cfg = cfg.withDefaults()
 	s := &Scheduler{st: st, resumer: r, cfg: cfg, log: log.With("component", "alarms"),
 		client: &http.Client{Transport: cfg.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		now: time.Now, due: map[string]time.Time{}, inflight: map[string]bool{},
+		now:    time.Now, due: map[string]time.Time{}, inflight: map[string]bool{},
 		watch: map[names.ActorKey]idleWatch{}, watching: map[names.ActorKey]bool{}, wake: make(chan struct{}, 1)}
 	s.deliver = s.deliverHTTP
 	return s

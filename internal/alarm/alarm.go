@@ -131,6 +131,10 @@ type Scheduler struct {
 	due map[string]time.Time
 	// inflight holds alarms being delivered by this scheduler.
 	inflight map[string]bool
+	// set holds when this scheduler set each alarm it set since the last
+	// refresh began, so a refresh that read the store before the alarm
+	// was written does not forget it.
+	set map[string]time.Time
 	// watch holds, per actor an alarm woke, the incarnation and when to
 	// ask the Idler whether it is idle; watching marks those being asked.
 	watch    map[names.ActorKey]idleWatch
@@ -149,7 +153,7 @@ func New(st store.Store, r Resumer, cfg Config, log *slog.Logger) *Scheduler {
 	cfg = cfg.withDefaults()
 	s := &Scheduler{st: st, resumer: r, cfg: cfg, log: log.With("component", "alarms"),
 		client: &http.Client{Transport: cfg.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		now:    time.Now, due: map[string]time.Time{}, inflight: map[string]bool{},
+		now:    time.Now, due: map[string]time.Time{}, inflight: map[string]bool{}, set: map[string]time.Time{},
 		watch: map[names.ActorKey]idleWatch{}, watching: map[names.ActorKey]bool{}, wake: make(chan struct{}, 1)}
 	s.deliver = s.deliverHTTP
 	return s
@@ -212,6 +216,7 @@ func (s *Scheduler) create(ctx context.Context, act *store.Actor, at time.Time, 
 	s.log.InfoContext(ctx, "alarm set", "alarm", a.ID, "actor", act.Key(), "at", a.At, "path", path)
 	s.mu.Lock()
 	s.due[a.ID] = a.NextAttempt
+	s.set[a.ID] = s.now()
 	s.mu.Unlock()
 	s.kick()
 	return a, nil
@@ -275,6 +280,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // refresh replaces the known due times with the store's pending alarms.
 func (s *Scheduler) refresh(ctx context.Context) error {
+	began := s.now()
 	all, err := s.st.ListAlarms(ctx, "", "")
 	if err != nil {
 		return err
@@ -286,8 +292,17 @@ func (s *Scheduler) refresh(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, at := range s.set {
+		if at.Before(began) {
+			delete(s.set, id) // the read saw it, or its deletion
+			continue
+		}
+		if t, ok := s.due[id]; ok {
+			due[id] = t // set while the read ran
+		}
+	}
 	s.due = due
-	s.mu.Unlock()
 	return nil
 }
 

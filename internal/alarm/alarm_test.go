@@ -421,3 +421,32 @@ func TestWatchesWokenActorUntilIdle(t *testing.T) {
 		}
 	}
 }
+
+// staleList is a store whose ListAlarms answers as if read before any
+// alarm was set.
+type staleList struct{ store.Store }
+
+func (staleList) ListAlarms(context.Context, string, string) ([]*store.Alarm, error) { return nil, nil }
+
+// TestRefreshKeepsAlarmsSetDuringIt: a refresh whose read began before
+// an alarm was set keeps that alarm's due time; a later one takes the
+// store's word.
+func TestRefreshKeepsAlarmsSetDuringIt(t *testing.T) {
+	st := newStore(t, "a")
+	s := New(st, nil, Config{}, nil)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	a, err := s.Set(context.Background(), key("a"), clock.Add(time.Minute), "/tick")
+	must(t, err)
+	s.st = staleList{st}
+	clock = clock.Add(-time.Millisecond) // this read began before the Set
+	must(t, s.refresh(context.Background()))
+	if _, ok := s.due[a.ID]; !ok {
+		t.Fatal("a refresh that began before the alarm was set forgot it")
+	}
+	clock = clock.Add(time.Second) // this one began after
+	must(t, s.refresh(context.Background()))
+	if _, ok := s.due[a.ID]; ok {
+		t.Fatal("a refresh that began after the Set kept an alarm its read did not see")
+	}
+}

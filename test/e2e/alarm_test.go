@@ -173,3 +173,37 @@ func TestAlarmWokenActorGoesIdle(t *testing.T) {
 		t.Fatalf("put away %s after the delivery, before idle.after (2 s) could have passed", d)
 	}
 }
+
+// TestHAAlarmDeliveredOnce: two API server replicas over one PostgreSQL
+// both know each alarm when it is due (it is set 17 s ahead, past their
+// 15 s refresh) and race to deliver it; the alarm lease lets one deliver,
+// so each actor receives exactly one POST, and the replicas together log
+// exactly one delivery per alarm.
+func TestHAAlarmDeliveredOnce(t *testing.T) {
+	h := startHA(t, 2)
+	h.in.createTemplate("examples/counter/template.yaml", "counter")
+	ids := map[string]string{}
+	for i, name := range []string{"ha-a", "ha-b"} {
+		h.in.ate("create", "actor", name, "--template", "counter")
+		h.in.mustCount("default/"+name, 1)
+		// One set through each replica.
+		al, err := h.replica[i].SetAlarm(context.Background(), &atev1.SetAlarmRequest{Atespace: "default", Actor: name, Path: "/alarm/ha", DelayMs: 17_000})
+		if err != nil {
+			t.Fatalf("SetAlarm on replica %d: %v", i, err)
+		}
+		ids[name] = al.GetId()
+		h.in.ate("suspend", "actor", name)
+	}
+	for name, id := range ids {
+		waitFor(t, "alarm of "+name+" delivered", 60*time.Second, func() bool { return h.in.alarmGone(id) })
+	}
+	for name, id := range ids {
+		got := h.in.alarmsReceived("default/" + name)
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("%s received %+v, want exactly one delivery of %s", name, got, id)
+		}
+	}
+	if n := h.apis[0].records("alarm delivered") + h.apis[1].records("alarm delivered"); n != len(ids) {
+		t.Fatalf("replicas logged %d deliveries, want %d", n, len(ids))
+	}
+}

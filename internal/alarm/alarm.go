@@ -74,6 +74,9 @@ type Config struct {
 	// RetryFor is how long after the alarm's time failed attempts are
 	// retried before it is recorded FAILED; default 10 min.
 	RetryFor time.Duration
+	// Concurrency bounds the deliveries in flight (after a restart many
+	// alarms may be due at once, each a resume); default 16.
+	Concurrency int
 	// RetryBase and RetryMax bound the backoff between attempts
 	// (doubling from RetryBase); defaults 1 s and 1 min.
 	RetryBase, RetryMax time.Duration
@@ -97,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryFor <= 0 {
 		c.RetryFor = 10 * time.Minute
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
 	}
 	if c.RetryBase <= 0 {
 		c.RetryBase = time.Second
@@ -307,8 +313,9 @@ func (s *Scheduler) refresh(ctx context.Context) error {
 }
 
 // fireDue starts a delivery of every due alarm not already in flight, in
-// due order, and returns the soonest due time of the others (zero when
-// none).
+// due order, up to Config.Concurrency in flight (the rest start as
+// deliveries end), and returns the soonest due time of the others (zero
+// when none).
 func (s *Scheduler) fireDue(ctx context.Context) time.Time {
 	now := s.now()
 	s.mu.Lock()
@@ -324,6 +331,7 @@ func (s *Scheduler) fireDue(ctx context.Context) time.Time {
 		}
 	}
 	sortByDue(ready, s.due)
+	ready = ready[:min(len(ready), max(s.cfg.Concurrency-len(s.inflight), 0))]
 	for _, id := range ready {
 		s.inflight[id] = true
 	}

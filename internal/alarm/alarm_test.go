@@ -450,3 +450,39 @@ func TestRefreshKeepsAlarmsSetDuringIt(t *testing.T) {
 		t.Fatal("a refresh that began after the Set kept an alarm its read did not see")
 	}
 }
+
+// TestConcurrencyBound: no more than Concurrency deliveries run at once;
+// the others start as they end, all in due order.
+func TestConcurrencyBound(t *testing.T) {
+	st := newStore(t, "a")
+	s := New(st, nil, Config{Refresh: time.Hour, Concurrency: 2}, nil)
+	rec := newRecorder()
+	var mu sync.Mutex
+	running, most := 0, 0
+	release := make(chan struct{})
+	rec.fail = func(*store.Alarm, int) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}
+	s.deliver = rec.as("s")
+	ctx := context.Background()
+	at := time.Now().Add(50 * time.Millisecond)
+	for range 5 {
+		_, err := s.Set(ctx, key("a"), at, "/tick")
+		must(t, err)
+	}
+	run(t, s)
+	waitFor(t, "two deliveries under way", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.got) == 2 })
+	close(release)
+	rec.wait(t, 5)
+	if most > 2 {
+		t.Fatalf("%d deliveries ran at once, want at most 2", most)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/tunnelproto"
@@ -80,6 +81,8 @@ type Config struct {
 	// RetryBase and RetryMax bound the backoff between attempts
 	// (doubling from RetryBase); defaults 1 s and 1 min.
 	RetryBase, RetryMax time.Duration
+	// Metrics counts attempts; nil: none.
+	Metrics *metrics.Alarms
 	// Transport carries deliveries to worker tunnels; default a clone of
 	// http.DefaultTransport without proxies.
 	Transport http.RoundTripper
@@ -435,8 +438,10 @@ func (s *Scheduler) fire(runCtx context.Context, id string) {
 	if derr == nil || errors.Is(derr, errGone) {
 		if derr != nil {
 			log.Info("alarm dropped: its actor is gone", "err", derr)
+			s.cfg.Metrics.Attempt(metrics.AlarmDropped, 0)
 		} else {
 			log.Info("alarm delivered", "late", s.now().Sub(a.At).Round(time.Millisecond))
+			s.cfg.Metrics.Attempt(metrics.AlarmDelivered, s.now().Sub(a.At))
 			s.watchIdle(a.Key(), a.ActorUID)
 		}
 		if err := s.st.DeleteAlarm(ctx, a.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -453,9 +458,11 @@ func (s *Scheduler) fire(runCtx context.Context, id string) {
 	if now := s.now(); !now.Before(a.At.Add(s.cfg.RetryFor)) {
 		n.State = store.AlarmFailed
 		log.Warn("alarm failed, no more retries", "err", derr, "retriedFor", s.cfg.RetryFor)
+		s.cfg.Metrics.Attempt(metrics.AlarmFailed, 0)
 	} else {
 		n.NextAttempt = now.Add(s.backoff(attempt))
 		log.Info("alarm delivery failed, will retry", "err", derr, "next", n.NextAttempt)
+		s.cfg.Metrics.Attempt(metrics.AlarmRetry, 0)
 	}
 	if _, err := s.st.UpdateAlarm(ctx, &n); err != nil {
 		log.Warn("record failed alarm attempt", "err", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
@@ -226,7 +227,8 @@ func TestOneReplicaDelivers(t *testing.T) {
 // toward the limit.
 func TestRetriesThenFails(t *testing.T) {
 	st := newStore(t, "a")
-	s := New(st, nil, Config{Refresh: time.Hour, RetryFor: 400 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxPending: 1}, nil)
+	ms := metrics.New()
+	s := New(st, nil, Config{Refresh: time.Hour, RetryFor: 400 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxPending: 1, Metrics: ms.Alarms}, nil)
 	rec := newRecorder()
 	rec.fail = func(_ *store.Alarm, attempt int) error { return fmt.Errorf("actor answered 503 (attempt %d)", attempt) }
 	s.deliver = rec.as("s")
@@ -254,6 +256,30 @@ func TestRetriesThenFails(t *testing.T) {
 	if _, err := s.Set(ctx, key("a"), time.Now().Add(time.Hour), "/tick"); err != nil {
 		t.Fatalf("a failed alarm still counts toward the limit: %v", err)
 	}
+	if retries, failed := attempts(t, ms, "retry"), attempts(t, ms, "failed"); retries != float64(got.Attempts-1) || failed != 1 {
+		t.Fatalf("ate_alarm_attempts_total retry %v failed %v, want %d and 1", retries, failed, got.Attempts-1)
+	}
+}
+
+// attempts reads ate_alarm_attempts_total{outcome}.
+func attempts(t *testing.T, ms *metrics.Metrics, outcome string) float64 {
+	t.Helper()
+	reg, err := metrics.NewRegistry(ms)
+	must(t, err)
+	fams, err := reg.Gather()
+	must(t, err)
+	for _, f := range fams {
+		if f.GetName() != "ate_alarm_attempts_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no ate_alarm_attempts_total{outcome=%q}", outcome)
+	return 0
 }
 
 func TestBackoff(t *testing.T) {

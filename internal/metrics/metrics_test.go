@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDocumented: docs/observability.md's metric table lists exactly the
@@ -68,6 +69,8 @@ func TestNilSafe(t *testing.T) {
 	l.Waiters(1)
 	var n *Node
 	n.StandbyStart(true)
+	var a *Alarms
+	a.Attempt(AlarmDelivered, time.Second)
 }
 
 func TestCodeClass(t *testing.T) {

@@ -150,7 +150,11 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
 	api.SetNodes(reg)
-	alarms := alarm.New(st, lc, alarm.Config{Holder: orDefault(holder, "ate-apiserver")}, log)
+	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver")}
+	if ms != nil {
+		ac.Metrics = ms.Alarms
+	}
+	alarms := alarm.New(st, lc, ac, log)
 	api.SetAlarms(alarms)
 	reg.SetSelfAlarmHandler(alarms.ServeSelf)
 

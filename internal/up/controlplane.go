@@ -187,7 +187,11 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
 	cp.API.SetNodes(localNodes{name: nc.Name, tunnel: nc.TunnelAddr, store: cp.Store})
-	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, alarm.Config{Holder: orDefault(holder, "ate-up")}, log)
+	ac := alarm.Config{Holder: orDefault(holder, "ate-up")}
+	if cfg.Metrics != nil {
+		ac.Metrics = cfg.Metrics.Alarms
+	}
+	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, log)
 	cp.API.SetAlarms(cp.Alarms)
 	cp.Node.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
 	return cp, nil

@@ -113,6 +113,7 @@ func newHandler(wu *warmup) http.Handler {
 		fmt.Fprintf(w, "count=%d\n", count.Add(1))
 	})
 	registerFiles(mux)
+	registerAlarms(mux)
 	registerStreams(mux)
 	wu.register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

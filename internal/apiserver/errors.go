@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
@@ -27,7 +28,7 @@ func toStatus(err error) error {
 	}
 	code, reason := codes.Internal, "INTERNAL"
 	switch {
-	case errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid), errors.Is(err, image.ErrBadRef):
+	case errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid), errors.Is(err, image.ErrBadRef), errors.Is(err, alarm.ErrInvalid):
 		code, reason = codes.InvalidArgument, "INVALID_ARGUMENT"
 	case errors.Is(err, store.ErrNotFound):
 		code, reason = codes.NotFound, "NOT_FOUND"
@@ -45,6 +46,10 @@ func toStatus(err error) error {
 		code, reason = codes.Unavailable, "STORE_UNAVAILABLE"
 	case errors.Is(err, store.ErrNotEmpty), errors.Is(err, lifecycle.ErrFailedPrecondition):
 		code, reason = codes.FailedPrecondition, "FAILED_PRECONDITION"
+	case errors.Is(err, store.ErrTooMany):
+		code, reason = codes.ResourceExhausted, "TOO_MANY"
+	case errors.Is(err, errUnimplemented):
+		code, reason = codes.Unimplemented, "UNIMPLEMENTED"
 	case errors.Is(err, lifecycle.ErrNoCapacity):
 		code, reason = codes.ResourceExhausted, "NO_FREE_WORKER"
 	case errors.Is(err, errImageUnreadable):
@@ -67,3 +72,6 @@ func toStatus(err error) error {
 }
 
 var errInvalid = errors.New("invalid argument")
+
+// errUnimplemented: this API server does not serve the call.
+var errUnimplemented = errors.New("not implemented")

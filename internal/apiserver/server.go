@@ -36,7 +36,9 @@ type Server struct {
 	images ImageInspector
 	// nodes answers ListNodes; nil lists none.
 	nodes Nodes
-	log   *slog.Logger
+	// alarms answers the alarm RPCs (alarms.go); nil: UNIMPLEMENTED.
+	alarms Alarms
+	log    *slog.Logger
 }
 
 var _ atev1.ControlServer = (*Server)(nil)

@@ -264,8 +264,8 @@ func TestClientSideValidation(t *testing.T) {
 		{"wait condition key", []string{"wait", "actor", "x", "--for", "phase=RUNNING"}, "~want state=STATE"},
 		{"output format", []string{"get", "actors", "-o", "xml"}, "Error: unknown output format \"xml\": use table, json or yaml\n"},
 		{"missing template flag", []string{"create", "actor", "x"}, "~\"template\" not set"},
-		{"no kind", []string{"delete"}, "Error: ate delete needs a kind: actor, template, atespace\n"},
-		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, node, atespace\n"},
+		{"no kind", []string{"delete"}, "Error: ate delete needs a kind: actor, template, atespace, alarm\n"},
+		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, node, atespace, alarms\n"},
 		{"too many args", []string{"get", "actor", "a", "b"}, "~accepts at most 1 arg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

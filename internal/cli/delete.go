@@ -12,7 +12,7 @@ import (
 func newDeleteCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete KIND NAME",
-		Short: "Delete an actor, actor template or atespace",
+		Short: "Delete an actor, actor template, atespace or alarm",
 		Long: `Delete an actor, actor template or atespace.
 
 Only a SUSPENDED or CRASHED actor can be deleted (suspend it first, or
@@ -20,7 +20,8 @@ pass --force to stop it and delete it from any state); a template only
 while no actor uses it; an atespace only when it is empty.`,
 		Example: `  ate suspend actor counter-1 && ate delete actor counter-1
   ate delete template counter
-  ate delete atespace team`,
+  ate delete atespace team
+  ate delete alarm ID`,
 	}
 	var force bool
 	actor := &cobra.Command{
@@ -40,6 +41,11 @@ while no actor uses it; an atespace only when it is empty.`,
 			Use: "atespace NAME", Short: "Delete an empty atespace",
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteAtespace(cmd, args[0]) },
+		},
+		&cobra.Command{
+			Use: "alarm ID", Short: "Cancel an alarm (ate get alarms lists their ids)",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteAlarm(cmd, args[0]) },
 		},
 	)
 	return cmd

@@ -19,15 +19,24 @@ const listPageSize = 1000
 func newGetCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
-		Short: "Show actors, templates, workers, nodes or atespaces",
+		Short: "Show actors, templates, workers, nodes, atespaces or alarms",
 		Example: `  ate get actors
   ate get actor counter-1 -o json
   ate get actor team/counter-1
   ate get actors --expired
   ate get templates -n team
   ate get workers
-  ate get nodes`,
+  ate get nodes
+  ate get alarms --actor counter-1`,
 	}
+	var alarmActor string
+	alarms := &cobra.Command{
+		Use: "alarms", Aliases: []string{"alarm"},
+		Short: "Show the atespace's pending and failed alarms (or one actor's, --actor), soonest first",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return a.getAlarms(cmd, alarmActor) },
+	}
+	alarms.Flags().StringVar(&alarmActor, "actor", "", "only this actor's alarms (NAME or ATESPACE/NAME)")
 	var expired bool
 	actors := &cobra.Command{
 		Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
@@ -68,6 +77,7 @@ func newGetCommand(a *app) *cobra.Command {
 			Args:  cobra.MaximumNArgs(1),
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getAtespaces(cmd, args) },
 		},
+		alarms,
 	)
 	return cmd
 }

@@ -142,6 +142,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newDeleteCommand(a),
 		newUpdateCommand(a),
 		newWaitCommand(a),
+		newAlarmCommand(a),
 	}, newActorVerbCommands(a)...)
 	for _, v := range verbs {
 		a.addClientFlags(v)

@@ -401,3 +401,52 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) {
 		_ = n.Stop(ctx, a.Worker, a.UID)
 	}
 }
+
+// PutAwayIfIdle puts the actor key, if it is still the incarnation uid
+// and RUNNING, away with its template's idle action once it has had no
+// traffic on its worker for the template's idle.after: the router's idle
+// policy, for actors woken without a request through a router (alarms),
+// which no router watches. It returns when to ask again: zero once there
+// is nothing left to watch (put away, not RUNNING, another incarnation,
+// gone, or no idle policy). An error (the checkpoint failed) comes with a
+// time to try again.
+func (m *Manager) PutAwayIfIdle(ctx context.Context, key names.ActorKey, uid string) (again time.Time, err error) {
+	a, err := m.store.GetActor(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Now().Add(time.Minute), err
+	}
+	if a.UID != uid || a.State != store.Running {
+		return time.Time{}, nil
+	}
+	tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
+	if err != nil {
+		return time.Now().Add(time.Minute), err
+	}
+	after, perr := time.ParseDuration(tpl.Spec.GetIdle().GetAfter())
+	if perr != nil || after <= 0 {
+		return time.Time{}, nil
+	}
+	now, last := time.Now(), a.StateTime
+	if n, ok := m.nodes.ForWorker(a.Worker); ok {
+		if act, ok := n.WorkerActivity(a.Worker); ok && act.ActorUID == uid {
+			if act.InFlight > 0 {
+				return now.Add(after), nil
+			}
+			last = act.Last
+		}
+	}
+	if due := last.Add(after); now.Before(due) {
+		return due, nil
+	}
+	// PutAway checks the tunnel's word again under the actor's lock.
+	if _, err := m.PutAway(ctx, key, idleAction(tpl.Spec), Why{Reason: store.ReasonIdle}); err != nil {
+		if errors.Is(err, ErrFailedPrecondition) {
+			return now.Add(after), nil // busy after all, or no longer RUNNING: looked at again
+		}
+		return now.Add(after), err
+	}
+	return time.Time{}, nil
+}

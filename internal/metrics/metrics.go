@@ -24,21 +24,23 @@ type Metrics struct {
 	Router    *Router
 	Lifecycle *Lifecycle
 	Node      *Node
+	Alarms    *Alarms
 }
 
 // New returns a set of collectors, every bounded label combination
 // initialised to zero so that rates start from the process's start.
 func New() *Metrics {
-	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode()}
+	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode(), Alarms: newAlarms()}
 }
 
 // Collectors returns every ate_* collector of m.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	r, l, n := m.Router, m.Lifecycle, m.Node
+	r, l, n, a := m.Router, m.Lifecycle, m.Node, m.Alarms
 	return []prometheus.Collector{
 		r.requests, r.activationWait, r.parked, r.failures,
 		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters, l.expired,
 		n.standbyStarts,
+		a.attempts, a.lateness,
 	}
 }
 
@@ -317,4 +319,52 @@ func (n *Node) StandbyStart(hit bool) {
 		v = "hit"
 	}
 	n.standbyStarts.WithLabelValues(v).Inc()
+}
+
+// Alarm attempt outcomes (ate_alarm_attempts_total's outcome).
+const (
+	// AlarmDelivered: the actor answered; the alarm is done.
+	AlarmDelivered = "delivered"
+	// AlarmRetry: the attempt failed and will be retried.
+	AlarmRetry = "retry"
+	// AlarmFailed: the attempt failed and the retry budget is spent.
+	AlarmFailed = "failed"
+	// AlarmDropped: the alarm's actor incarnation is gone.
+	AlarmDropped = "dropped"
+)
+
+// Alarms is the alarm scheduler's collectors (internal/alarm).
+type Alarms struct {
+	attempts *prometheus.CounterVec
+	lateness prometheus.Histogram
+}
+
+func newAlarms() *Alarms {
+	a := &Alarms{
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ate_alarm_attempts_total",
+			Help: "Alarm delivery attempts, by outcome.",
+		}, []string{"outcome"}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ate_alarm_delivery_lateness_seconds",
+			Help:    "Time from an alarm's time to its delivery (answered attempts).",
+			Buckets: waitBuckets,
+		}),
+	}
+	for _, o := range []string{AlarmDelivered, AlarmRetry, AlarmFailed, AlarmDropped} {
+		a.attempts.WithLabelValues(o)
+	}
+	return a
+}
+
+// Attempt counts a delivery attempt with outcome (Alarm*); late is how
+// long after the alarm's time it was answered, observed for delivered.
+func (a *Alarms) Attempt(outcome string, late time.Duration) {
+	if a == nil {
+		return
+	}
+	a.attempts.WithLabelValues(outcome).Inc()
+	if outcome == AlarmDelivered {
+		a.lateness.Observe(max(late, 0).Seconds())
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDocumented: docs/observability.md's metric table lists exactly the
@@ -69,6 +70,8 @@ func TestNilSafe(t *testing.T) {
 	l.Expired()
 	var n *Node
 	n.StandbyStart(true)
+	var a *Alarms
+	a.Attempt(AlarmDelivered, time.Second)
 }
 
 func TestCodeClass(t *testing.T) {

@@ -129,6 +129,9 @@ type Node struct {
 
 	exitMu sync.Mutex
 	onExit ExitFunc
+	// selfAlarm serves POST /v1/alarms on the self-service endpoint
+	// (SetSelfAlarmHandler); nil answers 501.
+	selfAlarm SelfAlarmFunc
 	// onIdle is told when a worker's last request other than streams
 	// ends (admission.go); nil when nobody listens.
 	onIdle atomic.Pointer[func(worker string)]

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -18,6 +20,8 @@ import (
 //
 //	POST http://169.254.17.1/v1/suspend   → 202, the actor is suspended
 //	POST http://169.254.17.1/v1/pause     → 202, the actor is paused
+//	POST http://169.254.17.1/v1/alarms    → 201 {"id": …}, an alarm is set
+//	     body {"at": RFC 3339 | "in": "10m", "path": "/tick"} (docs/alarms.md)
 //
 // The answer comes before the checkpoint starts; in-flight requests drain
 // as for any suspend.
@@ -27,13 +31,27 @@ const SelfServiceAddr = "169.254.17.1:80"
 // block on the checkpoint itself.
 type SelfFunc func(worker, actorUID string, action checkpoint.Action)
 
+// SelfAlarmFunc sets an alarm for the actor incarnation actorUID hosted
+// by worker from body, the JSON the actor sent (alarm.Request), and
+// returns the HTTP status and body to answer with (alarm.Scheduler's
+// ServeSelf). It may block on the record store, not on the actor.
+type SelfAlarmFunc func(ctx context.Context, worker, actorUID string, body []byte) (status int, answer []byte)
+
+// maxSelfAlarmBody bounds an alarm request's body: a path of at most
+// 1 KiB and a time fit well within it.
+const maxSelfAlarmBody = 4 << 10
+
+// SetSelfAlarmHandler makes POST /v1/alarms on the self-service endpoint
+// call f; without one it answers 501. Call it before ServeSelfService.
+func (n *Node) SetSelfAlarmHandler(f SelfAlarmFunc) { n.selfAlarm = f }
+
 // ServeSelfService listens on SelfServiceAddr in every worker's outer
 // namespace and serves the self-service API until ctx ends; it returns
 // once every listener is closed and its server goroutine has ended.
 // Sandbox classes without namespaces (fake) have nothing to serve and
 // wait for ctx alone.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	ss := selfService{log: n.log, f: f}
+	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm}
 	defer ss.close()
 	for _, name := range n.order {
 		s := n.slots[name]
@@ -55,6 +73,7 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 type selfService struct {
 	log     *slog.Logger
 	f       SelfFunc
+	alarm   SelfAlarmFunc
 	servers []*http.Server
 	serving sync.WaitGroup
 }
@@ -88,6 +107,30 @@ func (ss *selfService) close() {
 
 func (ss *selfService) handler(s *slot) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/alarms", func(w http.ResponseWriter, r *http.Request) {
+		if ss.alarm == nil {
+			http.Error(w, "alarms are not available from this node's self-service endpoint; set them with the Control API (ate alarm)", http.StatusNotImplemented)
+			return
+		}
+		uid := s.gate.hosted()
+		if uid == "" {
+			http.Error(w, "this worker hosts no actor", http.StatusConflict)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfAlarmBody))
+		if err != nil {
+			http.Error(w, fmt.Sprintf("alarm request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
+			return
+		}
+		status, answer := ss.alarm(r.Context(), s.name, uid, body)
+		if status == http.StatusCreated {
+			w.Header().Set("Content-Type", "application/json")
+		} else {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(answer)
+	})
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
 		action, err := checkpoint.ParseAction(r.PathValue("action"))
 		if err != nil {

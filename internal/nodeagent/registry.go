@@ -20,6 +20,7 @@ import (
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -91,10 +92,12 @@ type Registry struct {
 	cfg RegistryConfig
 	log *slog.Logger
 
-	mu       sync.Mutex
-	wf       Workflows
-	members  map[string]*member
-	byWorker map[string]string // worker → node, live members only
+	mu sync.Mutex
+	wf Workflows
+	// selfAlarm answers SetSelfAlarm (selfalarm.go); nil: UNIMPLEMENTED.
+	selfAlarm node.SelfAlarmFunc
+	members   map[string]*member
+	byWorker  map[string]string // worker → node, live members only
 	// draining names the nodes drained by Drain (DrainNode), with why:
 	// they stay DRAINING across re-registrations until Remove.
 	draining map[string]string

@@ -283,7 +283,7 @@ type Store interface {
 	// unknown actors are skipped.
 	RecordActivity(ctx context.Context, acts []names.Activity) error
 	// DeleteActor deletes the actor if UID and Version match, freeing any
-	// worker it holds.
+	// worker it holds and deleting its alarms.
 	DeleteActor(ctx context.Context, a *Actor) error
 
 	// PutWorker registers or updates a worker's description; it keeps the
@@ -309,6 +309,9 @@ type Store interface {
 	// ReleaseLease ends holder's lease; a no-op when holder lost it.
 	ReleaseLease(ctx context.Context, key, holder string) error
 
+	// Alarms: DeleteActor deletes the actor's alarms in its transaction.
+	Alarms
+
 	Close() error
 }
 
@@ -320,4 +323,73 @@ func MatchLabels(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// AlarmState is where an alarm is in its life. Delivered alarms are
+// deleted, so a stored alarm is pending or failed.
+type AlarmState string
+
+// Alarm states.
+const (
+	// AlarmPending: not yet delivered; it fires at At (or, after a failed
+	// attempt, at NextAttempt).
+	AlarmPending AlarmState = "PENDING"
+	// AlarmFailed: delivery was retried for its whole budget and gave up;
+	// Message says why. Kept until cancelled or its actor is deleted.
+	AlarmFailed AlarmState = "FAILED"
+)
+
+// Alarm is a scheduled wake-up of an actor: at At the actor is resumed
+// and sent POST Path with header Ate-Alarm-Id: ID (internal/alarm).
+type Alarm struct {
+	// ID is unique across the store (a random, URL-safe string).
+	ID       string `json:"id"`
+	Atespace string `json:"atespace"`
+	// Actor is the actor's name within Atespace; ActorUID the incarnation
+	// it was set for, so an actor deleted and re-created under its name
+	// does not receive its predecessor's alarms.
+	Actor    string `json:"actor"`
+	ActorUID string `json:"actorUid"`
+	// Path is the request path the alarm is delivered to, "/…".
+	Path string `json:"path"`
+	// At is when the alarm is due.
+	At time.Time `json:"at"`
+	// NextAttempt is when the next delivery is due: At until an attempt
+	// failed, then later (backoff). Schedulers order by it.
+	NextAttempt time.Time  `json:"nextAttempt"`
+	State       AlarmState `json:"state"`
+	// Attempts counts delivery attempts made so far.
+	Attempts int `json:"attempts,omitempty"`
+	// Message is the last attempt's failure, if any.
+	Message    string    `json:"message,omitempty"`
+	CreateTime time.Time `json:"createTime"`
+	// Version increases by one on every write; UpdateAlarm compares it.
+	Version int64 `json:"version"`
+}
+
+// Key returns the alarm's actor.
+func (a *Alarm) Key() names.ActorKey { return names.ActorKey{Atespace: a.Atespace, Name: a.Actor} }
+
+// ErrTooMany: a create would exceed a per-record limit (CreateAlarm's
+// maxPending).
+var ErrTooMany = errors.New("too many")
+
+// Alarms is the alarm part of the Store contract.
+type Alarms interface {
+	// CreateAlarm stores a as PENDING if its actor exists with
+	// a.ActorUID (else ErrNotFound), its ID is new (else
+	// ErrAlreadyExists) and the actor has fewer than maxPending pending
+	// alarms (else ErrTooMany), all checked in the writing transaction.
+	CreateAlarm(ctx context.Context, a *Alarm, maxPending int) error
+	// GetAlarm returns the alarm with id, or ErrNotFound.
+	GetAlarm(ctx context.Context, id string) (*Alarm, error)
+	// ListAlarms returns the alarms of atespace (every atespace when
+	// empty) and, when actor is not empty, of that actor only, ordered by
+	// NextAttempt then ID.
+	ListAlarms(ctx context.Context, atespace, actor string) ([]*Alarm, error)
+	// UpdateAlarm writes a if the stored alarm has a's Version (else
+	// ErrConflict; ErrNotFound when gone) and returns it with Version+1.
+	UpdateAlarm(ctx context.Context, a *Alarm) (*Alarm, error)
+	// DeleteAlarm deletes the alarm with id; ErrNotFound when none.
+	DeleteAlarm(ctx context.Context, id string) error
 }

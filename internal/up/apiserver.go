@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
@@ -154,6 +155,13 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
 	api.SetNodes(reg)
+	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver")}
+	if ms != nil {
+		ac.Metrics = ms.Alarms
+	}
+	alarms := alarm.New(st, lc, ac, log)
+	api.SetAlarms(alarms)
+	reg.SetSelfAlarmHandler(alarms.ServeSelf)
 
 	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAPIAddr))
 	if err != nil {
@@ -166,6 +174,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
 	g.Go(func() error { return reg.Run(gctx) })
+	g.Go(func() error { return alarms.Run(gctx) })
 	// Over a shared store other replicas' workflows are under way: a
 	// snapshot one of them staged before our start may not be recorded
 	// yet. None can still be unrecorded orphanWindow after it was staged

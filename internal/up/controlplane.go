@@ -17,6 +17,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
 
+	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
@@ -76,6 +77,8 @@ type ControlPlane struct {
 	Node      *node.Node
 	Lifecycle *lifecycle.Manager
 	API       *apiserver.Server
+	// Alarms fires scheduled wake-ups (Start runs it).
+	Alarms *alarm.Scheduler
 
 	log *slog.Logger
 	// recovered is when Recover began; the snapshot collection only
@@ -190,6 +193,13 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
 	cp.API.SetNodes(localNodes{name: nc.Name, tunnel: nc.TunnelAddr, store: cp.Store})
+	ac := alarm.Config{Holder: orDefault(holder, "ate-up")}
+	if cfg.Metrics != nil {
+		ac.Metrics = cfg.Metrics.Alarms
+	}
+	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, log)
+	cp.API.SetAlarms(cp.Alarms)
+	cp.Node.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
 	return cp, nil
 }
 
@@ -250,6 +260,13 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 		defer close(expiryDone)
 		_ = cp.Lifecycle.RunExpiry(gcCtx, cp.expiryInterval)
 	}()
+	// Alarms fire while the API serves and stop with the front, before
+	// shutdown suspends every actor, so none is woken during it.
+	alarmsDone := make(chan struct{})
+	go func() {
+		defer close(alarmsDone)
+		_ = cp.Alarms.Run(gcCtx)
+	}()
 	select {
 	case <-ctx.Done():
 	case <-cp.background.Done(): // Close
@@ -257,6 +274,7 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	stopGC()
 	<-cp.snapshotGCDone
 	<-expiryDone
+	<-alarmsDone
 	return nil
 }
 

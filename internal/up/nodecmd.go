@@ -137,6 +137,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)
+	n.SetSelfAlarmHandler(agent.SelfAlarm)
 	gs := grpc.NewServer(apidial.ServerOptions()...)
 	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
 

@@ -153,6 +153,441 @@ func (CheckpointReason) EnumDescriptor() ([]byte, []int) {
 	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
 }
 
+type Alarm_State int32
+
+const (
+	Alarm_STATE_UNSPECIFIED Alarm_State = 0
+	Alarm_PENDING           Alarm_State = 1
+	// FAILED: delivery was retried until its budget ran out; message says
+	// why.
+	Alarm_FAILED Alarm_State = 2
+)
+
+// Enum value maps for Alarm_State.
+var (
+	Alarm_State_name = map[int32]string{
+		0: "STATE_UNSPECIFIED",
+		1: "PENDING",
+		2: "FAILED",
+	}
+	Alarm_State_value = map[string]int32{
+		"STATE_UNSPECIFIED": 0,
+		"PENDING":           1,
+		"FAILED":            2,
+	}
+)
+
+func (x Alarm_State) Enum() *Alarm_State {
+	p := new(Alarm_State)
+	*p = x
+	return p
+}
+
+func (x Alarm_State) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Alarm_State) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[2].Descriptor()
+}
+
+func (Alarm_State) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[2]
+}
+
+func (x Alarm_State) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Alarm_State.Descriptor instead.
+func (Alarm_State) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{0, 0}
+}
+
+// Alarm is a scheduled wake-up of an actor.
+type Alarm struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Atespace string                 `protobuf:"bytes,2,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// actor is the actor's name in atespace.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// path is the request path the alarm is POSTed to, "/…".
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// time is when the alarm is due.
+	Time  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	State Alarm_State            `protobuf:"varint,6,opt,name=state,proto3,enum=ate.v1.Alarm_State" json:"state,omitempty"`
+	// attempts counts delivery attempts so far.
+	Attempts int32 `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// message is the last failed attempt's reason.
+	Message string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	// next_attempt is when the next delivery is due (time, or later after
+	// a failed attempt).
+	NextAttempt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_attempt,json=nextAttempt,proto3" json:"next_attempt,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Alarm) Reset() {
+	*x = Alarm{}
+	mi := &file_ate_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Alarm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Alarm) ProtoMessage() {}
+
+func (x *Alarm) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Alarm.ProtoReflect.Descriptor instead.
+func (*Alarm) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Alarm) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Alarm) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *Alarm) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Alarm) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Alarm) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Alarm) GetState() Alarm_State {
+	if x != nil {
+		return x.State
+	}
+	return Alarm_STATE_UNSPECIFIED
+}
+
+func (x *Alarm) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Alarm) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Alarm) GetNextAttempt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttempt
+	}
+	return nil
+}
+
+func (x *Alarm) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// SetAlarmRequest sets exactly one of time and delay.
+type SetAlarmRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// actor is the actor's name.
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// path: starts with '/', at most 1024 bytes.
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// time is when to fire, within a year from now.
+	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	// delay_ms is how long from now to fire, in milliseconds (> 0, at most
+	// a year).
+	DelayMs       int64 `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAlarmRequest) Reset() {
+	*x = SetAlarmRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAlarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAlarmRequest) ProtoMessage() {}
+
+func (x *SetAlarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAlarmRequest.ProtoReflect.Descriptor instead.
+func (*SetAlarmRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetAlarmRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *SetAlarmRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *SetAlarmRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SetAlarmRequest) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *SetAlarmRequest) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+// ListAlarmsRequest: atespace empty lists every atespace; actor, when
+// set, lists that actor's alarms only.
+type ListAlarmsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAlarmsRequest) Reset() {
+	*x = ListAlarmsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAlarmsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAlarmsRequest) ProtoMessage() {}
+
+func (x *ListAlarmsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAlarmsRequest.ProtoReflect.Descriptor instead.
+func (*ListAlarmsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListAlarmsRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ListAlarmsRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+type ListAlarmsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Alarms        []*Alarm               `protobuf:"bytes,1,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAlarmsResponse) Reset() {
+	*x = ListAlarmsResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAlarmsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAlarmsResponse) ProtoMessage() {}
+
+func (x *ListAlarmsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAlarmsResponse.ProtoReflect.Descriptor instead.
+func (*ListAlarmsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListAlarmsResponse) GetAlarms() []*Alarm {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+type CancelAlarmRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelAlarmRequest) Reset() {
+	*x = CancelAlarmRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelAlarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelAlarmRequest) ProtoMessage() {}
+
+func (x *CancelAlarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelAlarmRequest.ProtoReflect.Descriptor instead.
+func (*CancelAlarmRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CancelAlarmRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type CancelAlarmResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelAlarmResponse) Reset() {
+	*x = CancelAlarmResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelAlarmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelAlarmResponse) ProtoMessage() {}
+
+func (x *CancelAlarmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelAlarmResponse.ProtoReflect.Descriptor instead.
+func (*CancelAlarmResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{5}
+}
+
 type Atespace struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -164,7 +599,7 @@ type Atespace struct {
 
 func (x *Atespace) Reset() {
 	*x = Atespace{}
-	mi := &file_ate_v1_control_proto_msgTypes[0]
+	mi := &file_ate_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -176,7 +611,7 @@ func (x *Atespace) String() string {
 func (*Atespace) ProtoMessage() {}
 
 func (x *Atespace) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[0]
+	mi := &file_ate_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -189,7 +624,7 @@ func (x *Atespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Atespace.ProtoReflect.Descriptor instead.
 func (*Atespace) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Atespace) GetName() string {
@@ -222,7 +657,7 @@ type CreateAtespaceRequest struct {
 
 func (x *CreateAtespaceRequest) Reset() {
 	*x = CreateAtespaceRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[1]
+	mi := &file_ate_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +669,7 @@ func (x *CreateAtespaceRequest) String() string {
 func (*CreateAtespaceRequest) ProtoMessage() {}
 
 func (x *CreateAtespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[1]
+	mi := &file_ate_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +682,7 @@ func (x *CreateAtespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAtespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateAtespaceRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateAtespaceRequest) GetName() string {
@@ -266,7 +701,7 @@ type GetAtespaceRequest struct {
 
 func (x *GetAtespaceRequest) Reset() {
 	*x = GetAtespaceRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[2]
+	mi := &file_ate_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -278,7 +713,7 @@ func (x *GetAtespaceRequest) String() string {
 func (*GetAtespaceRequest) ProtoMessage() {}
 
 func (x *GetAtespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[2]
+	mi := &file_ate_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -291,7 +726,7 @@ func (x *GetAtespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAtespaceRequest.ProtoReflect.Descriptor instead.
 func (*GetAtespaceRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAtespaceRequest) GetName() string {
@@ -309,7 +744,7 @@ type ListAtespacesRequest struct {
 
 func (x *ListAtespacesRequest) Reset() {
 	*x = ListAtespacesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[3]
+	mi := &file_ate_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +756,7 @@ func (x *ListAtespacesRequest) String() string {
 func (*ListAtespacesRequest) ProtoMessage() {}
 
 func (x *ListAtespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[3]
+	mi := &file_ate_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +769,7 @@ func (x *ListAtespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAtespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListAtespacesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 type ListAtespacesResponse struct {
@@ -346,7 +781,7 @@ type ListAtespacesResponse struct {
 
 func (x *ListAtespacesResponse) Reset() {
 	*x = ListAtespacesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[4]
+	mi := &file_ate_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +793,7 @@ func (x *ListAtespacesResponse) String() string {
 func (*ListAtespacesResponse) ProtoMessage() {}
 
 func (x *ListAtespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[4]
+	mi := &file_ate_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +806,7 @@ func (x *ListAtespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAtespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListAtespacesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListAtespacesResponse) GetAtespaces() []*Atespace {
@@ -390,7 +825,7 @@ type DeleteAtespaceRequest struct {
 
 func (x *DeleteAtespaceRequest) Reset() {
 	*x = DeleteAtespaceRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[5]
+	mi := &file_ate_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +837,7 @@ func (x *DeleteAtespaceRequest) String() string {
 func (*DeleteAtespaceRequest) ProtoMessage() {}
 
 func (x *DeleteAtespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[5]
+	mi := &file_ate_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +850,7 @@ func (x *DeleteAtespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAtespaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAtespaceRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteAtespaceRequest) GetName() string {
@@ -433,7 +868,7 @@ type DeleteAtespaceResponse struct {
 
 func (x *DeleteAtespaceResponse) Reset() {
 	*x = DeleteAtespaceResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[6]
+	mi := &file_ate_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +880,7 @@ func (x *DeleteAtespaceResponse) String() string {
 func (*DeleteAtespaceResponse) ProtoMessage() {}
 
 func (x *DeleteAtespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[6]
+	mi := &file_ate_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +893,7 @@ func (x *DeleteAtespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAtespaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAtespaceResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 type ContainerSpec struct {
@@ -482,7 +917,7 @@ type ContainerSpec struct {
 
 func (x *ContainerSpec) Reset() {
 	*x = ContainerSpec{}
-	mi := &file_ate_v1_control_proto_msgTypes[7]
+	mi := &file_ate_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +929,7 @@ func (x *ContainerSpec) String() string {
 func (*ContainerSpec) ProtoMessage() {}
 
 func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[7]
+	mi := &file_ate_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +942,7 @@ func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
 func (*ContainerSpec) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ContainerSpec) GetName() string {
@@ -578,7 +1013,7 @@ type VolumeMount struct {
 
 func (x *VolumeMount) Reset() {
 	*x = VolumeMount{}
-	mi := &file_ate_v1_control_proto_msgTypes[8]
+	mi := &file_ate_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +1025,7 @@ func (x *VolumeMount) String() string {
 func (*VolumeMount) ProtoMessage() {}
 
 func (x *VolumeMount) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[8]
+	mi := &file_ate_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +1038,7 @@ func (x *VolumeMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
 func (*VolumeMount) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *VolumeMount) GetName() string {
@@ -631,7 +1066,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_ate_v1_control_proto_msgTypes[9]
+	mi := &file_ate_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +1078,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[9]
+	mi := &file_ate_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +1091,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Volume) GetName() string {
@@ -679,7 +1114,7 @@ type SnapshotPolicy struct {
 
 func (x *SnapshotPolicy) Reset() {
 	*x = SnapshotPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[10]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +1126,7 @@ func (x *SnapshotPolicy) String() string {
 func (*SnapshotPolicy) ProtoMessage() {}
 
 func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[10]
+	mi := &file_ate_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +1139,7 @@ func (x *SnapshotPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPolicy.ProtoReflect.Descriptor instead.
 func (*SnapshotPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotPolicy) GetOnPause() string {
@@ -734,7 +1169,7 @@ type IdlePolicy struct {
 
 func (x *IdlePolicy) Reset() {
 	*x = IdlePolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[11]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1181,7 @@ func (x *IdlePolicy) String() string {
 func (*IdlePolicy) ProtoMessage() {}
 
 func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[11]
+	mi := &file_ate_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +1194,7 @@ func (x *IdlePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdlePolicy.ProtoReflect.Descriptor instead.
 func (*IdlePolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IdlePolicy) GetAfter() string {
@@ -786,7 +1221,7 @@ type HTTPGetAction struct {
 
 func (x *HTTPGetAction) Reset() {
 	*x = HTTPGetAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[12]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1233,7 @@ func (x *HTTPGetAction) String() string {
 func (*HTTPGetAction) ProtoMessage() {}
 
 func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[12]
+	mi := &file_ate_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1246,7 @@ func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPGetAction.ProtoReflect.Descriptor instead.
 func (*HTTPGetAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HTTPGetAction) GetPath() string {
@@ -840,7 +1275,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_ate_v1_control_proto_msgTypes[13]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1287,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[13]
+	mi := &file_ate_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1300,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Probe) GetHttpGet() *HTTPGetAction {
@@ -921,7 +1356,7 @@ type ActorTemplateSpec struct {
 
 func (x *ActorTemplateSpec) Reset() {
 	*x = ActorTemplateSpec{}
-	mi := &file_ate_v1_control_proto_msgTypes[14]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1368,7 @@ func (x *ActorTemplateSpec) String() string {
 func (*ActorTemplateSpec) ProtoMessage() {}
 
 func (x *ActorTemplateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[14]
+	mi := &file_ate_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1381,7 @@ func (x *ActorTemplateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateSpec.ProtoReflect.Descriptor instead.
 func (*ActorTemplateSpec) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ActorTemplateSpec) GetContainers() []*ContainerSpec {
@@ -1062,7 +1497,7 @@ type TTLPolicy struct {
 
 func (x *TTLPolicy) Reset() {
 	*x = TTLPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1509,7 @@ func (x *TTLPolicy) String() string {
 func (*TTLPolicy) ProtoMessage() {}
 
 func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[15]
+	mi := &file_ate_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1522,7 @@ func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TTLPolicy.ProtoReflect.Descriptor instead.
 func (*TTLPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TTLPolicy) GetDeleteAfterIdle() string {
@@ -1110,7 +1545,7 @@ type RestoreHook struct {
 
 func (x *RestoreHook) Reset() {
 	*x = RestoreHook{}
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1557,7 @@ func (x *RestoreHook) String() string {
 func (*RestoreHook) ProtoMessage() {}
 
 func (x *RestoreHook) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[16]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1570,7 @@ func (x *RestoreHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHook.ProtoReflect.Descriptor instead.
 func (*RestoreHook) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RestoreHook) GetHttpPost() *HTTPPostAction {
@@ -1162,7 +1597,7 @@ type HTTPPostAction struct {
 
 func (x *HTTPPostAction) Reset() {
 	*x = HTTPPostAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1609,7 @@ func (x *HTTPPostAction) String() string {
 func (*HTTPPostAction) ProtoMessage() {}
 
 func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[17]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1622,7 @@ func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPPostAction.ProtoReflect.Descriptor instead.
 func (*HTTPPostAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HTTPPostAction) GetPath() string {
@@ -1228,7 +1663,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1675,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[18]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1688,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EvictionPolicy) GetEvictable() bool {
@@ -1299,7 +1734,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1746,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[19]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1759,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1369,7 +1804,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1816,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[20]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1829,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -1448,7 +1883,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1895,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1908,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -1493,7 +1928,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1940,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1953,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -1544,7 +1979,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1991,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +2004,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -1588,7 +2023,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +2035,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +2048,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -1633,7 +2068,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +2080,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +2093,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -1683,7 +2118,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +2130,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +2143,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 type Actor struct {
@@ -1753,7 +2188,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2200,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2213,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -1923,7 +2358,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2370,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2383,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -1968,7 +2403,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2415,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2428,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -2027,7 +2462,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2474,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2487,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -2093,7 +2528,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2540,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2553,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -2155,7 +2590,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2602,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2615,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -2223,7 +2658,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2670,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2683,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -2280,7 +2715,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2727,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2740,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 // reason may be REQUESTED (the default) or IDLE; the others are the
@@ -2321,7 +2756,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2768,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2781,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -2382,7 +2817,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2829,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2842,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -2435,7 +2870,7 @@ type PauseActorRequest struct {
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2882,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2895,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -2494,7 +2929,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2941,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2954,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -2547,7 +2982,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2994,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +3007,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -2605,7 +3040,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +3052,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +3065,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -2648,7 +3083,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +3095,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +3108,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 type Worker struct {
@@ -2694,7 +3129,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +3141,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +3154,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Worker) GetName() string {
@@ -2779,7 +3214,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +3226,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +3239,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 type ListWorkersResponse struct {
@@ -2816,7 +3251,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3263,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3276,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -2872,7 +3307,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3319,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3332,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Node) GetName() string {
@@ -2971,7 +3406,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3418,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3431,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 type DrainNodeRequest struct {
@@ -3010,7 +3445,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3457,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3470,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3062,7 +3497,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3509,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3522,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3112,7 +3547,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3559,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3572,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 type ListNodesResponse struct {
@@ -3149,7 +3584,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3596,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3609,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3188,7 +3623,39 @@ var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x14ate/v1/control.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"m\n" +
+	"\x14ate/v1/control.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x03\n" +
+	"\x05Alarm\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\batespace\x18\x02 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x13.ate.v1.Alarm.StateR\x05state\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12=\n" +
+	"\fnext_attempt\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextAttempt\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"7\n" +
+	"\x05State\x12\x15\n" +
+	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aPENDING\x10\x01\x12\n" +
+	"\n" +
+	"\x06FAILED\x10\x02\"\xa2\x01\n" +
+	"\x0fSetAlarmRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x19\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"E\n" +
+	"\x11ListAlarmsRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\";\n" +
+	"\x12ListAlarmsResponse\x12%\n" +
+	"\x06alarms\x18\x01 \x03(\v2\r.ate.v1.AlarmR\x06alarms\"$\n" +
+	"\x12CancelAlarmRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
+	"\x13CancelAlarmResponse\"m\n" +
 	"\bAtespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12;\n" +
@@ -3431,7 +3898,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xf5\v\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xb6\r\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -3457,7 +3924,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tListNodes\x12\x18.ate.v1.ListNodesRequest\x1a\x19.ate.v1.ListNodesResponse\x123\n" +
 	"\tDrainNode\x12\x18.ate.v1.DrainNodeRequest\x1a\f.ate.v1.Node\x12C\n" +
 	"\n" +
-	"RemoveNode\x12\x19.ate.v1.RemoveNodeRequest\x1a\x1a.ate.v1.RemoveNodeResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"RemoveNode\x12\x19.ate.v1.RemoveNodeRequest\x1a\x1a.ate.v1.RemoveNodeResponse\x122\n" +
+	"\bSetAlarm\x12\x17.ate.v1.SetAlarmRequest\x1a\r.ate.v1.Alarm\x12C\n" +
+	"\n" +
+	"ListAlarms\x12\x19.ate.v1.ListAlarmsRequest\x1a\x1a.ate.v1.ListAlarmsResponse\x12F\n" +
+	"\vCancelAlarm\x12\x1a.ate.v1.CancelAlarmRequest\x1a\x1b.ate.v1.CancelAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -3471,156 +3942,175 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 	return file_ate_v1_control_proto_rawDescData
 }
 
-var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
-	(*Atespace)(nil),                    // 2: ate.v1.Atespace
-	(*CreateAtespaceRequest)(nil),       // 3: ate.v1.CreateAtespaceRequest
-	(*GetAtespaceRequest)(nil),          // 4: ate.v1.GetAtespaceRequest
-	(*ListAtespacesRequest)(nil),        // 5: ate.v1.ListAtespacesRequest
-	(*ListAtespacesResponse)(nil),       // 6: ate.v1.ListAtespacesResponse
-	(*DeleteAtespaceRequest)(nil),       // 7: ate.v1.DeleteAtespaceRequest
-	(*DeleteAtespaceResponse)(nil),      // 8: ate.v1.DeleteAtespaceResponse
-	(*ContainerSpec)(nil),               // 9: ate.v1.ContainerSpec
-	(*VolumeMount)(nil),                 // 10: ate.v1.VolumeMount
-	(*Volume)(nil),                      // 11: ate.v1.Volume
-	(*SnapshotPolicy)(nil),              // 12: ate.v1.SnapshotPolicy
-	(*IdlePolicy)(nil),                  // 13: ate.v1.IdlePolicy
-	(*HTTPGetAction)(nil),               // 14: ate.v1.HTTPGetAction
-	(*Probe)(nil),                       // 15: ate.v1.Probe
-	(*ActorTemplateSpec)(nil),           // 16: ate.v1.ActorTemplateSpec
-	(*TTLPolicy)(nil),                   // 17: ate.v1.TTLPolicy
-	(*RestoreHook)(nil),                 // 18: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 19: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 20: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 21: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 22: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 23: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 24: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 25: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 26: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 27: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 28: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 29: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 30: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 31: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 32: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 33: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 34: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 35: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 36: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 37: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 38: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 39: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 40: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 41: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 42: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 43: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 44: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 45: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 46: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 47: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 48: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 49: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 50: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 51: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 52: ate.v1.ListNodesResponse
-	nil,                                 // 53: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 54: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 55: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 56: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 57: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
+	(Alarm_State)(0),                    // 2: ate.v1.Alarm.State
+	(*Alarm)(nil),                       // 3: ate.v1.Alarm
+	(*SetAlarmRequest)(nil),             // 4: ate.v1.SetAlarmRequest
+	(*ListAlarmsRequest)(nil),           // 5: ate.v1.ListAlarmsRequest
+	(*ListAlarmsResponse)(nil),          // 6: ate.v1.ListAlarmsResponse
+	(*CancelAlarmRequest)(nil),          // 7: ate.v1.CancelAlarmRequest
+	(*CancelAlarmResponse)(nil),         // 8: ate.v1.CancelAlarmResponse
+	(*Atespace)(nil),                    // 9: ate.v1.Atespace
+	(*CreateAtespaceRequest)(nil),       // 10: ate.v1.CreateAtespaceRequest
+	(*GetAtespaceRequest)(nil),          // 11: ate.v1.GetAtespaceRequest
+	(*ListAtespacesRequest)(nil),        // 12: ate.v1.ListAtespacesRequest
+	(*ListAtespacesResponse)(nil),       // 13: ate.v1.ListAtespacesResponse
+	(*DeleteAtespaceRequest)(nil),       // 14: ate.v1.DeleteAtespaceRequest
+	(*DeleteAtespaceResponse)(nil),      // 15: ate.v1.DeleteAtespaceResponse
+	(*ContainerSpec)(nil),               // 16: ate.v1.ContainerSpec
+	(*VolumeMount)(nil),                 // 17: ate.v1.VolumeMount
+	(*Volume)(nil),                      // 18: ate.v1.Volume
+	(*SnapshotPolicy)(nil),              // 19: ate.v1.SnapshotPolicy
+	(*IdlePolicy)(nil),                  // 20: ate.v1.IdlePolicy
+	(*HTTPGetAction)(nil),               // 21: ate.v1.HTTPGetAction
+	(*Probe)(nil),                       // 22: ate.v1.Probe
+	(*ActorTemplateSpec)(nil),           // 23: ate.v1.ActorTemplateSpec
+	(*TTLPolicy)(nil),                   // 24: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 25: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 26: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 27: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 28: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 29: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 30: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 31: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 32: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 33: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 34: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 35: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 36: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 37: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 38: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 39: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 40: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 41: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 42: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 43: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 44: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 45: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 46: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 47: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 48: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 49: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 50: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 51: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 52: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 53: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 54: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 55: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 56: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 57: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 58: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 59: ate.v1.ListNodesResponse
+	nil,                                 // 60: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 61: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 62: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 63: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 64: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 65: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	58, // 0: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
-	2,  // 1: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	53, // 2: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
-	10, // 3: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
-	14, // 4: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
-	9,  // 5: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
-	15, // 6: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	54, // 7: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	12, // 8: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
-	11, // 9: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
-	13, // 10: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	20, // 11: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	18, // 12: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	17, // 13: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	19, // 14: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	16, // 15: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	21, // 16: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	58, // 17: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	22, // 18: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	22, // 19: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 20: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	55, // 21: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	58, // 22: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	58, // 23: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	58, // 24: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 25: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	29, // 26: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	29, // 27: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	56, // 28: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 29: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 30: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	58, // 31: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	41, // 32: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	57, // 33: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	44, // 34: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	58, // 35: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	47, // 36: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	3,  // 37: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	4,  // 38: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	5,  // 39: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	7,  // 40: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	23, // 41: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	24, // 42: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	25, // 43: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	27, // 44: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	30, // 45: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	31, // 46: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	32, // 47: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	34, // 48: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	35, // 49: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	37, // 50: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	38, // 51: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	39, // 52: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	40, // 53: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	42, // 54: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	45, // 55: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	48, // 56: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	49, // 57: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	50, // 58: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	2,  // 59: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	2,  // 60: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	6,  // 61: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	8,  // 62: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	22, // 63: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	22, // 64: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	26, // 65: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	28, // 66: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	29, // 67: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	29, // 68: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	33, // 69: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	29, // 70: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	36, // 71: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	29, // 72: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	29, // 73: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	29, // 74: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	29, // 75: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	43, // 76: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	46, // 77: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	52, // 78: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	47, // 79: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	51, // 80: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	59, // [59:81] is the sub-list for method output_type
-	37, // [37:59] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	65, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
+	65, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	65, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	65, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
+	65, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
+	60, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
+	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
+	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
+	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
+	61, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
+	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
+	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
+	27, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	25, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	24, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	26, // 20: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	23, // 21: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	28, // 22: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	65, // 23: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	29, // 24: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	29, // 25: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 26: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	62, // 27: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	65, // 28: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	65, // 29: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	65, // 30: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 31: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	36, // 32: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	36, // 33: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	63, // 34: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 35: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 36: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	65, // 37: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	48, // 38: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	64, // 39: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	51, // 40: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	65, // 41: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	54, // 42: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	10, // 43: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 44: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 45: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 46: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 47: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 48: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 49: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 50: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 51: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 52: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 53: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 54: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 55: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 56: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 57: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 58: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 59: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 60: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 61: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 62: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 63: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 64: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 65: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 66: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 67: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	9,  // 68: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 69: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 70: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 71: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 72: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 73: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 74: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 75: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 76: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 77: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 78: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 79: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 80: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 81: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 82: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 83: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 84: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 85: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 86: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 87: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 88: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 89: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 90: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 91: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 92: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	68, // [68:93] is the sub-list for method output_type
+	43, // [43:68] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -3628,14 +4118,14 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
-	file_ate_v1_control_proto_msgTypes[18].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   56,
+			NumEnums:      3,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,9 @@ const (
 	Control_ListNodes_FullMethodName           = "/ate.v1.Control/ListNodes"
 	Control_DrainNode_FullMethodName           = "/ate.v1.Control/DrainNode"
 	Control_RemoveNode_FullMethodName          = "/ate.v1.Control/RemoveNode"
+	Control_SetAlarm_FullMethodName            = "/ate.v1.Control/SetAlarm"
+	Control_ListAlarms_FullMethodName          = "/ate.v1.Control/ListAlarms"
+	Control_CancelAlarm_FullMethodName         = "/ate.v1.Control/CancelAlarm"
 )
 
 // ControlClient is the client API for Control service.
@@ -110,6 +113,18 @@ type ControlClient interface {
 	// PAUSED actors resume from their last durable snapshot. Removing an
 	// unknown or already removed node succeeds.
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// SetAlarm schedules a wake-up of an actor (docs/alarms.md): at the
+	// alarm's time the actor is resumed and sent POST <path> with header
+	// Ate-Alarm-Id. INVALID_ARGUMENT for a bad path or time, NOT_FOUND for
+	// an unknown actor, RESOURCE_EXHAUSTED when the actor already has the
+	// maximum of pending alarms.
+	SetAlarm(ctx context.Context, in *SetAlarmRequest, opts ...grpc.CallOption) (*Alarm, error)
+	// ListAlarms lists pending and failed alarms (delivered ones are gone),
+	// soonest first.
+	ListAlarms(ctx context.Context, in *ListAlarmsRequest, opts ...grpc.CallOption) (*ListAlarmsResponse, error)
+	// CancelAlarm deletes an alarm; NOT_FOUND when there is none with the id
+	// (delivered, cancelled, or its actor deleted).
+	CancelAlarm(ctx context.Context, in *CancelAlarmRequest, opts ...grpc.CallOption) (*CancelAlarmResponse, error)
 }
 
 type controlClient struct {
@@ -340,6 +355,36 @@ func (c *controlClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, o
 	return out, nil
 }
 
+func (c *controlClient) SetAlarm(ctx context.Context, in *SetAlarmRequest, opts ...grpc.CallOption) (*Alarm, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Alarm)
+	err := c.cc.Invoke(ctx, Control_SetAlarm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListAlarms(ctx context.Context, in *ListAlarmsRequest, opts ...grpc.CallOption) (*ListAlarmsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAlarmsResponse)
+	err := c.cc.Invoke(ctx, Control_ListAlarms_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CancelAlarm(ctx context.Context, in *CancelAlarmRequest, opts ...grpc.CallOption) (*CancelAlarmResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelAlarmResponse)
+	err := c.cc.Invoke(ctx, Control_CancelAlarm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -403,6 +448,18 @@ type ControlServer interface {
 	// PAUSED actors resume from their last durable snapshot. Removing an
 	// unknown or already removed node succeeds.
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// SetAlarm schedules a wake-up of an actor (docs/alarms.md): at the
+	// alarm's time the actor is resumed and sent POST <path> with header
+	// Ate-Alarm-Id. INVALID_ARGUMENT for a bad path or time, NOT_FOUND for
+	// an unknown actor, RESOURCE_EXHAUSTED when the actor already has the
+	// maximum of pending alarms.
+	SetAlarm(context.Context, *SetAlarmRequest) (*Alarm, error)
+	// ListAlarms lists pending and failed alarms (delivered ones are gone),
+	// soonest first.
+	ListAlarms(context.Context, *ListAlarmsRequest) (*ListAlarmsResponse, error)
+	// CancelAlarm deletes an alarm; NOT_FOUND when there is none with the id
+	// (delivered, cancelled, or its actor deleted).
+	CancelAlarm(context.Context, *CancelAlarmRequest) (*CancelAlarmResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -478,6 +535,15 @@ func (UnimplementedControlServer) DrainNode(context.Context, *DrainNodeRequest) 
 }
 func (UnimplementedControlServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedControlServer) SetAlarm(context.Context, *SetAlarmRequest) (*Alarm, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAlarm not implemented")
+}
+func (UnimplementedControlServer) ListAlarms(context.Context, *ListAlarmsRequest) (*ListAlarmsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAlarms not implemented")
+}
+func (UnimplementedControlServer) CancelAlarm(context.Context, *CancelAlarmRequest) (*CancelAlarmResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelAlarm not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -896,6 +962,60 @@ func _Control_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_SetAlarm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAlarmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetAlarm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetAlarm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetAlarm(ctx, req.(*SetAlarmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListAlarms_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAlarmsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListAlarms(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListAlarms_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListAlarms(ctx, req.(*ListAlarmsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CancelAlarm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelAlarmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CancelAlarm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CancelAlarm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CancelAlarm(ctx, req.(*CancelAlarmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -990,6 +1110,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveNode",
 			Handler:    _Control_RemoveNode_Handler,
+		},
+		{
+			MethodName: "SetAlarm",
+			Handler:    _Control_SetAlarm_Handler,
+		},
+		{
+			MethodName: "ListAlarms",
+			Handler:    _Control_ListAlarms_Handler,
+		},
+		{
+			MethodName: "CancelAlarm",
+			Handler:    _Control_CancelAlarm_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

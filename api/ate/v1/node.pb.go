@@ -90,7 +90,130 @@ func (x NodeEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeEvent_Kind.Descriptor instead.
 func (NodeEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{19, 0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{21, 0}
+}
+
+type SetSelfAlarmRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Worker string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	// actor_uid is the incarnation the worker's tunnel admits now.
+	ActorUid string `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// body is what the actor sent, at most 4 KiB.
+	Body          []byte `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSelfAlarmRequest) Reset() {
+	*x = SetSelfAlarmRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSelfAlarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSelfAlarmRequest) ProtoMessage() {}
+
+func (x *SetSelfAlarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSelfAlarmRequest.ProtoReflect.Descriptor instead.
+func (*SetSelfAlarmRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetSelfAlarmRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SetSelfAlarmRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *SetSelfAlarmRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *SetSelfAlarmRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+type SetSelfAlarmResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is an HTTP status code (201, 400, 409, 429, 503, …).
+	Status        int32  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Answer        []byte `protobuf:"bytes,2,opt,name=answer,proto3" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSelfAlarmResponse) Reset() {
+	*x = SetSelfAlarmResponse{}
+	mi := &file_ate_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSelfAlarmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSelfAlarmResponse) ProtoMessage() {}
+
+func (x *SetSelfAlarmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSelfAlarmResponse.ProtoReflect.Descriptor instead.
+func (*SetSelfAlarmResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetSelfAlarmResponse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *SetSelfAlarmResponse) GetAnswer() []byte {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
 }
 
 type StartActorRequest struct {
@@ -116,7 +239,7 @@ type StartActorRequest struct {
 
 func (x *StartActorRequest) Reset() {
 	*x = StartActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[0]
+	mi := &file_ate_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -128,7 +251,7 @@ func (x *StartActorRequest) String() string {
 func (*StartActorRequest) ProtoMessage() {}
 
 func (x *StartActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[0]
+	mi := &file_ate_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -141,7 +264,7 @@ func (x *StartActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartActorRequest.ProtoReflect.Descriptor instead.
 func (*StartActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StartActorRequest) GetWorker() string {
@@ -215,7 +338,7 @@ type StartActorResponse struct {
 
 func (x *StartActorResponse) Reset() {
 	*x = StartActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[1]
+	mi := &file_ate_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +350,7 @@ func (x *StartActorResponse) String() string {
 func (*StartActorResponse) ProtoMessage() {}
 
 func (x *StartActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[1]
+	mi := &file_ate_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +363,7 @@ func (x *StartActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartActorResponse.ProtoReflect.Descriptor instead.
 func (*StartActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 type CheckpointActorRequest struct {
@@ -261,7 +384,7 @@ type CheckpointActorRequest struct {
 
 func (x *CheckpointActorRequest) Reset() {
 	*x = CheckpointActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[2]
+	mi := &file_ate_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +396,7 @@ func (x *CheckpointActorRequest) String() string {
 func (*CheckpointActorRequest) ProtoMessage() {}
 
 func (x *CheckpointActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[2]
+	mi := &file_ate_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +409,7 @@ func (x *CheckpointActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointActorRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CheckpointActorRequest) GetWorker() string {
@@ -340,7 +463,7 @@ type CheckpointActorResponse struct {
 
 func (x *CheckpointActorResponse) Reset() {
 	*x = CheckpointActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[3]
+	mi := &file_ate_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +475,7 @@ func (x *CheckpointActorResponse) String() string {
 func (*CheckpointActorResponse) ProtoMessage() {}
 
 func (x *CheckpointActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[3]
+	mi := &file_ate_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +488,7 @@ func (x *CheckpointActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointActorResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckpointActorResponse) GetSnapshot() string {
@@ -385,7 +508,7 @@ type StopActorRequest struct {
 
 func (x *StopActorRequest) Reset() {
 	*x = StopActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[4]
+	mi := &file_ate_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +520,7 @@ func (x *StopActorRequest) String() string {
 func (*StopActorRequest) ProtoMessage() {}
 
 func (x *StopActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[4]
+	mi := &file_ate_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +533,7 @@ func (x *StopActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopActorRequest.ProtoReflect.Descriptor instead.
 func (*StopActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StopActorRequest) GetWorker() string {
@@ -435,7 +558,7 @@ type StopActorResponse struct {
 
 func (x *StopActorResponse) Reset() {
 	*x = StopActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[5]
+	mi := &file_ate_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +570,7 @@ func (x *StopActorResponse) String() string {
 func (*StopActorResponse) ProtoMessage() {}
 
 func (x *StopActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[5]
+	mi := &file_ate_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +583,7 @@ func (x *StopActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopActorResponse.ProtoReflect.Descriptor instead.
 func (*StopActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 type BuildGoldenRequest struct {
@@ -477,7 +600,7 @@ type BuildGoldenRequest struct {
 
 func (x *BuildGoldenRequest) Reset() {
 	*x = BuildGoldenRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[6]
+	mi := &file_ate_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +612,7 @@ func (x *BuildGoldenRequest) String() string {
 func (*BuildGoldenRequest) ProtoMessage() {}
 
 func (x *BuildGoldenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[6]
+	mi := &file_ate_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +625,7 @@ func (x *BuildGoldenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildGoldenRequest.ProtoReflect.Descriptor instead.
 func (*BuildGoldenRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BuildGoldenRequest) GetTemplateUid() string {
@@ -550,7 +673,7 @@ type BuildGoldenResponse struct {
 
 func (x *BuildGoldenResponse) Reset() {
 	*x = BuildGoldenResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[7]
+	mi := &file_ate_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +685,7 @@ func (x *BuildGoldenResponse) String() string {
 func (*BuildGoldenResponse) ProtoMessage() {}
 
 func (x *BuildGoldenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[7]
+	mi := &file_ate_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +698,7 @@ func (x *BuildGoldenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildGoldenResponse.ProtoReflect.Descriptor instead.
 func (*BuildGoldenResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BuildGoldenResponse) GetSnapshot() string {
@@ -605,7 +728,7 @@ type UploadPausedRequest struct {
 
 func (x *UploadPausedRequest) Reset() {
 	*x = UploadPausedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[8]
+	mi := &file_ate_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +740,7 @@ func (x *UploadPausedRequest) String() string {
 func (*UploadPausedRequest) ProtoMessage() {}
 
 func (x *UploadPausedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[8]
+	mi := &file_ate_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +753,7 @@ func (x *UploadPausedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPausedRequest.ProtoReflect.Descriptor instead.
 func (*UploadPausedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadPausedRequest) GetPausedSnapshot() string {
@@ -670,7 +793,7 @@ type UploadPausedResponse struct {
 
 func (x *UploadPausedResponse) Reset() {
 	*x = UploadPausedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[9]
+	mi := &file_ate_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +805,7 @@ func (x *UploadPausedResponse) String() string {
 func (*UploadPausedResponse) ProtoMessage() {}
 
 func (x *UploadPausedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[9]
+	mi := &file_ate_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +818,7 @@ func (x *UploadPausedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPausedResponse.ProtoReflect.Descriptor instead.
 func (*UploadPausedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UploadPausedResponse) GetSnapshot() string {
@@ -714,7 +837,7 @@ type DeletePausedRequest struct {
 
 func (x *DeletePausedRequest) Reset() {
 	*x = DeletePausedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[10]
+	mi := &file_ate_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +849,7 @@ func (x *DeletePausedRequest) String() string {
 func (*DeletePausedRequest) ProtoMessage() {}
 
 func (x *DeletePausedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[10]
+	mi := &file_ate_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +862,7 @@ func (x *DeletePausedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePausedRequest.ProtoReflect.Descriptor instead.
 func (*DeletePausedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeletePausedRequest) GetPausedSnapshot() string {
@@ -757,7 +880,7 @@ type DeletePausedResponse struct {
 
 func (x *DeletePausedResponse) Reset() {
 	*x = DeletePausedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[11]
+	mi := &file_ate_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +892,7 @@ func (x *DeletePausedResponse) String() string {
 func (*DeletePausedResponse) ProtoMessage() {}
 
 func (x *DeletePausedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[11]
+	mi := &file_ate_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +905,7 @@ func (x *DeletePausedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePausedResponse.ProtoReflect.Descriptor instead.
 func (*DeletePausedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 type ForgetActorRequest struct {
@@ -794,7 +917,7 @@ type ForgetActorRequest struct {
 
 func (x *ForgetActorRequest) Reset() {
 	*x = ForgetActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[12]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +929,7 @@ func (x *ForgetActorRequest) String() string {
 func (*ForgetActorRequest) ProtoMessage() {}
 
 func (x *ForgetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[12]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +942,7 @@ func (x *ForgetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetActorRequest.ProtoReflect.Descriptor instead.
 func (*ForgetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForgetActorRequest) GetActorUid() string {
@@ -837,7 +960,7 @@ type ForgetActorResponse struct {
 
 func (x *ForgetActorResponse) Reset() {
 	*x = ForgetActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[13]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +972,7 @@ func (x *ForgetActorResponse) String() string {
 func (*ForgetActorResponse) ProtoMessage() {}
 
 func (x *ForgetActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[13]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +985,7 @@ func (x *ForgetActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetActorResponse.ProtoReflect.Descriptor instead.
 func (*ForgetActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 // NodeWorker describes one worker of a node. The hello lists them all,
@@ -880,7 +1003,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_ate_v1_node_proto_msgTypes[14]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1015,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[14]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1028,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeWorker) GetName() string {
@@ -945,7 +1068,7 @@ type WorkerActivity struct {
 
 func (x *WorkerActivity) Reset() {
 	*x = WorkerActivity{}
-	mi := &file_ate_v1_node_proto_msgTypes[15]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1080,7 @@ func (x *WorkerActivity) String() string {
 func (*WorkerActivity) ProtoMessage() {}
 
 func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[15]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1093,7 @@ func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
 func (*WorkerActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerActivity) GetWorker() string {
@@ -1034,7 +1157,7 @@ type Standby struct {
 
 func (x *Standby) Reset() {
 	*x = Standby{}
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1169,7 @@ func (x *Standby) String() string {
 func (*Standby) ProtoMessage() {}
 
 func (x *Standby) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1182,7 @@ func (x *Standby) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Standby.ProtoReflect.Descriptor instead.
 func (*Standby) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Standby) GetKey() string {
@@ -1098,7 +1221,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1233,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1246,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeHello) GetNode() string {
@@ -1185,7 +1308,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1320,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1333,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeHeartbeat) GetActivity() []*WorkerActivity {
@@ -1239,7 +1362,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1374,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1387,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeEvent) GetKind() NodeEvent_Kind {
@@ -1309,7 +1432,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1444,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1457,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1405,7 +1528,7 @@ type RegistryWelcome struct {
 
 func (x *RegistryWelcome) Reset() {
 	*x = RegistryWelcome{}
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1540,7 @@ func (x *RegistryWelcome) String() string {
 func (*RegistryWelcome) ProtoMessage() {}
 
 func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1553,7 @@ func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryWelcome.ProtoReflect.Descriptor instead.
 func (*RegistryWelcome) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegistryWelcome) GetHeartbeatMs() int64 {
@@ -1459,7 +1582,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1594,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1607,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -1514,7 +1637,7 @@ type Drained struct {
 
 func (x *Drained) Reset() {
 	*x = Drained{}
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1649,7 @@ func (x *Drained) String() string {
 func (*Drained) ProtoMessage() {}
 
 func (x *Drained) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1662,7 @@ func (x *Drained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drained.ProtoReflect.Descriptor instead.
 func (*Drained) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Drained) GetError() string {
@@ -1563,7 +1686,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1698,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1711,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -1651,7 +1774,15 @@ var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x11ate/v1/node.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ate/v1/control.proto\"\xa1\x02\n" +
+	"\x11ate/v1/node.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ate/v1/control.proto\"r\n" +
+	"\x13SetSelfAlarmRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\"F\n" +
+	"\x14SetSelfAlarmResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
+	"\x06answer\x18\x02 \x01(\fR\x06answer\"\xa1\x02\n" +
 	"\x11StartActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1a\n" +
@@ -1770,9 +1901,10 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\vBuildGolden\x12\x1a.ate.v1.BuildGoldenRequest\x1a\x1b.ate.v1.BuildGoldenResponse\x12I\n" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
-	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse2L\n" +
+	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse2\x97\x01\n" +
 	"\fNodeRegistry\x12<\n" +
-	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01\x12I\n" +
+	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_node_proto_rawDescOnce sync.Once
@@ -1787,72 +1919,76 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
-	(*StartActorRequest)(nil),       // 1: ate.v1.StartActorRequest
-	(*StartActorResponse)(nil),      // 2: ate.v1.StartActorResponse
-	(*CheckpointActorRequest)(nil),  // 3: ate.v1.CheckpointActorRequest
-	(*CheckpointActorResponse)(nil), // 4: ate.v1.CheckpointActorResponse
-	(*StopActorRequest)(nil),        // 5: ate.v1.StopActorRequest
-	(*StopActorResponse)(nil),       // 6: ate.v1.StopActorResponse
-	(*BuildGoldenRequest)(nil),      // 7: ate.v1.BuildGoldenRequest
-	(*BuildGoldenResponse)(nil),     // 8: ate.v1.BuildGoldenResponse
-	(*UploadPausedRequest)(nil),     // 9: ate.v1.UploadPausedRequest
-	(*UploadPausedResponse)(nil),    // 10: ate.v1.UploadPausedResponse
-	(*DeletePausedRequest)(nil),     // 11: ate.v1.DeletePausedRequest
-	(*DeletePausedResponse)(nil),    // 12: ate.v1.DeletePausedResponse
-	(*ForgetActorRequest)(nil),      // 13: ate.v1.ForgetActorRequest
-	(*ForgetActorResponse)(nil),     // 14: ate.v1.ForgetActorResponse
-	(*NodeWorker)(nil),              // 15: ate.v1.NodeWorker
-	(*WorkerActivity)(nil),          // 16: ate.v1.WorkerActivity
-	(*Standby)(nil),                 // 17: ate.v1.Standby
-	(*NodeHello)(nil),               // 18: ate.v1.NodeHello
-	(*NodeHeartbeat)(nil),           // 19: ate.v1.NodeHeartbeat
-	(*NodeEvent)(nil),               // 20: ate.v1.NodeEvent
-	(*NodeMessage)(nil),             // 21: ate.v1.NodeMessage
-	(*RegistryWelcome)(nil),         // 22: ate.v1.RegistryWelcome
-	(*StopOrder)(nil),               // 23: ate.v1.StopOrder
-	(*Drained)(nil),                 // 24: ate.v1.Drained
-	(*RegistryMessage)(nil),         // 25: ate.v1.RegistryMessage
-	nil,                             // 26: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 27: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
+	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
+	(*SetSelfAlarmResponse)(nil),    // 2: ate.v1.SetSelfAlarmResponse
+	(*StartActorRequest)(nil),       // 3: ate.v1.StartActorRequest
+	(*StartActorResponse)(nil),      // 4: ate.v1.StartActorResponse
+	(*CheckpointActorRequest)(nil),  // 5: ate.v1.CheckpointActorRequest
+	(*CheckpointActorResponse)(nil), // 6: ate.v1.CheckpointActorResponse
+	(*StopActorRequest)(nil),        // 7: ate.v1.StopActorRequest
+	(*StopActorResponse)(nil),       // 8: ate.v1.StopActorResponse
+	(*BuildGoldenRequest)(nil),      // 9: ate.v1.BuildGoldenRequest
+	(*BuildGoldenResponse)(nil),     // 10: ate.v1.BuildGoldenResponse
+	(*UploadPausedRequest)(nil),     // 11: ate.v1.UploadPausedRequest
+	(*UploadPausedResponse)(nil),    // 12: ate.v1.UploadPausedResponse
+	(*DeletePausedRequest)(nil),     // 13: ate.v1.DeletePausedRequest
+	(*DeletePausedResponse)(nil),    // 14: ate.v1.DeletePausedResponse
+	(*ForgetActorRequest)(nil),      // 15: ate.v1.ForgetActorRequest
+	(*ForgetActorResponse)(nil),     // 16: ate.v1.ForgetActorResponse
+	(*NodeWorker)(nil),              // 17: ate.v1.NodeWorker
+	(*WorkerActivity)(nil),          // 18: ate.v1.WorkerActivity
+	(*Standby)(nil),                 // 19: ate.v1.Standby
+	(*NodeHello)(nil),               // 20: ate.v1.NodeHello
+	(*NodeHeartbeat)(nil),           // 21: ate.v1.NodeHeartbeat
+	(*NodeEvent)(nil),               // 22: ate.v1.NodeEvent
+	(*NodeMessage)(nil),             // 23: ate.v1.NodeMessage
+	(*RegistryWelcome)(nil),         // 24: ate.v1.RegistryWelcome
+	(*StopOrder)(nil),               // 25: ate.v1.StopOrder
+	(*Drained)(nil),                 // 26: ate.v1.Drained
+	(*RegistryMessage)(nil),         // 27: ate.v1.RegistryMessage
+	nil,                             // 28: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 29: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	27, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	27, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	26, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	28, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	28, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
-	15, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
-	16, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
-	17, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
+	29, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	29, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	28, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	30, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	30, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
+	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
+	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
 	0,  // 8: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	18, // 9: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
-	19, // 10: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
-	20, // 11: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
-	22, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	23, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	24, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	1,  // 15: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	3,  // 16: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	5,  // 17: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	7,  // 18: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	9,  // 19: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	11, // 20: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	13, // 21: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	21, // 22: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	2,  // 23: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	4,  // 24: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	6,  // 25: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	8,  // 26: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	10, // 27: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	12, // 28: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	14, // 29: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	25, // 30: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
+	20, // 9: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
+	21, // 10: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
+	22, // 11: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
+	24, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
+	25, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	26, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	3,  // 15: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 16: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 17: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 18: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 19: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 20: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 21: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	23, // 22: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 23: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	4,  // 24: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 25: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 26: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 27: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 28: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 29: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 30: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	27, // 31: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 32: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	24, // [24:33] is the sub-list for method output_type
+	15, // [15:24] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1864,12 +2000,12 @@ func file_ate_v1_node_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_init()
-	file_ate_v1_node_proto_msgTypes[20].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[22].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[24].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[26].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 		(*RegistryMessage_Drained)(nil),
@@ -1880,7 +2016,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -368,7 +368,8 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	NodeRegistry_Register_FullMethodName = "/ate.v1.NodeRegistry/Register"
+	NodeRegistry_Register_FullMethodName     = "/ate.v1.NodeRegistry/Register"
+	NodeRegistry_SetSelfAlarm_FullMethodName = "/ate.v1.NodeRegistry/SetSelfAlarm"
 )
 
 // NodeRegistryClient is the client API for NodeRegistry service.
@@ -383,6 +384,12 @@ type NodeRegistryClient interface {
 	// live elsewhere, INVALID_ARGUMENT for a bad hello) and may later send
 	// stop orders for sandboxes the record store says are not theirs.
 	Register(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[NodeMessage, RegistryMessage], error)
+	// SetSelfAlarm is an actor's POST /v1/alarms on its node's self-service
+	// endpoint (docs/alarms.md), forwarded by a node that runs apart from
+	// the API server: the answer is the HTTP status and body the node
+	// relays to the actor. FAILED_PRECONDITION when the worker is not the
+	// node's; UNIMPLEMENTED when the API server runs no alarm scheduler.
+	SetSelfAlarm(ctx context.Context, in *SetSelfAlarmRequest, opts ...grpc.CallOption) (*SetSelfAlarmResponse, error)
 }
 
 type nodeRegistryClient struct {
@@ -406,6 +413,16 @@ func (c *nodeRegistryClient) Register(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeRegistry_RegisterClient = grpc.BidiStreamingClient[NodeMessage, RegistryMessage]
 
+func (c *nodeRegistryClient) SetSelfAlarm(ctx context.Context, in *SetSelfAlarmRequest, opts ...grpc.CallOption) (*SetSelfAlarmResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSelfAlarmResponse)
+	err := c.cc.Invoke(ctx, NodeRegistry_SetSelfAlarm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeRegistryServer is the server API for NodeRegistry service.
 // All implementations must embed UnimplementedNodeRegistryServer
 // for forward compatibility.
@@ -418,6 +435,12 @@ type NodeRegistryServer interface {
 	// live elsewhere, INVALID_ARGUMENT for a bad hello) and may later send
 	// stop orders for sandboxes the record store says are not theirs.
 	Register(grpc.BidiStreamingServer[NodeMessage, RegistryMessage]) error
+	// SetSelfAlarm is an actor's POST /v1/alarms on its node's self-service
+	// endpoint (docs/alarms.md), forwarded by a node that runs apart from
+	// the API server: the answer is the HTTP status and body the node
+	// relays to the actor. FAILED_PRECONDITION when the worker is not the
+	// node's; UNIMPLEMENTED when the API server runs no alarm scheduler.
+	SetSelfAlarm(context.Context, *SetSelfAlarmRequest) (*SetSelfAlarmResponse, error)
 	mustEmbedUnimplementedNodeRegistryServer()
 }
 
@@ -430,6 +453,9 @@ type UnimplementedNodeRegistryServer struct{}
 
 func (UnimplementedNodeRegistryServer) Register(grpc.BidiStreamingServer[NodeMessage, RegistryMessage]) error {
 	return status.Error(codes.Unimplemented, "method Register not implemented")
+}
+func (UnimplementedNodeRegistryServer) SetSelfAlarm(context.Context, *SetSelfAlarmRequest) (*SetSelfAlarmResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSelfAlarm not implemented")
 }
 func (UnimplementedNodeRegistryServer) mustEmbedUnimplementedNodeRegistryServer() {}
 func (UnimplementedNodeRegistryServer) testEmbeddedByValue()                      {}
@@ -459,13 +485,36 @@ func _NodeRegistry_Register_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeRegistry_RegisterServer = grpc.BidiStreamingServer[NodeMessage, RegistryMessage]
 
+func _NodeRegistry_SetSelfAlarm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSelfAlarmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeRegistryServer).SetSelfAlarm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeRegistry_SetSelfAlarm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeRegistryServer).SetSelfAlarm(ctx, req.(*SetSelfAlarmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeRegistry_ServiceDesc is the grpc.ServiceDesc for NodeRegistry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var NodeRegistry_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "ate.v1.NodeRegistry",
 	HandlerType: (*NodeRegistryServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "SetSelfAlarm",
+			Handler:    _NodeRegistry_SetSelfAlarm_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Register",

@@ -40,6 +40,10 @@ var (
 	bFree   = []byte("freeWorkers")
 	bLeases = []byte("leases")
 	bMeta   = []byte("meta")
+	// bAlarms holds alarms by "<atespace>/<actor>\x00<id>", so an actor's
+	// alarms share a prefix; bAlarmIDs maps an id to that key.
+	bAlarms   = []byte("alarms")
+	bAlarmIDs = []byte("alarmIds")
 
 	kLeaseToken = []byte("leaseToken")
 )
@@ -61,7 +65,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta} {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -520,6 +524,9 @@ func (s *Store) DeleteActor(ctx context.Context, a *store.Actor) error {
 			if err := release(tx, cur.Worker, cur.UID); err != nil {
 				return err
 			}
+		}
+		if err := deleteAlarmsOf(tx, a.Key()); err != nil {
+			return err
 		}
 		return tx.Bucket(bActors).Delete(actorKey(a.Key()))
 	})

@@ -41,6 +41,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"FenceTakenOver", testFenceTakenOver},
 		{"RenewLease", testRenewLease},
 		{"ClaimManyConcurrent", testClaimManyConcurrent},
+		{"Alarms", testAlarms},
+		{"AlarmLimitConcurrent", testAlarmLimitConcurrent},
+		{"AlarmsGoWithActor", testAlarmsGoWithActor},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

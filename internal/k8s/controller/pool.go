@@ -8,9 +8,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -34,6 +36,10 @@ type poolReconciler struct {
 	live     client.Reader
 	settings WorkerSettings
 	log      *slog.Logger
+	// events records a pool's changes of Degraded and its Deployment's
+	// creation as events.k8s.io Events (kubectl describe shows them);
+	// nil records none.
+	events events.EventRecorder
 }
 
 // Reconcile applies the pool's Deployment and writes the pool's
@@ -85,6 +91,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	} else {
 		r.log.Warn("pool's Deployment left as it is", "pool", req.NamespacedName, "reason", degraded.Reason, "err", cause)
 	}
+	r.record(&pool, current, degraded)
 	statusErr := r.writeStatus(ctx, &pool, current, degraded)
 	if err := errors.Join(applyErr, statusErr); err != nil {
 		return reconcile.Result{}, err
@@ -169,4 +176,23 @@ func (r *poolReconciler) writeStatus(ctx context.Context, pool *atek8s.WorkerPoo
 		"selector":           poolSelector(pool.Name),
 		"conditions":         conditionsFor(conds, atek8s.ConditionReady, atek8s.ConditionDegraded),
 	})
+}
+
+// record emits an Event when the pool's Degraded condition changes (a
+// Warning naming the reason, or Normal once it recovers) and when its
+// Deployment is first created: once per change, not per reconcile.
+func (r *poolReconciler) record(pool *atek8s.WorkerPool, current *appsv1.Deployment, degraded metav1.Condition) {
+	if r.events == nil {
+		return
+	}
+	prev := meta.FindStatusCondition(pool.Status.Conditions, atek8s.ConditionDegraded)
+	switch {
+	case degraded.Status == metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionTrue || prev.Reason != degraded.Reason):
+		r.events.Eventf(pool, nil, corev1.EventTypeWarning, degraded.Reason, "Reconcile", "%s", degraded.Message)
+	case degraded.Status == metav1.ConditionFalse && prev != nil && prev.Status == metav1.ConditionTrue:
+		r.events.Eventf(pool, nil, corev1.EventTypeNormal, ReasonReconciled, "Reconcile", "%s", degraded.Message)
+	}
+	if current == nil && degraded.Reason != ReasonApplyFailed && degraded.Status == metav1.ConditionFalse {
+		r.events.Eventf(pool, nil, corev1.EventTypeNormal, "DeploymentCreated", "Apply", "Deployment %s created", deploymentName(pool.Name))
+	}
 }

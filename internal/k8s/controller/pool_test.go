@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"strings"
 	"testing"
@@ -210,5 +212,25 @@ func TestSandboxConfigResolution(t *testing.T) {
 	})
 	if deployment(t, ns, "named") != nil {
 		t.Error("a Deployment was made for a pool whose SandboxConfig is missing")
+	}
+	// kubectl describe shows why: one Warning Event on the pool, and a
+	// Normal one for the first pool's Deployment.
+	for _, want := range []struct{ pool, typ, reason string }{
+		{"named", corev1.EventTypeWarning, ReasonSandboxConfigNotFound},
+		{"p", corev1.EventTypeNormal, "DeploymentCreated"},
+		{"p", corev1.EventTypeWarning, ReasonSandboxConfigConflict},
+	} {
+		testwait.Until(t, fmt.Sprintf("a %s Event %s on pool %s", want.typ, want.reason, want.pool), func() bool {
+			evs, err := testEnv.Clientset.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs.Items {
+				if e.Regarding.Name == want.pool && e.Regarding.Kind == "WorkerPool" && e.Type == want.typ && e.Reason == want.reason {
+					return true
+				}
+			}
+			return false
+		})
 	}
 }

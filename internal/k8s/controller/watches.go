@@ -67,7 +67,8 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*sup
 	}
 
 	poolCache, poolClient := newPath()
-	pools := &poolReconciler{client: poolClient, live: mgr.GetAPIReader(), settings: c.cfg.Workers, log: c.log}
+	pools := &poolReconciler{client: poolClient, live: mgr.GetAPIReader(), settings: c.cfg.Workers, log: c.log,
+		events: mgr.GetEventRecorder(FieldManager)}
 	poolPath := sup(poolController, poolCache, []client.Object{&atek8s.WorkerPool{}, &appsv1.Deployment{}}, []string{"workerpools", "deployments"},
 		func() (controller.Controller, error) {
 			ctl, err := controller.NewUnmanaged(poolController, opts(pools))

@@ -624,9 +624,18 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaim
 			}
 		}
 		if len(notHosted) > 0 {
-			if err := wf.ClaimsNotHosted(ctx, notHosted, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost", seen); err != nil {
-				return nil, err
-			}
+			// After the welcome, not before: each takes its actor's lock,
+			// which a workflow of this replica may hold while it waits
+			// for a free worker — one this very registration brings
+			// back. Waiting here deadlocked the two until the workflow's
+			// deadline (30 s; seen in TestHARollingRestart). Meanwhile a
+			// request for such an actor reaches a node that refuses it
+			// as stale (421) until the actor is CRASHED.
+			go func() {
+				if err := wf.ClaimsNotHosted(context.WithoutCancel(ctx), notHosted, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost", seen); err != nil {
+					r.log.Warn("crash actors the node no longer runs", "node", h.GetNode(), "err", err)
+				}
+			}()
 		}
 	}
 	for _, w := range h.GetWorkers() {

@@ -106,19 +106,16 @@ func dialK8s(ctx context.Context, target string, opts []grpc.DialOption) (*grpc.
 	return conn, nil
 }
 
-// k8sReplicas is Replicas for a k8s:/// target: one lookup.
+// k8sReplicas is Replicas for a k8s:/// target: a ReplicaLister's
+// watch, synced once and stopped (the resolver's one way of reading
+// endpoints, so the port mapping and readiness rules live in one place).
 func k8sReplicas(ctx context.Context, target string, opts []grpc.DialOption) ([]string, error) {
-	t, _ := k8sresolver.ParseTarget(target) // validated by Split
-	s := k8sSettingsOf(opts)
-	cs, err := kubeClient(s)
+	l, err := NewReplicaLister(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("resolve API server replicas %s: %w", target, err)
+		return nil, err
 	}
-	addrs, err := k8sresolver.Lookup(ctx, cs, t, s.resolver)
-	if err != nil {
-		return nil, fmt.Errorf("resolve API server replicas %s: %w", target, err)
-	}
-	return addrs, nil
+	defer l.Close()
+	return l.List(ctx)
 }
 
 // ReplicaLister lists a target's replicas for a caller that asks again

@@ -1,7 +1,6 @@
 package httpserve_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/httpserve/servetest"
+	"substrate.dev/ate/internal/testlog"
 	"substrate.dev/ate/internal/testwait"
 )
 
@@ -110,7 +109,7 @@ func (d *drainHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // delay, a handler still counting a request in flight after Shutdown is
 // waited for, and every log line is JSON naming the server.
 func TestServerTellsDrainerAndLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testlog.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	d := &drainHandler{}
 	s, stop := startServer(t, d, 200*time.Millisecond, logger)
@@ -149,22 +148,4 @@ func TestServerTellsDrainerAndLogs(t *testing.T) {
 	if strings.Join(msgs, "|") != strings.Join(want, "|") {
 		t.Errorf("log messages %q, want %q", msgs, want)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/k8s/k8stest"
+	"substrate.dev/ate/internal/testlog"
 )
 
 // testEnv is the package's one control plane (TestMain): each test
@@ -144,28 +144,10 @@ func startFake(t *testing.T, f *fakeControl) string {
 	return ln.Addr().String()
 }
 
-// syncBuffer is a log destination safe for the controller's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // running is a controller started by startController.
 type running struct {
 	c    *Controller
-	log  *syncBuffer
+	log  *testlog.Buffer
 	stop func() // stops it and waits for Run to return
 }
 
@@ -177,7 +159,7 @@ func startController(t *testing.T, ns string, rc *rest.Config, cfg Config) *runn
 	if rc == nil {
 		rc = testEnv.Config
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.RestConfig, cfg.Namespace = rc, ns
 	cfg.ManagementAddr = "127.0.0.1:0"
 	if cfg.Workers.Image == "" {

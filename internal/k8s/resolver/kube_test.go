@@ -1,7 +1,6 @@
 package resolver_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -31,6 +29,7 @@ import (
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/k8s/k8stest"
 	"substrate.dev/ate/internal/k8s/resolver"
+	"substrate.dev/ate/internal/testlog"
 	"substrate.dev/ate/internal/testwait"
 )
 
@@ -146,24 +145,6 @@ func slice(ns, name, svc string, ports map[string]int, eps ...ep) *discoveryv1.E
 			Conditions: discoveryv1.EndpointConditions{Ready: new(e.ready), Terminating: new(e.terminating)}})
 	}
 	return s
-}
-
-// syncBuffer is a log sink the test reads while the resolver writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestKubernetes runs the resolver against a real kube-apiserver and
@@ -428,7 +409,7 @@ func testMissingRBAC(t *testing.T, env *k8stest.Env) {
 		{port: "443", resource: "endpointslices", verb: "list"}, // the Service is readable, the slices not
 		{port: "grpc", resource: "endpointslices", verb: "list"},
 	} {
-		var logs syncBuffer
+		var logs testlog.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
 		const bound = 3 * time.Second
 		start := time.Now()

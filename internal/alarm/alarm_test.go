@@ -17,6 +17,7 @@ import (
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
+	"substrate.dev/ate/internal/testwait"
 	"substrate.dev/ate/internal/tunnelproto"
 )
 
@@ -102,18 +103,6 @@ func run(t *testing.T, s *Scheduler) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// waitFor polls cond until it holds, failing after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestFiresInOrder: alarms set out of order fire in due order, each once,
 // and are deleted once delivered; the loop is woken by Set (its refresh
 // period is an hour, so nothing else would wake it).
@@ -139,7 +128,7 @@ func TestFiresInOrder(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("deliveries %v, want %v", got, want)
 	}
-	waitFor(t, "delivered alarms deleted", func() bool {
+	testwait.Until(t, "delivered alarms deleted", func() bool {
 		list, err := st.ListAlarms(ctx, "", "")
 		return err == nil && len(list) == 0
 	})
@@ -188,7 +177,7 @@ func TestOneReplicaDelivers(t *testing.T) {
 	run(t, r2)
 	// Both replicas refresh every 50 ms and see the alarm due; the
 	// delivery in flight holds the lease for many refreshes.
-	waitFor(t, "a delivery to start", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.got) > 0 })
+	testwait.Until(t, "a delivery to start", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.got) > 0 })
 	lease, err := st.AcquireLease(context.Background(), leaseKey(a.ID), "someone-else", time.Second)
 	if !errors.Is(err, store.ErrLeaseHeld) {
 		t.Fatalf("alarm's lease during delivery: %+v, %v; want it held", lease, err)
@@ -205,7 +194,7 @@ func TestOneReplicaDelivers(t *testing.T) {
 	}
 	close(release)
 	rec.wait(t, 1)
-	waitFor(t, "the alarm deleted", func() bool {
+	testwait.Until(t, "the alarm deleted", func() bool {
 		_, err := st.GetAlarm(context.Background(), a.ID)
 		return errors.Is(err, store.ErrNotFound)
 	})
@@ -240,7 +229,7 @@ func TestRetriesThenFails(t *testing.T) {
 		t.Fatalf("second pending alarm over a limit of 1: %v, want ErrTooMany", err)
 	}
 	var got *store.Alarm
-	waitFor(t, "the alarm FAILED", func() bool {
+	testwait.Until(t, "the alarm FAILED", func() bool {
 		got, err = st.GetAlarm(ctx, a.ID)
 		return err == nil && got.State == store.AlarmFailed
 	})
@@ -438,7 +427,7 @@ func TestWatchesWokenActorUntilIdle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Idler asked %v, want three times", id.asked)
 	}
-	waitFor(t, "the watch to end", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.watch) == 0 })
+	testwait.Until(t, "the watch to end", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.watch) == 0 })
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	for _, a := range id.asked {
@@ -505,7 +494,7 @@ func TestConcurrencyBound(t *testing.T) {
 		must(t, err)
 	}
 	run(t, s)
-	waitFor(t, "two deliveries under way", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.got) == 2 })
+	testwait.Until(t, "two deliveries under way", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.got) == 2 })
 	close(release)
 	rec.wait(t, 5)
 	if most > 2 {

@@ -5,13 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/k8s/k8stest"
@@ -32,9 +30,6 @@ const kubePool = "pool-a"
 
 func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeCluster {
 	t.Helper()
-	// envtest logs through controller-runtime's package logger, which
-	// otherwise complains with a stack trace that it was never set.
-	ctrllog.SetLogger(logr.Discard())
 	kc := &kubeCluster{cluster: startClusterTimed(t, timing), kube: k8stest.Start(t)}
 	ctx := t.Context()
 	wp := &atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: kubePool, Namespace: "default"},

@@ -13,18 +13,23 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
+
+var loggerOnce sync.Once
 
 // Env is a running control plane.
 type Env struct {
@@ -96,6 +101,10 @@ func StartShared(dir string) (*Env, error) {
 			return nil, fmt.Errorf("%s not built (%w): run hack/install-kube.sh", b, err)
 		}
 	}
+	// envtest logs through controller-runtime's package logger, which
+	// prints a stack trace when nobody set it; tests read the control
+	// plane's state, not its log, so it is discarded (once per process).
+	loggerOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	e := &envtest.Environment{
 		BinaryAssetsDirectory: bin,
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "deploy", "crds")},

@@ -65,6 +65,9 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"negative min run", func(s *atev1.ActorTemplateSpec) {
 			s.Eviction = &atev1.EvictionPolicy{MinRunSeconds: proto.Int32(-1)}
 		}, "eviction.minRunSeconds"},
+		{"streams policy", func(s *atev1.ActorTemplateSpec) { s.Streams = &atev1.StreamPolicy{Idle: "ignore", WakeOn: "request"} }, ""},
+		{"bad streams.idle", func(s *atev1.ActorTemplateSpec) { s.Streams = &atev1.StreamPolicy{Idle: "skip"} }, `streams.idle "skip": want count or ignore`},
+		{"bad streams.wakeOn", func(s *atev1.ActorTemplateSpec) { s.Streams = &atev1.StreamPolicy{WakeOn: "never"} }, `streams.wakeOn "never": want any or request`},
 		{"priority out of range", func(s *atev1.ActorTemplateSpec) { s.Eviction = &atev1.EvictionPolicy{Priority: 10000} }, "eviction.priority"},
 		{"restore hook", func(s *atev1.ActorTemplateSpec) {
 			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/ate/restored", Port: 8080}, TimeoutSeconds: 300}

@@ -12,6 +12,7 @@ import (
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/streams"
 )
 
 // Limits on a template, checked at the API edge.
@@ -185,6 +186,9 @@ func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 		}
 	}
 	if _, err := lifecycle.ParseTTL(spec.GetTtl().GetDeleteAfterIdle()); err != nil {
+		return fmt.Errorf("%w: %w", errInvalid, err)
+	}
+	if _, err := streams.Parse(spec.GetStreams().GetIdle(), spec.GetStreams().GetWakeOn()); err != nil {
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return nil

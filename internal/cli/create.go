@@ -117,6 +117,8 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
   newActors: golden                   # optional: golden (default) or coldBoot
   ttl: {deleteAfterIdle: 14d}         # optional: delete actors SUSPENDED or CRASHED and unused
                                       # this long (Go duration or whole days, >= 1s; docs/actors.md)
+  streams: {idle: ignore, wakeOn: request}  # optional: open event streams do not keep the actor
+                                      # awake, nor wake it (defaults count, any; docs/actors.md)
 
 Relative oci: and oci-archive: paths are resolved against the current
 directory. The template is created in --atespace.

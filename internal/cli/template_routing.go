@@ -8,6 +8,7 @@ import atev1 "substrate.dev/ate/api/ate/v1"
 //	streamIdleTimeoutSeconds: 300  # silence inside a streaming response
 //	idle: {after: 10m, action: pause}   # or action: suspend
 //	eviction: {evictable: true, priority: 0, minRunSeconds: 5, allowOpenStreams: false}
+//	streams: {idle: count, wakeOn: any}   # or idle: ignore, wakeOn: request
 //
 // The server validates them; the client only carries them.
 type routingFields struct {
@@ -17,6 +18,16 @@ type routingFields struct {
 	// Eviction says whether and when the actor may be checkpointed to
 	// free its worker for a waiting request.
 	Eviction *evictionFile `json:"eviction,omitempty"`
+	// Streams says how listening streams (GET for Server-Sent Events)
+	// weigh on idleness and wake-ups (docs/actors.md, Long-lived streams).
+	Streams *streamsFile `json:"streams,omitempty"`
+}
+
+type streamsFile struct {
+	// Idle is count (the default) or ignore; WakeOn any (the default) or
+	// request.
+	Idle   string `json:"idle,omitempty"`
+	WakeOn string `json:"wakeOn,omitempty"`
 }
 
 type evictionFile struct {
@@ -43,5 +54,8 @@ func (r routingFields) apply(spec *atev1.ActorTemplateSpec) {
 	if e := r.Eviction; e != nil {
 		spec.Eviction = &atev1.EvictionPolicy{Evictable: e.Evictable, Priority: e.Priority,
 			MinRunSeconds: e.MinRunSeconds, AllowOpenStreams: e.AllowOpenStreams}
+	}
+	if st := r.Streams; st != nil {
+		spec.Streams = &atev1.StreamPolicy{Idle: st.Idle, WakeOn: st.WakeOn}
 	}
 }

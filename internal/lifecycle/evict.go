@@ -12,6 +12,7 @@ import (
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/streams"
 )
 
 // Eviction tuning.
@@ -41,6 +42,7 @@ type candidate struct {
 	actor    *store.Actor
 	worker   *store.Worker
 	policy   *atev1.EvictionPolicy
+	streams  streams.Policy
 	priority int32
 	last     time.Time
 	action   checkpoint.Action // the template's idle action
@@ -115,10 +117,11 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 			}
 			tpls[tk] = tpl
 		}
-		if !evictable(tpl.Spec.GetEviction(), act, now) {
+		sp := streamPolicy(tpl.Spec)
+		if !evictable(tpl.Spec.GetEviction(), sp, act, now) {
 			continue
 		}
-		out = append(out, candidate{actor: a, worker: w, policy: tpl.Spec.GetEviction(), priority: tpl.Spec.GetEviction().GetPriority(),
+		out = append(out, candidate{actor: a, worker: w, policy: tpl.Spec.GetEviction(), streams: sp, priority: tpl.Spec.GetEviction().GetPriority(),
 			last: act.Last, action: idleAction(tpl.Spec)})
 	}
 	slices.SortFunc(out, func(x, y candidate) int {
@@ -127,12 +130,13 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 	return out
 }
 
-// evictable applies p's rules to what the tunnel saw of the actor.
-func evictable(p *atev1.EvictionPolicy, act node.Activity, now time.Time) bool {
+// evictable applies p's rules, and sp's to listening streams, to what
+// the tunnel saw of the actor.
+func evictable(p *atev1.EvictionPolicy, sp streams.Policy, act node.Activity, now time.Time) bool {
 	if p != nil && p.Evictable != nil && !p.GetEvictable() {
 		return false
 	}
-	if act.InFlight > 0 && !(p.GetAllowOpenStreams() && act.InFlight == act.Streams) {
+	if busy := sp.Busy(act.InFlight, act.Listeners); busy > 0 && !(p.GetAllowOpenStreams() && act.InFlight == act.Streams) {
 		return false
 	}
 	minRun := DefaultMinRun
@@ -148,6 +152,13 @@ func evictable(p *atev1.EvictionPolicy, act node.Activity, now time.Time) bool {
 func idleAction(spec *atev1.ActorTemplateSpec) checkpoint.Action {
 	a, _ := checkpoint.ParseAction(spec.GetIdle().GetAction())
 	return a
+}
+
+// streamPolicy is spec's stream policy; the defaults when it has none
+// or, since the API validated it, when it cannot be read.
+func streamPolicy(spec *atev1.ActorTemplateSpec) streams.Policy {
+	p, _ := streams.Parse(spec.GetStreams().GetIdle(), spec.GetStreams().GetWakeOn())
+	return p
 }
 
 func (m *Manager) evictingOrFailed(actor names.ActorKey, now time.Time) bool {
@@ -242,7 +253,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKe
 			act, ok = n.WorkerActivity(c.worker.Name)
 		}
 		if a.UID != c.actor.UID || a.State != store.Running || a.Worker != c.worker.Name || !ok ||
-			act.ActorUID != a.UID || !evictable(c.policy, act, time.Now()) {
+			act.ActorUID != a.UID || !evictable(c.policy, c.streams, act, time.Now()) {
 			// A request slipped in, or the actor moved: leave it.
 			return nil
 		}

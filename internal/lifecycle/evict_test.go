@@ -57,18 +57,18 @@ func (e evictEnv) actor(t *testing.T, name string) *store.Actor {
 // at last, with inFlight requests open now.
 func (e evictEnv) served(t *testing.T, name string, last time.Time, inFlight int) {
 	t.Helper()
-	e.streaming(t, name, last, inFlight, 0)
+	e.streaming(t, name, last, inFlight, 0, 0)
 }
 
 // streaming is served with streams of the inFlight requests streams.
-func (e evictEnv) streaming(t *testing.T, name string, last time.Time, inFlight, streams int) {
+func (e evictEnv) streaming(t *testing.T, name string, last time.Time, inFlight, streams, listeners int) {
 	t.Helper()
 	a := e.actor(t, name)
 	if a.Worker == "" {
 		t.Errorf("%s holds no worker: %+v", name, a)
 		return
 	}
-	e.node.setActivity(a.Worker, node.Activity{ActorUID: a.UID, Served: 1, InFlight: inFlight, Streams: streams,
+	e.node.setActivity(a.Worker, node.Activity{ActorUID: a.UID, Served: 1, InFlight: inFlight, Streams: streams, Listeners: listeners,
 		Started: last.Add(-time.Second), Last: last})
 }
 
@@ -129,9 +129,11 @@ func TestVictimChoice(t *testing.T) {
 		aSpec    *atev1.ActorTemplateSpec
 		aFlight  int
 		aStreams int
-		aFresh   bool // a has answered nothing since a resume just now
-		want     string
-		aOutcome store.ActorState
+		// aListeners of aStreams are listening streams.
+		aListeners int
+		aFresh     bool // a has answered nothing since a resume just now
+		want       string
+		aOutcome   store.ActorState
 	}{
 		{name: "lru", aSpec: &atev1.ActorTemplateSpec{}, want: "default/a", aOutcome: store.Suspended},
 		{name: "in flight is never the victim", aSpec: &atev1.ActorTemplateSpec{}, aFlight: 1, want: "default/b"},
@@ -140,6 +142,11 @@ func TestVictimChoice(t *testing.T) {
 			aFlight: 1, aStreams: 1, want: "default/a", aOutcome: store.Suspended},
 		{name: "allowed streams do not cover other requests", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{AllowOpenStreams: true}},
 			aFlight: 2, aStreams: 1, want: "default/b"},
+		{name: "listening stream is activity by default", aSpec: &atev1.ActorTemplateSpec{}, aFlight: 1, aStreams: 1, aListeners: 1, want: "default/b"},
+		{name: "listening stream ignored with streams.idle ignore", aSpec: &atev1.ActorTemplateSpec{Streams: &atev1.StreamPolicy{Idle: "ignore"}},
+			aFlight: 1, aStreams: 1, aListeners: 1, want: "default/a", aOutcome: store.Suspended},
+		{name: "ignored listeners do not cover other requests", aSpec: &atev1.ActorTemplateSpec{Streams: &atev1.StreamPolicy{Idle: "ignore"}},
+			aFlight: 2, aStreams: 1, aListeners: 1, want: "default/b"},
 		{name: "not evictable", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}}, want: "default/b"},
 		{name: "higher priority stays", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: 5}}, want: "default/b"},
 		{name: "lower priority goes first", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: -5}}, want: "default/a", aOutcome: store.Suspended},
@@ -160,7 +167,7 @@ func TestVictimChoice(t *testing.T) {
 			e.resume(t, "b")
 			now := time.Now()
 			if !tc.aFresh {
-				e.streaming(t, "a", now.Add(-2*time.Second), tc.aFlight, tc.aStreams)
+				e.streaming(t, "a", now.Add(-2*time.Second), tc.aFlight, tc.aStreams, tc.aListeners)
 			}
 			// b was active after a, whose resume (fresh or not) came first.
 			e.served(t, "b", now, 0)

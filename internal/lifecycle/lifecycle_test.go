@@ -712,3 +712,42 @@ func TestInterruptedSuspendWaitsWhenUnsure(t *testing.T) {
 		t.Fatalf("actor after the unsure resume: %s, pending %q; want SUSPENDING with %q", got.State, got.PendingSnapshot, pending)
 	}
 }
+
+// TestIdleSuspendListeningStreams: an open listening stream keeps an
+// idle suspend refused by default, as any open request does, and is
+// ignored with streams.idle: ignore; other open requests still count.
+func TestIdleSuspendListeningStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		streams *atev1.StreamPolicy
+		act     node.Activity
+		ok      bool
+	}{
+		{"default counts the stream", nil, node.Activity{InFlight: 1, Streams: 1, Listeners: 1}, false},
+		{"ignore", &atev1.StreamPolicy{Idle: "ignore"}, node.Activity{InFlight: 1, Streams: 1, Listeners: 1}, true},
+		{"ignore leaves other requests", &atev1.StreamPolicy{Idle: "ignore"}, node.Activity{InFlight: 2, Streams: 1, Listeners: 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			must(t, e.st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "idle", UID: "idle-uid",
+				Phase: store.TemplateReady, GoldenSnapshot: "idle-uid/golden", ImageDigest: "sha256:idle",
+				Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}},
+					Idle: &atev1.IdlePolicy{After: "10s"}, Streams: tc.streams}}))
+			must(t, e.st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "b", UID: "b-uid", Template: "idle",
+				Lifecycle: store.Lifecycle{State: store.Suspended}}))
+			b, err := e.m.Resume(ctx, key("b"))
+			must(t, err)
+			act := tc.act
+			act.ActorUID, act.Last = "b-uid", time.Now().Add(-time.Hour)
+			e.node.setActivity(b.Worker, act)
+			_, err = e.m.PutAway(ctx, key("b"), checkpoint.Suspend, Why{Reason: store.ReasonIdle})
+			if tc.ok && err != nil {
+				t.Fatalf("idle suspend = %v, want it done", err)
+			}
+			if !tc.ok && !errors.Is(err, ErrFailedPrecondition) {
+				t.Fatalf("idle suspend = %v, want ErrFailedPrecondition", err)
+			}
+		})
+	}
+}

@@ -109,13 +109,18 @@ func (m *Manager) busy(ctx context.Context, a *store.Actor) error {
 	if !ok || act.ActorUID != a.UID {
 		return nil
 	}
-	_, idleAfter := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
+	var spec *atev1.ActorTemplateSpec // nil: the defaults
+	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
+		spec = tpl.Spec
+	}
+	idleAfter := spec.GetIdle().GetAfter()
 	after, err := time.ParseDuration(idleAfter)
 	if err != nil {
 		return nil // no idle policy: the caller's word stands
 	}
-	if act.InFlight > 0 {
-		return fmt.Errorf("%w: actor %s is not idle: %d requests open on its worker (through another router)", ErrFailedPrecondition, a.Key(), act.InFlight)
+	// With streams.idle: ignore, open listening streams do not count.
+	if open := streamPolicy(spec).Busy(act.InFlight, act.Listeners); open > 0 {
+		return fmt.Errorf("%w: actor %s is not idle: %d requests open on its worker (through another router)", ErrFailedPrecondition, a.Key(), open)
 	}
 	if since := time.Since(act.Last); since < after {
 		return fmt.Errorf("%w: actor %s is not idle: its worker served traffic %s ago, within idle.after %s (through another router)", ErrFailedPrecondition, a.Key(), since.Round(time.Millisecond), idleAfter)
@@ -432,7 +437,7 @@ func (m *Manager) PutAwayIfIdle(ctx context.Context, key names.ActorKey, uid str
 	now, last := time.Now(), a.StateTime
 	if n, ok := m.nodes.ForWorker(a.Worker); ok {
 		if act, ok := n.WorkerActivity(a.Worker); ok && act.ActorUID == uid {
-			if act.InFlight > 0 {
+			if streamPolicy(tpl.Spec).Busy(act.InFlight, act.Listeners) > 0 {
 				return now.Add(after), nil
 			}
 			last = act.Last

@@ -37,9 +37,9 @@ func New() *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	r, l, n, a := m.Router, m.Lifecycle, m.Node, m.Alarms
 	return []prometheus.Collector{
-		r.requests, r.activationWait, r.parked, r.failures,
+		r.requests, r.activationWait, r.parked, r.failures, r.heldStreams,
 		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters, l.expired,
-		n.standbyStarts,
+		n.standbyStarts, n.streamsEnded,
 		a.attempts, a.lateness,
 	}
 }
@@ -103,6 +103,7 @@ type Router struct {
 	activationWait *prometheus.HistogramVec
 	parked         prometheus.Gauge
 	failures       *prometheus.CounterVec
+	heldStreams    prometheus.Gauge
 }
 
 func newRouter() *Router {
@@ -124,6 +125,7 @@ func newRouter() *Router {
 			Name: "ate_router_failures_total",
 			Help: "Requests the router answered itself, by reason.",
 		}, []string{"reason"}),
+		heldStreams: newHeldStreams(),
 	}
 	for _, a := range activations {
 		for _, c := range codeClasses {
@@ -297,10 +299,11 @@ func outcome(err error) string {
 // Node is the node agent's collectors.
 type Node struct {
 	standbyStarts *prometheus.CounterVec
+	streamsEnded  prometheus.Counter
 }
 
 func newNode() *Node {
-	n := &Node{standbyStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+	n := &Node{streamsEnded: newStreamsEnded(), standbyStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ate_node_standby_starts_total",
 		Help: "Actor starts on this node, by whether a standby sandbox was ready for them.",
 	}, []string{"standby"})}

@@ -15,8 +15,10 @@ type Activity struct {
 	// is never reported for it.
 	ActorUID string
 	// InFlight counts requests being proxied now, Streams those of them
-	// that are streams (WebSocket upgrades, Server-Sent Events).
-	InFlight, Streams int
+	// that are streams (WebSocket upgrades, Server-Sent Events), and
+	// Listeners those streams that are listening streams
+	// (streams.IsListen: a GET for Server-Sent Events).
+	InFlight, Streams, Listeners int
 	// Served counts requests that ended since the actor started here.
 	Served uint64
 	// Started is when the actor started (or was restored) on the worker;
@@ -29,9 +31,9 @@ type Activity struct {
 // running on a container that is gone never counts against the worker's
 // next actor.
 type actorActivity struct {
-	inflight, streams int
-	served            uint64
-	started, last     time.Time
+	inflight, streams, listeners int
+	served                       uint64
+	started, last                time.Time
 }
 
 // WorkerActivity returns the activity of the actor worker hosts, ok false

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -33,12 +34,12 @@ func TestWorkerActivity(t *testing.T) {
 
 	var idle []string
 	n.SetIdleHandler(func(worker string) { idle = append(idle, worker) })
-	_, releaseStream, ok := n.enter(w, "a", true)
+	_, _, releaseStream, ok := n.enter(w, "a", wsRequest())
 	if !ok {
 		t.Fatal("stream not admitted")
 	}
-	_, releasePlain, _ := n.enter(w, "a", false)
-	_, releasePlain2, _ := n.enter(w, "a", false)
+	_, _, releasePlain, _ := n.enter(w, "a", plainRequest())
+	_, _, releasePlain2, _ := n.enter(w, "a", plainRequest())
 	if act, _ = n.WorkerActivity(w); act.InFlight != 3 || act.Streams != 1 {
 		t.Fatalf("with a stream and two requests open: %+v", act)
 	}
@@ -70,4 +71,24 @@ func TestWorkerActivity(t *testing.T) {
 	if act, _ = n.WorkerActivity(w); act.ActorUID != "b" || act.InFlight != 0 || act.Streams != 0 || act.Served != 0 {
 		t.Fatalf("b's activity after a's late stream ended: %+v", act)
 	}
+}
+
+// plainRequest, wsRequest and listenRequest are requests as the tunnel
+// classifies them: a real request, a stream that is not a listening one
+// (a WebSocket upgrade) and a listening stream (a GET for Server-Sent
+// Events).
+func plainRequest() *http.Request {
+	return httptest.NewRequest(http.MethodGet, "/", nil)
+}
+
+func wsRequest() *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/ws", nil)
+	r.Header.Set("Upgrade", "websocket")
+	return r
+}
+
+func listenRequest() *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/sse", nil)
+	r.Header.Set("Accept", "text/event-stream")
+	return r
 }

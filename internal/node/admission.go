@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"time"
+
+	"substrate.dev/ate/internal/streams"
 )
 
 // gate is one worker's tunnel admission and activity bookkeeping: which
@@ -33,6 +36,10 @@ type gate struct {
 	// cut is set when a checkpoint's drain grace ran out with requests
 	// still in flight; cleared by the next start (uncut).
 	cut bool
+	// ending is closed when a drain starts: the admitted incarnation's
+	// listening streams end then (cleanly, see NewTunnel) instead of
+	// holding the checkpoint for its grace. open makes a new one.
+	ending chan struct{}
 }
 
 // open admits requests for actorUID to container's port from now on.
@@ -42,6 +49,7 @@ func (g *gate) open(actorUID, container string, port int) {
 	now := time.Now()
 	g.actorUID, g.container, g.port = actorUID, container, port
 	g.act = &actorActivity{started: now, last: now}
+	g.ending = make(chan struct{})
 }
 
 // close stops admitting: the worker hosts nothing. inflight stays:
@@ -94,15 +102,26 @@ func (g *gate) hosted() string {
 	return g.actorUID
 }
 
-// enter admits one request (a stream if stream) for actorUID. ok is false
-// when the gate does not admit that actor or is draining; otherwise
-// release must be called when the request ends, and reports whether the
-// actor then has no request in flight but streams.
-func (g *gate) enter(actorUID string, stream bool) (container string, port int, release func() (idle bool), ok bool) {
+// admission is what gate.enter hands an admitted request.
+type admission struct {
+	container string
+	port      int
+	// ending is closed when a drain starts; nil (never closed) unless
+	// the request is a listening stream.
+	ending <-chan struct{}
+	// release must be called when the request ends; it reports whether
+	// the actor then has no request in flight but streams.
+	release func() (idle bool)
+}
+
+// enter admits one request for actorUID: a stream if stream, a
+// listening stream (streams.IsListen, a stream too) if listen. ok is
+// false when the gate does not admit that actor or is draining.
+func (g *gate) enter(actorUID string, stream, listen bool) (adm admission, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if actorUID == "" || g.actorUID != actorUID || g.draining {
-		return "", 0, nil, false
+		return admission{}, false
 	}
 	g.inflight++
 	// open set act with actorUID; the request keeps its incarnation's
@@ -113,7 +132,12 @@ func (g *gate) enter(actorUID string, stream bool) (container string, port int, 
 	if stream {
 		act.streams++
 	}
-	return g.container, g.port, func() (idle bool) {
+	if listen {
+		act.listeners++
+		adm.ending = g.ending
+	}
+	adm.container, adm.port = g.container, g.port
+	adm.release = func() (idle bool) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.inflight--
@@ -123,21 +147,30 @@ func (g *gate) enter(actorUID string, stream bool) (container string, port int, 
 		if stream {
 			act.streams--
 		}
+		if listen {
+			act.listeners--
+		}
 		idle = act.inflight == act.streams && g.act == act
 		if g.inflight == 0 && g.drained != nil {
 			close(g.drained)
 			g.drained = nil
 		}
 		return idle
-	}, true
+	}
+	return adm, true
 }
 
-// drain stops admitting and waits until in-flight requests end, grace
-// passes or ctx ends. cutOff reports that grace ran out with requests
-// still in flight: the checkpoint that follows cuts them off.
+// drain stops admitting, ends listening streams (closes ending) and
+// waits until in-flight requests end, grace passes or ctx ends. cutOff
+// reports that grace ran out with requests still in flight: the
+// checkpoint that follows cuts them off.
 func (g *gate) drain(ctx context.Context, grace time.Duration) (cutOff bool) {
 	g.mu.Lock()
 	g.draining = true
+	if g.ending != nil {
+		close(g.ending)
+		g.ending = nil
+	}
 	if g.inflight == 0 {
 		g.mu.Unlock()
 		return false
@@ -184,28 +217,29 @@ func (g *gate) activity() (Activity, bool) {
 		return Activity{}, false
 	}
 	a := g.act
-	return Activity{ActorUID: g.actorUID, InFlight: a.inflight, Streams: a.streams, Served: a.served,
-		Started: a.started, Last: a.last}, true
+	return Activity{ActorUID: g.actorUID, InFlight: a.inflight, Streams: a.streams, Listeners: a.listeners,
+		Served: a.served, Started: a.started, Last: a.last}, true
 }
 
 // The tunnel's view of the node (tunnel.go, cut.go): these three are all
 // it asks of the workers.
 
-// enter admits one tunnel request (a stream if stream) for actorUID on
-// worker. ok is false when the worker does not host that actor or is
-// draining it for a checkpoint; otherwise release must be called when the
-// request ends.
-func (n *Node) enter(worker, actorUID string, stream bool) (t tunnelTarget, release func(), ok bool) {
+// enter admits one tunnel request r for actorUID on worker. ok is false
+// when the worker does not host that actor or is draining it for a
+// checkpoint; otherwise release must be called when the request ends,
+// and ending (nil unless r is a listening stream) is closed when a
+// checkpoint starts draining the worker.
+func (n *Node) enter(worker, actorUID string, r *http.Request) (t tunnelTarget, ending <-chan struct{}, release func(), ok bool) {
 	s, err := n.slot(worker)
 	if err != nil || n.fenced.Load() {
-		return tunnelTarget{}, nil, false
+		return tunnelTarget{}, nil, nil, false
 	}
-	container, port, done, ok := s.gate.enter(actorUID, stream)
+	adm, ok := s.gate.enter(actorUID, isStream(r), streams.IsListen(r))
 	if !ok {
-		return tunnelTarget{}, nil, false
+		return tunnelTarget{}, nil, nil, false
 	}
-	return tunnelTarget{worker: worker, container: container, port: port, sb: s.sb}, func() {
-		if idle := done(); idle {
+	return tunnelTarget{worker: worker, container: adm.container, port: adm.port, sb: s.sb}, adm.ending, func() {
+		if idle := adm.release(); idle {
 			if f := n.onIdle.Load(); f != nil {
 				(*f)(worker)
 			}

@@ -258,7 +258,7 @@ func TestRestoreHook(t *testing.T) {
 			var calls []string
 			rt.setHook(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
-				_, release, admitted := n.enter(req.Worker, req.ActorUID, false)
+				_, _, release, admitted := n.enter(req.Worker, req.ActorUID, plainRequest())
 				if admitted {
 					release()
 				}
@@ -290,7 +290,7 @@ func TestRestoreHook(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Start: %v", err)
 				}
-				_, release, ok := n.enter(req.Worker, req.ActorUID, false)
+				_, _, release, ok := n.enter(req.Worker, req.ActorUID, plainRequest())
 				if !ok {
 					t.Fatal("tunnel refuses the actor after Start returned")
 				}
@@ -303,7 +303,7 @@ func TestRestoreHook(t *testing.T) {
 			if id, ok := rt.Container(req.Worker); ok {
 				t.Fatalf("worker still hosts container %s after a failed hook", id)
 			}
-			if _, _, ok := n.enter(req.Worker, req.ActorUID, false); ok {
+			if _, _, _, ok := n.enter(req.Worker, req.ActorUID, plainRequest()); ok {
 				t.Fatal("tunnel admits the actor after its start failed")
 			}
 		})

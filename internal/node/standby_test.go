@@ -229,7 +229,7 @@ func TestStopKeepsInflightCount(t *testing.T) {
 	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 		t.Fatal(err)
 	}
-	_, release, ok := n.enter(w, "a", false)
+	_, _, release, ok := n.enter(w, "a", plainRequest())
 	if !ok {
 		t.Fatal("request not admitted")
 	}

@@ -131,6 +131,9 @@ func (n *Node) NewTunnel() http.Handler {
 		// have its own answer replaced by the router's error.
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(tunnelproto.HeaderError)
+			if le, ok := resp.Request.Context().Value(listenKey).(*listenEnd); ok {
+				resp.Body = le.wrap(resp.Body)
+			}
 			return nil
 		},
 		// The answer names no cause: err carries interior addresses,
@@ -139,6 +142,15 @@ func (n *Node) NewTunnel() http.Handler {
 		// with the router's request id; the router replaces the
 		// marked answer with its own (tunnelproto.WriteError).
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(context.Cause(r.Context()), errListenEnded) {
+				// A checkpoint drained the worker before the actor
+				// answered this listening stream: the actor's answer
+				// would have been ended at once anyway, so the router
+				// resolves the actor again, as for any request the
+				// draining tunnel refused.
+				http.Error(w, "worker "+r.Header.Get(tunnelproto.HeaderWorker)+" is draining", tunnelproto.StatusStale)
+				return
+			}
 			cut := errors.Is(context.Cause(r.Context()), errCut)
 			if errors.Is(err, context.Canceled) && !cut {
 				return // the router gave up on the request
@@ -164,7 +176,7 @@ func (n *Node) NewTunnel() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		worker, uid := r.Header.Get(tunnelproto.HeaderWorker), r.Header.Get(tunnelproto.HeaderActorUID)
-		t, release, ok := n.enter(worker, uid, isStream(r))
+		t, ending, release, ok := n.enter(worker, uid, r)
 		if !ok {
 			n.log.DebugContext(r.Context(), "stale assignment", slog.String("worker", worker), slog.String("uid", uid))
 			http.Error(w, "worker "+worker+" does not host this actor now", tunnelproto.StatusStale)
@@ -181,6 +193,11 @@ func (n *Node) NewTunnel() http.Handler {
 		ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), targetKey, t))
 		defer cancel(nil)
 		defer cuts.track(t, cancel)()
+		if ending != nil {
+			le := &listenEnd{cancel: cancel, metrics: n.cfg.Metrics}
+			ctx = context.WithValue(ctx, listenKey, le)
+			go le.watch(ctx, ending)
+		}
 		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

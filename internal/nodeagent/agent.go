@@ -433,7 +433,7 @@ func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
 			continue
 		}
 		hb.Activity = append(hb.Activity, &atev1.WorkerActivity{Worker: w.Name, ActorUid: act.ActorUID,
-			InFlight: int32(act.InFlight), Streams: int32(act.Streams), Served: act.Served,
+			InFlight: int32(act.InFlight), Streams: int32(act.Streams), Listeners: int32(act.Listeners), Served: act.Served,
 			Started: timestamppb.New(act.Started), Last: timestamppb.New(act.Last)})
 	}
 	for key, workers := range a.cfg.Node.Standbys() {

@@ -137,7 +137,7 @@ func (r *Remote) heard(hb *atev1.NodeHeartbeat) {
 	act := make(map[string]node.Activity, len(hb.GetActivity()))
 	for _, a := range hb.GetActivity() {
 		act[a.GetWorker()] = node.Activity{ActorUID: a.GetActorUid(), InFlight: int(a.GetInFlight()),
-			Streams: int(a.GetStreams()), Served: a.GetServed(), Started: a.GetStarted().AsTime(), Last: a.GetLast().AsTime()}
+			Streams: int(a.GetStreams()), Listeners: int(a.GetListeners()), Served: a.GetServed(), Started: a.GetStarted().AsTime(), Last: a.GetLast().AsTime()}
 	}
 	sb := make(map[string][]string, len(hb.GetStandbys()))
 	for _, s := range hb.GetStandbys() {

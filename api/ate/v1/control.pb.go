@@ -1349,7 +1349,10 @@ type ActorTemplateSpec struct {
 	// random seeds included) or "coldBoot" (boot the image afresh).
 	NewActors string `protobuf:"bytes,13,opt,name=new_actors,json=newActors,proto3" json:"new_actors,omitempty"`
 	// ttl deletes actors of the template left unused (docs/actors.md, Expiry).
-	Ttl           *TTLPolicy `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *TTLPolicy `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// streams says how long-lived event streams weigh on idleness and
+	// wake-ups (docs/actors.md, Long-lived streams).
+	Streams       *StreamPolicy `protobuf:"bytes,15,opt,name=streams,proto3" json:"streams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1478,6 +1481,13 @@ func (x *ActorTemplateSpec) GetNewActors() string {
 func (x *ActorTemplateSpec) GetTtl() *TTLPolicy {
 	if x != nil {
 		return x.Ttl
+	}
+	return nil
+}
+
+func (x *ActorTemplateSpec) GetStreams() *StreamPolicy {
+	if x != nil {
+		return x.Streams
 	}
 	return nil
 }
@@ -3619,6 +3629,71 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 	return nil
 }
 
+// StreamPolicy is how an actor's listening streams are treated. A
+// listening stream is a GET request asking for Server-Sent Events (its
+// Accept names text/event-stream) that is not a protocol upgrade: the
+// client only listens on it, and what the server sends on it (keep-alives,
+// notifications) is the server's doing, not a client's use.
+type StreamPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// idle is "count" (the default: an open listening stream keeps the
+	// actor RUNNING, as any open request does) or "ignore" (the idle
+	// policy and eviction act as if open listening streams were not there;
+	// their start still counts as traffic).
+	Idle string `protobuf:"bytes,1,opt,name=idle,proto3" json:"idle,omitempty"`
+	// wake_on is "any" (the default: every request resumes the actor) or
+	// "request": a listening stream to an actor that is not RUNNING is held
+	// by the router, without resuming it, until the actor runs again (a
+	// real request, anything that is not a listening stream, resumed it).
+	WakeOn        string `protobuf:"bytes,2,opt,name=wake_on,json=wakeOn,proto3" json:"wake_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamPolicy) Reset() {
+	*x = StreamPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamPolicy) ProtoMessage() {}
+
+func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamPolicy.ProtoReflect.Descriptor instead.
+func (*StreamPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *StreamPolicy) GetIdle() string {
+	if x != nil {
+		return x.Idle
+	}
+	return ""
+}
+
+func (x *StreamPolicy) GetWakeOn() string {
+	if x != nil {
+		return x.WakeOn
+	}
+	return ""
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -3703,7 +3778,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\x9e\x06\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xce\x06\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -3723,7 +3798,8 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"on_restore\x18\f \x01(\v2\x13.ate.v1.RestoreHookR\tonRestore\x12\x1d\n" +
 	"\n" +
 	"new_actors\x18\r \x01(\tR\tnewActors\x12#\n" +
-	"\x03ttl\x18\x0e \x01(\v2\x11.ate.v1.TTLPolicyR\x03ttl\x1aA\n" +
+	"\x03ttl\x18\x0e \x01(\v2\x11.ate.v1.TTLPolicyR\x03ttl\x12.\n" +
+	"\astreams\x18\x0f \x01(\v2\x14.ate.v1.StreamPolicyR\astreams\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
@@ -3879,7 +3955,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x14\n" +
 	"\x12RemoveNodeResponse\"7\n" +
 	"\x11ListNodesResponse\x12\"\n" +
-	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes*\x97\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes\";\n" +
+	"\fStreamPolicy\x12\x12\n" +
+	"\x04idle\x18\x01 \x01(\tR\x04idle\x12\x17\n" +
+	"\awake_on\x18\x02 \x01(\tR\x06wakeOn*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -3943,7 +4022,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -4005,112 +4084,114 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*RemoveNodeRequest)(nil),           // 57: ate.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),          // 58: ate.v1.RemoveNodeResponse
 	(*ListNodesResponse)(nil),           // 59: ate.v1.ListNodesResponse
-	nil,                                 // 60: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 61: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 62: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 63: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 64: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 65: google.protobuf.Timestamp
+	(*StreamPolicy)(nil),                // 60: ate.v1.StreamPolicy
+	nil,                                 // 61: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 62: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 63: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 64: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 65: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 66: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	65, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	66, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	65, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	65, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	65, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	66, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	66, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	66, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	65, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	66, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	60, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	61, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	61, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	62, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
 	27, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
 	25, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
 	24, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	26, // 20: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	23, // 21: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	28, // 22: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	65, // 23: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	29, // 24: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	29, // 25: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 26: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	62, // 27: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	65, // 28: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	65, // 29: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	65, // 30: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 31: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	36, // 32: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	36, // 33: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	63, // 34: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 35: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 36: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	65, // 37: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	48, // 38: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	64, // 39: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	51, // 40: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	65, // 41: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	54, // 42: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	10, // 43: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 44: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 45: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 46: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 47: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 48: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 49: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 50: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 51: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 52: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 53: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 54: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 55: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 56: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 57: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 58: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 59: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 60: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 61: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 62: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 63: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 64: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 65: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 66: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 67: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	9,  // 68: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 69: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 70: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 71: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 72: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 73: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 74: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 75: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 76: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 77: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 78: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 79: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 80: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 81: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 82: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 83: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 84: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 85: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 86: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 87: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 88: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 89: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 90: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 91: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 92: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	68, // [68:93] is the sub-list for method output_type
-	43, // [43:68] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	60, // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
+	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	66, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	63, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	66, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	66, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	66, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	36, // 33: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	36, // 34: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	64, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 36: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 37: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	66, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	48, // 39: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	65, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	51, // 41: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	66, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	54, // 43: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	10, // 44: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 45: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 46: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 47: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 48: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 49: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 50: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 51: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 52: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 53: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 54: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 55: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 56: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 57: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 58: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 59: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 60: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 61: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 62: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 63: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 64: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 65: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 66: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 67: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 68: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	9,  // 69: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 70: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 71: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 72: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 73: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 74: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 75: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 76: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 77: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 78: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 79: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 80: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 81: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 82: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 83: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 84: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 85: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 86: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 87: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 88: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 89: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 90: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 91: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 92: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 93: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	69, // [69:94] is the sub-list for method output_type
+	44, // [44:69] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -4125,7 +4206,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

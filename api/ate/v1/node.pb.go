@@ -1054,14 +1054,17 @@ func (x *NodeWorker) GetHostedActorUid() string {
 
 // WorkerActivity is what the worker tunnel saw of the actor a worker hosts.
 type WorkerActivity struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
-	InFlight      int32                  `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	Streams       int32                  `protobuf:"varint,4,opt,name=streams,proto3" json:"streams,omitempty"`
-	Served        uint64                 `protobuf:"varint,5,opt,name=served,proto3" json:"served,omitempty"`
-	Started       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started,proto3" json:"started,omitempty"`
-	Last          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last,proto3" json:"last,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Worker   string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	InFlight int32                  `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Streams  int32                  `protobuf:"varint,4,opt,name=streams,proto3" json:"streams,omitempty"`
+	Served   uint64                 `protobuf:"varint,5,opt,name=served,proto3" json:"served,omitempty"`
+	Started  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started,proto3" json:"started,omitempty"`
+	Last     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last,proto3" json:"last,omitempty"`
+	// listeners counts the streams that are listening streams: GET
+	// requests for Server-Sent Events, no upgrade (StreamPolicy).
+	Listeners     int32 `protobuf:"varint,8,opt,name=listeners,proto3" json:"listeners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1143,6 +1146,13 @@ func (x *WorkerActivity) GetLast() *timestamppb.Timestamp {
 		return x.Last
 	}
 	return nil
+}
+
+func (x *WorkerActivity) GetListeners() int32 {
+	if x != nil {
+		return x.Listeners
+	}
+	return 0
 }
 
 // Standby says which free workers hold a sandbox prepared for a template
@@ -1839,7 +1849,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x10hosted_actor_uid\x18\x03 \x01(\tR\x0ehostedActorUid\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x02\n" +
 	"\x0eWorkerActivity\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1b\n" +
@@ -1847,7 +1857,8 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\astreams\x18\x04 \x01(\x05R\astreams\x12\x16\n" +
 	"\x06served\x18\x05 \x01(\x04R\x06served\x124\n" +
 	"\astarted\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\astarted\x12.\n" +
-	"\x04last\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04last\"5\n" +
+	"\x04last\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x1c\n" +
+	"\tlisteners\x18\b \x01(\x05R\tlisteners\"5\n" +
 	"\aStandby\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aworkers\x18\x02 \x03(\tR\aworkers\"\xe7\x01\n" +

@@ -7,6 +7,7 @@
 //
 //	GET /         increments the count, answers "count=N\n"
 //	GET /healthz  answers "ok\n" without counting (the wakeup probe)
+//	GET /events   a Server-Sent Events stream of keep-alive comments
 //
 // The count is the container's whole state. Checkpoint writes it as a small
 // file (StateFile) into the image directory and Restore reads it back, so the
@@ -23,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -469,6 +471,29 @@ func newContainer(id, slot string, port int, count int64, log *slog.Logger) *con
 	mux.HandleFunc("GET /header", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(r.URL.Query().Get("name"), r.URL.Query().Get("value"))
 		fmt.Fprint(w, "ok\n")
+	})
+	// GET /events?every=MS is a Server-Sent Events stream that sends a
+	// keep-alive comment at once and then every MS milliseconds (default
+	// 1000) until the client leaves: a listening stream.
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {
+		every, err := strconv.Atoi(r.URL.Query().Get("every"))
+		if err != nil || every <= 0 {
+			every = 1000
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		tick := time.NewTicker(time.Duration(every) * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
 	})
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}

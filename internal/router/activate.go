@@ -86,6 +86,13 @@ type activator struct {
 	// Assigned per actor. Both keyed by ActorKey.String().
 	flights coalesce.Group
 	checks  coalesce.Group
+	// looks runs one Lookup per actor at a time for held listening
+	// streams (hold.go).
+	looks coalesce.Group
+	// draining is closed, once (drainOnce), when the router drains: held
+	// listening streams are then answered (errHeldDrain).
+	draining  chan struct{}
+	drainOnce sync.Once
 
 	mu sync.Mutex
 	// actors is what the router knows per actor; guarded by mu, as are
@@ -102,8 +109,14 @@ type actorState struct {
 	// reached, so a stale one costs one failed attempt.
 	target Target
 	// open counts requests being proxied to the actor, streams and
-	// WebSockets included.
-	open int
+	// WebSockets included; listens those of them that are listening
+	// streams (streams.IsListen).
+	open, listens int
+	// held counts listening streams waiting, without resuming the actor,
+	// for it to run (hold.go); woken, when not nil, is closed (and
+	// cleared) by the next store of a target, which they wait for.
+	held  int
+	woken chan struct{}
 	// last is when a request to the actor last started or ended, or its
 	// target was stored; reported is the last activity sent to the
 	// control plane.
@@ -117,15 +130,17 @@ type actorState struct {
 
 func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 	return &activator{
-		res:     res,
-		logger:  logger,
-		metrics: cfg.Metrics,
-		budget:  cfg.ParkBudget,
-		grace:   cfg.ParkGrace,
-		parkMax: int64(cfg.ParkMax),
-		flights: coalesce.Group{Timeout: cfg.ParkBudget},
-		checks:  coalesce.Group{Timeout: assignedCheckTimeout},
-		actors:  make(map[names.ActorKey]*actorState),
+		res:      res,
+		logger:   logger,
+		metrics:  cfg.Metrics,
+		budget:   cfg.ParkBudget,
+		grace:    cfg.ParkGrace,
+		parkMax:  int64(cfg.ParkMax),
+		flights:  coalesce.Group{Timeout: cfg.ParkBudget},
+		checks:   coalesce.Group{Timeout: assignedCheckTimeout},
+		looks:    coalesce.Group{Timeout: holdLookupTimeout},
+		draining: make(chan struct{}),
+		actors:   make(map[names.ActorKey]*actorState),
 	}
 }
 
@@ -139,12 +154,21 @@ type resolution struct {
 
 // target returns key's RUNNING target and how this request got it (how
 // long it waited, whether an actor was evicted for it), and counts the
-// request as open on the actor: the caller must call done(key) when it
-// ends. Errors are the Resolver's (wrapped), errParkFull, errParkBudget,
-// errParkGrace, or the cause of ctx ending.
-func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, activated, error) {
-	if t, ok := a.acquireCached(key); ok {
+// request as open on the actor: the caller must call done(key, listen)
+// when it ends. A listening stream (listen) to an actor whose policy says
+// wakeOn: request is held until the actor runs (hold). Errors are the
+// Resolver's (wrapped), errParkFull, errParkBudget, errParkGrace,
+// errHeldDrain, or the cause of ctx ending.
+func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool) (Target, activated, error) {
+	if t, ok := a.acquireCached(key, listen); ok {
 		return t, activated{how: activationWarm}, nil
+	}
+	if listen {
+		t, act, held, err := a.hold(ctx, key)
+		if err != nil || held {
+			return t, act, err
+		}
+		// The actor's policy lets any request wake it: park as usual.
 	}
 	n, ok := a.admit()
 	if !ok {
@@ -159,7 +183,7 @@ func (a *activator) target(ctx context.Context, key names.ActorKey) (Target, act
 	if err != nil {
 		return Target{}, activated{}, fmt.Errorf("wait for %s: %w", key, err)
 	}
-	a.acquire(key)
+	a.acquire(key, listen)
 	act := activated{how: activationJoined, waited: time.Since(start), evicted: r.evicted}
 	switch {
 	case !r.resumed:
@@ -328,39 +352,61 @@ func (a *activator) store(key names.ActorKey, t Target) {
 	defer a.mu.Unlock()
 	st := a.entry(key)
 	st.target, st.last = t, time.Now()
+	if st.woken != nil {
+		close(st.woken)
+		st.woken = nil
+	}
 }
 
-// acquireCached returns key's cached target and counts a request open on
-// it, or reports false when there is none.
-func (a *activator) acquireCached(key names.ActorKey) (Target, bool) {
+// acquireCached returns key's cached target and counts a request (a
+// listening stream if listen) open on it, or reports false when there is
+// none.
+func (a *activator) acquireCached(key names.ActorKey, listen bool) (Target, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.actors[key]
 	if !ok || st.target == (Target{}) {
 		return Target{}, false
 	}
-	st.open++
-	st.last = time.Now()
+	st.opened(listen)
 	return st.target, true
 }
 
-// acquire counts a request open on key.
-func (a *activator) acquire(key names.ActorKey) {
+// acquire counts a request (a listening stream if listen) open on key.
+func (a *activator) acquire(key names.ActorKey, listen bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := a.entry(key)
+	a.entry(key).opened(listen)
+}
+
+// opened counts a request open; a.mu must be held. Its start is
+// traffic, a listening stream's included.
+func (st *actorState) opened(listen bool) {
 	st.open++
+	if listen {
+		st.listens++
+	}
 	st.last = time.Now()
 }
 
-// done ends a request counted by target.
-func (a *activator) done(key names.ActorKey) {
+// done ends a request counted by target (with the same listen).
+func (a *activator) done(key names.ActorKey, listen bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if st, ok := a.actors[key]; ok {
 		st.open--
+		if listen {
+			st.listens--
+		}
 		st.last = time.Now()
 	}
+}
+
+// busy counts the open requests that keep the actor from being idle:
+// all of them, or all but its listening streams if its policy ignores
+// them. a.mu must be held.
+func (st *actorState) busy() int {
+	return st.target.Policy.Streams.Busy(st.open, st.listens)
 }
 
 // resolving marks whether a shared resolution of key runs, and returns

@@ -70,14 +70,19 @@ func NewControlResolver(client atev1.ControlClient, logger *slog.Logger) *Contro
 }
 
 // Lookup implements Resolver with GetActor: ok is true only for a RUNNING
-// actor.
+// actor; for another, the policy comes from the template (cached per
+// incarnation, like a running actor's).
 func (c *ControlResolver) Lookup(ctx context.Context, key names.ActorKey) (Target, bool, error) {
 	a, err := c.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: key.Atespace, Name: key.Name})
 	if err != nil {
 		return Target{}, false, fmt.Errorf("get actor %s: %w", key, fromControl(err))
 	}
 	if a.GetState() != atev1.ActorState_RUNNING {
-		return Target{}, false, nil
+		p, err := c.policies.get(ctx, a)
+		if err != nil {
+			return Target{}, false, err
+		}
+		return Target{Actor: key, UID: a.GetUid(), Policy: p}, false, nil
 	}
 	t, err := c.target(ctx, key, a)
 	if err != nil {

@@ -158,6 +158,9 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 	case errors.Is(err, errStale):
 		return failure{reason: "stale", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"actor %s moved while the request was in flight; retry", actor)}
+	case errors.Is(err, errHeldDrain):
+		return failure{reason: "held_draining", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"this router is shutting down while actor %s sleeps; reconnect the stream", actor)}
 	case errors.Is(err, context.Canceled):
 		return clientClosed()
 	}

@@ -14,6 +14,7 @@ import (
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/streams"
 )
 
 // Activation response headers. HeaderActivation is set on proxied
@@ -95,7 +96,12 @@ var _ httpserve.Drainer = (*Handler)(nil)
 
 // Drain makes /readyz answer 503 from now on, so load balancers take the
 // router out of rotation; requests are still served.
-func (h *Handler) Drain() { h.draining.Store(true) }
+// Listening streams held for a sleeping actor (hold.go) are answered 503
+// with Retry-After, so their clients reconnect through another router.
+func (h *Handler) Drain() {
+	h.draining.Store(true)
+	h.act.drain()
+}
 
 // InFlight returns how many requests are being served: parked, proxied,
 // streaming or upgraded.
@@ -216,13 +222,14 @@ func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Log
 // t is the target tried, zero when activation failed, and how its
 // activation ("" when it failed).
 func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) (Target, activation, error) {
-	t, act, err := h.act.target(r.Context(), key)
+	listen := streams.IsListen(r)
+	t, act, err := h.act.target(r.Context(), key, listen)
 	if err != nil {
 		return Target{}, "", err
 	}
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
-	defer h.act.done(key)
+	defer h.act.done(key, listen)
 	err = h.forward(w, r, t, act, rid)
 	if err != nil && r.Context().Err() == nil && !errors.Is(err, errRouteTimeout) && !appFailed(err) {
 		// Whatever went wrong, the next request should look again. A

@@ -24,7 +24,8 @@ const (
 // Start runs the router's background work until ctx ends: every
 // Config.IdleCheckInterval it pauses or suspends (Config.Idler) RUNNING
 // actors that have had no traffic for their template's idle.after — a
-// request in flight, an open stream or WebSocket counts as traffic — and
+// request in flight, an open stream or WebSocket counts as traffic, a
+// listening stream unless the template's streams.idle is ignore — and
 // every Config.ActivityInterval it reports the activity it saw since the
 // last report (Config.Activity). When ctx ends it waits for the pauses
 // and suspends it started (they are cancelled with ctx), sends a last
@@ -133,7 +134,7 @@ func (a *activator) idleActors(now time.Time) []idleActor {
 	var out []idleActor
 	for key, st := range a.actors {
 		after := st.target.Policy.IdleAfter
-		if st.target == (Target{}) || after <= 0 || st.open > 0 || st.away != nil || now.Sub(st.last) < after {
+		if st.target == (Target{}) || after <= 0 || st.busy() > 0 || st.away != nil || now.Sub(st.last) < after {
 			continue
 		}
 		st.away = make(chan struct{})
@@ -158,8 +159,8 @@ func (a *activator) back(key names.ActorKey) {
 }
 
 // openRefresh is how often an actor with a request open (a long stream,
-// a WebSocket) but no request starting or ending is reported as active
-// again. Each report is a store write, so reporting such actors on every
+// a WebSocket; not a listening stream its policy ignores) but no request
+// starting or ending is reported as active again. Each report is a store write, so reporting such actors on every
 // round would cost one write per open stream every ActivityInterval.
 const openRefresh = 30 * time.Second
 
@@ -177,7 +178,7 @@ func (a *activator) unreported(now time.Time) []Activity {
 			continue
 		}
 		last := st.last
-		if st.open > 0 && now.Sub(st.reported) >= openRefresh {
+		if st.busy() > 0 && now.Sub(st.reported) >= openRefresh {
 			last = now
 		}
 		if last.After(st.reported) {
@@ -204,7 +205,7 @@ func (a *activator) prune(noReports bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for key, st := range a.actors {
-		if st.target == (Target{}) && st.open == 0 && st.away == nil && !st.resolving && (noReports || !st.last.After(st.reported)) {
+		if st.target == (Target{}) && st.open == 0 && st.held == 0 && st.away == nil && !st.resolving && (noReports || !st.last.After(st.reported)) {
 			delete(a.actors, key)
 		}
 	}

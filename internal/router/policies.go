@@ -9,6 +9,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/streams"
 )
 
 // policyCache holds the policy of each actor incarnation's template,
@@ -65,12 +66,18 @@ func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 // policyOf reads the router's policy from a template spec. Zero timeouts
 // stay zero (the router's defaults apply). An empty idle.after, or one of
 // zero, disables idle handling; an empty idle.action means suspend
-// (checkpoint.ParseAction). On error the timeouts are still returned.
+// (checkpoint.ParseAction); empty streams fields are streams.Parse's
+// defaults. On error the timeouts are still returned.
 func policyOf(spec *atev1.ActorTemplateSpec) (Policy, error) {
 	p := Policy{
 		RouteTimeout:      time.Duration(spec.GetRouteTimeoutSeconds()) * time.Second,
 		StreamIdleTimeout: time.Duration(spec.GetStreamIdleTimeoutSeconds()) * time.Second,
 	}
+	sp, err := streams.Parse(spec.GetStreams().GetIdle(), spec.GetStreams().GetWakeOn())
+	if err != nil {
+		return p, err
+	}
+	p.Streams = sp
 	after := spec.GetIdle().GetAfter()
 	if after == "" {
 		return p, nil

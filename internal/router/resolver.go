@@ -7,6 +7,7 @@ import (
 
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/streams"
 )
 
 // Target is where an actor's traffic goes right now: the worker tunnel that
@@ -37,6 +38,10 @@ type Policy struct {
 	// 0 disables idle handling.
 	IdleAfter  time.Duration
 	IdleAction checkpoint.Action
+	// Streams is how listening streams (streams.IsListen) weigh on
+	// idleness (Streams.IgnoreIdle) and whether they resume the actor
+	// (Streams.WakeOnRequest: no, they are held; hold.go).
+	Streams streams.Policy
 }
 
 // Resumption is what a Resume did besides waking the actor.
@@ -86,7 +91,9 @@ var (
 // has budget left.
 type Resolver interface {
 	// Lookup returns the actor's target when it is RUNNING; ok is false when
-	// it exists but is not running.
+	// it exists but is not running, and t then carries only Actor, UID
+	// and Policy (a zero Policy when the resolver does not know it), which
+	// tell the router whether a listening stream may resume the actor.
 	Lookup(ctx context.Context, key names.ActorKey) (t Target, ok bool, err error)
 	// Resume wakes the actor (waiting for a free worker until ctx ends) and
 	// returns its target once it is RUNNING and ready, with what the

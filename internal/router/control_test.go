@@ -192,8 +192,10 @@ func TestControlResolver(t *testing.T) {
 	}{
 		{name: "lookup running", actors: actor(atev1.ActorState_RUNNING, "w1"), workers: []*atev1.Worker{w1},
 			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
-		{name: "lookup suspended", actors: actor(atev1.ActorState_SUSPENDED, ""), wantOK: false},
-		{name: "lookup resuming is not running", actors: actor(atev1.ActorState_RESUMING, "w1"), wantOK: false},
+		// Not running: the incarnation and its template's policy only,
+		// for a listening stream to decide whether it may wake the actor.
+		{name: "lookup suspended", actors: actor(atev1.ActorState_SUSPENDED, ""), want: Target{Actor: key, UID: "u1"}, wantOK: false},
+		{name: "lookup resuming is not running", actors: actor(atev1.ActorState_RESUMING, "w1"), want: Target{Actor: key, UID: "u1"}, wantOK: false},
 		{name: "lookup unknown actor", actors: nil, wantErr: ErrActorNotFound, wantCode: codes.NotFound},
 		{name: "lookup running on an unlisted worker", actors: actor(atev1.ActorState_RUNNING, "w9"), workers: []*atev1.Worker{w1},
 			wantErr: ErrResumeFailed, wantLists: 1},

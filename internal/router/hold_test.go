@@ -41,7 +41,8 @@ func TestIdleListeningStreams(t *testing.T) {
 			cfg := Config{Idler: idler, Activity: idler, IdleCheckInterval: 10 * time.Millisecond, ActivityInterval: 20 * time.Millisecond}
 			srv, h := newRouter(t, cfg, warmResolver(t, holdTunnel(t, release), p))
 			startLoop(t, h)
-			go get(t, srv, appHost, "/hold", tt.header)
+			streamed := make(chan reply, 1)
+			go func() { streamed <- get(t, srv, appHost, "/hold", tt.header) }()
 			testwait.Until(t, "the stream to open", func() bool { return h.InFlight() == 1 })
 			open := time.Now()
 			if tt.away {

@@ -12,6 +12,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/streams"
 )
 
 func TestPolicyOf(t *testing.T) {
@@ -31,6 +32,10 @@ func TestPolicyOf(t *testing.T) {
 		{name: "idle after 0 is off", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "0", Action: "pause"}},
 			want: Policy{}},
 		{name: "bad duration", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 9, Idle: &atev1.IdlePolicy{After: "soon"}},
+			want: Policy{RouteTimeout: 9 * time.Second}, wantErr: true},
+		{name: "streams", spec: &atev1.ActorTemplateSpec{Streams: &atev1.StreamPolicy{Idle: "ignore", WakeOn: "request"}},
+			want: Policy{Streams: streams.Policy{IgnoreIdle: true, WakeOnRequest: true}}},
+		{name: "bad streams", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 9, Streams: &atev1.StreamPolicy{WakeOn: "never"}},
 			want: Policy{RouteTimeout: 9 * time.Second}, wantErr: true},
 		{name: "bad action", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "1m", Action: "freeze"}},
 			want: Policy{}, wantErr: true},

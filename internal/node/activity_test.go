@@ -34,8 +34,8 @@ func TestWorkerActivity(t *testing.T) {
 
 	var idle []string
 	n.SetIdleHandler(func(worker string) { idle = append(idle, worker) })
-	_, _, releaseStream, ok := n.enter(w, "a", wsRequest())
-	if !ok {
+	_, wsEnding, releaseStream, ok := n.enter(w, "a", wsRequest())
+	if !ok || wsEnding != nil {
 		t.Fatal("stream not admitted")
 	}
 	_, _, releasePlain, _ := n.enter(w, "a", plainRequest())
@@ -53,6 +53,16 @@ func TestWorkerActivity(t *testing.T) {
 	}
 	if len(idle) != 1 || idle[0] != w {
 		t.Fatalf("idle reports %v, want one for %s once only the stream is open", idle, w)
+	}
+	// A listening stream is a stream too, counted apart, and told when a
+	// drain starts; a WebSocket is not.
+	_, ending, releaseListen, _ := n.enter(w, "a", listenRequest())
+	if act, _ = n.WorkerActivity(w); act.InFlight != 2 || act.Streams != 2 || act.Listeners != 1 || ending == nil {
+		t.Fatalf("with a WebSocket and a listening stream open: %+v (ending %v)", act, ending)
+	}
+	releaseListen()
+	if act, _ = n.WorkerActivity(w); act.Listeners != 0 {
+		t.Fatalf("after the listening stream: %+v", act)
 	}
 
 	if err := n.Stop(t.Context(), w, "a"); err != nil {

@@ -61,9 +61,10 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatalf("with a WebSocket and a listening stream open: %+v (ending %v)", act, ending)
 	}
 	releaseListen()
-	if act, _ = n.WorkerActivity(w); act.Listeners != 0 {
-		t.Fatalf("after the listening stream: %+v", act)
+	if act, _ = n.WorkerActivity(w); act.Listeners != 0 || len(idle) != 2 {
+		t.Fatalf("after the listening stream: %+v, idle reports %v (want a second one)", act, idle)
 	}
+	idle = idle[:1]
 
 	if err := n.Stop(t.Context(), w, "a"); err != nil {
 		t.Fatal(err)

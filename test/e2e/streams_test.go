@@ -32,8 +32,14 @@ type sseStream struct {
 }
 
 // openSSE opens a listening stream to actor's /sse with an event every
-// gap, and reads it in the background until it ends.
+// gap over HTTP/1.1, and reads it in the background until it ends.
 func (in *installation) openSSE(actor string, gap time.Duration) *sseStream {
+	return in.openSSEWith(http.DefaultClient, actor, gap)
+}
+
+// openSSEWith is openSSE through client (without a timeout: the stream
+// lives as long as the test wants).
+func (in *installation) openSSEWith(client *http.Client, actor string, gap time.Duration) *sseStream {
 	in.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in.t.Cleanup(cancel)
@@ -42,8 +48,7 @@ func (in *installation) openSSE(actor string, gap time.Duration) *sseStream {
 	req.Header.Set("Accept", "text/event-stream")
 	go func() {
 		defer close(s.ended)
-		// No client timeout: the stream lives as long as the test wants.
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			s.err, s.endedAt = err, time.Now()
 			close(s.header)
@@ -82,9 +87,9 @@ func (s *sseStream) isOpen() bool {
 //     idle.after; the suspend ends the stream cleanly. Without it
 //     (the default) the stream keeps the actor RUNNING.
 //   - A manual suspend ends an open listening stream cleanly (the client
-//     reads the end of the response, no error) before the suspend
-//     finishes, with a drain grace of an hour that the suspend would
-//     otherwise wait out.
+//     reads the end of the response, no error, over HTTP/1.1 and HTTP/2)
+//     before the suspend finishes, with a drain grace of an hour that the
+//     suspend would otherwise wait out.
 //   - streams.wakeOn: request: a listening stream to a suspended actor is
 //     held without resuming it, until a real request resumes it; then the
 //     stream is served by the actor.
@@ -125,28 +130,41 @@ func TestLongLivedStreams(t *testing.T) {
 		})
 	})
 
-	t.Run("suspend ends the stream cleanly without waiting the grace", func(t *testing.T) {
-		in.ate("create", "actor", "grace-1", "--template", "listen-grace")
-		in.mustCount("default/grace-1", 1)
-		ended0 := sample(t, in.scrape(), "ate_node_streams_ended_total", nil)
-		s := in.openSSE("default/grace-1", 200*time.Millisecond)
-		<-s.header
-		waitFor(t, "an event", 10*time.Second, func() bool { return s.events.Load() > 0 || !s.isOpen() })
-		in.ate("suspend", "actor", "grace-1")
-		suspended := time.Now()
-		in.wantState("grace-1", atev1.ActorState_SUSPENDED)
-		waitFor(t, "the stream to end", 10*time.Second, func() bool { return !s.isOpen() })
-		if s.err != nil {
-			t.Fatalf("stream ended with %v, want a clean end of the response", s.err)
-		}
-		if s.endedAt.After(suspended) {
-			t.Errorf("stream ended %s after the suspend returned, want before", s.endedAt.Sub(suspended))
-		}
-		if n := sample(t, in.scrape(), "ate_node_streams_ended_total", nil); n != ended0+1 {
-			t.Errorf("ate_node_streams_ended_total went from %v to %v, want one more", ended0, n)
-		}
-		in.mustCount("default/grace-1", 2) // resumed with its memory
-	})
+	// A reset shows as an error on either protocol: "unexpected EOF" in
+	// HTTP/1.1's chunked body, a stream error (RST_STREAM) on HTTP/2.
+	h2c := h2cClient(t)
+	h2c.Timeout = 0
+	for _, proto := range []struct {
+		name   string
+		client *http.Client
+	}{{"http1", http.DefaultClient}, {"h2c", h2c}} {
+		t.Run("suspend ends the stream cleanly without waiting the grace/"+proto.name, func(t *testing.T) {
+			actor := "grace-" + proto.name
+			in.ate("create", "actor", actor, "--template", "listen-grace")
+			in.mustCount("default/"+actor, 1)
+			ended0 := sample(t, in.scrape(), "ate_node_streams_ended_total", nil)
+			s := in.openSSEWith(proto.client, "default/"+actor, 200*time.Millisecond)
+			<-s.header
+			waitFor(t, "an event", 10*time.Second, func() bool { return s.events.Load() > 0 || !s.isOpen() })
+			if s.resp == nil || s.resp.ProtoMajor != map[string]int{"http1": 1, "h2c": 2}[proto.name] {
+				t.Fatalf("stream response %v (%v), want it over %s", s.resp, s.err, proto.name)
+			}
+			in.ate("suspend", "actor", actor)
+			suspended := time.Now()
+			in.wantState(actor, atev1.ActorState_SUSPENDED)
+			waitFor(t, "the stream to end", 10*time.Second, func() bool { return !s.isOpen() })
+			if s.err != nil {
+				t.Fatalf("stream ended with %v, want a clean end of the response", s.err)
+			}
+			if s.endedAt.After(suspended) {
+				t.Errorf("stream ended %s after the suspend returned, want before", s.endedAt.Sub(suspended))
+			}
+			if n := sample(t, in.scrape(), "ate_node_streams_ended_total", nil); n != ended0+1 {
+				t.Errorf("ate_node_streams_ended_total went from %v to %v, want one more", ended0, n)
+			}
+			in.mustCount("default/"+actor, 2) // resumed with its memory
+		})
+	}
 
 	t.Run("held stream waits for a real request", func(t *testing.T) {
 		in.ate("create", "actor", "hold-1", "--template", "listen-hold")

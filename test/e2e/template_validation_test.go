@@ -32,6 +32,9 @@ func TestTemplateValidation(t *testing.T) {
 			"wakeupProbe.httpGet.port 8080 is not the port traffic goes to"},
 		{"no-image", "name: no-image\ncontainers:\n- name: c\n  image: oci:/nonexistent/images/app\n  ports: [8080]\n",
 			"/nonexistent/images/app"},
+		{"bad-streams", "name: bad-streams\ncontainers:\n- name: c\n  image: oci:" + counter +
+			"\n  ports: [8080]\nstreams: {wakeOn: never}\n",
+			`streams.wakeOn "never": want any or request`},
 	} {
 		out, err := in.ateErr("create", "template", "-f", write(tc.name, tc.yaml))
 		if err == nil || !strings.Contains(out, tc.want) || !strings.Contains(out, "InvalidArgument") && !strings.Contains(strings.ToLower(out), "invalid") {

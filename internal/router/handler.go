@@ -95,9 +95,10 @@ type Handler struct {
 var _ httpserve.Drainer = (*Handler)(nil)
 
 // Drain makes /readyz answer 503 from now on, so load balancers take the
-// router out of rotation; requests are still served.
-// Listening streams held for a sleeping actor (hold.go) are answered 503
-// with Retry-After, so their clients reconnect through another router.
+// router out of rotation; requests are still served, except listening
+// streams held for a sleeping actor (hold.go): those are answered 503
+// with Retry-After, now and from now on, so their clients reconnect
+// through another router instead of holding the drain up.
 func (h *Handler) Drain() {
 	h.draining.Store(true)
 	h.act.drain()

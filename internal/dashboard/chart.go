@@ -39,6 +39,9 @@ type chart struct {
 type tick struct {
 	X, Y  float64
 	Label string
+	// Anchor is the label's text-anchor (start, middle, end), so the
+	// axis's end labels stay inside the chart.
+	Anchor string
 }
 
 // newChart lays sp out over [now-span, now] with the y axis from 0 to a
@@ -49,14 +52,14 @@ func newChart(sp SeriesPoints, now time.Time, span, window time.Duration) chart 
 		c.Empty = "not recorded by this process"
 		return c
 	}
+	from := now.Add(-span)
 	maxMs := chartMinMaxMs
 	for _, p := range sp.Points {
-		if p.N > 0 {
+		if p.N > 0 && !p.T.Before(from) {
 			maxMs = max(maxMs, p.P95)
 		}
 	}
 	maxMs = niceCeil(maxMs)
-	from := now.Add(-span)
 	x := func(t time.Time) float64 {
 		f := float64(t.Sub(from)) / float64(span)
 		return padL + plotW*min(1, max(0, f))
@@ -69,7 +72,7 @@ func newChart(sp SeriesPoints, now time.Time, span, window time.Duration) chart 
 	flush := func() {
 		if len(run) == 1 {
 			p := run[0]
-			run = []Point{{T: p.T.Add(-span / plotW * 3), P50: p.P50, P95: p.P95, N: p.N}, p}
+			run = []Point{{T: p.T.Add(-span / plotW * 8), P50: p.P50, P95: p.P95, N: p.N}, p}
 		}
 		if len(run) > 0 {
 			var p50, p95 strings.Builder
@@ -96,7 +99,14 @@ func newChart(sp SeriesPoints, now time.Time, span, window time.Duration) chart 
 	}
 	for i := 0; i <= 4; i++ {
 		t := from.Add(span * time.Duration(i) / 4)
-		c.XTicks = append(c.XTicks, tick{X: x(t), Y: chartH - 6, Label: t.Local().Format(chartTimeFormat)})
+		anchor := "middle"
+		switch i {
+		case 0:
+			anchor = "start"
+		case 4:
+			anchor = "end"
+		}
+		c.XTicks = append(c.XTicks, tick{X: x(t), Y: chartH - 6, Label: t.Local().Format(chartTimeFormat), Anchor: anchor})
 	}
 	switch last := lastPoint(sp.Points); {
 	case last == nil || last.N == 0:

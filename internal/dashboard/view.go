@@ -125,12 +125,25 @@ func (h *Handler) charts(now time.Time) ([]chart, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
+	// The x axis covers the history there is, at least minChartSpan (so a
+	// young process's points are not squeezed into the right edge) and
+	// at most the ring's span.
+	oldest := now
+	for _, sp := range series {
+		if len(sp.Points) > 0 && sp.Points[0].T.Before(oldest) {
+			oldest = sp.Points[0].T
+		}
+	}
+	span := min(max(now.Sub(oldest), minChartSpan), lh.Span())
 	out := make([]chart, 0, len(series))
 	for _, sp := range series {
-		out = append(out, newChart(sp, now, lh.Span(), lh.Window()))
+		out = append(out, newChart(sp, now, span, lh.Window()))
 	}
 	return out, ""
 }
+
+// minChartSpan is the narrowest time axis of the latency chart.
+const minChartSpan = 5 * time.Minute
 
 // errText is a section's error line: the Control API's message, which
 // says what to do, without the transport's wrapping.

@@ -35,7 +35,7 @@
           return;
         }
         content.innerHTML = html;
-        status.textContent = "updated " + new Date().toLocaleTimeString();
+        status.textContent = "updated " + new Date().toTimeString().slice(0, 8);
         status.classList.remove("stale");
       })
       .catch(function (err) {

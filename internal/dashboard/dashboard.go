@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/checkpoint"
 )
 
 // Control is the part of the Control API the dashboard calls;
@@ -187,7 +188,7 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 	res := actionResult{Actor: atespace + "/" + name}
 	var err error
 	switch action {
-	case "suspend":
+	case checkpoint.Suspend.String():
 		var a *atev1.Actor
 		if a, err = h.cfg.Control.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: atespace, Name: name}); err == nil {
 			res.State = a.GetState().String()

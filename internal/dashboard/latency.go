@@ -36,12 +36,23 @@ type LatencySeries struct {
 	Title string
 }
 
-// DefaultLatencySeries are the activation latencies the dashboard
-// charts: how long requests waited for their actor (router), and how
-// long a resume took from worker claim to RUNNING (lifecycle).
-var DefaultLatencySeries = []LatencySeries{
-	{Metric: "ate_router_activation_wait_seconds", Title: "Activation wait (router: resumed and joined requests)"},
-	{Metric: "ate_lifecycle_resume_seconds", Title: "Resume (lifecycle: worker claim to RUNNING)"},
+// The histograms the dashboard charts (internal/metrics).
+const (
+	// MetricActivationWait is how long requests waited for their actor
+	// (the router's; only where a router runs in the process).
+	MetricActivationWait = "ate_router_activation_wait_seconds"
+	// MetricResume is how long a resume took from worker claim to
+	// RUNNING (the lifecycle's).
+	MetricResume = "ate_lifecycle_resume_seconds"
+)
+
+// DefaultLatencySeries returns the series charted when
+// LatencyConfig.Series is empty: the activation wait and the resume.
+func DefaultLatencySeries() []LatencySeries {
+	return []LatencySeries{
+		{Metric: MetricActivationWait, Title: "Activation wait (router: resumed and joined requests)"},
+		{Metric: MetricResume, Title: "Resume (lifecycle: worker claim to RUNNING)"},
+	}
 }
 
 // LatencyConfig configures a LatencyHistory; zero fields take the
@@ -105,7 +116,7 @@ type SeriesPoints struct {
 // NewLatencyHistory returns a history over cfg, defaults applied.
 func NewLatencyHistory(cfg LatencyConfig) *LatencyHistory {
 	if len(cfg.Series) == 0 {
-		cfg.Series = DefaultLatencySeries
+		cfg.Series = DefaultLatencySeries()
 	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = DefaultSampleInterval

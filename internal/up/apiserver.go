@@ -19,6 +19,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
@@ -188,7 +189,14 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 			return fmt.Errorf("dashboard: %w", err)
 		}
 		defer conn.Close()
-		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, log); err != nil {
+		// No router runs here: only the resume latency is recorded.
+		var resume []dashboard.LatencySeries
+		for _, s := range dashboard.DefaultLatencySeries() {
+			if s.Metric == dashboard.MetricResume {
+				resume = append(resume, s)
+			}
+		}
+		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, log); err != nil {
 			_ = ln.Close()
 			return err
 		}

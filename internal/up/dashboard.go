@@ -41,10 +41,11 @@ type dashboardServer struct {
 }
 
 // newDashboardServer listens on addr for a dashboard calling the Control
-// API through c. Its latency chart reads ms's histograms (none when ms is
-// nil). Errors: the listen's.
-func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics, log *slog.Logger) (*dashboardServer, error) {
-	lc := dashboard.LatencyConfig{}
+// API through c. Its latency chart draws series (all of
+// dashboard.DefaultLatencySeries when empty) from ms's histograms (none
+// when ms is nil). Errors: the listen's.
+func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics, series []dashboard.LatencySeries, log *slog.Logger) (*dashboardServer, error) {
+	lc := dashboard.LatencyConfig{Series: series}
 	if ms != nil {
 		// A registry of ate's own collectors only: the chart's reads
 		// skip the Go runtime's, which the management listener serves.

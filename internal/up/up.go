@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// so every check the API makes applies to its buttons too.
 	var dash *dashboardServer
 	if cfg.HTTP.Addr != "" {
-		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, log); err != nil {
+		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, log); err != nil {
 			return err
 		}
 	}

@@ -129,9 +129,15 @@ func TestPageShowsEverySection(t *testing.T) {
 	events := EventListerFunc(func(context.Context, int) ([]Event, error) {
 		return []Event{{Time: testNow.Add(-time.Minute), Type: "ActorResumed", Object: "default/counter-1", Message: "restored from golden"}}, nil
 	})
-	code, body := get(t, newTestHandler(t, c, events), "/")
+	h := newTestHandler(t, c, events)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	code, body := rec.Code, rec.Body.String()
 	if code != http.StatusOK {
 		t.Fatalf("GET / = %d\n%s", code, body)
+	}
+	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+		t.Errorf("Content-Security-Policy %q does not confine the page to its own origin", csp)
 	}
 	for _, want := range []string{
 		`<tr data-actor="default/counter-1" data-state="RUNNING">`,

@@ -40,6 +40,9 @@ func TestDashboard(t *testing.T) {
 	if in.dashboardURL == "" {
 		t.Fatal(`the "ate up ready" record names no dashboard URL`)
 	}
+	if !strings.Contains(in.logText(), "Dashboard: "+in.dashboardURL+"\n") {
+		t.Errorf("ate up did not print the dashboard's URL %s", in.dashboardURL)
+	}
 	const actor = "default/counter-1"
 	in.mustCount(actor, 1)
 

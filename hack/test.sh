@@ -17,6 +17,8 @@ bash hack/install-postgres.sh
 # helm, kustomize and controller-gen; built once, cached (~20 min on a
 # fresh 2-core machine, most of it kube-apiserver).
 bash hack/install-kube.sh
+# The dashboard's e2e test drives a real headless Chromium (Debian's).
+bash hack/install-chromium.sh
 go vet ./...
 "${ATE_CACHE:-$HOME/.cache/ate}/bin/staticcheck" ./...
 # One iteration of every benchmark (~1 min), so no harness can rot;

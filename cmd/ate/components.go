@@ -73,6 +73,7 @@ func apiserverCommand() *cobra.Command {
 			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: s3://bucket/prefix?endpoint=http://host:port&region=R, or a directory (default <data-dir>/snapshots)")
 			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.HTTPAddr, "http-addr", "", "HTTP listen address of the web dashboard at / (keep it on loopback or a private network; empty: none)")
 			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
 			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
 				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")

@@ -239,6 +239,30 @@ func TestUpMetricsAddr(t *testing.T) {
 	}
 }
 
+// TestUpHTTPAddr: the dashboard's listener is on loopback by default, and
+// an empty --http-addr (flag or file) turns it off.
+func TestUpHTTPAddr(t *testing.T) {
+	cfg, _, err := runUp(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.Addr != up.DefaultHTTPAddr || !strings.HasPrefix(cfg.HTTP.Addr, "127.0.0.1:") {
+		t.Errorf("default http addr %q, want %q", cfg.HTTP.Addr, up.DefaultHTTPAddr)
+	}
+	for _, args := range [][]string{
+		{"--http-addr="},
+		{"--config-file", writeFile(t, "http-addr: \"\"\n")},
+	} {
+		cfg, _, err := runUp(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HTTP.Addr != "" {
+			t.Errorf("%v: http addr %q, want none", args, cfg.HTTP.Addr)
+		}
+	}
+}
+
 // TestControllerFlags: every `ate controller` flag ends up in the
 // controller.Config, and the defaults are the design's.
 func TestControllerFlags(t *testing.T) {

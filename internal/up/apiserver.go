@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
@@ -49,6 +52,9 @@ type APIServerConfig struct {
 	// ManagementAddr serves /healthz, /readyz, /metrics and pprof; empty
 	// means none.
 	ManagementAddr string
+	// HTTPAddr serves the web dashboard (internal/dashboard), calling
+	// this server's own Control API over gRPC; empty means none.
+	HTTPAddr string
 	// SandboxClass is the class the nodes' workers run (templates naming
 	// another are refused); default DefaultSandboxClass.
 	SandboxClass string
@@ -93,8 +99,10 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		storeReady atomic.Bool
 		err        error
 	)
-	if cfg.ManagementAddr != "" {
+	if cfg.ManagementAddr != "" || cfg.HTTPAddr != "" {
 		ms = metrics.New()
+	}
+	if cfg.ManagementAddr != "" {
 		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, func() error {
 			if !storeReady.Load() {
 				return errors.New("record store not reached yet")
@@ -171,8 +179,34 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
 
+	var dash *dashboardServer
+	dashURL := ""
+	if cfg.HTTPAddr != "" {
+		// Through a gRPC client of this very server, so every check the
+		// API makes applies to the dashboard's buttons too.
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		defer conn.Close()
+		// No router runs here: only the resume latency is recorded.
+		var resume []dashboard.LatencySeries
+		for _, s := range dashboard.DefaultLatencySeries() {
+			if s.Metric == dashboard.MetricResume {
+				resume = append(resume, s)
+			}
+		}
+		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		dashURL = dash.URL()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
+	if dash != nil {
+		g.Go(func() error { return dash.Start(gctx) })
+	}
 	g.Go(func() error { return reg.Run(gctx) })
 	g.Go(func() error { return alarms.Run(gctx) })
 	// Over a shared store other replicas' workflows are under way: a
@@ -186,7 +220,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	g.Go(func() error { return collectOrphans(gctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
 	g.Go(func() error { return lc.RunExpiry(gctx, cfg.ExpiryInterval) })
-	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots)
+	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots, "dashboard", dashURL)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}

@@ -68,7 +68,9 @@ type Config struct {
 	Tunnel  TunnelConfig
 	Router  RouterConfig
 	Metrics MetricsConfig
-	Demo    DemoConfig
+	// HTTP is the API server's HTTP listener (the web dashboard).
+	HTTP HTTPConfig
+	Demo DemoConfig
 	// Logger receives every component's records; nil discards.
 	Logger *slog.Logger
 	// Ready, if set, is called once every component serves.

@@ -37,6 +37,9 @@ type Info struct {
 	// MetricsAddr is where the management listener serves; empty when
 	// there is none.
 	MetricsAddr string
+	// DashboardURL is the web dashboard's address
+	// ("http://127.0.0.1:7072/"); empty when there is none.
+	DashboardURL string
 }
 
 // ClientConfigName is the client config file `ate up` writes in the data
@@ -68,11 +71,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
-	// Metrics are recorded only when something serves them.
+	// Metrics are recorded only when something serves them: the
+	// management listener, or the dashboard's latency chart.
 	var ms *metrics.Metrics
 	var mgmt *httpserve.Management
-	if cfg.Metrics.Addr != "" {
+	if cfg.Metrics.Addr != "" || cfg.HTTP.Addr != "" {
 		ms = metrics.New()
+	}
+	if cfg.Metrics.Addr != "" {
 		if mgmt, err = newManagementServer(cfg.Metrics.Addr, ms, nil); err != nil {
 			return err
 		}
@@ -112,19 +118,33 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	tunnel = cp.Node.NewTunnel()
+	// The dashboard calls the API through the same client as the router,
+	// so every check the API makes applies to its buttons too.
+	var dash *dashboardServer
+	if cfg.HTTP.Addr != "" {
+		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, log); err != nil {
+			return err
+		}
+	}
 
 	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rs.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
 	if mgmt != nil {
 		info.MetricsAddr = mgmt.Addr()
 	}
+	if dash != nil {
+		info.DashboardURL = dash.URL()
+	}
 	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr}); err != nil {
 		return err
 	}
 
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, cp: cp, mgmt: mgmt, log: log}
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, cp: cp, mgmt: mgmt, dash: dash, log: log}
 	return parts.serve(ctx, func(ctx context.Context) error {
 		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Node.Workers,
-			"metrics", info.MetricsAddr, "dataDir", cfg.DataDir, "config", info.ConfigPath)
+			"metrics", info.MetricsAddr, "dataDir", cfg.DataDir, "config", info.ConfigPath, "dashboard", info.DashboardURL)
+		if info.DashboardURL != "" {
+			fmt.Fprintf(os.Stdout, "Dashboard: %s\n", info.DashboardURL)
+		}
 		if cfg.Demo.Enabled {
 			if err := demo(ctx, client, cfg.Demo, info, log); err != nil {
 				return fmt.Errorf("demo: %w", err)
@@ -147,6 +167,8 @@ type serving struct {
 	cp     *ControlPlane
 	// mgmt is the management listener; nil when there is none.
 	mgmt *httpserve.Management
+	// dash is the dashboard's listener; nil when there is none.
+	dash *dashboardServer
 	log  *slog.Logger
 }
 
@@ -168,6 +190,10 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	if s.mgmt != nil {
 		// Up until the very end, so the shutdown itself can be watched.
 		services.Go(func() error { return s.mgmt.Serve(svcCtx) })
+	}
+	if s.dash != nil {
+		// Up with the API it calls, so shutdown's suspends show on it.
+		services.Go(func() error { return s.dash.Start(svcCtx) })
 	}
 	// Actors' requests for their own suspension.
 	services.Go(func() error { return s.cp.Node.ServeSelfService(svcCtx, s.cp.Lifecycle.SelfRequest) })

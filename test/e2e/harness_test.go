@@ -87,7 +87,9 @@ type installation struct {
 	apiAddr    string
 	// metricsAddr is the management listener's (/metrics, /debug/pprof/).
 	metricsAddr string
-	client      atev1.ControlClient
+	// dashboardURL is the web dashboard's ("http://127.0.0.1:port/").
+	dashboardURL string
+	client       atev1.ControlClient
 
 	cmd *exec.Cmd // nil once `ate up` was killed or terminated
 
@@ -112,7 +114,7 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	t.Helper()
 	in := &installation{t: t, dataDir: dataDir}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
-		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--log-level", "debug",
+		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-level", "debug",
 		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml"),
 		// Nothing balances load in front of a test's router; tests of the
 		// drain set their own delay (flags given later win).
@@ -147,6 +149,7 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 	case info := <-ready:
 		in.apiAddr, in.routerAddr = info["api"].(string), info["router"].(string)
 		in.metricsAddr, _ = info["metrics"].(string)
+		in.dashboardURL, _ = info["dashboard"].(string)
 	case <-time.After(60 * time.Second):
 		t.Fatalf("ate up did not become ready; log:\n%s", in.logText())
 	}

@@ -117,3 +117,48 @@ func TestForkFromTag(t *testing.T) {
 	in.checkIdentity("fork-a")
 	in.checkIdentity("fork-b")
 }
+
+// TestClusterForkAcrossNodes: over the S3 store with separate API
+// server, nodes and router, a counter at count 5 is tagged while it runs
+// on one node (the node writes the tag's snapshot to S3); that node then
+// goes away, and two forks of the tag, each copied server-side in the
+// bucket, resume on the other node at 6 with their own identities, and
+// keep counting after the source and the tag are deleted.
+func TestClusterForkAcrossNodes(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.counterActor()
+	for i := 2; i <= 5; i++ {
+		c.in.mustCount("default/counter-1", i)
+	}
+	first := c.nodeOf("counter-1")
+	c.in.ate("tag", "actor", "counter-1", "five")
+	c.in.mustCount("default/counter-1", 6) // still running there
+	if got := c.nodeOf("counter-1"); got != first {
+		t.Fatalf("tagged actor moved from %s to %q", first, got)
+	}
+	c.in.ate("suspend", "actor", "counter-1")
+	c.nodes[first].terminate(60 * time.Second)
+	waitFor(t, "node "+first+" gone from the pool", 10*time.Second, func() bool { return c.nodePhase(first) == "LOST" })
+
+	c.in.ate("create", "actor", "fork-a", "--from-tag", "five")
+	c.in.ate("create", "actor", "fork-b", "--from-tag", "five")
+	keys, err := c.s3.Keys(context.Background(), "e2e/"+c.in.actor("fork-a").GetUid()+"/")
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("no objects of fork-a's snapshot in the bucket (%v)", err)
+	}
+	c.in.mustCount("default/fork-a", 6)
+	if got := c.nodeOf("fork-a"); got != other(first) {
+		t.Fatalf("fork-a resumed on %q, want %s", got, other(first))
+	}
+	c.in.checkIdentity("fork-a")
+	c.in.ate("suspend", "actor", "fork-a") // one worker left: make room
+	c.in.mustCount("default/fork-b", 6)
+	c.in.checkIdentity("fork-b")
+	c.in.ate("suspend", "actor", "fork-b")
+
+	c.in.ate("delete", "actor", "counter-1")
+	c.in.ate("delete", "tag", "five")
+	c.in.mustCount("default/fork-a", 7)
+	c.in.ate("suspend", "actor", "fork-a")
+	c.in.mustCount("default/fork-b", 7)
+}

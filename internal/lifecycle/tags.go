@@ -81,8 +81,10 @@ type ForkSource struct {
 func (m *Manager) Fork(ctx context.Context, a *store.Actor, src ForkSource) (*store.Actor, error) {
 	out := *a
 	out.State = store.Suspended
+	out.Message = "forked from actor " + src.Actor
 	var err error
 	if src.Tag != "" {
+		out.Message = "forked from tag " + src.Tag
 		err = m.forkTag(ctx, &out, src.Tag)
 	} else {
 		key := names.ActorKey{Atespace: a.Atespace, Name: src.Actor}

@@ -59,7 +59,7 @@ func TestTagAndForkOfSuspended(t *testing.T) {
 
 	fork, err := e.m.Fork(ctx, &store.Actor{Atespace: "default", Name: "f", UID: "f-uid"}, ForkSource{Tag: "five"})
 	must(t, err)
-	if fork.State != store.Suspended || fork.Template != "tpl" || !strings.HasPrefix(fork.Snapshot, "f-uid/") {
+	if fork.State != store.Suspended || fork.Template != "tpl" || !strings.HasPrefix(fork.Snapshot, "f-uid/") || fork.Message != "forked from tag five" {
 		t.Fatalf("fork %+v", fork)
 	}
 	fromActor, err := e.m.Fork(ctx, &store.Actor{Atespace: "default", Name: "g", UID: "g-uid"}, ForkSource{Actor: "a"})

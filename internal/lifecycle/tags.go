@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
@@ -23,7 +24,7 @@ func (m *Manager) Tag(ctx context.Context, key names.ActorKey, tag *store.Tag) (
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	out := *tag
+	out, start := *tag, time.Now()
 	err := m.withActor(ctx, key, func(ctx context.Context) error {
 		a, err := m.getSettled(ctx, key)
 		if err != nil {
@@ -43,7 +44,7 @@ func (m *Manager) Tag(ctx context.Context, key names.ActorKey, tag *store.Tag) (
 	if err != nil {
 		return nil, err
 	}
-	m.log.InfoContext(ctx, "actor tagged", "actor", key, "tag", out.Name, "snapshot", out.Snapshot)
+	m.log.InfoContext(ctx, "actor tagged", "actor", key, "tag", out.Name, "snapshot", out.Snapshot, "duration", time.Since(start))
 	return &out, nil
 }
 

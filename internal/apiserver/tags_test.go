@@ -20,17 +20,7 @@ import (
 // FAILED_PRECONDITION.
 func TestTagArgumentsAndCodes(t *testing.T) {
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, must := openBolt(t)
 	must(st.CreateAtespace(ctx, &store.Atespace{Name: "team"}))
 	must(st.CreateTemplate(ctx, &store.Template{Atespace: "team", Name: "tpl", UID: "tpl", Phase: store.TemplateReady, Spec: validSpec()}))
 	must(st.CreateTag(ctx, &store.Tag{Atespace: "team", Name: "v1", UID: "tag-1", Template: "tpl", Snapshot: "tag-1/x"}))
@@ -75,5 +65,22 @@ func TestTagArgumentsAndCodes(t *testing.T) {
 	must(err)
 	if len(list.GetTags()) != 1 || list.GetTags()[0].GetName() != "v1" || list.GetTags()[0].GetTemplate() != "tpl" {
 		t.Fatalf("ListTags = %v", list)
+	}
+}
+
+// openBolt opens a bolt store in a temporary directory, closed at the
+// test's end, and returns it with a must that fails the test on an error.
+func openBolt(t *testing.T) (*bolt.Store, func(error)) {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

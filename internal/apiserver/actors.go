@@ -38,6 +38,12 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	if err := validatePair("actor name", in.GetAtespace(), in.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
+	if req.GetFromTag() != "" || req.GetFromActor() != "" {
+		if err := validateSelector(in.GetWorkerSelector()); err != nil {
+			return nil, toStatus(err)
+		}
+		return s.createFork(ctx, req)
+	}
 	if err := names.ValidateLabel("template name", in.GetTemplate()); err != nil {
 		return nil, toStatus(err)
 	}

@@ -2,31 +2,19 @@ package apiserver
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/store"
-	"substrate.dev/ate/internal/store/bolt"
 )
 
 // TestListExpiredActors: expired_only lists exactly what the sweep would
 // delete (lifecycle.ExpiredFor), across pages.
 func TestListExpiredActors(t *testing.T) {
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, must := openBolt(t)
 	must(st.CreateAtespace(ctx, &store.Atespace{Name: "default"}))
 	for name, ttl := range map[string]string{"ttl": "1h", "forever": ""} {
 		spec := validSpec()

@@ -19,6 +19,8 @@ func newCreateCommand(a *app) *cobra.Command {
 		Example: `  ate create template -f counter.yaml
   ate create actor counter-1 --template counter
   ate create actor team/counter-2 --template counter --selector zone=a
+  ate create actor counter-3 --from-tag at-five
+  ate create actor counter-4 --from-actor counter-1
   ate create atespace team`,
 	}
 	kindGroup(cmd, newCreateActorCommand(a), newCreateTemplateCommand(a), &cobra.Command{
@@ -33,27 +35,36 @@ func newCreateCommand(a *app) *cobra.Command {
 func newCreateActorCommand(a *app) *cobra.Command {
 	var template string
 	var selectors []string
+	var from forkFlags
 	cmd := &cobra.Command{
-		Use:   "actor NAME | ATESPACE/NAME --template TEMPLATE",
-		Short: "Create a suspended actor from a template (it starts on first resume)",
+		Use:   "actor NAME | ATESPACE/NAME (--template TEMPLATE | --from-tag TAG | --from-actor ACTOR)",
+		Short: "Create a suspended actor from a template, a tag or another actor (it starts on first resume)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.createActor(cmd, args[0], template, selectors)
+			return a.createActor(cmd, args[0], template, selectors, from)
 		},
 	}
-	cmd.Flags().StringVar(&template, "template", "", "template to start from, in the actor's atespace (required)")
+	cmd.Flags().StringVar(&template, "template", "", "template to start from, in the actor's atespace")
 	cmd.Flags().StringArrayVar(&selectors, "selector", nil, "worker label the actor must run on, KEY=VALUE (repeatable, or comma-separated)")
-	_ = cmd.MarkFlagRequired("template") // cannot fail: the flag is defined above
+	cmd.Flags().StringVar(&from.tag, "from-tag", "", "start from this tag of the atespace: its memory and volumes, its template, a new identity")
+	cmd.Flags().StringVar(&from.actor, "from-actor", "", "fork this actor of the atespace: its state now (a RUNNING one keeps running), its template, a new identity")
+	cmd.MarkFlagsOneRequired("template", "from-tag", "from-actor")
+	cmd.MarkFlagsMutuallyExclusive("template", "from-tag", "from-actor")
 	return cmd
 }
 
-func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []string) error {
+// forkFlags are create actor's --from-tag and --from-actor.
+type forkFlags struct{ tag, actor string }
+
+func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []string, from forkFlags) error {
 	key, err := a.actorKey(arg)
 	if err != nil {
 		return err
 	}
-	if err := names.ValidateLabel("template name", template); err != nil {
-		return err
+	if from == (forkFlags{}) {
+		if err := names.ValidateLabel("template name", template); err != nil {
+			return err
+		}
 	}
 	selector, err := parseSelector(selectors)
 	if err != nil {
@@ -66,7 +77,7 @@ func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []
 	defer s.close()
 	actor, err := call(cmd.Context(), s, s.client.CreateActor, &atev1.CreateActorRequest{Actor: &atev1.Actor{
 		Atespace: key.Atespace, Name: key.Name, Template: template, WorkerSelector: selector,
-	}})
+	}, FromTag: from.tag, FromActor: from.actor})
 	if err != nil {
 		return err
 	}

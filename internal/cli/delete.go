@@ -12,16 +12,19 @@ import (
 func newDeleteCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete KIND NAME",
-		Short: "Delete an actor, actor template, atespace or alarm",
+		Short: "Delete an actor, actor template, atespace, alarm or tag",
 		Long: `Delete an actor, actor template or atespace.
 
 Only a SUSPENDED or CRASHED actor can be deleted (suspend it first, or
 pass --force to stop it and delete it from any state); a template only
-while no actor uses it; an atespace only when it is empty.`,
+while no actor or tag uses it; an atespace only when it is empty (no
+actors, templates or tags). Deleting a tag leaves the actors forked from
+it as they are: each has its own copy.`,
 		Example: `  ate suspend actor counter-1 && ate delete actor counter-1
   ate delete template counter
   ate delete atespace team
-  ate delete alarm ID`,
+  ate delete alarm ID
+  ate delete tag at-five`,
 	}
 	var force bool
 	actor := &cobra.Command{
@@ -46,6 +49,11 @@ while no actor uses it; an atespace only when it is empty.`,
 			Use: "alarm ID", Short: "Cancel an alarm (ate get alarms lists their ids)",
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteAlarm(cmd, args[0]) },
+		},
+		&cobra.Command{
+			Use: "tag NAME | ATESPACE/NAME", Short: "Delete a tag and its snapshot (forks of it keep theirs)",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteTag(cmd, args[0]) },
 		},
 	)
 	return cmd

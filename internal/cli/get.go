@@ -19,7 +19,7 @@ const listPageSize = 1000
 func newGetCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
-		Short: "Show actors, templates, workers, nodes, atespaces or alarms",
+		Short: "Show actors, templates, workers, nodes, atespaces, alarms or tags",
 		Example: `  ate get actors
   ate get actor counter-1 -o json
   ate get actor team/counter-1
@@ -27,7 +27,8 @@ func newGetCommand(a *app) *cobra.Command {
   ate get templates -n team
   ate get workers
   ate get nodes
-  ate get alarms --actor counter-1`,
+  ate get alarms --actor counter-1
+  ate get tags`,
 	}
 	var alarmActor string
 	alarms := &cobra.Command{
@@ -78,6 +79,12 @@ func newGetCommand(a *app) *cobra.Command {
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getAtespaces(cmd, args) },
 		},
 		alarms,
+		&cobra.Command{
+			Use: "tag [NAME]", Aliases: []string{"tags"},
+			Short: "Show one tag, or all tags of the atespace",
+			Args:  cobra.MaximumNArgs(1),
+			RunE:  func(cmd *cobra.Command, args []string) error { return a.getTags(cmd, args) },
+		},
 	)
 	return cmd
 }

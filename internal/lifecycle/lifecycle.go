@@ -51,6 +51,7 @@ type Snapshots interface {
 	DeleteOwner(ctx context.Context, owner string) error
 	List(ctx context.Context) ([]string, error)
 	ClearStaging() error
+	Clone(ctx context.Context, src, owner, id string) (string, error)
 }
 
 // LeaseConfig configures the per-actor leases that fence workflows across
@@ -438,7 +439,7 @@ func (m *Manager) recoverWorkers(ctx context.Context) error {
 }
 
 // CollectGarbage deletes every durable snapshot staged before cutoff that
-// no actor or template points to: leftovers of a crash between a commit
+// no actor, template or tag points to: leftovers of a crash between a commit
 // and the pointer move, or between the pointer move and the old
 // snapshot's deletion. Pass the time Recover started, before the API
 // served: workflows running meanwhile only stage snapshots after it, and
@@ -453,6 +454,13 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 	}
 	for _, t := range tpls {
 		live[t.GoldenSnapshot] = true
+	}
+	tags, err := m.store.ListTags(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, t := range tags {
+		live[t.Snapshot] = true
 	}
 	for token := ""; ; {
 		page, next, err := m.store.ListActors(ctx, "", 1000, token)

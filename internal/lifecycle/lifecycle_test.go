@@ -41,6 +41,8 @@ type fakeNode struct {
 	onCheckpoint func()
 	mu           sync.Mutex
 	last         node.StartRequest
+	// lastCheckpoint is what Checkpoint was last asked.
+	lastCheckpoint node.CheckpointOptions
 	// standbys is what StandbyWorkers answers; standbyFor and
 	// standbyDigest are what it was last asked.
 	standbys      []string
@@ -65,6 +67,12 @@ func (f *fakeNode) Start(_ context.Context, req node.StartRequest) error {
 func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.CheckpointOptions) (string, error) {
 	if f.onCheckpoint != nil {
 		f.onCheckpoint()
+	}
+	f.mu.Lock()
+	f.lastCheckpoint = o
+	f.mu.Unlock()
+	if o.Owner != "" {
+		uid = o.Owner
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }

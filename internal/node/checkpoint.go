@@ -27,6 +27,12 @@ type CheckpointOptions struct {
 	// workflow that will record it so that its time is the API server's
 	// clock, which garbage collection compares; empty means a new one.
 	ID string
+	// LeaveRunning checkpoints without stopping the actor (CheckpointLive):
+	// no drain, the worker goes on hosting it. Not with Paused.
+	LeaveRunning bool
+	// Owner owns the new snapshot (a tag's or a fork's uid); empty means
+	// the actor's uid.
+	Owner string
 }
 
 // Checkpoint drains the worker (new requests are refused with 421 so the
@@ -44,6 +50,9 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	defer s.opMu.Unlock()
 	if !s.gate.hosts(actorUID) {
 		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
+	}
+	if opts.LeaveRunning {
+		return n.checkpointLive(ctx, s, actorUID, opts)
 	}
 	n.drain(ctx, s, opts.Grace)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)

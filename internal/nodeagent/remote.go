@@ -50,8 +50,11 @@ func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
 // Checkpoint implements lifecycle.Node.
 func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error) {
 	resp, err := r.client.CheckpointActor(ctx, &atev1.CheckpointActorRequest{Worker: worker, ActorUid: actorUID,
-		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds(), SnapshotId: opts.ID})
-	r.clearActivity(worker, actorUID)
+		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds(), SnapshotId: opts.ID,
+		LeaveRunning: opts.LeaveRunning, Owner: opts.Owner})
+	if !opts.LeaveRunning {
+		r.clearActivity(worker, actorUID)
+	}
 	return resp.GetSnapshot(), fromStatus(r.name, err)
 }
 

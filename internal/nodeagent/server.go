@@ -43,7 +43,8 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckpointTimeout)
 	defer cancel()
 	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), node.CheckpointOptions{
-		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond, ID: r.GetSnapshotId()})
+		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond, ID: r.GetSnapshotId(),
+		LeaveRunning: r.GetLeaveRunning(), Owner: r.GetOwner()})
 	return &atev1.CheckpointActorResponse{Snapshot: ref}, toStatus(err)
 }
 

@@ -91,6 +91,15 @@ type Runtime interface {
 	Wait(ctx context.Context, slot Slot, id string) error
 }
 
+// LiveCheckpointer is implemented by sandbox classes that can checkpoint a
+// container without stopping it: CheckpointLive writes what Checkpoint
+// writes into imageDir (which exists and is empty) and leaves the
+// container running, as it was, in slot. Tags and forks of a running
+// actor use it (docs/actors.md, Tags and fork).
+type LiveCheckpointer interface {
+	CheckpointLive(ctx context.Context, slot Slot, id string, imageDir string) error
+}
+
 // Preparer is implemented by sandbox classes that can create a container
 // ahead of its start (a standby): the sandbox, its file server and network
 // come up, but no process runs until Run or Restore is called with the same

@@ -37,6 +37,12 @@ type Store interface {
 	// copy) into the store as a new snapshot of owner; with ScopeData only
 	// its volumes.
 	Import(ctx context.Context, owner, id, srcDir string, scope Scope) (ref string, err error)
+	// Clone makes a new, independent snapshot of owner (id as Stage's)
+	// with the content of the complete snapshot src, sharing bytes where
+	// the store can (Local: hard links; S3: server-side object copies, no
+	// bytes through this process), manifest last. Errors wrap ErrNotFound
+	// when src is not complete. Tags and forks (docs/actors.md).
+	Clone(ctx context.Context, src, owner, id string) (ref string, err error)
 	// Delete removes ref; deleting a missing one succeeds.
 	Delete(ctx context.Context, ref string) error
 	// DeleteOwner removes every snapshot of owner.

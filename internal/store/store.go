@@ -311,6 +311,8 @@ type Store interface {
 
 	// Alarms: DeleteActor deletes the actor's alarms in its transaction.
 	Alarms
+	// Tags: named snapshots of actors.
+	Tags
 
 	Close() error
 }
@@ -392,4 +394,47 @@ type Alarms interface {
 	UpdateAlarm(ctx context.Context, a *Alarm) (*Alarm, error)
 	// DeleteAlarm deletes the alarm with id; ErrNotFound when none.
 	DeleteAlarm(ctx context.Context, id string) error
+}
+
+// Tag is a named, retained snapshot of an actor (docs/actors.md, Tags
+// and fork): its own copy of the actor's state at tagging time, from
+// which new actors start (CreateActor --from-tag). Immutable once
+// created.
+type Tag struct {
+	Atespace string `json:"atespace"`
+	Name     string `json:"name"`
+	// UID owns Snapshot in the snapshot store (its owner segment).
+	UID string `json:"uid"`
+	// Actor and ActorUID are the tagged actor's name and incarnation, for
+	// display: the tag outlives the actor.
+	Actor    string `json:"actor"`
+	ActorUID string `json:"actorUid"`
+	// Template is what forks of the tag run; the template cannot be
+	// deleted while tags name it.
+	Template string `json:"template"`
+	// Snapshot is the tag's durable snapshot, "<UID>/<id>".
+	Snapshot string `json:"snapshot"`
+	// VolumesOnly carries the tagged actor's mark (Lifecycle.VolumesOnly)
+	// to forks: only Snapshot's volumes are the template's to restore.
+	VolumesOnly bool      `json:"volumesOnly,omitempty"`
+	CreateTime  time.Time `json:"createTime"`
+}
+
+// Tags is the tag part of the Store contract. DeleteAtespace returns
+// ErrNotEmpty while the atespace holds tags, DeleteTemplate while tags
+// name the template.
+type Tags interface {
+	// CreateTag stores t if its atespace and template exist (else
+	// ErrNotFound) and no tag of the atespace has its name (else
+	// ErrAlreadyExists).
+	CreateTag(ctx context.Context, t *Tag) error
+	// GetTag returns the tag, or ErrNotFound.
+	GetTag(ctx context.Context, atespace, name string) (*Tag, error)
+	// ListTags returns the tags of atespace (every atespace when empty)
+	// ordered by atespace, then name.
+	ListTags(ctx context.Context, atespace string) ([]*Tag, error)
+	// DeleteTag deletes the tag if its UID is uid (else ErrConflict;
+	// ErrNotFound when gone), so a tag deleted and re-created meanwhile
+	// is not deleted by mistake.
+	DeleteTag(ctx context.Context, atespace, name, uid string) error
 }

@@ -2360,8 +2360,19 @@ func (x *Actor) GetVolumesOnly() bool {
 }
 
 type CreateActorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Actor *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// from_tag, when set, starts the new actor from that tag of its
+	// atespace (docs/actors.md, Tags and fork): its memory and volumes, its
+	// template (actor.template must then be empty or the same). NOT_FOUND
+	// for an unknown tag.
+	FromTag string `protobuf:"bytes,2,opt,name=from_tag,json=fromTag,proto3" json:"from_tag,omitempty"`
+	// from_actor forks an actor of the atespace instead: a SUSPENDED or
+	// CRASHED one from its latest snapshot, a RUNNING one from a checkpoint
+	// taken without stopping it, a PAUSED one from its paused copy.
+	// FAILED_PRECONDITION when it has no state to fork yet or is in a
+	// transition. At most one of from_tag and from_actor.
+	FromActor     string `protobuf:"bytes,3,opt,name=from_actor,json=fromActor,proto3" json:"from_actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2401,6 +2412,20 @@ func (x *CreateActorRequest) GetActor() *Actor {
 		return x.Actor
 	}
 	return nil
+}
+
+func (x *CreateActorRequest) GetFromTag() string {
+	if x != nil {
+		return x.FromTag
+	}
+	return ""
+}
+
+func (x *CreateActorRequest) GetFromActor() string {
+	if x != nil {
+		return x.FromActor
+	}
+	return ""
 }
 
 type GetActorRequest struct {
@@ -3694,6 +3719,399 @@ func (x *StreamPolicy) GetWakeOn() string {
 	return ""
 }
 
+// Tag is a named, retained snapshot of an actor.
+type Tag struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uid      string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	// actor and actor_uid: the actor tagged (it may be gone since).
+	Actor    string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	ActorUid string `protobuf:"bytes,5,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// template: what forks of the tag run.
+	Template string `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
+	// snapshot: the tag's own durable snapshot reference.
+	Snapshot      string                 `protobuf:"bytes,7,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tag) Reset() {
+	*x = Tag{}
+	mi := &file_ate_v1_control_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tag) ProtoMessage() {}
+
+func (x *Tag) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tag.ProtoReflect.Descriptor instead.
+func (*Tag) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *Tag) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *Tag) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tag) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Tag) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Tag) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *Tag) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *Tag) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *Tag) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type TagActorRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// actor is the actor's name; tag the new tag's (a DNS-1123 label).
+	Actor         string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	Tag           string `protobuf:"bytes,3,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagActorRequest) Reset() {
+	*x = TagActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagActorRequest) ProtoMessage() {}
+
+func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagActorRequest.ProtoReflect.Descriptor instead.
+func (*TagActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *TagActorRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *TagActorRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *TagActorRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type GetTagRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTagRequest) Reset() {
+	*x = GetTagRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTagRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTagRequest) ProtoMessage() {}
+
+func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTagRequest.ProtoReflect.Descriptor instead.
+func (*GetTagRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *GetTagRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *GetTagRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListTagsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTagsRequest) Reset() {
+	*x = ListTagsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTagsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTagsRequest) ProtoMessage() {}
+
+func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTagsRequest.ProtoReflect.Descriptor instead.
+func (*ListTagsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListTagsRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+type ListTagsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tags          []*Tag                 `protobuf:"bytes,1,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTagsResponse) Reset() {
+	*x = ListTagsResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTagsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTagsResponse) ProtoMessage() {}
+
+func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTagsResponse.ProtoReflect.Descriptor instead.
+func (*ListTagsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ListTagsResponse) GetTags() []*Tag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type DeleteTagRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTagRequest) Reset() {
+	*x = DeleteTagRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTagRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTagRequest) ProtoMessage() {}
+
+func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTagRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTagRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *DeleteTagRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *DeleteTagRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteTagResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTagResponse) Reset() {
+	*x = DeleteTagResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTagResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTagResponse) ProtoMessage() {}
+
+func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTagResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -3871,9 +4289,12 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\fvolumes_only\x18\x13 \x01(\bR\vvolumesOnly\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
 	"\x12CreateActorRequest\x12#\n" +
-	"\x05actor\x18\x01 \x01(\v2\r.ate.v1.ActorR\x05actor\"A\n" +
+	"\x05actor\x18\x01 \x01(\v2\r.ate.v1.ActorR\x05actor\x12\x19\n" +
+	"\bfrom_tag\x18\x02 \x01(\tR\afromTag\x12\x1d\n" +
+	"\n" +
+	"from_actor\x18\x03 \x01(\tR\tfromActor\"A\n" +
 	"\x0fGetActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x8e\x01\n" +
@@ -3958,7 +4379,32 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes\";\n" +
 	"\fStreamPolicy\x12\x12\n" +
 	"\x04idle\x18\x01 \x01(\tR\x04idle\x12\x17\n" +
-	"\awake_on\x18\x02 \x01(\tR\x06wakeOn*\x97\x01\n" +
+	"\awake_on\x18\x02 \x01(\tR\x06wakeOn\"\xef\x01\n" +
+	"\x03Tag\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x1b\n" +
+	"\tactor_uid\x18\x05 \x01(\tR\bactorUid\x12\x1a\n" +
+	"\btemplate\x18\x06 \x01(\tR\btemplate\x12\x1a\n" +
+	"\bsnapshot\x18\a \x01(\tR\bsnapshot\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"U\n" +
+	"\x0fTagActorRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x10\n" +
+	"\x03tag\x18\x03 \x01(\tR\x03tag\"?\n" +
+	"\rGetTagRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"-\n" +
+	"\x0fListTagsRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\"3\n" +
+	"\x10ListTagsResponse\x12\x1f\n" +
+	"\x04tags\x18\x01 \x03(\v2\v.ate.v1.TagR\x04tags\"B\n" +
+	"\x10DeleteTagRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x13\n" +
+	"\x11DeleteTagResponse*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -3977,7 +4423,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xb6\r\n" +
+	"\x0eSELF_REQUESTED\x10\x042\x97\x0f\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -4007,7 +4453,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\bSetAlarm\x12\x17.ate.v1.SetAlarmRequest\x1a\r.ate.v1.Alarm\x12C\n" +
 	"\n" +
 	"ListAlarms\x12\x19.ate.v1.ListAlarmsRequest\x1a\x1a.ate.v1.ListAlarmsResponse\x12F\n" +
-	"\vCancelAlarm\x12\x1a.ate.v1.CancelAlarmRequest\x1a\x1b.ate.v1.CancelAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\vCancelAlarm\x12\x1a.ate.v1.CancelAlarmRequest\x1a\x1b.ate.v1.CancelAlarmResponse\x120\n" +
+	"\bTagActor\x12\x17.ate.v1.TagActorRequest\x1a\v.ate.v1.Tag\x12,\n" +
+	"\x06GetTag\x12\x15.ate.v1.GetTagRequest\x1a\v.ate.v1.Tag\x12=\n" +
+	"\bListTags\x12\x17.ate.v1.ListTagsRequest\x1a\x18.ate.v1.ListTagsResponse\x12@\n" +
+	"\tDeleteTag\x12\x18.ate.v1.DeleteTagRequest\x1a\x19.ate.v1.DeleteTagResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -4022,7 +4472,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -4085,28 +4535,35 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*RemoveNodeResponse)(nil),          // 58: ate.v1.RemoveNodeResponse
 	(*ListNodesResponse)(nil),           // 59: ate.v1.ListNodesResponse
 	(*StreamPolicy)(nil),                // 60: ate.v1.StreamPolicy
-	nil,                                 // 61: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 62: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 63: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 64: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 65: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 66: google.protobuf.Timestamp
+	(*Tag)(nil),                         // 61: ate.v1.Tag
+	(*TagActorRequest)(nil),             // 62: ate.v1.TagActorRequest
+	(*GetTagRequest)(nil),               // 63: ate.v1.GetTagRequest
+	(*ListTagsRequest)(nil),             // 64: ate.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),            // 65: ate.v1.ListTagsResponse
+	(*DeleteTagRequest)(nil),            // 66: ate.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),           // 67: ate.v1.DeleteTagResponse
+	nil,                                 // 68: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 69: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 70: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 71: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 72: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	66, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	73, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	66, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	66, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	66, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	73, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	73, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	73, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	66, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	73, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	61, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	68, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	62, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	69, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -4117,81 +4574,91 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	66, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	73, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	63, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	66, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	66, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	66, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	70, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	73, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	73, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	73, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
 	36, // 33: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	36, // 34: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	64, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	71, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 36: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 37: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	66, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	73, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	48, // 39: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	65, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	72, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	51, // 41: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	66, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	73, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	54, // 43: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	10, // 44: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 45: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 46: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 47: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 48: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 49: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 50: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 51: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 52: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 53: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 54: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 55: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 56: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 57: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 58: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 59: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 60: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 61: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 62: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 63: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 64: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 65: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 66: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 67: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 68: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	9,  // 69: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 70: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 71: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 72: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 73: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 74: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 75: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 76: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 77: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 78: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 79: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 80: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 81: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 82: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 83: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 84: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 85: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 86: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 87: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 88: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 89: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 90: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 91: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 92: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 93: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	69, // [69:94] is the sub-list for method output_type
-	44, // [44:69] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	73, // 44: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	61, // 45: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	10, // 46: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 47: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 48: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 49: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 50: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 51: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 52: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 53: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 54: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 55: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 56: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 57: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 58: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 59: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 60: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 61: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 62: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 63: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 64: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 65: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 66: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 67: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 68: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 69: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 70: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	62, // 71: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	63, // 72: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	64, // 73: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	66, // 74: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	9,  // 75: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 76: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 77: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 78: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 79: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 80: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 81: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 82: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 83: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 84: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 85: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 86: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 87: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 88: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 89: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 90: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 91: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 92: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 93: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 94: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 95: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 96: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 97: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 98: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 99: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	61, // 100: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	61, // 101: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	65, // 102: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	67, // 103: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	75, // [75:104] is the sub-list for method output_type
+	46, // [46:75] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -4206,7 +4673,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   63,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

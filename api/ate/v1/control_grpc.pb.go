@@ -48,6 +48,10 @@ const (
 	Control_SetAlarm_FullMethodName            = "/ate.v1.Control/SetAlarm"
 	Control_ListAlarms_FullMethodName          = "/ate.v1.Control/ListAlarms"
 	Control_CancelAlarm_FullMethodName         = "/ate.v1.Control/CancelAlarm"
+	Control_TagActor_FullMethodName            = "/ate.v1.Control/TagActor"
+	Control_GetTag_FullMethodName              = "/ate.v1.Control/GetTag"
+	Control_ListTags_FullMethodName            = "/ate.v1.Control/ListTags"
+	Control_DeleteTag_FullMethodName           = "/ate.v1.Control/DeleteTag"
 )
 
 // ControlClient is the client API for Control service.
@@ -125,6 +129,20 @@ type ControlClient interface {
 	// CancelAlarm deletes an alarm; NOT_FOUND when there is none with the id
 	// (delivered, cancelled, or its actor deleted).
 	CancelAlarm(ctx context.Context, in *CancelAlarmRequest, opts ...grpc.CallOption) (*CancelAlarmResponse, error)
+	// TagActor takes a named, retained snapshot of an actor (docs/actors.md,
+	// Tags and fork): of a RUNNING actor a checkpoint that leaves it
+	// running; of a SUSPENDED or CRASHED one a copy of its latest snapshot
+	// (sharing bytes where the snapshot store can); of a PAUSED one an
+	// upload of its paused copy. INVALID_ARGUMENT for a bad tag name,
+	// NOT_FOUND for an unknown actor, ALREADY_EXISTS for a tag name in use,
+	// FAILED_PRECONDITION for an actor with no state yet or in a transition.
+	TagActor(ctx context.Context, in *TagActorRequest, opts ...grpc.CallOption) (*Tag, error)
+	GetTag(ctx context.Context, in *GetTagRequest, opts ...grpc.CallOption) (*Tag, error)
+	// ListTags lists the tags of an atespace (every atespace when empty).
+	ListTags(ctx context.Context, in *ListTagsRequest, opts ...grpc.CallOption) (*ListTagsResponse, error)
+	// DeleteTag deletes a tag and its snapshot; actors forked from it keep
+	// their own copies. NOT_FOUND when there is no such tag.
+	DeleteTag(ctx context.Context, in *DeleteTagRequest, opts ...grpc.CallOption) (*DeleteTagResponse, error)
 }
 
 type controlClient struct {
@@ -385,6 +403,46 @@ func (c *controlClient) CancelAlarm(ctx context.Context, in *CancelAlarmRequest,
 	return out, nil
 }
 
+func (c *controlClient) TagActor(ctx context.Context, in *TagActorRequest, opts ...grpc.CallOption) (*Tag, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Tag)
+	err := c.cc.Invoke(ctx, Control_TagActor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) GetTag(ctx context.Context, in *GetTagRequest, opts ...grpc.CallOption) (*Tag, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Tag)
+	err := c.cc.Invoke(ctx, Control_GetTag_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListTags(ctx context.Context, in *ListTagsRequest, opts ...grpc.CallOption) (*ListTagsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTagsResponse)
+	err := c.cc.Invoke(ctx, Control_ListTags_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteTag(ctx context.Context, in *DeleteTagRequest, opts ...grpc.CallOption) (*DeleteTagResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTagResponse)
+	err := c.cc.Invoke(ctx, Control_DeleteTag_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -460,6 +518,20 @@ type ControlServer interface {
 	// CancelAlarm deletes an alarm; NOT_FOUND when there is none with the id
 	// (delivered, cancelled, or its actor deleted).
 	CancelAlarm(context.Context, *CancelAlarmRequest) (*CancelAlarmResponse, error)
+	// TagActor takes a named, retained snapshot of an actor (docs/actors.md,
+	// Tags and fork): of a RUNNING actor a checkpoint that leaves it
+	// running; of a SUSPENDED or CRASHED one a copy of its latest snapshot
+	// (sharing bytes where the snapshot store can); of a PAUSED one an
+	// upload of its paused copy. INVALID_ARGUMENT for a bad tag name,
+	// NOT_FOUND for an unknown actor, ALREADY_EXISTS for a tag name in use,
+	// FAILED_PRECONDITION for an actor with no state yet or in a transition.
+	TagActor(context.Context, *TagActorRequest) (*Tag, error)
+	GetTag(context.Context, *GetTagRequest) (*Tag, error)
+	// ListTags lists the tags of an atespace (every atespace when empty).
+	ListTags(context.Context, *ListTagsRequest) (*ListTagsResponse, error)
+	// DeleteTag deletes a tag and its snapshot; actors forked from it keep
+	// their own copies. NOT_FOUND when there is no such tag.
+	DeleteTag(context.Context, *DeleteTagRequest) (*DeleteTagResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -544,6 +616,18 @@ func (UnimplementedControlServer) ListAlarms(context.Context, *ListAlarmsRequest
 }
 func (UnimplementedControlServer) CancelAlarm(context.Context, *CancelAlarmRequest) (*CancelAlarmResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelAlarm not implemented")
+}
+func (UnimplementedControlServer) TagActor(context.Context, *TagActorRequest) (*Tag, error) {
+	return nil, status.Error(codes.Unimplemented, "method TagActor not implemented")
+}
+func (UnimplementedControlServer) GetTag(context.Context, *GetTagRequest) (*Tag, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTag not implemented")
+}
+func (UnimplementedControlServer) ListTags(context.Context, *ListTagsRequest) (*ListTagsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTags not implemented")
+}
+func (UnimplementedControlServer) DeleteTag(context.Context, *DeleteTagRequest) (*DeleteTagResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTag not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1016,6 +1100,78 @@ func _Control_CancelAlarm_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_TagActor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TagActorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).TagActor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_TagActor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).TagActor(ctx, req.(*TagActorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_GetTag_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTagRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).GetTag(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_GetTag_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).GetTag(ctx, req.(*GetTagRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListTags_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTagsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListTags(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListTags_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListTags(ctx, req.(*ListTagsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteTag_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTagRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteTag(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteTag_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteTag(ctx, req.(*DeleteTagRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1122,6 +1278,22 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelAlarm",
 			Handler:    _Control_CancelAlarm_Handler,
+		},
+		{
+			MethodName: "TagActor",
+			Handler:    _Control_TagActor_Handler,
+		},
+		{
+			MethodName: "GetTag",
+			Handler:    _Control_GetTag_Handler,
+		},
+		{
+			MethodName: "ListTags",
+			Handler:    _Control_ListTags_Handler,
+		},
+		{
+			MethodName: "DeleteTag",
+			Handler:    _Control_DeleteTag_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -377,7 +377,13 @@ type CheckpointActorRequest struct {
 	GraceMs int64 `protobuf:"varint,5,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
 	// snapshot_id names the snapshot written (snapshot.NewID's form); the
 	// API server mints it on its clock, which garbage collection compares.
-	SnapshotId    string `protobuf:"bytes,6,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,6,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// leave_running checkpoints without stopping the actor: no drain, the
+	// worker keeps hosting it (a tag or fork of a RUNNING actor). Never with
+	// paused.
+	LeaveRunning bool `protobuf:"varint,7,opt,name=leave_running,json=leaveRunning,proto3" json:"leave_running,omitempty"`
+	// owner owns the new snapshot (a tag's uid, a fork's); empty: actor_uid.
+	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +456,20 @@ func (x *CheckpointActorRequest) GetGraceMs() int64 {
 func (x *CheckpointActorRequest) GetSnapshotId() string {
 	if x != nil {
 		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *CheckpointActorRequest) GetLeaveRunning() bool {
+	if x != nil {
+		return x.LeaveRunning
+	}
+	return false
+}
+
+func (x *CheckpointActorRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -1803,7 +1823,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x06paused\x18\a \x01(\bR\x06paused\x12!\n" +
 	"\fimage_digest\x18\b \x01(\tR\vimageDigest\x12!\n" +
 	"\fvolumes_from\x18\t \x01(\tR\vvolumesFrom\"\x14\n" +
-	"\x12StartActorResponse\"\xb7\x01\n" +
+	"\x12StartActorResponse\"\xf2\x01\n" +
 	"\x16CheckpointActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x16\n" +
@@ -1811,7 +1831,9 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x05scope\x18\x04 \x01(\tR\x05scope\x12\x19\n" +
 	"\bgrace_ms\x18\x05 \x01(\x03R\agraceMs\x12\x1f\n" +
 	"\vsnapshot_id\x18\x06 \x01(\tR\n" +
-	"snapshotId\"5\n" +
+	"snapshotId\x12#\n" +
+	"\rleave_running\x18\a \x01(\bR\fleaveRunning\x12\x14\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\"5\n" +
 	"\x17CheckpointActorResponse\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\"G\n" +
 	"\x10StopActorRequest\x12\x16\n" +

@@ -202,6 +202,33 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, 
 	return nil
 }
 
+// CheckpointLive implements sandbox.LiveCheckpointer: it writes the
+// count as Checkpoint does and leaves the container counting on.
+func (r *Runtime) CheckpointLive(ctx context.Context, slot sandbox.Slot, id string, imageDir string) error {
+	if err := delay(ctx, r.cfg.CheckpointDelay); err != nil {
+		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, err)
+	}
+	r.mu.Lock()
+	c := r.byID[id]
+	r.mu.Unlock()
+	if c == nil || c.slot != slot.Name {
+		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, ErrUnknownContainer)
+	}
+	c.mu.Lock()
+	count := c.count
+	c.mu.Unlock()
+	data, err := codec.Marshal(state{Count: count})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(imageDir, StateFile), data, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, err)
+	}
+	return nil
+}
+
+var _ sandbox.LiveCheckpointer = (*Runtime)(nil)
+
 // Destroy stops and forgets container id. It is idempotent and returns nil
 // for an unknown id.
 func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {

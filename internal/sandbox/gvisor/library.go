@@ -100,6 +100,16 @@ func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
 	})
 }
 
+// checkpointLive is checkpoint leaving the container running (`runsc
+// checkpoint --leave-running`). A ctx that ends mid-way kills the
+// sandbox (call's kill), as for checkpoint.
+func (l *library) checkpointLive(ctx context.Context, id, imageDir string) error {
+	return l.call(ctx, "checkpoint", id, container.LoadOpts{}, true, func(c *container.Container) error {
+		return c.Checkpoint(l.conf, imageDir, runscsandbox.CheckpointOpts{
+			Compression: statefile.CompressionLevelDefault, Resume: true, SaveRestoreExecContainerID: c.ID})
+	})
+}
+
 // destroy stops container id's processes and removes its state (`runsc
 // delete --force`); an unknown id is not an error.
 func (l *library) destroy(ctx context.Context, id string) error {

@@ -236,6 +236,25 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, 
 	return nil
 }
 
+// CheckpointLive implements sandbox.LiveCheckpointer with `runsc
+// checkpoint --leave-running`: the sandbox is frozen while its state is
+// written, then carries on.
+func (r *Runtime) CheckpointLive(ctx context.Context, slot sandbox.Slot, id string, imageDir string) error {
+	var err error
+	if r.lib != nil && len(r.checkpointFlags) == 0 {
+		err = r.lib.checkpointLive(ctx, id, imageDir)
+	} else {
+		args := append([]string{"checkpoint", "--leave-running", "--image-path=" + imageDir}, r.checkpointFlags...)
+		_, err = r.command(ctx, append(args, id)...)
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: checkpoint (leaving it running) %s in %s: %w", id, slot.Name, err)
+	}
+	return nil
+}
+
+var _ sandbox.LiveCheckpointer = (*Runtime)(nil)
+
 // delete force-deletes container id (`runsc delete --force`): its
 // processes are killed and its state removed. An unknown id is not an
 // error.

@@ -21,6 +21,7 @@ func Run(t *testing.T, newStore func(t *testing.T) snapshot.Store) {
 	t.Run("BadRefs", func(t *testing.T) { badRefs(t, newStore(t)) })
 	t.Run("ImportDataScope", func(t *testing.T) { importDataScope(t, newStore(t)) })
 	t.Run("ClearStaging", func(t *testing.T) { clearStaging(t, newStore(t)) })
+	t.Run("CloneIndependent", func(t *testing.T) { cloneIndependent(t, newStore(t)) })
 }
 
 var files = map[string][]byte{

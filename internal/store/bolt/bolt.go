@@ -44,6 +44,8 @@ var (
 	// alarms share a prefix; bAlarmIDs maps an id to that key.
 	bAlarms   = []byte("alarms")
 	bAlarmIDs = []byte("alarmIds")
+	// bTags holds tags by "<atespace>/<name>".
+	bTags = []byte("tags")
 
 	kLeaseToken = []byte("leaseToken")
 )
@@ -65,7 +67,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs} {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -197,6 +199,9 @@ func (s *Store) DeleteAtespace(_ context.Context, name string) error {
 			return fmt.Errorf("atespace %s: %w", name, store.ErrNotFound)
 		}
 		prefix := []byte(name + "/")
+		if hasPrefix(tx.Bucket(bTags), prefix) {
+			return fmt.Errorf("atespace %s holds tags (ate get tags -n %s): %w", name, name, store.ErrNotEmpty)
+		}
 		if hasPrefix(tx.Bucket(bActors), prefix) || hasPrefix(tx.Bucket(bTemplates), prefix) {
 			return fmt.Errorf("atespace %s holds actors or templates: %w", name, store.ErrNotEmpty)
 		}
@@ -313,6 +318,13 @@ func (s *Store) DeleteTemplate(_ context.Context, atespace, name string) error {
 			if a.Template == name {
 				return fmt.Errorf("template %s/%s is used by actor %s: %w", atespace, name, a.Name, store.ErrNotEmpty)
 			}
+		}
+		tag, err := tagOfTemplate(tx, atespace, name)
+		if err != nil {
+			return err
+		}
+		if tag != "" {
+			return fmt.Errorf("template %s/%s is used by tag %s: %w", atespace, name, tag, store.ErrNotEmpty)
 		}
 		return tx.Bucket(bTemplates).Delete(k)
 	})

@@ -108,7 +108,7 @@ func (s *Store) DeleteAtespace(ctx context.Context, name string) error {
 	return s.do(ctx, func(q querier) error {
 		tag, err := q.Exec(ctx, `DELETE FROM atespaces WHERE name = $1`, name)
 		if code, _ := pgCode(err); code == foreignKeyViolation {
-			return fmt.Errorf("atespace %s holds actors or templates: %w", name, store.ErrNotEmpty)
+			return fmt.Errorf("atespace %s holds actors, templates or tags: %w", name, store.ErrNotEmpty)
 		}
 		if err == nil && tag.RowsAffected() == 0 {
 			return fmt.Errorf("atespace %s: %w", name, store.ErrNotFound)
@@ -230,7 +230,10 @@ func (s *Store) DeleteTemplate(ctx context.Context, atespace, name string) error
 	key := atespace + "/" + name
 	return s.do(ctx, func(q querier) error {
 		tag, err := q.Exec(ctx, `DELETE FROM templates WHERE key = $1`, key)
-		if code, _ := pgCode(err); code == foreignKeyViolation {
+		if code, constraint := pgCode(err); code == foreignKeyViolation {
+			if constraint == "tags_template_fkey" {
+				return fmt.Errorf("template %s is used by tags: %w", key, store.ErrNotEmpty)
+			}
 			return fmt.Errorf("template %s is used by actors: %w", key, store.ErrNotEmpty)
 		}
 		if err == nil && tag.RowsAffected() == 0 {

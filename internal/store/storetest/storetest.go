@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Alarms", testAlarms},
 		{"AlarmLimitConcurrent", testAlarmLimitConcurrent},
 		{"AlarmsGoWithActor", testAlarmsGoWithActor},
+		{"Tags", testTags},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
@@ -73,7 +74,12 @@ func seed(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	must(t, s.CreateAtespace(ctx, &store.Atespace{Name: "default", UID: "ns-1"}))
 	must(t, s.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "t-1",
-		Phase: store.TemplateBuilding, Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+		Phase: store.TemplateBuilding, Spec: seedSpec()}))
+}
+
+// seedSpec is seed's template spec.
+func seedSpec() *atev1.ActorTemplateSpec {
+	return &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}
 }
 
 func newActor(t *testing.T, s store.Store, name string, selector map[string]string) *store.Actor {

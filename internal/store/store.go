@@ -311,6 +311,8 @@ type Store interface {
 
 	// Alarms: DeleteActor deletes the actor's alarms in its transaction.
 	Alarms
+	// Events: kept after the actor's deletion until pruned.
+	Events
 
 	Close() error
 }

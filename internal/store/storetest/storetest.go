@@ -44,6 +44,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Alarms", testAlarms},
 		{"AlarmLimitConcurrent", testAlarmLimitConcurrent},
 		{"AlarmsGoWithActor", testAlarmsGoWithActor},
+		{"Events", testEvents},
+		{"EventsConcurrent", testEventsConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"substrate.dev/ate/internal/actorlog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,6 +78,9 @@ func (f *fakeNode) Upload(_ context.Context, _, owner, _ string, _ snapshot.Scop
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
 func (f *fakeNode) ForgetActor(string)        {}
+func (f *fakeNode) ReadActorLogs(context.Context, string, actorlog.Cursor, int) ([]actorlog.Line, error) {
+	return nil, nil
+}
 func (f *fakeNode) WorkerActivity(worker string) (node.Activity, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

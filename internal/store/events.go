@@ -18,6 +18,10 @@ const (
 	EventWarning EventType = "Warning"
 )
 
+// Deleted is the To of the event of an actor's deletion; no stored actor
+// is ever in it.
+const Deleted ActorState = "DELETED"
+
 // Event is one change of an actor's lifecycle state, written by the
 // workflow that made it (internal/lifecycle) after its store write
 // committed. Events are kept for a bounded time and count (PruneEvents).

@@ -143,6 +143,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newUpdateCommand(a),
 		newWaitCommand(a),
 		newAlarmCommand(a),
+		newLogsCommand(a),
 	}, newActorVerbCommands(a)...)
 	for _, v := range verbs {
 		a.addClientFlags(v)

@@ -68,8 +68,10 @@ func (s *Server) ListEvents(ctx context.Context, req *atev1.ListEventsRequest) (
 	return out, nil
 }
 
-// WatchEvents implements atev1.ControlServer: it polls the store every
-// eventPoll for events after its cursor until the client hangs up.
+// WatchEvents implements atev1.ControlServer: it sends the kept events
+// after req's cursor, then polls the store every eventPoll for new ones
+// until the client hangs up. Each poll sends at most a page, so a
+// cursor far behind catches up in steps.
 func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control_WatchEventsServer) error {
 	ctx := stream.Context()
 	f, err := eventFilter(req.GetAtespace(), req.GetActor())
@@ -79,16 +81,7 @@ func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control
 	if req.GetAfterSeq() < 0 {
 		return toStatus(fmt.Errorf("%w: after_seq %d is negative", errInvalid, req.GetAfterSeq()))
 	}
-	f.After = req.GetAfterSeq()
-	if f.After == 0 {
-		last, err := s.store.ListEvents(ctx, store.EventFilter{Limit: 1, Newest: true})
-		if err != nil {
-			return toStatus(err)
-		}
-		if len(last) == 1 {
-			f.After = last[0].Seq
-		}
-	}
+	f.After, f.Limit = req.GetAfterSeq(), 1000
 	t := time.NewTicker(eventPoll)
 	defer t.Stop()
 	for {

@@ -75,7 +75,8 @@ func (a *app) getEvents(cmd *cobra.Command, actor string, watch bool, limit int3
 		}
 		after = e.GetSeq()
 	}
-	// after 0 (none listed) asks for the events written from now on.
+	// after 0 (none listed): every kept event, so none written since the
+	// list is missed.
 	return a.watchEvents(cmd.Context(), s, &atev1.WatchEventsRequest{Atespace: atespace, Actor: actor, AfterSeq: after},
 		func(e *atev1.Event) error { return p.print(e) })
 }

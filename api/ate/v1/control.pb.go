@@ -3868,8 +3868,9 @@ type WatchEventsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
 	Actor    string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
-	// after_seq: stream events with a larger seq; 0 means only events
-	// written after the call.
+	// after_seq: stream events with a larger seq, first those already kept
+	// (0: every kept event), then new ones. A client that listed events
+	// passes the last seq it got.
 	AfterSeq      int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -265,7 +265,7 @@ func TestClientSideValidation(t *testing.T) {
 		{"output format", []string{"get", "actors", "-o", "xml"}, "Error: unknown output format \"xml\": use table, json or yaml\n"},
 		{"missing template flag", []string{"create", "actor", "x"}, "~\"template\" not set"},
 		{"no kind", []string{"delete"}, "Error: ate delete needs a kind: actor, template, atespace, alarm\n"},
-		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, node, atespace, alarms\n"},
+		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, node, atespace, alarms, events\n"},
 		{"too many args", []string{"get", "actor", "a", "b"}, "~accepts at most 1 arg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

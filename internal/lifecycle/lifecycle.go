@@ -14,11 +14,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"substrate.dev/ate/internal/actorlog"
 	"sync"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"substrate.dev/ate/internal/actorlog"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/store"
 )
 

@@ -15,11 +15,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"substrate.dev/ate/internal/actorlog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/sandbox"

@@ -264,3 +264,50 @@ func TestEventsAndWatch(t *testing.T) {
 		t.Fatalf("ListEvents with limit 100001 = %v, want InvalidArgument", err)
 	}
 }
+
+// TestClusterActorLogsAcrossNodes: with an API server and two nodes as
+// separate processes, `ate logs -f` follows an actor from one node to the
+// other: the API server reads each node's part of the log over the node
+// protocol and puts them in order.
+func TestClusterActorLogsAcrossNodes(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.counterActor()
+	for _, name := range []string{"counter-2", "counter-3"} {
+		c.in.ate("create", "actor", name, "--template", "counter")
+	}
+	follow := c.in.ateBackground("logs", "actor", "counter-1", "-f")
+	first := c.nodeOf("counter-1")
+	c.in.logLine("default/counter-1", "on-first")
+	// Each node has one worker: counter-2 takes the other node's,
+	// counter-3 the first's once counter-1 leaves it, and counter-2
+	// makes room for counter-1 on the other node.
+	c.in.ate("resume", "actor", "counter-2")
+	c.in.ate("suspend", "actor", "counter-1")
+	c.in.ate("resume", "actor", "counter-3")
+	c.in.ate("suspend", "actor", "counter-2")
+	c.in.ate("resume", "actor", "counter-1")
+	second := c.nodeOf("counter-1")
+	if second != other(first) {
+		t.Fatalf("counter-1 resumed on node %q, want %s", second, other(first))
+	}
+	c.in.logLine("default/counter-1", "on-second")
+	waitFor(t, "the follower to print on-second", 30*time.Second, func() bool {
+		return strings.Contains(follow.String(), "on-second\n")
+	})
+	var got []string
+	for l := range strings.Lines(follow.String()) {
+		l = strings.TrimSuffix(l, "\n")
+		switch {
+		case l == "on-first" || l == "on-second":
+			got = append(got, l)
+		case strings.HasPrefix(l, "--- ate: suspended on worker ") && strings.HasSuffix(l, " of node "+first):
+			got = append(got, "suspended on "+first)
+		case strings.HasPrefix(l, "--- ate: resumed on worker ") && strings.Contains(l, " of node "+second+" "):
+			got = append(got, "resumed on "+second)
+		}
+	}
+	want := []string{"on-first", "suspended on " + first, "resumed on " + second, "on-second"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ate logs -f across nodes printed %q, want %q\n%s", got, want, follow.String())
+	}
+}

@@ -36,16 +36,9 @@ func newEventsCommand(a *app) *cobra.Command {
 }
 
 func (a *app) getEvents(cmd *cobra.Command, actor string, watch bool, limit int32) error {
-	atespace, err := a.atespaceName()
+	atespace, actor, err := a.actorFilter(actor)
 	if err != nil {
 		return err
-	}
-	if actor != "" {
-		key, err := a.actorKey(actor)
-		if err != nil {
-			return err
-		}
-		atespace, actor = key.Atespace, key.Name
 	}
 	if limit < 1 || limit > 10000 {
 		return fmt.Errorf("--limit %d is out of range: give 1 to 10000", limit)
@@ -100,6 +93,21 @@ func (a *app) watchEvents(ctx context.Context, s *session, req *atev1.WatchEvent
 			return err
 		}
 	}
+}
+
+// actorFilter resolves an --actor flag (NAME or ATESPACE/NAME, or empty)
+// to the atespace and actor name a list is filtered by: the -n atespace
+// and no actor when empty.
+func (a *app) actorFilter(flag string) (atespace, actor string, err error) {
+	if flag == "" {
+		atespace, err = a.atespaceName()
+		return atespace, "", err
+	}
+	key, err := a.actorKey(flag)
+	if err != nil {
+		return "", "", err
+	}
+	return key.Atespace, key.Name, nil
 }
 
 func eventTable() table[*atev1.Event] {

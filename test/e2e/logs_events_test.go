@@ -43,6 +43,26 @@ func (in *installation) ateBackground(args ...string) *testlog.Buffer {
 	return &out
 }
 
+// breakSnapshot overwrites the actor's durable checkpoint image with
+// garbage of the same size (it passes the manifest's size check and fails
+// inside runsc restore) and returns the good content, to write back.
+func (in *installation) breakSnapshot(actor string) (img string, good []byte) {
+	in.t.Helper()
+	img = filepath.Join(in.dataDir, "snapshots", in.actor(actor).GetSnapshot(), "checkpoint.img")
+	good, err := os.ReadFile(img)
+	if err != nil {
+		in.t.Fatalf("read snapshot file: %v", err)
+	}
+	bad := make([]byte, len(good))
+	for i := range bad {
+		bad[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(img, bad, 0o600); err != nil {
+		in.t.Fatal(err)
+	}
+	return img, good
+}
+
 // logLine POSTs text to the counter actor's /log, which prints it.
 func (in *installation) logLine(actor, text string) {
 	in.t.Helper()
@@ -177,19 +197,7 @@ func TestEventsAndWatch(t *testing.T) {
 
 	in.mustCount("default/counter-1", 1)
 	in.ate("suspend", "actor", "counter-1")
-	snap := in.actor("counter-1").GetSnapshot()
-	img := filepath.Join(in.dataDir, "snapshots", snap, "checkpoint.img")
-	good, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := make([]byte, len(good))
-	for i := range bad {
-		bad[i] = byte(i * 7)
-	}
-	if err := os.WriteFile(img, bad, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	in.breakSnapshot("counter-1")
 	if code, _, _, err := in.request(http.MethodGet, "default/counter-1", "/", ""); err != nil || code < 500 {
 		t.Fatalf("request with a broken snapshot = %d, %v; want a 5xx", code, err)
 	}

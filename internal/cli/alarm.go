@@ -84,16 +84,9 @@ func (a *app) setAlarm(cmd *cobra.Command, arg string, in time.Duration, at, pat
 // getAlarms is `ate get alarms [--actor NAME]`: the alarms of the
 // atespace (-n), or of one actor.
 func (a *app) getAlarms(cmd *cobra.Command, actor string) error {
-	atespace, err := a.atespaceName()
+	atespace, actor, err := a.actorFilter(actor)
 	if err != nil {
 		return err
-	}
-	if actor != "" {
-		key, err := a.actorKey(actor)
-		if err != nil {
-			return err
-		}
-		atespace, actor = key.Atespace, key.Name
 	}
 	s, err := a.connect(cmd.Context())
 	if err != nil {

@@ -28,7 +28,9 @@ func newGetCommand(a *app) *cobra.Command {
   ate get workers
   ate get nodes
   ate get alarms --actor counter-1
-  ate get tags`,
+  ate get tags
+  ate get events --actor counter-1 -w
+  ate get actor counter-1 -w`,
 	}
 	var alarmActor string
 	alarms := &cobra.Command{
@@ -38,7 +40,7 @@ func newGetCommand(a *app) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.getAlarms(cmd, alarmActor) },
 	}
 	alarms.Flags().StringVar(&alarmActor, "actor", "", "only this actor's alarms (NAME or ATESPACE/NAME)")
-	var expired bool
+	var expired, watch bool
 	actors := &cobra.Command{
 		Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
 		Short: "Show one actor, or all actors of the atespace",
@@ -47,11 +49,27 @@ func newGetCommand(a *app) *cobra.Command {
 			if expired && len(args) > 0 {
 				return fmt.Errorf("--expired lists the atespace's actors: give no NAME")
 			}
+			if watch {
+				if len(args) != 1 {
+					return fmt.Errorf("--watch follows one actor: give its NAME (ate get events -w follows all)")
+				}
+				key, err := a.actorKey(args[0])
+				if err != nil {
+					return err
+				}
+				s, err := a.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				defer s.close()
+				return a.watchActor(cmd.Context(), s, key, cmd.OutOrStdout())
+			}
 			return a.getActors(cmd, args, expired)
 		},
 	}
 	actors.Flags().BoolVar(&expired, "expired", false,
 		"only the actors the next expiry sweep would delete: SUSPENDED or CRASHED, unused for their template's ttl.deleteAfterIdle (a dry run)")
+	actors.Flags().BoolVarP(&watch, "watch", "w", false, "print the actor, then again as each state change leaves it, until interrupted or it is deleted")
 	kindGroup(cmd,
 		actors,
 		&cobra.Command{
@@ -85,6 +103,7 @@ func newGetCommand(a *app) *cobra.Command {
 			Args:  cobra.MaximumNArgs(1),
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getTags(cmd, args) },
 		},
+		newEventsCommand(a),
 	)
 	return cmd
 }

@@ -144,6 +144,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newWaitCommand(a),
 		newAlarmCommand(a),
 		newTagCommand(a),
+		newLogsCommand(a),
 	}, newActorVerbCommands(a)...)
 	for _, v := range verbs {
 		a.addClientFlags(v)

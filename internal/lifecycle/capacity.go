@@ -345,6 +345,9 @@ func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, r
 	}
 	for _, n := range order {
 		ra, w, err := m.store.ClaimWorker(ctx, a, n, ready...)
+		if err == nil {
+			m.recordChange(a, ra)
+		}
 		if !errors.Is(err, store.ErrNoFreeWorker) {
 			return ra, w, err
 		}

@@ -222,6 +222,7 @@ func (m *Manager) expire(ctx context.Context, key names.ActorKey, ttls *TTLs, no
 			}
 			return err
 		}
+		m.recordDeleted(a, fmt.Sprintf("expired: idle for %s, past its template's ttl", idle.Round(time.Second)))
 		ok = true
 		m.metrics.Expired()
 		if err := m.snaps.DeleteOwner(ctx, a.UID); err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
@@ -42,6 +43,9 @@ type Node interface {
 	// WorkerActivity is what the worker tunnel saw of the actor worker
 	// hosts (ok false when none); eviction picks victims by it.
 	WorkerActivity(worker string) (node.Activity, bool)
+	// ReadActorLogs returns the lines of the actor's log the node keeps
+	// after the cursor, in order, at most limit (0: all).
+	ReadActorLogs(ctx context.Context, actorUID string, after actorlog.Cursor, limit int) ([]actorlog.Line, error)
 }
 
 // Snapshots is the durable snapshot store as workflows use it.
@@ -127,6 +131,8 @@ type Manager struct {
 	queue queue
 	// expiry is where the next expiry sweep pass goes on (expiry.go).
 	expiry expiryCursor
+	// events queues state changes for the store (events.go).
+	events chan *store.Event
 
 	// ctx bounds the manager's own goroutines (dispatch, evictions);
 	// Close cancels it and waits for them.
@@ -146,7 +152,10 @@ func New(s store.Store, n Nodes, snaps Snapshots, holder string, logger *slog.Lo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, leases: LeaseConfig{}.withDefaults(), ctx: ctx, cancel: cancel}
+	m := &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, leases: LeaseConfig{}.withDefaults(), ctx: ctx, cancel: cancel,
+		events: make(chan *store.Event, eventQueue)}
+	m.goOwned(m.writeEvents)
+	return m
 }
 
 // SetLeases sets the per-actor lease configuration (zero fields take
@@ -279,6 +288,7 @@ func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.A
 		out, err := m.store.UpdateActor(ctx, next)
 		if err == nil {
 			m.log.DebugContext(ctx, "actor state", "actor", next.Key(), "state", next.State, "worker", next.Worker)
+			m.recordChange(base, out)
 			return out, nil
 		}
 		// This write records what the node already did (the -ING state
@@ -299,6 +309,7 @@ func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.A
 		attempt++
 		cur, gerr := m.store.GetActor(ctx, base.Key())
 		if gerr == nil && unsure && cur.UID == next.UID && cur.Lifecycle == next.Lifecycle {
+			m.recordChange(base, cur)
 			return cur, nil // the attempt whose answer was lost committed
 		}
 		if gerr != nil || !sameLifecycle(cur, base) {

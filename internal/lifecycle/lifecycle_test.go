@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
@@ -85,6 +86,9 @@ func (f *fakeNode) Upload(_ context.Context, _, owner, _ string, _ snapshot.Scop
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
 func (f *fakeNode) ForgetActor(string)        {}
+func (f *fakeNode) ReadActorLogs(context.Context, string, actorlog.Cursor, int) ([]actorlog.Line, error) {
+	return nil, nil
+}
 func (f *fakeNode) WorkerActivity(worker string) (node.Activity, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -128,4 +129,25 @@ func (m *Manager) WorkersLost(ctx context.Context, workers []*store.Worker, why 
 		keep(m.store.DeleteWorker(ctx, w.Name))
 	}
 	return first
+}
+
+// ReadActorLogs returns the lines of actorUID's log after the cursor from
+// every live node, merged in (run, seq) order. A node that fails to
+// answer is logged and left out: a follower (actorlog.Follower) holds
+// later runs back while a run's end is missing.
+func (m *Manager) ReadActorLogs(ctx context.Context, actorUID string, after actorlog.Cursor) ([]actorlog.Line, error) {
+	var out []actorlog.Line
+	for _, n := range m.nodes.All() {
+		ls, err := n.ReadActorLogs(ctx, actorUID, after, 0)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			m.log.WarnContext(ctx, "read actor log", "node", n.Name(), "actor_uid", actorUID, "err", err)
+			continue
+		}
+		out = append(out, ls...)
+	}
+	actorlog.Sort(out)
+	return out, nil
 }

@@ -137,7 +137,8 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
 	err = on.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
-		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest, VolumesFrom: src.volumes})
+		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest, VolumesFrom: src.volumes,
+		LogRun: a.Version})
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}

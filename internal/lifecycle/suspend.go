@@ -325,6 +325,7 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 		if err := m.store.DeleteActor(ctx, a); err != nil {
 			return err
 		}
+		m.recordDeleted(a, "deleted on request")
 		if a.Worker != "" {
 			m.workerFreed()
 		}

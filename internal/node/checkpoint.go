@@ -56,6 +56,14 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	}
 	n.drain(ctx, s, opts.Grace)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
+	switch {
+	case err != nil:
+		s.stopWhy = "checkpoint failed: " + err.Error()
+	case opts.Paused:
+		s.stopWhy = "paused"
+	default:
+		s.stopWhy = "suspended"
+	}
 	n.clearOp(ctx, s)
 	n.refill(s)
 	return ref, err
@@ -140,4 +148,7 @@ func (n *Node) DeletePaused(ref string) error {
 // until the next start there rewrites them.
 func (n *Node) ForgetActor(actorUID string) {
 	_ = n.cfg.Paused.DeleteOwner(context.Background(), actorUID)
+	if n.actorLogs != nil {
+		n.actorLogs.Forget(actorUID)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/sandbox"
@@ -116,6 +117,8 @@ type Node struct {
 	golden   goldenBuilder
 	standbys standbys
 	ids      identityWriter
+	// actorLogs keeps each actor's output across its runs (actorlogs.go).
+	actorLogs *actorlog.Dir
 
 	// ctx is the node's lifetime, cancelled by Shutdown. It is kept
 	// rather than passed because the goroutines it bounds outlive the
@@ -159,6 +162,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("node state dir: %w", err)
 		}
+	}
+	var err error
+	if n.actorLogs, err = actorlog.Open(filepath.Join(cfg.StateDir, "actorlogs")); err != nil {
+		return nil, err
 	}
 	// Sandboxes a killed predecessor left running would hold the worker
 	// namespaces and answer for actors they no longer host.
@@ -261,6 +268,7 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	}
 	s.gate.close()
 	s.cleared()
+	n.endActorLog(ctx, s)
 }
 
 // Stop destroys the actor's sandbox on worker; a no-op when the worker
@@ -274,6 +282,7 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 	defer s.opMu.Unlock()
 	if s.gate.hosts(actorUID) {
 		s.gate.stopped()
+		s.stopWhy = "stopped"
 		n.clearOp(ctx, s)
 		n.refill(s)
 	}
@@ -287,6 +296,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 	n.cancel()
 	for _, s := range append(slices.Collect(maps.Values(n.slots)), n.golden.slot) {
 		s.opMu.Lock()
+		s.stopWhy = "stopped: node shutting down"
 		n.clearOp(ctx, s)
 		n.dropStandby(ctx, s)
 		s.files.close()
@@ -315,6 +325,7 @@ func (n *Node) watch(s *slot, id, actorUID string) {
 	s.opMu.Lock()
 	still := s.runs(id)
 	if still {
+		s.stopWhy = fmt.Sprintf("sandbox exited on its own (%v)", err)
 		n.clearOp(n.ctx, s)
 		n.refill(s)
 	}

@@ -3,6 +3,8 @@ package node
 import (
 	"sync"
 
+	"substrate.dev/ate/internal/actorlog"
+
 	"substrate.dev/ate/internal/sandbox"
 )
 
@@ -37,6 +39,12 @@ type slot struct {
 	gate    gate
 	standby standbySlot
 	files   workerFiles
+
+	// capture copies the output of the actor s runs into its actor log
+	// (actorlogs.go); stopWhy is the reason its stop marker line gives.
+	// Both guarded by opMu.
+	capture *actorlog.Capture
+	stopWhy string
 }
 
 // running records that container id, with volumes vols, is starting or

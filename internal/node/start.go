@@ -44,6 +44,10 @@ type StartRequest struct {
 	// ImageDigest pins the image content (the template's); empty means
 	// whatever the reference names now.
 	ImageDigest string
+	// LogRun numbers this start in the actor's log (actorlog.Line.Run):
+	// larger for every later resume of the actor. 0 keeps no actor log
+	// (golden builds).
+	LogRun int64
 }
 
 // Key names the actor the request starts.
@@ -148,6 +152,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 			return "", "", fmt.Errorf("restore notification files: %w", err)
 		}
 		n.ids.logStart(s, req, sspec.ID, gen)
+		n.beginActorLog(ctx, s, req, restore)
 		if restore {
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
 		} else {
@@ -165,6 +170,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		if err == nil {
 			break
 		}
+		s.stopWhy = "start failed: " + err.Error()
 		n.clearOp(ctx, s)
 		if started || !sspec.Prepared || ctx.Err() != nil {
 			return "", "", err

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 )
@@ -40,7 +41,7 @@ func (r *Remote) Name() string { return r.name }
 func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
 	_, err := r.client.StartActor(ctx, &atev1.StartActorRequest{Worker: req.Worker, ActorUid: req.ActorUID,
 		Atespace: req.Atespace, Name: req.Name, Spec: req.Spec, Snapshot: req.Snapshot, Paused: req.Paused,
-		ImageDigest: req.ImageDigest, VolumesFrom: req.VolumesFrom})
+		ImageDigest: req.ImageDigest, VolumesFrom: req.VolumesFrom, LogRun: req.LogRun})
 	if err == nil {
 		r.hosts(req.Worker, req.ActorUID)
 	}
@@ -94,6 +95,21 @@ func (r *Remote) ForgetActor(actorUID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	_, _ = r.client.ForgetActor(ctx, &atev1.ForgetActorRequest{ActorUid: actorUID})
+}
+
+// ReadActorLogs implements lifecycle.Node.
+func (r *Remote) ReadActorLogs(ctx context.Context, actorUID string, after actorlog.Cursor, limit int) ([]actorlog.Line, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := r.client.ReadActorLogs(ctx, &atev1.ReadActorLogsRequest{ActorUid: actorUID, AfterRun: after.Run, AfterSeq: after.Seq, Limit: int32(limit)})
+	if err != nil {
+		return nil, fromStatus(r.name, err)
+	}
+	out := make([]actorlog.Line, 0, len(resp.GetLines()))
+	for _, l := range resp.GetLines() {
+		out = append(out, actorlog.FromProto(l))
+	}
+	return out, nil
 }
 
 // StandbyWorkers implements lifecycle.Node from the last heartbeat.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 )
@@ -30,7 +31,7 @@ const CheckpointTimeout = 2 * time.Minute
 func (s *Server) StartActor(ctx context.Context, r *atev1.StartActorRequest) (*atev1.StartActorResponse, error) {
 	err := s.n.Start(ctx, node.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
 		Name: r.GetName(), Spec: r.GetSpec(), Snapshot: r.GetSnapshot(), Paused: r.GetPaused(), ImageDigest: r.GetImageDigest(),
-		VolumesFrom: r.GetVolumesFrom()})
+		VolumesFrom: r.GetVolumesFrom(), LogRun: r.GetLogRun()})
 	return &atev1.StartActorResponse{}, toStatus(err)
 }
 
@@ -72,6 +73,19 @@ func (s *Server) UploadPaused(ctx context.Context, r *atev1.UploadPausedRequest)
 // DeletePaused implements atev1.NodeAgentServer.
 func (s *Server) DeletePaused(_ context.Context, r *atev1.DeletePausedRequest) (*atev1.DeletePausedResponse, error) {
 	return &atev1.DeletePausedResponse{}, toStatus(s.n.DeletePaused(r.GetPausedSnapshot()))
+}
+
+// ReadActorLogs implements atev1.NodeAgentServer.
+func (s *Server) ReadActorLogs(ctx context.Context, r *atev1.ReadActorLogsRequest) (*atev1.ReadActorLogsResponse, error) {
+	lines, err := s.n.ReadActorLogs(ctx, r.GetActorUid(), actorlog.Cursor{Run: r.GetAfterRun(), Seq: r.GetAfterSeq()}, int(r.GetLimit()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &atev1.ReadActorLogsResponse{Lines: make([]*atev1.ActorLogLine, 0, len(lines))}
+	for _, l := range lines {
+		out.Lines = append(out.Lines, actorlog.ToProto(l))
+	}
+	return out, nil
 }
 
 // ForgetActor implements atev1.NodeAgentServer.

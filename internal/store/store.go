@@ -313,6 +313,8 @@ type Store interface {
 	Alarms
 	// Tags: named snapshots of actors.
 	Tags
+	// Events: kept after the actor's deletion until pruned.
+	Events
 
 	Close() error
 }

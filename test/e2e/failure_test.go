@@ -20,20 +20,7 @@ func TestFailedRestore(t *testing.T) {
 	in.mustCount("default/counter-1", 2)
 	in.ate("suspend", "actor", "counter-1")
 	snap := in.actor("counter-1").GetSnapshot()
-	img := filepath.Join(in.dataDir, "snapshots", snap, "checkpoint.img")
-	good, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatalf("read snapshot file: %v", err)
-	}
-	// Same size, garbage content: passes the manifest's size check and
-	// fails inside runsc restore.
-	bad := make([]byte, len(good))
-	for i := range bad {
-		bad[i] = byte(i * 7)
-	}
-	if err := os.WriteFile(img, bad, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	img, good := in.breakSnapshot("counter-1")
 
 	code, body, _, err := in.request(http.MethodGet, "default/counter-1", "/", "")
 	if err != nil {

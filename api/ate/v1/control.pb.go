@@ -4112,6 +4112,493 @@ func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
 	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
+// Event is one change of an actor's state, or a failure.
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq increases with every event of the store: a watch's cursor.
+	Seq  int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// type is "Normal" or "Warning" (a failure: message says what).
+	Type     string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Atespace string `protobuf:"bytes,4,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Actor    string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	ActorUid string `protobuf:"bytes,6,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// from_state and to_state are ActorState names; to_state is "DELETED"
+	// for the actor's deletion.
+	FromState string `protobuf:"bytes,7,opt,name=from_state,json=fromState,proto3" json:"from_state,omitempty"`
+	ToState   string `protobuf:"bytes,8,opt,name=to_state,json=toState,proto3" json:"to_state,omitempty"`
+	Worker    string `protobuf:"bytes,9,opt,name=worker,proto3" json:"worker,omitempty"`
+	Node      string `protobuf:"bytes,10,opt,name=node,proto3" json:"node,omitempty"`
+	Message   string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	// actor_record is the actor as the change left it (unset for DELETED).
+	ActorRecord   *Actor `protobuf:"bytes,12,opt,name=actor_record,json=actorRecord,proto3" json:"actor_record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_ate_v1_control_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *Event) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Event) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Event) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Event) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *Event) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Event) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *Event) GetFromState() string {
+	if x != nil {
+		return x.FromState
+	}
+	return ""
+}
+
+func (x *Event) GetToState() string {
+	if x != nil {
+		return x.ToState
+	}
+	return ""
+}
+
+func (x *Event) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Event) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Event) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Event) GetActorRecord() *Actor {
+	if x != nil {
+		return x.ActorRecord
+	}
+	return nil
+}
+
+type ListEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// atespace selects one atespace; empty means every atespace.
+	Atespace string `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// actor selects one actor of atespace (atespace then required).
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// limit: the newest limit events (default 100, at most 10000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ListEventsRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListEventsResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type WatchEventsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Actor    string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// after_seq: stream events with a larger seq, first those already kept
+	// (0: every kept event), then new ones. A client that listed events
+	// passes the last seq it got.
+	AfterSeq      int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEventsRequest) Reset() {
+	*x = WatchEventsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEventsRequest) ProtoMessage() {}
+
+func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *WatchEventsRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+type ActorLogsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Follow   bool                   `protobuf:"varint,3,opt,name=follow,proto3" json:"follow,omitempty"`
+	// since_seconds > 0: only lines written in the last since_seconds.
+	SinceSeconds int64 `protobuf:"varint,4,opt,name=since_seconds,json=sinceSeconds,proto3" json:"since_seconds,omitempty"`
+	// tail > 0: only the last tail lines (before following); 0 means all
+	// that are kept. At most 100000.
+	Tail          int32 `protobuf:"varint,5,opt,name=tail,proto3" json:"tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorLogsRequest) Reset() {
+	*x = ActorLogsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorLogsRequest) ProtoMessage() {}
+
+func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorLogsRequest.ProtoReflect.Descriptor instead.
+func (*ActorLogsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ActorLogsRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ActorLogsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ActorLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *ActorLogsRequest) GetSinceSeconds() int64 {
+	if x != nil {
+		return x.SinceSeconds
+	}
+	return 0
+}
+
+func (x *ActorLogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+// ActorLogLine is one line of an actor's output, or a marker line.
+type ActorLogLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run is the resume the line belongs to (the actor's record version at
+	// that resume's claim), seq its place in the run: (run, seq) orders an
+	// actor's lines across nodes and is the follow cursor.
+	Run  int64                  `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"`
+	Seq  int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// kind is "out" (the actor's stdout/stderr), "resume" or "stop" (marker
+	// lines ate writes when the actor starts on a worker and leaves it).
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// text is the line without its newline.
+	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	// node and worker are where the line was written.
+	Node          string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	Worker        string `protobuf:"bytes,7,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorLogLine) Reset() {
+	*x = ActorLogLine{}
+	mi := &file_ate_v1_control_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorLogLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorLogLine) ProtoMessage() {}
+
+func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorLogLine.ProtoReflect.Descriptor instead.
+func (*ActorLogLine) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ActorLogLine) GetRun() int64 {
+	if x != nil {
+		return x.Run
+	}
+	return 0
+}
+
+func (x *ActorLogLine) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ActorLogLine) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ActorLogLine) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ActorLogLine) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ActorLogLine) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ActorLogLine) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -4404,7 +4891,46 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x10DeleteTagRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x13\n" +
-	"\x11DeleteTagResponse*\x97\x01\n" +
+	"\x11DeleteTagResponse\"\xde\x02\n" +
+	"\x05Event\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1a\n" +
+	"\batespace\x18\x04 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x1b\n" +
+	"\tactor_uid\x18\x06 \x01(\tR\bactorUid\x12\x1d\n" +
+	"\n" +
+	"from_state\x18\a \x01(\tR\tfromState\x12\x19\n" +
+	"\bto_state\x18\b \x01(\tR\atoState\x12\x16\n" +
+	"\x06worker\x18\t \x01(\tR\x06worker\x12\x12\n" +
+	"\x04node\x18\n" +
+	" \x01(\tR\x04node\x12\x18\n" +
+	"\amessage\x18\v \x01(\tR\amessage\x120\n" +
+	"\factor_record\x18\f \x01(\v2\r.ate.v1.ActorR\vactorRecord\"[\n" +
+	"\x11ListEventsRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\";\n" +
+	"\x12ListEventsResponse\x12%\n" +
+	"\x06events\x18\x01 \x03(\v2\r.ate.v1.EventR\x06events\"c\n" +
+	"\x12WatchEventsRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"\x93\x01\n" +
+	"\x10ActorLogsRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\x12#\n" +
+	"\rsince_seconds\x18\x04 \x01(\x03R\fsinceSeconds\x12\x12\n" +
+	"\x04tail\x18\x05 \x01(\x05R\x04tail\"\xb6\x01\n" +
+	"\fActorLogLine\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\x03R\x03run\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\a \x01(\tR\x06worker*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -4423,7 +4949,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\x97\x0f\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xd7\x10\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -4457,7 +4983,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\bTagActor\x12\x17.ate.v1.TagActorRequest\x1a\v.ate.v1.Tag\x12,\n" +
 	"\x06GetTag\x12\x15.ate.v1.GetTagRequest\x1a\v.ate.v1.Tag\x12=\n" +
 	"\bListTags\x12\x17.ate.v1.ListTagsRequest\x1a\x18.ate.v1.ListTagsResponse\x12@\n" +
-	"\tDeleteTag\x12\x18.ate.v1.DeleteTagRequest\x1a\x19.ate.v1.DeleteTagResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\tDeleteTag\x12\x18.ate.v1.DeleteTagRequest\x1a\x19.ate.v1.DeleteTagResponse\x12C\n" +
+	"\n" +
+	"ListEvents\x12\x19.ate.v1.ListEventsRequest\x1a\x1a.ate.v1.ListEventsResponse\x12:\n" +
+	"\vWatchEvents\x12\x1a.ate.v1.WatchEventsRequest\x1a\r.ate.v1.Event0\x01\x12=\n" +
+	"\tActorLogs\x12\x18.ate.v1.ActorLogsRequest\x1a\x14.ate.v1.ActorLogLine0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -4472,7 +5002,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -4542,28 +5072,34 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*ListTagsResponse)(nil),            // 65: ate.v1.ListTagsResponse
 	(*DeleteTagRequest)(nil),            // 66: ate.v1.DeleteTagRequest
 	(*DeleteTagResponse)(nil),           // 67: ate.v1.DeleteTagResponse
-	nil,                                 // 68: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 69: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 70: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 71: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 72: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
+	(*Event)(nil),                       // 68: ate.v1.Event
+	(*ListEventsRequest)(nil),           // 69: ate.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 70: ate.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 71: ate.v1.WatchEventsRequest
+	(*ActorLogsRequest)(nil),            // 72: ate.v1.ActorLogsRequest
+	(*ActorLogLine)(nil),                // 73: ate.v1.ActorLogLine
+	nil,                                 // 74: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 75: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 76: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 77: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 78: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 79: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	73, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	79, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	73, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	73, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	73, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	79, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	79, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	79, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	73, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	79, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	68, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	74, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	69, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	75, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -4574,91 +5110,101 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	73, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	79, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	70, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	73, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	73, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	73, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	76, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	79, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	79, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	79, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
 	36, // 33: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	36, // 34: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	71, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	77, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 36: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 37: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	73, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	79, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	48, // 39: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	72, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	78, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	51, // 41: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	73, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	79, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	54, // 43: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	73, // 44: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	79, // 44: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
 	61, // 45: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	10, // 46: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 47: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 48: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 49: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 50: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 51: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 52: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 53: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 54: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 55: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 56: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 57: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 58: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 59: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 60: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 61: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 62: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 63: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 64: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 65: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 66: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 67: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 68: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 69: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 70: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	62, // 71: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	63, // 72: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	64, // 73: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	66, // 74: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	9,  // 75: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 76: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 77: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 78: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 79: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 80: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 81: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 82: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 83: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 84: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 85: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 86: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 87: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 88: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 89: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 90: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 91: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 92: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 93: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 94: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 95: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 96: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 97: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 98: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 99: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	61, // 100: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	61, // 101: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	65, // 102: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	67, // 103: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	75, // [75:104] is the sub-list for method output_type
-	46, // [46:75] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	79, // 46: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 47: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	68, // 48: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	79, // 49: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	10, // 50: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 51: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 52: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 53: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 54: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 55: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 56: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 57: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 58: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 59: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 60: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 61: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 62: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 63: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 64: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 65: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 66: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 67: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 68: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 69: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 70: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 71: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 72: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 73: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 74: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	62, // 75: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	63, // 76: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	64, // 77: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	66, // 78: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	69, // 79: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	71, // 80: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	72, // 81: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	9,  // 82: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 83: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 84: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 85: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 86: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 87: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 88: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 89: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 90: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 91: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 92: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 93: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 94: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 95: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 96: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 97: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 98: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 99: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 100: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 101: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 102: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 103: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 104: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 105: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 106: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	61, // 107: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	61, // 108: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	65, // 109: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	67, // 110: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	70, // 111: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	68, // 112: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	73, // 113: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	82, // [82:114] is the sub-list for method output_type
+	50, // [50:82] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -4673,7 +5219,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,9 @@ const (
 	Control_GetTag_FullMethodName              = "/ate.v1.Control/GetTag"
 	Control_ListTags_FullMethodName            = "/ate.v1.Control/ListTags"
 	Control_DeleteTag_FullMethodName           = "/ate.v1.Control/DeleteTag"
+	Control_ListEvents_FullMethodName          = "/ate.v1.Control/ListEvents"
+	Control_WatchEvents_FullMethodName         = "/ate.v1.Control/WatchEvents"
+	Control_ActorLogs_FullMethodName           = "/ate.v1.Control/ActorLogs"
 )
 
 // ControlClient is the client API for Control service.
@@ -143,6 +146,19 @@ type ControlClient interface {
 	// DeleteTag deletes a tag and its snapshot; actors forked from it keep
 	// their own copies. NOT_FOUND when there is no such tag.
 	DeleteTag(ctx context.Context, in *DeleteTagRequest, opts ...grpc.CallOption) (*DeleteTagResponse, error)
+	// ListEvents lists the newest events (actors' state transitions and
+	// failures, kept for a bounded time and count: docs/logs-and-events.md),
+	// oldest first. INVALID_ARGUMENT for a bad name or limit.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// WatchEvents streams the events after after_seq as they are written, by
+	// any API server replica sharing the store, until the client hangs up.
+	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// ActorLogs streams an actor's output (stdout and stderr) across its
+	// moves between workers and nodes, with a line marking each resume and
+	// suspend; with follow it keeps streaming new lines until the client
+	// hangs up. NOT_FOUND for an unknown actor; INVALID_ARGUMENT for a bad
+	// name, since or tail.
+	ActorLogs(ctx context.Context, in *ActorLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ActorLogLine], error)
 }
 
 type controlClient struct {
@@ -443,6 +459,54 @@ func (c *controlClient) DeleteTag(ctx context.Context, in *DeleteTagRequest, opt
 	return out, nil
 }
 
+func (c *controlClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, Control_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[0], Control_WatchEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchEventsRequest, Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_WatchEventsClient = grpc.ServerStreamingClient[Event]
+
+func (c *controlClient) ActorLogs(ctx context.Context, in *ActorLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ActorLogLine], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[1], Control_ActorLogs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ActorLogsRequest, ActorLogLine]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_ActorLogsClient = grpc.ServerStreamingClient[ActorLogLine]
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -532,6 +596,19 @@ type ControlServer interface {
 	// DeleteTag deletes a tag and its snapshot; actors forked from it keep
 	// their own copies. NOT_FOUND when there is no such tag.
 	DeleteTag(context.Context, *DeleteTagRequest) (*DeleteTagResponse, error)
+	// ListEvents lists the newest events (actors' state transitions and
+	// failures, kept for a bounded time and count: docs/logs-and-events.md),
+	// oldest first. INVALID_ARGUMENT for a bad name or limit.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// WatchEvents streams the events after after_seq as they are written, by
+	// any API server replica sharing the store, until the client hangs up.
+	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
+	// ActorLogs streams an actor's output (stdout and stderr) across its
+	// moves between workers and nodes, with a line marking each resume and
+	// suspend; with follow it keeps streaming new lines until the client
+	// hangs up. NOT_FOUND for an unknown actor; INVALID_ARGUMENT for a bad
+	// name, since or tail.
+	ActorLogs(*ActorLogsRequest, grpc.ServerStreamingServer[ActorLogLine]) error
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -628,6 +705,15 @@ func (UnimplementedControlServer) ListTags(context.Context, *ListTagsRequest) (*
 }
 func (UnimplementedControlServer) DeleteTag(context.Context, *DeleteTagRequest) (*DeleteTagResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteTag not implemented")
+}
+func (UnimplementedControlServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedControlServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
+	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedControlServer) ActorLogs(*ActorLogsRequest, grpc.ServerStreamingServer[ActorLogLine]) error {
+	return status.Error(codes.Unimplemented, "method ActorLogs not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1172,6 +1258,46 @@ func _Control_DeleteTag_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ControlServer).WatchEvents(m, &grpc.GenericServerStream[WatchEventsRequest, Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_WatchEventsServer = grpc.ServerStreamingServer[Event]
+
+func _Control_ActorLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ActorLogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ControlServer).ActorLogs(m, &grpc.GenericServerStream[ActorLogsRequest, ActorLogLine]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_ActorLogsServer = grpc.ServerStreamingServer[ActorLogLine]
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1295,7 +1421,22 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteTag",
 			Handler:    _Control_DeleteTag_Handler,
 		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _Control_ListEvents_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchEvents",
+			Handler:       _Control_WatchEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ActorLogs",
+			Handler:       _Control_ActorLogs_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "ate/v1/control.proto",
 }

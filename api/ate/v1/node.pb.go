@@ -232,7 +232,10 @@ type StartActorRequest struct {
 	// actor's volumes instead of snapshot's (which then gives only memory,
 	// e.g. another template's golden snapshot, or is empty for a cold boot):
 	// an actor moved to another template (docs/actors.md).
-	VolumesFrom   string `protobuf:"bytes,9,opt,name=volumes_from,json=volumesFrom,proto3" json:"volumes_from,omitempty"`
+	VolumesFrom string `protobuf:"bytes,9,opt,name=volumes_from,json=volumesFrom,proto3" json:"volumes_from,omitempty"`
+	// log_run numbers this start in the actor's log (ActorLogLine.run); 0
+	// keeps no per-actor log.
+	LogRun        int64 `protobuf:"varint,10,opt,name=log_run,json=logRun,proto3" json:"log_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +331,13 @@ func (x *StartActorRequest) GetVolumesFrom() string {
 		return x.VolumesFrom
 	}
 	return ""
+}
+
+func (x *StartActorRequest) GetLogRun() int64 {
+	if x != nil {
+		return x.LogRun
+	}
+	return 0
 }
 
 type StartActorResponse struct {
@@ -1800,6 +1810,118 @@ func (*RegistryMessage_Stop) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_Drained) isRegistryMessage_Msg() {}
 
+type ReadActorLogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ActorUid      string                 `protobuf:"bytes,1,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	AfterRun      int64                  `protobuf:"varint,2,opt,name=after_run,json=afterRun,proto3" json:"after_run,omitempty"`
+	AfterSeq      int64                  `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadActorLogsRequest) Reset() {
+	*x = ReadActorLogsRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadActorLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadActorLogsRequest) ProtoMessage() {}
+
+func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadActorLogsRequest.ProtoReflect.Descriptor instead.
+func (*ReadActorLogsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReadActorLogsRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *ReadActorLogsRequest) GetAfterRun() int64 {
+	if x != nil {
+		return x.AfterRun
+	}
+	return 0
+}
+
+func (x *ReadActorLogsRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *ReadActorLogsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ReadActorLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lines         []*ActorLogLine        `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadActorLogsResponse) Reset() {
+	*x = ReadActorLogsResponse{}
+	mi := &file_ate_v1_node_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadActorLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadActorLogsResponse) ProtoMessage() {}
+
+func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadActorLogsResponse.ProtoReflect.Descriptor instead.
+func (*ReadActorLogsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
 var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
@@ -1812,7 +1934,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\fR\x04body\"F\n" +
 	"\x14SetSelfAlarmResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
-	"\x06answer\x18\x02 \x01(\fR\x06answer\"\xa1\x02\n" +
+	"\x06answer\x18\x02 \x01(\fR\x06answer\"\xba\x02\n" +
 	"\x11StartActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1a\n" +
@@ -1822,7 +1944,9 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\bsnapshot\x18\x06 \x01(\tR\bsnapshot\x12\x16\n" +
 	"\x06paused\x18\a \x01(\bR\x06paused\x12!\n" +
 	"\fimage_digest\x18\b \x01(\tR\vimageDigest\x12!\n" +
-	"\fvolumes_from\x18\t \x01(\tR\vvolumesFrom\"\x14\n" +
+	"\fvolumes_from\x18\t \x01(\tR\vvolumesFrom\x12\x17\n" +
+	"\alog_run\x18\n" +
+	" \x01(\x03R\x06logRun\"\x14\n" +
 	"\x12StartActorResponse\"\xf2\x01\n" +
 	"\x16CheckpointActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
@@ -1925,7 +2049,14 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\awelcome\x18\x01 \x01(\v2\x17.ate.v1.RegistryWelcomeH\x00R\awelcome\x12'\n" +
 	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stop\x12+\n" +
 	"\adrained\x18\x03 \x01(\v2\x0f.ate.v1.DrainedH\x00R\adrainedB\x05\n" +
-	"\x03msg2\x8c\x04\n" +
+	"\x03msg\"\x83\x01\n" +
+	"\x14ReadActorLogsRequest\x12\x1b\n" +
+	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12\x1b\n" +
+	"\tafter_run\x18\x02 \x01(\x03R\bafterRun\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"C\n" +
+	"\x15ReadActorLogsResponse\x12*\n" +
+	"\x05lines\x18\x01 \x03(\v2\x14.ate.v1.ActorLogLineR\x05lines2\xda\x04\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
@@ -1934,7 +2065,8 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\vBuildGolden\x12\x1a.ate.v1.BuildGoldenRequest\x1a\x1b.ate.v1.BuildGoldenResponse\x12I\n" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
-	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse2\x97\x01\n" +
+	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse\x12L\n" +
+	"\rReadActorLogs\x12\x1c.ate.v1.ReadActorLogsRequest\x1a\x1d.ate.v1.ReadActorLogsResponse2\x97\x01\n" +
 	"\fNodeRegistry\x12<\n" +
 	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01\x12I\n" +
 	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
@@ -1952,7 +2084,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -1982,16 +2114,19 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*StopOrder)(nil),               // 25: ate.v1.StopOrder
 	(*Drained)(nil),                 // 26: ate.v1.Drained
 	(*RegistryMessage)(nil),         // 27: ate.v1.RegistryMessage
-	nil,                             // 28: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 29: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*ReadActorLogsRequest)(nil),    // 28: ate.v1.ReadActorLogsRequest
+	(*ReadActorLogsResponse)(nil),   // 29: ate.v1.ReadActorLogsResponse
+	nil,                             // 30: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 31: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
+	(*ActorLogLine)(nil),            // 33: ate.v1.ActorLogLine
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	29, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	29, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	28, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	30, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	30, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	31, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	31, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	30, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	32, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	32, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
@@ -2002,29 +2137,32 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	24, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
 	25, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
 	26, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	3,  // 15: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 16: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 17: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 18: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 19: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 20: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 21: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	23, // 22: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 23: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	4,  // 24: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 25: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 26: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 27: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 28: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 29: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 30: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	27, // 31: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 32: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	33, // 15: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	3,  // 16: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 17: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 18: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 19: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 20: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 21: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 22: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	28, // 23: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	23, // 24: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 25: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	4,  // 26: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 27: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 28: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 29: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 30: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 31: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 32: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	29, // 33: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	27, // 34: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 35: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -2049,7 +2187,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,7 @@ const (
 	NodeAgent_UploadPaused_FullMethodName    = "/ate.v1.NodeAgent/UploadPaused"
 	NodeAgent_DeletePaused_FullMethodName    = "/ate.v1.NodeAgent/DeletePaused"
 	NodeAgent_ForgetActor_FullMethodName     = "/ate.v1.NodeAgent/ForgetActor"
+	NodeAgent_ReadActorLogs_FullMethodName   = "/ate.v1.NodeAgent/ReadActorLogs"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -52,6 +53,9 @@ type NodeAgentClient interface {
 	UploadPaused(ctx context.Context, in *UploadPausedRequest, opts ...grpc.CallOption) (*UploadPausedResponse, error)
 	DeletePaused(ctx context.Context, in *DeletePausedRequest, opts ...grpc.CallOption) (*DeletePausedResponse, error)
 	ForgetActor(ctx context.Context, in *ForgetActorRequest, opts ...grpc.CallOption) (*ForgetActorResponse, error)
+	// ReadActorLogs returns the actor's log lines this node keeps after the
+	// cursor (after_run, after_seq), in order, at most limit.
+	ReadActorLogs(ctx context.Context, in *ReadActorLogsRequest, opts ...grpc.CallOption) (*ReadActorLogsResponse, error)
 }
 
 type nodeAgentClient struct {
@@ -132,6 +136,16 @@ func (c *nodeAgentClient) ForgetActor(ctx context.Context, in *ForgetActorReques
 	return out, nil
 }
 
+func (c *nodeAgentClient) ReadActorLogs(ctx context.Context, in *ReadActorLogsRequest, opts ...grpc.CallOption) (*ReadActorLogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadActorLogsResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_ReadActorLogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -149,6 +163,9 @@ type NodeAgentServer interface {
 	UploadPaused(context.Context, *UploadPausedRequest) (*UploadPausedResponse, error)
 	DeletePaused(context.Context, *DeletePausedRequest) (*DeletePausedResponse, error)
 	ForgetActor(context.Context, *ForgetActorRequest) (*ForgetActorResponse, error)
+	// ReadActorLogs returns the actor's log lines this node keeps after the
+	// cursor (after_run, after_seq), in order, at most limit.
+	ReadActorLogs(context.Context, *ReadActorLogsRequest) (*ReadActorLogsResponse, error)
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -179,6 +196,9 @@ func (UnimplementedNodeAgentServer) DeletePaused(context.Context, *DeletePausedR
 }
 func (UnimplementedNodeAgentServer) ForgetActor(context.Context, *ForgetActorRequest) (*ForgetActorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetActor not implemented")
+}
+func (UnimplementedNodeAgentServer) ReadActorLogs(context.Context, *ReadActorLogsRequest) (*ReadActorLogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadActorLogs not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -327,6 +347,24 @@ func _NodeAgent_ForgetActor_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_ReadActorLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadActorLogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).ReadActorLogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_ReadActorLogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).ReadActorLogs(ctx, req.(*ReadActorLogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -361,6 +399,10 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForgetActor",
 			Handler:    _NodeAgent_ForgetActor_Handler,
+		},
+		{
+			MethodName: "ReadActorLogs",
+			Handler:    _NodeAgent_ReadActorLogs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

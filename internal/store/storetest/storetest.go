@@ -45,6 +45,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AlarmLimitConcurrent", testAlarmLimitConcurrent},
 		{"AlarmsGoWithActor", testAlarmsGoWithActor},
 		{"Tags", testTags},
+		{"Events", testEvents},
+		{"EventsConcurrent", testEventsConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -1,0 +1,116 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"substrate.dev/ate/internal/store"
+)
+
+// Event retention (docs/logs-and-events.md): the store keeps events for
+// EventMaxAge and at most EventMaxCount of them (every atespace
+// together), whichever bound is hit first. A day covers "what happened
+// overnight"; 10,000 events of ~1 KiB each (the actor record included)
+// stay near 10 MiB of store.
+const (
+	EventMaxAge   = 24 * time.Hour
+	EventMaxCount = 10000
+	// pruneEvery is how many appended events pass between prunes: a
+	// prune scans the oldest events, so it runs now and then, never per
+	// event; the count bound may thus be exceeded by up to this many.
+	pruneEvery = 100
+	// eventQueue bounds the events waiting for the store: a workflow
+	// never waits for its event's write (it would add an fsync to every
+	// step); when the store falls this far behind, new events are
+	// dropped and logged rather than block state changes.
+	eventQueue = 1024
+)
+
+// eventType classifies the change from → to with its message: a failure
+// is a Warning, a transition that went as asked is Normal.
+func eventType(from, to store.ActorState) store.EventType {
+	switch {
+	case to == store.Crashed:
+		return store.EventWarning
+	case from == store.Resuming && to != store.Running:
+		return store.EventWarning
+	case (from == store.Suspending || from == store.Pausing) && to == store.Running:
+		return store.EventWarning
+	}
+	return store.EventNormal
+}
+
+// recordDeleted queues the event of a's deletion, why saying by whom.
+func (m *Manager) recordDeleted(a *store.Actor, why string) {
+	e := &store.Event{Time: time.Now().UTC(), Type: store.EventNormal, Atespace: a.Atespace, Actor: a.Name, ActorUID: a.UID,
+		From: a.State, To: store.Deleted, Message: why}
+	m.queueEvent(e)
+}
+
+// recordChange queues the event of a workflow's write that moved base to
+// out. A write that left the state as it was records
+// nothing (a merged retry, a pointer move).
+func (m *Manager) recordChange(base, out *store.Actor) {
+	if out.State == base.State {
+		return
+	}
+	cp := *out
+	e := &store.Event{Time: time.Now().UTC(), Atespace: out.Atespace, Actor: out.Name, ActorUID: out.UID,
+		From: base.State, To: out.State, Record: &cp, Message: out.Message, Worker: out.Worker}
+	if e.Worker == "" {
+		e.Worker = base.Worker
+	}
+	if e.Worker != "" {
+		if n, ok := m.nodes.ForWorker(e.Worker); ok {
+			e.Node = n.Name()
+		}
+	}
+	if e.Node == "" {
+		e.Node = out.Node // a PAUSED actor's node
+	}
+	e.Type = eventType(e.From, e.To)
+	m.queueEvent(e)
+}
+
+// queueEvent hands e to writeEvents, or drops it when the queue is full.
+func (m *Manager) queueEvent(e *store.Event) {
+	select {
+	case m.events <- e:
+	default:
+		m.log.Warn("event queue full; event dropped", "actor", e.Atespace+"/"+e.Actor, "from", e.From, "to", e.To)
+	}
+}
+
+// writeEvents appends queued events to the store, in queue order, until
+// ctx ends and the queue is empty, and prunes every pruneEvery events.
+func (m *Manager) writeEvents(ctx context.Context) {
+	n := 0
+	write := func(e *store.Event) {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := m.store.AppendEvent(wctx, e); err != nil {
+			m.log.Warn("write event", "actor", e.Atespace+"/"+e.Actor, "to", e.To, "err", err)
+			return
+		}
+		if n++; n%pruneEvery == 0 {
+			if _, err := m.store.PruneEvents(wctx, time.Now().Add(-EventMaxAge), EventMaxCount); err != nil {
+				m.log.Warn("prune events", "err", err)
+			}
+		}
+	}
+	for {
+		select {
+		case e := <-m.events:
+			write(e)
+		case <-ctx.Done():
+			for {
+				select {
+				case e := <-m.events:
+					write(e)
+				default:
+					return
+				}
+			}
+		}
+	}
+}

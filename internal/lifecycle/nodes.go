@@ -129,3 +129,8 @@ func (m *Manager) WorkersLost(ctx context.Context, workers []*store.Worker, why 
 	}
 	return first
 }
+
+// NodeOf returns the live node owning worker, or an error wrapping
+// ErrNodeUnavailable: for calls that reach a running actor's node
+// outside a workflow (`ate exec`, `ate cp`).
+func (m *Manager) NodeOf(worker string) (Node, error) { return m.nodeOf(worker) }

@@ -45,6 +45,8 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	if !s.gate.hosts(actorUID) {
 		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
 	}
+	// An exec'd process must not enter the snapshot, nor hold it up.
+	n.endExecs(s)
 	n.drain(ctx, s, opts.Grace)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	n.clearOp(ctx, s)

@@ -49,7 +49,12 @@ type StartRequest struct {
 // Key names the actor the request starts.
 func (r StartRequest) Key() names.ActorKey { return names.ActorKey{Atespace: r.Atespace, Name: r.Name} }
 
-type volume struct{ name, hostDir string }
+type volume struct {
+	name, hostDir string
+	// mountPaths are where the actor's containers mount it (`ate cp`
+	// resolves paths by them).
+	mountPaths []string
+}
 
 // Start brings the actor up on the worker and returns once its wakeup probe
 // passes and, after a restore, its template's onRestore hook has answered
@@ -212,7 +217,7 @@ func (n *Node) prepareVolumes(s *slot, spec *atev1.ActorTemplateSpec, snapDir st
 				return nil, fmt.Errorf("restore volume %s: %w", v.GetName(), err)
 			}
 		}
-		vols = append(vols, volume{name: v.GetName(), hostDir: host})
+		vols = append(vols, volume{name: v.GetName(), hostDir: host, mountPaths: mountPaths(spec, v.GetName())})
 	}
 	return vols, nil
 }

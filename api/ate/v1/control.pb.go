@@ -3619,6 +3619,669 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 	return nil
 }
 
+// ExecStart is what to run for ExecActor.
+type ExecStart struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// command is argv; argv[0] is looked up in the container's PATH.
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// env is KEY=VALUE, added to the container's environment.
+	Env []string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty"`
+	// working_dir defaults to the container's.
+	WorkingDir string `protobuf:"bytes,5,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	// tty runs the command on a pseudo-terminal (stderr then arrives as
+	// stdout); size is its initial size.
+	Tty  bool          `protobuf:"varint,6,opt,name=tty,proto3" json:"tty,omitempty"`
+	Size *TerminalSize `protobuf:"bytes,7,opt,name=size,proto3" json:"size,omitempty"`
+	// stdin says requests will carry standard input; without it the
+	// command reads an empty input.
+	Stdin         bool `protobuf:"varint,8,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStart) Reset() {
+	*x = ExecStart{}
+	mi := &file_ate_v1_control_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStart) ProtoMessage() {}
+
+func (x *ExecStart) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
+func (*ExecStart) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ExecStart) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ExecStart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecStart) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExecStart) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ExecStart) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
+func (x *ExecStart) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecStart) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+func (x *ExecStart) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+// TerminalSize is a terminal's size in character cells.
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_ate_v1_control_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ExecActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ExecActorRequest_Start
+	//	*ExecActorRequest_Stdin
+	//	*ExecActorRequest_StdinClose
+	//	*ExecActorRequest_Resize
+	Msg           isExecActorRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecActorRequest) Reset() {
+	*x = ExecActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecActorRequest) ProtoMessage() {}
+
+func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
+func (*ExecActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ExecActorRequest) GetMsg() isExecActorRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetStart() *ExecStart {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetStdinClose() bool {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_StdinClose); ok {
+			return x.StdinClose
+		}
+	}
+	return false
+}
+
+func (x *ExecActorRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+type isExecActorRequest_Msg interface {
+	isExecActorRequest_Msg()
+}
+
+type ExecActorRequest_Start struct {
+	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecActorRequest_Stdin struct {
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ExecActorRequest_StdinClose struct {
+	// stdin_close ends the command's standard input (EOF).
+	StdinClose bool `protobuf:"varint,3,opt,name=stdin_close,json=stdinClose,proto3,oneof"`
+}
+
+type ExecActorRequest_Resize struct {
+	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+func (*ExecActorRequest_Start) isExecActorRequest_Msg() {}
+
+func (*ExecActorRequest_Stdin) isExecActorRequest_Msg() {}
+
+func (*ExecActorRequest_StdinClose) isExecActorRequest_Msg() {}
+
+func (*ExecActorRequest_Resize) isExecActorRequest_Msg() {}
+
+type ExecActorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ExecActorResponse_Stdout
+	//	*ExecActorResponse_Stderr
+	//	*ExecActorResponse_ExitCode
+	Msg           isExecActorResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecActorResponse) Reset() {
+	*x = ExecActorResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecActorResponse) ProtoMessage() {}
+
+func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecActorResponse.ProtoReflect.Descriptor instead.
+func (*ExecActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ExecActorResponse) GetMsg() isExecActorResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ExecActorResponse) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorResponse_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorResponse) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorResponse_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorResponse) GetExitCode() int32 {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorResponse_ExitCode); ok {
+			return x.ExitCode
+		}
+	}
+	return 0
+}
+
+type isExecActorResponse_Msg interface {
+	isExecActorResponse_Msg()
+}
+
+type ExecActorResponse_Stdout struct {
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"`
+}
+
+type ExecActorResponse_Stderr struct {
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
+}
+
+type ExecActorResponse_ExitCode struct {
+	// exit_code is the command's exit status (128+n when killed by
+	// signal n); the last message.
+	ExitCode int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof"`
+}
+
+func (*ExecActorResponse_Stdout) isExecActorResponse_Msg() {}
+
+func (*ExecActorResponse_Stderr) isExecActorResponse_Msg() {}
+
+func (*ExecActorResponse_ExitCode) isExecActorResponse_Msg() {}
+
+// CopyTarget names one file in an actor's durable volumes: path is
+// absolute inside the actor's container and lies under a volume's mount
+// path.
+type CopyTarget struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Path     string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// mode is the new file's permission bits (0 means 0644); CopyToActor only.
+	Mode          uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyTarget) Reset() {
+	*x = CopyTarget{}
+	mi := &file_ate_v1_control_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyTarget) ProtoMessage() {}
+
+func (x *CopyTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyTarget.ProtoReflect.Descriptor instead.
+func (*CopyTarget) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *CopyTarget) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *CopyTarget) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CopyTarget) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CopyTarget) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+type CopyToActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*CopyToActorRequest_Target
+	//	*CopyToActorRequest_Data
+	Msg           isCopyToActorRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToActorRequest) Reset() {
+	*x = CopyToActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToActorRequest) ProtoMessage() {}
+
+func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToActorRequest.ProtoReflect.Descriptor instead.
+func (*CopyToActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *CopyToActorRequest) GetMsg() isCopyToActorRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *CopyToActorRequest) GetTarget() *CopyTarget {
+	if x != nil {
+		if x, ok := x.Msg.(*CopyToActorRequest_Target); ok {
+			return x.Target
+		}
+	}
+	return nil
+}
+
+func (x *CopyToActorRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*CopyToActorRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isCopyToActorRequest_Msg interface {
+	isCopyToActorRequest_Msg()
+}
+
+type CopyToActorRequest_Target struct {
+	Target *CopyTarget `protobuf:"bytes,1,opt,name=target,proto3,oneof"`
+}
+
+type CopyToActorRequest_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*CopyToActorRequest_Target) isCopyToActorRequest_Msg() {}
+
+func (*CopyToActorRequest_Data) isCopyToActorRequest_Msg() {}
+
+type CopyToActorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size is the bytes written.
+	Size          int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToActorResponse) Reset() {
+	*x = CopyToActorResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToActorResponse) ProtoMessage() {}
+
+func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToActorResponse.ProtoReflect.Descriptor instead.
+func (*CopyToActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *CopyToActorResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type CopyFromActorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        *CopyTarget            `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyFromActorRequest) Reset() {
+	*x = CopyFromActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyFromActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyFromActorRequest) ProtoMessage() {}
+
+func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyFromActorRequest.ProtoReflect.Descriptor instead.
+func (*CopyFromActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *CopyFromActorRequest) GetTarget() *CopyTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type CopyFromActorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyFromActorResponse) Reset() {
+	*x = CopyFromActorResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyFromActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyFromActorResponse) ProtoMessage() {}
+
+func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyFromActorResponse.ProtoReflect.Descriptor instead.
+func (*CopyFromActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *CopyFromActorResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -3879,7 +4542,48 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x14\n" +
 	"\x12RemoveNodeResponse\"7\n" +
 	"\x11ListNodesResponse\x12\"\n" +
-	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes*\x97\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\f.ate.v1.NodeR\x05nodes\"\xda\x01\n" +
+	"\tExecStart\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12\x10\n" +
+	"\x03env\x18\x04 \x03(\tR\x03env\x12\x1f\n" +
+	"\vworking_dir\x18\x05 \x01(\tR\n" +
+	"workingDir\x12\x10\n" +
+	"\x03tty\x18\x06 \x01(\bR\x03tty\x12(\n" +
+	"\x04size\x18\a \x01(\v2\x14.ate.v1.TerminalSizeR\x04size\x12\x14\n" +
+	"\x05stdin\x18\b \x01(\bR\x05stdin\"6\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xaf\x01\n" +
+	"\x10ExecActorRequest\x12)\n" +
+	"\x05start\x18\x01 \x01(\v2\x11.ate.v1.ExecStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vstdin_close\x18\x03 \x01(\bH\x00R\n" +
+	"stdinClose\x12.\n" +
+	"\x06resize\x18\x04 \x01(\v2\x14.ate.v1.TerminalSizeH\x00R\x06resizeB\x05\n" +
+	"\x03msg\"m\n" +
+	"\x11ExecActorResponse\x12\x18\n" +
+	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x1d\n" +
+	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCodeB\x05\n" +
+	"\x03msg\"d\n" +
+	"\n" +
+	"CopyTarget\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\"_\n" +
+	"\x12CopyToActorRequest\x12,\n" +
+	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetH\x00R\x06target\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
+	"\x03msg\")\n" +
+	"\x13CopyToActorResponse\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\"B\n" +
+	"\x14CopyFromActorRequest\x12*\n" +
+	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetR\x06target\"+\n" +
+	"\x15CopyFromActorResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -3898,7 +4602,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xb6\r\n" +
+	"\x0eSELF_REQUESTED\x10\x042\x96\x0f\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -3928,7 +4632,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\bSetAlarm\x12\x17.ate.v1.SetAlarmRequest\x1a\r.ate.v1.Alarm\x12C\n" +
 	"\n" +
 	"ListAlarms\x12\x19.ate.v1.ListAlarmsRequest\x1a\x1a.ate.v1.ListAlarmsResponse\x12F\n" +
-	"\vCancelAlarm\x12\x1a.ate.v1.CancelAlarmRequest\x1a\x1b.ate.v1.CancelAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\vCancelAlarm\x12\x1a.ate.v1.CancelAlarmRequest\x1a\x1b.ate.v1.CancelAlarmResponse\x12D\n" +
+	"\tExecActor\x12\x18.ate.v1.ExecActorRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12H\n" +
+	"\vCopyToActor\x12\x1a.ate.v1.CopyToActorRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12N\n" +
+	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -3943,7 +4650,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -4005,28 +4712,37 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*RemoveNodeRequest)(nil),           // 57: ate.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),          // 58: ate.v1.RemoveNodeResponse
 	(*ListNodesResponse)(nil),           // 59: ate.v1.ListNodesResponse
-	nil,                                 // 60: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 61: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 62: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 63: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 64: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 65: google.protobuf.Timestamp
+	(*ExecStart)(nil),                   // 60: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 61: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 62: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 63: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 64: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 65: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 66: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 67: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 68: ate.v1.CopyFromActorResponse
+	nil,                                 // 69: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 70: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 71: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 72: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 73: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 74: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	65, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	74, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	65, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	65, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	65, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	74, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	74, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	74, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	65, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	74, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	60, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	69, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	61, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	70, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -4036,81 +4752,92 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	26, // 20: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23, // 21: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	28, // 22: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	65, // 23: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	74, // 23: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	29, // 24: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	29, // 25: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 26: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	62, // 27: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	65, // 28: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	65, // 29: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	65, // 30: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	71, // 27: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	74, // 28: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	74, // 29: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	74, // 30: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 31: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
 	36, // 32: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	36, // 33: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	63, // 34: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	72, // 34: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 35: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 36: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	65, // 37: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	74, // 37: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	48, // 38: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	64, // 39: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	73, // 39: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	51, // 40: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	65, // 41: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	74, // 41: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	54, // 42: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	10, // 43: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 44: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 45: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 46: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 47: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 48: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 49: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 50: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 51: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 52: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 53: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 54: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 55: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 56: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 57: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 58: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 59: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 60: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 61: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 62: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 63: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 64: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 65: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 66: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 67: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	9,  // 68: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 69: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 70: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 71: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 72: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 73: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 74: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 75: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 76: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 77: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 78: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 79: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 80: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 81: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 82: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 83: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 84: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 85: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 86: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 87: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 88: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 89: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 90: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 91: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 92: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	68, // [68:93] is the sub-list for method output_type
-	43, // [43:68] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	61, // 43: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	60, // 44: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	61, // 45: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	64, // 46: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	64, // 47: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	10, // 48: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 49: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 50: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 51: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 52: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 53: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 54: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 55: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 56: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 57: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 58: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 59: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 60: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 61: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 62: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 63: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 64: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 65: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 66: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 67: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 68: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 69: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 70: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 71: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 72: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	62, // 73: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	65, // 74: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	67, // 75: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	9,  // 76: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 77: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 78: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 79: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 80: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 81: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 82: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 83: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 84: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 85: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 86: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 87: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 88: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 89: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 90: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 91: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 92: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 93: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 94: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 95: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 96: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 97: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 98: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 99: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 100: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	63, // 101: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	66, // 102: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	68, // 103: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	76, // [76:104] is the sub-list for method output_type
+	48, // [48:76] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -4119,13 +4846,28 @@ func file_ate_v1_control_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_msgTypes[24].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[59].OneofWrappers = []any{
+		(*ExecActorRequest_Start)(nil),
+		(*ExecActorRequest_Stdin)(nil),
+		(*ExecActorRequest_StdinClose)(nil),
+		(*ExecActorRequest_Resize)(nil),
+	}
+	file_ate_v1_control_proto_msgTypes[60].OneofWrappers = []any{
+		(*ExecActorResponse_Stdout)(nil),
+		(*ExecActorResponse_Stderr)(nil),
+		(*ExecActorResponse_ExitCode)(nil),
+	}
+	file_ate_v1_control_proto_msgTypes[62].OneofWrappers = []any{
+		(*CopyToActorRequest_Target)(nil),
+		(*CopyToActorRequest_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   62,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

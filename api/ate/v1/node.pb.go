@@ -1770,6 +1770,191 @@ func (*RegistryMessage_Stop) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_Drained) isRegistryMessage_Msg() {}
 
+// NodeExecRequest is ExecActorRequest with, in the first message, the
+// worker and actor incarnation (the start's atespace and name are
+// ignored).
+type NodeExecRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Req           *ExecActorRequest      `protobuf:"bytes,3,opt,name=req,proto3" json:"req,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeExecRequest) Reset() {
+	*x = NodeExecRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeExecRequest) ProtoMessage() {}
+
+func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
+func (*NodeExecRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *NodeExecRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeExecRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeExecRequest) GetReq() *ExecActorRequest {
+	if x != nil {
+		return x.Req
+	}
+	return nil
+}
+
+// NodeCopyToRequest is CopyToActorRequest with, in the first message, the
+// worker and actor incarnation.
+type NodeCopyToRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Req           *CopyToActorRequest    `protobuf:"bytes,3,opt,name=req,proto3" json:"req,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCopyToRequest) Reset() {
+	*x = NodeCopyToRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCopyToRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCopyToRequest) ProtoMessage() {}
+
+func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
+func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *NodeCopyToRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeCopyToRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeCopyToRequest) GetReq() *CopyToActorRequest {
+	if x != nil {
+		return x.Req
+	}
+	return nil
+}
+
+type NodeCopyFromRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Target        *CopyTarget            `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCopyFromRequest) Reset() {
+	*x = NodeCopyFromRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCopyFromRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCopyFromRequest) ProtoMessage() {}
+
+func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
+func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *NodeCopyFromRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeCopyFromRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeCopyFromRequest) GetTarget() *CopyTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
@@ -1892,7 +2077,19 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\awelcome\x18\x01 \x01(\v2\x17.ate.v1.RegistryWelcomeH\x00R\awelcome\x12'\n" +
 	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stop\x12+\n" +
 	"\adrained\x18\x03 \x01(\v2\x0f.ate.v1.DrainedH\x00R\adrainedB\x05\n" +
-	"\x03msg2\x8c\x04\n" +
+	"\x03msg\"r\n" +
+	"\x0fNodeExecRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12*\n" +
+	"\x03req\x18\x03 \x01(\v2\x18.ate.v1.ExecActorRequestR\x03req\"v\n" +
+	"\x11NodeCopyToRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12,\n" +
+	"\x03req\x18\x03 \x01(\v2\x1a.ate.v1.CopyToActorRequestR\x03req\"v\n" +
+	"\x13NodeCopyFromRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12*\n" +
+	"\x06target\x18\x03 \x01(\v2\x12.ate.v1.CopyTargetR\x06target2\xe9\x05\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
@@ -1901,7 +2098,10 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\vBuildGolden\x12\x1a.ate.v1.BuildGoldenRequest\x1a\x1b.ate.v1.BuildGoldenResponse\x12I\n" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
-	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse2\x97\x01\n" +
+	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse\x12C\n" +
+	"\tExecActor\x12\x17.ate.v1.NodeExecRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12G\n" +
+	"\vCopyToActor\x12\x19.ate.v1.NodeCopyToRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12M\n" +
+	"\rCopyFromActor\x12\x1b.ate.v1.NodeCopyFromRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x012\x97\x01\n" +
 	"\fNodeRegistry\x12<\n" +
 	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01\x12I\n" +
 	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
@@ -1919,7 +2119,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -1949,16 +2149,25 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*StopOrder)(nil),               // 25: ate.v1.StopOrder
 	(*Drained)(nil),                 // 26: ate.v1.Drained
 	(*RegistryMessage)(nil),         // 27: ate.v1.RegistryMessage
-	nil,                             // 28: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 29: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*NodeExecRequest)(nil),         // 28: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),       // 29: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),     // 30: ate.v1.NodeCopyFromRequest
+	nil,                             // 31: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 32: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 33: google.protobuf.Timestamp
+	(*ExecActorRequest)(nil),        // 34: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 35: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 36: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 37: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 38: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 39: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	29, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	29, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	28, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	30, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	30, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	32, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	32, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	31, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	33, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	33, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
@@ -1969,29 +2178,38 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	24, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
 	25, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
 	26, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	3,  // 15: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 16: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 17: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 18: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 19: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 20: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 21: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	23, // 22: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 23: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	4,  // 24: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 25: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 26: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 27: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 28: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 29: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 30: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	27, // 31: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 32: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	34, // 15: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	35, // 16: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	36, // 17: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	3,  // 18: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 19: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 20: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 21: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 22: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 23: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 24: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	28, // 25: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	29, // 26: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	30, // 27: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	23, // 28: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 29: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	4,  // 30: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 31: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 32: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 33: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 34: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 35: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 36: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	37, // 37: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	38, // 38: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	39, // 39: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	27, // 40: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 41: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	30, // [30:42] is the sub-list for method output_type
+	18, // [18:30] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -2016,7 +2234,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

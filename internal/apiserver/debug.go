@@ -121,4 +121,3 @@ func (s *Server) CopyFromActor(req *atev1.CopyFromActorRequest, stream grpc.Serv
 	}
 	return nil
 }
-

@@ -97,6 +97,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		return "", "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
 	}
 	c := spec.GetContainers()[0]
+	progress(ctx, PhaseImage)
 	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), req.ImageDigest)
 	if err != nil {
 		return "", "", fmt.Errorf("image %s: %w", c.GetImage(), err)
@@ -153,6 +154,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 			return "", "", fmt.Errorf("restore notification files: %w", err)
 		}
 		n.ids.logStart(s, req, sspec.ID, gen)
+		progress(ctx, PhaseBoot)
 		if restore {
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
 		} else {
@@ -160,6 +162,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		}
 		started := err == nil
 		if started {
+			progress(ctx, PhaseProbe)
 			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
 		}
 		if err == nil && restore {

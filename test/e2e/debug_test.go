@@ -190,3 +190,44 @@ func TestCpActor(t *testing.T) {
 		t.Errorf("a refused copy left a local file: %v", err)
 	}
 }
+
+// TestExecCpCluster runs exec and cp through a separate API server and
+// node (the node protocol's ExecActor, CopyToActor and CopyFromActor):
+// exit code, stdin, stderr apart, a 10 MB round trip, a refused escape
+// and a missing program keep their meaning across the extra hop.
+func TestExecCpCluster(t *testing.T) {
+	c := startCluster(t, "n1")
+	in := c.in
+	in.createTemplate("test/e2e/testdata/notes-debug.yaml", "notes-debug")
+	in.ate("create", "actor", "dbg-1", "--template", "notes-debug")
+	in.ate("resume", "actor", "dbg-1")
+
+	out, errOut, code := in.ateRun(strings.NewReader("abc"), "exec", "actor", "dbg-1", "-i", "--", "python3", "-c",
+		"import sys; d=sys.stdin.read(); print(d.upper()); print('e', file=sys.stderr); sys.exit(5)")
+	if code != 5 || out != "ABC\n" || errOut != "e\n" {
+		t.Fatalf("exec through the node protocol: code %d, stdout %q, stderr %q; want 5, \"ABC\\n\", \"e\\n\"", code, out, errOut)
+	}
+	if _, errOut, code := in.ateRun(nil, "exec", "actor", "dbg-1", "--", "/no/such/program"); code != 127 {
+		t.Fatalf("exec of a missing program through the node protocol: code %d, stderr %q; want 127", code, errOut)
+	}
+
+	dir := t.TempDir()
+	data := make([]byte, 10<<20)
+	_, _ = rand.Read(data)
+	src, dst := filepath.Join(dir, "big.bin"), filepath.Join(dir, "back.bin")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in.ate("cp", src, "actor/dbg-1:/data/big.bin")
+	in.ate("cp", "actor/dbg-1:/data/big.bin", dst)
+	got, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(got) != sha256.Sum256(data) {
+		t.Fatalf("10 MB round trip through the node protocol: %d bytes back, contents differ", len(got))
+	}
+	if out, err := in.ateErr("cp", "actor/dbg-1:/data/../etc/passwd", dst); err == nil || !strings.Contains(out, "not inside one of the actor's volumes") {
+		t.Fatalf("cp of an escaping path through the node protocol: %v %q; want it refused", err, out)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/execio"
 	"substrate.dev/ate/internal/node"
 )
@@ -17,6 +18,8 @@ import (
 // The node protocol's side of `ate exec` and `ate cp`: the API server's
 // Remote opens a stream to the node hosting the actor and relays what its
 // own Control stream carries; the Server runs it on the node.Node.
+
+var _ apiserver.DebugNode = (*Remote)(nil)
 
 // Exec implements apiserver.DebugNode over NodeAgent.ExecActor.
 func (r *Remote) Exec(ctx context.Context, req node.ExecRequest) (int, error) {

@@ -82,6 +82,13 @@ func TestExecActor(t *testing.T) {
 		t.Fatalf("exec -i: code %d, stdout %q, stderr %q; want the sha256 of the input %x", code, out, errOut, sum)
 	}
 
+	// -t: the command runs on a terminal, which carries its stderr too.
+	out, errOut, code = in.ateRun(nil, "exec", "actor", "dbg-1", "-t", "--", "python3", "-c",
+		"import os, sys; print(os.isatty(0), os.isatty(1)); print('tty-err', file=sys.stderr)")
+	if code != 0 || !strings.Contains(out, "True True") || !strings.Contains(out, "tty-err") || errOut != "" {
+		t.Fatalf("exec -t: code %d, stdout %q, stderr %q; want a terminal on stdin and stdout, stderr in stdout", code, out, errOut)
+	}
+
 	_, errOut, code = in.ateRun(nil, "exec", "actor", "dbg-1", "--", "/no/such/program")
 	if code != 127 || !strings.Contains(errOut, "/no/such/program") {
 		t.Fatalf("exec of a missing program: code %d, stderr %q; want 127 and a message naming it", code, errOut)

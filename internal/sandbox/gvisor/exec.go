@@ -165,6 +165,15 @@ func (r *Runtime) ptyStdio(cmd *exec.Cmd, p sandbox.Process, gate *startGate) (f
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	// A size already known applies before the process starts, so it
+	// never sees a 0x0 terminal.
+	select {
+	case sz, ok := <-p.Resize:
+		if ok {
+			_ = pty.Setsize(ptmx, &pty.Winsize{Rows: sz.Rows, Cols: sz.Cols})
+		}
+	default:
+	}
 	return func() (func(), error) {
 		err := cmd.Start()
 		_ = tty.Close() // the child has its own copy

@@ -4,7 +4,7 @@ ATE_CACHE ?= $(HOME)/.cache/ate
 export ATE_CACHE
 export PATH := $(ATE_CACHE)/bin:$(PATH)
 
-.PHONY: all build deps generate up test examples bench
+.PHONY: all build deps generate up up-banner test examples bench
 
 all: build
 
@@ -20,8 +20,15 @@ examples: build
 generate:
 	bash hack/generate.sh
 
-up: deps examples
+# The first `make up` installs runsc (built from source, about 5 minutes),
+# staticcheck and a Debian rootfs for the Python example (1-2 minutes);
+# each step says what it installs and how long it usually takes. Later
+# runs find everything cached and start in seconds.
+up: up-banner deps examples
 	bin/ate up --demo
+
+up-banner:
+	@echo "make up: installing what is missing (first run about 5-8 minutes: runsc ~5 min, Python example rootfs 1-2 min; cached afterwards)" >&2
 
 test: deps examples
 	bash hack/test.sh

@@ -54,6 +54,7 @@ build_counter() {
 	trap 'rm -rf "$tmp"' RETURN
 	# -trimpath and no build ID keep the binary (and so the digest) the
 	# same across checkouts and machines.
+	log "counter: building and packing (a few seconds)"
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp/counter" ./examples/counter
 	local start=$SECONDS
 	"$ocipack" --add "$tmp/counter:/counter" --entrypoint /counter \
@@ -70,6 +71,7 @@ build_python_notes() {
 		return
 	fi
 	local start=$SECONDS
+	log "python-notes: packing the image (10-30 s)"
 	# --keep-mtimes: the rootfs is built once, so its times are stable, and
 	# Python's .pyc files are validated against the .py files' mtimes.
 	"$ocipack" --add "$rootfs:/" --add examples/python-notes/notes.py:/app/notes.py \

@@ -5,12 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
 missing=()
 for cmd in ip:iproute2 nsenter:util-linux debootstrap:debootstrap protoc:protobuf-compiler; do
 	command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd#*:}")
 done
 if ((${#missing[@]})); then
-	echo "install-deps: apt-get install ${missing[*]}" >&2
+	log "apt-get install ${missing[*]} (usually under a minute)"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
@@ -18,5 +20,7 @@ bash hack/install-runsc.sh
 # staticcheck, pinned; lint runs in `make test`.
 cache=${ATE_CACHE:-$HOME/.cache/ate}
 if [[ ! -x $cache/bin/staticcheck ]] || ! go version -m "$cache/bin/staticcheck" | grep -q 'honnef.co/go/tools[[:space:]]*v0.8.2'; then
+	log "installing staticcheck v0.8.2 (about a minute, once)"
 	GOBIN=$cache/bin go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 fi
+log "ready (runsc, staticcheck and the system packages are installed)"

@@ -105,6 +105,7 @@ func parseSelector(flags []string) (map[string]string, error) {
 
 func newCreateTemplateCommand(a *app) *cobra.Command {
 	var file string
+	var wait bool
 	cmd := &cobra.Command{
 		Use:   "template -f FILE",
 		Short: "Create an actor template from a YAML file and start building its golden snapshot",
@@ -138,14 +139,16 @@ New actors start from the template's golden snapshot and so share its
 memory, random seeds included; the command warns when nothing in the
 template addresses that (docs/restore.md).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.createTemplate(cmd, file) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.createTemplate(cmd, file, wait) },
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "template YAML file, or - for standard input (required)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "print the golden build's phases as they happen (on stderr) and return once it is READY; "+
+		"exit 1 with the reason when it FAILED. --timeout bounds each poll, not the wait (interrupt to stop waiting; the build goes on)")
 	_ = cmd.MarkFlagRequired("filename") // cannot fail: the flag is defined above
 	return cmd
 }
 
-func (a *app) createTemplate(cmd *cobra.Command, file string) error {
+func (a *app) createTemplate(cmd *cobra.Command, file string, wait bool) error {
 	atespace, err := a.atespaceName()
 	if err != nil {
 		return err
@@ -174,6 +177,9 @@ func (a *app) createTemplate(cmd *cobra.Command, file string) error {
 		// reseeds when /run/ate/generation changes, is fine as it is.
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: new actors of template %s/%s start from its golden snapshot and share its memory (random seeds, keys); "+
 			"reseed on /run/ate/generation changes, set onRestore, or newActors: coldBoot (docs/restore.md)\n", atespace, tmpl.GetName())
+	}
+	if wait {
+		return a.waitGolden(cmd, s, atespace, tmpl.GetName())
 	}
 	return nil
 }

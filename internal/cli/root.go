@@ -31,6 +31,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -145,6 +146,8 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		newAlarmCommand(a),
 		newTagCommand(a),
 		newLogsCommand(a),
+		newExecCommand(a),
+		newCpCommand(a),
 	}, newActorVerbCommands(a)...)
 	for _, v := range verbs {
 		a.addClientFlags(v)
@@ -181,13 +184,17 @@ func (a *app) kubeMode() bool {
 }
 
 // Main runs root under ctx and returns the process exit code: 0 on success,
-// 1 after printing "Error: <message>" to root's error stream. cmd/ate's main
+// an ExitCodeError's code as is (`ate exec`), else 1 after printing
+// "Error: <message>" to root's error stream. cmd/ate's main
 // does no more than os.Exit(cli.Main(ctx, root)).
 func Main(ctx context.Context, root *cobra.Command) int {
 	// Set here too so commands built elsewhere print through this path only.
 	root.SilenceErrors = true
 	root.SilenceUsage = true
 	if err := root.ExecuteContext(ctx); err != nil {
+		if code, ok := errors.AsType[*ExitCodeError](err); ok {
+			return code.Code
+		}
 		fmt.Fprintf(root.ErrOrStderr(), "Error: %s\n", err)
 		return 1
 	}

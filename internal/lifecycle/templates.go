@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
@@ -26,7 +27,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	ref, digest := "", ""
 	n, err := m.builder(ctx)
 	if err == nil {
-		ref, digest, err = n.BuildGolden(ctx, t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
+		ref, digest, err = n.BuildGolden(node.WithProgress(ctx, m.buildProgress(ctx, t)), t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
 	}
 	if err != nil && ctx.Err() != nil {
 		log.InfoContext(ctx, "golden build cancelled; left for the next start-up", "err", err)
@@ -51,6 +52,32 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 		log.WarnContext(ctx, "record golden build", "err", err)
 	}
 }
+
+// buildProgress returns the ProgressFunc of t's golden build: while it is
+// BUILDING, the template's status message lists the phases begun so far,
+// oldest first, joined by BuildPhaseSeparator, so a client polling it
+// (`ate create template --wait`) misses none, however short. A failed
+// write only loses a progress line.
+func (m *Manager) buildProgress(ctx context.Context, t *store.Template) node.ProgressFunc {
+	return func(phase string) {
+		cur, err := m.store.GetTemplate(ctx, t.Atespace, t.Name)
+		if err != nil || cur.UID != t.UID || cur.Phase != store.TemplateBuilding {
+			return
+		}
+		if cur.Message == "" {
+			cur.Message = phase
+		} else {
+			cur.Message += BuildPhaseSeparator + phase
+		}
+		if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil {
+			m.log.DebugContext(ctx, "record golden build phase", "template", t.Name, "phase", phase, "err", err)
+		}
+	}
+}
+
+// BuildPhaseSeparator joins the phases in a BUILDING template's status
+// message.
+const BuildPhaseSeparator = "; "
 
 // resumeGoldenBuilds restarts builds that a previous process did not finish.
 func (m *Manager) resumeGoldenBuilds(ctx context.Context) error {

@@ -273,3 +273,26 @@ func (n *Node) cutState(worker string) (container string, cut bool) {
 // than its loss deadline may have been declared lost, its actors resumed
 // elsewhere, and must not serve them from here (docs/nodes.md).
 func (n *Node) Fence(on bool) { n.fenced.Store(on) }
+
+// enterExec counts an `ate exec` process of actorUID as a request in
+// flight for the actor's activity (so idle timeouts and eviction leave the
+// actor alone while someone debugs it) but not for a checkpoint's drain,
+// which ends execs at once instead of waiting for them (exec.go). ok is
+// false when the gate does not admit actorUID or is draining; otherwise
+// release must be called when the process ends.
+func (g *gate) enterExec(actorUID string) (container string, release func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if actorUID == "" || g.actorUID != actorUID || g.draining || g.container == "" {
+		return "", nil, false
+	}
+	act := g.act
+	act.inflight++
+	act.last = time.Now()
+	return g.container, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		act.inflight--
+		act.last = time.Now()
+	}, true
+}

@@ -54,6 +54,8 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	if opts.LeaveRunning {
 		return n.checkpointLive(ctx, s, actorUID, opts)
 	}
+	// An exec'd process must not enter the snapshot, nor hold it up.
+	n.endExecs(s)
 	n.drain(ctx, s, opts.Grace)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	switch {

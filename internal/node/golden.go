@@ -21,7 +21,8 @@ type goldenBuilder struct {
 // template's uid, whose identity files name the template. It returns the
 // snapshot and the digest of the image it ran, which the template pins;
 // snapshotID names the snapshot as CheckpointOptions.ID does. Builds are
-// serialised; they never use a worker.
+// serialised; they never use a worker. Each phase is told to ctx's
+// ProgressFunc (WithProgress) as it begins.
 func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (ref, digest string, err error) {
 	s := n.golden.slot
 	s.opMu.Lock()
@@ -32,6 +33,7 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}
+	progress(ctx, PhaseCheckpoint)
 	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull, ID: snapshotID})
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)

@@ -257,6 +257,7 @@ func (n *Node) bundleDir(id string) string {
 // with the sandbox), and the worker's next actor must not see it. s.opMu
 // must be held.
 func (n *Node) clearOp(ctx context.Context, s *slot) {
+	n.endExecs(s)
 	id, vols := s.stop()
 	if id != "" {
 		n.destroy(ctx, s.sb, id)

@@ -35,6 +35,13 @@ type slot struct {
 	// stopping is set while a checkpoint or stop ends the container on
 	// purpose, so the exit watcher does not report it as a crash.
 	stopping bool
+	// execs are the processes `ate exec` runs in the container now, each
+	// by the function that ends it (exec.go); execsClosed refuses new
+	// ones once endExecs ran, until the next container. execWG counts
+	// them.
+	execs       map[*execEntry]struct{}
+	execsClosed bool
+	execWG      sync.WaitGroup
 
 	gate    gate
 	standby standbySlot
@@ -53,6 +60,7 @@ func (s *slot) running(id string, vols []volume) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.containerID, s.volumes = id, vols
+	s.execsClosed = false
 }
 
 // stop marks s's container as ended on purpose and returns it (empty when

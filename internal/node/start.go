@@ -53,7 +53,12 @@ type StartRequest struct {
 // Key names the actor the request starts.
 func (r StartRequest) Key() names.ActorKey { return names.ActorKey{Atespace: r.Atespace, Name: r.Name} }
 
-type volume struct{ name, hostDir string }
+type volume struct {
+	name, hostDir string
+	// mountPaths are where the actor's containers mount it (`ate cp`
+	// resolves paths by them).
+	mountPaths []string
+}
 
 // Start brings the actor up on the worker and returns once its wakeup probe
 // passes and, after a restore, its template's onRestore hook has answered
@@ -96,6 +101,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		return "", "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
 	}
 	c := spec.GetContainers()[0]
+	progress(ctx, PhaseImage)
 	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), req.ImageDigest)
 	if err != nil {
 		return "", "", fmt.Errorf("image %s: %w", c.GetImage(), err)
@@ -153,6 +159,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		}
 		n.ids.logStart(s, req, sspec.ID, gen)
 		n.beginActorLog(ctx, s, req, restore)
+		progress(ctx, PhaseBoot)
 		if restore {
 			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
 		} else {
@@ -160,6 +167,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		}
 		started := err == nil
 		if started {
+			progress(ctx, PhaseProbe)
 			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
 		}
 		if err == nil && restore {
@@ -218,7 +226,7 @@ func (n *Node) prepareVolumes(s *slot, spec *atev1.ActorTemplateSpec, snapDir st
 				return nil, fmt.Errorf("restore volume %s: %w", v.GetName(), err)
 			}
 		}
-		vols = append(vols, volume{name: v.GetName(), hostDir: host})
+		vols = append(vols, volume{name: v.GetName(), hostDir: host, mountPaths: mountPaths(spec, v.GetName())})
 	}
 	return vols, nil
 }

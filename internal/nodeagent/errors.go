@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
 )
 
@@ -16,15 +19,26 @@ import (
 // client turns the code back into the same sentinel (fromStatus), so
 // errors.Is works across the wire and the message reaches the actor's
 // record unchanged.
+//
+// An entry with a reason shares its code with another and is told apart
+// by an ErrorInfo detail carrying the reason; those come first so that
+// toStatus picks them over the plain code.
 var codeOf = []struct {
-	err  error
-	code codes.Code
+	err    error
+	code   codes.Code
+	reason string
 }{
-	{node.ErrUnknownWorker, codes.NotFound},
-	{node.ErrStale, codes.FailedPrecondition},
-	{snapshot.ErrCorrupt, codes.DataLoss},
-	{snapshot.ErrNotFound, codes.OutOfRange},
-	{node.ErrStartFailed, codes.Aborted},
+	{sandbox.ErrExecStart, codes.FailedPrecondition, "EXEC_START_FAILED"},
+	{node.ErrExecEnded, codes.FailedPrecondition, "EXEC_ENDED"},
+	{node.ErrNoFile, codes.NotFound, "NO_SUCH_FILE"},
+	{node.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
+	{node.ErrUnknownWorker, codes.NotFound, ""},
+	{node.ErrStale, codes.FailedPrecondition, ""},
+	{snapshot.ErrCorrupt, codes.DataLoss, ""},
+	{snapshot.ErrNotFound, codes.OutOfRange, ""},
+	{node.ErrStartFailed, codes.Aborted, ""},
+	{node.ErrBadPath, codes.InvalidArgument, ""},
+	{node.ErrExecUnsupported, codes.Unimplemented, ""},
 }
 
 func toStatus(err error) error {
@@ -32,9 +46,16 @@ func toStatus(err error) error {
 		return nil
 	}
 	for _, c := range codeOf {
-		if errors.Is(err, c.err) {
-			return status.Error(c.code, err.Error())
+		if !errors.Is(err, c.err) {
+			continue
 		}
+		st := status.New(c.code, err.Error())
+		if c.reason != "" {
+			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: c.reason, Domain: atev1.ErrorDomain}); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
 	}
 	return status.Error(codes.Internal, err.Error())
 }
@@ -49,8 +70,14 @@ func fromStatus(node string, err error) error {
 	if !ok {
 		return err
 	}
+	reason := ""
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason()
+		}
+	}
 	for _, c := range codeOf {
-		if st.Code() == c.code {
+		if st.Code() == c.code && reason == c.reason {
 			return &remoteError{sentinel: c.err, msg: st.Message()}
 		}
 	}

@@ -6,6 +6,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 )
 
@@ -113,3 +114,41 @@ type Preparer interface {
 // ErrRestoreFailed marks a Restore that failed because of the checkpoint
 // image or the restore itself; the slot is empty again afterwards.
 var ErrRestoreFailed = errors.New("restore failed")
+
+// Process is one command to run in a running container beside its main
+// process (Execer.Exec).
+type Process struct {
+	// Args is argv[0..]; argv[0] is looked up in the container's PATH.
+	// Env (KEY=VALUE) is added to the container's own environment; Cwd
+	// defaults to the container's working directory.
+	Args []string
+	Env  []string
+	Cwd  string
+	// TTY runs the process on a pseudo-terminal: Stdin feeds its input,
+	// Stdout receives its output (stderr included, as on any terminal),
+	// Stderr is unused, and Resize, if not nil, carries window sizes.
+	TTY    bool
+	Resize <-chan WindowSize
+	// Stdin, when not nil, is copied to the process's standard input,
+	// which is closed at Stdin's EOF; nil gives it an empty input.
+	Stdin io.Reader
+	// Stdout and Stderr receive the process's output; nil discards it.
+	Stdout, Stderr io.Writer
+}
+
+// WindowSize is a terminal's size in character cells.
+type WindowSize struct{ Rows, Cols uint16 }
+
+// Execer is implemented by sandbox classes that can run further processes
+// in a running container (`ate exec`).
+type Execer interface {
+	// Exec runs p in container id of slot and returns its exit code once
+	// it ended and its output was delivered: 128+n when signal n killed
+	// it. If p could not be started (no such program, say) the error
+	// wraps ErrExecStart. When ctx ends first, the process is killed and
+	// ctx's error returned.
+	Exec(ctx context.Context, slot Slot, id string, p Process) (exitCode int, err error)
+}
+
+// ErrExecStart marks an Exec whose process never started.
+var ErrExecStart = errors.New("could not start the process")

@@ -4599,6 +4599,669 @@ func (x *ActorLogLine) GetWorker() string {
 	return ""
 }
 
+// ExecStart is what to run for ExecActor.
+type ExecStart struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// command is argv; argv[0] is looked up in the container's PATH.
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// env is KEY=VALUE, added to the container's environment.
+	Env []string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty"`
+	// working_dir defaults to the container's.
+	WorkingDir string `protobuf:"bytes,5,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	// tty runs the command on a pseudo-terminal (stderr then arrives as
+	// stdout); size is its initial size.
+	Tty  bool          `protobuf:"varint,6,opt,name=tty,proto3" json:"tty,omitempty"`
+	Size *TerminalSize `protobuf:"bytes,7,opt,name=size,proto3" json:"size,omitempty"`
+	// stdin says requests will carry standard input; without it the
+	// command reads an empty input.
+	Stdin         bool `protobuf:"varint,8,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStart) Reset() {
+	*x = ExecStart{}
+	mi := &file_ate_v1_control_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStart) ProtoMessage() {}
+
+func (x *ExecStart) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
+func (*ExecStart) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ExecStart) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ExecStart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecStart) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExecStart) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ExecStart) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
+func (x *ExecStart) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecStart) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+func (x *ExecStart) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+// TerminalSize is a terminal's size in character cells.
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_ate_v1_control_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ExecActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ExecActorRequest_Start
+	//	*ExecActorRequest_Stdin
+	//	*ExecActorRequest_StdinClose
+	//	*ExecActorRequest_Resize
+	Msg           isExecActorRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecActorRequest) Reset() {
+	*x = ExecActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecActorRequest) ProtoMessage() {}
+
+func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
+func (*ExecActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ExecActorRequest) GetMsg() isExecActorRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetStart() *ExecStart {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorRequest) GetStdinClose() bool {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_StdinClose); ok {
+			return x.StdinClose
+		}
+	}
+	return false
+}
+
+func (x *ExecActorRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+type isExecActorRequest_Msg interface {
+	isExecActorRequest_Msg()
+}
+
+type ExecActorRequest_Start struct {
+	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecActorRequest_Stdin struct {
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ExecActorRequest_StdinClose struct {
+	// stdin_close ends the command's standard input (EOF).
+	StdinClose bool `protobuf:"varint,3,opt,name=stdin_close,json=stdinClose,proto3,oneof"`
+}
+
+type ExecActorRequest_Resize struct {
+	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+func (*ExecActorRequest_Start) isExecActorRequest_Msg() {}
+
+func (*ExecActorRequest_Stdin) isExecActorRequest_Msg() {}
+
+func (*ExecActorRequest_StdinClose) isExecActorRequest_Msg() {}
+
+func (*ExecActorRequest_Resize) isExecActorRequest_Msg() {}
+
+type ExecActorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ExecActorResponse_Stdout
+	//	*ExecActorResponse_Stderr
+	//	*ExecActorResponse_ExitCode
+	Msg           isExecActorResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecActorResponse) Reset() {
+	*x = ExecActorResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecActorResponse) ProtoMessage() {}
+
+func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecActorResponse.ProtoReflect.Descriptor instead.
+func (*ExecActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *ExecActorResponse) GetMsg() isExecActorResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ExecActorResponse) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorResponse_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorResponse) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorResponse_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ExecActorResponse) GetExitCode() int32 {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecActorResponse_ExitCode); ok {
+			return x.ExitCode
+		}
+	}
+	return 0
+}
+
+type isExecActorResponse_Msg interface {
+	isExecActorResponse_Msg()
+}
+
+type ExecActorResponse_Stdout struct {
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"`
+}
+
+type ExecActorResponse_Stderr struct {
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
+}
+
+type ExecActorResponse_ExitCode struct {
+	// exit_code is the command's exit status (128+n when killed by
+	// signal n); the last message.
+	ExitCode int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof"`
+}
+
+func (*ExecActorResponse_Stdout) isExecActorResponse_Msg() {}
+
+func (*ExecActorResponse_Stderr) isExecActorResponse_Msg() {}
+
+func (*ExecActorResponse_ExitCode) isExecActorResponse_Msg() {}
+
+// CopyTarget names one file in an actor's durable volumes: path is
+// absolute inside the actor's container and lies under a volume's mount
+// path.
+type CopyTarget struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Path     string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// mode is the new file's permission bits (0 means 0644); CopyToActor only.
+	Mode          uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyTarget) Reset() {
+	*x = CopyTarget{}
+	mi := &file_ate_v1_control_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyTarget) ProtoMessage() {}
+
+func (x *CopyTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyTarget.ProtoReflect.Descriptor instead.
+func (*CopyTarget) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *CopyTarget) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *CopyTarget) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CopyTarget) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CopyTarget) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+type CopyToActorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*CopyToActorRequest_Target
+	//	*CopyToActorRequest_Data
+	Msg           isCopyToActorRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToActorRequest) Reset() {
+	*x = CopyToActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToActorRequest) ProtoMessage() {}
+
+func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToActorRequest.ProtoReflect.Descriptor instead.
+func (*CopyToActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CopyToActorRequest) GetMsg() isCopyToActorRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *CopyToActorRequest) GetTarget() *CopyTarget {
+	if x != nil {
+		if x, ok := x.Msg.(*CopyToActorRequest_Target); ok {
+			return x.Target
+		}
+	}
+	return nil
+}
+
+func (x *CopyToActorRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*CopyToActorRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isCopyToActorRequest_Msg interface {
+	isCopyToActorRequest_Msg()
+}
+
+type CopyToActorRequest_Target struct {
+	Target *CopyTarget `protobuf:"bytes,1,opt,name=target,proto3,oneof"`
+}
+
+type CopyToActorRequest_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*CopyToActorRequest_Target) isCopyToActorRequest_Msg() {}
+
+func (*CopyToActorRequest_Data) isCopyToActorRequest_Msg() {}
+
+type CopyToActorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size is the bytes written.
+	Size          int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToActorResponse) Reset() {
+	*x = CopyToActorResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToActorResponse) ProtoMessage() {}
+
+func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToActorResponse.ProtoReflect.Descriptor instead.
+func (*CopyToActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *CopyToActorResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type CopyFromActorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        *CopyTarget            `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyFromActorRequest) Reset() {
+	*x = CopyFromActorRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyFromActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyFromActorRequest) ProtoMessage() {}
+
+func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyFromActorRequest.ProtoReflect.Descriptor instead.
+func (*CopyFromActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *CopyFromActorRequest) GetTarget() *CopyTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type CopyFromActorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyFromActorResponse) Reset() {
+	*x = CopyFromActorResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyFromActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyFromActorResponse) ProtoMessage() {}
+
+func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyFromActorResponse.ProtoReflect.Descriptor instead.
+func (*CopyFromActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *CopyFromActorResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -4930,7 +5593,48 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x12\x16\n" +
-	"\x06worker\x18\a \x01(\tR\x06worker*\x97\x01\n" +
+	"\x06worker\x18\a \x01(\tR\x06worker\"\xda\x01\n" +
+	"\tExecStart\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12\x10\n" +
+	"\x03env\x18\x04 \x03(\tR\x03env\x12\x1f\n" +
+	"\vworking_dir\x18\x05 \x01(\tR\n" +
+	"workingDir\x12\x10\n" +
+	"\x03tty\x18\x06 \x01(\bR\x03tty\x12(\n" +
+	"\x04size\x18\a \x01(\v2\x14.ate.v1.TerminalSizeR\x04size\x12\x14\n" +
+	"\x05stdin\x18\b \x01(\bR\x05stdin\"6\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xaf\x01\n" +
+	"\x10ExecActorRequest\x12)\n" +
+	"\x05start\x18\x01 \x01(\v2\x11.ate.v1.ExecStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vstdin_close\x18\x03 \x01(\bH\x00R\n" +
+	"stdinClose\x12.\n" +
+	"\x06resize\x18\x04 \x01(\v2\x14.ate.v1.TerminalSizeH\x00R\x06resizeB\x05\n" +
+	"\x03msg\"m\n" +
+	"\x11ExecActorResponse\x12\x18\n" +
+	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x1d\n" +
+	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCodeB\x05\n" +
+	"\x03msg\"d\n" +
+	"\n" +
+	"CopyTarget\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\"_\n" +
+	"\x12CopyToActorRequest\x12,\n" +
+	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetH\x00R\x06target\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
+	"\x03msg\")\n" +
+	"\x13CopyToActorResponse\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\"B\n" +
+	"\x14CopyFromActorRequest\x12*\n" +
+	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetR\x06target\"+\n" +
+	"\x15CopyFromActorResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -4949,7 +5653,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xd7\x10\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xb7\x12\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -4987,7 +5691,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"ListEvents\x12\x19.ate.v1.ListEventsRequest\x1a\x1a.ate.v1.ListEventsResponse\x12:\n" +
 	"\vWatchEvents\x12\x1a.ate.v1.WatchEventsRequest\x1a\r.ate.v1.Event0\x01\x12=\n" +
-	"\tActorLogs\x12\x18.ate.v1.ActorLogsRequest\x1a\x14.ate.v1.ActorLogLine0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\tActorLogs\x12\x18.ate.v1.ActorLogsRequest\x1a\x14.ate.v1.ActorLogLine0\x01\x12D\n" +
+	"\tExecActor\x12\x18.ate.v1.ExecActorRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12H\n" +
+	"\vCopyToActor\x12\x1a.ate.v1.CopyToActorRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12N\n" +
+	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -5002,7 +5709,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -5078,28 +5785,37 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*WatchEventsRequest)(nil),          // 71: ate.v1.WatchEventsRequest
 	(*ActorLogsRequest)(nil),            // 72: ate.v1.ActorLogsRequest
 	(*ActorLogLine)(nil),                // 73: ate.v1.ActorLogLine
-	nil,                                 // 74: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 75: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 76: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 77: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 78: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 79: google.protobuf.Timestamp
+	(*ExecStart)(nil),                   // 74: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 75: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 76: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 77: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 78: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 79: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 80: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 81: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 82: ate.v1.CopyFromActorResponse
+	nil,                                 // 83: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 84: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 85: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 86: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 87: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 88: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	79, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	88, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	79, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	79, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	79, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	88, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	88, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	88, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	79, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	88, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	74, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	83, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	75, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	84, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -5110,101 +5826,112 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	79, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	88, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	76, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	79, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	79, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	79, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	85, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	88, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	88, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	88, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
 	36, // 33: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	36, // 34: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	77, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	86, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 36: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 37: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	79, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	88, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	48, // 39: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	78, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	87, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	51, // 41: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	79, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	88, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	54, // 43: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	79, // 44: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	88, // 44: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
 	61, // 45: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	79, // 46: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	88, // 46: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
 	36, // 47: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
 	68, // 48: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	79, // 49: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	10, // 50: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 51: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 52: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 53: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 54: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 55: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 56: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 57: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 58: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 59: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 60: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 61: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 62: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 63: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 64: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 65: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 66: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 67: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 68: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 69: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 70: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 71: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 72: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 73: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 74: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	62, // 75: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	63, // 76: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	64, // 77: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	66, // 78: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	69, // 79: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	71, // 80: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	72, // 81: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	9,  // 82: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 83: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 84: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 85: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 86: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 87: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 88: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 89: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 90: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 91: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 92: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 93: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 94: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 95: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 96: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 97: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 98: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 99: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 100: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 101: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 102: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 103: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 104: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 105: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 106: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	61, // 107: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	61, // 108: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	65, // 109: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	67, // 110: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	70, // 111: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	68, // 112: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	73, // 113: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	82, // [82:114] is the sub-list for method output_type
-	50, // [50:82] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	88, // 49: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	75, // 50: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	74, // 51: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	75, // 52: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	78, // 53: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	78, // 54: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	10, // 55: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 56: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 57: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 58: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 59: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 60: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 61: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 62: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 63: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 64: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 65: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 66: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 67: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 68: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 69: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 70: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 71: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 72: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 73: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 74: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 75: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 76: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 77: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 78: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 79: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	62, // 80: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	63, // 81: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	64, // 82: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	66, // 83: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	69, // 84: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	71, // 85: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	72, // 86: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	76, // 87: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	79, // 88: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	81, // 89: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	9,  // 90: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 91: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 92: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 93: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 94: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 95: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 96: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 97: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 98: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 99: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 100: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 101: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 102: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 103: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 104: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 105: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 106: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 107: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 108: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 109: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 110: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 111: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 112: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 113: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 114: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	61, // 115: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	61, // 116: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	65, // 117: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	67, // 118: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	70, // 119: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	68, // 120: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	73, // 121: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	77, // 122: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	80, // 123: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	82, // 124: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	90, // [90:125] is the sub-list for method output_type
+	55, // [55:90] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -5213,13 +5940,28 @@ func file_ate_v1_control_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_msgTypes[24].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[73].OneofWrappers = []any{
+		(*ExecActorRequest_Start)(nil),
+		(*ExecActorRequest_Stdin)(nil),
+		(*ExecActorRequest_StdinClose)(nil),
+		(*ExecActorRequest_Resize)(nil),
+	}
+	file_ate_v1_control_proto_msgTypes[74].OneofWrappers = []any{
+		(*ExecActorResponse_Stdout)(nil),
+		(*ExecActorResponse_Stderr)(nil),
+		(*ExecActorResponse_ExitCode)(nil),
+	}
+	file_ate_v1_control_proto_msgTypes[76].OneofWrappers = []any{
+		(*CopyToActorRequest_Target)(nil),
+		(*CopyToActorRequest_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   76,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,9 @@ const (
 	Control_ListEvents_FullMethodName          = "/ate.v1.Control/ListEvents"
 	Control_WatchEvents_FullMethodName         = "/ate.v1.Control/WatchEvents"
 	Control_ActorLogs_FullMethodName           = "/ate.v1.Control/ActorLogs"
+	Control_ExecActor_FullMethodName           = "/ate.v1.Control/ExecActor"
+	Control_CopyToActor_FullMethodName         = "/ate.v1.Control/CopyToActor"
+	Control_CopyFromActor_FullMethodName       = "/ate.v1.Control/CopyFromActor"
 )
 
 // ControlClient is the client API for Control service.
@@ -159,6 +162,23 @@ type ControlClient interface {
 	// hangs up. NOT_FOUND for an unknown actor; INVALID_ARGUMENT for a bad
 	// name, since or tail.
 	ActorLogs(ctx context.Context, in *ActorLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ActorLogLine], error)
+	// ExecActor runs a command in a RUNNING actor's container beside its
+	// main process (`ate exec`). The first request carries start; later
+	// ones stdin, stdin_close and resize. Responses carry stdout and stderr
+	// as produced and end with exit_code. FAILED_PRECONDITION when the
+	// actor is not RUNNING (it is never resumed for an exec), when the
+	// command cannot start (reason EXEC_START_FAILED: no such program), and
+	// when a suspend, pause or delete of the actor ends the exec.
+	ExecActor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecActorRequest, ExecActorResponse], error)
+	// CopyToActor writes one file into a RUNNING actor's durable volumes
+	// (`ate cp LOCAL actor/NAME:PATH`): the first request carries target,
+	// the rest data in chunks. INVALID_ARGUMENT for a path outside the
+	// volumes or a file over 1 GiB; FAILED_PRECONDITION when not RUNNING.
+	CopyToActor(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CopyToActorRequest, CopyToActorResponse], error)
+	// CopyFromActor reads one file of a RUNNING actor's durable volumes
+	// (`ate cp actor/NAME:PATH LOCAL`) in chunks; errors as CopyToActor,
+	// and NOT_FOUND for a missing file.
+	CopyFromActor(ctx context.Context, in *CopyFromActorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyFromActorResponse], error)
 }
 
 type controlClient struct {
@@ -507,6 +527,51 @@ func (c *controlClient) ActorLogs(ctx context.Context, in *ActorLogsRequest, opt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_ActorLogsClient = grpc.ServerStreamingClient[ActorLogLine]
 
+func (c *controlClient) ExecActor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecActorRequest, ExecActorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[2], Control_ExecActor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecActorRequest, ExecActorResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_ExecActorClient = grpc.BidiStreamingClient[ExecActorRequest, ExecActorResponse]
+
+func (c *controlClient) CopyToActor(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CopyToActorRequest, CopyToActorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[3], Control_CopyToActor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CopyToActorRequest, CopyToActorResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_CopyToActorClient = grpc.ClientStreamingClient[CopyToActorRequest, CopyToActorResponse]
+
+func (c *controlClient) CopyFromActor(ctx context.Context, in *CopyFromActorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyFromActorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[4], Control_CopyFromActor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CopyFromActorRequest, CopyFromActorResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_CopyFromActorClient = grpc.ServerStreamingClient[CopyFromActorResponse]
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -609,6 +674,23 @@ type ControlServer interface {
 	// hangs up. NOT_FOUND for an unknown actor; INVALID_ARGUMENT for a bad
 	// name, since or tail.
 	ActorLogs(*ActorLogsRequest, grpc.ServerStreamingServer[ActorLogLine]) error
+	// ExecActor runs a command in a RUNNING actor's container beside its
+	// main process (`ate exec`). The first request carries start; later
+	// ones stdin, stdin_close and resize. Responses carry stdout and stderr
+	// as produced and end with exit_code. FAILED_PRECONDITION when the
+	// actor is not RUNNING (it is never resumed for an exec), when the
+	// command cannot start (reason EXEC_START_FAILED: no such program), and
+	// when a suspend, pause or delete of the actor ends the exec.
+	ExecActor(grpc.BidiStreamingServer[ExecActorRequest, ExecActorResponse]) error
+	// CopyToActor writes one file into a RUNNING actor's durable volumes
+	// (`ate cp LOCAL actor/NAME:PATH`): the first request carries target,
+	// the rest data in chunks. INVALID_ARGUMENT for a path outside the
+	// volumes or a file over 1 GiB; FAILED_PRECONDITION when not RUNNING.
+	CopyToActor(grpc.ClientStreamingServer[CopyToActorRequest, CopyToActorResponse]) error
+	// CopyFromActor reads one file of a RUNNING actor's durable volumes
+	// (`ate cp actor/NAME:PATH LOCAL`) in chunks; errors as CopyToActor,
+	// and NOT_FOUND for a missing file.
+	CopyFromActor(*CopyFromActorRequest, grpc.ServerStreamingServer[CopyFromActorResponse]) error
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -714,6 +796,15 @@ func (UnimplementedControlServer) WatchEvents(*WatchEventsRequest, grpc.ServerSt
 }
 func (UnimplementedControlServer) ActorLogs(*ActorLogsRequest, grpc.ServerStreamingServer[ActorLogLine]) error {
 	return status.Error(codes.Unimplemented, "method ActorLogs not implemented")
+}
+func (UnimplementedControlServer) ExecActor(grpc.BidiStreamingServer[ExecActorRequest, ExecActorResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExecActor not implemented")
+}
+func (UnimplementedControlServer) CopyToActor(grpc.ClientStreamingServer[CopyToActorRequest, CopyToActorResponse]) error {
+	return status.Error(codes.Unimplemented, "method CopyToActor not implemented")
+}
+func (UnimplementedControlServer) CopyFromActor(*CopyFromActorRequest, grpc.ServerStreamingServer[CopyFromActorResponse]) error {
+	return status.Error(codes.Unimplemented, "method CopyFromActor not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1298,6 +1389,31 @@ func _Control_ActorLogs_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_ActorLogsServer = grpc.ServerStreamingServer[ActorLogLine]
 
+func _Control_ExecActor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ControlServer).ExecActor(&grpc.GenericServerStream[ExecActorRequest, ExecActorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_ExecActorServer = grpc.BidiStreamingServer[ExecActorRequest, ExecActorResponse]
+
+func _Control_CopyToActor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ControlServer).CopyToActor(&grpc.GenericServerStream[CopyToActorRequest, CopyToActorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_CopyToActorServer = grpc.ClientStreamingServer[CopyToActorRequest, CopyToActorResponse]
+
+func _Control_CopyFromActor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CopyFromActorRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ControlServer).CopyFromActor(m, &grpc.GenericServerStream[CopyFromActorRequest, CopyFromActorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Control_CopyFromActorServer = grpc.ServerStreamingServer[CopyFromActorResponse]
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1435,6 +1551,22 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ActorLogs",
 			Handler:       _Control_ActorLogs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExecActor",
+			Handler:       _Control_ExecActor_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "CopyToActor",
+			Handler:       _Control_CopyToActor_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "CopyFromActor",
+			Handler:       _Control_CopyFromActor_Handler,
 			ServerStreams: true,
 		},
 	},

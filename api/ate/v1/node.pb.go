@@ -1922,6 +1922,191 @@ func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
 	return nil
 }
 
+// NodeExecRequest is ExecActorRequest with, in the first message, the
+// worker and actor incarnation (the start's atespace and name are
+// ignored).
+type NodeExecRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Req           *ExecActorRequest      `protobuf:"bytes,3,opt,name=req,proto3" json:"req,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeExecRequest) Reset() {
+	*x = NodeExecRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeExecRequest) ProtoMessage() {}
+
+func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
+func (*NodeExecRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *NodeExecRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeExecRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeExecRequest) GetReq() *ExecActorRequest {
+	if x != nil {
+		return x.Req
+	}
+	return nil
+}
+
+// NodeCopyToRequest is CopyToActorRequest with, in the first message, the
+// worker and actor incarnation.
+type NodeCopyToRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Req           *CopyToActorRequest    `protobuf:"bytes,3,opt,name=req,proto3" json:"req,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCopyToRequest) Reset() {
+	*x = NodeCopyToRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCopyToRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCopyToRequest) ProtoMessage() {}
+
+func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
+func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *NodeCopyToRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeCopyToRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeCopyToRequest) GetReq() *CopyToActorRequest {
+	if x != nil {
+		return x.Req
+	}
+	return nil
+}
+
+type NodeCopyFromRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Target        *CopyTarget            `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCopyFromRequest) Reset() {
+	*x = NodeCopyFromRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCopyFromRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCopyFromRequest) ProtoMessage() {}
+
+func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
+func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *NodeCopyFromRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *NodeCopyFromRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *NodeCopyFromRequest) GetTarget() *CopyTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
@@ -2056,7 +2241,19 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"C\n" +
 	"\x15ReadActorLogsResponse\x12*\n" +
-	"\x05lines\x18\x01 \x03(\v2\x14.ate.v1.ActorLogLineR\x05lines2\xda\x04\n" +
+	"\x05lines\x18\x01 \x03(\v2\x14.ate.v1.ActorLogLineR\x05lines\"r\n" +
+	"\x0fNodeExecRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12*\n" +
+	"\x03req\x18\x03 \x01(\v2\x18.ate.v1.ExecActorRequestR\x03req\"v\n" +
+	"\x11NodeCopyToRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12,\n" +
+	"\x03req\x18\x03 \x01(\v2\x1a.ate.v1.CopyToActorRequestR\x03req\"v\n" +
+	"\x13NodeCopyFromRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12*\n" +
+	"\x06target\x18\x03 \x01(\v2\x12.ate.v1.CopyTargetR\x06target2\xb7\x06\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
@@ -2066,7 +2263,10 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
 	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse\x12L\n" +
-	"\rReadActorLogs\x12\x1c.ate.v1.ReadActorLogsRequest\x1a\x1d.ate.v1.ReadActorLogsResponse2\x97\x01\n" +
+	"\rReadActorLogs\x12\x1c.ate.v1.ReadActorLogsRequest\x1a\x1d.ate.v1.ReadActorLogsResponse\x12C\n" +
+	"\tExecActor\x12\x17.ate.v1.NodeExecRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12G\n" +
+	"\vCopyToActor\x12\x19.ate.v1.NodeCopyToRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12M\n" +
+	"\rCopyFromActor\x12\x1b.ate.v1.NodeCopyFromRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x012\x97\x01\n" +
 	"\fNodeRegistry\x12<\n" +
 	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01\x12I\n" +
 	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
@@ -2084,7 +2284,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -2116,17 +2316,26 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*RegistryMessage)(nil),         // 27: ate.v1.RegistryMessage
 	(*ReadActorLogsRequest)(nil),    // 28: ate.v1.ReadActorLogsRequest
 	(*ReadActorLogsResponse)(nil),   // 29: ate.v1.ReadActorLogsResponse
-	nil,                             // 30: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 31: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
-	(*ActorLogLine)(nil),            // 33: ate.v1.ActorLogLine
+	(*NodeExecRequest)(nil),         // 30: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),       // 31: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),     // 32: ate.v1.NodeCopyFromRequest
+	nil,                             // 33: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 34: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 35: google.protobuf.Timestamp
+	(*ActorLogLine)(nil),            // 36: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),        // 37: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 38: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 39: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 40: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 41: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 42: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	31, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	31, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	30, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	32, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	32, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	34, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	34, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	33, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	35, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	35, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
@@ -2137,32 +2346,41 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	24, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
 	25, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
 	26, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	33, // 15: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	3,  // 16: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 17: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 18: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 19: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 20: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 21: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 22: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	28, // 23: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	23, // 24: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 25: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	4,  // 26: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 27: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 28: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 29: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 30: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 31: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 32: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	29, // 33: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	27, // 34: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 35: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	36, // 15: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	37, // 16: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	38, // 17: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	39, // 18: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	3,  // 19: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 20: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 21: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 22: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 23: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 24: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 25: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	28, // 26: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	30, // 27: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	31, // 28: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	32, // 29: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	23, // 30: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 31: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	4,  // 32: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 33: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 34: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 35: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 36: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 37: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 38: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	29, // 39: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	40, // 40: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	41, // 41: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	42, // 42: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	27, // 43: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 44: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	32, // [32:45] is the sub-list for method output_type
+	19, // [19:32] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -2187,7 +2405,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -34,6 +34,9 @@ const (
 	NodeAgent_DeletePaused_FullMethodName    = "/ate.v1.NodeAgent/DeletePaused"
 	NodeAgent_ForgetActor_FullMethodName     = "/ate.v1.NodeAgent/ForgetActor"
 	NodeAgent_ReadActorLogs_FullMethodName   = "/ate.v1.NodeAgent/ReadActorLogs"
+	NodeAgent_ExecActor_FullMethodName       = "/ate.v1.NodeAgent/ExecActor"
+	NodeAgent_CopyToActor_FullMethodName     = "/ate.v1.NodeAgent/CopyToActor"
+	NodeAgent_CopyFromActor_FullMethodName   = "/ate.v1.NodeAgent/CopyFromActor"
 )
 
 // NodeAgentClient is the client API for NodeAgent service.
@@ -56,6 +59,13 @@ type NodeAgentClient interface {
 	// ReadActorLogs returns the actor's log lines this node keeps after the
 	// cursor (after_run, after_seq), in order, at most limit.
 	ReadActorLogs(ctx context.Context, in *ReadActorLogsRequest, opts ...grpc.CallOption) (*ReadActorLogsResponse, error)
+	// ExecActor, CopyToActor and CopyFromActor serve Control's RPCs of the
+	// same names on the node hosting the actor; the first request names
+	// the worker and actor incarnation. FAILED_PRECONDITION when the worker
+	// no longer hosts it.
+	ExecActor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[NodeExecRequest, ExecActorResponse], error)
+	CopyToActor(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[NodeCopyToRequest, CopyToActorResponse], error)
+	CopyFromActor(ctx context.Context, in *NodeCopyFromRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyFromActorResponse], error)
 }
 
 type nodeAgentClient struct {
@@ -146,6 +156,51 @@ func (c *nodeAgentClient) ReadActorLogs(ctx context.Context, in *ReadActorLogsRe
 	return out, nil
 }
 
+func (c *nodeAgentClient) ExecActor(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[NodeExecRequest, ExecActorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeAgent_ServiceDesc.Streams[0], NodeAgent_ExecActor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[NodeExecRequest, ExecActorResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_ExecActorClient = grpc.BidiStreamingClient[NodeExecRequest, ExecActorResponse]
+
+func (c *nodeAgentClient) CopyToActor(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[NodeCopyToRequest, CopyToActorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeAgent_ServiceDesc.Streams[1], NodeAgent_CopyToActor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[NodeCopyToRequest, CopyToActorResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_CopyToActorClient = grpc.ClientStreamingClient[NodeCopyToRequest, CopyToActorResponse]
+
+func (c *nodeAgentClient) CopyFromActor(ctx context.Context, in *NodeCopyFromRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyFromActorResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeAgent_ServiceDesc.Streams[2], NodeAgent_CopyFromActor_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[NodeCopyFromRequest, CopyFromActorResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_CopyFromActorClient = grpc.ServerStreamingClient[CopyFromActorResponse]
+
 // NodeAgentServer is the server API for NodeAgent service.
 // All implementations must embed UnimplementedNodeAgentServer
 // for forward compatibility.
@@ -166,6 +221,13 @@ type NodeAgentServer interface {
 	// ReadActorLogs returns the actor's log lines this node keeps after the
 	// cursor (after_run, after_seq), in order, at most limit.
 	ReadActorLogs(context.Context, *ReadActorLogsRequest) (*ReadActorLogsResponse, error)
+	// ExecActor, CopyToActor and CopyFromActor serve Control's RPCs of the
+	// same names on the node hosting the actor; the first request names
+	// the worker and actor incarnation. FAILED_PRECONDITION when the worker
+	// no longer hosts it.
+	ExecActor(grpc.BidiStreamingServer[NodeExecRequest, ExecActorResponse]) error
+	CopyToActor(grpc.ClientStreamingServer[NodeCopyToRequest, CopyToActorResponse]) error
+	CopyFromActor(*NodeCopyFromRequest, grpc.ServerStreamingServer[CopyFromActorResponse]) error
 	mustEmbedUnimplementedNodeAgentServer()
 }
 
@@ -199,6 +261,15 @@ func (UnimplementedNodeAgentServer) ForgetActor(context.Context, *ForgetActorReq
 }
 func (UnimplementedNodeAgentServer) ReadActorLogs(context.Context, *ReadActorLogsRequest) (*ReadActorLogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadActorLogs not implemented")
+}
+func (UnimplementedNodeAgentServer) ExecActor(grpc.BidiStreamingServer[NodeExecRequest, ExecActorResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExecActor not implemented")
+}
+func (UnimplementedNodeAgentServer) CopyToActor(grpc.ClientStreamingServer[NodeCopyToRequest, CopyToActorResponse]) error {
+	return status.Error(codes.Unimplemented, "method CopyToActor not implemented")
+}
+func (UnimplementedNodeAgentServer) CopyFromActor(*NodeCopyFromRequest, grpc.ServerStreamingServer[CopyFromActorResponse]) error {
+	return status.Error(codes.Unimplemented, "method CopyFromActor not implemented")
 }
 func (UnimplementedNodeAgentServer) mustEmbedUnimplementedNodeAgentServer() {}
 func (UnimplementedNodeAgentServer) testEmbeddedByValue()                   {}
@@ -365,6 +436,31 @@ func _NodeAgent_ReadActorLogs_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_ExecActor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeAgentServer).ExecActor(&grpc.GenericServerStream[NodeExecRequest, ExecActorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_ExecActorServer = grpc.BidiStreamingServer[NodeExecRequest, ExecActorResponse]
+
+func _NodeAgent_CopyToActor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeAgentServer).CopyToActor(&grpc.GenericServerStream[NodeCopyToRequest, CopyToActorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_CopyToActorServer = grpc.ClientStreamingServer[NodeCopyToRequest, CopyToActorResponse]
+
+func _NodeAgent_CopyFromActor_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(NodeCopyFromRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeAgentServer).CopyFromActor(m, &grpc.GenericServerStream[NodeCopyFromRequest, CopyFromActorResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeAgent_CopyFromActorServer = grpc.ServerStreamingServer[CopyFromActorResponse]
+
 // NodeAgent_ServiceDesc is the grpc.ServiceDesc for NodeAgent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -405,7 +501,24 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _NodeAgent_ReadActorLogs_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExecActor",
+			Handler:       _NodeAgent_ExecActor_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "CopyToActor",
+			Handler:       _NodeAgent_CopyToActor_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "CopyFromActor",
+			Handler:       _NodeAgent_CopyFromActor_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "ate/v1/node.proto",
 }
 

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/lifecycle"
+)
+
+// goldenPoll paces waitGolden: a build's phases take from milliseconds
+// to minutes, and the message keeps them all, so this only sets how
+// late a phase is shown.
+const goldenPoll = 200 * time.Millisecond
+
+// waitGolden polls template atespace/name until its golden build is
+// READY (nil) or FAILED (an error with the build's message), printing
+// each phase the build reports (its status message while BUILDING,
+// lifecycle.buildProgress) to stderr with the time since the wait began.
+func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) error {
+	out := cmd.ErrOrStderr()
+	begin := a.now()
+	printed := 0
+	tick := time.NewTicker(min(a.pollInterval, goldenPoll))
+	defer tick.Stop()
+	for {
+		t, err := call(cmd.Context(), s, s.client.GetActorTemplate, &atev1.GetActorTemplateRequest{Atespace: atespace, Name: name})
+		if err != nil {
+			return err
+		}
+		elapsed := a.now().Sub(begin).Round(100 * time.Millisecond)
+		st := t.GetStatus()
+		switch st.GetPhase() {
+		case "READY":
+			fmt.Fprintf(out, "template %s/%s READY after %s\n", atespace, name, elapsed)
+			return nil
+		case "FAILED":
+			return fmt.Errorf("golden build of template %s/%s FAILED after %s: %s", atespace, name, elapsed, st.GetMessage())
+		}
+		if m := st.GetMessage(); m != "" {
+			phases := strings.Split(m, lifecycle.BuildPhaseSeparator)
+			for _, p := range phases[min(printed, len(phases)):] {
+				fmt.Fprintf(out, "  %s (%s)\n", p, elapsed)
+			}
+			printed = max(printed, len(phases))
+		}
+		select {
+		case <-cmd.Context().Done():
+			return cmd.Context().Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -74,6 +74,11 @@ type APIServerConfig struct {
 // registrations reconcile them.
 func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	log := orDiscard(cfg.Logger)
+	flushTraces, err := startTracing(ctx, "ate-apiserver", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 	if cfg.DataDir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -91,7 +96,6 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		ms         *metrics.Metrics
 		mgmt       *httpserve.Management
 		storeReady atomic.Bool
-		err        error
 	)
 	if cfg.ManagementAddr != "" {
 		ms = metrics.New()
@@ -122,7 +126,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots, Shared: opened.Shared,
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: componentDialer(ms), Snapshots: cfg.Snapshots, Shared: opened.Shared,
 		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
@@ -167,9 +171,10 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := newAPIGRPCServer()
+	gs, initMetrics := newAPIGRPCServer(ms)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
+	initMetrics()
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
@@ -186,6 +191,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	g.Go(func() error { return collectOrphans(gctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
 	g.Go(func() error { return lc.RunExpiry(gctx, cfg.ExpiryInterval) })
+	g.Go(func() error { runActorCounts(gctx, st, ms, log); return nil })
 	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())

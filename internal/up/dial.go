@@ -18,6 +18,6 @@ func dialComponent(addr string) (*grpc.ClientConn, error) { return apidial.Dial(
 // any form apidial reads: a k8s:/// target waits (within ctx and
 // apidial's sync bound) until its Service's EndpointSlices are listed,
 // and its resolver logs to log.
-func dialAPI(ctx context.Context, target string, log *slog.Logger) (*grpc.ClientConn, error) {
-	return apidial.DialContext(ctx, target, apidial.WithLogger(log))
+func dialAPI(ctx context.Context, target string, log *slog.Logger, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return apidial.DialContext(ctx, target, append([]grpc.DialOption{apidial.WithLogger(log)}, opts...)...)
 }

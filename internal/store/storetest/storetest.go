@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Alarms", testAlarms},
 		{"AlarmLimitConcurrent", testAlarmLimitConcurrent},
 		{"AlarmsGoWithActor", testAlarmsGoWithActor},
+		{"CountActors", testCountActors},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -14,7 +14,8 @@ import (
 // AccessLogMessage is the message of the router's access log records: one
 // at Info per request addressed to an actor (or to no actor, other than
 // /healthz and /readyz), written when the handler returns. Attributes:
-// request_id; actor ("<atespace>/<name>", absent when none was named);
+// request_id; actor (the names.ActorKey group, as in every record that
+// names an actor; absent when none was named);
 // method; status (the one sent, 0 if none was: a stream cut before its
 // header); activation (warm, resumed, joined, or none when the request
 // failed before finding its actor); wait_ms (time parked for the actor's
@@ -51,7 +52,7 @@ func (a *access) log(logger *slog.Logger, r *http.Request, rid string) {
 	attrs := make([]slog.Attr, 0, 12)
 	attrs = append(attrs, slog.String("request_id", rid))
 	if a.key.Name != "" {
-		attrs = append(attrs, slog.String("actor", a.key.String()))
+		attrs = append(attrs, slog.Any("actor", a.key))
 	}
 	attrs = append(attrs,
 		slog.String("method", r.Method),

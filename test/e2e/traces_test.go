@@ -58,7 +58,7 @@ func (r *otlpReceiver) trace(id string) []*tracepb.Span {
 // startOTLPReceiver serves an otlpReceiver on a free loopback port until
 // the test ends, and points the OTLP exporter of processes the test
 // starts at it (exporting every 100 ms).
-func startOTLPReceiver(t *testing.T) *otlpReceiver {
+func startOTLPReceiver(t testing.TB) *otlpReceiver {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -63,7 +63,11 @@ const (
 // else a new id), which is also sent on to the actor as X-Request-Id.
 // Failures are answered by classify: one text/plain line ending in the
 // request id, never 500 for expected conditions, never the cause (logged
-// once, with the id). res must be safe for concurrent use; a nil logger
+// once, with the id). Each request but /healthz and /readyz also gets one
+// access log record (AccessLogMessage) when it ends. With tracing on
+// (internal/tracing), the chain runs inside otelhttp's server span,
+// parking has a span of its own, and proxied requests carry a client
+// span and traceparent to the actor. res must be safe for concurrent use; a nil logger
 // discards. Idle handling and activity reports need Handler.Start.
 func NewHandler(cfg Config, res Resolver, logger *slog.Logger) *Handler {
 	if logger == nil {

@@ -3,8 +3,9 @@
 // environment asks for one (OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), and the helpers here add the
 // maintained instrumentation (otelhttp, otelgrpc) only then. Without
-// that environment nothing is wrapped and Span returns OpenTelemetry's
-// no-op span, so tracing off costs a context lookup per span.
+// that environment nothing is wrapped and no context carries a span, so
+// Span returns a no-op span: tracing off costs a context lookup per
+// span.
 //
 // OpenTelemetry keeps its tracer provider and propagator in package
 // globals of its own (otel.SetTracerProvider); the instrumentation
@@ -77,12 +78,14 @@ func Start(ctx context.Context, service string) (shutdown func(context.Context) 
 
 // Span starts a span of ate's own tracer named name (the convention is
 // "component.step", e.g. "lifecycle.claim") as a child of ctx's span.
-// Without tracing it is OpenTelemetry's no-op span. The caller ends it,
-// usually with End.
+// Our spans only join traces, never start one: without a span in ctx
+// (tracing off, or work no request or call started, such as an idle
+// suspend) it returns ctx and its no-op span, at the cost of one context
+// lookup. The caller ends it, usually with End.
 func Span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	if !trace.SpanContextFromContext(ctx).IsValid() && !Enabled() {
-		// No trace to join and none to start: skip the global lookup.
-		return ctx, trace.SpanFromContext(ctx)
+	parent := trace.SpanFromContext(ctx)
+	if !parent.SpanContext().IsValid() {
+		return ctx, parent
 	}
 	return otel.Tracer(instrumentation).Start(ctx, name, trace.WithAttributes(attrs...))
 }

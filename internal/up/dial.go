@@ -9,11 +9,6 @@ import (
 	"substrate.dev/ate/internal/apidial"
 )
 
-// dialComponent connects one component to another: a node or router to
-// the API server replicas, the API server to a node agent (apidial says
-// how addresses are read and why reconnects are fast).
-func dialComponent(addr string) (*grpc.ClientConn, error) { return apidial.Dial(addr) }
-
 // dialAPI connects a component to the API server replicas target names,
 // any form apidial reads: a k8s:/// target waits (within ctx and
 // apidial's sync bound) until its Service's EndpointSlices are listed,

@@ -31,7 +31,10 @@ func grpcServer(ms *metrics.Metrics, opts ...grpc.ServerOption) (gs *grpc.Server
 	return gs, func() { g.InitServer(gs) }
 }
 
-// componentDialer is dialComponent with ms's client call metrics.
+// componentDialer returns how one component connects to another: a node
+// to the API server replicas, the API server to a node agent (apidial
+// says how addresses are read and why reconnects are fast), counting
+// calls in ms (nil: not).
 func componentDialer(ms *metrics.Metrics) func(addr string) (*grpc.ClientConn, error) {
 	g := grpcMetrics(ms)
 	return func(addr string) (*grpc.ClientConn, error) { return apidial.Dial(addr, g.DialOptions()...) }

@@ -27,12 +27,14 @@ type Metrics struct {
 	Alarms    *Alarms
 	// GRPC is the gRPC servers' and clients' metrics (not ate_*).
 	GRPC *GRPC
+	// Store is the record store's.
+	Store *Store
 }
 
 // New returns a set of collectors, every bounded label combination
 // initialised to zero so that rates start from the process's start.
 func New() *Metrics {
-	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode(), Alarms: newAlarms(), GRPC: newGRPC()}
+	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode(), Alarms: newAlarms(), GRPC: newGRPC(), Store: newStore()}
 }
 
 // Collectors returns every ate_* collector of m.
@@ -46,6 +48,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		r.parkOutcomes, r.open,
 		l.checkpointSeconds, l.actors, l.leaseConflicts, l.casRetries,
 		n.workers, n.restoreSeconds, n.checkpointSeconds, n.snapshotBytes, n.imageCache,
+		m.Store.commitSeconds, m.Store.batch,
 	}
 }
 

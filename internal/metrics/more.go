@@ -344,3 +344,34 @@ func (g *GRPC) DialOptions() []grpc.DialOption {
 		grpc.WithChainStreamInterceptor(g.client.StreamClientInterceptor()),
 	}
 }
+
+// Store is the record store's collectors (the API server's store).
+type Store struct {
+	commitSeconds prometheus.Histogram
+	batch         prometheus.Histogram
+}
+
+func newStore() *Store {
+	return &Store{
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ate_store_commit_seconds",
+			Help:    "Duration of the record store's committed write transactions.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ate_store_commit_writes",
+			Help:    "Writes per committed transaction (bbolt's group commit; 1 for PostgreSQL).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
+	}
+}
+
+// Commit records a committed transaction of writes writes that took d
+// (store.CommitObserver).
+func (s *Store) Commit(d time.Duration, writes int) {
+	if s == nil {
+		return
+	}
+	s.commitSeconds.Observe(d.Seconds())
+	s.batch.Observe(float64(writes))
+}

@@ -115,6 +115,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		return err
 	}
 	st := opened.Store
+	observeCommits(st, ms)
 	defer st.Close()
 	storeReady.Store(true)
 	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {

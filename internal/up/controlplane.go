@@ -129,6 +129,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	cp.Store = opened.Store
+	observeCommits(cp.Store, cfg.Metrics)
 	if opened.Shared && cfg.Exclusive {
 		if err := cp.takeInstallation(ctx, cfg.DataDir, orDefault(cfg.Node.Name, DefaultNodeName)); err != nil {
 			return nil, err

@@ -84,3 +84,11 @@ func startTracing(ctx context.Context, service string, log *slog.Logger) (func()
 		}
 	}, nil
 }
+
+// observeCommits reports st's committed transactions to ms (when both
+// can).
+func observeCommits(st store.Store, ms *metrics.Metrics) {
+	if o, ok := st.(store.CommitObserved); ok && ms != nil {
+		o.SetCommitObserver(ms.Store)
+	}
+}

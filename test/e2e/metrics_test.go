@@ -200,6 +200,7 @@ func TestMetricsScenario(t *testing.T) {
 		{"ate_node_checkpoint_seconds", map[string]string{"outcome": "failed"}, 0},
 		{"ate_node_image_cache_total", nil, 2},
 		{"ate_lifecycle_lease_conflicts_total", nil, 0},
+		{"ate_lifecycle_cas_retries_total", nil, 0},
 		{"grpc_server_handled_total", map[string]string{"grpc_method": "ResumeActor"}, 2},
 		{"grpc_client_handled_total", map[string]string{"grpc_method": "ResumeActor"}, 1},
 	} {
@@ -208,6 +209,11 @@ func TestMetricsScenario(t *testing.T) {
 		if a-b != c.delta {
 			t.Errorf("%s%v moved by %g (%g → %g), want %g", c.name, c.labels, a-b, b, a, c.delta)
 		}
+	}
+	// At least RESUMING, RUNNING, SUSPENDING, SUSPENDED and the failed
+	// resume's RESUMING and rollback, some perhaps sharing a group commit.
+	if d := sample(t, after, "ate_store_commit_writes", nil) - sample(t, before, "ate_store_commit_writes", nil); d < 4 {
+		t.Errorf("ate_store_commit_writes counted %g transactions for a resume, a suspend and a failed resume", d)
 	}
 	for _, dir := range []string{"written", "read"} {
 		l := map[string]string{"direction": dir}

@@ -8,11 +8,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/ateconfig"
 )
 
 // TestClusterObservability: with `ate apiserver`, `ate node` and `ate
@@ -36,16 +31,7 @@ func TestClusterObservability(t *testing.T) {
 	c.startNode("node-a", apiAddr, "--management-addr", nodeMgmt)
 	router, fields := startComponent(t, "router", "ate router ready", "router", "--api", apiAddr, "--listen", "127.0.0.1:0",
 		"--drain-delay", "0s", "--management-addr", routerMgmt, "--log-level", "debug")
-	in := &installation{t: t, dataDir: filepath.Join(dir, "cli"), apiAddr: apiAddr, routerAddr: fields["router"].(string)}
-	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: apiAddr}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	in.client = atev1.NewControlClient(conn)
+	in := clusterInstallation(t, dir, apiAddr, fields["router"].(string))
 	in.createTemplate("examples/counter/template.yaml", "counter")
 	in.ate("create", "actor", "counter-1", "--template", "counter")
 	scrapeAll := func() (api, node, rt map[string]*dto.MetricFamily) {
@@ -82,7 +68,8 @@ func TestClusterObservability(t *testing.T) {
 		{"router", rt0, rt1, "ate_router_park_outcomes_total", map[string]string{"outcome": "resumed"}, 1},
 		{"router", rt0, rt1, "grpc_client_handled_total", map[string]string{"grpc_method": "ResumeActor", "grpc_code": "OK"}, 1},
 	} {
-		b, a := sampleOrZero(t, c.before, c.name, c.labels), sample(t, c.after, c.name, c.labels)
+		b, _ := sum(t, c.before, c.name, c.labels)
+		a := sample(t, c.after, c.name, c.labels)
 		if a-b != c.delta {
 			t.Errorf("%s: %s%v moved by %g (%g → %g), want %g", c.where, c.name, c.labels, a-b, b, a, c.delta)
 		}

@@ -32,11 +32,7 @@ func TestMetrics(t *testing.T) {
 	in.suspend("counter-1")
 	after := in.scrape()
 
-	for _, c := range []struct {
-		name   string
-		labels map[string]string
-		delta  float64
-	}{
+	checkDeltas(t, before, after, []delta{
 		{"ate_lifecycle_resumes_total", map[string]string{"source": "golden", "outcome": "ok"}, 1},
 		{"ate_lifecycle_resumes_total", map[string]string{"source": "durable", "outcome": "ok"}, 0},
 		{"ate_lifecycle_resumes_total", map[string]string{"source": "golden", "outcome": "failed"}, 0},
@@ -49,12 +45,7 @@ func TestMetrics(t *testing.T) {
 		{"ate_lifecycle_evictions_total", map[string]string{"outcome": "ok"}, 0},
 		{"ate_router_failures_total", nil, 0},
 		{"ate_node_standby_starts_total", nil, 1},
-	} {
-		b, a := sample(t, before, c.name, c.labels), sample(t, after, c.name, c.labels)
-		if a-b != c.delta {
-			t.Errorf("%s%v moved by %g (%g → %g), want %g", c.name, c.labels, a-b, b, a, c.delta)
-		}
-	}
+	})
 	for _, g := range []string{"ate_router_parked_requests", "ate_lifecycle_capacity_waiters"} {
 		if v := sample(t, after, g, nil); v != 0 {
 			t.Errorf("%s = %g with nothing waiting", g, v)
@@ -92,40 +83,45 @@ func (in *installation) scrape() map[string]*dto.MetricFamily {
 	return fams
 }
 
-// sampleOrZero is sample, 0 where name has no such series.
-func sampleOrZero(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+// delta is how much a metric's series with labels should move.
+type delta struct {
+	name   string
+	labels map[string]string
+	delta  float64
+}
+
+// checkDeltas fails t for every d that did not move by exactly d.delta
+// from before to after. A series absent before counts as 0 there
+// (gRPC client series appear with the first call).
+func checkDeltas(t *testing.T, before, after map[string]*dto.MetricFamily, ds []delta) {
 	t.Helper()
-	f, ok := fams[name]
-	if !ok {
-		return 0
-	}
-	for _, m := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range labels {
-			match = match && have[k] == v
-		}
-		if match {
-			return sample(t, fams, name, labels)
+	for _, d := range ds {
+		b, _ := sum(t, before, d.name, d.labels)
+		a := sample(t, after, d.name, d.labels)
+		if a-b != d.delta {
+			t.Errorf("%s%v moved by %g (%g → %g), want %g", d.name, d.labels, a-b, b, a, d.delta)
 		}
 	}
-	return 0
 }
 
 // sample sums name's series whose labels include labels: counter and
 // gauge values, a histogram's count.
 func sample(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
 	t.Helper()
-	f, ok := fams[name]
+	v, ok := sum(t, fams, name, labels)
 	if !ok {
-		t.Fatalf("/metrics has no %s", name)
+		t.Fatalf("/metrics has no %s%s", name, fmt.Sprint(labels))
 	}
-	var sum float64
+	return v
+}
+
+// sum is sample, reporting whether any series matched instead of
+// failing.
+func sum(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	var total float64
 	var matched bool
-	for _, m := range f.GetMetric() {
+	for _, m := range fams[name].GetMetric() {
 		have := map[string]string{}
 		for _, l := range m.GetLabel() {
 			have[l.GetName()] = l.GetValue()
@@ -140,19 +136,16 @@ func sample(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels
 		matched = true
 		switch {
 		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
+			total += m.GetCounter().GetValue()
 		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
+			total += m.GetGauge().GetValue()
 		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
+			total += float64(m.GetHistogram().GetSampleCount())
 		default:
 			t.Fatalf("%s: unexpected type", name)
 		}
 	}
-	if !matched {
-		t.Fatalf("/metrics has no %s%s", name, fmt.Sprint(labels))
-	}
-	return sum
+	return total, matched
 }
 
 // TestMetricsScenario: after a resume through the router (parked, from
@@ -176,11 +169,7 @@ func TestMetricsScenario(t *testing.T) {
 	}
 	after := in.scrape()
 
-	for _, c := range []struct {
-		name   string
-		labels map[string]string
-		delta  float64
-	}{
+	checkDeltas(t, before, after, []delta{
 		{"ate_lifecycle_resumes_total", map[string]string{"source": "golden", "outcome": "ok"}, 1},
 		{"ate_lifecycle_resumes_total", map[string]string{"source": "durable", "outcome": "failed"}, 1},
 		{"ate_lifecycle_resumes_total", map[string]string{"source": "durable", "outcome": "ok"}, 0},
@@ -203,13 +192,7 @@ func TestMetricsScenario(t *testing.T) {
 		{"ate_lifecycle_cas_retries_total", nil, 0},
 		{"grpc_server_handled_total", map[string]string{"grpc_method": "ResumeActor"}, 2},
 		{"grpc_client_handled_total", map[string]string{"grpc_method": "ResumeActor"}, 1},
-	} {
-		// Client call series appear with the first call.
-		b, a := sampleOrZero(t, before, c.name, c.labels), sample(t, after, c.name, c.labels)
-		if a-b != c.delta {
-			t.Errorf("%s%v moved by %g (%g → %g), want %g", c.name, c.labels, a-b, b, a, c.delta)
-		}
-	}
+	})
 	// At least RESUMING, RUNNING, SUSPENDING, SUSPENDED and the failed
 	// resume's RESUMING and rollback, some perhaps sharing a group commit.
 	if d := sample(t, after, "ate_store_commit_writes", nil) - sample(t, before, "ate_store_commit_writes", nil); d < 4 {

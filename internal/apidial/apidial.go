@@ -47,6 +47,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	k8sresolver "substrate.dev/ate/internal/k8s/resolver"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // MaxConnectionAge and MaxConnectionAgeGrace are what API servers set on
@@ -76,12 +77,14 @@ const (
 // call must use (API servers, node agents): they accept the clients'
 // pings (grpc-go's default policy refuses pings more often than every
 // 5 minutes and closes the connection) and age connections out
-// (MaxConnectionAge).
+// (MaxConnectionAge). With tracing on (tracing.Enabled) they include
+// otelgrpc's server stats handler; connections DialContext makes carry
+// its client handler then.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: MaxConnectionAge, MaxConnectionAgeGrace: MaxConnectionAgeGrace}),
-	}
+	}, tracing.ServerOptions()...)
 }
 
 // idempotent are the Control calls that may run twice with the effect of
@@ -179,6 +182,7 @@ func newClient(target, t string, extra, opts []grpc.DialOption) (*grpc.ClientCon
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
+	base = append(base, tracing.DialOptions()...)
 	conn, err := grpc.NewClient(t, append(append(base, extra...), opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to API server %s: %w", target, err)

@@ -219,6 +219,7 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 		if !errors.Is(err, store.ErrLeaseHeld) {
 			return err
 		}
+		m.metrics.LeaseConflict()
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("actor %s is busy in another API server: %w", key, ctx.Err())
@@ -307,6 +308,7 @@ func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.A
 			return nil, err
 		}
 		attempt++
+		m.metrics.CASRetry()
 		cur, gerr := m.store.GetActor(ctx, base.Key())
 		if gerr == nil && unsure && cur.UID == next.UID && cur.Lifecycle == next.Lifecycle {
 			m.recordChange(base, cur)

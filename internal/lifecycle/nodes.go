@@ -151,6 +151,7 @@ func (m *Manager) ReadActorLogs(ctx context.Context, actorUID string, after acto
 	actorlog.Sort(out)
 	return out, nil
 }
+
 // NodeOf returns the live node owning worker, or an error wrapping
 // ErrNodeUnavailable: for calls that reach a running actor's node
 // outside a workflow (`ate exec`, `ate cp`).

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // Resume makes the actor RUNNING: it claims a free worker (waiting for one
@@ -49,6 +53,8 @@ type Resumed struct {
 // ResumeEvicting is Resume, also saying whether another actor was evicted
 // to make room (capacity.go). Same errors as Resume.
 func (m *Manager) ResumeEvicting(ctx context.Context, key names.ActorKey) (out *store.Actor, r Resumed, err error) {
+	ctx, span := tracing.Span(ctx, "lifecycle.resume", attribute.String("ate.actor", key.String()))
+	defer func() { tracing.End(span, err) }()
 	err = m.withActor(ctx, key, func(ctx context.Context) error {
 		out, err = m.resumeLocked(ctx, key, &r)
 		return err
@@ -72,6 +78,7 @@ type source struct {
 // resumeLocked runs Resume holding the actor's lock; r learns what the
 // resume did besides.
 func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resumed) (_ *store.Actor, err error) {
+	span := trace.SpanFromContext(ctx)
 	a, err := m.getSettled(ctx, key)
 	if err != nil {
 		return nil, err
@@ -92,10 +99,14 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		return nil, err
 	}
 	prev := a.State
-	a, w, evicted, err := m.claim(ctx, a, src.node, m.standbyWorkers(tpl.Spec, tpl.ImageDigest))
+	span.SetAttributes(attribute.String("ate.source", src.kind))
+	cctx, claimSpan := tracing.Span(ctx, "lifecycle.claim")
+	a, w, evicted, err := m.claim(cctx, a, src.node, m.standbyWorkers(tpl.Spec, tpl.ImageDigest))
+	tracing.End(claimSpan, err)
 	if err != nil {
 		return nil, err
 	}
+	claimSpan.SetAttributes(attribute.String("ate.worker", w.Name))
 	r.Evicted = evicted
 	// Counted from the claim: a resume that got no worker restored
 	// nothing. A paused checkpoint moved to another node still counts

@@ -8,12 +8,16 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
+
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // Suspend checkpoints the actor to the durable snapshot store and leaves
@@ -155,7 +159,13 @@ func checkpointOptions(spec *atev1.ActorTemplateSpec, action checkpoint.Action) 
 
 // checkpointLocked runs RUNNING → SUSPENDING|PAUSING → SUSPENDED|PAUSED.
 func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action checkpoint.Action, why Why) (_ *store.Actor, err error) {
-	defer func() { m.metrics.Checkpoint(action.String(), string(why.Reason), err) }()
+	began := time.Now()
+	ctx, span := tracing.Span(ctx, "lifecycle."+action.String(), attribute.String("ate.actor", a.Key().String()))
+	defer func() {
+		m.metrics.Checkpoint(action.String(), string(why.Reason), err)
+		m.metrics.CheckpointDuration(action.String(), time.Since(began), err)
+		tracing.End(span, err)
+	}()
 	paused := action == checkpoint.Pause
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
 	// Snapshot ids carry the API server's clock (node.CheckpointOptions.ID).
@@ -223,7 +233,13 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 // uploadLocked runs PAUSED → SUSPENDING → SUSPENDED by uploading the
 // node's paused checkpoint to the durable snapshot store.
 func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ *store.Actor, err error) {
-	defer func() { m.metrics.Checkpoint(checkpoint.Suspend.String(), string(why.Reason), err) }()
+	began := time.Now()
+	ctx, span := tracing.Span(ctx, "lifecycle.upload", attribute.String("ate.actor", a.Key().String()))
+	defer func() {
+		m.metrics.Checkpoint(checkpoint.Suspend.String(), string(why.Reason), err)
+		m.metrics.CheckpointDuration(checkpoint.Suspend.String(), time.Since(began), err)
+		tracing.End(span, err)
+	}()
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 	ing := *a
 	ing.State = store.Suspending

@@ -25,12 +25,16 @@ type Metrics struct {
 	Lifecycle *Lifecycle
 	Node      *Node
 	Alarms    *Alarms
+	// GRPC is the gRPC servers' and clients' metrics (not ate_*).
+	GRPC *GRPC
+	// Store is the record store's.
+	Store *Store
 }
 
 // New returns a set of collectors, every bounded label combination
 // initialised to zero so that rates start from the process's start.
 func New() *Metrics {
-	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode(), Alarms: newAlarms()}
+	return &Metrics{Router: newRouter(), Lifecycle: newLifecycle(), Node: newNode(), Alarms: newAlarms(), GRPC: newGRPC(), Store: newStore()}
 }
 
 // Collectors returns every ate_* collector of m.
@@ -41,6 +45,10 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters, l.expired,
 		n.standbyStarts, n.streamsEnded,
 		a.attempts, a.lateness,
+		r.parkOutcomes, r.open,
+		l.checkpointSeconds, l.actors, l.leaseConflicts, l.casRetries,
+		n.workers, n.restoreSeconds, n.checkpointSeconds, n.snapshotBytes, n.imageCache,
+		m.Store.commitSeconds, m.Store.batch,
 	}
 }
 
@@ -48,7 +56,8 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 // runtime's and process's (go_*, process_*).
 func NewRegistry(m *Metrics) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	cs := append(m.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cs := append(m.Collectors(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.GRPC.server, m.GRPC.client)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -99,6 +108,7 @@ var waitBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 
 // Router is the router's collectors.
 type Router struct {
+	routerMore
 	requests       *prometheus.CounterVec
 	activationWait *prometheus.HistogramVec
 	parked         prometheus.Gauge
@@ -108,6 +118,7 @@ type Router struct {
 
 func newRouter() *Router {
 	r := &Router{
+		routerMore: newRouterMore(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ate_router_requests_total",
 			Help: "Requests to actors answered by the router, by activation and status class.",
@@ -185,6 +196,7 @@ func codeClass(status int) string {
 
 // Lifecycle is the lifecycle workflows' collectors.
 type Lifecycle struct {
+	lifecycleMore
 	resumes       *prometheus.CounterVec
 	resumeSeconds *prometheus.HistogramVec
 	checkpoints   *prometheus.CounterVec
@@ -195,6 +207,7 @@ type Lifecycle struct {
 
 func newLifecycle() *Lifecycle {
 	l := &Lifecycle{
+		lifecycleMore: newLifecycleMore(),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ate_lifecycle_resumes_total",
 			Help: "Resumes that got a worker, by what they restored and outcome.",
@@ -298,12 +311,13 @@ func outcome(err error) string {
 
 // Node is the node agent's collectors.
 type Node struct {
+	nodeMore
 	standbyStarts *prometheus.CounterVec
 	streamsEnded  prometheus.Counter
 }
 
 func newNode() *Node {
-	n := &Node{streamsEnded: newStreamsEnded(), standbyStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+	n := &Node{streamsEnded: newStreamsEnded(), nodeMore: newNodeMore(), standbyStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ate_node_standby_starts_total",
 		Help: "Actor starts on this node, by whether a standby sandbox was ready for them.",
 	}, []string{"standby"})}

@@ -72,6 +72,19 @@ func TestNilSafe(t *testing.T) {
 	n.StandbyStart(true)
 	var a *Alarms
 	a.Attempt(AlarmDelivered, time.Second)
+	r.ParkOutcome(ParkBudget)
+	r.Open(1)
+	l.CheckpointDuration("suspend", time.Second, nil)
+	l.LeaseConflict()
+	l.CASRetry()
+	n.Start(true, time.Second, nil)
+	n.Checkpoint(time.Second, nil)
+	n.SnapshotBytes(BytesRead, 1)
+	n.ImageCache(true)
+	n.WorkerSource(func() (int, int) { return 0, 0 })
+	var g *GRPC
+	_, _ = g.ServerOptions(), g.DialOptions()
+	g.InitServer(nil)
 }
 
 func TestCodeClass(t *testing.T) {

@@ -6,7 +6,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // DefaultDrainGrace is how long in-flight requests may run before a
@@ -57,6 +61,8 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	// An exec'd process must not enter the snapshot, nor hold it up.
 	n.endExecs(s)
 	n.drain(ctx, s, opts.Grace)
+	ctx, span := tracing.Span(ctx, "node.checkpoint", attribute.String("ate.worker", worker), attribute.Bool("ate.paused", opts.Paused))
+	began := time.Now()
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	switch {
 	case err != nil:
@@ -66,6 +72,8 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	default:
 		s.stopWhy = "suspended"
 	}
+	n.cfg.Metrics.Checkpoint(time.Since(began), err)
+	tracing.End(span, err)
 	n.clearOp(ctx, s)
 	n.refill(s)
 	return ref, err
@@ -113,6 +121,9 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 			_ = store.Abort(st)
 			return "", fmt.Errorf("copy volume %s: %w", v.name, err)
 		}
+	}
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.SnapshotBytes(metrics.BytesWritten, snapshot.TreeSize(st.Dir))
 	}
 	ref, err := store.Commit(ctx, st, opts.Scope)
 	if err != nil {

@@ -196,6 +196,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.slots[name] = s
 		n.order = append(n.order, name)
 	}
+	cfg.Metrics.WorkerSource(func() (free, busy int) {
+		busy = len(n.Hosted())
+		return len(n.order) - busy, busy
+	})
 	return n, nil
 }
 

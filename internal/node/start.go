@@ -9,12 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // IdentityDir is where every actor finds its identity files, actor-name,
@@ -66,7 +71,10 @@ type volume struct {
 // hook: a fresh process copied nothing). Errors wrap ErrStartFailed (plus
 // sandbox.ErrRestoreFailed, snapshot.ErrCorrupt… where they apply) or
 // ErrUnknownWorker.
-func (n *Node) Start(ctx context.Context, req StartRequest) error {
+func (n *Node) Start(ctx context.Context, req StartRequest) (err error) {
+	ctx, span := tracing.Span(ctx, "node.start", attribute.String("ate.actor", req.Key().String()),
+		attribute.String("ate.worker", req.Worker), attribute.String("ate.snapshot", req.Snapshot))
+	defer func() { tracing.End(span, err) }()
 	s, err := n.slot(req.Worker)
 	if err != nil {
 		return err
@@ -74,7 +82,9 @@ func (n *Node) Start(ctx context.Context, req StartRequest) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	n.clearOp(ctx, s)
+	began := time.Now()
 	id, _, err := n.startIn(ctx, s, req)
+	n.cfg.Metrics.Start(req.Snapshot != "", time.Since(began), err)
 	if err != nil {
 		// The start may have used the worker's standby up; the worker
 		// is free again and should hold one.
@@ -102,6 +112,9 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	}
 	c := spec.GetContainers()[0]
 	progress(ctx, PhaseImage)
+	if ci, ok := n.cfg.Images.(interface{ Cached(digest string) bool }); ok && req.ImageDigest != "" {
+		n.cfg.Metrics.ImageCache(ci.Cached(req.ImageDigest))
+	}
 	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), req.ImageDigest)
 	if err != nil {
 		return "", "", fmt.Errorf("image %s: %w", c.GetImage(), err)
@@ -119,6 +132,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		// The files are read until the restore (or its retry) is done.
 		defer o.Close()
 		snapDir, scope = o.Dir, o.Manifest.Scope
+		n.cfg.Metrics.SnapshotBytes(metrics.BytesRead, o.Manifest.Bytes())
 	}
 	volDir := snapDir
 	if req.VolumesFrom != "" {
@@ -160,15 +174,20 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		n.ids.logStart(s, req, sspec.ID, gen)
 		n.beginActorLog(ctx, s, req, restore)
 		progress(ctx, PhaseBoot)
+		rctx, span := tracing.Span(ctx, "node.boot", attribute.Bool("ate.standby", sspec.Prepared))
 		if restore {
-			err = n.cfg.Runtime.Restore(ctx, s.sb, sspec, snapDir)
+			span.SetName("node.restore")
+			err = n.cfg.Runtime.Restore(rctx, s.sb, sspec, snapDir)
 		} else {
-			err = n.cfg.Runtime.Run(ctx, s.sb, sspec)
+			err = n.cfg.Runtime.Run(rctx, s.sb, sspec)
 		}
+		tracing.End(span, err)
 		started := err == nil
 		if started {
 			progress(ctx, PhaseProbe)
-			err = n.probe(ctx, s.sb, sspec.ID, spec, port)
+			pctx, span := tracing.Span(ctx, "node.wakeup_probe")
+			err = n.probe(pctx, s.sb, sspec.ID, spec, port)
+			tracing.End(span, err)
 		}
 		if err == nil && restore {
 			// Before the tunnel admits anything (the gate opens

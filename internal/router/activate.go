@@ -9,9 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // activation says how a request found its actor; it is sent to the client
@@ -179,9 +182,12 @@ func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool)
 	defer a.metrics.Parked(-1)
 	a.logger.Debug("request parked", "actor", key, "parked", n)
 	start := time.Now()
+	ctx, span := tracing.Span(ctx, "router.park", attribute.String("ate.actor", key.String()))
 	r, leader, err := a.park(ctx, key)
+	tracing.End(span, err)
 	if err != nil {
-		return Target{}, activated{}, fmt.Errorf("wait for %s: %w", key, err)
+		a.metrics.ParkOutcome(parkOutcome(err))
+		return Target{}, activated{waited: time.Since(start)}, fmt.Errorf("wait for %s: %w", key, err)
 	}
 	a.acquire(key, listen)
 	act := activated{how: activationJoined, waited: time.Since(start), evicted: r.evicted}
@@ -191,10 +197,26 @@ func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool)
 	case leader:
 		act.how = activationResumed
 	}
+	a.metrics.ParkOutcome(string(act.how))
 	if act.how != activationWarm {
 		a.metrics.ActivationWait(string(act.how), act.waited)
 	}
 	return r.target, act, nil
+}
+
+// parkOutcome is the ate_router_park_outcomes_total outcome of a park
+// that ended in err.
+func parkOutcome(err error) string {
+	switch {
+	case errors.Is(err, errParkBudget):
+		return metrics.ParkBudget
+	case errors.Is(err, errParkGrace):
+		return metrics.ParkGrace
+	case errors.Is(err, context.Canceled):
+		return metrics.ParkClientGone
+	default:
+		return metrics.ParkFailed
+	}
 }
 
 // park waits for the shared resolution of key for up to the budget, then,

@@ -10,11 +10,13 @@ import (
 	"net/http/httputil"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/streams"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // Activation response headers. HeaderActivation is set on proxied
@@ -62,25 +64,36 @@ const (
 // else a new id), which is also sent on to the actor as X-Request-Id.
 // Failures are answered by classify: one text/plain line ending in the
 // request id, never 500 for expected conditions, never the cause (logged
-// once, with the id). res must be safe for concurrent use; a nil logger
+// once, with the id). Each request but /healthz and /readyz also gets one
+// access log record (AccessLogMessage) when it ends. With tracing on
+// (internal/tracing), the chain runs inside otelhttp's server span,
+// parking has a span of its own, and proxied requests carry a client
+// span and traceparent to the actor. res must be safe for concurrent use; a nil logger
 // discards. Idle handling and activity reports need Handler.Start.
 func NewHandler(cfg Config, res Resolver, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	return &Handler{
+	// With tracing on, a client span per proxied request, and the
+	// actor's app receives the traceparent.
+	cfg.Transport = tracing.Transport(cfg.Transport)
+	h := &Handler{
 		cfg:      cfg,
 		act:      newActivator(res, cfg, logger),
 		buffers:  httpserve.NewBufferPool(),
 		logger:   logger,
 		errorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	h.serve = tracing.Handler(http.HandlerFunc(h.serveHTTP), "router")
+	return h
 }
 
 // Handler is the chain NewHandler documents; Start runs its background
 // work (idle.go). Safe for concurrent use.
 type Handler struct {
+	// serve is serveHTTP, wrapped in otelhttp's span when tracing is on.
+	serve    http.Handler
 	cfg      Config
 	act      *activator
 	buffers  httputil.BufferPool
@@ -108,7 +121,10 @@ func (h *Handler) Drain() {
 // streaming or upgraded.
 func (h *Handler) InFlight() int64 { return h.inflight.Load() }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve.ServeHTTP(w, r) }
+
+// serveHTTP is ServeHTTP inside the tracing instrumentation.
+func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
 	rid := requestID(r)
@@ -124,11 +140,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 		return
 	}
+	rec := &access{start: time.Now(), key: key, out: &countingWriter{ResponseWriter: w}}
+	defer rec.log(h.logger, r, rid)
+	w = rec.out
 	if err != nil {
 		h.fail(w, key, Target{}, "", rid, err)
 		return
 	}
-	h.serveActor(w, r, key, rid)
+	if hasBody(r) {
+		rec.in.ReadCloser = r.Body
+		r.Body = &rec.in
+	}
+	h.serveActor(w, r, key, rid, rec)
 }
 
 // selectActor finds the actor r addresses. Errors: errNoActor, or a
@@ -153,7 +176,7 @@ func selectActor(r *http.Request, domain string) (names.ActorKey, error) {
 
 // serveActor activates key's actor and proxies r (request id rid) to it,
 // re-resolving once when the target turns out stale.
-func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) {
+func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string, rec *access) {
 	if r.ProtoMajor == 1 && http.NewResponseController(w).EnableFullDuplex() == nil {
 		// Full duplex streams the request body to the actor while its
 		// response streams back (HTTP/2 always does); without it an
@@ -169,7 +192,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		body = newReplayBody(r.Body)
 		r.Body = body
 	}
-	t, how, err := h.attempt(w, r, key, rid)
+	t, how, err := h.attempt(w, r, key, rid, rec)
 	for tries := 1; err != nil && t.Worker != "" && isStale(err) && tries <= maxStaleRetries; tries++ {
 		if body != nil {
 			// The actor never saw the request: send it again if the
@@ -187,7 +210,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		// after the resume this request waited for (a pause or
 		// suspend queued behind it).
 		h.requestLog(key, t, rid).Debug("actor assignment stale, resolving again", "err", err, "try", tries)
-		t, how, err = h.attempt(w, r, key, rid)
+		t, how, err = h.attempt(w, r, key, rid, rec)
 	}
 	if err == nil {
 		return
@@ -222,16 +245,20 @@ func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Log
 // actor is still where it was (it was slow, or its app did not answer);
 // t is the target tried, zero when activation failed, and how its
 // activation ("" when it failed).
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string) (Target, activation, error) {
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string, rec *access) (Target, activation, error) {
 	listen := streams.IsListen(r)
 	t, act, err := h.act.target(r.Context(), key, listen)
+	rec.wait += act.waited
 	if err != nil {
 		return Target{}, "", err
 	}
+	rec.how = act.how
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
 	defer h.act.done(key, listen)
-	err = h.forward(w, r, t, act, rid)
+	h.cfg.Metrics.Open(1)
+	defer h.cfg.Metrics.Open(-1)
+	err = h.forward(w, r, t, act, rid, rec)
 	if err != nil && r.Context().Err() == nil && !errors.Is(err, errRouteTimeout) && !appFailed(err) {
 		// Whatever went wrong, the next request should look again. A
 		// slow actor, or one whose app did not answer, is still where

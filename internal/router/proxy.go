@@ -25,8 +25,9 @@ import (
 // response header went out (stream idle timeout, actor gone) aborts the
 // handler with http.ErrAbortHandler, which tells the client the body is
 // incomplete.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activated, rid string) error {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activated, rid string, rec *access) error {
 	p := t.Policy.withDefaults(h.cfg)
+	sentAt := time.Now()
 	// Cancelling the outbound request closes its tunnel connection, so a
 	// reply that comes late can never be read by another request.
 	ctx, cancel := context.WithCancelCause(r.Context())
@@ -49,6 +50,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act 
 		// a write per response on ordinary requests.
 		ErrorLog: h.errorLog,
 		ModifyResponse: func(res *http.Response) error {
+			rec.upstream = time.Since(sentAt)
 			if !deadline.Stop() {
 				// The timeout fired as the header arrived; the
 				// request is already cancelled.

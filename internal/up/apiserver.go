@@ -80,6 +80,11 @@ type APIServerConfig struct {
 // registrations reconcile them.
 func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	log := orDiscard(cfg.Logger)
+	flushTraces, err := startTracing(ctx, "ate-apiserver", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 	if cfg.DataDir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -97,7 +102,6 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		ms         *metrics.Metrics
 		mgmt       *httpserve.Management
 		storeReady atomic.Bool
-		err        error
 	)
 	if cfg.ManagementAddr != "" || cfg.HTTPAddr != "" {
 		ms = metrics.New()
@@ -119,6 +123,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		return err
 	}
 	st := opened.Store
+	observeCommits(st, ms)
 	defer st.Close()
 	storeReady.Store(true)
 	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {
@@ -130,7 +135,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: dialComponent, Snapshots: cfg.Snapshots, Shared: opened.Shared,
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: componentDialer(ms), Snapshots: cfg.Snapshots, Shared: opened.Shared,
 		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
@@ -175,9 +180,10 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := newAPIGRPCServer()
+	gs, initMetrics := newAPIGRPCServer(ms)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
+	initMetrics()
 
 	var dash *dashboardServer
 	dashURL := ""
@@ -220,6 +226,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	g.Go(func() error { return collectOrphans(gctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
 	g.Go(func() error { return lc.RunExpiry(gctx, cfg.ExpiryInterval) })
+	g.Go(func() error { runActorCounts(gctx, st, ms, log); return nil })
 	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots, "dashboard", dashURL)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/apidial"
 
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
@@ -96,6 +95,8 @@ type ControlPlane struct {
 	started        atomic.Bool
 	// expiryInterval is ControlPlaneConfig.ExpiryInterval.
 	expiryInterval time.Duration
+	// metrics is ControlPlaneConfig.Metrics.
+	metrics *metrics.Metrics
 }
 
 // DBName is the store file in the data directory.
@@ -111,7 +112,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	}
 	// A local, not the named result: `return nil, err` clears the result
 	// before the deferred Close runs.
-	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{}), expiryInterval: cfg.ExpiryInterval}
+	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{}), expiryInterval: cfg.ExpiryInterval, metrics: cfg.Metrics}
 	cp.background, cp.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
 	// While building, ending ctx ends the background work too (a recovery
 	// cut short by a signal stops its builds); afterwards only Start's
@@ -128,6 +129,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	cp.Store = opened.Store
+	observeCommits(cp.Store, cfg.Metrics)
 	if opened.Shared && cfg.Exclusive {
 		if err := cp.takeInstallation(ctx, cfg.DataDir, orDefault(cfg.Node.Name, DefaultNodeName)); err != nil {
 			return nil, err
@@ -267,6 +269,11 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 		defer close(alarmsDone)
 		_ = cp.Alarms.Run(gcCtx)
 	}()
+	countsDone := make(chan struct{})
+	go func() {
+		defer close(countsDone)
+		runActorCounts(gcCtx, cp.Store, cp.metrics, cp.log)
+	}()
 	select {
 	case <-ctx.Done():
 	case <-cp.background.Done(): // Close
@@ -275,6 +282,7 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	<-cp.snapshotGCDone
 	<-expiryDone
 	<-alarmsDone
+	<-countsDone
 	return nil
 }
 
@@ -340,21 +348,23 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName 
 // NewGRPCServer returns a gRPC server serving cp's Control API
 // (newAPIGRPCServer).
 func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
-	gs := newAPIGRPCServer()
+	gs, initMetrics := newAPIGRPCServer(cp.metrics)
 	atev1.RegisterControlServer(gs, cp.API)
+	initMetrics()
 	return gs
 }
 
 // newAPIGRPCServer returns the API server's gRPC server, services not yet
-// registered. Its handlers run on a pool of long-lived goroutines (one
+// registered, counting calls in ms (nil: not); initMetrics exports every
+// registered method at zero.  Its handlers run on a pool of long-lived goroutines (one
 // per CPU; more are started while all are busy) rather than a new
 // goroutine per call, whose stack grew anew on every call (BENCHMARKS.md,
 // Control plane: Wake-up throughput). Connections are aged out after
 // apidial.MaxConnectionAge so clients that resolve replicas by DNS find
 // ones added later; a node's registration stream cut that way reconnects
 // within a second, well inside its loss deadline.
-func newAPIGRPCServer() *grpc.Server {
-	return grpc.NewServer(append(apidial.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
+func newAPIGRPCServer(ms *metrics.Metrics) (gs *grpc.Server, initMetrics func()) {
+	return grpcServer(ms, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that

@@ -9,15 +9,10 @@ import (
 	"substrate.dev/ate/internal/apidial"
 )
 
-// dialComponent connects one component to another: a node or router to
-// the API server replicas, the API server to a node agent (apidial says
-// how addresses are read and why reconnects are fast).
-func dialComponent(addr string) (*grpc.ClientConn, error) { return apidial.Dial(addr) }
-
 // dialAPI connects a component to the API server replicas target names,
 // any form apidial reads: a k8s:/// target waits (within ctx and
 // apidial's sync bound) until its Service's EndpointSlices are listed,
 // and its resolver logs to log.
-func dialAPI(ctx context.Context, target string, log *slog.Logger) (*grpc.ClientConn, error) {
-	return apidial.DialContext(ctx, target, apidial.WithLogger(log))
+func dialAPI(ctx context.Context, target string, log *slog.Logger, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return apidial.DialContext(ctx, target, append([]grpc.DialOption{apidial.WithLogger(log)}, opts...)...)
 }

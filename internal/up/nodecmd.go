@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
@@ -70,7 +69,11 @@ type NodeAgentConfig struct {
 // (a name live elsewhere, workers another node registered).
 func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	log := orDiscard(cfg.Logger)
-	var err error
+	flushTraces, err := startTracing(ctx, "ate-node", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return err
 	}
@@ -132,14 +135,15 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 		return fmt.Errorf("--api: %w", err)
 	}
 	defer replicas.Close()
-	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: dialComponent,
+	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: componentDialer(ms),
 		Replicas: replicas.List, Address: agentLn.Addr().String(),
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)
 	n.SetSelfAlarmHandler(agent.SelfAlarm)
-	gs := grpc.NewServer(apidial.ServerOptions()...)
+	gs, initMetrics := grpcServer(ms)
 	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
+	initMetrics()
 
 	registered := make(chan error, 1)
 	var welcomed atomic.Bool

@@ -40,7 +40,16 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	if rc.DrainTimeout <= 0 {
 		rc.DrainTimeout = router.DefaultDrainTimeout
 	}
-	conn, err := dialAPI(ctx, cfg.API, log)
+	flushTraces, err := startTracing(ctx, "ate-router", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
+	var ms *metrics.Metrics
+	if cfg.ManagementAddr != "" {
+		ms = metrics.New()
+	}
+	conn, err := dialAPI(ctx, cfg.API, log, grpcMetrics(ms).DialOptions()...)
 	if err != nil {
 		return fmt.Errorf("--api: %w", err)
 	}
@@ -48,10 +57,8 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
-	var ms *metrics.Metrics
 	var mgmt *httpserve.Management
-	if cfg.ManagementAddr != "" {
-		ms = metrics.New()
+	if ms != nil {
 		hc.Metrics = ms.Router
 		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, nil); err != nil {
 			return err

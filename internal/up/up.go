@@ -56,6 +56,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	flushTraces, err := startTracing(ctx, "ate-up", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 	rt, setup, teardown, closeRT, err := sandboxClass(cfg.Node, cfg.Gvisor, log)
 	if err != nil {
 		return err
@@ -99,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	gs := cp.NewGRPCServer()
 
-	conn, err := grpc.NewClient(apiLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return err
 	}

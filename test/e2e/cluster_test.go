@@ -220,7 +220,16 @@ func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster 
 	}
 	c.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", apiAddr,
 		"--listen", routerListen, "--drain-delay", "0s", "--log-level", "debug")
-	in := &installation{t: t, dataDir: filepath.Join(c.dir, "cli"), apiAddr: apiAddr, routerAddr: fields["router"].(string)}
+	c.in = clusterInstallation(t, c.dir, apiAddr, fields["router"].(string))
+	return c
+}
+
+// clusterInstallation is the installation-shaped view of components
+// with their API server at apiAddr and router at routerAddr: a client
+// config under dir/cli and a Control client.
+func clusterInstallation(t testing.TB, dir, apiAddr, routerAddr string) *installation {
+	t.Helper()
+	in := &installation{t: t, dataDir: filepath.Join(dir, "cli"), apiAddr: apiAddr, routerAddr: routerAddr}
 	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: apiAddr}); err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +239,7 @@ func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster 
 	}
 	t.Cleanup(func() { conn.Close() })
 	in.client = atev1.NewControlClient(conn)
-	c.in = in
-	return c
+	return in
 }
 
 // counterActor creates the counter template and the actor counter-1 and

@@ -93,6 +93,18 @@ func (s *Store) Close() error {
 // each time.
 func (s *Store) update(fn func(*bbolt.Tx) error) error { return s.writes.update(fn) }
 
+var _ store.CommitObserved = (*Store)(nil)
+
+// SetCommitObserver implements store.CommitObserved: o learns of every
+// group-commit transaction that commits (its writes and duration).
+func (s *Store) SetCommitObserver(o store.CommitObserver) {
+	if o == nil {
+		s.writes.observer.Store(nil)
+		return
+	}
+	s.writes.observer.Store(&o)
+}
+
 // key2 is a template's key, "<atespace>/<name>" like an actor's.
 func key2(a, b string) []byte { return []byte(a + "/" + b) }
 

@@ -3,8 +3,12 @@ package bolt
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"substrate.dev/ate/internal/store"
 )
 
 // errClosed is returned by writes after Close.
@@ -31,6 +35,8 @@ var errClosed = errors.New("store is closed")
 // records (BENCHMARKS.md, Control plane: Where a wake-up's time goes).
 type committer struct {
 	db *bbolt.DB
+	// observer, if set, is told of every transaction commit runs.
+	observer atomic.Pointer[store.CommitObserver]
 
 	mu     sync.Mutex
 	queue  []*write
@@ -92,10 +98,14 @@ func (c *committer) commit(batch []*write) {
 	for len(batch) > 0 {
 		failed := -1 // stays -1 if the transaction never began
 		var fnErr error
+		began := time.Now()
 		err := c.db.Update(func(tx *bbolt.Tx) error {
 			failed, fnErr = runAll(tx, batch)
 			return fnErr
 		})
+		if o := c.observer.Load(); o != nil && failed < 0 && err == nil {
+			(*o).Commit(time.Since(began), len(batch))
+		}
 		switch {
 		case failed < 0:
 			// Committed (err == nil) or the commit itself failed: every

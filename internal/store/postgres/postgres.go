@@ -36,6 +36,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,9 +82,24 @@ type Store struct {
 	// stop ends the view's listener; done is closed once it has.
 	stop context.CancelFunc
 	done chan struct{}
+	// observer, if set, is told of every transaction tx commits.
+	observer atomic.Pointer[store.CommitObserver]
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.CommitObserved = (*Store)(nil)
+)
+
+// SetCommitObserver implements store.CommitObserved: o learns of every
+// transaction that commits (one write each, its duration with retries).
+func (s *Store) SetCommitObserver(o store.CommitObserver) {
+	if o == nil {
+		s.observer.Store(nil)
+		return
+	}
+	s.observer.Store(&o)
+}
 
 // Open connects to the database at rawURL (postgres://… or
 // postgresql://…, with libpq's parameters: sslmode, connect_timeout,
@@ -195,7 +211,12 @@ func (s *Store) do(ctx context.Context, fn func(q querier) error) error {
 // tx runs fn in a transaction, committed if fn returns nil, else rolled
 // back; otherwise as do.
 func (s *Store) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return s.do(ctx, func(querier) error { return pgx.BeginFunc(ctx, s.pool, fn) })
+	began := time.Now()
+	err := s.do(ctx, func(querier) error { return pgx.BeginFunc(ctx, s.pool, fn) })
+	if o := s.observer.Load(); o != nil && err == nil {
+		(*o).Commit(time.Since(began), 1)
+	}
+	return err
 }
 
 // retryable reports whether err means the operation did nothing and may

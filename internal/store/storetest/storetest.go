@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Tags", testTags},
 		{"Events", testEvents},
 		{"EventsConcurrent", testEventsConcurrent},
+		{"CountActors", testCountActors},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

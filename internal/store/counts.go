@@ -1,0 +1,31 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// ActorCounter counts actors by state. Both backends implement it
+// (bolt: a read of every record; postgres: a GROUP BY), so callers bound
+// how often they ask; it is not part of Store, which stays the
+// workflows' interface.
+type ActorCounter interface {
+	// CountActors returns the number of actors in each state; states
+	// without actors are absent.
+	CountActors(ctx context.Context) (map[ActorState]int, error)
+}
+
+// CommitObserver is told about every write transaction a backend commits:
+// how long it took (begin to commit, the disk's syncs included) and how
+// many writes it carried (bbolt's group commit puts concurrent writes in
+// one transaction; PostgreSQL's are one each). Must be safe for
+// concurrent use and quick.
+type CommitObserver interface {
+	Commit(d time.Duration, writes int)
+}
+
+// CommitObserved is a backend that reports its commits to an observer
+// set after opening (nil: none).
+type CommitObserved interface {
+	SetCommitObserver(o CommitObserver)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -328,5 +329,43 @@ func TestNoEvents(t *testing.T) {
 	evs, err := NoEvents{}.RecentEvents(context.Background(), 10)
 	if err != nil || len(evs) != 0 {
 		t.Errorf("NoEvents = %v, %v", evs, err)
+	}
+}
+
+// listEventsFunc is the Control API's ListEvents, as a closure.
+type listEventsFunc func(context.Context, *atev1.ListEventsRequest) (*atev1.ListEventsResponse, error)
+
+func (f listEventsFunc) ListEvents(ctx context.Context, in *atev1.ListEventsRequest, _ ...grpc.CallOption) (*atev1.ListEventsResponse, error) {
+	return f(ctx, in)
+}
+
+// TestControlEvents: ListEvents' oldest-first answer is shown newest
+// first, with the limit passed on, warnings marked and a transition
+// described where the event has no message.
+func TestControlEvents(t *testing.T) {
+	var gotLimit int32
+	c := listEventsFunc(func(_ context.Context, in *atev1.ListEventsRequest) (*atev1.ListEventsResponse, error) {
+		gotLimit = in.GetLimit()
+		return &atev1.ListEventsResponse{Events: []*atev1.Event{
+			{Seq: 1, Time: timestamppb.New(testNow.Add(-2 * time.Minute)), Type: "Normal", Atespace: "default", Actor: "a", FromState: "SUSPENDED", ToState: "RESUMING", Worker: "w1"},
+			{Seq: 2, Time: timestamppb.New(testNow.Add(-time.Minute)), Type: "Warning", Atespace: "default", Actor: "a", FromState: "RESUMING", ToState: "CRASHED", Message: "resume failed: corrupt snapshot"},
+		}}, nil
+	})
+	evs, err := ControlEvents(c).RecentEvents(context.Background(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{Time: testNow.Add(-time.Minute), Type: "CRASHED", Object: "default/a", Message: "resume failed: corrupt snapshot", Warning: true},
+		{Time: testNow.Add(-2 * time.Minute), Type: "RESUMING", Object: "default/a", Message: "SUSPENDED → RESUMING on w1"},
+	}
+	if gotLimit != 7 || !reflect.DeepEqual(evs, want) {
+		t.Errorf("limit %d, events %+v; want 7, %+v", gotLimit, evs, want)
+	}
+	refused := listEventsFunc(func(context.Context, *atev1.ListEventsRequest) (*atev1.ListEventsResponse, error) {
+		return nil, status.Error(codes.PermissionDenied, "no")
+	})
+	if _, err := ControlEvents(refused).RecentEvents(context.Background(), 7); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("refused ListEvents: %v", err)
 	}
 }

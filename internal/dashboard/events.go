@@ -3,6 +3,10 @@ package dashboard
 import (
 	"context"
 	"time"
+
+	"google.golang.org/grpc"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
 // Event is one entry of the "Recent events" table. The dashboard knows
@@ -20,12 +24,8 @@ type Event struct {
 	Warning bool
 }
 
-// EventLister lists recent events for the dashboard.
-//
-// This is the seam for the Control API's ListEvents: an adapter calling
-// it through the same ControlClient the dashboard uses (so the caller's
-// authorisation applies) goes into Config.Events where internal/up wires
-// the dashboard. Until then a nil Config.Events means NoEvents.
+// EventLister lists recent events for the dashboard: ControlEvents in
+// `ate up` and `ate apiserver`, NoEvents where there is no source.
 type EventLister interface {
 	// RecentEvents returns at most limit events, newest first, that
 	// ctx's caller may see. Errors are shown in the events section.
@@ -51,3 +51,47 @@ var _ EventLister = NoEvents{}
 
 // RecentEvents returns no events and no error.
 func (NoEvents) RecentEvents(context.Context, int) ([]Event, error) { return nil, nil }
+
+// EventsClient is the part of atev1.ControlClient ControlEvents calls.
+type EventsClient interface {
+	ListEvents(ctx context.Context, in *atev1.ListEventsRequest, opts ...grpc.CallOption) (*atev1.ListEventsResponse, error)
+}
+
+// ControlEvents lists recent events through the Control API's ListEvents
+// (docs/logs-and-events.md), with the dashboard's own client, so the
+// caller's authorisation applies. ListEvents answers oldest first; the
+// dashboard shows newest first. An event's Type is the state the actor
+// went to ("DELETED" for a deletion), and its Message the event's own
+// message or, where it has none, the transition and the worker.
+func ControlEvents(c EventsClient) EventLister {
+	return EventListerFunc(func(ctx context.Context, limit int) ([]Event, error) {
+		resp, err := c.ListEvents(ctx, &atev1.ListEventsRequest{Limit: int32(limit)})
+		if err != nil {
+			return nil, err
+		}
+		evs := resp.GetEvents()
+		out := make([]Event, 0, len(evs))
+		for i := len(evs) - 1; i >= 0; i-- {
+			out = append(out, eventOf(evs[i]))
+		}
+		return out, nil
+	})
+}
+
+// eventOf is ev in the dashboard's shape.
+func eventOf(ev *atev1.Event) Event {
+	msg := ev.GetMessage()
+	if msg == "" {
+		msg = ev.GetFromState() + " → " + ev.GetToState()
+		if w := ev.GetWorker(); w != "" {
+			msg += " on " + w
+		}
+	}
+	return Event{
+		Time:    ev.GetTime().AsTime(),
+		Type:    ev.GetToState(),
+		Object:  ev.GetAtespace() + "/" + ev.GetActor(),
+		Message: msg,
+		Warning: ev.GetType() == "Warning",
+	}
+}

@@ -58,7 +58,7 @@ func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics,
 		lc.Gatherer = reg
 	}
 	lh := dashboard.NewLatencyHistory(lc)
-	h, err := dashboard.New(dashboard.Config{Control: c, Latency: lh, Events: dashboardEvents(c), Logger: log})
+	h, err := dashboard.New(dashboard.Config{Control: c, Latency: lh, Events: dashboard.ControlEvents(c), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -69,14 +69,6 @@ func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics,
 	}
 	return &dashboardServer{srv: srv, latency: lh}, nil
 }
-
-// dashboardEvents is the dashboard's source of recent events.
-//
-// The seam for the Control API's ListEvents: replace NoEvents with an
-// adapter (dashboard.EventListerFunc) calling c.ListEvents, so the
-// events section lists them through the same client, and authorisation,
-// as every other read of the page.
-func dashboardEvents(atev1.ControlClient) dashboard.EventLister { return dashboard.NoEvents{} }
 
 // URL is the dashboard's address for people ("http://127.0.0.1:7072/").
 func (d *dashboardServer) URL() string { return "http://" + d.srv.Addr() + "/" }

@@ -67,6 +67,8 @@ func TestDashboard(t *testing.T) {
 	b.waitTrue("the activation on the latency chart", `document.querySelectorAll("#latency polyline.p50").length > 0`)
 	b.waitTrue("the demo template READY with its golden snapshot",
 		`document.querySelector('tr[data-template="default/counter"] .state').textContent.trim() === "READY"`)
+	b.waitTrue("the suspend among the recent events (ListEvents)", `[...document.querySelectorAll("#events tbody tr")].some(r =>
+		r.cells[1].textContent.trim() === "SUSPENDED" && r.cells[2].textContent.trim() === "`+actor+`")`)
 	b.waitTrue("the workers and the node", `document.querySelectorAll("tr[data-worker]").length === 2 && !!document.querySelector('tr[data-node="local"]')`)
 	if msgs := b.consoleErrors(); len(msgs) > 0 {
 		t.Errorf("the page logged errors:\n  %s", strings.Join(msgs, "\n  "))

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/labels"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
@@ -38,6 +39,9 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	if err := validatePair("actor name", in.GetAtespace(), in.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := validateLabels(in.GetLabels()); err != nil {
+		return nil, toStatus(err)
+	}
 	if req.GetFromTag() != "" || req.GetFromActor() != "" {
 		if err := validateSelector(in.GetWorkerSelector()); err != nil {
 			return nil, toStatus(err)
@@ -60,7 +64,7 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	now := time.Now().UTC()
 	a := &store.Actor{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(), Template: in.GetTemplate(),
 		Lifecycle: store.Lifecycle{State: store.Suspended}, WorkerSelector: maps.Clone(in.GetWorkerSelector()),
-		CreateTime: now, StateTime: now}
+		Labels: maps.Clone(in.GetLabels()), CreateTime: now, StateTime: now}
 	if err := s.store.CreateActor(ctx, a); err != nil {
 		return nil, toStatus(err)
 	}
@@ -78,6 +82,10 @@ func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (
 		if err := names.ValidateLabel("atespace", req.GetAtespace()); err != nil {
 			return nil, toStatus(err)
 		}
+	}
+	selector, err := parseLabelSelector(req.GetLabelSelector())
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	size := int(req.GetPageSize())
 	switch {
@@ -98,6 +106,9 @@ func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (
 	out := &atev1.ListActorsResponse{NextPageToken: next}
 	ttls, now := lifecycle.NewTTLs(s.store), time.Now()
 	for _, a := range list {
+		if !selector.Matches(labels.Set(a.Labels)) {
+			continue
+		}
 		if req.GetExpiredOnly() {
 			// The sweep's own test (lifecycle.ExpiredFor), so this
 			// listing is what its next pass would delete.

@@ -30,8 +30,8 @@ func actorToProto(a *store.Actor) *atev1.Actor {
 		Node: a.Node, PausedSnapshot: a.PausedSnapshot,
 		Reason:      atev1.CheckpointReason(atev1.CheckpointReason_value[string(a.Reason)]),
 		EvictedFor:  keyToProto(a.EvictedFor),
-		VolumesOnly: a.VolumesOnly,
-		CreateTime:  timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
+		VolumesOnly: a.VolumesOnly, Labels: a.Labels,
+		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
 	}
 	if !a.LastActivity.IsZero() {
 		out.LastActivity = timestamppb.New(a.LastActivity)

@@ -98,7 +98,7 @@ func (s *Server) createFork(ctx context.Context, req *atev1.CreateActorRequest) 
 	}
 	now := time.Now().UTC()
 	a := &store.Actor{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(), Template: in.GetTemplate(),
-		WorkerSelector: maps.Clone(in.GetWorkerSelector()), CreateTime: now, StateTime: now}
+		WorkerSelector: maps.Clone(in.GetWorkerSelector()), Labels: maps.Clone(in.GetLabels()), CreateTime: now, StateTime: now}
 	// A name already taken is refused before anything is copied; the
 	// store checks again when it creates the actor.
 	if _, err := s.store.GetActor(ctx, a.Key()); err == nil {

@@ -133,6 +133,9 @@ type Actor struct {
 	Lifecycle
 	// WorkerSelector is the client's (UpdateActor), read at each resume.
 	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
+	// Labels are the client's, set at create; ListActors' label selector
+	// matches them. Kept in the record on both backends (no column).
+	Labels map[string]string `json:"labels,omitempty"`
 	// Version increases by one on every write; CAS compares it.
 	Version    int64     `json:"version"`
 	CreateTime time.Time `json:"createTime"`

@@ -2191,7 +2191,13 @@ type Actor struct {
 	// volumes_only: the actor was moved to another template since its
 	// snapshot was taken, so its next resume restores only the snapshot's
 	// volumes, onto the template's golden snapshot or a cold boot.
-	VolumesOnly   bool `protobuf:"varint,19,opt,name=volumes_only,json=volumesOnly,proto3" json:"volumes_only,omitempty"`
+	VolumesOnly bool `protobuf:"varint,19,opt,name=volumes_only,json=volumesOnly,proto3" json:"volumes_only,omitempty"`
+	// labels are the client's, set at create (CreateActor, kept on forks
+	// from the request, not copied from the source) and matched by
+	// ListActorsRequest.label_selector. Kubernetes label syntax: keys are
+	// qualified names ([prefix/]name), values at most 63 characters;
+	// at most 64 labels. INVALID_ARGUMENT names a bad key or value.
+	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2359,6 +2365,13 @@ func (x *Actor) GetVolumesOnly() bool {
 	return false
 }
 
+func (x *Actor) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type CreateActorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Actor *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -2490,7 +2503,12 @@ type ListActorsRequest struct {
 	// (SUSPENDED or CRASHED, unused for their template's
 	// ttl.delete_after_idle): a dry run. A page may then hold fewer than
 	// page_size actors, even none, before the end: follow next_page_token.
-	ExpiredOnly   bool `protobuf:"varint,4,opt,name=expired_only,json=expiredOnly,proto3" json:"expired_only,omitempty"`
+	ExpiredOnly bool `protobuf:"varint,4,opt,name=expired_only,json=expiredOnly,proto3" json:"expired_only,omitempty"`
+	// label_selector keeps only the actors whose labels match, in
+	// Kubernetes label-selector syntax ("tier=web,track!=canary",
+	// "env in (a,b)", "!legacy"); INVALID_ARGUMENT when it does not parse.
+	// As with expired_only a page may hold fewer than page_size actors.
+	LabelSelector string `protobuf:"bytes,5,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2551,6 +2569,13 @@ func (x *ListActorsRequest) GetExpiredOnly() bool {
 		return x.ExpiredOnly
 	}
 	return false
+}
+
+func (x *ListActorsRequest) GetLabelSelector() string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return ""
 }
 
 type ListActorsResponse struct {
@@ -5412,7 +5437,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x1aDeleteActorTemplateRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1d\n" +
-	"\x1bDeleteActorTemplateResponse\"\x8c\x06\n" +
+	"\x1bDeleteActorTemplateResponse\"\xfa\x06\n" +
 	"\x05Actor\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -5436,8 +5461,12 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x06reason\x18\x11 \x01(\x0e2\x18.ate.v1.CheckpointReasonR\x06reason\x12\x1f\n" +
 	"\vevicted_for\x18\x12 \x01(\tR\n" +
 	"evictedFor\x12!\n" +
-	"\fvolumes_only\x18\x13 \x01(\bR\vvolumesOnly\x1aA\n" +
+	"\fvolumes_only\x18\x13 \x01(\bR\vvolumesOnly\x121\n" +
+	"\x06labels\x18\x14 \x03(\v2\x19.ate.v1.Actor.LabelsEntryR\x06labels\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
 	"\x12CreateActorRequest\x12#\n" +
@@ -5447,13 +5476,14 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"from_actor\x18\x03 \x01(\tR\tfromActor\"A\n" +
 	"\x0fGetActorRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x8e\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xb5\x01\n" +
 	"\x11ListActorsRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
-	"\fexpired_only\x18\x04 \x01(\bR\vexpiredOnly\"c\n" +
+	"\fexpired_only\x18\x04 \x01(\bR\vexpiredOnly\x12%\n" +
+	"\x0elabel_selector\x18\x05 \x01(\tR\rlabelSelector\"c\n" +
 	"\x12ListActorsResponse\x12%\n" +
 	"\x06actors\x18\x01 \x03(\v2\r.ate.v1.ActorR\x06actors\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfc\x01\n" +
@@ -5709,7 +5739,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -5797,18 +5827,19 @@ var file_ate_v1_control_proto_goTypes = []any{
 	nil,                                 // 83: ate.v1.ContainerSpec.EnvEntry
 	nil,                                 // 84: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	nil,                                 // 85: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 86: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 87: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 88: google.protobuf.Timestamp
+	nil,                                 // 86: ate.v1.Actor.LabelsEntry
+	nil,                                 // 87: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 88: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	88, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	89, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	88, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	88, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	88, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	89, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	89, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	89, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	88, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	89, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
 	83, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
@@ -5826,112 +5857,113 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	88, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	89, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
 	85, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	88, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	88, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	88, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	89, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	89, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	89, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	36, // 33: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	36, // 34: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	86, // 35: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 36: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 37: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	88, // 38: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	48, // 39: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	87, // 40: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	51, // 41: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	88, // 42: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	54, // 43: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	88, // 44: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
-	61, // 45: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	88, // 46: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
-	36, // 47: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
-	68, // 48: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	88, // 49: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	75, // 50: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
-	74, // 51: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
-	75, // 52: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
-	78, // 53: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
-	78, // 54: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	10, // 55: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 56: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 57: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 58: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 59: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 60: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 61: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 62: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 63: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 64: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 65: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 66: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 67: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 68: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 69: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 70: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 71: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 72: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 73: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 74: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 75: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 76: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 77: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 78: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 79: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	62, // 80: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	63, // 81: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	64, // 82: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	66, // 83: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	69, // 84: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	71, // 85: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	72, // 86: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	76, // 87: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	79, // 88: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	81, // 89: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	9,  // 90: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 91: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 92: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 93: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 94: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 95: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 96: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 97: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 98: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 99: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 100: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 101: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 102: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 103: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 104: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 105: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 106: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 107: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 108: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 109: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 110: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 111: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 112: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 113: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 114: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	61, // 115: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	61, // 116: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	65, // 117: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	67, // 118: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	70, // 119: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	68, // 120: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	73, // 121: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	77, // 122: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	80, // 123: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	82, // 124: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	90, // [90:125] is the sub-list for method output_type
-	55, // [55:90] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	86, // 33: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	36, // 34: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	36, // 35: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	87, // 36: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 37: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 38: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	89, // 39: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	48, // 40: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	88, // 41: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	51, // 42: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	89, // 43: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	54, // 44: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	89, // 45: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	61, // 46: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	89, // 47: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 48: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	68, // 49: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	89, // 50: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	75, // 51: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	74, // 52: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	75, // 53: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	78, // 54: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	78, // 55: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	10, // 56: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 57: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 58: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 59: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 60: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 61: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 62: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 63: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 64: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 65: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 66: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 67: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 68: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 69: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 70: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 71: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 72: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 73: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 74: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 75: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 76: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 77: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 78: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 79: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 80: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	62, // 81: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	63, // 82: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	64, // 83: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	66, // 84: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	69, // 85: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	71, // 86: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	72, // 87: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	76, // 88: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	79, // 89: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	81, // 90: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	9,  // 91: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 92: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 93: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 94: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 95: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 96: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 97: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 98: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 99: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 100: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 101: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 102: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 103: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 104: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 105: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 106: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 107: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 108: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 109: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 110: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 111: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 112: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 113: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 114: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 115: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	61, // 116: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	61, // 117: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	65, // 118: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	67, // 119: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	70, // 120: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	68, // 121: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	73, // 122: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	77, // 123: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	80, // 124: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	82, // 125: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	91, // [91:126] is the sub-list for method output_type
+	56, // [56:91] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -5961,7 +5993,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   85,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

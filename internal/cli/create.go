@@ -19,6 +19,7 @@ func newCreateCommand(a *app) *cobra.Command {
 		Example: `  ate create template -f counter.yaml
   ate create actor counter-1 --template counter
   ate create actor team/counter-2 --template counter --selector zone=a
+  ate create actor counter-5 --template counter -l tier=web -l track=stable
   ate create actor counter-3 --from-tag at-five
   ate create actor counter-4 --from-actor counter-1
   ate create atespace team`,
@@ -34,18 +35,20 @@ func newCreateCommand(a *app) *cobra.Command {
 
 func newCreateActorCommand(a *app) *cobra.Command {
 	var template string
-	var selectors []string
+	var selectors, labels []string
 	var from forkFlags
 	cmd := &cobra.Command{
 		Use:   "actor NAME | ATESPACE/NAME (--template TEMPLATE | --from-tag TAG | --from-actor ACTOR)",
 		Short: "Create a suspended actor from a template, a tag or another actor (it starts on first resume)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.createActor(cmd, args[0], template, selectors, from)
+			return a.createActor(cmd, args[0], template, selectors, labels, from)
 		},
 	}
 	cmd.Flags().StringVar(&template, "template", "", "template to start from, in the actor's atespace")
 	cmd.Flags().StringArrayVar(&selectors, "selector", nil, "worker label the actor must run on, KEY=VALUE (repeatable, or comma-separated)")
+	cmd.Flags().StringArrayVarP(&labels, "labels", "l", nil,
+		"label of the actor, KEY=VALUE (repeatable, or comma-separated); Kubernetes label syntax, at most 64; selected by ate get actors -l and ate update actors --selector")
 	cmd.Flags().StringVar(&from.tag, "from-tag", "", "start from this tag of the atespace: its memory and volumes, its template, a new identity")
 	cmd.Flags().StringVar(&from.actor, "from-actor", "", "fork this actor of the atespace: its state now (a RUNNING one keeps running), its template, a new identity")
 	cmd.MarkFlagsOneRequired("template", "from-tag", "from-actor")
@@ -56,7 +59,7 @@ func newCreateActorCommand(a *app) *cobra.Command {
 // forkFlags are create actor's --from-tag and --from-actor.
 type forkFlags struct{ tag, actor string }
 
-func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []string, from forkFlags) error {
+func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors, labelFlags []string, from forkFlags) error {
 	key, err := a.actorKey(arg)
 	if err != nil {
 		return err
@@ -66,7 +69,11 @@ func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []
 			return err
 		}
 	}
-	selector, err := parseSelector(selectors)
+	selector, err := parseKeyValues("--selector", selectors)
+	if err != nil {
+		return err
+	}
+	labels, err := parseKeyValues("--labels", labelFlags)
 	if err != nil {
 		return err
 	}
@@ -76,7 +83,7 @@ func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []
 	}
 	defer s.close()
 	actor, err := call(cmd.Context(), s, s.client.CreateActor, &atev1.CreateActorRequest{Actor: &atev1.Actor{
-		Atespace: key.Atespace, Name: key.Name, Template: template, WorkerSelector: selector,
+		Atespace: key.Atespace, Name: key.Name, Template: template, WorkerSelector: selector, Labels: labels,
 	}, FromTag: from.tag, FromActor: from.actor})
 	if err != nil {
 		return err
@@ -84,15 +91,16 @@ func (a *app) createActor(cmd *cobra.Command, arg, template string, selectors []
 	return printResult(cmd.OutOrStdout(), a.output, actor, actorTable(a.now()), fmt.Sprintf("actor %s created", key))
 }
 
-// parseSelector turns ["k=v", "a=b,c=d"] into a map. It returns nil for no
-// selectors so the request carries no empty map.
-func parseSelector(flags []string) (map[string]string, error) {
+// parseKeyValues turns the values of flag name, ["k=v", "a=b,c=d"], into a
+// map. It returns nil for none so the request carries no empty map, and an
+// error naming the flag for an entry without "=" or with an empty key.
+func parseKeyValues(name string, flags []string) (map[string]string, error) {
 	var m map[string]string
 	for _, f := range flags {
 		for kv := range strings.SplitSeq(f, ",") {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
-				return nil, fmt.Errorf("--selector %q: want KEY=VALUE", kv)
+				return nil, fmt.Errorf("%s %q: want KEY=VALUE", name, kv)
 			}
 			if m == nil {
 				m = map[string]string{}

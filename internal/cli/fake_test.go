@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/labels"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
@@ -219,8 +220,15 @@ func (f *fakeControl) actor(atespace, name string) (*atev1.Actor, error) {
 func (f *fakeControl) ListActors(_ context.Context, r *atev1.ListActorsRequest) (*atev1.ListActorsResponse, error) {
 	f.record(r)
 	defer f.mu.Unlock()
+	sel, err := labels.Parse(r.GetLabelSelector())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "label_selector %q: %v", r.GetLabelSelector(), err)
+	}
 	var all []*atev1.Actor
 	for _, k := range sortedKeys(f.actors) {
+		if !sel.Matches(labels.Set(f.actors[k].GetLabels())) {
+			continue
+		}
 		// The fake's "expired" actors are the SUSPENDED ones with no
 		// activity: enough to see the filter carried.
 		if a := f.actors[k]; a.GetAtespace() == r.GetAtespace() &&
@@ -260,7 +268,7 @@ func (f *fakeControl) DeleteActor(_ context.Context, r *atev1.DeleteActorRequest
 	return &atev1.DeleteActorResponse{}, nil
 }
 
-// UpdateActor moves SUSPENDED actors to r.Template and refuses others,
+// UpdateActor moves SUSPENDED and CRASHED actors to r.Template and refuses others,
 // as the API server does.
 func (f *fakeControl) UpdateActor(_ context.Context, r *atev1.UpdateActorRequest) (*atev1.Actor, error) {
 	f.record(r)
@@ -269,7 +277,7 @@ func (f *fakeControl) UpdateActor(_ context.Context, r *atev1.UpdateActorRequest
 	if err != nil {
 		return nil, err
 	}
-	if a.GetState() != atev1.ActorState_SUSPENDED {
+	if a.GetState() != atev1.ActorState_SUSPENDED && a.GetState() != atev1.ActorState_CRASHED {
 		return nil, status.Errorf(codes.FailedPrecondition, "actor %s/%s is %s: suspend it first", a.GetAtespace(), a.GetName(), a.GetState())
 	}
 	a.Template, a.VolumesOnly = r.GetTemplate(), true

@@ -24,6 +24,7 @@ func newGetCommand(a *app) *cobra.Command {
   ate get actor counter-1 -o json
   ate get actor team/counter-1
   ate get actors --expired
+  ate get actors -l tier=web,track!=canary --show-labels
   ate get templates -n team
   ate get workers
   ate get nodes
@@ -40,7 +41,8 @@ func newGetCommand(a *app) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.getAlarms(cmd, alarmActor) },
 	}
 	alarms.Flags().StringVar(&alarmActor, "actor", "", "only this actor's alarms (NAME or ATESPACE/NAME)")
-	var expired, watch bool
+	var expired, watch, showLabels bool
+	var selector string
 	actors := &cobra.Command{
 		Use: "actor [NAME | ATESPACE/NAME]", Aliases: []string{"actors"},
 		Short: "Show one actor, or all actors of the atespace",
@@ -48,6 +50,9 @@ func newGetCommand(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if expired && len(args) > 0 {
 				return fmt.Errorf("--expired lists the atespace's actors: give no NAME")
+			}
+			if selector != "" && len(args) > 0 {
+				return fmt.Errorf("--selector lists the atespace's actors: give no NAME")
 			}
 			if watch {
 				if len(args) != 1 {
@@ -64,11 +69,14 @@ func newGetCommand(a *app) *cobra.Command {
 				defer s.close()
 				return a.watchActor(cmd.Context(), s, key, cmd.OutOrStdout())
 			}
-			return a.getActors(cmd, args, expired)
+			return a.getActors(cmd, args, actorFilter{expired: expired, selector: selector}, showLabels)
 		},
 	}
 	actors.Flags().BoolVar(&expired, "expired", false,
 		"only the actors the next expiry sweep would delete: SUSPENDED or CRASHED, unused for their template's ttl.deleteAfterIdle (a dry run)")
+	actors.Flags().StringVarP(&selector, "selector", "l", "",
+		"only the actors whose labels match this Kubernetes label selector (tier=web, tier!=db, tier in (a,b), tier, !tier; comma means AND)")
+	actors.Flags().BoolVar(&showLabels, "show-labels", false, "add a LABELS column to the table")
 	actors.Flags().BoolVarP(&watch, "watch", "w", false, "print the actor, then again as each state change leaves it, until interrupted or it is deleted")
 	kindGroup(cmd,
 		actors,
@@ -108,7 +116,13 @@ func newGetCommand(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) getActors(cmd *cobra.Command, args []string, expired bool) error {
+// actorFilter is what `get actors` asks ListActors to keep.
+type actorFilter struct {
+	expired  bool
+	selector string
+}
+
+func (a *app) getActors(cmd *cobra.Command, args []string, filter actorFilter, showLabels bool) error {
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	var key names.ActorKey
 	var err error
@@ -126,6 +140,9 @@ func (a *app) getActors(cmd *cobra.Command, args []string, expired bool) error {
 	}
 	defer s.close()
 	t := actorTable(a.now())
+	if showLabels {
+		t = withLabels(t)
+	}
 	if len(args) == 1 {
 		actor, err := call(ctx, s, s.client.GetActor, &atev1.GetActorRequest{Atespace: key.Atespace, Name: key.Name})
 		if err != nil {
@@ -133,14 +150,18 @@ func (a *app) getActors(cmd *cobra.Command, args []string, expired bool) error {
 		}
 		return printObjects(out, a.output, []*atev1.Actor{actor}, true, t)
 	}
-	actors, err := listActors(ctx, s, &atev1.ListActorsRequest{Atespace: key.Atespace, ExpiredOnly: expired})
+	actors, err := listActors(ctx, s, &atev1.ListActorsRequest{Atespace: key.Atespace,
+		ExpiredOnly: filter.expired, LabelSelector: filter.selector})
 	if err != nil {
 		return err
 	}
 	if len(actors) == 0 && a.output == formatTable {
-		if expired {
+		switch {
+		case filter.expired:
 			fmt.Fprintf(cmd.ErrOrStderr(), "No expired actors in atespace %s.\n", key.Atespace)
-		} else {
+		case filter.selector != "":
+			fmt.Fprintf(cmd.ErrOrStderr(), "No actors match %q in atespace %s.\n", filter.selector, key.Atespace)
+		default:
 			fmt.Fprintf(cmd.ErrOrStderr(), "No actors found in atespace %s.\n", key.Atespace)
 		}
 		return nil

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -118,6 +120,25 @@ func actorTable(now time.Time) table[*atev1.Actor] {
 		row: func(x *atev1.Actor) []string {
 			return []string{x.GetAtespace(), x.GetName(), x.GetTemplate(), x.GetState().String(), reason(x),
 				x.GetWorker(), x.GetSnapshot(), since(now, x.GetLastActivity()), age(now, x.GetCreateTime())}
+		},
+	}
+}
+
+// withLabels adds a LABELS column to an actor table: k=v pairs sorted by
+// key, comma-separated, "<none>" for none (as kubectl's --show-labels).
+func withLabels(t table[*atev1.Actor]) table[*atev1.Actor] {
+	row := t.row
+	return table[*atev1.Actor]{
+		header: append(slices.Clone(t.header), "LABELS"),
+		row: func(x *atev1.Actor) []string {
+			var pairs []string
+			for _, k := range slices.Sorted(maps.Keys(x.GetLabels())) {
+				pairs = append(pairs, k+"="+x.GetLabels()[k])
+			}
+			if len(pairs) == 0 {
+				pairs = []string{"<none>"}
+			}
+			return append(row(x), strings.Join(pairs, ","))
 		},
 	}
 }

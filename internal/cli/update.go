@@ -24,9 +24,10 @@ func newUpdateCommand(a *app) *cobra.Command {
 		Use:   "update KIND",
 		Short: "Move actors to another template",
 		Example: `  ate update actor notes-1 --template notes-v2
-  ate update actors --from-template notes-v1 --template notes-v2`,
+  ate update actors --from-template notes-v1 --template notes-v2
+  ate update actors --selector app=notes,track!=canary --template notes-v2`,
 	}
-	var to, from string
+	var to, from, selector string
 	one := &cobra.Command{
 		Use:   "actor NAME | ATESPACE/NAME --template NEW",
 		Short: "Move a suspended actor to another template, keeping its volumes",
@@ -39,21 +40,24 @@ func newUpdateCommand(a *app) *cobra.Command {
 	one.Flags().StringVar(&to, "template", "", "the template to move the actor to (required)")
 	_ = one.MarkFlagRequired("template")
 	many := &cobra.Command{
-		Use:   "actors --from-template OLD --template NEW",
-		Short: "Move every suspended actor of template OLD to NEW (a rollout)",
-		Long: "Move every SUSPENDED or CRASHED actor of template OLD in the atespace to NEW,\n" +
-			"one at a time, and list those skipped (RUNNING, PAUSED, refused) and why;\n" +
-			"run it again once they are suspended. It exits non-zero only when it\n" +
-			"cannot list the actors.\n\n" + templateMoveHelp,
+		Use:   "actors (--selector SELECTOR | --from-template OLD) --template NEW",
+		Short: "Move every suspended actor matching a label selector or of template OLD to NEW (a rollout)",
+		Long: "Move every SUSPENDED or CRASHED actor of the atespace whose labels match\n" +
+			"--selector (Kubernetes label-selector syntax, filtered by the server) and/or\n" +
+			"whose template is --from-template (both given: both must hold) to NEW, one at\n" +
+			"a time, and list those skipped (RUNNING, PAUSED, refused) and why; actors\n" +
+			"already on NEW are left alone and counted. Run it again once the skipped\n" +
+			"ones are suspended. It exits non-zero only when it cannot list the actors.\n\n" + templateMoveHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.moveActors(cmd, from, to)
+			return a.moveActors(cmd, selector, from, to)
 		},
 	}
 	many.Flags().StringVar(&to, "template", "", "the template to move the actors to (required)")
-	many.Flags().StringVar(&from, "from-template", "", "move the actors of this template (required)")
+	many.Flags().StringVar(&from, "from-template", "", "move the actors of this template")
+	many.Flags().StringVarP(&selector, "selector", "l", "", "move the actors whose labels match this label selector (tier=web,track!=canary)")
 	_ = many.MarkFlagRequired("template")
-	_ = many.MarkFlagRequired("from-template")
+	many.MarkFlagsOneRequired("selector", "from-template")
 	kindGroup(cmd, one, many)
 	return cmd
 }
@@ -76,7 +80,11 @@ func (a *app) moveActor(cmd *cobra.Command, arg, to string) error {
 	return printResult(cmd.OutOrStdout(), a.output, actor, actorTable(a.now()), msg)
 }
 
-func (a *app) moveActors(cmd *cobra.Command, from, to string) error {
+// moveActors is the rollout: it lists the atespace's actors matching
+// selector (server side; "" matches all) and, when from is set, of
+// template from, and moves each to template to with its own UpdateActor
+// call, printing a line per actor and a count.
+func (a *app) moveActors(cmd *cobra.Command, selector, from, to string) error {
 	atespace, err := a.atespaceName()
 	if err != nil {
 		return err
@@ -86,14 +94,18 @@ func (a *app) moveActors(cmd *cobra.Command, from, to string) error {
 		return err
 	}
 	defer s.close()
-	actors, err := listActors(cmd.Context(), s, &atev1.ListActorsRequest{Atespace: atespace})
+	actors, err := listActors(cmd.Context(), s, &atev1.ListActorsRequest{Atespace: atespace, LabelSelector: selector})
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
-	moved, skipped := 0, 0
+	moved, skipped, already := 0, 0, 0
 	for _, actor := range actors {
-		if actor.GetTemplate() != from {
+		if from != "" && actor.GetTemplate() != from {
+			continue
+		}
+		if actor.GetTemplate() == to {
+			already++
 			continue
 		}
 		key := names.ActorKey{Atespace: actor.GetAtespace(), Name: actor.GetName()}
@@ -106,6 +118,10 @@ func (a *app) moveActors(cmd *cobra.Command, from, to string) error {
 		moved++
 		fmt.Fprintf(out, "moved %s to %s\n", key, to)
 	}
-	fmt.Fprintf(out, "%d moved to %s, %d skipped\n", moved, to, skipped)
+	fmt.Fprintf(out, "%d moved to %s, %d skipped", moved, to, skipped)
+	if already > 0 {
+		fmt.Fprintf(out, ", %d already on it", already)
+	}
+	fmt.Fprintln(out)
 	return nil
 }

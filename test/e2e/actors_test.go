@@ -141,6 +141,59 @@ func TestTemplateMove(t *testing.T) {
 	}
 }
 
+// TestTemplateMoveSelector: the rollout by label selector moves exactly
+// the suspended actors whose labels match (their notes kept) and leaves an
+// unlabelled one of the same template untouched; a fork keeps the labels
+// it was created with.
+func TestTemplateMoveSelector(t *testing.T) {
+	in := startUp(t, 2)
+	for _, name := range []string{"notes-v1", "notes-v2"} {
+		in.createTemplate("test/e2e/testdata/"+name+".yaml", name)
+	}
+	in.ate("create", "actor", "web-1", "--template", "notes-v1", "-l", "app=notes", "-l", "track=stable")
+	in.ate("create", "actor", "web-2", "--template", "notes-v1", "--labels", "app=notes,track=canary")
+	in.ate("create", "actor", "plain-1", "--template", "notes-v1")
+	for _, name := range []string{"web-1", "web-2", "plain-1"} {
+		if code, body := in.do(http.MethodPost, "default/"+name, "/notes", "note of "+name); code != http.StatusCreated {
+			t.Fatalf("POST %s /notes = %d %q", name, code, body)
+		}
+		in.suspend(name)
+	}
+	plain := in.actor("plain-1")
+
+	out := in.ate("get", "actors", "-l", "app=notes", "--show-labels")
+	if !strings.Contains(out, "app=notes,track=stable") || !strings.Contains(out, "app=notes,track=canary") || strings.Contains(out, "plain-1") {
+		t.Fatalf("ate get actors -l app=notes:\n%s", out)
+	}
+	out, err := in.ateErr("update", "actors", "--selector", "app in (notes", "--template", "notes-v2")
+	if err == nil || !strings.Contains(out, "label_selector") {
+		t.Fatalf("rollout with a bad selector: err %v, output %q; want INVALID_ARGUMENT", err, out)
+	}
+
+	out = in.ate("update", "actors", "--selector", "app=notes", "--template", "notes-v2")
+	if !strings.Contains(out, "moved default/web-1 to notes-v2") || !strings.Contains(out, "moved default/web-2 to notes-v2") ||
+		!strings.Contains(out, "2 moved to notes-v2, 0 skipped") || strings.Contains(out, "plain-1") {
+		t.Fatalf("selector rollout output:\n%s", out)
+	}
+	for _, name := range []string{"web-1", "web-2"} {
+		if a := in.actor(name); a.GetTemplate() != "notes-v2" || !a.GetVolumesOnly() || a.GetLabels()["app"] != "notes" {
+			t.Fatalf("%s after the rollout: template %s volumesOnly %v labels %v", name, a.GetTemplate(), a.GetVolumesOnly(), a.GetLabels())
+		}
+	}
+	if a := in.actor("plain-1"); a.GetTemplate() != "notes-v1" || a.GetVersion() != plain.GetVersion() || a.GetVolumesOnly() {
+		t.Fatalf("plain-1 after the rollout: template %s version %d (was %d) volumesOnly %v; want it untouched",
+			a.GetTemplate(), a.GetVersion(), plain.GetVersion(), a.GetVolumesOnly())
+	}
+	if got := in.notesOf("default/web-1"); strings.Join(got, "|") != "note of web-1" {
+		t.Fatalf("notes of web-1 after the rollout = %q", got)
+	}
+
+	in.ate("create", "actor", "fork-1", "--from-actor", "plain-1", "-l", "app=fork")
+	if a := in.actor("fork-1"); a.GetLabels()["app"] != "fork" || len(a.GetLabels()) != 1 {
+		t.Fatalf("fork-1's labels = %v, want app=fork", a.GetLabels())
+	}
+}
+
 // TestExpiry: with a 2 s ttl, a suspended actor nobody uses is deleted
 // with its snapshot files by the API server's sweep, and logged; an
 // actor used within the ttl all along stays.

@@ -32,14 +32,7 @@ func TestUpdateActorTemplate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake()
 			r := runServer(t, f, tc.args...)
-			if r.code != tc.code || !strings.Contains(r.stderr, tc.stderr) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, tc.code, tc.stderr)
-			}
-			for _, want := range tc.stdout {
-				if !strings.Contains(r.stdout, want) {
-					t.Errorf("stdout %q lacks %q", r.stdout, want)
-				}
-			}
+			wantRun(t, r, tc.code, tc.stderr, tc.stdout)
 			if got := f.actors["default/counter-0"].GetTemplate(); got != tc.template {
 				t.Errorf("counter-0's template = %s, want %s", got, tc.template)
 			}
@@ -96,14 +89,7 @@ func TestUpdateActorsSelector(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := labelledFake()
 			r := runServer(t, f, tc.args...)
-			if r.code != tc.code || !strings.Contains(r.stderr, tc.stderr) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, tc.code, tc.stderr)
-			}
-			for _, want := range tc.stdout {
-				if !strings.Contains(r.stdout, want) {
-					t.Errorf("stdout %q lacks %q", r.stdout, want)
-				}
-			}
+			wantRun(t, r, tc.code, tc.stderr, tc.stdout)
 			var moved []string
 			for _, name := range []string{"a", "b", "c", "counter-0", "counter-1"} {
 				if f.actors["default/"+name].GetTemplate() == "counter-v2" {
@@ -179,5 +165,19 @@ func TestActorLabelsCLI(t *testing.T) {
 	}
 	if r := runServer(t, f, "get", "actor", "a", "-l", "app=notes"); r.code == 0 || !strings.Contains(r.stderr, "give no NAME") {
 		t.Fatalf("get actor NAME -l: exit %d stderr %q, want a refusal", r.code, r.stderr)
+	}
+}
+
+// wantRun fails t unless r exited with code, its stderr contains stderr
+// and its stdout each of stdout.
+func wantRun(t *testing.T, r result, code int, stderr string, stdout []string) {
+	t.Helper()
+	if r.code != code || !strings.Contains(r.stderr, stderr) {
+		t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, code, stderr)
+	}
+	for _, want := range stdout {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout %q lacks %q", r.stdout, want)
+		}
 	}
 }

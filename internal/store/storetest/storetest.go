@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Events", testEvents},
 		{"EventsConcurrent", testEventsConcurrent},
 		{"CountActors", testCountActors},
+		{"ActorLabels", testActorLabels},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
@@ -456,4 +458,29 @@ func testMoveTemplate(t *testing.T, s store.Store) {
 	}
 	must(t, s.DeleteTemplate(ctx, "default", "tpl"))
 	wantErr(t, s.DeleteTemplate(ctx, "default", "tpl2"), store.ErrNotEmpty)
+}
+
+// testActorLabels: an actor's labels survive a create, a CAS update of
+// other fields and a listing (both backends keep them in the record).
+func testActorLabels(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	seed(t, s)
+	want := map[string]string{"app": "notes", "example.com/track": "stable", "empty": ""}
+	a := &store.Actor{Atespace: "default", Name: "l", UID: "uid-l", Template: "tpl",
+		Lifecycle: store.Lifecycle{State: store.Suspended}, Labels: maps.Clone(want)}
+	must(t, s.CreateActor(ctx, a))
+	b := *a
+	b.Message = "updated"
+	_, err := s.UpdateActor(ctx, &b)
+	must(t, err)
+	got, err := s.GetActor(ctx, a.Key())
+	must(t, err)
+	if !maps.Equal(got.Labels, want) || got.Message != "updated" {
+		t.Fatalf("after update: labels %v message %q, want %v", got.Labels, got.Message, want)
+	}
+	list, _, err := s.ListActors(ctx, "default", 10, "")
+	must(t, err)
+	if len(list) != 1 || !maps.Equal(list[0].Labels, want) {
+		t.Fatalf("listed %d actors, labels %v; want one with %v", len(list), list, want)
+	}
 }

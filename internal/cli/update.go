@@ -50,6 +50,10 @@ func newUpdateCommand(a *app) *cobra.Command {
 			"ones are suspended. It exits non-zero only when it cannot list the actors.\n\n" + templateMoveHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if selector == "" && from == "" {
+				// `--selector ''` would otherwise move every actor.
+				return fmt.Errorf("give a non-empty --selector or --from-template: an empty one would move every actor of the atespace")
+			}
 			return a.moveActors(cmd, selector, from, to)
 		},
 	}

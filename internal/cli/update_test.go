@@ -83,6 +83,8 @@ func TestUpdateActorsSelector(t *testing.T) {
 			[]string{"moved default/a to counter-v2", "1 moved to counter-v2, 1 skipped\n"}, "", []string{"a"}},
 		{"none match", []string{"update", "actors", "--selector", "app=chat", "--template", "counter-v2"}, 0,
 			[]string{"0 moved to counter-v2, 0 skipped\n"}, "", nil},
+		{"empty selector", []string{"update", "actors", "--selector", "", "--template", "counter-v2"}, 1,
+			nil, "give a non-empty --selector or --from-template", nil},
 		{"bad selector", []string{"update", "actors", "--selector", "app in (notes", "--template", "counter-v2"}, 1,
 			nil, "label_selector", nil},
 	} {

@@ -6,8 +6,8 @@ import (
 
 // BenchmarkObservability measures what metrics and tracing cost on the
 // warm request path and on activation (a resume from the actor's durable
-// snapshot), in one run: "off" has no management listener (no metrics
-// recorded) and no tracing, "metrics" is `ate up`'s default, "tracing"
+// snapshot), in one run: "off" has no management listener and no
+// dashboard (either records metrics) and no tracing, "metrics" is `ate up`'s default, "tracing"
 // adds OTLP export of every span to an in-test receiver. The router's
 // access log is written in every mode (at debug level, as every e2e
 // installation logs).
@@ -17,7 +17,7 @@ func BenchmarkObservability(b *testing.B) {
 		flags   []string
 		tracing bool
 	}{
-		{"off", []string{"--metrics-addr", ""}, false},
+		{"off", []string{"--metrics-addr", "", "--http-addr", ""}, false},
 		{"metrics", nil, false},
 		{"tracing", nil, true},
 	} {

@@ -12,14 +12,16 @@ import (
 	"substrate.dev/ate/internal/streams"
 )
 
-// policyCache holds the policy of each actor incarnation's template,
-// keyed by the actor's uid. That key never goes stale: an actor's template
-// never changes (UpdateActor changes only its worker selector), templates
-// are immutable, and a template cannot be deleted while an actor uses it.
-// The template's name alone would not do, since a name can be reused once
-// its template is deleted, and an Actor does not carry its template's
-// uid; so each incarnation costs one GetActorTemplate, once, next to the
-// GetActor or ResumeActor that found it.
+// policyCache holds the policy of each actor's template, keyed by the
+// actor's uid, with the template's name beside it. Templates are
+// immutable and cannot be deleted while an actor uses them, so the entry
+// stays right until the actor is moved to another template (ate update
+// actor --template): a lookup naming another template than the entry
+// fetches again. The template's name alone would not do as the key, since
+// a name can be reused once its template is deleted, and an Actor does
+// not carry its template's uid; so each incarnation costs one
+// GetActorTemplate, once per template it runs, next to the GetActor or
+// ResumeActor that found it.
 //
 // Safe for concurrent use. It grows by one small entry per actor
 // incarnation the router has routed to.
@@ -28,29 +30,35 @@ type policyCache struct {
 	logger *slog.Logger
 
 	mu sync.Mutex
-	// byActor maps actor uid → policy; guarded by mu.
-	byActor map[string]Policy
+	// byActor maps actor uid → its template's policy; guarded by mu.
+	byActor map[string]templatePolicy
+}
+
+// templatePolicy is the policy of the named template.
+type templatePolicy struct {
+	template string
+	policy   Policy
 }
 
 func newPolicyCache(client atev1.ControlClient, logger *slog.Logger) policyCache {
-	return policyCache{client: client, logger: logger, byActor: make(map[string]Policy)}
+	return policyCache{client: client, logger: logger, byActor: make(map[string]templatePolicy)}
 }
 
 // get returns a's policy, fetching its template on the first call for a's
 // uid. Errors are GetActorTemplate's, translated (fromControl).
 func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 	c.mu.Lock()
-	p, ok := c.byActor[a.GetUid()]
+	e, ok := c.byActor[a.GetUid()]
 	c.mu.Unlock()
-	if ok {
-		return p, nil
+	if ok && e.template == a.GetTemplate() {
+		return e.policy, nil
 	}
 	tpl, err := c.client.GetActorTemplate(ctx, &atev1.GetActorTemplateRequest{Atespace: a.GetAtespace(), Name: a.GetTemplate()})
 	if err != nil {
 		return Policy{}, fmt.Errorf("get template %s/%s of actor %s/%s: %w",
 			a.GetAtespace(), a.GetTemplate(), a.GetAtespace(), a.GetName(), fromControl(err))
 	}
-	p, err = policyOf(tpl.GetSpec())
+	p, err := policyOf(tpl.GetSpec())
 	if err != nil {
 		// The API validates templates; one that slipped through still
 		// routes, without idle handling.
@@ -58,7 +66,7 @@ func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 			"uid", tpl.GetUid(), "err", err)
 	}
 	c.mu.Lock()
-	c.byActor[a.GetUid()] = p
+	c.byActor[a.GetUid()] = templatePolicy{template: a.GetTemplate(), policy: p}
 	c.mu.Unlock()
 	return p, nil
 }

@@ -83,6 +83,46 @@ func TestControlResolverPolicy(t *testing.T) {
 	}
 }
 
+// TestControlResolverPolicyAfterMove: an actor moved to another template
+// (ate update actor --template) is routed by the new template's policy,
+// fetched once, not by the one cached for its uid before the move.
+func TestControlResolverPolicyAfterMove(t *testing.T) {
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/a": {Atespace: "default", Name: "a", Uid: "ua", Template: "v1", State: atev1.ActorState_RUNNING, Worker: "w1"},
+		},
+		workers: []*atev1.Worker{{Name: "w1", TunnelAddress: "10.0.0.1:7000"}},
+		templates: map[string]*atev1.ActorTemplate{
+			"default/v1": {Atespace: "default", Name: "v1", Uid: "t1", Spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "2s"}}},
+			"default/v2": {Atespace: "default", Name: "v2", Uid: "t2", Spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "15s"}}},
+		},
+	}
+	r := NewControlResolver(newControlClient(t, fc), nil)
+	a := names.ActorKey{Atespace: "default", Name: "a"}
+	lookup := func() Policy {
+		t.Helper()
+		got, ok, err := r.Lookup(t.Context(), a)
+		if err != nil || !ok {
+			t.Fatalf("Lookup(a) = %+v, %t, %v", got, ok, err)
+		}
+		return got.Policy
+	}
+	if p := lookup(); p.IdleAfter != 2*time.Second {
+		t.Fatalf("before the move: idle after %v, want 2s", p.IdleAfter)
+	}
+	fc.mu.Lock()
+	fc.actors["default/a"].Template = "v2"
+	fc.mu.Unlock()
+	for range 2 {
+		if p := lookup(); p.IdleAfter != 15*time.Second {
+			t.Fatalf("after the move: idle after %v, want v2's 15s", p.IdleAfter)
+		}
+	}
+	if n := fc.templateGets.Load(); n != 2 {
+		t.Errorf("GetActorTemplate called %d times for one move, want 2", n)
+	}
+}
+
 func TestControlResolverAssigned(t *testing.T) {
 	key := names.ActorKey{Atespace: "default", Name: "app"}
 	for _, tt := range []struct {

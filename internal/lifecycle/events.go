@@ -49,14 +49,17 @@ func (m *Manager) recordDeleted(a *store.Actor, why string) {
 
 // recordChange queues the event of a workflow's write that moved base to
 // out. A write that left the state as it was records
-// nothing (a merged retry, a pointer move).
+// nothing (a merged retry, a pointer move). The actor's message is the
+// event's only when this write set it, or when the event is a Warning:
+// a record keeps its message across later transitions (a resume still
+// carries "suspended by request"), which would describe the wrong event.
 func (m *Manager) recordChange(base, out *store.Actor) {
 	if out.State == base.State {
 		return
 	}
 	cp := *out
 	e := &store.Event{Time: time.Now().UTC(), Atespace: out.Atespace, Actor: out.Name, ActorUID: out.UID,
-		From: base.State, To: out.State, Record: &cp, Message: out.Message, Worker: out.Worker}
+		From: base.State, To: out.State, Record: &cp, Worker: out.Worker}
 	if e.Worker == "" {
 		e.Worker = base.Worker
 	}
@@ -69,6 +72,9 @@ func (m *Manager) recordChange(base, out *store.Actor) {
 		e.Node = out.Node // a PAUSED actor's node
 	}
 	e.Type = eventType(e.From, e.To)
+	if out.Message != base.Message || e.Type == store.EventWarning {
+		e.Message = out.Message
+	}
 	m.queueEvent(e)
 }
 

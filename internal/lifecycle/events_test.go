@@ -83,6 +83,13 @@ func TestEventsOfWorkflows(t *testing.T) {
 	if !strings.Contains(es[8].Message, "no heartbeat") {
 		t.Errorf("lost node event message %q, want the node-loss reason", es[8].Message)
 	}
+	// The record's message outlives the write that set it: the resumes
+	// after the suspend and after the failed restore must not repeat it.
+	for _, i := range []int{4, 6} {
+		if es[i].Message != "" && es[i].Message == es[i-1].Message {
+			t.Errorf("event %d (%s) repeats the previous event's message %q", i, steps(es)[i], es[i].Message)
+		}
+	}
 }
 
 func TestEventType(t *testing.T) {

@@ -87,7 +87,8 @@ func (a *app) moveActor(cmd *cobra.Command, arg, to string) error {
 // moveActors is the rollout: it lists the atespace's actors matching
 // selector (server side; "" matches all) and, when from is set, of
 // template from, and moves each to template to with its own UpdateActor
-// call, printing a line per actor and a count.
+// call, printing a line per actor and a count. A missing template to
+// fails before anything moves.
 func (a *app) moveActors(cmd *cobra.Command, selector, from, to string) error {
 	atespace, err := a.atespaceName()
 	if err != nil {
@@ -98,6 +99,11 @@ func (a *app) moveActors(cmd *cobra.Command, selector, from, to string) error {
 		return err
 	}
 	defer s.close()
+	// A missing target would skip every actor with the same NotFound: say
+	// it once, before moving anything, and fail.
+	if _, err := call(cmd.Context(), s, s.client.GetActorTemplate, &atev1.GetActorTemplateRequest{Atespace: atespace, Name: to}); err != nil {
+		return err
+	}
 	actors, err := listActors(cmd.Context(), s, &atev1.ListActorsRequest{Atespace: atespace, LabelSelector: selector})
 	if err != nil {
 		return err

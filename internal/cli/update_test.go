@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
@@ -26,11 +28,13 @@ func TestUpdateActorTemplate(t *testing.T) {
 		{"rollout", []string{"update", "actors", "--from-template", "counter", "--template", "counter-v2"}, 0,
 			[]string{"moved default/counter-0 to counter-v2", "skipped default/counter-1: actor default/counter-1 is RUNNING: suspend it first",
 				"1 moved to counter-v2, 1 skipped"}, "", "counter-v2"},
+		{"rollout to a missing template fails before moving", []string{"update", "actors", "--from-template", "counter", "--template", "nosuch"}, 1,
+			nil, "template default/nosuch not found", "counter"},
 		{"rollout needs --selector or --from-template", []string{"update", "actors", "--template", "counter-v2"}, 1, nil,
 			"at least one of the flags in the group [selector from-template] is required", "counter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake()
+			f := withV2(newFake())
 			r := runServer(t, f, tc.args...)
 			wantRun(t, r, tc.code, tc.stderr, tc.stdout)
 			if got := f.actors["default/counter-0"].GetTemplate(); got != tc.template {
@@ -111,7 +115,7 @@ func TestUpdateActorsSelector(t *testing.T) {
 // labelledFake is newFake with labels: counter-1 (RUNNING), a (canary on
 // template other), b and d (already on counter-v2) carry app=notes.
 func labelledFake() *fakeControl {
-	f := newFake()
+	f := withV2(newFake())
 	f.actors["default/counter-1"].Labels = map[string]string{"app": "notes"}
 	f.addActor(&atev1.Actor{Atespace: "default", Name: "a", Template: "counter", State: atev1.ActorState_SUSPENDED,
 		Labels: map[string]string{"app": "notes", "track": "stable"}})
@@ -182,4 +186,12 @@ func wantRun(t *testing.T, r result, code int, stderr string, stdout []string) {
 			t.Errorf("stdout %q lacks %q", r.stdout, want)
 		}
 	}
+}
+
+// withV2 adds the template counter-v2, the target of the moves, to f.
+func withV2(f *fakeControl) *fakeControl {
+	v2 := proto.Clone(f.templates["default/counter"]).(*atev1.ActorTemplate)
+	v2.Name, v2.Uid = "counter-v2", "uid-t2"
+	f.templates["default/counter-v2"] = v2
+	return f
 }

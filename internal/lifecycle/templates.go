@@ -56,8 +56,9 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 // buildProgress returns the ProgressFunc of t's golden build: while it is
 // BUILDING, the template's status message lists the phases begun so far,
 // oldest first, joined by BuildPhaseSeparator, so a client polling it
-// (`ate create template --wait`) misses none, however short. A failed
-// write only loses a progress line.
+// (`ate create template --wait`) misses none begun before its last poll
+// of the BUILDING template (READY clears the list). A failed write only
+// loses a progress line.
 func (m *Manager) buildProgress(ctx context.Context, t *store.Template) node.ProgressFunc {
 	return func(phase string) {
 		cur, err := m.store.GetTemplate(ctx, t.Atespace, t.Name)

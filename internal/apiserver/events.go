@@ -98,6 +98,8 @@ func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.stopping:
+			return errStopping
 		case <-t.C:
 		}
 	}

@@ -75,6 +75,8 @@ func (s *Server) ActorLogs(req *atev1.ActorLogsRequest, stream atev1.Control_Act
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.stopping:
+			return errStopping
 		case <-tick.C:
 		}
 		ls, err := f.Next(ctx, time.Now())

@@ -10,8 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -39,9 +42,24 @@ type Server struct {
 	// alarms answers the alarm RPCs (alarms.go); nil: UNIMPLEMENTED.
 	alarms Alarms
 	log    *slog.Logger
+
+	// stopping is closed by EndStreams; endOnce guards the close.
+	stopping chan struct{}
+	endOnce  sync.Once
 }
 
 var _ atev1.ControlServer = (*Server)(nil)
+
+// EndStreams ends the open watches and log follows (WatchEvents,
+// ActorLogs with follow) with UNAVAILABLE and a message saying to watch
+// again: call it as the server begins to stop. They never end by
+// themselves, so a graceful stop would otherwise wait for its deadline
+// on every connected `ate get … -w` or `ate logs -f`. Safe to call more
+// than once.
+func (s *Server) EndStreams() { s.endOnce.Do(func() { close(s.stopping) }) }
+
+// errStopping is what EndStreams ends a stream with.
+var errStopping = status.Error(codes.Unavailable, "the ate API server is shutting down: run the command again once it (or another replica) serves")
 
 // New returns a Server. images, if not nil, checks every new template's
 // image (images.go). Golden builds a request starts belong to lc.
@@ -49,7 +67,7 @@ func New(s store.Store, lc *lifecycle.Manager, sandboxClass string, images Image
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, log: logger}
+	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, log: logger, stopping: make(chan struct{})}
 }
 
 // NewUID returns a random RFC 4122 version 4 UUID.

@@ -209,6 +209,8 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		dashURL = dash.URL()
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	// Watches and log follows would hold the graceful stop to its end.
+	context.AfterFunc(gctx, api.EndStreams)
 	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
 	if dash != nil {
 		g.Go(func() error { return dash.Start(gctx) })

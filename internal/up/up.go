@@ -190,6 +190,8 @@ func (s serving) serve(ctx context.Context, ready func(context.Context) error) e
 	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServices()
 	services, svcCtx := errgroup.WithContext(base)
+	// Watches and log follows would hold the graceful stop to its end.
+	context.AfterFunc(svcCtx, s.cp.API.EndStreams)
 	services.Go(func() error { return serveGRPC(svcCtx, s.api, s.apiLn) })
 	services.Go(func() error { return s.tunnel.Start(svcCtx) })
 	if s.mgmt != nil {

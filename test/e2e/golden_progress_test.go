@@ -15,15 +15,25 @@ func TestCreateTemplateWaitShowsPhases(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("create template --wait: exit %d, stderr %q", code, errOut)
 	}
+	// The phases printed come in build order, the first is always seen,
+	// and READY ends it. READY clears the phase list, so the last phases
+	// of a fast build (here a few hundred ms) may go unprinted
+	// (docs/debugging.md).
 	phases := []string{"pulling and unpacking the image", "booting the sandbox", "waiting for the wakeup probe",
-		"checkpointing the golden snapshot", "template default/counter READY"}
+		"checkpointing the golden snapshot"}
+	if !strings.Contains(errOut, phases[0]) {
+		t.Fatalf("create template --wait output lacks the first phase %q:\n%s", phases[0], errOut)
+	}
 	at := 0
 	for _, p := range phases {
-		i := strings.Index(errOut[at:], p)
-		if i < 0 {
-			t.Fatalf("create template --wait output lacks %q after the earlier phases:\n%s", p, errOut)
+		if i := strings.Index(errOut[at:], p); i >= 0 {
+			at += i + len(p)
+		} else if strings.Contains(errOut, p) {
+			t.Fatalf("create template --wait printed %q out of order:\n%s", p, errOut)
 		}
-		at += i + len(p)
+	}
+	if !strings.Contains(errOut[at:], "template default/counter READY") {
+		t.Fatalf("create template --wait output lacks READY after the phases:\n%s", errOut)
 	}
 
 	bad := "name: broken\ncontainers:\n- name: c\n  image: oci:" + filepath.Join(repoDir, "build/images/counter") +

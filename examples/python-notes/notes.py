@@ -14,12 +14,21 @@ memo, always in memory, does not.
     PUT  /memo         body = text       -> 204; kept in memory only
     GET  /memo         -> the memo's text ("" when none)
     GET  /healthz      -> "ok" (the wakeup probe)
+    GET  /checksum     -> {"mb": N, "sha256": "..."} of the ballast (below)
+
+With $STATE_MB set to N > 0 the process holds N MiB of live state at start:
+a dict of 1 KiB random strings (the "ballast"), so a benchmark can measure
+what a checkpoint of an interpreter with tens to hundreds of MB of heap
+costs. /checksum hashes the ballast in key order, so a restore that lost or
+corrupted any page of it answers a different digest.
 
 Listens on 0.0.0.0:$PORT (default 8080). Standard library only.
 """
 
+import hashlib
 import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -97,6 +106,24 @@ class DirNotes:
             return [self.get(i) for i in self._ids()]
 
 
+def make_ballast(mb):
+    """mb MiB of distinct 1 KiB strings keyed by index: random (seeded once
+    from the OS), so neither zero-page exclusion nor compression can make
+    them cheap, and made without a system call per string."""
+    rnd = random.Random()
+    return {i: rnd.randbytes(512).hex() for i in range(mb * 1024)}
+
+
+def checksum(ballast):
+    h = hashlib.sha256()
+    for i in range(len(ballast)):
+        h.update(ballast[i].encode())
+    return h.hexdigest()
+
+
+STATE_MB = int(os.environ.get("STATE_MB", "0") or "0")
+BALLAST = make_ballast(STATE_MB)
+
 NOTES = DirNotes(os.environ["NOTES_DIR"]) if os.environ.get("NOTES_DIR") else Notes()
 # MEMO is in memory only, whichever store holds the notes.
 MEMO = [""]
@@ -111,6 +138,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"ok\n", "text/plain; charset=utf-8")
         if self.path == "/notes":
             return self._json(200, NOTES.all())
+        if self.path == "/checksum":
+            return self._json(200, {"mb": STATE_MB, "sha256": checksum(BALLAST)})
         if self.path == "/memo":
             return self._send(200, MEMO[0].encode(), "text/plain; charset=utf-8")
         if self.path.startswith("/notes/"):

@@ -5,6 +5,8 @@
 # results go into BENCHMARKS.md's generated section; the hand-written
 # sections there explain them. Takes ~10 minutes on 2 cores.
 set -euo pipefail
+# Harnesses whose size is not b.N (actor counts, state sizes) run full size.
+export ATE_BENCH_SCALE=full
 cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -24,8 +24,12 @@ import (
 )
 
 // TestMain runs with the collector target `ate up` sets (up.TuneGC), since
-// the cluster stands for an `ate up` process.
+// the cluster stands for an `ate up` process; or, started by
+// BenchmarkNodeProtocol with $ATE_BENCH_NODE, as a fake node process.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(envNode); spec != "" {
+		os.Exit(runNodeChild(spec))
+	}
 	up.TuneGC()
 	goleak.VerifyTestMain(m)
 }

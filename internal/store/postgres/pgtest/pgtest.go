@@ -3,7 +3,7 @@
 // stopped or restarted), or a private one: initdb of a data directory in
 // a temporary directory, one `postgres` process on a free loopback TCP
 // port with its unix socket in that directory, trust authentication,
-// fsync off. The binaries come from the Debian package that
+// fsync off (StartLocalDurable: on). The binaries come from the Debian package that
 // hack/install-postgres.sh installs; without them Start fails (tests
 // fail, never skip).
 //
@@ -82,6 +82,8 @@ type Server struct {
 	bin  string // the directory holding initdb and postgres
 	port int
 	cred *syscall.Credential // whom postgres runs as; nil: as us
+	// durable keeps PostgreSQL's fsync and synchronous_commit defaults.
+	durable bool
 
 	mu      sync.Mutex // guards proc and stopped
 	proc    *process   // the running postgres; nil while stopped
@@ -118,12 +120,20 @@ func Start(ctx context.Context) (*Server, error) {
 // StartLocal initdbs and starts a private server, whatever
 // $ATE_TEST_POSTGRES says: for tests that stop or restart it. On error
 // nothing is left running or on disk.
-func StartLocal(ctx context.Context) (_ *Server, err error) {
+func StartLocal(ctx context.Context) (*Server, error) { return startLocal(ctx, false) }
+
+// StartLocalDurable is StartLocal with PostgreSQL's durability defaults
+// (fsync, synchronous_commit and full_page_writes on) and the data
+// directory under os.TempDir (on disk, not a tmpfs, where that is so):
+// for benchmarks whose number must include each commit's WAL flush.
+func StartLocalDurable(ctx context.Context) (*Server, error) { return startLocal(ctx, true) }
+
+func startLocal(ctx context.Context, durable bool) (_ *Server, err error) {
 	bin, err := findBin("/usr/lib/postgresql")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin}
+	s := &Server{bin: bin, durable: durable}
 	if os.Geteuid() == 0 {
 		if s.cred, err = postgresUser(); err != nil {
 			return nil, err
@@ -242,12 +252,15 @@ func (s *Server) initdb(ctx context.Context) error {
 
 // start runs postgres on s.port and waits until it accepts connections.
 func (s *Server) start(ctx context.Context) error {
-	cmd, logf, err := s.command("postgres", "-D", filepath.Join(s.dir, "data"),
+	args := []string{"-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(s.port), "-k", s.dir, "-c", "listen_addresses=127.0.0.1",
-		// Throwaway data: durability off, for speed.
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		// Tests open many stores, each with a pool and a listener.
-		"-c", "max_connections=300")
+		"-c", "max_connections=300"}
+	if !s.durable {
+		// Throwaway data: durability off, for speed.
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd, logf, err := s.command("postgres", args...)
 	if err != nil {
 		return err
 	}

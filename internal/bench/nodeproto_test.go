@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -152,11 +153,11 @@ func procCPU(pid int) (time.Duration, error) {
 // apiReplica is one `ate apiserver` run in this process by up.RunAPIServer,
 // exactly as the command wires it.
 type apiReplica struct {
-	addr   string
-	cancel context.CancelFunc
-	done   chan error
-	conn   *grpc.ClientConn
-	client atev1.ControlClient
+	addr, mgmt string
+	cancel     context.CancelFunc
+	done       chan error
+	conn       *grpc.ClientConn
+	client     atev1.ControlClient
 }
 
 // startAPIServer runs up.RunAPIServer over store (a bolt:// or postgres://
@@ -165,11 +166,11 @@ type apiReplica struct {
 func startAPIServer(tb testing.TB, dataDir, store, snapshots string) *apiReplica {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &apiReplica{cancel: cancel, done: make(chan error, 1)}
+	r := &apiReplica{cancel: cancel, done: make(chan error, 1), mgmt: freeAddr(tb)}
 	ready := make(chan string, 1)
 	go func() {
 		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{DataDir: dataDir, Store: store, Snapshots: snapshots,
-			Addr: "127.0.0.1:0", SandboxClass: fake.Class, Ready: func(addr string) { ready <- addr }})
+			Addr: "127.0.0.1:0", ManagementAddr: r.mgmt, SandboxClass: fake.Class, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {
 	case r.addr = <-ready:
@@ -202,6 +203,8 @@ type protoCluster struct {
 	replicas []*apiReplica
 	nodes    []*nodeProc
 	actors   []string
+	// pgURL is the PostgreSQL database's URL; empty over bbolt.
+	pgURL string
 }
 
 // nodesPerCluster is how many fake node processes a protoCluster runs;
@@ -219,7 +222,7 @@ func startProtoCluster(b *testing.B, replicas int, store string) *protoCluster {
 	ref, _ := layout(b, dir)
 	shm := mediumDir(b, "tmpfs")
 	snaps := filepath.Join(shm, "snapshots")
-	c := &protoCluster{}
+	c := &protoCluster{pgURL: store}
 	b.Cleanup(func() { c.close(b) })
 	for i := range replicas {
 		st := store
@@ -245,6 +248,11 @@ func startProtoCluster(b *testing.B, replicas int, store string) *protoCluster {
 		b.Fatal(err)
 	}
 	c.actors = createActors(b, c.replicas[0].client, maxClients*actorsPerClient)
+	if store != "" {
+		if err := execPG(ctx, store, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return c
 }
 
@@ -289,6 +297,34 @@ func (c *protoCluster) close(tb testing.TB) {
 			tb.Errorf("api server: %v", err)
 		}
 	}
+}
+
+// counts reads the cluster's counters (protoCounts).
+func (c *protoCluster) counts(b *testing.B) protoCounts {
+	var out protoCounts
+	ctx := context.Background()
+	for _, r := range c.replicas {
+		if err := out.scrape(ctx, r.mgmt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if c.pgURL != "" {
+		if err := out.readPG(ctx, c.pgURL); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
+}
+
+// execPG runs sql in the database of url.
+func execPG(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 // nodesCPU is the CPU time the cluster's node processes used so far.
@@ -375,6 +411,7 @@ func BenchmarkNodeProtocol(b *testing.B) {
 func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 	ctx := context.Background()
 	resumes := make([][]time.Duration, clients)
+	counts0 := c.counts(b)
 	cpu0, node0 := processCPU(b), c.nodesCPU(b)
 	cycles, elapsed := runParallel(b, clients, func(i, n int) error {
 		cl := c.replicas[i%len(c.replicas)].client
@@ -388,6 +425,7 @@ func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 		return err
 	})
 	cpu, nodeCPU := processCPU(b)-cpu0, c.nodesCPU(b)-node0
+	c.counts(b).minus(counts0).report(b, b.N, c.pgURL != "")
 	// Every suspend freed its worker.
 	nodes, err := c.replicas[0].client.ListNodes(ctx, &atev1.ListNodesRequest{})
 	if err != nil {

@@ -24,6 +24,9 @@ const (
 	// step); when the store falls this far behind, new events are
 	// dropped and logged rather than block state changes.
 	eventQueue = 1024
+	// eventBatch bounds the events writeEvents appends in one
+	// transaction.
+	eventBatch = 256
 )
 
 // eventType classifies the change from → to with its message: a failure
@@ -89,33 +92,54 @@ func (m *Manager) queueEvent(e *store.Event) {
 
 // writeEvents appends queued events to the store, in queue order, until
 // ctx ends and the queue is empty, and prunes every pruneEvery events.
+// What has queued while the previous write committed goes in one
+// transaction (up to eventBatch events): a wake-up queues four events,
+// and one transaction each cost four extra fsync'd commits per wake-up
+// on bbolt and four PostgreSQL transactions (BENCHMARKS.md, Control plane
+// over the node protocol).
 func (m *Manager) writeEvents(ctx context.Context) {
 	n := 0
-	write := func(e *store.Event) {
+	batch := make([]*store.Event, 0, eventBatch)
+	write := func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := m.store.AppendEvent(wctx, e); err != nil {
-			m.log.Warn("write event", "actor", e.Atespace+"/"+e.Actor, "to", e.To, "err", err)
+		if err := m.store.AppendEvents(wctx, batch); err != nil {
+			for _, e := range batch {
+				m.log.Warn("write event", "actor", e.Atespace+"/"+e.Actor, "to", e.To, "err", err)
+			}
 			return
 		}
-		if n++; n%pruneEvery == 0 {
+		before := n
+		if n += len(batch); n/pruneEvery != before/pruneEvery {
 			if _, err := m.store.PruneEvents(wctx, time.Now().Add(-EventMaxAge), EventMaxCount); err != nil {
 				m.log.Warn("prune events", "err", err)
+			}
+		}
+	}
+	// fill adds what is queued now to batch, up to eventBatch events.
+	fill := func() {
+		for len(batch) < eventBatch {
+			select {
+			case e := <-m.events:
+				batch = append(batch, e)
+			default:
+				return
 			}
 		}
 	}
 	for {
 		select {
 		case e := <-m.events:
-			write(e)
+			batch = append(batch[:0], e)
+			fill()
+			write()
 		case <-ctx.Done():
 			for {
-				select {
-				case e := <-m.events:
-					write(e)
-				default:
+				batch = batch[:0]
+				if fill(); len(batch) == 0 {
 					return
 				}
+				write()
 			}
 		}
 	}

@@ -68,6 +68,10 @@ type Events interface {
 	// AppendEvent stores e with the next sequence number, which it sets
 	// in e.Seq.
 	AppendEvent(ctx context.Context, e *Event) error
+	// AppendEvents stores es in one transaction, in slice order, each
+	// with the next sequence number (set in its Seq): AppendEvent for
+	// each, with one commit for all (none stored on error).
+	AppendEvents(ctx context.Context, es []*Event) error
 	// ListEvents returns the events f selects, in Seq order.
 	ListEvents(ctx context.Context, f EventFilter) ([]*Event, error)
 	// PruneEvents deletes events older than before and all but the

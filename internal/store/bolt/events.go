@@ -19,15 +19,25 @@ var bEvents = []byte("events")
 func seqKey(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }
 
 // AppendEvent implements store.Store.
-func (s *Store) AppendEvent(_ context.Context, e *store.Event) error {
+func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
+	return s.AppendEvents(ctx, []*store.Event{e})
+}
+
+// AppendEvents implements store.Store.
+func (s *Store) AppendEvents(_ context.Context, es []*store.Event) error {
 	return s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bEvents)
-		seq, err := b.NextSequence()
-		if err != nil {
-			return err
+		for _, e := range es {
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			e.Seq = int64(seq)
+			if err := put(b, seqKey(e.Seq), e); err != nil {
+				return err
+			}
 		}
-		e.Seq = int64(seq)
-		return put(b, seqKey(e.Seq), e)
+		return nil
 	})
 }
 

@@ -17,22 +17,49 @@ const eventsLock int64 = 0x6174656576656e74
 
 // AppendEvent implements store.Store.
 func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
-	rec, err := encode("event", e)
-	if err != nil {
-		return err
+	return s.AppendEvents(ctx, []*store.Event{e})
+}
+
+// AppendEvents implements store.Store: the lock and every insert go in
+// one batch, a single round trip between BEGIN and COMMIT.
+func (s *Store) AppendEvents(ctx context.Context, es []*store.Event) error {
+	if len(es) == 0 {
+		return nil
 	}
-	var seq int64
-	err = s.tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, eventsLock); err != nil {
+	recs := make([][]byte, len(es))
+	for i, e := range es {
+		var err error
+		if recs[i], err = encode("event", e); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `INSERT INTO events (atespace, actor, time, record) VALUES ($1, $2, $3, $4) RETURNING seq`,
-			e.Atespace, e.Actor, e.Time, rec).Scan(&seq)
+	}
+	seqs := make([]int64, len(es))
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, eventsLock)
+		for i, e := range es {
+			b.Queue(`INSERT INTO events (atespace, actor, time, record) VALUES ($1, $2, $3, $4) RETURNING seq`,
+				e.Atespace, e.Actor, e.Time, recs[i])
+		}
+		br := tx.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		for i := range es {
+			if err := br.QueryRow().Scan(&seqs[i]); err != nil {
+				br.Close()
+				return err
+			}
+		}
+		return br.Close()
 	})
 	if err != nil {
 		return err
 	}
-	e.Seq = seq
+	for i, e := range es {
+		e.Seq = seqs[i]
+	}
 	return nil
 }
 

@@ -146,3 +146,34 @@ func testEventsConcurrent(t *testing.T, s store.Store) {
 		t.Fatalf("follower saw %d events, want %d", len(seen), writers*each)
 	}
 }
+
+// testEventsBatch: AppendEvents stores a batch in slice order with
+// increasing seqs after the events before it; an empty batch is a no-op.
+func testEventsBatch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	first := &store.Event{Time: time.Now().UTC(), Atespace: "default", Actor: "a", To: store.Resuming}
+	must(t, s.AppendEvent(ctx, first))
+	must(t, s.AppendEvents(ctx, nil))
+	var batch []*store.Event
+	for i, to := range []store.ActorState{store.Running, store.Suspending, store.Suspended} {
+		batch = append(batch, &store.Event{Time: time.Now().UTC(), Atespace: "default", Actor: fmt.Sprintf("b%d", i), To: to})
+	}
+	must(t, s.AppendEvents(ctx, batch))
+	prev := first.Seq
+	for i, e := range batch {
+		if e.Seq <= prev {
+			t.Fatalf("batch event %d got seq %d, want > %d", i, e.Seq, prev)
+		}
+		prev = e.Seq
+	}
+	got, err := s.ListEvents(ctx, store.EventFilter{After: first.Seq})
+	must(t, err)
+	if len(got) != len(batch) {
+		t.Fatalf("listed %d events after the first, want %d", len(got), len(batch))
+	}
+	for i, e := range got {
+		if e.Seq != batch[i].Seq || e.Actor != batch[i].Actor || e.To != batch[i].To {
+			t.Fatalf("event %d listed as seq %d %s→%s, want seq %d %s→%s", i, e.Seq, e.Actor, e.To, batch[i].Seq, batch[i].Actor, batch[i].To)
+		}
+	}
+}

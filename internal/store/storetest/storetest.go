@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Tags", testTags},
 		{"Events", testEvents},
 		{"EventsConcurrent", testEventsConcurrent},
+		{"EventsBatch", testEventsBatch},
 		{"CountActors", testCountActors},
 		{"ActorLabels", testActorLabels},
 	} {

@@ -125,7 +125,9 @@ func StartLocal(ctx context.Context) (*Server, error) { return startLocal(ctx, f
 // StartLocalDurable is StartLocal with PostgreSQL's durability defaults
 // (fsync, synchronous_commit and full_page_writes on) and the data
 // directory under os.TempDir (on disk, not a tmpfs, where that is so):
-// for benchmarks whose number must include each commit's WAL flush.
+// for benchmarks whose number must include each commit's WAL flush. It
+// also preloads pg_stat_statements, so a benchmark can count statements
+// (round trips) after CREATE EXTENSION pg_stat_statements.
 func StartLocalDurable(ctx context.Context) (*Server, error) { return startLocal(ctx, true) }
 
 func startLocal(ctx context.Context, durable bool) (_ *Server, err error) {
@@ -256,7 +258,9 @@ func (s *Server) start(ctx context.Context) error {
 		"-p", strconv.Itoa(s.port), "-k", s.dir, "-c", "listen_addresses=127.0.0.1",
 		// Tests open many stores, each with a pool and a listener.
 		"-c", "max_connections=300"}
-	if !s.durable {
+	if s.durable {
+		args = append(args, "-c", "shared_preload_libraries=pg_stat_statements")
+	} else {
 		// Throwaway data: durability off, for speed.
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}

@@ -27,6 +27,10 @@ const (
 	// eventBatch bounds the events writeEvents appends in one
 	// transaction.
 	eventBatch = 256
+	// eventLinger is how long writeEvents waits after an event for more
+	// to write with it: a wake-up's four events come within a few
+	// milliseconds.
+	eventLinger = 10 * time.Millisecond
 )
 
 // eventType classifies the change from → to with its message: a failure
@@ -92,11 +96,13 @@ func (m *Manager) queueEvent(e *store.Event) {
 
 // writeEvents appends queued events to the store, in queue order, until
 // ctx ends and the queue is empty, and prunes every pruneEvery events.
-// What has queued while the previous write committed goes in one
-// transaction (up to eventBatch events): a wake-up queues four events,
-// and one transaction each cost four extra fsync'd commits per wake-up
-// on bbolt and four PostgreSQL transactions (BENCHMARKS.md, Control plane
-// over the node protocol).
+// After the first event it waits up to eventLinger for more, and what has
+// queued by then goes in one transaction (up to eventBatch events): a
+// wake-up queues four events, and a transaction each cost four extra
+// fsync'd commits per wake-up on bbolt and four PostgreSQL transactions
+// (BENCHMARKS.md, Control plane over the node protocol). Events are
+// after-the-fact records that never held up a workflow, so they show
+// up to eventLinger later.
 func (m *Manager) writeEvents(ctx context.Context) {
 	n := 0
 	batch := make([]*store.Event, 0, eventBatch)
@@ -127,10 +133,25 @@ func (m *Manager) writeEvents(ctx context.Context) {
 			}
 		}
 	}
+	linger := time.NewTimer(eventLinger)
+	linger.Stop()
 	for {
 		select {
 		case e := <-m.events:
 			batch = append(batch[:0], e)
+			linger.Reset(eventLinger)
+		wait:
+			for len(batch) < eventBatch {
+				select {
+				case e := <-m.events:
+					batch = append(batch, e)
+				case <-linger.C:
+					break wait
+				case <-ctx.Done():
+					break wait
+				}
+			}
+			linger.Stop()
 			fill()
 			write()
 		case <-ctx.Done():

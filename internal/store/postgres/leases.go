@@ -91,10 +91,18 @@ func checkFence(ctx context.Context, tx pgx.Tx) error {
 	if !ok {
 		return nil
 	}
+	return fenceResult(f, tx.QueryRow(ctx, fenceQuery, f.Key, f.Holder, f.Token))
+}
+
+// fenceQuery is checkFence's statement; its arguments are the fence's
+// key, holder and token.
+const fenceQuery = `SELECT 1 FROM leases
+	WHERE key = $1 AND holder = $2 AND token = $3 AND expiry > clock_timestamp() FOR SHARE`
+
+// fenceResult reads fenceQuery's row: store.ErrFenced when there is none.
+func fenceResult(f store.Fence, row pgx.Row) error {
 	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM leases
-		WHERE key = $1 AND holder = $2 AND token = $3 AND expiry > clock_timestamp() FOR SHARE`,
-		f.Key, f.Holder, f.Token).Scan(&one)
+	err := row.Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("lease %s of %s (token %d) expired or was taken over: %w", f.Key, f.Holder, f.Token, store.ErrFenced)
 	}

@@ -17,6 +17,7 @@ trap 'rm -f "$out"' EXIT
 	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
 	go test -run XXX -bench . -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Wakeups|Ceilings|Scale|Workers' -benchtime 2s ./internal/bench/
+	go test -run XXX -bench 'NodeProtocol' -benchtime 2s ./internal/bench/
 } 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'
 go run ./hack/benchtable -file BENCHMARKS.md \
 	-method "Activation and runtime rows: 30 iterations each, p50/p95/p99 of one GET from send to full response; control-plane rows: the fake sandbox, 2 s each." < "$out"

@@ -365,15 +365,7 @@ func BenchmarkNodeProtocol(b *testing.B) {
 		counts = clientCounts
 	}
 	var pg *pgtest.Server
-	for _, tc := range []struct {
-		name     string
-		replicas int
-		postgres bool
-	}{
-		{"store=bolt", 1, false},
-		{"store=postgres/replicas=1", 1, true},
-		{"store=postgres/replicas=2", 2, true},
-	} {
+	for _, tc := range storeSetups {
 		b.Run(tc.name, func(b *testing.B) {
 			outer := b // the cluster outlives each clients= run
 			var c *protoCluster

@@ -39,15 +39,7 @@ func BenchmarkStores(b *testing.B) {
 		}
 		return pg
 	}
-	for _, tc := range []struct {
-		name     string
-		replicas int
-		postgres bool
-	}{
-		{"store=bolt", 1, false},
-		{"store=postgres/replicas=1", 1, true},
-		{"store=postgres/replicas=2", 2, true},
-	} {
+	for _, tc := range storeSetups {
 		b.Run(tc.name, func(b *testing.B) {
 			outer := b // the database and directories outlive each clients= run
 			var clusters []*Cluster
@@ -71,6 +63,19 @@ func BenchmarkStores(b *testing.B) {
 			}
 		})
 	}
+}
+
+// storeSetups are the record stores and API server counts the
+// benchmarks compare: bbolt (one server, it holds the file), PostgreSQL
+// with one and with two replicas.
+var storeSetups = []struct {
+	name     string
+	replicas int
+	postgres bool
+}{
+	{"store=bolt", 1, false},
+	{"store=postgres/replicas=1", 1, true},
+	{"store=postgres/replicas=2", 2, true},
 }
 
 // startReplicas starts n Clusters over the store url (bolt in a temp dir

@@ -21,6 +21,9 @@ type protoCounts struct {
 	// ate_store_commit_writes' sum (bbolt group-commits several writes
 	// in one transaction; PostgreSQL commits each alone).
 	commits, writes float64
+	// commitSeconds: ate_store_commit_seconds' sum, the time from a
+	// transaction's begin to its commit (fsyncs included).
+	commitSeconds float64
 	// nodeRPCs: the API servers' calls to node agents (gRPC client,
 	// service ate.v1.NodeAgent); registryRPCs: calls the nodes made to
 	// them (gRPC server, ate.v1.NodeRegistry).
@@ -33,8 +36,8 @@ type protoCounts struct {
 }
 
 func (c protoCounts) minus(o protoCounts) protoCounts {
-	return protoCounts{c.commits - o.commits, c.writes - o.writes, c.nodeRPCs - o.nodeRPCs, c.registryRPCs - o.registryRPCs,
-		c.statements - o.statements, c.xacts - o.xacts, c.walSyncs - o.walSyncs}
+	return protoCounts{c.commits - o.commits, c.writes - o.writes, c.commitSeconds - o.commitSeconds,
+		c.nodeRPCs - o.nodeRPCs, c.registryRPCs - o.registryRPCs, c.statements - o.statements, c.xacts - o.xacts, c.walSyncs - o.walSyncs}
 }
 
 // report reports c per wake-up of n.
@@ -42,6 +45,9 @@ func (c protoCounts) report(b *testing.B, n int, postgres bool) {
 	per := func(v float64) float64 { return v / float64(n) }
 	b.ReportMetric(per(c.commits), "store-commits/wakeup")
 	b.ReportMetric(per(c.writes), "store-writes/wakeup")
+	if c.commits > 0 {
+		b.ReportMetric(c.commitSeconds*1000/c.commits, "store-commit-mean-ms")
+	}
 	b.ReportMetric(per(c.nodeRPCs), "node-rpcs/wakeup")
 	b.ReportMetric(per(c.registryRPCs), "registry-rpcs/wakeup")
 	if postgres {
@@ -83,6 +89,7 @@ func (c *protoCounts) scrape(ctx context.Context, addr string) error {
 	}
 	for _, m := range fams["ate_store_commit_seconds"].GetMetric() {
 		c.commits += float64(m.GetHistogram().GetSampleCount())
+		c.commitSeconds += m.GetHistogram().GetSampleSum()
 	}
 	for _, m := range fams["ate_store_commit_writes"].GetMetric() {
 		c.writes += m.GetHistogram().GetSampleSum()

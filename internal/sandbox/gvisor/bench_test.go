@@ -51,7 +51,7 @@ func BenchmarkRestore(b *testing.B) {
 		{"zero-pages-excluded", ImageOptions{ExcludeZeroPages: true}, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			cfg := Config{Images: v.img, ForceCLI: v.cli}
+			cfg := debugConfig(Config{Images: v.img, ForceCLI: v.cli})
 			benchRestore(b, newRuntimeWith(b, cfg), v.prepared)
 		})
 	}

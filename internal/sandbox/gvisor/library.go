@@ -120,9 +120,9 @@ func (l *library) checkpointOpts(id string, resume bool) runscsandbox.Checkpoint
 		level = statefile.CompressionLevelFlateBestSpeed
 	}
 	return runscsandbox.CheckpointOpts{
-		Compression:               level,
-		ExcludeCommittedZeroPages: l.img.ExcludeZeroPages,
-		Resume:                    resume,
+		Compression:                level,
+		ExcludeCommittedZeroPages:  l.img.ExcludeZeroPages,
+		Resume:                     resume,
 		SaveRestoreExecContainerID: id,
 	}
 }

@@ -54,17 +54,23 @@ func newPythonSpec(t testing.TB, r *Runtime, stateMB int) sandbox.Spec {
 	return spec
 }
 
+// debugLogEnv names a directory for runsc's debug logs of the benchmarks'
+// runtimes (one *.boot.txt per sandbox, with runsc's own restore
+// timeline); unset, none are written.
+const debugLogEnv = "ATE_BENCH_RUNSC_DEBUG_LOG"
+
+// debugConfig is cfg with runsc's debug log in $ATE_BENCH_RUNSC_DEBUG_LOG
+// when that is set.
+func debugConfig(cfg Config) Config {
+	if dir := os.Getenv(debugLogEnv); dir != "" {
+		cfg.ExtraFlags = append(cfg.ExtraFlags, "--debug", "--debug-log="+dir+"/")
+	}
+	return cfg
+}
+
 // pythonStateSizes are the STATE_MB values BenchmarkRestore measures:
 // 64 MiB always, 256 MiB too at full size.
 func pythonStateSizes() []int {
-	if os.Getenv("XSIZES") != "" {
-		var out []int
-		for _, f := range strings.Fields(os.Getenv("XSIZES")) {
-			n, _ := strconv.Atoi(f)
-			out = append(out, n)
-		}
-		return out
-	}
 	if fullBench() {
 		return []int{64, 256}
 	}
@@ -103,12 +109,14 @@ func pythonVariants(stateMB int) []imageVariant {
 // checksum must equal the one taken before the checkpoint. Two figures
 // that the machine's load does not change much go with them: the CPU
 // time the sandbox process spent until the first answer (sandbox-cpu-ms)
-// and the image bytes it had read by then (read-MiB), both per restore.
+// and the image bytes it had read by then (read-MiB; disk-MiB of them
+// from the disk rather than the page cache), all per restore.
 func benchPythonRestore(b *testing.B, stateMB int, img ImageOptions) {
 	cfg := Config{Images: img}
 	if d := os.Getenv("XDEBUG"); d != "" {
 		cfg.ExtraFlags = []string{"--debug", "--debug-log=" + d + "/"}
 	}
+
 	r := newRuntimeWith(b, cfg)
 	slot := newSlot(b)
 	spec := newPythonSpec(b, r, stateMB)
@@ -126,7 +134,7 @@ func benchPythonRestore(b *testing.B, stateMB int, img ImageOptions) {
 
 	var first, full []time.Duration
 	var cpu time.Duration
-	var read int64
+	var read, disk int64
 	for b.Loop() {
 		b.StopTimer()
 		restored := newPythonSpec(b, r, stateMB)
@@ -138,7 +146,8 @@ func benchPythonRestore(b *testing.B, stateMB int, img ImageOptions) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu0, read0 := processCPU(b, pid), processRead(b, pid)
+		cpu0 := processCPU(b, pid)
+		read0, disk0 := processRead(b, pid)
 		b.StartTimer()
 		t0 := time.Now()
 		if err := r.Restore(b.Context(), slot, restored, imgDir); err != nil {
@@ -147,7 +156,8 @@ func benchPythonRestore(b *testing.B, stateMB int, img ImageOptions) {
 		waitReady(b, r, slot)
 		first = append(first, time.Since(t0))
 		cpu += processCPU(b, pid) - cpu0
-		read += processRead(b, pid) - read0
+		read1, disk1 := processRead(b, pid)
+		read, disk = read+read1-read0, disk+disk1-disk0
 		if got := checksum(b, r, slot); got != want {
 			b.Fatalf("checksum after restore = %s, want %s (state lost)", got, want)
 		}
@@ -162,6 +172,7 @@ func benchPythonRestore(b *testing.B, stateMB int, img ImageOptions) {
 	latency.Report(b, "checksum-", full, 0.50, 0.95)
 	b.ReportMetric(latency.Ms(cpu)/float64(len(first)), "sandbox-cpu-ms")
 	b.ReportMetric(float64(read)/float64(len(first))/(1<<20), "read-MiB")
+	b.ReportMetric(float64(disk)/float64(len(first))/(1<<20), "disk-MiB")
 	b.ReportMetric(latency.Ms(ckpt), "ckpt-ms")
 	b.ReportMetric(float64(dirBytes(b, imgDir))/(1<<20), "image-MiB")
 	b.ReportMetric(0, "ns/op")
@@ -192,24 +203,35 @@ func processCPU(b *testing.B, pid int) time.Duration {
 }
 
 // processRead returns the bytes process pid has read with read system
-// calls (rchar in /proc/<pid>/io), page cache hits included.
-func processRead(b *testing.B, pid int) int64 {
+// calls, page cache hits included (rchar in /proc/<pid>/io), and those
+// of them that came from the disk (read_bytes).
+func processRead(b *testing.B, pid int) (all, disk int64) {
 	b.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
+	found := 0
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatalf("/proc/%d/io: %q", pid, line)
-			}
-			return n
+		name, v, ok := strings.Cut(line, ": ")
+		if !ok || (name != "rchar" && name != "read_bytes") {
+			continue
 		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/%d/io: %q", pid, line)
+		}
+		if name == "rchar" {
+			all = n
+		} else {
+			disk = n
+		}
+		found++
 	}
-	b.Fatalf("/proc/%d/io has no rchar: %q", pid, data)
-	return 0
+	if found != 2 {
+		b.Fatalf("/proc/%d/io lacks rchar or read_bytes: %q", pid, data)
+	}
+	return all, disk
 }
 
 // checksum returns python-notes' /checksum answer.

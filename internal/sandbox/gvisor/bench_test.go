@@ -58,7 +58,7 @@ func BenchmarkRestore(b *testing.B) {
 	for _, mb := range pythonStateSizes() {
 		for _, v := range pythonVariants(mb) {
 			b.Run(fmt.Sprintf("python-%dMB/%s", mb, v.name), func(b *testing.B) {
-				benchPythonRestore(b, mb, v.img)
+				benchPythonRestore(b, mb, v)
 			})
 		}
 	}

@@ -21,6 +21,13 @@
 //	                        default, root:self, creates a .gvisor.filestore.ID
 //	                        file inside the host RootFS directory.
 //
+// Checkpoint images (ImageOptions, docs/restore.md "Checkpoint images and
+// restore speed"): uncompressed, so memory pages sit apart in a
+// page-aligned pages.img that a restore reads in parallel; committed
+// zero pages kept; written and read through the page cache, never with
+// O_DIRECT; and restored with the pages loading in the background
+// (--background), the restore returning once the kernel state is in.
+//
 // What each operation costs, as measured by this package's benchmarks
 // (`go test -bench . ./internal/sandbox/gvisor/`), is in BENCHMARKS.md,
 // "Latest make bench" (ColdBoot/*, Restore/*) and "Activation latency":

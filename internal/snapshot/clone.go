@@ -92,10 +92,7 @@ func (l *Local) importLinked(ctx context.Context, owner, id, srcDir string, scop
 	if err != nil {
 		return "", true, err
 	}
-	err = linkTree(st.Dir, srcDir, func(rel string) bool {
-		inVolumes := rel == VolumesDir || strings.HasPrefix(rel, VolumesDir+"/")
-		return scope == ScopeData && !inVolumes
-	})
+	err = linkTree(st.Dir, srcDir, outsideScope(scope))
 	if errors.Is(err, syscall.EXDEV) {
 		_ = l.Abort(st)
 		return "", false, nil
@@ -107,4 +104,14 @@ func (l *Local) importLinked(ctx context.Context, owner, id, srcDir string, scop
 	}
 	_ = l.Abort(st)
 	return "", true, fmt.Errorf("import snapshot from %s: %w", srcDir, err)
+}
+
+// outsideScope returns whether a snapshot's path (relative,
+// slash-separated) is left out of a snapshot of scope: with ScopeData
+// everything but the volumes.
+func outsideScope(scope Scope) func(rel string) bool {
+	return func(rel string) bool {
+		inVolumes := rel == VolumesDir || strings.HasPrefix(rel, VolumesDir+"/")
+		return scope == ScopeData && !inVolumes
+	}
 }

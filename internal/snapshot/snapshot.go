@@ -390,10 +390,8 @@ func ImportInto(ctx context.Context, s Store, owner, id, srcDir string, scope Sc
 	if err != nil {
 		return "", err
 	}
-	err = CopyTree(st.Dir, srcDir, func(rel string) bool {
-		inVolumes := rel == VolumesDir || strings.HasPrefix(rel, VolumesDir+"/")
-		return rel == ManifestName || (scope == ScopeData && !inVolumes)
-	})
+	outOfScope := outsideScope(scope)
+	err = CopyTree(st.Dir, srcDir, func(rel string) bool { return rel == ManifestName || outOfScope(rel) })
 	if err == nil {
 		var ref string
 		if ref, err = s.Commit(ctx, st, scope); err == nil {

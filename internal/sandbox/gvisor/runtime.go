@@ -85,7 +85,8 @@ type Config struct {
 	// "--debug-log=/dir/", "--debug").
 	ExtraFlags []string
 	// CheckpointFlags and RestoreFlags are appended to those subcommands
-	// (e.g. "-compression=none", "-background"); for measuring options.
+	// after Images' flags (e.g. "--direct"), which makes them run as
+	// commands; for measuring options Images does not cover.
 	CheckpointFlags, RestoreFlags []string
 	// Images says how checkpoint images are written and read; the zero
 	// value is what a node uses (see ImageOptions).

@@ -46,7 +46,7 @@ func BenchmarkRestore(b *testing.B) {
 		{"default", ImageOptions{}, false, false},
 		{"prepared", ImageOptions{}, true, false},
 		{"prepared-cli", ImageOptions{}, true, true},
-		{"prepared-foreground", ImageOptions{Foreground: true}, true, false},
+		{"prepared-background", ImageOptions{Background: true}, true, false},
 		{"compressed", ImageOptions{Compress: true}, false, false},
 		{"zero-pages-excluded", ImageOptions{ExcludeZeroPages: true}, false, false},
 	} {

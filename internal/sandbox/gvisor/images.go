@@ -11,15 +11,16 @@ type ImageOptions struct {
 	// ExcludeZeroPages leaves committed pages that hold only zeroes out
 	// of the image (runsc checkpoint --exclude-committed-zero-pages).
 	ExcludeZeroPages bool
-	// Foreground makes a restore return only once every page of the
-	// image is in the sandbox's memory. By default it returns as soon as
-	// the sandbox's kernel state is loaded, the pages (which runsc starts
-	// reading at once) going on loading in the background (runsc restore
-	// --background): a page the application touches before it has
-	// arrived waits for it, a checkpoint waits for them all, and a read
-	// that fails after the restore returned kills the sandbox. A
-	// compressed image is always loaded in the foreground.
-	Foreground bool
+	// Background lets a restore return as soon as the sandbox's kernel
+	// state is loaded, the pages (which runsc starts reading at once)
+	// going on loading in the background (runsc restore --background): a
+	// page the application touches before it has arrived waits for it, a
+	// checkpoint waits for them all, and a read that fails after the
+	// restore returned kills the sandbox. Without it a restore returns
+	// once every page is in. No effect on a compressed image. Off by
+	// default: it did not pay on 2 cores (BENCHMARKS.md, Restoring
+	// interpreters).
+	Background bool
 }
 
 // checkpointFlags are o's runsc checkpoint flags.
@@ -36,8 +37,8 @@ func (o ImageOptions) checkpointFlags() []string {
 
 // restoreFlags are o's runsc restore flags.
 func (o ImageOptions) restoreFlags() []string {
-	if o.Foreground {
-		return nil
+	if o.Background {
+		return []string{"--background"}
 	}
-	return []string{"--background"}
+	return nil
 }

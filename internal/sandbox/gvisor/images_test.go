@@ -13,10 +13,10 @@ func TestImageOptionsFlags(t *testing.T) {
 		img                 ImageOptions
 		checkpoint, restore []string
 	}{
-		{"default", ImageOptions{}, []string{"--compression=none"}, []string{"--background"}},
-		{"compressed", ImageOptions{Compress: true}, []string{"--compression=flate-best-speed"}, []string{"--background"}},
-		{"zero pages excluded", ImageOptions{ExcludeZeroPages: true}, []string{"--compression=none", "--exclude-committed-zero-pages"}, []string{"--background"}},
-		{"foreground", ImageOptions{Foreground: true}, []string{"--compression=none"}, nil},
+		{"default", ImageOptions{}, []string{"--compression=none"}, nil},
+		{"compressed", ImageOptions{Compress: true}, []string{"--compression=flate-best-speed"}, nil},
+		{"zero pages excluded", ImageOptions{ExcludeZeroPages: true}, []string{"--compression=none", "--exclude-committed-zero-pages"}, nil},
+		{"background", ImageOptions{Background: true}, []string{"--compression=none"}, []string{"--background"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.img.checkpointFlags(); !slices.Equal(got, tc.checkpoint) {

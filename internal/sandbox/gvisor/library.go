@@ -85,12 +85,12 @@ func (l *library) start(ctx context.Context, id string) error {
 }
 
 // restore restores created container id from imageDir (`runsc restore
-// --detach` of an existing container, with --background unless the image
-// options ask for the foreground). The image is read through the page
-// cache (direct false): a snapshot written moments ago is still there.
+// --detach` of an existing container, with --background if the image
+// options ask for it). The image is read through the page cache (direct
+// false): a snapshot written moments ago is still there.
 func (l *library) restore(ctx context.Context, id, imageDir string) error {
 	return l.call(ctx, "restore", id, container.LoadOpts{}, true, func(c *container.Container) error {
-		return c.Restore(l.conf, imageDir, false, !l.img.Foreground, nil)
+		return c.Restore(l.conf, imageDir, false, l.img.Background, nil)
 	})
 }
 

@@ -91,7 +91,7 @@ type imageVariant struct {
 }
 
 // pythonVariants are the image variants measured at stateMB: the
-// default and the foreground restore; at full size and 64 MiB also
+// default and the background restore; at full size and 64 MiB also
 // zero-page exclusion. A compressed image is left out: it restored
 // 64 MiB in ~3.5 s (BENCHMARKS.md, Restoring interpreters), minutes for
 // 30 iterations; the counter's Restore/compressed keeps the option
@@ -99,7 +99,7 @@ type imageVariant struct {
 func pythonVariants(stateMB int) []imageVariant {
 	vs := []imageVariant{
 		{"default", ImageOptions{}, false},
-		{"foreground", ImageOptions{Foreground: true}, false},
+		{"background", ImageOptions{Background: true}, false},
 	}
 	if fullBench() && stateMB <= 64 {
 		vs = append(vs,

@@ -25,8 +25,8 @@
 // restore speed"): uncompressed, so memory pages sit apart in a
 // page-aligned pages.img that a restore reads in parallel; committed
 // zero pages kept; written and read through the page cache, never with
-// O_DIRECT; and restored with the pages loading in the background
-// (--background), the restore returning once the kernel state is in.
+// O_DIRECT; and restored in the foreground, the restore returning once
+// every page is in (background loading did not pay on 2 cores).
 //
 // What each operation costs, as measured by this package's benchmarks
 // (`go test -bench . ./internal/sandbox/gvisor/`), is in BENCHMARKS.md,

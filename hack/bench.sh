@@ -15,7 +15,8 @@ trap 'rm -f "$out"' EXIT
 	go test -run XXX -bench 'EvictionLoad' -benchtime 3x ./test/e2e/
 	go test -run XXX -bench 'RouterParkedMemory' -benchtime 2x ./test/e2e/
 	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
-	go test -run XXX -bench . -benchtime 30x ./internal/sandbox/gvisor/
+	go test -run XXX -bench 'ColdBoot|Restore/^(run|default|prepared.*|compressed|zero-pages-excluded)$' -benchtime 30x ./internal/sandbox/gvisor/
+	go test -run XXX -bench 'Restore/python' -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Wakeups|Ceilings|Scale|Workers' -benchtime 2s ./internal/bench/
 	go test -run XXX -bench 'NodeProtocol' -benchtime 2s ./internal/bench/
 } 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'

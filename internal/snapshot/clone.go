@@ -2,10 +2,13 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 )
 
 // Clone makes a new snapshot of owner (with id, NewID's form; "" = a new
@@ -25,7 +28,7 @@ func (l *Local) Clone(ctx context.Context, src, owner, id string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if err := linkTree(st.Dir, o.Dir); err != nil {
+	if err := linkTree(st.Dir, o.Dir, nil); err != nil {
 		_ = l.Abort(st)
 		return "", fmt.Errorf("clone snapshot %s: %w", src, err)
 	}
@@ -38,8 +41,10 @@ func (l *Local) Clone(ctx context.Context, src, owner, id string) (string, error
 }
 
 // linkTree recreates src's directories and symlinks under dst and hard
-// links its regular files, leaving out src's manifest.
-func linkTree(dst, src string) error {
+// links its regular files, leaving out src's manifest and the paths
+// (relative, slash-separated) for which skip, if not nil, returns true.
+// Across filesystems it fails with an error wrapping syscall.EXDEV.
+func linkTree(dst, src string, skip func(rel string) bool) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -47,6 +52,12 @@ func linkTree(dst, src string) error {
 		rel, err := filepath.Rel(src, p)
 		if err != nil || rel == "." || rel == ManifestName {
 			return err
+		}
+		if skip != nil && skip(filepath.ToSlash(rel)) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		target := filepath.Join(dst, rel)
 		switch {
@@ -68,4 +79,39 @@ func linkTree(dst, src string) error {
 			return nil
 		}
 	})
+}
+
+// importLinked is Import by hard links (as Clone makes them) instead of
+// copies, for srcDir on the store's filesystem: a node's paused checkpoint
+// becomes durable without its image being copied. Like Clone's, the
+// files are shared until both snapshots are deleted; committed snapshots
+// are never written in place. ok is false, with nothing left behind, when
+// srcDir is on another filesystem (EXDEV): the caller copies instead.
+func (l *Local) importLinked(ctx context.Context, owner, id, srcDir string, scope Scope) (ref string, ok bool, err error) {
+	st, err := l.Stage(owner, id)
+	if err != nil {
+		return "", true, err
+	}
+	err = linkTree(st.Dir, srcDir, outsideScope(scope))
+	if errors.Is(err, syscall.EXDEV) {
+		_ = l.Abort(st)
+		return "", false, nil
+	}
+	if err == nil {
+		if ref, err = l.Commit(ctx, st, scope); err == nil {
+			return ref, true, nil
+		}
+	}
+	_ = l.Abort(st)
+	return "", true, fmt.Errorf("import snapshot from %s: %w", srcDir, err)
+}
+
+// outsideScope returns whether a snapshot's path (relative,
+// slash-separated) is left out of a snapshot of scope: with ScopeData
+// everything but the volumes.
+func outsideScope(scope Scope) func(rel string) bool {
+	return func(rel string) bool {
+		inVolumes := rel == VolumesDir || strings.HasPrefix(rel, VolumesDir+"/")
+		return scope == ScopeData && !inVolumes
+	}
 }

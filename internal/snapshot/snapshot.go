@@ -374,8 +374,12 @@ func idTime(id string) (staged time.Time, resolution time.Duration, ok bool) {
 // Import copies the complete snapshot at srcDir (another snapshot store's,
 // e.g. a node's paused copy) into this one as a new snapshot of owner and
 // returns its reference: the "upload" of a paused snapshot. With scope
-// ScopeData only its volumes are copied.
+// ScopeData only its volumes are copied. On the store's own filesystem
+// the files are hard links instead of copies (importLinked).
 func (l *Local) Import(ctx context.Context, owner, id, srcDir string, scope Scope) (string, error) {
+	if ref, ok, err := l.importLinked(ctx, owner, id, srcDir, scope); ok {
+		return ref, err
+	}
 	return ImportInto(ctx, l, owner, id, srcDir, scope)
 }
 
@@ -386,10 +390,8 @@ func ImportInto(ctx context.Context, s Store, owner, id, srcDir string, scope Sc
 	if err != nil {
 		return "", err
 	}
-	err = CopyTree(st.Dir, srcDir, func(rel string) bool {
-		inVolumes := rel == VolumesDir || strings.HasPrefix(rel, VolumesDir+"/")
-		return rel == ManifestName || (scope == ScopeData && !inVolumes)
-	})
+	outOfScope := outsideScope(scope)
+	err = CopyTree(st.Dir, srcDir, func(rel string) bool { return rel == ManifestName || outOfScope(rel) })
 	if err == nil {
 		var ref string
 		if ref, err = s.Commit(ctx, st, scope); err == nil {

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -33,24 +34,33 @@ func BenchmarkColdBoot(b *testing.B) {
 
 // BenchmarkRestore measures `runsc restore` of one checkpoint of the
 // counter until its first HTTP answer: the sandbox's floor under every
-// activation from a snapshot.
+// activation from a snapshot; and, as python-<N>MB/<variant>, of
+// python-notes holding N MiB of live state under each image variant
+// (benchPythonRestore).
 func BenchmarkRestore(b *testing.B) {
 	for _, v := range []struct {
-		name                string
-		checkpoint, restore []string
-		prepared, cli       bool
+		name          string
+		img           ImageOptions
+		prepared, cli bool
 	}{
-		{"default", nil, nil, false, false},
-		{"prepared", nil, nil, true, false},
-		{"prepared-cli", nil, nil, true, true},
-		{"uncompressed", []string{"-compression=none"}, nil, false, false},
-		{"uncompressed-background", []string{"-compression=none"}, []string{"-background"}, false, false},
-		{"zero-pages-excluded", []string{"-exclude-committed-zero-pages"}, nil, false, false},
+		{"default", ImageOptions{}, false, false},
+		{"prepared", ImageOptions{}, true, false},
+		{"prepared-cli", ImageOptions{}, true, true},
+		{"prepared-background", ImageOptions{Background: true}, true, false},
+		{"compressed", ImageOptions{Compress: true}, false, false},
+		{"zero-pages-excluded", ImageOptions{ExcludeZeroPages: true}, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			cfg := Config{CheckpointFlags: v.checkpoint, RestoreFlags: v.restore, ForceCLI: v.cli}
+			cfg := debugConfig(Config{Images: v.img, ForceCLI: v.cli})
 			benchRestore(b, newRuntimeWith(b, cfg), v.prepared)
 		})
+	}
+	for _, mb := range pythonStateSizes() {
+		for _, v := range pythonVariants(mb) {
+			b.Run(fmt.Sprintf("python-%dMB/%s", mb, v.name), func(b *testing.B) {
+				benchPythonRestore(b, mb, v)
+			})
+		}
 	}
 }
 

@@ -205,7 +205,12 @@ func newSpec(t testing.TB, r *Runtime) sandbox.Spec {
 // connection it dials itself so that no dial outlives the call (an
 // http.Transport would finish a timed-out dial in the background).
 func get(ctx context.Context, r *Runtime, slot sandbox.Slot, path string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	return getWithin(ctx, r, slot, path, 2*time.Second)
+}
+
+// getWithin is get bounded by timeout instead of 2 s.
+func getWithin(ctx context.Context, r *Runtime, slot sandbox.Slot, path string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := r.DialContext(ctx, slot, counterPort)
 	if err != nil {

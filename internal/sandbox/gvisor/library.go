@@ -44,6 +44,7 @@ import (
 type library struct {
 	conf *config.Config
 	log  *slog.Logger
+	img  ImageOptions
 }
 
 // quietLibraryLog points runsc's package-global logger, which writes to
@@ -55,7 +56,7 @@ var quietLibraryLog sync.Once
 // newLibrary returns a library configured by runsc's global flags args,
 // exactly as the runsc command would parse them, that logs each call to
 // logger at debug level as the runsc commands are logged.
-func newLibrary(args []string, logger *slog.Logger) (*library, error) {
+func newLibrary(args []string, img ImageOptions, logger *slog.Logger) (*library, error) {
 	quietLibraryLog.Do(func() { log.SetTarget(discardEmitter{}) })
 	flags := flag.NewFlagSet("runsc", flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
@@ -67,7 +68,7 @@ func newLibrary(args []string, logger *slog.Logger) (*library, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runsc config: %w", err)
 	}
-	return &library{conf: conf, log: logger}, nil
+	return &library{conf: conf, log: logger, img: img}, nil
 }
 
 // libraryUsable reports whether runsc at path is the build this module's
@@ -84,19 +85,21 @@ func (l *library) start(ctx context.Context, id string) error {
 }
 
 // restore restores created container id from imageDir (`runsc restore
-// --detach` of an existing container).
+// --detach` of an existing container, with --background if the image
+// options ask for it). The image is read through the page cache (direct
+// false): a snapshot written moments ago is still there.
 func (l *library) restore(ctx context.Context, id, imageDir string) error {
 	return l.call(ctx, "restore", id, container.LoadOpts{}, true, func(c *container.Container) error {
-		return c.Restore(l.conf, imageDir, false, false, nil)
+		return c.Restore(l.conf, imageDir, false, l.img.Background, nil)
 	})
 }
 
 // checkpoint saves container id into imageDir (`runsc checkpoint`, with
-// runsc's default compression); the sandbox exits afterwards.
+// the image options' compression and zero-page exclusion); the sandbox
+// exits afterwards.
 func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
 	return l.call(ctx, "checkpoint", id, container.LoadOpts{}, true, func(c *container.Container) error {
-		return c.Checkpoint(l.conf, imageDir, runscsandbox.CheckpointOpts{
-			Compression: statefile.CompressionLevelDefault, SaveRestoreExecContainerID: c.ID})
+		return c.Checkpoint(l.conf, imageDir, l.checkpointOpts(c.ID, false))
 	})
 }
 
@@ -105,9 +108,23 @@ func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
 // sandbox (call's kill), as for checkpoint.
 func (l *library) checkpointLive(ctx context.Context, id, imageDir string) error {
 	return l.call(ctx, "checkpoint", id, container.LoadOpts{}, true, func(c *container.Container) error {
-		return c.Checkpoint(l.conf, imageDir, runscsandbox.CheckpointOpts{
-			Compression: statefile.CompressionLevelDefault, Resume: true, SaveRestoreExecContainerID: c.ID})
+		return c.Checkpoint(l.conf, imageDir, l.checkpointOpts(c.ID, true))
 	})
+}
+
+// checkpointOpts are runsc's options for a checkpoint of container id
+// under l's image options.
+func (l *library) checkpointOpts(id string, resume bool) runscsandbox.CheckpointOpts {
+	level := statefile.CompressionLevelNone
+	if l.img.Compress {
+		level = statefile.CompressionLevelFlateBestSpeed
+	}
+	return runscsandbox.CheckpointOpts{
+		Compression:                level,
+		ExcludeCommittedZeroPages:  l.img.ExcludeZeroPages,
+		Resume:                     resume,
+		SaveRestoreExecContainerID: id,
+	}
 }
 
 // destroy stops container id's processes and removes its state (`runsc

@@ -21,6 +21,13 @@
 //	                        default, root:self, creates a .gvisor.filestore.ID
 //	                        file inside the host RootFS directory.
 //
+// Checkpoint images (ImageOptions, docs/restore.md "Checkpoint images and
+// restore speed"): uncompressed, so memory pages sit apart in a
+// page-aligned pages.img that a restore reads in parallel; committed
+// zero pages kept; written and read through the page cache, never with
+// O_DIRECT; and restored in the foreground, the restore returning once
+// every page is in (background loading did not pay on 2 cores).
+//
 // What each operation costs, as measured by this package's benchmarks
 // (`go test -bench . ./internal/sandbox/gvisor/`), is in BENCHMARKS.md,
 // "Latest make bench" (ColdBoot/*, Restore/*) and "Activation latency":
@@ -78,8 +85,12 @@ type Config struct {
 	// "--debug-log=/dir/", "--debug").
 	ExtraFlags []string
 	// CheckpointFlags and RestoreFlags are appended to those subcommands
-	// (e.g. "-compression=none", "-background"); for measuring options.
+	// after Images' flags (e.g. "--direct"), which makes them run as
+	// commands; for measuring options Images does not cover.
 	CheckpointFlags, RestoreFlags []string
+	// Images says how checkpoint images are written and read; the zero
+	// value is what a node uses (see ImageOptions).
+	Images ImageOptions
 	// ForceCLI runs every operation as a runsc command. By default
 	// operations on an existing container go through runsc's own library
 	// in this process (library.go), when the binary is the version that
@@ -98,6 +109,7 @@ type Runtime struct {
 	extraFlags []string
 
 	checkpointFlags, restoreFlags []string
+	img                           ImageOptions
 	// lib runs operations on existing containers in process; nil runs
 	// runsc commands instead.
 	lib *library
@@ -158,9 +170,10 @@ func New(cfg Config) (*Runtime, error) {
 
 		checkpointFlags: cfg.CheckpointFlags,
 		restoreFlags:    cfg.RestoreFlags,
+		img:             cfg.Images,
 	}
 	if !cfg.ForceCLI && libraryUsable(path) {
-		if r.lib, err = newLibrary(r.globalArgs(), r.log); err != nil {
+		if r.lib, err = newLibrary(r.globalArgs(), r.img, r.log); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
@@ -222,7 +235,8 @@ func (r *Runtime) Checkpoint(ctx context.Context, slot sandbox.Slot, id string, 
 	if r.lib != nil && len(r.checkpointFlags) == 0 {
 		err = r.lib.checkpoint(ctx, id, imageDir)
 	} else {
-		args := append([]string{"checkpoint", "--image-path=" + imageDir}, r.checkpointFlags...)
+		args := append([]string{"checkpoint", "--image-path=" + imageDir}, r.img.checkpointFlags()...)
+		args = append(args, r.checkpointFlags...)
 		_, err = r.command(ctx, append(args, id)...)
 	}
 	if err != nil {
@@ -244,7 +258,8 @@ func (r *Runtime) CheckpointLive(ctx context.Context, slot sandbox.Slot, id stri
 	if r.lib != nil && len(r.checkpointFlags) == 0 {
 		err = r.lib.checkpointLive(ctx, id, imageDir)
 	} else {
-		args := append([]string{"checkpoint", "--leave-running", "--image-path=" + imageDir}, r.checkpointFlags...)
+		args := append([]string{"checkpoint", "--leave-running", "--image-path=" + imageDir}, r.img.checkpointFlags()...)
+		args = append(args, r.checkpointFlags...)
 		_, err = r.command(ctx, append(args, id)...)
 	}
 	if err != nil {
@@ -287,7 +302,8 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	if spec.Prepared && r.lib != nil && len(r.restoreFlags) == 0 {
 		err = r.lib.restore(ctx, spec.ID, imageDir)
 	} else {
-		args := append([]string{"restore", "--image-path=" + imageDir}, r.restoreFlags...)
+		args := append([]string{"restore", "--image-path=" + imageDir}, r.img.restoreFlags()...)
+		args = append(args, r.restoreFlags...)
 		err = r.runDetached(ctx, spec, append(args, "--bundle", spec.BundleDir, "--detach", spec.ID)...)
 	}
 	if err != nil {

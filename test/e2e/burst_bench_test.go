@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -35,6 +38,14 @@ import (
 // from send to full response. Full size (make bench): 50 counters, plus
 // 20 python actors at 64 MB; make test's one iteration: 6 counters, plus
 // 2 at 16 MB.
+//
+// CPU time is reported too, since on a shared 2-core machine the timings
+// move with everyone else's load while CPU seconds barely do:
+// ate-cpu-ms/act is `ate up`'s (router, API server, store, node agent,
+// runsc's library) per activation, sandbox-cpu-ms/act that of this
+// installation's runsc sandbox and gofer processes (restore, wakeup probe,
+// the request itself), and cpu-ceiling-act/s the rate this machine's
+// cores would allow if activations used nothing but their sum.
 //
 // Every answer is checked: 200, an Ate-Activation of "resumed" (the GET
 // woke the actor, it did not find it running), and the actor's own memory
@@ -111,11 +122,14 @@ func benchBurst(b *testing.B, counters, pythons, stateMB int) {
 	defer client.CloseIdleConnections()
 	var all, counter, python []time.Duration
 	var burst, counterDone, pythonDone time.Duration
+	var cpu cpuUse
 	for b.Loop() {
 		b.StopTimer()
 		in.suspendAll(actors)
 		b.StartTimer()
+		before := in.cpuUse()
 		results := in.activateAll(client, actors)
+		cpu = cpu.add(in.cpuUse().sub(before))
 		b.StopTimer()
 		var last [2]time.Duration // by kind: counter, python
 		for i, r := range results {
@@ -152,6 +166,10 @@ func benchBurst(b *testing.B, counters, pythons, stateMB int) {
 	b.ReportMetric(burst.Seconds()/rounds, "burst-s")
 	b.ReportMetric(float64(len(all))/burst.Seconds(), "act/s")
 	latency.Report(b, "", all, 0.50, 0.99)
+	perAct := func(sec float64) float64 { return sec * 1000 / float64(len(all)) }
+	b.ReportMetric(perAct(cpu.ate), "ate-cpu-ms/act")
+	b.ReportMetric(perAct(cpu.sandboxes), "sandbox-cpu-ms/act")
+	b.ReportMetric(float64(runtime.NumCPU())*1000/perAct(cpu.ate+cpu.sandboxes), "cpu-ceiling-act/s")
 	if counters > 0 {
 		b.ReportMetric(float64(len(counter))/counterDone.Seconds(), "counter-act/s")
 		latency.Report(b, "counter-", counter, 0.50, 0.99)
@@ -301,4 +319,65 @@ wakeupProbe:
 	}
 	in.ate("create", "template", "-f", file)
 	in.waitTemplateReady(name)
+}
+
+// cpuUse is CPU time, user plus system, in seconds.
+type cpuUse struct {
+	// ate is `ate up`'s, with the runsc commands it ran and reaped.
+	ate float64
+	// sandboxes is the runsc sandbox and gofer processes' of the
+	// installation (those whose command line names its data dir), with
+	// their children alive (a sandbox's stub processes) or reaped.
+	sandboxes float64
+}
+
+func (c cpuUse) add(d cpuUse) cpuUse { return cpuUse{c.ate + d.ate, c.sandboxes + d.sandboxes} }
+func (c cpuUse) sub(d cpuUse) cpuUse { return cpuUse{c.ate - d.ate, c.sandboxes - d.sandboxes} }
+
+// cpuUse reads the CPU time used so far by `ate up` and the installation's
+// runsc processes from /proc. A difference of two readings counts what
+// ran between them as long as no sandbox exited meanwhile (a round
+// starts none: each restore goes into a standby that already runs).
+func (in *installation) cpuUse() cpuUse {
+	in.t.Helper()
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	// procfs counts reaped children's time in clock ticks of 1/userHZ s.
+	const userHZ = 100
+	var use cpuUse
+	var runsc []int // pids of the installation's sandboxes and gofers
+	stats := map[int]procfs.ProcStat{}
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil {
+			continue // it exited meanwhile
+		}
+		stats[p.PID] = st
+		own := p.PID == in.cmd.Process.Pid
+		if !own {
+			args, err := p.CmdLine()
+			own = err == nil && len(args) > 0 && strings.HasPrefix(args[0], "runsc-") &&
+				slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, in.dataDir) })
+			if own {
+				runsc = append(runsc, p.PID)
+			}
+		}
+		if !own {
+			continue
+		}
+		t := st.CPUTime() + float64(st.CUTime+st.CSTime)/userHZ
+		if p.PID == in.cmd.Process.Pid {
+			use.ate += t
+		} else {
+			use.sandboxes += t
+		}
+	}
+	for _, st := range stats {
+		if slices.Contains(runsc, st.PPID) {
+			use.sandboxes += st.CPUTime()
+		}
+	}
+	return use
 }

@@ -21,7 +21,7 @@ import (
 	"substrate.dev/ate/internal/latency"
 )
 
-// BenchmarkActivationBurst measures activations per second on one node:
+// BenchmarkResumeBurst measures activations per second on one node:
 // every actor of the node is suspended, then all of them are requested at
 // once through the router, one GET each, and the round ends when the last
 // has answered. Each iteration is one such round (the actors are
@@ -52,7 +52,7 @@ import (
 // (the counter's count goes up by one per round; a python actor answers
 // the memo it was given before its first suspend, and its ballast's
 // checksum is unchanged after every round, checked untimed).
-func BenchmarkActivationBurst(b *testing.B) {
+func BenchmarkResumeBurst(b *testing.B) {
 	counters, pythons, stateMB := 6, 2, 16
 	if fullBench() {
 		counters, pythons, stateMB = 50, 20, 64

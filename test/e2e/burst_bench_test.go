@@ -30,9 +30,9 @@ import (
 // so no request waits for an eviction; a free worker holds a standby for
 // the template it hosted last, as a node left idle for a while has.
 //
-// Sub-benchmarks: "counters" is the counter actors alone; "mixed" adds
-// the python-notes actors, each holding STATE_MB of live state, to the
-// same round. Reported per round: burst-s (send to last answer),
+// Sub-benchmarks, on one installation: "counters" is the counter actors
+// alone (the python actors stay suspended); "mixed" adds the python-notes
+// actors, each holding STATE_MB of live state, to the same round. Reported per round: burst-s (send to last answer),
 // act/s (actors / burst-s), and for each kind its own activations/s (that
 // kind's actors / the time its last one answered) and p50/p99 of one GET
 // from send to full response. Full size (make bench): 50 counters, plus
@@ -57,14 +57,25 @@ func BenchmarkResumeBurst(b *testing.B) {
 	if fullBench() {
 		counters, pythons, stateMB = 50, 20, 64
 	}
-	b.Run("counters", func(b *testing.B) { benchBurst(b, counters, 0, 0) })
-	b.Run("mixed", func(b *testing.B) { benchBurst(b, counters, pythons, stateMB) })
+	in := startUp(b, counters+pythons)
+	actors := in.burstActors(counters, pythons, stateMB)
+	// The sub-benchmarks share the installation; its helpers fail the
+	// sub-benchmark that calls them.
+	sub := func(b *testing.B, actors []*burstActor) {
+		in.t = b
+		benchBurst(b, in, actors)
+	}
+	b.Run("counters", func(b *testing.B) { sub(b, actors[:counters]) })
+	b.Run("mixed", func(b *testing.B) { sub(b, actors) })
+	in.t = b
 }
 
 // burstActor is one actor of a burst and how its answer is checked.
 type burstActor struct {
 	name   string
 	python bool
+	// running is whether it is RUNNING (a round suspends it first).
+	running bool
 	// rounds is how many timed GETs it has answered.
 	rounds int
 	// checksum is the python actor's ballast digest before any round.
@@ -80,13 +91,16 @@ type burstResult struct {
 	err  error
 }
 
-func benchBurst(b *testing.B, counters, pythons, stateMB int) {
-	n := counters + pythons
-	in := startUp(b, n)
+// burstActors creates a counter template and counters of its actors,
+// and a python-notes template holding stateMB MiB of state and pythons of
+// its actors, and has each answer once (from its template's golden
+// snapshot), so that every round restores a snapshot of the actor's own;
+// a python actor is given its memo and its checksum is taken. The python
+// actors are then suspended, the counters left running.
+func (in *installation) burstActors(counters, pythons, stateMB int) []*burstActor {
+	in.t.Helper()
 	in.counterTemplate("counter", nil, "")
-	if pythons > 0 {
-		in.stateTemplate("notes-state", stateMB)
-	}
+	in.stateTemplate("notes-state", stateMB)
 	var actors []*burstActor
 	for i := range counters {
 		actors = append(actors, &burstActor{name: fmt.Sprintf("counter-%d", i+1)})
@@ -101,13 +115,11 @@ func benchBurst(b *testing.B, counters, pythons, stateMB int) {
 			tpl = "notes-state"
 		}
 		if _, err := in.client.CreateActor(ctx, &atev1.CreateActorRequest{Actor: &atev1.Actor{Atespace: "default", Name: a.name, Template: tpl}}); err != nil {
-			b.Fatal(err)
+			in.t.Fatal(err)
 		}
 	}
-	// Untimed: each actor runs once (from its template's golden
-	// snapshot), so every round restores a snapshot of its own; a python
-	// actor is given its memo and its checksum is taken.
 	in.eachActor(actors, func(a *burstActor) error {
+		a.running = true
 		if !a.python {
 			return in.checkBurstAnswer(a, "/", "count=1")
 		}
@@ -118,6 +130,19 @@ func benchBurst(b *testing.B, counters, pythons, stateMB int) {
 		a.checksum, err = in.checksum(a.name)
 		return err
 	})
+	in.suspendAll(actors[counters:])
+	return actors
+}
+
+// benchBurst runs one round per iteration over actors (counters first,
+// then python actors) and reports the round's metrics.
+func benchBurst(b *testing.B, in *installation, actors []*burstActor) {
+	n := len(actors)
+	counters := slices.IndexFunc(actors, func(a *burstActor) bool { return a.python })
+	if counters < 0 {
+		counters = n
+	}
+	pythons := n - counters
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}, Timeout: 2 * time.Minute}
 	defer client.CloseIdleConnections()
 	var all, counter, python []time.Duration
@@ -210,6 +235,7 @@ func (in *installation) activateAll(client *http.Client, actors []*burstActor) [
 				return
 			}
 			a.rounds++
+			a.running = true
 			want := a.name
 			if !a.python {
 				want = fmt.Sprintf("count=%d", a.rounds+1)
@@ -261,15 +287,22 @@ func (in *installation) eachActor(actors []*burstActor, f func(*burstActor) erro
 	}
 }
 
-// suspendAll suspends every actor and waits until each worker it freed
+// suspendAll suspends every running actor of actors and waits until each worker it freed
 // holds its standby again, so a round starts on a node at rest.
 func (in *installation) suspendAll(actors []*burstActor) {
 	in.t.Helper()
-	want := in.standbysPrepared() + len(actors)
-	in.eachActor(actors, func(a *burstActor) error {
+	var running []*burstActor
+	for _, a := range actors {
+		if a.running {
+			running = append(running, a)
+		}
+	}
+	want := in.standbysPrepared() + len(running)
+	in.eachActor(running, func(a *burstActor) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		_, err := in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: a.name})
+		a.running = err != nil
 		return err
 	})
 	waitFor(in.t, fmt.Sprintf("the node to prepare standby %d", want), 3*time.Minute,

@@ -13,6 +13,7 @@ trap 'rm -f "$out"' EXIT
 {
 	go test -run XXX -bench 'Activation|Warm$' -benchtime 30x ./test/e2e/
 	go test -run XXX -bench 'EvictionLoad' -benchtime 3x ./test/e2e/
+	go test -run XXX -bench 'ResumeBurst' -benchtime 2x -timeout 30m ./test/e2e/
 	go test -run XXX -bench 'RouterParkedMemory' -benchtime 2x ./test/e2e/
 	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
 	go test -run XXX -bench 'ColdBoot|Restore/^(run|default|prepared.*|compressed|zero-pages-excluded)$' -benchtime 30x ./internal/sandbox/gvisor/

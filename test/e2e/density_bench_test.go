@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -429,10 +430,15 @@ func goldenRef(b *testing.B, in *installation) string {
 }
 
 // runscMemory sums the resident (RSS) and proportional (PSS) memory of
-// the runsc sandbox and gofer processes of the installation in dataDir,
-// in bytes.
+// the runsc sandbox and gofer processes of the installation in dataDir
+// and of their systrap stub processes, in bytes. A stub process holds an
+// application address space; the stubs it forks share its memory map
+// (their smaps are the same pages), so only direct children of a runsc
+// process are counted.
 func runscMemory(b *testing.B, dataDir string) (rss, pss int64) {
-	for _, pid := range runscPids(b, dataDir) {
+	runsc := runscPids(b, dataDir)
+	pids := append(slices.Clone(runsc), childrenOf(b, runsc)...)
+	for _, pid := range pids {
 		r, p, ok := smapsRollup(pid)
 		if ok { // else it exited meanwhile
 			rss, pss = rss+r, pss+p
@@ -442,6 +448,35 @@ func runscMemory(b *testing.B, dataDir string) (rss, pss int64) {
 		b.Fatal("found no runsc sandbox or gofer process of this installation to weigh")
 	}
 	return rss, pss
+}
+
+// childrenOf lists the processes whose parent is one of parents.
+func childrenOf(b *testing.B, parents []int) []int {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var kids []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(stat), ')')
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); slices.Contains(parents, ppid) {
+			kids = append(kids, pid)
+		}
+	}
+	return kids
 }
 
 // procPSS is process pid's PSS in bytes.

@@ -49,7 +49,7 @@ import (
 func BenchmarkDensityRunning(b *testing.B) {
 	target, deadline := 8, 3*time.Minute
 	if fullBench() {
-		target, deadline = 1000, 12*time.Minute
+		target, deadline = 1000, 8*time.Minute
 	}
 	target = envInt(b, "ATE_DENSITY_RUNNING", target)
 	minFree := int64(envInt(b, "ATE_DENSITY_MIN_FREE_MB", 2048)) << 20
@@ -210,7 +210,8 @@ func taskCount(b *testing.B) (tasks, limit int) {
 // actors (10 000 under `make bench`, 50 under `make test`), created
 // through the API: a new actor's snapshot is its template's golden one,
 // so creating writes one store record and no snapshot (checked: the
-// snapshot store does not grow). A sample (200; 5) spread over them is
+// snapshot store does not grow; ATE_DENSITY_SUSPENDED and
+// ATE_DENSITY_SAMPLE change the sizes). A sample (200; 5) spread over them is
 // each resumed through the router and suspended again, twice: the first
 // resume restores the golden snapshot, the second the actor's own, at
 // that count. Reported: the creation rate, both resumes' and the
@@ -221,6 +222,10 @@ func BenchmarkDensitySuspended(b *testing.B) {
 	total, sample := 50, 5
 	if fullBench() {
 		total, sample = 10000, 200
+	}
+	total, sample = envInt(b, "ATE_DENSITY_SUSPENDED", total), envInt(b, "ATE_DENSITY_SAMPLE", sample)
+	if sample > total {
+		b.Fatalf("a sample of %d out of %d actors: want at most all of them", sample, total)
 	}
 	in := startUp(b, 4, "--demo")
 	ctx := context.Background()

@@ -8,6 +8,11 @@ set -euo pipefail
 # Harnesses whose size is not b.N (actor counts, state sizes) run full size.
 export ATE_BENCH_SCALE=full
 cd "$(dirname "$0")/.."
+# Density runs ~1000 sandboxes of ~50 tasks each: more than the kernel's
+# default pid_max (32768) holds. Raise it (never lower it).
+if (($(cat /proc/sys/kernel/pid_max) < 4194304)); then
+	sysctl -q -w kernel.pid_max=4194304
+fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 {
@@ -15,7 +20,9 @@ trap 'rm -f "$out"' EXIT
 	go test -run XXX -bench 'EvictionLoad' -benchtime 3x ./test/e2e/
 	go test -run XXX -bench 'ResumeBurst' -benchtime 2x -timeout 30m ./test/e2e/
 	go test -run XXX -bench 'RouterParkedMemory' -benchtime 2x ./test/e2e/
-	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
+	go test -run XXX -bench 'DensityRunning' -benchtime 1x -timeout 30m ./test/e2e/
+	go test -run XXX -bench 'DensitySuspended' -benchtime 1x -timeout 30m ./test/e2e/
+	go test -run XXX -bench 'LocalCompression' -benchtime 30x ./internal/snapshot/
 	go test -run XXX -bench 'ColdBoot|Restore/^(run|default|prepared.*|compressed|zero-pages-excluded)$' -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Restore/python' -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Wakeups|Ceilings|Scale|Workers' -benchtime 2s ./internal/bench/

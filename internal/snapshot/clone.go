@@ -14,13 +14,13 @@ import (
 // Clone makes a new snapshot of owner (with id, NewID's form; "" = a new
 // one) holding the same files as the complete snapshot src, and returns
 // its reference. No bytes are copied: each file of the new snapshot is a
-// hard link to src's (committed snapshots are never written in place, so
+// hard link to src's stored file, compressed or not (committed snapshots are never written in place, so
 // the two share their blocks until both are deleted). The new snapshot
 // has its own manifest, written last as Commit writes it, so it is
 // independent of src from then on: deleting either leaves the other
 // whole. Errors wrap ErrNotFound when src is not complete.
-func (l *Local) Clone(ctx context.Context, src, owner, id string) (string, error) {
-	o, err := l.Open(ctx, src)
+func (l *Local) Clone(_ context.Context, src, owner, id string) (string, error) {
+	dir, m, err := l.committed(src)
 	if err != nil {
 		return "", err
 	}
@@ -28,11 +28,11 @@ func (l *Local) Clone(ctx context.Context, src, owner, id string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if err := linkTree(st.Dir, o.Dir, nil); err != nil {
+	if err := linkTree(st.Dir, dir, nil); err != nil {
 		_ = l.Abort(st)
 		return "", fmt.Errorf("clone snapshot %s: %w", src, err)
 	}
-	ref, err := l.Commit(ctx, st, o.Manifest.Scope)
+	ref, err := l.seal(st, m.Scope, m.Files)
 	if err != nil {
 		_ = l.Abort(st)
 		return "", err

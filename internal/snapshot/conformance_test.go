@@ -16,3 +16,13 @@ func TestLocalConformance(t *testing.T) {
 		return l
 	})
 }
+
+func TestLocalCompressedConformance(t *testing.T) {
+	snapshottest.Run(t, func(t *testing.T) snapshot.Store {
+		l, err := snapshot.NewLocalWith(t.TempDir(), snapshot.LocalOptions{Compress: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}

@@ -137,15 +137,26 @@ type Manifest struct {
 // Local is a snapshot store in a local directory. Safe for concurrent use:
 // every snapshot has its own directory and ids are random.
 type Local struct {
-	dir string
+	dir    string
+	codecs *codecs
 }
 
-// NewLocal returns a snapshot store rooted at dir, creating it.
+// NewLocal returns a snapshot store rooted at dir, creating it, that
+// keeps files as they are written (it reads compressed ones).
 func NewLocal(dir string) (*Local, error) {
+	return NewLocalWith(dir, LocalOptions{})
+}
+
+// NewLocalWith is NewLocal with options (LocalOptions.Compress).
+func NewLocalWith(dir string, o LocalOptions) (*Local, error) {
 	if err := os.MkdirAll(filepath.Join(dir, ".staging"), 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
 	}
-	return &Local{dir: dir}, nil
+	c, err := newCodecs(o.Compress)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store %s: %w", dir, err)
+	}
+	return &Local{dir: dir, codecs: c}, nil
 }
 
 // Staged is a snapshot being written; write its files into Dir, then
@@ -171,27 +182,47 @@ func (l *Local) Stage(owner, id string) (*Staged, error) {
 // Abort removes a staged snapshot.
 func (l *Local) Abort(s *Staged) error { return os.RemoveAll(s.Dir) }
 
-// Commit makes every staged file durable, writes the manifest last, and
-// moves the snapshot to its final place. It returns the reference to store
-// in the actor's record; only after Commit returns may the pointer move.
+// Commit makes every staged file durable (a compressing Local replaces
+// each file it compresses by its fsynced compressed copy), writes the
+// manifest last, and moves the snapshot to its final place. It returns
+// the reference to store in the actor's record; only after Commit
+// returns may the pointer move.
 func (l *Local) Commit(_ context.Context, s *Staged, scope Scope) (string, error) {
 	ref := s.Owner + "/" + s.ID
-	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: scope}
+	var files []File
 	err := filepath.WalkDir(s.Dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
-		size, err := syncFile(p)
+		rel, _ := filepath.Rel(s.Dir, p)
+		f := File{Name: filepath.ToSlash(rel)}
+		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(s.Dir, p)
-		m.Files = append(m.Files, File{Name: filepath.ToSlash(rel), Size: size})
+		var done bool
+		if f.Compression, f.StoredSize, done, err = l.compressFile(p, info.Size()); err != nil {
+			return err
+		}
+		if done {
+			f.Size = info.Size()
+		} else if f.Size, err = syncFile(p); err != nil {
+			return err
+		}
+		files = append(files, f)
 		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
 	}
+	return l.seal(s, scope, files)
+}
+
+// seal writes the manifest of staged snapshot s, whose files are durable
+// already, and renames it into place.
+func (l *Local) seal(s *Staged, scope Scope, files []File) (string, error) {
+	ref := s.Owner + "/" + s.ID
+	m := Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: scope, Files: files}
 	data, err := codec.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return "", err
@@ -213,21 +244,44 @@ func (l *Local) Commit(_ context.Context, s *Staged, scope Scope) (string, error
 }
 
 // Open checks that ref is complete and its files have the sizes its
-// manifest records, and returns its directory and manifest; Close is a
-// no-op. Errors wrap ErrNotFound or ErrCorrupt.
+// manifest records, and returns its directory and manifest. A snapshot
+// without compressed files is read in place (Close is a no-op); one with
+// some is inflated into a scratch directory (compressed files
+// decompressed, the others hard-linked), which Close removes. Errors wrap
+// ErrNotFound or ErrCorrupt.
 func (l *Local) Open(_ context.Context, ref string) (*Opened, error) {
-	dir, err := l.path(ref)
+	dir, m, err := l.committed(ref)
 	if err != nil {
 		return nil, err
+	}
+	if !m.hasCompressed() {
+		return &Opened{Dir: dir, Manifest: m}, nil
+	}
+	scratch, err := l.inflate(dir, ref, m)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot %s: %w", ref, err)
+	}
+	return NewOpened(scratch, m, func() { _ = os.RemoveAll(scratch) }), nil
+}
+
+// committed returns the directory and manifest of complete snapshot ref,
+// checking that its stored files have the sizes the manifest records.
+func (l *Local) committed(ref string) (string, *Manifest, error) {
+	dir, err := l.path(ref)
+	if err != nil {
+		return "", nil, err
 	}
 	m, err := ReadManifest(dir, ref)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	if err := CheckSizes(dir, ref, m); err != nil {
-		return nil, err
+	for _, f := range m.Files {
+		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.storedName())))
+		if err != nil || st.Size() != f.storedSize() {
+			return "", nil, fmt.Errorf("%w: %s: file %s missing or not %d bytes", ErrCorrupt, ref, f.storedName(), f.storedSize())
+		}
 	}
-	return &Opened{Dir: dir, Manifest: m}, nil
+	return dir, m, nil
 }
 
 // Committed implements Store: the manifest is written last, so its
@@ -278,8 +332,12 @@ func CheckSizes(dir, ref string, m *Manifest) error {
 }
 
 // ClearStaging removes leftovers of staging (a crash between Stage and
-// Commit). Call it at start-up only, before anything stages a snapshot.
+// Commit) and of Open's scratch directories (a crash before Close). Call
+// it at start-up only, before anything stages or opens a snapshot.
 func (l *Local) ClearStaging() error {
+	if err := os.RemoveAll(filepath.Join(l.dir, ".open")); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(filepath.Join(l.dir, ".staging")); err != nil {
 		return err
 	}
@@ -466,7 +524,12 @@ func syncFile(p string) (int64, error) {
 // and fsyncs it before returning: a manifest must be on disk before the
 // snapshot it describes counts as complete.
 func WriteFileSync(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	return writeFileSyncMode(p, data, 0o600)
+}
+
+// writeFileSyncMode is WriteFileSync with the new file's permission bits.
+func writeFileSyncMode(p string, data []byte, perm fs.FileMode) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
 	if err != nil {
 		return err
 	}

@@ -138,7 +138,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if err := apiserver.EnsureDefaultAtespace(ctx, cp.Store); err != nil {
 		return nil, err
 	}
-	if cp.Snapshots, err = snapshot.NewLocal(orDefault(cfg.SnapshotsDir, filepath.Join(cfg.DataDir, "snapshots"))); err != nil {
+	if cp.Snapshots, err = snapshot.NewLocalWith(orDefault(cfg.SnapshotsDir, filepath.Join(cfg.DataDir, "snapshots")), snapshot.LocalOptions{Compress: true}); err != nil {
 		return nil, err
 	}
 	// Paused checkpoints stay on this node's disk, apart from the

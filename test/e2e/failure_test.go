@@ -20,7 +20,7 @@ func TestFailedRestore(t *testing.T) {
 	in.mustCount("default/counter-1", 2)
 	in.ate("suspend", "actor", "counter-1")
 	snap := in.actor("counter-1").GetSnapshot()
-	img, good := in.breakSnapshot("counter-1")
+	fix := in.breakSnapshot("counter-1")
 
 	code, body, _, err := in.request(http.MethodGet, "default/counter-1", "/", "")
 	if err != nil {
@@ -41,9 +41,7 @@ func TestFailedRestore(t *testing.T) {
 	}
 
 	// A good snapshot again: the actor resumes where it was.
-	if err := os.WriteFile(img, good, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fix()
 	in.mustCount("default/counter-1", 3)
 	in.ate("suspend", "actor", "counter-1")
 	in.ate("delete", "actor", "counter-1")

@@ -112,6 +112,13 @@ func startUp(t testing.TB, workers int, extra ...string) *installation {
 // installation on the same state.
 func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *installation {
 	t.Helper()
+	return startUpWait(t, dataDir, workers, 60*time.Second, extra...)
+}
+
+// startUpWait is startUpIn waiting up to ready for `ate up` to serve:
+// setting up hundreds of workers takes longer than a minute.
+func startUpWait(t testing.TB, dataDir string, workers int, ready time.Duration, extra ...string) *installation {
+	t.Helper()
 	in := &installation{t: t, dataDir: dataDir}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
 		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-level", "debug",
@@ -130,9 +137,9 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 		t.Fatal(err)
 	}
 	in.cmd = cmd
-	ready := make(chan map[string]any, 1)
+	readyC := make(chan map[string]any, 1)
 	demo := slices.Contains(extra, "--demo")
-	go in.readLog(stderr, ready, demo)
+	go in.readLog(stderr, readyC, demo)
 	t.Cleanup(func() {
 		// SIGTERM is what an operator sends; ate up must exit 0 after
 		// suspending its actors.
@@ -146,12 +153,12 @@ func startUpIn(t testing.TB, dataDir string, workers int, extra ...string) *inst
 		}
 	})
 	select {
-	case info := <-ready:
+	case info := <-readyC:
 		in.apiAddr, in.routerAddr = info["api"].(string), info["router"].(string)
 		in.metricsAddr, _ = info["metrics"].(string)
 		in.dashboardURL, _ = info["dashboard"].(string)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ate up did not become ready; log:\n%s", in.logText())
+	case <-time.After(ready):
+		t.Fatalf("ate up did not become ready within %s; log:\n%s", ready, in.logText())
 	}
 	conn, err := grpc.NewClient(in.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/testlog"
 )
 
@@ -44,23 +46,64 @@ func (in *installation) ateBackground(args ...string) *testlog.Buffer {
 }
 
 // breakSnapshot overwrites the actor's durable checkpoint image with
-// garbage of the same size (it passes the manifest's size check and fails
-// inside runsc restore) and returns the good content, to write back.
-func (in *installation) breakSnapshot(actor string) (img string, good []byte) {
+// garbage of the same size (the snapshot store reads it back whole and
+// it fails inside runsc restore) and returns a func that puts the good
+// image back. The store may keep the image zstd-compressed
+// (snapshot.LocalOptions): then the garbage is compressed too and the
+// manifest's stored size follows, so the store's own checks pass.
+func (in *installation) breakSnapshot(actor string) (fix func()) {
 	in.t.Helper()
-	img = filepath.Join(in.dataDir, "snapshots", in.actor(actor).GetSnapshot(), "checkpoint.img")
+	dir := filepath.Join(in.dataDir, "snapshots", in.actor(actor).GetSnapshot())
+	manifest := filepath.Join(dir, snapshot.ManifestName)
+	goodManifest, err := os.ReadFile(manifest)
+	if err != nil {
+		in.t.Fatalf("read snapshot manifest: %v", err)
+	}
+	var m snapshot.Manifest
+	if err := json.Unmarshal(goodManifest, &m); err != nil {
+		in.t.Fatal(err)
+	}
+	i := slices.IndexFunc(m.Files, func(f snapshot.File) bool { return f.Name == "checkpoint.img" })
+	if i < 0 {
+		in.t.Fatalf("snapshot %s has no checkpoint.img: %+v", dir, m.Files)
+	}
+	bad := make([]byte, m.Files[i].Size)
+	for j := range bad {
+		bad[j] = byte(j * 7)
+	}
+	img := filepath.Join(dir, "checkpoint.img")
+	if m.Files[i].Compression == snapshot.CompressionZstd {
+		img += snapshot.ZstdSuffix
+		enc, err := zstd.NewWriter(nil)
+		if err != nil {
+			in.t.Fatal(err)
+		}
+		bad = enc.EncodeAll(bad, nil)
+		m.Files[i].StoredSize = int64(len(bad))
+		data, err := json.Marshal(m)
+		if err != nil {
+			in.t.Fatal(err)
+		}
+		if err := os.WriteFile(manifest, data, 0o600); err != nil {
+			in.t.Fatal(err)
+		}
+	}
 	good, err := os.ReadFile(img)
 	if err != nil {
 		in.t.Fatalf("read snapshot file: %v", err)
 	}
-	bad := make([]byte, len(good))
-	for i := range bad {
-		bad[i] = byte(i * 7)
-	}
 	if err := os.WriteFile(img, bad, 0o600); err != nil {
 		in.t.Fatal(err)
 	}
-	return img, good
+	return func() {
+		in.t.Helper()
+		if err := os.WriteFile(img, good, 0o600); err != nil {
+			in.t.Fatal(err)
+		}
+		if err := os.WriteFile(manifest, goodManifest, 0o600); err != nil {
+			in.t.Fatal(err)
+		}
+	}
 }
 
 // logLine POSTs text to the counter actor's /log, which prints it.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -85,17 +84,9 @@ func TestRouterErrors(t *testing.T) {
 		in.ate("create", "actor", "broken", "--template", "durable")
 		in.mustCount("default/broken", 1)
 		in.suspend("broken")
-		snap := in.actor("broken").GetSnapshot()
-		img := filepath.Join(in.dataDir, "snapshots", snap, "checkpoint.img")
-		st, err := os.Stat(img)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Same size, garbage content: fails inside runsc restore, whose
 		// error names the runtime, paths and the worker's namespace.
-		if err := os.WriteFile(img, make([]byte, st.Size()), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		in.breakSnapshot("broken")
 		code, body, hdr, err := in.request(http.MethodGet, "default/broken", "/", "")
 		if err != nil {
 			t.Fatal(err)

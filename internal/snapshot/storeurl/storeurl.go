@@ -27,7 +27,8 @@ type Options struct {
 
 // Open returns the snapshot store rawURL names:
 //
-//   - a plain path or file:///path: snapshot.Local rooted there;
+//   - a plain path or file:///path: snapshot.Local rooted there,
+//     keeping small files zstd-compressed (snapshot.LocalOptions);
 //   - s3://bucket/prefix?endpoint=http://host:port&region=R&compression=zstd|none:
 //     the S3 store (s3.ParseURL), caching in opts.CacheDir. Its
 //     construction checks endpoint, credentials and bucket (s3.New).
@@ -47,9 +48,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (snapshot.Store, err
 		if err != nil || (u.Host != "" && u.Host != "localhost") || u.Path == "" || u.RawQuery != "" {
 			return nil, fmt.Errorf("%w: %q: want file:///absolute/path", s3.ErrBadURL, rawURL)
 		}
-		return snapshot.NewLocal(u.Path)
+		return snapshot.NewLocalWith(u.Path, snapshot.LocalOptions{Compress: true})
 	case rawURL == "" || strings.Contains(rawURL, "://"):
 		return nil, fmt.Errorf("%w: %q: want a path, file:///path or s3://bucket/prefix", s3.ErrBadURL, rawURL)
 	}
-	return snapshot.NewLocal(rawURL)
+	return snapshot.NewLocalWith(rawURL, snapshot.LocalOptions{Compress: true})
 }

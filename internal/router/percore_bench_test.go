@@ -22,6 +22,7 @@ import (
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/latency"
 	"substrate.dev/ate/internal/loadgen"
+	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 )
@@ -192,13 +193,17 @@ func (r *benchRouter) mem(b *testing.B) runtime.MemStats {
 
 // runBenchRouter is the router process: the handler NewHandler builds,
 // served by httpserve, every actor on backend, logging JSON at info to
-// stderr. It prints its router and stats addresses on one line and runs
+// stderr (batched as `ate router` does). It prints its router and stats addresses on one line and runs
 // until stdin ends. The stats listener serves /memstats and pprof
 // (/debug/pprof/…), for profiling the router under the benchmark's load.
 func runBenchRouter(backend string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Logging as componentCommand (cmd/ate) sets it up.
+	out := logbuf.NewWriter(os.Stderr, 100*time.Millisecond)
+	defer out.Flush()
+	jh := slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo})
+	logger := slog.New(logbuf.NewHandler(jh, out, IsAccessRecord))
 	res := staticResolver{worker: "worker-1", addr: backend}
 	h := NewHandler(Config{Metrics: metrics.New().Router}, res, logger)
 	srv := httpserve.NewServer("router", "127.0.0.1:0", h, logger)

@@ -44,7 +44,7 @@ type access struct {
 	wait     time.Duration
 	upstream time.Duration
 	in       countingBody
-	out      *countingWriter
+	out      countingWriter
 }
 
 // log writes r's access record to logger.

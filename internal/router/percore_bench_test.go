@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/latency"
 	"substrate.dev/ate/internal/loadgen"
 	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/metrics"
@@ -41,12 +40,12 @@ const benchRouterCPU, benchLoadCPU = 0, 1
 // standing in for tunnel and app, answering "count=N\n") and the load
 // generator share CPU 1. 64 keep-alive connections, small responses.
 //
-// Per side (router, then direct to the actor) a closed-loop run gives
-// the throughput; router-req/s-per-core divides the router's by the CPU
-// time the router process used over the run. Then both sides are paced
-// at half the lower throughput, back to back, for added-p50/p99-ms
-// (router minus direct). allocs/req and B/req are the router process's
-// heap allocations per request over the closed-loop run.
+// loadgen.Comparison runs both sides (router, direct to the actor):
+// closed-loop for throughput, router-req/s-per-core dividing the router's
+// by the CPU time its process used; then both paced at half the lower
+// throughput, back to back, for added-p50/p99-ms (router minus direct);
+// allocs/req and B/req are the router process's heap allocations per
+// request over its closed-loop run.
 func BenchmarkRouterPerCore(b *testing.B) {
 	window := time.Second
 	if fullBench() {
@@ -63,47 +62,26 @@ func BenchmarkRouterPerCore(b *testing.B) {
 	defer restore()
 	backend := benchBackend(b)
 	rt := startBenchRouter(b, backend)
-	host := "counter.default." + DefaultActorDomain
 	dial := func(addr string) func(ctx context.Context) (net.Conn, error) {
 		return func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
 		}
 	}
-	run := func(addr string, rate float64, d time.Duration) loadgen.Result {
-		res, err := loadgen.Run(context.Background(), loadgen.Config{
-			Dial: dial(addr), Request: loadgen.NewRequest(host, "/"), Conns: conns, Duration: d, Rate: rate,
-		})
+	req := loadgen.NewRequest("counter.default."+DefaultActorDomain, "/")
+	cmp := loadgen.Comparison{
+		Proxy:  loadgen.Side{Dial: dial(rt.addr), Request: req},
+		Direct: loadgen.Side{Dial: dial(backend), Request: req},
+		Conns:  conns, Window: window,
+		ProxyCPU:    func() (time.Duration, error) { return loadgen.CPUTime(rt.pid) },
+		ProxyAllocs: rt.allocs,
+	}
+	for b.Loop() {
+		rep, err := cmp.Run(context.Background())
 		if err != nil {
 			b.Fatal(err)
 		}
-		return res
-	}
-	for b.Loop() {
-		run(rt.addr, 0, window/10) // warm connections, pools and caches
-		cpu0, mem0 := rt.cpu(b), rt.mem(b)
-		routed := run(rt.addr, 0, window)
-		cpu1, mem1 := rt.cpu(b), rt.mem(b)
-		direct := run(backend, 0, window)
-		pace := min(routed.PerSecond(), direct.PerSecond()) / 2
-		routedLat := run(rt.addr, pace, window/2)
-		directLat := run(backend, pace, window/2)
-
-		n := float64(routed.Requests)
-		cores := (cpu1 - cpu0).Seconds() / routed.Elapsed.Seconds()
-		b.ReportMetric(routed.PerSecond(), "router-req/s")
-		b.ReportMetric(cores, "router-cores")
-		b.ReportMetric(routed.PerSecond()/cores, "router-req/s-per-core")
-		b.ReportMetric(direct.PerSecond(), "direct-req/s")
-		b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/n, "allocs/req")
-		b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/n, "B/req")
-		b.ReportMetric(pace, "paced-req/s")
-		latency.Report(b, "router-", routedLat.Latencies, 0.5, 0.99)
-		latency.Report(b, "direct-", directLat.Latencies, 0.5, 0.99)
-		for _, q := range []float64{0.5, 0.99} {
-			added := latency.Quantile(routedLat.Latencies, q) - latency.Quantile(directLat.Latencies, q)
-			b.ReportMetric(latency.Ms(added), fmt.Sprintf("added-p%02.0f-ms", q*100))
-		}
+		rep.ReportTo(b, "router")
 	}
 	b.ReportMetric(0, "ns/op")
 }
@@ -170,25 +148,19 @@ func startBenchRouter(b *testing.B, backend string) *benchRouter {
 	return &benchRouter{pid: cmd.Process.Pid, addr: f[0], stats: f[1]}
 }
 
-func (r *benchRouter) cpu(b *testing.B) time.Duration {
-	d, err := loadgen.CPUTime(r.pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
-
-func (r *benchRouter) mem(b *testing.B) runtime.MemStats {
+// allocs returns the router process's heap allocations so far: objects
+// and bytes.
+func (r *benchRouter) allocs() (objects, bytes float64, err error) {
 	resp, err := http.Get("http://" + r.stats + "/memstats")
 	if err != nil {
-		b.Fatal(err)
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	var m runtime.MemStats
 	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		b.Fatal(err)
+		return 0, 0, err
 	}
-	return m
+	return float64(m.Mallocs), float64(m.TotalAlloc), nil
 }
 
 // runBenchRouter is the router process: the handler NewHandler builds,

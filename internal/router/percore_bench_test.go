@@ -26,17 +26,18 @@ import (
 	"substrate.dev/ate/internal/names"
 )
 
-// benchRouterEnv, set to a backend's host:port, makes the test binary a
-// router process for BenchmarkRouterPerCore instead of running tests.
+// benchRouterEnv, set to a backend's host:port, makes the test binary
+// the router process of BenchmarkRouterPerCorePlainActor instead of
+// running tests.
 const benchRouterEnv = "ATE_ROUTER_BENCH_BACKEND"
 
-// Router and generator CPUs of BenchmarkRouterPerCore.
+// Router and generator CPUs of BenchmarkRouterPerCorePlainActor.
 const benchRouterCPU, benchLoadCPU = 0, 1
 
-// BenchmarkRouterPerCore measures the router's own cost per core, the way
-// proxies are compared: the router is its own process pinned to CPU 0
-// (NewHandler on httpserve, JSON access log to a file, metrics on — as
-// `ate router` runs), and a plain-process actor (a Go HTTP server
+// BenchmarkRouterPerCorePlainActor measures the router's own cost per
+// core, the way proxies are compared: the router is its own process
+// pinned to CPU 0 (NewHandler on httpserve, JSON access log batched to a
+// file, metrics on — as `ate router` runs), and a plain-process actor (a Go HTTP server
 // standing in for tunnel and app, answering "count=N\n") and the load
 // generator share CPU 1. 64 keep-alive connections, small responses.
 //
@@ -46,7 +47,7 @@ const benchRouterCPU, benchLoadCPU = 0, 1
 // throughput, back to back, for added-p50/p99-ms (router minus direct);
 // allocs/req and B/req are the router process's heap allocations per
 // request over its closed-loop run.
-func BenchmarkRouterPerCore(b *testing.B) {
+func BenchmarkRouterPerCorePlainActor(b *testing.B) {
 	window := time.Second
 	if fullBench() {
 		window = 10 * time.Second
@@ -86,8 +87,8 @@ func BenchmarkRouterPerCore(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// benchBackend starts the plain-process actor of BenchmarkRouterPerCore
-// and returns its host:port.
+// benchBackend starts the plain-process actor of
+// BenchmarkRouterPerCorePlainActor and returns its host:port.
 func benchBackend(b *testing.B) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -103,7 +104,7 @@ func benchBackend(b *testing.B) string {
 	return ln.Addr().String()
 }
 
-// benchRouter is the router process of BenchmarkRouterPerCore.
+// benchRouter is the router process of BenchmarkRouterPerCorePlainActor.
 type benchRouter struct {
 	pid         int
 	addr, stats string
@@ -213,8 +214,8 @@ func runBenchRouter(backend string) int {
 }
 
 // benchProfileEnv names a directory where the router process of
-// BenchmarkRouterPerCore writes cpu.pprof (its whole run) and
-// allocs.pprof (at exit).
+// BenchmarkRouterPerCorePlainActor writes cpu.pprof (its whole run)
+// and allocs.pprof (at exit).
 const benchProfileEnv = "ATE_ROUTER_BENCH_PROFILE"
 
 func profile(dir string) (stop func(), err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 
 	"substrate.dev/ate/internal/latency"
@@ -135,4 +136,41 @@ func (r Report) ReportTo(rep latency.Reporter, prefix string) {
 		added := latency.Quantile(r.ProxyLat, q) - latency.Quantile(r.DirectLat, q)
 		rep.ReportMetric(latency.Ms(added), fmt.Sprintf("added-p%02.0f-ms", q*100))
 	}
+}
+
+// Conns is the connection count of the per-core router benchmarks, as
+// proxy comparisons commonly use.
+const Conns = 64
+
+// Window is the closed-loop run length of the per-core router
+// benchmarks: a second under `make test`, 10 s under `make bench` (full).
+func Window(full bool) time.Duration {
+	if full {
+		return 10 * time.Second
+	}
+	return time.Second
+}
+
+// B is the part of *testing.B that Bench uses.
+type B interface {
+	Loop() bool
+	Fatal(args ...any)
+	ReportMetric(n float64, unit string)
+}
+
+// Bench runs c once per benchmark iteration and reports the last run
+// (ReportTo, proxy named prefix), failing b on an error. It needs two
+// CPUs, so that proxy and load can be pinned apart.
+func (c Comparison) Bench(b B, prefix string) {
+	if n := runtime.NumCPU(); n < 2 {
+		b.Fatal(fmt.Sprintf("needs 2 CPUs to pin %s and load apart, have %d", prefix, n))
+	}
+	for b.Loop() {
+		rep, err := c.Run(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		rep.ReportTo(b, prefix)
+	}
+	b.ReportMetric(0, "ns/op")
 }

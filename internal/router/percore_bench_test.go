@@ -48,14 +48,6 @@ const benchRouterCPU, benchLoadCPU = 0, 1
 // allocs/req and B/req are the router process's heap allocations per
 // request over its closed-loop run.
 func BenchmarkRouterPerCorePlainActor(b *testing.B) {
-	window := time.Second
-	if fullBench() {
-		window = 10 * time.Second
-	}
-	const conns = 64
-	if runtime.NumCPU() < 2 {
-		b.Fatalf("needs 2 CPUs to pin router and load apart, have %d", runtime.NumCPU())
-	}
 	restore, err := loadgen.Pin(os.Getpid(), benchLoadCPU)
 	if err != nil {
 		b.Fatal(err)
@@ -73,18 +65,11 @@ func BenchmarkRouterPerCorePlainActor(b *testing.B) {
 	cmp := loadgen.Comparison{
 		Proxy:  loadgen.Side{Dial: dial(rt.addr), Request: req},
 		Direct: loadgen.Side{Dial: dial(backend), Request: req},
-		Conns:  conns, Window: window,
+		Conns:  loadgen.Conns, Window: loadgen.Window(fullBench()),
 		ProxyCPU:    func() (time.Duration, error) { return loadgen.CPUTime(rt.pid) },
 		ProxyAllocs: rt.allocs,
 	}
-	for b.Loop() {
-		rep, err := cmp.Run(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		rep.ReportTo(b, "router")
-	}
-	b.ReportMetric(0, "ns/op")
+	cmp.Bench(b, "router")
 }
 
 // benchBackend starts the plain-process actor of

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -38,14 +37,6 @@ const perCoreRouterCPU, perCoreLoadCPU = 0, 1
 // showing the router's own cost, is internal/router's
 // BenchmarkRouterPerCorePlainActor.
 func BenchmarkRouterPerCore(b *testing.B) {
-	window := time.Second
-	if fullBench() {
-		window = 10 * time.Second
-	}
-	const conns = 64
-	if runtime.NumCPU() < 2 {
-		b.Fatalf("needs 2 CPUs to pin router and load apart, have %d", runtime.NumCPU())
-	}
 	in := startUp(b, 1, "--demo")
 	in.mustCount("default/counter-1", 1)
 	mgmt := freeAddr(b)
@@ -81,7 +72,7 @@ func BenchmarkRouterPerCore(b *testing.B) {
 			},
 			Request: loadgen.NewRequest(interior, "/"),
 		},
-		Conns: conns, Window: window,
+		Conns: loadgen.Conns, Window: loadgen.Window(fullBench()),
 		ProxyCPU: func() (time.Duration, error) {
 			// Pin the router's threads started since (the Go runtime
 			// adds some under load) too.
@@ -92,14 +83,7 @@ func BenchmarkRouterPerCore(b *testing.B) {
 		},
 		ProxyAllocs: func() (float64, float64, error) { return goAllocs(mgmt) },
 	}
-	for b.Loop() {
-		rep, err := cmp.Run(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		rep.ReportTo(b, "router")
-	}
-	b.ReportMetric(0, "ns/op")
+	cmp.Bench(b, "router")
 }
 
 // goAllocs reads a Go process's heap allocations so far, objects and

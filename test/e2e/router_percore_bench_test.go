@@ -40,6 +40,10 @@ func BenchmarkRouterPerCore(b *testing.B) {
 	in := startUp(b, 1, "--demo")
 	in.mustCount("default/counter-1", 1)
 	mgmt := freeAddr(b)
+	// One core, one P: as Go sizes itself in a deployment with a 1-CPU
+	// limit. With the default (2 here) two Ps share the pinned core and
+	// spin and hand work over between them.
+	b.Setenv("GOMAXPROCS", "1")
 	rt, fields := startComponent(b, "router", "ate router ready", "router", "--api", in.apiAddr,
 		"--listen", "127.0.0.1:0", "--drain-delay", "0s", "--management-addr", mgmt)
 	routerAddr := fields["router"].(string)

@@ -26,6 +26,7 @@ go vet ./...
 go test -run XXX -bench . -benchtime 1x ./internal/bench/
 go test -run XXX -bench . -benchtime 1x ./test/e2e/
 go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/ ./internal/snapshot/
+go test -run XXX -bench . -benchtime 1x ./internal/router/
 # The stores' conformance suite (concurrent claimers, leases, fencing)
 # under the race detector, on both backends (~20 s).
 go test -race -count=1 ./internal/store/... ./internal/apidial/

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -11,11 +12,17 @@ import (
 	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/up"
 )
+
+// logFlushDelay is the longest an access log line waits to be written:
+// short next to anyone reading the log, long enough that a busy router
+// writes hundreds of lines per system call instead of one.
+const logFlushDelay = 100 * time.Millisecond
 
 // componentCommand returns a server subcommand: flags defined by flags,
 // overlaid on --config-file, then run with a JSON logger at --log-level
@@ -42,7 +49,12 @@ below without their dashes; a flag given on the command line overrides it.`
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return err
 			}
-			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			// Access log records are batched (at most logFlushDelay),
+			// all others written at once.
+			out := logbuf.NewWriter(cmd.ErrOrStderr(), logFlushDelay)
+			defer out.Flush()
+			json := slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level})
+			log := slog.New(logbuf.NewHandler(json, out, router.IsAccessRecord))
 			log.Debug("garbage collector target", "gogc", up.TuneGC())
 			err := run(cmd.Context(), log)
 			if err != nil {

@@ -114,6 +114,9 @@ type Router struct {
 	parked         prometheus.Gauge
 	failures       *prometheus.CounterVec
 	heldStreams    prometheus.Gauge
+	// requestsBy is requests' children, resolved once (a label lookup
+	// hashes and locks): [activations index][codeClasses index].
+	requestsBy [][]prometheus.Counter
 }
 
 func newRouter() *Router {
@@ -138,9 +141,10 @@ func newRouter() *Router {
 		}, []string{"reason"}),
 		heldStreams: newHeldStreams(),
 	}
-	for _, a := range activations {
+	r.requestsBy = make([][]prometheus.Counter, len(activations))
+	for i, a := range activations {
 		for _, c := range codeClasses {
-			r.requests.WithLabelValues(a, c)
+			r.requestsBy[i] = append(r.requestsBy[i], r.requests.WithLabelValues(a, c))
 		}
 	}
 	for _, a := range []string{ActivationResumed, ActivationJoined} {
@@ -158,7 +162,14 @@ func (r *Router) Request(how string, status int) {
 	if r == nil {
 		return
 	}
-	r.requests.WithLabelValues(how, codeClass(status)).Inc()
+	class := codeClassIndex(status)
+	for i, a := range activations {
+		if a == how {
+			r.requestsBy[i][class].Inc()
+			return
+		}
+	}
+	r.requests.WithLabelValues(how, codeClasses[class]).Inc()
 }
 
 // ActivationWait records that a request parked for d and then resumed or
@@ -187,11 +198,14 @@ func (r *Router) Failure(reason string) {
 }
 
 // codeClass is "2xx" for 200..299 and so on; 499 (client gone) is 4xx.
-func codeClass(status int) string {
+func codeClass(status int) string { return codeClasses[codeClassIndex(status)] }
+
+// codeClassIndex is codeClass's index in codeClasses.
+func codeClassIndex(status int) int {
 	if status < 100 || status > 599 {
-		return "5xx"
+		return len(codeClasses) - 1
 	}
-	return codeClasses[status/100-1]
+	return status/100 - 1
 }
 
 // Lifecycle is the lifecycle workflows' collectors.

@@ -27,6 +27,13 @@ import (
 // bytes after the 101 are not counted); trace_id when tracing is on.
 const AccessLogMessage = "request"
 
+// IsAccessRecord reports whether r is an access log record (message
+// AccessLogMessage at Info): one per request, so a log sink may batch
+// them (internal/logbuf) instead of writing each at once.
+func IsAccessRecord(r slog.Record) bool {
+	return r.Level == slog.LevelInfo && r.Message == AccessLogMessage
+}
+
 // access collects one request's access log fields. Only the request's
 // own goroutine touches it, except the request body's counter, which a
 // transport goroutine that ReverseProxy left behind may still add to.
@@ -37,7 +44,7 @@ type access struct {
 	wait     time.Duration
 	upstream time.Duration
 	in       countingBody
-	out      *countingWriter
+	out      countingWriter
 }
 
 // log writes r's access record to logger.

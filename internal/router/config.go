@@ -140,10 +140,13 @@ func newTunnelTransport() *http.Transport {
 	// the client's back, buffering streamed responses.
 	t.DisableCompression = true
 	t.DialContext = (&net.Dialer{Timeout: tunnelDialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	// A tunnel fronts one busy actor; the default of 2 idle connections
-	// per host would make concurrent requests to it churn connections.
-	t.MaxIdleConnsPerHost = 64
-	t.MaxIdleConns = 1024
+	// A tunnel fronts every actor of its node; fewer idle connections
+	// per host than requests in flight to it makes the surplus open and
+	// close a connection each (a dial, a handshake and a TIME_WAIT per
+	// request), which halves throughput. Idle ones cost a few KiB and
+	// close after IdleConnTimeout (90 s).
+	t.MaxIdleConnsPerHost = 1024
+	t.MaxIdleConns = 4096
 	// Tunnels speak cleartext HTTP/1.1, which carries upgrades
 	// (WebSocket) and full-duplex bodies.
 	t.ForceAttemptHTTP2 = false

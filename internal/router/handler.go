@@ -85,6 +85,7 @@ func NewHandler(cfg Config, res Resolver, logger *slog.Logger) *Handler {
 		logger:   logger,
 		errorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	h.proxy = h.newReverseProxy()
 	h.serve = tracing.Handler(http.HandlerFunc(h.serveHTTP), "router")
 	return h
 }
@@ -96,6 +97,7 @@ type Handler struct {
 	serve    http.Handler
 	cfg      Config
 	act      *activator
+	proxy    *httputil.ReverseProxy
 	buffers  httputil.BufferPool
 	logger   *slog.Logger
 	errorLog *log.Logger
@@ -140,9 +142,9 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 		return
 	}
-	rec := &access{start: time.Now(), key: key, out: &countingWriter{ResponseWriter: w}}
+	rec := &access{start: time.Now(), key: key, out: countingWriter{ResponseWriter: w}}
 	defer rec.log(h.logger, r, rid)
-	w = rec.out
+	w = &rec.out
 	if err != nil {
 		h.fail(w, key, Target{}, "", rid, err)
 		return

@@ -26,94 +26,166 @@ import (
 // handler with http.ErrAbortHandler, which tells the client the body is
 // incomplete.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t Target, act activated, rid string, rec *access) error {
-	p := t.Policy.withDefaults(h.cfg)
-	sentAt := time.Now()
+	a := &proxyAttempt{h: h, w: w, t: t, act: act, rid: rid, rec: rec, p: t.Policy.withDefaults(h.cfg), sentAt: time.Now()}
 	// Cancelling the outbound request closes its tunnel connection, so a
 	// reply that comes late can never be read by another request.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	var sent atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
-	deadline := time.AfterFunc(p.RouteTimeout, func() { cancel(errRouteTimeout) })
-	defer deadline.Stop()
+	a.cancel = cancel
+	a.trace.WroteHeaders = a.wroteHeaders
+	ctx = httptrace.WithClientTrace(context.WithValue(ctx, attemptKey{}, a), &a.trace)
+	a.timer = time.AfterFunc(a.p.RouteTimeout, a.fire)
+	defer a.timer.Stop()
+	h.proxy.ServeHTTP(w, r.WithContext(ctx))
+	if a.failed == nil {
+		return nil
+	}
+	if errors.Is(context.Cause(ctx), errRouteTimeout) {
+		return &routeTimeoutError{timeout: a.p.RouteTimeout, delivered: a.sent.Load()}
+	}
+	return fmt.Errorf("proxy to worker %s: %w", t.Worker, a.failed)
+}
 
-	var failed error
-	// A ReverseProxy is a few words of configuration; one per attempt lets
-	// the hooks close over this attempt's target, timers and error.
-	rp := &httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { rewrite(pr, t, rid) },
+// newReverseProxy returns the proxy every forward shares; its hooks find
+// the request's proxyAttempt in the request's context. One proxy and one
+// attempt record per request, instead of a proxy with closures over the
+// attempt's variables, saves the router several allocations per request.
+func (h *Handler) newReverseProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { attemptOf(pr.In.Context()).rewrite(pr) },
 		Transport:  h.cfg.Transport,
 		BufferPool: h.buffers,
 		// FlushInterval 0: responses without a Content-Length (chunked
 		// streams) and Server-Sent Events are flushed on every write;
 		// responses of known length go out in full buffers, which saves
 		// a write per response on ordinary requests.
-		ErrorLog: h.errorLog,
-		ModifyResponse: func(res *http.Response) error {
-			rec.upstream = time.Since(sentAt)
-			if !deadline.Stop() {
-				// The timeout fired as the header arrived; the
-				// request is already cancelled.
-				return errRouteTimeout
-			}
-			if res.StatusCode == tunnelproto.StatusStale {
-				// Surfaces in ErrorHandler before anything is written,
-				// so the request can be re-resolved and replayed.
-				return errMisdirected
-			}
-			if kind := res.Header.Get(tunnelproto.HeaderError); kind != "" {
-				// The tunnel's words (and marker) are not for the
-				// client: classify answers instead.
-				return &tunnelError{kind: tunnelproto.ErrorKind(kind), status: res.StatusCode}
-			}
-			res.Body = watchIdle(res.Body, p.StreamIdleTimeout, func() {
-				h.logger.Info("stream idle timeout, cutting it", "actor", t.Actor,
-					"worker", t.Worker, "timeout", p.StreamIdleTimeout)
-				cancel(errStreamIdle)
-			})
-			// The router's id replaces any the actor sent. w holds it
-			// already (ServeHTTP) unless a relayed 1xx cleared w's
-			// header; dropped there, as ReverseProxy adds res's
-			// headers to w's rather than replacing them.
-			res.Header.Set(HeaderRequestID, rid)
-			w.Header().Del(HeaderRequestID)
-			res.Header.Set(HeaderActivation, act.header())
-			h.cfg.Metrics.Request(string(act.how), res.StatusCode)
-			if act.how != activationWarm {
-				res.Header.Set(HeaderActivationMs, strconv.FormatInt(act.waited.Milliseconds(), 10))
-			}
-			return nil
+		ErrorLog:       h.errorLog,
+		ModifyResponse: func(res *http.Response) error { return attemptOf(res.Request.Context()).modifyResponse(res) },
+		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
+			attemptOf(r.Context()).failed = err
 		},
-		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
 	}
-	rp.ServeHTTP(w, r.WithContext(ctx))
-	if failed == nil {
-		return nil
+}
+
+// attemptKey is the context key of the request's *proxyAttempt.
+type attemptKey struct{}
+
+func attemptOf(ctx context.Context) *proxyAttempt { return ctx.Value(attemptKey{}).(*proxyAttempt) }
+
+// proxyAttempt is one forward of a request to t: its handler goroutine
+// sets it up and reads it after the proxy returns; the proxy's hooks, the
+// client trace and the timer fill it in meanwhile.
+type proxyAttempt struct {
+	h      *Handler
+	w      http.ResponseWriter
+	t      Target
+	act    activated
+	rid    string
+	rec    *access
+	p      Policy
+	sentAt time.Time
+	cancel context.CancelCauseFunc
+	trace  httptrace.ClientTrace
+	// sent is set once the request header went to the tunnel.
+	sent atomic.Bool
+	// timer first bounds the wait for the response header (RouteTimeout);
+	// once the header is in (streaming set), it is the stream idle
+	// timeout, reset by each byte moved (watchIdle). idled makes its
+	// stream idle action happen once.
+	timer     *time.Timer
+	streaming atomic.Bool
+	idled     atomic.Bool
+	// failed is the error ReverseProxy handed its ErrorHandler; nil if
+	// the response was relayed.
+	failed error
+	// values backs the header values the attempt sets (rewrite,
+	// modifyResponse): one-element slices of it, capped, so they need no
+	// allocation of their own and an append to one copies instead of
+	// overwriting its neighbour. Nothing else writes them.
+	values [4]string
+}
+
+func (a *proxyAttempt) wroteHeaders() { a.sent.Store(true) }
+
+// fire is the timer's function: the route timeout before the response
+// header, the stream idle timeout after it.
+func (a *proxyAttempt) fire() {
+	if !a.streaming.Load() {
+		a.cancel(errRouteTimeout)
+		return
 	}
-	if errors.Is(context.Cause(ctx), errRouteTimeout) {
-		return &routeTimeoutError{timeout: p.RouteTimeout, delivered: sent.Load()}
+	if a.idled.CompareAndSwap(false, true) {
+		a.h.logger.Info("stream idle timeout, cutting it", "actor", a.t.Actor,
+			"worker", a.t.Worker, "timeout", a.p.StreamIdleTimeout)
+		a.cancel(errStreamIdle)
 	}
-	return fmt.Errorf("proxy to worker %s: %w", t.Worker, failed)
+}
+
+// modifyResponse is the proxy's ModifyResponse for this attempt.
+func (a *proxyAttempt) modifyResponse(res *http.Response) error {
+	a.rec.upstream = time.Since(a.sentAt)
+	if !a.timer.Stop() {
+		// The timeout fired as the header arrived; the request is
+		// already cancelled.
+		return errRouteTimeout
+	}
+	if res.StatusCode == tunnelproto.StatusStale {
+		// Surfaces in ErrorHandler before anything is written, so the
+		// request can be re-resolved and replayed.
+		return errMisdirected
+	}
+	if kind := res.Header.Get(tunnelproto.HeaderError); kind != "" {
+		// The tunnel's words (and marker) are not for the client:
+		// classify answers instead.
+		return &tunnelError{kind: tunnelproto.ErrorKind(kind), status: res.StatusCode}
+	}
+	// The timer, stopped above, now watches the stream.
+	a.streaming.Store(true)
+	a.timer.Reset(a.p.StreamIdleTimeout)
+	res.Body = watchIdle(res.Body, a.p.StreamIdleTimeout, a.timer)
+	// The router's id replaces any the actor sent: ReverseProxy adds
+	// res's headers to w's, which holds the router's id already
+	// (ServeHTTP) unless a relayed 1xx cleared w's header.
+	res.Header.Del(HeaderRequestID)
+	if wh := a.w.Header(); wh.Get(HeaderRequestID) == "" {
+		wh.Set(HeaderRequestID, a.rid)
+	}
+	a.values[3] = a.act.header()
+	res.Header[HeaderActivation] = a.values[3:4:4]
+	a.h.cfg.Metrics.Request(string(a.act.how), res.StatusCode)
+	if a.act.how != activationWarm {
+		res.Header.Set(HeaderActivationMs, strconv.FormatInt(a.act.waited.Milliseconds(), 10))
+	}
+	return nil
 }
 
 // rewrite points the outbound request at t's tunnel, keeping path, query
 // and Host, tells the tunnel which worker and actor incarnation the
 // router expects, and passes the request id on (rid, as X-Request-Id).
-func rewrite(pr *httputil.ProxyRequest, t Target, rid string) {
-	pr.SetURL(&url.URL{Scheme: "http", Host: t.TunnelAddr})
+// The header values are slices of a.values (see there).
+func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(&url.URL{Scheme: "http", Host: a.t.TunnelAddr})
 	// The actor's app sees the Host the client used, not the tunnel's.
 	pr.Out.Host = pr.In.Host
 	// The router is the edge: client-sent X-Forwarded-* (already removed
 	// from Out by ReverseProxy) are not trusted, only set afresh.
 	pr.SetXForwarded()
-	// Clients must not pick the worker or incarnation: Set replaces any
-	// client-sent values of these headers.
-	pr.Out.Header.Set(tunnelproto.HeaderWorker, t.Worker)
-	pr.Out.Header.Set(tunnelproto.HeaderActorUID, t.UID)
-	// The tunnel logs it with any failure, and the actor's app may
-	// log it too: one id from client to app.
-	pr.Out.Header.Set(headerXRequestID, rid)
+	// Clients must not pick the worker or incarnation: these replace any
+	// client-sent values of these headers. The tunnel logs the request
+	// id with any failure, and the actor's app may log it too: one id
+	// from client to app.
+	a.values[0], a.values[1], a.values[2] = a.t.Worker, a.t.UID, a.rid
+	pr.Out.Header[canonicalWorker] = a.values[0:1:1]
+	pr.Out.Header[canonicalActorUID] = a.values[1:2:2]
+	pr.Out.Header[canonicalXRequestID] = a.values[2:3:3]
 }
+
+// Canonical forms of the header names rewrite sets by map assignment.
+var (
+	canonicalWorker     = http.CanonicalHeaderKey(tunnelproto.HeaderWorker)
+	canonicalActorUID   = http.CanonicalHeaderKey(tunnelproto.HeaderActorUID)
+	canonicalXRequestID = http.CanonicalHeaderKey(headerXRequestID)
+)
 
 // isStale reports whether err means the target no longer hosts the actor:
 // the tunnel said so (421), or nothing listens where it was (the worker or

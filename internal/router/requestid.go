@@ -34,7 +34,10 @@ func requestID(r *http.Request) string {
 	var b [16]byte
 	// crypto/rand.Read never fails (it crashes the program instead).
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var s [32]byte
+	hex.Encode(s[:], b[:])
+	return string(s[:]) // one allocation; hex.EncodeToString makes two
+
 }
 
 // saneRequestID reports whether s is 1 to maxRequestIDLen characters of

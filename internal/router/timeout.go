@@ -3,7 +3,6 @@ package router
 import (
 	"errors"
 	"io"
-	"sync"
 	"time"
 )
 
@@ -13,8 +12,9 @@ var errNotWritable = errors.New("response body is not writable")
 
 // idleWatch wraps a response body or, for 101 Switching Protocols, the
 // upgraded connection (which ReverseProxy writes the client's bytes to),
-// and calls onIdle once when no byte has moved either way for timeout.
-// Closing it stops the watch. Read and Write may be called concurrently
+// and lets timer fire when no byte has moved either way for timeout: each
+// byte moved resets it. timer belongs to the caller, who arms it first
+// and makes its function act once. Closing the watch stops the timer. Read and Write may be called concurrently
 // (an upgrade copies both directions at once).
 type idleWatch struct {
 	rc      io.ReadCloser
@@ -22,10 +22,8 @@ type idleWatch struct {
 	timer   *time.Timer
 }
 
-func watchIdle(rc io.ReadCloser, timeout time.Duration, onIdle func()) io.ReadWriteCloser {
-	w := &idleWatch{rc: rc, timeout: timeout}
-	w.timer = time.AfterFunc(timeout, sync.OnceFunc(onIdle))
-	return w
+func watchIdle(rc io.ReadCloser, timeout time.Duration, timer *time.Timer) io.ReadWriteCloser {
+	return &idleWatch{rc: rc, timeout: timeout, timer: timer}
 }
 
 func (w *idleWatch) Read(p []byte) (int, error) {

@@ -15,6 +15,7 @@ trap 'rm -f "$out"' EXIT
 	go test -run XXX -bench 'EvictionLoad' -benchtime 3x ./test/e2e/
 	go test -run XXX -bench 'RouterParkedMemory' -benchtime 2x ./test/e2e/
 	go test -run XXX -bench 'Density' -benchtime 200x ./test/e2e/
+	go test -run XXX -bench 'Workloads' -benchtime 20x -timeout 30m ./test/e2e/
 	go test -run XXX -bench . -benchtime 30x ./internal/sandbox/gvisor/
 	go test -run XXX -bench 'Wakeups|Ceilings|Scale|Workers' -benchtime 2s ./internal/bench/
 } 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'

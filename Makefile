@@ -21,14 +21,15 @@ generate:
 	bash hack/generate.sh
 
 # The first `make up` installs runsc (built from source, about 5 minutes),
-# staticcheck and a Debian rootfs for the Python example (1-2 minutes);
-# each step says what it installs and how long it usually takes. Later
-# runs find everything cached and start in seconds.
+# staticcheck and Debian root filesystems for the Python example (1-2
+# minutes) and the Node.js example (3-4 minutes); each step says what it
+# installs and how long it usually takes. Later runs find everything
+# cached and start in seconds.
 up: up-banner deps examples
 	bin/ate up --demo
 
 up-banner:
-	@echo "make up: installing what is missing (first run about 5-8 minutes: runsc ~5 min, Python example rootfs 1-2 min; cached afterwards)" >&2
+	@echo "make up: installing what is missing (first run about 9-12 minutes: runsc ~5 min, Python example rootfs 1-2 min, Node.js example rootfs 3-4 min; cached afterwards)" >&2
 
 test: deps examples
 	bash hack/test.sh

@@ -127,7 +127,7 @@ func (in *installation) burstActors(counters, pythons, stateMB int) []*burstActo
 			return fmt.Errorf("PUT %s /memo = %d %q %v", a.name, code, body, err)
 		}
 		var err error
-		a.checksum, err = in.checksum(a.name)
+		a.checksum, err = in.checksumOf(a.name)
 		return err
 	})
 	in.suspendAll(actors[counters:])
@@ -179,7 +179,7 @@ func benchBurst(b *testing.B, in *installation, actors []*burstActor) {
 			if !a.python {
 				return nil
 			}
-			sum, err := in.checksum(a.name)
+			sum, err := in.checksumOf(a.name)
 			if err == nil && sum != a.checksum {
 				err = fmt.Errorf("%s: ballast checksum %s after round %d, was %s", a.name, sum, a.rounds, a.checksum)
 			}
@@ -316,20 +316,6 @@ func (in *installation) checkBurstAnswer(a *burstActor, path, want string) error
 		return fmt.Errorf("GET %s %s = %d %q %v, want %q", a.name, path, code, body, err, want)
 	}
 	return nil
-}
-
-// checksum returns the digest python-notes' /checksum reports for its
-// ballast.
-func (in *installation) checksum(actor string) (string, error) {
-	code, body, _, err := in.request(http.MethodGet, "default/"+actor, "/checksum", "")
-	if err != nil || code != http.StatusOK {
-		return "", fmt.Errorf("GET %s /checksum = %d %q %v", actor, code, body, err)
-	}
-	i := strings.Index(body, `"sha256": "`)
-	if i < 0 {
-		return "", fmt.Errorf("GET %s /checksum = %q: no sha256", actor, body)
-	}
-	return body[i:], nil
 }
 
 // stateTemplate creates template name running python-notes with STATE_MB

@@ -50,7 +50,7 @@ func run(m *testing.M) int {
 	if _, err := os.Stat(gvisor.DefaultRunscPath()); err != nil {
 		problems = append(problems, "runsc missing: run `bash hack/install-runsc.sh` (or `make test`)")
 	}
-	for _, img := range []string{"counter", "python-notes"} {
+	for _, img := range []string{"counter", "python-notes", "node-sessions"} {
 		if _, err := os.Stat(filepath.Join(repoDir, "build/images", img, "index.json")); err != nil {
 			problems = append(problems, "example image build/images/"+img+" missing: run `bash hack/build-examples.sh` (or `make test`)")
 		}

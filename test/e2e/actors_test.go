@@ -241,7 +241,13 @@ func TestExpiry(t *testing.T) {
 	if a := in.actor("used-1"); a.GetState() != atev1.ActorState_SUSPENDED {
 		t.Fatalf("used-1 is %s, want SUSPENDED (exposed to the sweep)", a.GetState())
 	}
-	recs := in.logRecords("actor expired")
+	// The sweep logs after the delete commits, so a reader can see
+	// NotFound a moment before the line reaches the log.
+	var recs []map[string]any
+	waitFor(t, "an \"actor expired\" log record", 10*time.Second, func() bool {
+		recs = in.logRecords("actor expired")
+		return len(recs) > 0
+	})
 	if len(recs) != 1 || loggedActor(recs[0]) != "idle-1" || recs[0]["template"] != "ttl" || recs[0]["idleFor"] == nil {
 		t.Fatalf("\"actor expired\" records = %v, want one for idle-1 of template ttl with idleFor", recs)
 	}

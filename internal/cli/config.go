@@ -32,7 +32,7 @@ func (a *app) clientConfig() (ateconfig.Config, error) {
 	case errors.Is(err, fs.ErrNotExist) && server != "":
 		c = ateconfig.Config{}
 	case errors.Is(err, fs.ErrNotExist):
-		return ateconfig.Config{}, fmt.Errorf("no client config at %s: run `ate up` to start a local server (it writes this file) or pass --server HOST:PORT", path)
+		return ateconfig.Config{}, fmt.Errorf("no client config at %s: run `ate up` to start a local server (it writes this file; with --data-dir DIR it writes DIR/config.yaml: pass --config DIR/config.yaml or set $%s), or pass --server HOST:PORT", path, ateconfig.EnvVar)
 	case err != nil:
 		return ateconfig.Config{}, err
 	}

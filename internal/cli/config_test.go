@@ -38,7 +38,7 @@ func TestServerAddress(t *testing.T) {
 		{"HOME", map[string]string{"HOME": dir}, nil, "no client config at " + filepath.Join(dir, ".ate", "config.yaml")},
 		{"server overrides config", nil, []string{"--config", wrong, "--server", addr}, ""},
 		{"server without config", nil, []string{"--config", missing, "--server", addr}, ""},
-		{"missing config", nil, []string{"--config", missing}, "run `ate up` to start a local server (it writes this file) or pass --server HOST:PORT"},
+		{"missing config", nil, []string{"--config", missing}, "run `ate up` to start a local server (it writes this file; with --data-dir DIR it writes DIR/config.yaml: pass --config DIR/config.yaml or set $ATE_CONFIG), or pass --server HOST:PORT"},
 		{"config without server", nil, []string{"--config", empty}, "sets no server"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -134,7 +134,16 @@ func yamlError(err error) error {
 		case reflect.Map, reflect.Struct, reflect.Pointer:
 			want = "a mapping"
 		}
-		return fmt.Errorf("%s must be %s, not a %s", field, want, te.Value)
+		// te.Value is a JSON type name; say it in the YAML words of want.
+		got := map[string]string{"array": "a list", "object": "a mapping", "number": "a number", "string": "a string", "bool": "true or false"}[te.Value]
+		if got == "" {
+			got = "a " + te.Value
+		}
+		hint := ""
+		if strings.HasSuffix(field, ".env") && want == "a mapping" {
+			hint = ` (write env as NAME: value pairs, e.g. env: {STATE_MB: "64"})`
+		}
+		return fmt.Errorf("%s must be %s, not %s%s", field, want, got, hint)
 	}
 	msg := err.Error()
 	for _, prefix := range []string{"error unmarshaling JSON: while decoding JSON: json: ", "error converting YAML to JSON: "} {

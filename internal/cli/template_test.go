@@ -83,6 +83,7 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"bad probe port", "name: t\n" + c + "wakeupProbe:\n  httpGet: {path: /, port: 0}\n", "wakeupProbe.httpGet.port"},
 		{"ports not ints", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  ports: [http]\n", "parse: containers.ports must be a whole number, not a string"},
 		{"wrong type names the field, no Go", "name: t\n" + c + "eviction: {priority: high}\n", "parse: eviction.priority must be a whole number, not a string"},
+		{"env as a list says how to write it", "name: t\ncontainers:\n- name: c\n  image: oci:x\n  env:\n  - {name: A, value: b}\n", `parse: containers.env must be a mapping, not a list (write env as NAME: value pairs, e.g. env: {STATE_MB: "64"})`},
 		{"typo names the key, no JSON", "name: t\n" + c + "eviction: {evictible: false}\n", `parse: unknown field "evictible"`},
 		{"two documents", "name: t\n" + c + "---\nname: u\n" + c, "parse: the file holds 2 YAML documents"},
 		{"yaml syntax", "name: t\n" + c + "eviction: {priority: 1\n", "parse: yaml: line"},

@@ -144,37 +144,15 @@ func (l *Local) inflate(dir, ref string, m *Manifest) (string, error) {
 			stored[f.Name+ZstdSuffix] = f
 		}
 	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	// linkTree recreates the tree and links every file but the
+	// compressed ones, which are inflated into it afterwards.
+	err := linkTree(scratch, dir, func(rel string) bool { _, ok := stored[rel]; return ok })
+	for name, f := range stored {
 		if err != nil {
-			return err
+			break
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." || rel == ManifestName {
-			return err
-		}
-		target := filepath.Join(scratch, rel)
-		switch {
-		case d.IsDir():
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			return os.Mkdir(target, info.Mode().Perm()|0o700)
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		case !d.Type().IsRegular():
-			return nil
-		}
-		f, ok := stored[filepath.ToSlash(rel)]
-		if !ok {
-			return os.Link(p, target)
-		}
-		return l.inflateFile(filepath.Join(scratch, filepath.FromSlash(f.Name)), p, ref, f)
-	})
+		err = l.inflateFile(filepath.Join(scratch, filepath.FromSlash(f.Name)), filepath.Join(dir, filepath.FromSlash(name)), ref, f)
+	}
 	if err != nil {
 		_ = os.RemoveAll(scratch)
 		return "", err

@@ -125,6 +125,7 @@ func nodeCommand() *cobra.Command {
 			f.StringArrayVar(&runscAssets, "runsc-asset", nil, "ARCH=SHA256@URL (repeatable, one per architecture): fetch runsc from an https://, http:// or file:// URL into <data-dir>/runtime, verify its sha256 and run it instead of --runsc; the value for this machine's architecture is used")
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
+			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {

@@ -129,6 +129,7 @@ func newHandler(wu *warmup) http.Handler {
 	registerFiles(mux)
 	registerAlarms(mux)
 	registerStreams(mux)
+	registerDial(mux)
 	wu.register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -8,6 +8,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/egress"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
@@ -82,6 +83,9 @@ func validateTemplateSpec(spec *atev1.ActorTemplateSpec, sandboxClass string) er
 	}
 	if err := validatePolicies(spec); err != nil {
 		return err
+	}
+	if _, err := egress.FromProto(spec.GetNetwork()); err != nil {
+		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return nil
 }

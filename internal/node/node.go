@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/actorlog"
+	"substrate.dev/ate/internal/egress"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/sandbox"
@@ -87,6 +89,15 @@ type Config struct {
 	NoStandbys bool
 	// Metrics receives the node's metrics; nil records none.
 	Metrics *metrics.Node
+	// EgressDeny are addresses no template's egress allow-list may open
+	// to, beyond those always denied (egress.Deny): the API server's.
+	EgressDeny []netip.Prefix
+	// EgressResolver resolves allowed egress host names; nil uses
+	// EgressDNS, else the node's resolver (net.DefaultResolver).
+	EgressResolver egress.Resolver
+	// EgressDNS is a DNS server (host:port) that resolves allowed egress
+	// host names instead of the node's resolver (--egress-dns).
+	EgressDNS string
 }
 
 // Node is the node agent. Safe for concurrent use. It is a composition of
@@ -154,6 +165,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.EgressResolver == nil && cfg.EgressDNS != "" {
+		cfg.EgressResolver = egress.DNSResolver(cfg.EgressDNS)
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}, ids: identityWriter{stateDir: cfg.StateDir}}
 	n.standbys.init(cfg.Runtime, cfg.NoStandbys)
 	n.conns = n.newSandboxTransport()
@@ -184,6 +198,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("set up worker %s: %w", name, err)
 		}
 		s := &slot{name: name, sb: sb}
+		if err := n.setUpEgress(s); err != nil {
+			return nil, fmt.Errorf("set up worker %s: %w", name, err)
+		}
 		// Made once: starts and standbys bind-mount it and only ever
 		// rewrite the files in it.
 		if err := os.MkdirAll(n.workerDir(s, "identity"), 0o755); err != nil {
@@ -273,6 +290,7 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	}
 	s.gate.close()
 	s.cleared()
+	n.clearEgress(ctx, s)
 	n.endActorLog(ctx, s)
 }
 
@@ -305,6 +323,9 @@ func (n *Node) Shutdown(ctx context.Context) {
 		n.clearOp(ctx, s)
 		n.dropStandby(ctx, s)
 		s.files.close()
+		if s.egress != nil {
+			_ = s.egress.Close()
+		}
 		if n.cfg.Teardown != nil {
 			if err := n.cfg.Teardown(ctx, s.sb); err != nil {
 				n.log.Warn("tear down worker", "worker", s.name, "err", err)

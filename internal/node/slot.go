@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"substrate.dev/ate/internal/actorlog"
+	"substrate.dev/ate/internal/egress"
 
 	"substrate.dev/ate/internal/sandbox"
 )
@@ -46,6 +47,10 @@ type slot struct {
 	gate    gate
 	standby standbySlot
 	files   workerFiles
+	// egress relays the sandbox's allowed outbound connections
+	// (egress.go); nil for slots without namespaces. Its allow-list is
+	// set by each start and cleared by clearOp, under opMu.
+	egress *egress.Proxy
 
 	// capture copies the output of the actor s runs into its actor log
 	// (actorlogs.go); stopWhy is the reason its stop marker line gives.

@@ -271,6 +271,11 @@ func (n *Node) refillOp(s *slot) error {
 	if err != nil {
 		return err
 	}
+	em, err := n.egressMounts(s, tpl.spec)
+	if err != nil {
+		return err
+	}
+	spec.Mounts = append(spec.Mounts, em...)
 	start := time.Now()
 	if err := n.standbys.prep.Prepare(ctx, s.sb, spec); err != nil {
 		return err

@@ -154,6 +154,16 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	if err != nil {
 		return "", "", err
 	}
+	em, err := n.egressMounts(s, spec)
+	if err != nil {
+		return "", "", err
+	}
+	sspec.Mounts = append(sspec.Mounts, em...)
+	// Before the sandbox runs: the template's allow-list, not the
+	// previous actor's (clearOp cleared that) and not nothing.
+	if err := n.applyEgress(ctx, s, spec); err != nil {
+		return "", "", fmt.Errorf("egress: %w", err)
+	}
 	port := trafficPort(c, img)
 	sb := n.takeStandby(ctx, s, sspec)
 	if sb != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -119,6 +120,9 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	if ms != nil {
 		nc.Metrics = ms.Node
 	}
+	// Sandboxes reach the API server only through their gateway's
+	// endpoints, whatever their template allows.
+	nc.EgressDeny = append(nc.EgressDeny, apiServerPrefixes(ctx, cfg.API, log)...)
 	n, err := node.New(ctx, nc)
 	if err != nil {
 		return err
@@ -264,4 +268,26 @@ func resolveRunsc(ctx context.Context, cfg NodeAgentConfig, log *slog.Logger) (g
 	}
 	gc.RunscPath = path
 	return gc, nil
+}
+
+// apiServerPrefixes returns the addresses addr's host (an API server's
+// host:port) stands for, as /32 and /128 prefixes, resolved now; a name
+// that does not resolve gives none (logged): the node's own addresses and
+// link-local ones stay denied regardless.
+func apiServerPrefixes(ctx context.Context, addr string, log *slog.Logger) []netip.Prefix {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		log.Warn("egress: cannot resolve the API server's address to deny it to sandboxes", "addr", addr, "err", err)
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
 }

@@ -1352,7 +1352,11 @@ type ActorTemplateSpec struct {
 	Ttl *TTLPolicy `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// streams says how long-lived event streams weigh on idleness and
 	// wake-ups (docs/actors.md, Long-lived streams).
-	Streams       *StreamPolicy `protobuf:"bytes,15,opt,name=streams,proto3" json:"streams,omitempty"`
+	Streams *StreamPolicy `protobuf:"bytes,15,opt,name=streams,proto3" json:"streams,omitempty"`
+	// network says where the actor's sandbox may connect to
+	// (docs/security.md, The sandbox boundary). Unset or empty: nowhere but
+	// its worker's self-service endpoint.
+	Network       *NetworkPolicy `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1492,6 +1496,129 @@ func (x *ActorTemplateSpec) GetStreams() *StreamPolicy {
 	return nil
 }
 
+func (x *ActorTemplateSpec) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkPolicy is a template's sandbox network policy.
+type NetworkPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// egress lists the destinations the sandbox may open TCP connections
+	// to; everything else is refused. Loopback, link-local (169.254.0.0/16,
+	// cloud metadata and every worker's interior), the node's own addresses
+	// and the API server stay refused even when a rule covers them.
+	Egress        []*EgressRule `protobuf:"bytes,1,rep,name=egress,proto3" json:"egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *NetworkPolicy) GetEgress() []*EgressRule {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// EgressRule allows TCP connections to one destination.
+type EgressRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cidr is an IPv4 prefix ("10.0.0.0/8") or address ("192.0.2.7");
+	// exactly one of cidr and host is set.
+	Cidr string `protobuf:"bytes,1,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	// host is a DNS name, resolved by the node each time the actor starts or
+	// restores; the sandbox resolves it through /etc/hosts, which lists the
+	// template's allowed names (and localhost) only.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// ports are TCP ports (1-65535); empty allows every port.
+	Ports         []int32 `protobuf:"varint,3,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRule) Reset() {
+	*x = EgressRule{}
+	mi := &file_ate_v1_control_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRule) ProtoMessage() {}
+
+func (x *EgressRule) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRule.ProtoReflect.Descriptor instead.
+func (*EgressRule) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *EgressRule) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *EgressRule) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressRule) GetPorts() []int32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 // TTLPolicy says when an unused actor is deleted.
 type TTLPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1507,7 +1634,7 @@ type TTLPolicy struct {
 
 func (x *TTLPolicy) Reset() {
 	*x = TTLPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1646,7 @@ func (x *TTLPolicy) String() string {
 func (*TTLPolicy) ProtoMessage() {}
 
 func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1659,7 @@ func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TTLPolicy.ProtoReflect.Descriptor instead.
 func (*TTLPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TTLPolicy) GetDeleteAfterIdle() string {
@@ -1555,7 +1682,7 @@ type RestoreHook struct {
 
 func (x *RestoreHook) Reset() {
 	*x = RestoreHook{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1694,7 @@ func (x *RestoreHook) String() string {
 func (*RestoreHook) ProtoMessage() {}
 
 func (x *RestoreHook) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1707,7 @@ func (x *RestoreHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHook.ProtoReflect.Descriptor instead.
 func (*RestoreHook) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RestoreHook) GetHttpPost() *HTTPPostAction {
@@ -1607,7 +1734,7 @@ type HTTPPostAction struct {
 
 func (x *HTTPPostAction) Reset() {
 	*x = HTTPPostAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1746,7 @@ func (x *HTTPPostAction) String() string {
 func (*HTTPPostAction) ProtoMessage() {}
 
 func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1759,7 @@ func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPPostAction.ProtoReflect.Descriptor instead.
 func (*HTTPPostAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HTTPPostAction) GetPath() string {
@@ -1673,7 +1800,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1812,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1825,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EvictionPolicy) GetEvictable() bool {
@@ -1744,7 +1871,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1883,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1896,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1814,7 +1941,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1953,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1966,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -1893,7 +2020,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2032,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2045,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -1938,7 +2065,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2077,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2090,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -1989,7 +2116,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2128,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2141,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -2033,7 +2160,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2172,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2185,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -2078,7 +2205,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2217,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2230,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -2128,7 +2255,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2267,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2280,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 type Actor struct {
@@ -2204,7 +2331,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2343,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2356,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -2392,7 +2519,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2531,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2544,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -2451,7 +2578,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2590,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2603,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -2515,7 +2642,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2654,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2667,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -2588,7 +2715,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2727,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2740,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -2650,7 +2777,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2789,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2802,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -2718,7 +2845,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2857,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2870,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -2775,7 +2902,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2914,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2927,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 // reason may be REQUESTED (the default) or IDLE; the others are the
@@ -2816,7 +2943,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2955,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2968,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -2877,7 +3004,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3016,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3029,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -2930,7 +3057,7 @@ type PauseActorRequest struct {
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3069,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3082,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -2989,7 +3116,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3128,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3141,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -3042,7 +3169,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3181,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3194,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -3100,7 +3227,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3239,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3252,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -3143,7 +3270,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3282,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3295,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 type Worker struct {
@@ -3189,7 +3316,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3328,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3341,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Worker) GetName() string {
@@ -3274,7 +3401,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3413,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3426,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 type ListWorkersResponse struct {
@@ -3311,7 +3438,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3450,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3463,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -3367,7 +3494,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_ate_v1_control_proto_msgTypes[51]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3506,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[51]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3519,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Node) GetName() string {
@@ -3466,7 +3593,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[52]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3605,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[52]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3618,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 type DrainNodeRequest struct {
@@ -3505,7 +3632,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[53]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3644,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[53]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3657,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3557,7 +3684,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[54]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3696,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[54]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3709,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3607,7 +3734,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[55]
+	mi := &file_ate_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3746,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[55]
+	mi := &file_ate_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3759,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 type ListNodesResponse struct {
@@ -3644,7 +3771,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[56]
+	mi := &file_ate_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3783,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[56]
+	mi := &file_ate_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3796,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3702,7 +3829,7 @@ type StreamPolicy struct {
 
 func (x *StreamPolicy) Reset() {
 	*x = StreamPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[57]
+	mi := &file_ate_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3841,7 @@ func (x *StreamPolicy) String() string {
 func (*StreamPolicy) ProtoMessage() {}
 
 func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[57]
+	mi := &file_ate_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3854,7 @@ func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPolicy.ProtoReflect.Descriptor instead.
 func (*StreamPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StreamPolicy) GetIdle() string {
@@ -3764,7 +3891,7 @@ type Tag struct {
 
 func (x *Tag) Reset() {
 	*x = Tag{}
-	mi := &file_ate_v1_control_proto_msgTypes[58]
+	mi := &file_ate_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3903,7 @@ func (x *Tag) String() string {
 func (*Tag) ProtoMessage() {}
 
 func (x *Tag) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[58]
+	mi := &file_ate_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3916,7 @@ func (x *Tag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tag.ProtoReflect.Descriptor instead.
 func (*Tag) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Tag) GetAtespace() string {
@@ -3860,7 +3987,7 @@ type TagActorRequest struct {
 
 func (x *TagActorRequest) Reset() {
 	*x = TagActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[59]
+	mi := &file_ate_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3872,7 +3999,7 @@ func (x *TagActorRequest) String() string {
 func (*TagActorRequest) ProtoMessage() {}
 
 func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[59]
+	mi := &file_ate_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3885,7 +4012,7 @@ func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagActorRequest.ProtoReflect.Descriptor instead.
 func (*TagActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TagActorRequest) GetAtespace() string {
@@ -3919,7 +4046,7 @@ type GetTagRequest struct {
 
 func (x *GetTagRequest) Reset() {
 	*x = GetTagRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[60]
+	mi := &file_ate_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4058,7 @@ func (x *GetTagRequest) String() string {
 func (*GetTagRequest) ProtoMessage() {}
 
 func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[60]
+	mi := &file_ate_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4071,7 @@ func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTagRequest.ProtoReflect.Descriptor instead.
 func (*GetTagRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetTagRequest) GetAtespace() string {
@@ -3970,7 +4097,7 @@ type ListTagsRequest struct {
 
 func (x *ListTagsRequest) Reset() {
 	*x = ListTagsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[61]
+	mi := &file_ate_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4109,7 @@ func (x *ListTagsRequest) String() string {
 func (*ListTagsRequest) ProtoMessage() {}
 
 func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[61]
+	mi := &file_ate_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4122,7 @@ func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsRequest.ProtoReflect.Descriptor instead.
 func (*ListTagsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListTagsRequest) GetAtespace() string {
@@ -4014,7 +4141,7 @@ type ListTagsResponse struct {
 
 func (x *ListTagsResponse) Reset() {
 	*x = ListTagsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[62]
+	mi := &file_ate_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4153,7 @@ func (x *ListTagsResponse) String() string {
 func (*ListTagsResponse) ProtoMessage() {}
 
 func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[62]
+	mi := &file_ate_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4166,7 @@ func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsResponse.ProtoReflect.Descriptor instead.
 func (*ListTagsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListTagsResponse) GetTags() []*Tag {
@@ -4059,7 +4186,7 @@ type DeleteTagRequest struct {
 
 func (x *DeleteTagRequest) Reset() {
 	*x = DeleteTagRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[63]
+	mi := &file_ate_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4198,7 @@ func (x *DeleteTagRequest) String() string {
 func (*DeleteTagRequest) ProtoMessage() {}
 
 func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[63]
+	mi := &file_ate_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4084,7 +4211,7 @@ func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTagRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteTagRequest) GetAtespace() string {
@@ -4109,7 +4236,7 @@ type DeleteTagResponse struct {
 
 func (x *DeleteTagResponse) Reset() {
 	*x = DeleteTagResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[64]
+	mi := &file_ate_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4248,7 @@ func (x *DeleteTagResponse) String() string {
 func (*DeleteTagResponse) ProtoMessage() {}
 
 func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[64]
+	mi := &file_ate_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4261,7 @@ func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 // Event is one change of an actor's state, or a failure.
@@ -4163,7 +4290,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_ate_v1_control_proto_msgTypes[65]
+	mi := &file_ate_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4302,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[65]
+	mi := &file_ate_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4315,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -4289,7 +4416,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[66]
+	mi := &file_ate_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4428,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[66]
+	mi := &file_ate_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4441,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListEventsRequest) GetAtespace() string {
@@ -4347,7 +4474,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[67]
+	mi := &file_ate_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4486,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[67]
+	mi := &file_ate_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4499,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4396,7 +4523,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[68]
+	mi := &file_ate_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4535,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[68]
+	mi := &file_ate_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4548,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *WatchEventsRequest) GetAtespace() string {
@@ -4461,7 +4588,7 @@ type ActorLogsRequest struct {
 
 func (x *ActorLogsRequest) Reset() {
 	*x = ActorLogsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[69]
+	mi := &file_ate_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4600,7 @@ func (x *ActorLogsRequest) String() string {
 func (*ActorLogsRequest) ProtoMessage() {}
 
 func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[69]
+	mi := &file_ate_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4613,7 @@ func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ActorLogsRequest) GetAtespace() string {
@@ -4547,7 +4674,7 @@ type ActorLogLine struct {
 
 func (x *ActorLogLine) Reset() {
 	*x = ActorLogLine{}
-	mi := &file_ate_v1_control_proto_msgTypes[70]
+	mi := &file_ate_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4559,7 +4686,7 @@ func (x *ActorLogLine) String() string {
 func (*ActorLogLine) ProtoMessage() {}
 
 func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[70]
+	mi := &file_ate_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4572,7 +4699,7 @@ func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorLogLine.ProtoReflect.Descriptor instead.
 func (*ActorLogLine) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ActorLogLine) GetRun() int64 {
@@ -4648,7 +4775,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_ate_v1_control_proto_msgTypes[71]
+	mi := &file_ate_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4660,7 +4787,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[71]
+	mi := &file_ate_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4673,7 +4800,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ExecStart) GetAtespace() string {
@@ -4743,7 +4870,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_ate_v1_control_proto_msgTypes[72]
+	mi := &file_ate_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4882,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[72]
+	mi := &file_ate_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4895,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -4800,7 +4927,7 @@ type ExecActorRequest struct {
 
 func (x *ExecActorRequest) Reset() {
 	*x = ExecActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[73]
+	mi := &file_ate_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4812,7 +4939,7 @@ func (x *ExecActorRequest) String() string {
 func (*ExecActorRequest) ProtoMessage() {}
 
 func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[73]
+	mi := &file_ate_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4825,7 +4952,7 @@ func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
 func (*ExecActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ExecActorRequest) GetMsg() isExecActorRequest_Msg {
@@ -4914,7 +5041,7 @@ type ExecActorResponse struct {
 
 func (x *ExecActorResponse) Reset() {
 	*x = ExecActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[74]
+	mi := &file_ate_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4926,7 +5053,7 @@ func (x *ExecActorResponse) String() string {
 func (*ExecActorResponse) ProtoMessage() {}
 
 func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[74]
+	mi := &file_ate_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4939,7 +5066,7 @@ func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorResponse.ProtoReflect.Descriptor instead.
 func (*ExecActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ExecActorResponse) GetMsg() isExecActorResponse_Msg {
@@ -5016,7 +5143,7 @@ type CopyTarget struct {
 
 func (x *CopyTarget) Reset() {
 	*x = CopyTarget{}
-	mi := &file_ate_v1_control_proto_msgTypes[75]
+	mi := &file_ate_v1_control_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5155,7 @@ func (x *CopyTarget) String() string {
 func (*CopyTarget) ProtoMessage() {}
 
 func (x *CopyTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[75]
+	mi := &file_ate_v1_control_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5168,7 @@ func (x *CopyTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyTarget.ProtoReflect.Descriptor instead.
 func (*CopyTarget) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CopyTarget) GetAtespace() string {
@@ -5085,7 +5212,7 @@ type CopyToActorRequest struct {
 
 func (x *CopyToActorRequest) Reset() {
 	*x = CopyToActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[76]
+	mi := &file_ate_v1_control_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5097,7 +5224,7 @@ func (x *CopyToActorRequest) String() string {
 func (*CopyToActorRequest) ProtoMessage() {}
 
 func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[76]
+	mi := &file_ate_v1_control_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5110,7 +5237,7 @@ func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToActorRequest.ProtoReflect.Descriptor instead.
 func (*CopyToActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CopyToActorRequest) GetMsg() isCopyToActorRequest_Msg {
@@ -5164,7 +5291,7 @@ type CopyToActorResponse struct {
 
 func (x *CopyToActorResponse) Reset() {
 	*x = CopyToActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[77]
+	mi := &file_ate_v1_control_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5176,7 +5303,7 @@ func (x *CopyToActorResponse) String() string {
 func (*CopyToActorResponse) ProtoMessage() {}
 
 func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[77]
+	mi := &file_ate_v1_control_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5189,7 +5316,7 @@ func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToActorResponse.ProtoReflect.Descriptor instead.
 func (*CopyToActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CopyToActorResponse) GetSize() int64 {
@@ -5208,7 +5335,7 @@ type CopyFromActorRequest struct {
 
 func (x *CopyFromActorRequest) Reset() {
 	*x = CopyFromActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[78]
+	mi := &file_ate_v1_control_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5220,7 +5347,7 @@ func (x *CopyFromActorRequest) String() string {
 func (*CopyFromActorRequest) ProtoMessage() {}
 
 func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[78]
+	mi := &file_ate_v1_control_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5233,7 +5360,7 @@ func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromActorRequest.ProtoReflect.Descriptor instead.
 func (*CopyFromActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CopyFromActorRequest) GetTarget() *CopyTarget {
@@ -5252,7 +5379,7 @@ type CopyFromActorResponse struct {
 
 func (x *CopyFromActorResponse) Reset() {
 	*x = CopyFromActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[79]
+	mi := &file_ate_v1_control_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5264,7 +5391,7 @@ func (x *CopyFromActorResponse) String() string {
 func (*CopyFromActorResponse) ProtoMessage() {}
 
 func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[79]
+	mi := &file_ate_v1_control_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5277,7 +5404,7 @@ func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromActorResponse.ProtoReflect.Descriptor instead.
 func (*CopyFromActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CopyFromActorResponse) GetData() []byte {
@@ -5371,7 +5498,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xce\x06\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xff\x06\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -5392,10 +5519,18 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"new_actors\x18\r \x01(\tR\tnewActors\x12#\n" +
 	"\x03ttl\x18\x0e \x01(\v2\x11.ate.v1.TTLPolicyR\x03ttl\x12.\n" +
-	"\astreams\x18\x0f \x01(\v2\x14.ate.v1.StreamPolicyR\astreams\x1aA\n" +
+	"\astreams\x18\x0f \x01(\v2\x14.ate.v1.StreamPolicyR\astreams\x12/\n" +
+	"\anetwork\x18\x10 \x01(\v2\x15.ate.v1.NetworkPolicyR\anetwork\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
+	"\rNetworkPolicy\x12*\n" +
+	"\x06egress\x18\x01 \x03(\v2\x12.ate.v1.EgressRuleR\x06egress\"J\n" +
+	"\n" +
+	"EgressRule\x12\x12\n" +
+	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
+	"\x05ports\x18\x03 \x03(\x05R\x05ports\"7\n" +
 	"\tTTLPolicy\x12*\n" +
 	"\x11delete_after_idle\x18\x01 \x01(\tR\x0fdeleteAfterIdle\"k\n" +
 	"\vRestoreHook\x123\n" +
@@ -5739,7 +5874,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -5765,205 +5900,209 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*HTTPGetAction)(nil),               // 21: ate.v1.HTTPGetAction
 	(*Probe)(nil),                       // 22: ate.v1.Probe
 	(*ActorTemplateSpec)(nil),           // 23: ate.v1.ActorTemplateSpec
-	(*TTLPolicy)(nil),                   // 24: ate.v1.TTLPolicy
-	(*RestoreHook)(nil),                 // 25: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 26: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 27: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 28: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 29: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 30: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 31: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 32: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 33: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 34: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 35: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 36: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 37: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 38: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 39: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 40: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 41: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 42: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 43: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 44: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 45: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 46: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 47: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 48: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 49: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 50: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 51: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 52: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 53: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 54: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 55: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 56: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 57: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 58: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 59: ate.v1.ListNodesResponse
-	(*StreamPolicy)(nil),                // 60: ate.v1.StreamPolicy
-	(*Tag)(nil),                         // 61: ate.v1.Tag
-	(*TagActorRequest)(nil),             // 62: ate.v1.TagActorRequest
-	(*GetTagRequest)(nil),               // 63: ate.v1.GetTagRequest
-	(*ListTagsRequest)(nil),             // 64: ate.v1.ListTagsRequest
-	(*ListTagsResponse)(nil),            // 65: ate.v1.ListTagsResponse
-	(*DeleteTagRequest)(nil),            // 66: ate.v1.DeleteTagRequest
-	(*DeleteTagResponse)(nil),           // 67: ate.v1.DeleteTagResponse
-	(*Event)(nil),                       // 68: ate.v1.Event
-	(*ListEventsRequest)(nil),           // 69: ate.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 70: ate.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 71: ate.v1.WatchEventsRequest
-	(*ActorLogsRequest)(nil),            // 72: ate.v1.ActorLogsRequest
-	(*ActorLogLine)(nil),                // 73: ate.v1.ActorLogLine
-	(*ExecStart)(nil),                   // 74: ate.v1.ExecStart
-	(*TerminalSize)(nil),                // 75: ate.v1.TerminalSize
-	(*ExecActorRequest)(nil),            // 76: ate.v1.ExecActorRequest
-	(*ExecActorResponse)(nil),           // 77: ate.v1.ExecActorResponse
-	(*CopyTarget)(nil),                  // 78: ate.v1.CopyTarget
-	(*CopyToActorRequest)(nil),          // 79: ate.v1.CopyToActorRequest
-	(*CopyToActorResponse)(nil),         // 80: ate.v1.CopyToActorResponse
-	(*CopyFromActorRequest)(nil),        // 81: ate.v1.CopyFromActorRequest
-	(*CopyFromActorResponse)(nil),       // 82: ate.v1.CopyFromActorResponse
-	nil,                                 // 83: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 84: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 85: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 86: ate.v1.Actor.LabelsEntry
-	nil,                                 // 87: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 88: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
+	(*NetworkPolicy)(nil),               // 24: ate.v1.NetworkPolicy
+	(*EgressRule)(nil),                  // 25: ate.v1.EgressRule
+	(*TTLPolicy)(nil),                   // 26: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 27: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 28: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 29: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 30: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 31: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 32: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 33: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 34: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 35: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 36: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 37: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 38: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 39: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 40: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 41: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 42: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 43: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 44: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 45: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 46: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 47: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 48: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 49: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 50: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 51: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 52: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 53: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 54: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 55: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 56: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 57: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 58: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 59: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 60: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 61: ate.v1.ListNodesResponse
+	(*StreamPolicy)(nil),                // 62: ate.v1.StreamPolicy
+	(*Tag)(nil),                         // 63: ate.v1.Tag
+	(*TagActorRequest)(nil),             // 64: ate.v1.TagActorRequest
+	(*GetTagRequest)(nil),               // 65: ate.v1.GetTagRequest
+	(*ListTagsRequest)(nil),             // 66: ate.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),            // 67: ate.v1.ListTagsResponse
+	(*DeleteTagRequest)(nil),            // 68: ate.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),           // 69: ate.v1.DeleteTagResponse
+	(*Event)(nil),                       // 70: ate.v1.Event
+	(*ListEventsRequest)(nil),           // 71: ate.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 72: ate.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 73: ate.v1.WatchEventsRequest
+	(*ActorLogsRequest)(nil),            // 74: ate.v1.ActorLogsRequest
+	(*ActorLogLine)(nil),                // 75: ate.v1.ActorLogLine
+	(*ExecStart)(nil),                   // 76: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 77: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 78: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 79: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 80: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 81: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 82: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 83: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 84: ate.v1.CopyFromActorResponse
+	nil,                                 // 85: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 86: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 87: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 88: ate.v1.Actor.LabelsEntry
+	nil,                                 // 89: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 90: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 91: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	89, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	91, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	89, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	89, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	89, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	91, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	91, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	91, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	89, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	91, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	83, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	85, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	84, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	86, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	27, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	25, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	24, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	60, // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
-	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	89, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	85, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	89, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	89, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	89, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	86, // 33: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
-	36, // 34: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	36, // 35: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	87, // 36: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 37: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 38: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	89, // 39: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	48, // 40: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	88, // 41: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	51, // 42: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	89, // 43: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	54, // 44: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	89, // 45: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
-	61, // 46: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	89, // 47: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
-	36, // 48: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
-	68, // 49: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	89, // 50: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	75, // 51: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
-	74, // 52: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
-	75, // 53: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
-	78, // 54: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
-	78, // 55: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	10, // 56: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 57: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 58: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 59: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 60: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 61: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 62: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 63: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 64: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 65: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 66: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 67: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 68: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 69: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 70: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 71: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 72: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 73: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 74: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 75: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 76: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 77: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 78: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 79: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 80: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	62, // 81: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	63, // 82: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	64, // 83: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	66, // 84: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	69, // 85: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	71, // 86: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	72, // 87: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	76, // 88: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	79, // 89: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	81, // 90: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	9,  // 91: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 92: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 93: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 94: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 95: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 96: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 97: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 98: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 99: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 100: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 101: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 102: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 103: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 104: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 105: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 106: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 107: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 108: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 109: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 110: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 111: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 112: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 113: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 114: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 115: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	61, // 116: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	61, // 117: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	65, // 118: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	67, // 119: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	70, // 120: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	68, // 121: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	73, // 122: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	77, // 123: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	80, // 124: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	82, // 125: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	91, // [91:126] is the sub-list for method output_type
-	56, // [56:91] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	29, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	27, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	26, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	62, // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
+	24, // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
+	25, // 22: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
+	28, // 23: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	23, // 24: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	30, // 25: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	91, // 26: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	31, // 27: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	31, // 28: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 29: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	87, // 30: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	91, // 31: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	91, // 32: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	91, // 33: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 34: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	88, // 35: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	38, // 36: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	38, // 37: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	89, // 38: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 39: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 40: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	91, // 41: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	50, // 42: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	90, // 43: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	53, // 44: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	91, // 45: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	56, // 46: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	91, // 47: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	63, // 48: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	91, // 49: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	38, // 50: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	70, // 51: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	91, // 52: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	77, // 53: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	76, // 54: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	77, // 55: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	80, // 56: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	80, // 57: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	10, // 58: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 59: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 60: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 61: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	32, // 62: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	33, // 63: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	34, // 64: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	36, // 65: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	39, // 66: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	40, // 67: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	41, // 68: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	43, // 69: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	44, // 70: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	46, // 71: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	47, // 72: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	48, // 73: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	49, // 74: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	51, // 75: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	54, // 76: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	57, // 77: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	58, // 78: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	59, // 79: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 80: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 81: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 82: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	64, // 83: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	65, // 84: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	66, // 85: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	68, // 86: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	71, // 87: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	73, // 88: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	74, // 89: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	78, // 90: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	81, // 91: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	83, // 92: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	9,  // 93: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 94: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 95: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 96: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	31, // 97: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	31, // 98: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	35, // 99: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	37, // 100: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	38, // 101: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	38, // 102: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	42, // 103: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	38, // 104: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	45, // 105: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	38, // 106: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	38, // 107: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	38, // 108: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	38, // 109: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	52, // 110: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	55, // 111: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	61, // 112: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	56, // 113: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	60, // 114: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 115: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 116: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 117: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	63, // 118: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	63, // 119: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	67, // 120: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	69, // 121: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	72, // 122: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	70, // 123: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	75, // 124: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	79, // 125: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	82, // 126: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	84, // 127: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	93, // [93:128] is the sub-list for method output_type
+	58, // [58:93] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -5971,19 +6110,19 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
-	file_ate_v1_control_proto_msgTypes[24].OneofWrappers = []any{}
-	file_ate_v1_control_proto_msgTypes[73].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[26].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[75].OneofWrappers = []any{
 		(*ExecActorRequest_Start)(nil),
 		(*ExecActorRequest_Stdin)(nil),
 		(*ExecActorRequest_StdinClose)(nil),
 		(*ExecActorRequest_Resize)(nil),
 	}
-	file_ate_v1_control_proto_msgTypes[74].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[76].OneofWrappers = []any{
 		(*ExecActorResponse_Stdout)(nil),
 		(*ExecActorResponse_Stderr)(nil),
 		(*ExecActorResponse_ExitCode)(nil),
 	}
-	file_ate_v1_control_proto_msgTypes[76].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[78].OneofWrappers = []any{
 		(*CopyToActorRequest_Target)(nil),
 		(*CopyToActorRequest_Data)(nil),
 	}
@@ -5993,7 +6132,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   86,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,10 +32,13 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 const hostname = "ate"
 
 // buildSpec returns the OCI runtime spec (the subset runsc reads for our
-// containers) for spec in slot. The root is writable: runsc's root overlay
-// (--overlay2=root:memory) keeps every write in the sandbox's memory, so
-// RootFS on the host is never modified and the writes are part of the
-// checkpoint.
+// containers) for spec in slot. The root is writable inside the sandbox,
+// but the image is not: with runsc's root overlay (--overlay2=root:memory)
+// every write lands in the sandbox's memory (and in the checkpoint), and
+// runsc's gofer serves RootFS read-only and remounts it MS_RDONLY|
+// MS_NOSUID|MS_NODEV in its own mount namespace. Root.Readonly must stay
+// false: runsc turns the overlay off for a read-only root, which would
+// make every write fail.
 func buildSpec(slot sandbox.Slot, spec sandbox.Spec) *specs.Spec {
 	env := slices.Clone(spec.Env)
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
@@ -72,6 +75,10 @@ func buildSpec(slot sandbox.Slot, spec sandbox.Spec) *specs.Spec {
 				Inheritable: defaultCaps,
 				Permitted:   defaultCaps,
 			},
+			// setuid and file capabilities grant nothing (PR_SET_NO_NEW_PRIVS
+			// in the sandbox's kernel). runsc compares it at restore, so a
+			// checkpoint taken without it does not restore with it.
+			NoNewPrivileges: true,
 			// Soft 1024 keeps select()-era programs safe; hard lets servers
 			// that raise their own limit (Go does) have plenty.
 			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 524288}},

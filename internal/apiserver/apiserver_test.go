@@ -102,6 +102,15 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"negative hook timeout", func(s *atev1.ActorTemplateSpec) {
 			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/r", Port: 8080}, TimeoutSeconds: -1}
 		}, "onRestore.timeoutSeconds must be 0..300"},
+		{"egress allow-list", func(s *atev1.ActorTemplateSpec) {
+			s.Network = &atev1.NetworkPolicy{Egress: []*atev1.EgressRule{{Cidr: "10.0.0.0/8", Ports: []int32{443}}, {Host: "api.example.com"}}}
+		}, ""},
+		{"egress cidr and host", func(s *atev1.ActorTemplateSpec) {
+			s.Network = &atev1.NetworkPolicy{Egress: []*atev1.EgressRule{{Cidr: "10.0.0.0/8", Host: "a.example"}}}
+		}, "network.egress[0]: set cidr or host, not both"},
+		{"egress port", func(s *atev1.ActorTemplateSpec) {
+			s.Network = &atev1.NetworkPolicy{Egress: []*atev1.EgressRule{{Cidr: "10.0.0.0/8", Ports: []int32{70000}}}}
+		}, "network.egress[0].ports: 70000 is not a TCP port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()

@@ -40,6 +40,7 @@ type templateFile struct {
 	WorkerSelector map[string]string `json:"workerSelector,omitempty"`
 	lifecycleFields
 	routingFields
+	networkFields
 }
 
 type containerFile struct {
@@ -117,7 +118,7 @@ func yamlError(err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		field := te.Field
-		for _, embedded := range []string{"routingFields.", "lifecycleFields."} {
+		for _, embedded := range []string{"routingFields.", "lifecycleFields.", "networkFields."} {
 			field = strings.ReplaceAll(field, embedded, "")
 		}
 		want := te.Type.String()
@@ -190,6 +191,7 @@ func parseTemplate(data []byte, baseDir string) (*atev1.ActorTemplate, error) {
 	}
 	f.lifecycleFields.apply(spec)
 	f.routingFields.apply(spec)
+	f.networkFields.apply(spec)
 	return &atev1.ActorTemplate{Name: f.Name, Spec: spec}, nil
 }
 

@@ -230,6 +230,19 @@ func Resolve(ctx context.Context, r Resolver, p Policy) (Allowed, error) {
 	return a, nil
 }
 
+// Key is a's rules in a canonical text form, "" when a allows nothing: two
+// Allowed with the same Key make the same nftables table.
+func (a *Allowed) Key() string {
+	if a == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, r := range a.Rules {
+		fmt.Fprintf(&b, "%s %v;", r.Prefix, r.Ports)
+	}
+	return b.String()
+}
+
 // Permits reports whether a's rules allow a TCP connection to dst. It
 // does not consult the always-denied addresses (Deny does).
 func (a *Allowed) Permits(dst netip.AddrPort) bool {

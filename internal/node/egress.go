@@ -38,6 +38,7 @@ func (n *Node) setUpEgress(s *slot) error {
 	if err := egress.Apply(s.sb.DialNetNSPath, gateway(), nil); err != nil {
 		return err
 	}
+	s.egressRules = ""
 	ln, err := netns.Listen(s.sb.DialNetNSPath, "tcp", net.JoinHostPort(netns.GatewayAddr, strconv.Itoa(egress.ProxyPort)))
 	if err != nil {
 		return fmt.Errorf("egress proxy: %w", err)
@@ -68,8 +69,14 @@ func (n *Node) applyEgress(ctx context.Context, s *slot, spec *atev1.ActorTempla
 			return fmt.Errorf("egress hosts file: %w", err)
 		}
 	}
-	if err := egress.Apply(s.sb.DialNetNSPath, gateway(), &a); err != nil {
-		return err
+	// Most templates allow nothing, and the freed worker already denies
+	// everything: no netlink round trip on their starts.
+	if key := a.Key(); key != s.egressRules {
+		s.egressRules = "\x00" // unknown until Apply succeeds
+		if err := egress.Apply(s.sb.DialNetNSPath, gateway(), &a); err != nil {
+			return err
+		}
+		s.egressRules = key
 	}
 	s.egress.Set(&a)
 	return nil
@@ -82,9 +89,17 @@ func (n *Node) clearEgress(ctx context.Context, s *slot) {
 		return
 	}
 	s.egress.Set(nil)
-	if err := egress.Apply(s.sb.DialNetNSPath, gateway(), nil); err != nil {
-		n.log.WarnContext(ctx, "clear egress rules", "worker", s.name, "err", err)
+	if s.egressRules == "" {
+		return
 	}
+	s.egressRules = "\x00"
+	if err := egress.Apply(s.sb.DialNetNSPath, gateway(), nil); err != nil {
+		// The proxy refuses everything already; the next start applies
+		// its own table.
+		n.log.WarnContext(ctx, "clear egress rules", "worker", s.name, "err", err)
+		return
+	}
+	s.egressRules = ""
 }
 
 // egressMounts are the mounts spec's network policy adds to a container

@@ -51,6 +51,10 @@ type slot struct {
 	// (egress.go); nil for slots without namespaces. Its allow-list is
 	// set by each start and cleared by clearOp, under opMu.
 	egress *egress.Proxy
+	// egressRules is the allow-list the worker's nftables table holds
+	// (egress.Allowed.Key): "" for deny-all, "\x00" when unknown (an
+	// Apply failed midway). Guarded by opMu.
+	egressRules string
 
 	// capture copies the output of the actor s runs into its actor log
 	// (actorlogs.go); stopWhy is the reason its stop marker line gives.

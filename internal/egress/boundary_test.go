@@ -72,16 +72,7 @@ func TestBoundary(t *testing.T) {
 	dest.Listen(t, 8443)
 	dest.Listen(t, 9000)
 	dest.Listen(t, 9001)
-	hostLoop, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	egresstest.Serve(t, hostLoop)
-	hostAddr, err := net.Listen("tcp", net.JoinHostPort(dest.HostAddr.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	egresstest.Serve(t, hostAddr)
+	hostLoopAddr, hostAddrAddr := dest.HostListeners(t)
 	self, err := netns.Listen(slot.DialNetNSPath, "tcp", netns.GatewayAddr+":80")
 	if err != nil {
 		t.Fatal(err)
@@ -106,8 +97,6 @@ func TestBoundary(t *testing.T) {
 	proxy := egress.NewProxy(ln, &egress.Deny{Extra: []netip.Prefix{netip.PrefixFrom(dest.Addr, 32)}}, nil)
 	defer proxy.Close()
 
-	hostLoopAddr := hostLoop.Addr().String()
-	hostAddrAddr := hostAddr.Addr().String()
 	d := func(port int) string { return fmt.Sprintf("%s:%d", dest.Addr, port) }
 	check := func(t *testing.T, want map[string]bool) {
 		t.Helper()

@@ -87,16 +87,7 @@ func TestSandboxBoundary(t *testing.T) {
 		dest.Listen(t, p)
 	}
 	dns := egresstest.DNS(t, map[string]netip.Addr{"allowed.egress.test": dest.Addr, "unlisted.egress.test": dest.Addr})
-	hostLoop, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	egresstest.Serve(t, hostLoop)
-	hostAddr, err := net.Listen("tcp", net.JoinHostPort(dest.HostAddr.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	egresstest.Serve(t, hostAddr)
+	hostLoopAddr, hostAddrAddr := dest.HostListeners(t)
 
 	// One worker: the two actors take turns on it, so the second phase
 	// shows the rules set for each start and cleared when it is freed.
@@ -144,7 +135,7 @@ network:
 	in.ate("create", "actor", "egress-1", "--template", "egress")
 
 	never := []string{
-		hostLoop.Addr().String(), hostAddr.Addr().String(), apiLn.Addr().String(),
+		hostLoopAddr, hostAddrAddr, apiLn.Addr().String(),
 		"169.254.169.254:80", net.JoinHostPort(primary.String(), apiPort), in.apiAddr,
 	}
 	type want struct {

@@ -154,6 +154,23 @@ func (d *Destination) Listen(t testing.TB, port int) {
 	Serve(t, ln)
 }
 
+// HostListeners starts greeting listeners (Serve) in the host's own
+// namespace on its loopback and on d.HostAddr, the host services a
+// sandbox must never reach, and returns their addresses.
+func (d *Destination) HostListeners(t testing.TB) (loopback, hostAddr string) {
+	t.Helper()
+	var addrs []string
+	for _, a := range []string{"127.0.0.1:0", net.JoinHostPort(d.HostAddr.String(), "0")} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		Serve(t, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs[0], addrs[1]
+}
+
 // Serve greets every connection on ln with its port (Greeting) and
 // closes it, until the test ends.
 func Serve(t testing.TB, ln net.Listener) {

@@ -19,6 +19,10 @@ import (
 // DialTimeout bounds the proxy's connect to an allowed destination.
 const DialTimeout = 10 * time.Second
 
+// MaxConns bounds one worker's relayed connections at once (each holds two
+// sockets and two goroutines in the node); more are closed on accept.
+const MaxConns = 1024
+
 // Deny is the set of destinations no rule can allow: alwaysDenied, the
 // node's own interface addresses (read at every connection, so addresses
 // added later count) and Extra (the API server's addresses).
@@ -90,6 +94,10 @@ type Proxy struct {
 	deny  *Deny
 	log   *slog.Logger
 	allow atomic.Pointer[Allowed]
+	// ctx ends with Close, cutting dials short.
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{} // MaxConns tokens
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -102,7 +110,8 @@ func NewProxy(ln net.Listener, deny *Deny, log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{ln: ln, deny: deny, log: log, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, deny: deny, log: log, conns: map[net.Conn]struct{}{}, slots: make(chan struct{}, MaxConns)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Go(p.serve)
 	return p
 }
@@ -123,6 +132,7 @@ func (p *Proxy) Set(a *Allowed) {
 // relays to end.
 func (p *Proxy) Close() error {
 	err := p.ln.Close()
+	p.cancel()
 	p.Set(nil)
 	p.wg.Wait()
 	return err
@@ -137,7 +147,17 @@ func (p *Proxy) serve() {
 			}
 			return
 		}
-		p.wg.Go(func() { p.relay(c) })
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			p.log.Warn("egress refused", "why", "too many connections", "max", MaxConns)
+			c.Close()
+			continue
+		}
+		p.wg.Go(func() {
+			defer func() { <-p.slots }()
+			p.relay(c)
+		})
 	}
 }
 
@@ -175,7 +195,7 @@ func (p *Proxy) relay(in net.Conn) {
 		return
 	}
 	untrack := p.track(in)
-	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
+	ctx, cancel := context.WithTimeout(p.ctx, DialTimeout)
 	var d net.Dialer
 	out, err := d.DialContext(ctx, "tcp4", dst.String())
 	cancel()

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -270,24 +271,35 @@ func resolveRunsc(ctx context.Context, cfg NodeAgentConfig, log *slog.Logger) (g
 	return gc, nil
 }
 
-// apiServerPrefixes returns the addresses addr's host (an API server's
-// host:port) stands for, as /32 and /128 prefixes, resolved now; a name
-// that does not resolve gives none (logged): the node's own addresses and
-// link-local ones stay denied regardless.
-func apiServerPrefixes(ctx context.Context, addr string, log *slog.Logger) []netip.Prefix {
-	host, _, err := net.SplitHostPort(addr)
+// apiServerPrefixes returns the addresses of the API server replicas
+// target (--api, any apidial form) names now, as /32 and /128 prefixes,
+// host names resolved. Failures give what was found (logged): the node's
+// own addresses and link-local ones stay denied regardless, and replicas
+// that move to new addresses later are not followed (the API server's
+// own authentication still stands between them and a sandbox).
+func apiServerPrefixes(ctx context.Context, target string, log *slog.Logger) []netip.Prefix {
+	reps, err := apidial.Replicas(ctx, target)
 	if err != nil {
-		host = addr
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		log.Warn("egress: cannot resolve the API server's address to deny it to sandboxes", "addr", addr, "err", err)
+		log.Warn("egress: cannot list the API server's addresses to deny them to sandboxes", "api", target, "err", err)
 		return nil
 	}
 	var out []netip.Prefix
-	for _, a := range addrs {
-		a = a.Unmap()
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	for _, rep := range reps {
+		host, _, err := net.SplitHostPort(rep)
+		if err != nil {
+			host = rep
+		}
+		addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			log.Warn("egress: cannot resolve an API server replica to deny it to sandboxes", "replica", rep, "err", err)
+			continue
+		}
+		for _, a := range addrs {
+			a = a.Unmap()
+			if p := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
 	}
 	return out
 }

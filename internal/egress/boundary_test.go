@@ -68,6 +68,20 @@ func TestBoundary(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = netns.Remove(context.Background(), slot) })
 
+	// Another worker, its sandbox listening on the same interior
+	// address: no link joins the two, so the first cannot reach it.
+	_, _ = rand.Read(b)
+	other, err := netns.Ensure(t.Context(), "atee-"+hex.EncodeToString(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netns.Remove(context.Background(), other) })
+	otherLn, err := netns.Listen(other.NetNSPath, "tcp", sandbox.InteriorAddr+":7777")
+	if err != nil {
+		t.Fatal(err)
+	}
+	egresstest.Serve(t, otherLn)
+
 	dest := egresstest.NewDestination(t)
 	dest.Listen(t, 8443)
 	dest.Listen(t, 9000)
@@ -80,11 +94,11 @@ func TestBoundary(t *testing.T) {
 	egresstest.Serve(t, self)
 	// Another listener in the outer namespace, as a node endpoint the
 	// sandbox must not reach would be.
-	other, err := netns.Listen(slot.DialNetNSPath, "tcp", netns.GatewayAddr+":8081")
+	gwOther, err := netns.Listen(slot.DialNetNSPath, "tcp", netns.GatewayAddr+":8081")
 	if err != nil {
 		t.Fatal(err)
 	}
-	egresstest.Serve(t, other)
+	egresstest.Serve(t, gwOther)
 
 	gw := egress.Gateway{IfName: netns.OuterIfName, Addr: netip.MustParseAddr(netns.GatewayAddr), Ports: []uint16{80}}
 	if err := egress.Apply(slot.DialNetNSPath, gw, nil); err != nil {
@@ -111,6 +125,7 @@ func TestBoundary(t *testing.T) {
 	never := map[string]bool{
 		hostLoopAddr: false, hostAddrAddr: false, "169.254.169.254:80": false,
 		netns.GatewayAddr + ":8081": false, netns.GatewayAddr + ":80": true,
+		sandbox.InteriorAddr + ":7777": false,
 	}
 
 	t.Run("empty", func(t *testing.T) {

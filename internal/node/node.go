@@ -290,7 +290,7 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	}
 	s.gate.close()
 	s.cleared()
-	n.clearEgress(ctx, s)
+	n.clearEgress(s)
 	n.endActorLog(ctx, s)
 }
 

@@ -49,7 +49,8 @@ type slot struct {
 	files   workerFiles
 	// egress relays the sandbox's allowed outbound connections
 	// (egress.go); nil for slots without namespaces. Its allow-list is
-	// set by each start and cleared by clearOp, under opMu.
+	// set by each start and cleared by clearOp, under opMu; the nftables
+	// table is replaced by the next start whose rules differ.
 	egress *egress.Proxy
 	// egressRules is the allow-list the worker's nftables table holds
 	// (egress.Allowed.Key): "" for deny-all, "\x00" when unknown (an

@@ -162,7 +162,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	// Before the sandbox runs: the template's allow-list, not the
 	// previous actor's (clearOp cleared that) and not nothing.
 	if err := n.applyEgress(ctx, s, spec); err != nil {
-		return "", "", fmt.Errorf("egress: %w", err)
+		return "", "", err
 	}
 	port := trafficPort(c, img)
 	sb := n.takeStandby(ctx, s, sspec)

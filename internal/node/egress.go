@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/egress"
@@ -19,6 +20,11 @@ import (
 // HostsPath is where a sandbox whose template allows egress host names
 // finds them: the node bind-mounts its own hosts file there, read-only.
 const HostsPath = "/etc/hosts"
+
+// egressResolveTimeout bounds the resolution of a template's allowed host
+// names at a start: a DNS server that does not answer fails the start
+// rather than holding the worker.
+const egressResolveTimeout = 5 * time.Second
 
 // gateway is every worker's outer link as the egress rules see it; the
 // self-service endpoint is the one node port a sandbox may always reach.
@@ -58,7 +64,9 @@ func (n *Node) applyEgress(ctx context.Context, s *slot, spec *atev1.ActorTempla
 	if err != nil {
 		return err
 	}
-	a, err := egress.Resolve(ctx, n.cfg.EgressResolver, p)
+	rctx, cancel := context.WithTimeout(ctx, egressResolveTimeout)
+	a, err := egress.Resolve(rctx, n.cfg.EgressResolver, p)
+	cancel()
 	if err != nil {
 		return err
 	}

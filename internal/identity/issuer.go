@@ -297,6 +297,12 @@ func (i *Issuer) Handler() http.Handler {
 	return mux
 }
 
-// Routes are the paths Handler answers when the issuer URL has no path,
-// for muxes that route by pattern.
-var Routes = []string{"GET " + DiscoveryPath, "GET " + JWKSPath}
+// Patterns are the http.ServeMux patterns Handler answers at the issuer
+// URL's path now (at the root while none is set).
+func (i *Issuer) Patterns() []string {
+	base := ""
+	if u, err := url.Parse(i.IssuerURL()); err == nil {
+		base = strings.TrimSuffix(u.Path, "/")
+	}
+	return []string{"GET " + base + DiscoveryPath, "GET " + base + JWKSPath}
+}

@@ -96,6 +96,8 @@ type Registry struct {
 	wf Workflows
 	// selfAlarm answers SetSelfAlarm (selfalarm.go); nil: UNIMPLEMENTED.
 	selfAlarm node.SelfAlarmFunc
+	// selfCall answers SelfCall (selfcall.go); nil: UNIMPLEMENTED.
+	selfCall node.SelfCallFunc
 	members   map[string]*member
 	byWorker  map[string]string // worker → node, live members only
 	// draining names the nodes drained by Drain (DrainNode), with why:

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/flagfile"
-	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/identity"
+	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/nodeagent"

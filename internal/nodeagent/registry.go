@@ -98,8 +98,9 @@ type Registry struct {
 	selfAlarm node.SelfAlarmFunc
 	// selfCall answers SelfCall (selfcall.go); nil: UNIMPLEMENTED.
 	selfCall node.SelfCallFunc
-	members   map[string]*member
-	byWorker  map[string]string // worker → node, live members only
+
+	members  map[string]*member
+	byWorker map[string]string // worker → node, live members only
 	// draining names the nodes drained by Drain (DrainNode), with why:
 	// they stay DRAINING across re-registrations until Remove.
 	draining map[string]string

@@ -18,8 +18,8 @@ import (
 
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
-	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/identity"
+	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"

@@ -11,8 +11,8 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/dashboard"
-	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/metrics"
 )
 

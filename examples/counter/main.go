@@ -128,6 +128,7 @@ func newHandler(wu *warmup) http.Handler {
 	})
 	registerFiles(mux)
 	registerAlarms(mux)
+	registerIdentity(mux)
 	registerStreams(mux)
 	wu.register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

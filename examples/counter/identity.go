@@ -25,14 +25,20 @@ func registerIdentity(mux *http.ServeMux) {
 			}
 			body = strings.NewReader(string(b))
 		}
-		resp, err := http.Post("http://169.254.17.1/v1/token", "application/json", body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		relaySelfService(w, "/v1/token", body)
 	})
+}
+
+// relaySelfService POSTs body to the self-service endpoint's path and
+// answers w with its answer (502 when it cannot be reached).
+func relaySelfService(w http.ResponseWriter, path string, body io.Reader) {
+	resp, err := http.Post("http://169.254.17.1"+path, "application/json", body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }

@@ -31,9 +31,6 @@ const SubjectPrefix = "actor:"
 // MaxAudience bounds a requested audience, in bytes.
 const MaxAudience = 256
 
-// maxRequestBody bounds POST /v1/token's body.
-const maxRequestBody = 4 << 10
-
 // Errors Mint returns; callers match them with errors.Is.
 var (
 	// ErrNotHosted: the worker does not host that actor incarnation now

@@ -139,31 +139,14 @@ func (ss *selfService) handler(s *slot) http.Handler {
 			http.Error(w, "alarms are not available from this node's self-service endpoint; set them with the Control API (ate alarm)", http.StatusNotImplemented)
 			return
 		}
-		uid := s.gate.hosted()
-		if uid == "" {
-			http.Error(w, "this worker hosts no actor", http.StatusConflict)
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfAlarmBody))
-		if err != nil {
-			http.Error(w, fmt.Sprintf("alarm request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
-			return
-		}
-		status, answer := ss.alarm(r.Context(), s.name, uid, body)
-		if status == http.StatusCreated {
-			w.Header().Set("Content-Type", "application/json")
-		} else {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write(answer)
+		ss.relay(w, r, s, http.StatusCreated, ss.alarm)
 	})
 	mux.HandleFunc("POST /v1/token", func(w http.ResponseWriter, r *http.Request) {
 		if ss.call == nil {
 			http.Error(w, "identity tokens are not available from this node's self-service endpoint", http.StatusNotImplemented)
 			return
 		}
-		ss.forward(w, r, s, SelfCallToken, http.StatusOK)
+		ss.relay(w, r, s, http.StatusOK, ss.caller(SelfCallToken))
 	})
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
 		action, err := checkpoint.ParseAction(r.PathValue("action"))
@@ -172,7 +155,7 @@ func (ss *selfService) handler(s *slot) http.Handler {
 			return
 		}
 		if ss.call != nil {
-			ss.forward(w, r, s, action.String(), http.StatusAccepted)
+			ss.relay(w, r, s, -1, ss.caller(action.String()))
 			return
 		}
 		uid := s.gate.hosted()
@@ -187,9 +170,17 @@ func (ss *selfService) handler(s *slot) http.Handler {
 	return mux
 }
 
-// forward answers r with ss.call's verdict on call for the actor s's gate
-// admits; a JSON answer when the status is ok.
-func (ss *selfService) forward(w http.ResponseWriter, r *http.Request, s *slot, call string, ok int) {
+// caller is ss.call for one call.
+func (ss *selfService) caller(call string) SelfAlarmFunc {
+	return func(ctx context.Context, worker, actorUID string, body []byte) (int, []byte) {
+		return ss.call(ctx, worker, actorUID, call, body)
+	}
+}
+
+// relay answers r with f's verdict for the actor s's gate admits (409
+// when none), given the request's body; the answer is JSON when its
+// status is jsonOK, plain text otherwise.
+func (ss *selfService) relay(w http.ResponseWriter, r *http.Request, s *slot, jsonOK int, f SelfAlarmFunc) {
 	uid := s.gate.hosted()
 	if uid == "" {
 		http.Error(w, "this worker hosts no actor", http.StatusConflict)
@@ -200,8 +191,8 @@ func (ss *selfService) forward(w http.ResponseWriter, r *http.Request, s *slot, 
 		http.Error(w, fmt.Sprintf("request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
 		return
 	}
-	status, answer := ss.call(r.Context(), s.name, uid, call, body)
-	if status == ok && call == SelfCallToken {
+	status, answer := f(r.Context(), s.name, uid, body)
+	if status == jsonOK {
 		w.Header().Set("Content-Type", "application/json")
 	} else {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -48,7 +48,7 @@ func (in *installation) mint(actor, aud string) minted {
 // kidOf is the key id in tok's header.
 func kidOf(t *testing.T, tok string) string {
 	t.Helper()
-	jws, err := jose.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256})
+	jws, err := jose.ParseSignedCompact(tok, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
@@ -63,7 +64,10 @@ func (r *Registry) ownWorker(ctx context.Context, nodeName, worker string) error
 // SelfCall implements node.SelfCallFunc: it forwards the actor's call to
 // a replica with a welcomed session (the next one if that replica cannot
 // be reached) and relays its answer; 503 when none answers, so the actor
-// retries, 501 when the API server answers no such calls.
+// retries, 501 when the API server answers no such calls — except a
+// suspend or pause, which an API server from before SelfCall gets as the
+// SELF_REQUEST event it checks on its own (202), so a rolling upgrade
+// keeps self-service working.
 func (a *Agent) SelfCall(ctx context.Context, worker, actorUID, call string, body []byte) (int, []byte) {
 	req := &atev1.SelfCallRequest{Node: a.cfg.Node.Name(), Worker: worker, ActorUid: actorUID, Call: call, Body: body}
 	var resp *atev1.SelfCallResponse
@@ -74,10 +78,14 @@ func (a *Agent) SelfCall(ctx context.Context, worker, actorUID, call string, bod
 	if err == nil {
 		return int(resp.GetStatus()), resp.GetAnswer()
 	}
-	a.log.WarnContext(ctx, "forward self-service call", "call", call, "worker", worker, "err", err)
 	code := http.StatusServiceUnavailable
 	if st, ok := status.FromError(errors.Unwrap(err)); ok && st.Code() == codes.Unimplemented {
+		if action, perr := checkpoint.ParseAction(call); perr == nil {
+			a.SelfRequest(worker, actorUID, action)
+			return http.StatusAccepted, []byte(action.String() + " requested\n")
+		}
 		code = http.StatusNotImplemented
 	}
+	a.log.WarnContext(ctx, "forward self-service call", "call", call, "worker", worker, "err", err)
 	return code, fmt.Appendf(nil, "%s not done: %v; retry later\n", call, err)
 }

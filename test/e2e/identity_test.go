@@ -297,4 +297,17 @@ func TestActorIdentityRemoteNode(t *testing.T) {
 	if _, _, err := verify(ctx, provider, issuer, m.Token, nil); err != nil {
 		t.Errorf("the token minted on n1 no longer verifies after the move: %v", err)
 	}
+
+	// Its own request through its current worker's gateway on n2 is
+	// checked by the API server and done.
+	if code, body := in.do(http.MethodPost, "default/counter-1", "/ask?action=suspend", ""); code != http.StatusAccepted {
+		t.Fatalf("self-suspend on n2 = %d %q, want 202", code, body)
+	}
+	waitFor(t, "counter-1 SUSPENDED at its own request", 30*time.Second, func() bool {
+		a := in.actor("counter-1")
+		return a.GetState() == atev1.ActorState_SUSPENDED && a.GetReason() == atev1.CheckpointReason_SELF_REQUESTED
+	})
+	if st := in.actor("counter-2").GetState(); st != atev1.ActorState_RUNNING {
+		t.Errorf("counter-2 is %s after counter-1's self-suspend, want RUNNING", st)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/flagfile"
+	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
@@ -86,6 +87,7 @@ func apiserverCommand() *cobra.Command {
 			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
 			f.StringVar(&cfg.HTTPAddr, "http-addr", "", "HTTP listen address of the web dashboard at / (keep it on loopback or a private network; empty: none)")
+			identityFlags(f, &cfg.Identity)
 			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
 			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
 				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")
@@ -184,4 +186,14 @@ func runController(ctx context.Context, cfg controller.Config) error {
 		return err
 	}
 	return c.Run(ctx)
+}
+
+// identityFlags are the actor identity flags of `ate up` and `ate
+// apiserver` (docs/security.md, Actor identity).
+func identityFlags(f *pflag.FlagSet, cfg *up.IdentityConfig) {
+	f.StringVar(&cfg.IssuerURL, "issuer-url", "", "actor identity tokens' issuer (iss): the URL verifiers reach this API server's HTTP listener at, "+
+		"serving /.well-known/openid-configuration and /openid/v1/jwks (default http://<http-addr>; give every replica the same one)")
+	f.DurationVar(&cfg.TokenTTL, "identity-token-ttl", identity.DefaultTokenTTL, "lifetime of the identity tokens actors mint (POST http://169.254.17.1/v1/token)")
+	f.DurationVar(&cfg.KeyRotation, "identity-key-rotation", identity.DefaultRotation,
+		"how long each identity signing key signs; the next is published this long ahead, a retired one stays published until its tokens expired")
 }

@@ -63,6 +63,7 @@ flag is an error.`,
 				"management listen address: Prometheus /metrics and /debug/pprof/ (keep it on loopback or a private network; empty disables)")
 			f.StringVar(&cfg.HTTP.Addr, "http-addr", up.DefaultHTTPAddr,
 				"the API server's HTTP listen address: the web dashboard at / (keep it on loopback or a private network; empty disables)")
+			identityFlags(f, &cfg.Identity)
 			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
 			f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
 			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")

@@ -22,15 +22,7 @@ func registerAlarms(mux *http.ServeMux) {
 	var mu sync.Mutex
 	received := []map[string]string{}
 	mux.HandleFunc("POST /set-alarm", func(w http.ResponseWriter, r *http.Request) {
-		resp, err := http.Post("http://169.254.17.1/v1/alarms", "application/json", io.LimitReader(r.Body, 8<<10))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		relaySelfService(w, "/v1/alarms", io.LimitReader(r.Body, 8<<10))
 	})
 	mux.HandleFunc("POST /alarm/{name...}", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()

@@ -128,6 +128,7 @@ func newHandler(wu *warmup) http.Handler {
 	})
 	registerFiles(mux)
 	registerAlarms(mux)
+	registerIdentity(mux)
 	registerStreams(mux)
 	registerDial(mux)
 	wu.register(mux)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -506,19 +507,56 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 // SelfRequest is an actor asking, from inside its sandbox, to be
 // suspended or paused. It runs the workflow in the background, on a
 // goroutine the manager owns, since the caller is the actor being
-// checkpointed.
+// checkpointed. It acts only while the record store assigns worker to
+// actorUID and the actor to worker, checked again under the actor's
+// lock (Why.OnWorker): a request that arrives after the actor moved is
+// dropped, not applied to the moved actor or to the worker's new one.
 func (m *Manager) SelfRequest(worker, actorUID string, action checkpoint.Action) {
 	m.goOwned(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, workflowTimeout)
 		defer cancel()
 		key, ok := m.holderOf(ctx, worker, actorUID)
 		if !ok {
+			m.log.Info("self-requested checkpoint refused: the worker does not host that actor now", "worker", worker, "actorUid", actorUID, "action", action)
 			return
 		}
-		if _, err := m.PutAway(ctx, key, action, Why{Reason: store.ReasonSelfRequested}); err != nil {
-			m.log.Warn("self-requested checkpoint failed", "actor", key, "action", action, "err", err)
-		}
+		m.selfPutAway(ctx, key, worker, actorUID, action)
 	})
+}
+
+// selfPutAway runs a self-requested checkpoint of key, bound to worker
+// and actorUID.
+func (m *Manager) selfPutAway(ctx context.Context, key names.ActorKey, worker, actorUID string, action checkpoint.Action) {
+	why := Why{Reason: store.ReasonSelfRequested, OnWorker: worker, UID: actorUID}
+	if _, err := m.PutAway(ctx, key, action, why); err != nil {
+		m.log.Warn("self-requested checkpoint failed", "actor", key, "action", action, "err", err)
+	}
+}
+
+// ServeSelfCheckpoint is SelfRequest answering the actor: 409 with a
+// message when the record store does not assign worker to actorUID (and
+// the actor, RUNNING, to worker) now — nothing is done; else 202 and the
+// checkpoint runs in the background, bound to that assignment; 503 when
+// the store cannot be read.
+func (m *Manager) ServeSelfCheckpoint(ctx context.Context, worker, actorUID string, action checkpoint.Action) (status int, answer []byte) {
+	w, err := m.store.GetWorker(ctx, worker)
+	var act *store.Actor
+	if err == nil && w.ActorUID == actorUID && actorUID != "" && !w.Actor.IsZero() {
+		act, err = m.store.GetActor(ctx, w.Actor)
+	}
+	switch {
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return http.StatusServiceUnavailable, fmt.Appendf(nil, "%s not requested: %v; retry later\n", action, err)
+	case act == nil || act.UID != actorUID || act.Worker != worker || act.State != store.Running:
+		return http.StatusConflict, fmt.Appendf(nil, "%s refused: worker %s does not host actor uid %s now\n", action, worker, actorUID)
+	}
+	key := act.Key()
+	m.goOwned(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, workflowTimeout)
+		defer cancel()
+		m.selfPutAway(ctx, key, worker, actorUID, action)
+	})
+	return http.StatusAccepted, []byte(action.String() + " requested\n")
 }
 
 // WorkerExited is the node's report that an actor's sandbox died on its

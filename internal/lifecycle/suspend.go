@@ -46,6 +46,12 @@ type Why struct {
 	Reason store.CheckpointReason
 	// EvictedFor is the actor an eviction makes room for.
 	EvictedFor names.ActorKey
+	// OnWorker, when set, makes PutAway act only if the actor is still
+	// the incarnation UID on that worker, checked under the actor's lock
+	// (ErrFailedPrecondition otherwise): a self-service request names
+	// the worker it came through, and must not reach the actor after it
+	// moved, nor whoever holds the worker now.
+	OnWorker, UID string
 }
 
 // message is the actor's message for a checkpoint for w; idleAfter is the
@@ -75,6 +81,9 @@ func (m *Manager) PutAway(ctx context.Context, key names.ActorKey, action checkp
 		a, err := m.getSettled(ctx, key)
 		if err != nil {
 			return err
+		}
+		if why.OnWorker != "" && (a.Worker != why.OnWorker || a.UID != why.UID) {
+			return fmt.Errorf("%w: actor %s (uid %s) is not on worker %s any more; the request came through that worker", ErrFailedPrecondition, key, why.UID, why.OnWorker)
 		}
 		var busy error
 		if a.State == store.Running && why.Reason == store.ReasonIdle {

@@ -146,6 +146,9 @@ type Node struct {
 	// selfAlarm serves POST /v1/alarms on the self-service endpoint
 	// (SetSelfAlarmHandler); nil answers 501.
 	selfAlarm SelfAlarmFunc
+	// selfCall answers token, suspend and pause on the self-service
+	// endpoint (SetSelfCallHandler); nil: token 501, checkpoints unchecked.
+	selfCall SelfCallFunc
 	// onIdle is told when a worker's last request other than streams
 	// ends (admission.go); nil when nobody listens.
 	onIdle atomic.Pointer[func(worker string)]

@@ -22,6 +22,13 @@ import (
 //	POST http://169.254.17.1/v1/pause     → 202, the actor is paused
 //	POST http://169.254.17.1/v1/alarms    → 201 {"id": …}, an alarm is set
 //	     body {"at": RFC 3339 | "in": "10m", "path": "/tick"} (docs/alarms.md)
+//	POST http://169.254.17.1/v1/token     → 200 {"token": JWT, "expiresAt": RFC 3339}
+//	     body {"audience": "…"} or none (docs/security.md, Actor identity)
+//
+// Every call acts on the actor the API server's record store assigns to
+// this worker, with the incarnation (uid) the worker's gate admits: a
+// call that arrives after the actor moved is refused (409), never
+// applied to the moved actor or to the worker's next one.
 //
 // The answer comes before the checkpoint starts; in-flight requests drain
 // as for any suspend.
@@ -37,6 +44,25 @@ type SelfFunc func(worker, actorUID string, action checkpoint.Action)
 // ServeSelf). It may block on the record store, not on the actor.
 type SelfAlarmFunc func(ctx context.Context, worker, actorUID string, body []byte) (status int, answer []byte)
 
+// SelfCallFunc answers a self-service call for the actor incarnation
+// actorUID hosted by worker: call is "token", "suspend" or "pause", body
+// what the actor sent (at most maxSelfAlarmBody bytes). It returns the
+// HTTP status and body to answer with, after the API server checked the
+// worker's assignment in the record store (409 when it no longer holds).
+// It may block on the record store, never on the actor's checkpoint.
+type SelfCallFunc func(ctx context.Context, worker, actorUID, call string, body []byte) (status int, answer []byte)
+
+// Self-service calls a SelfCallFunc answers.
+const (
+	SelfCallToken = "token"
+)
+
+// SetSelfCallHandler makes POST /v1/token, /v1/suspend and /v1/pause on
+// the self-service endpoint call f; without one /v1/token answers 501
+// and suspend and pause go to ServeSelfService's SelfFunc unchecked.
+// Call it before ServeSelfService.
+func (n *Node) SetSelfCallHandler(f SelfCallFunc) { n.selfCall = f }
+
 // maxSelfAlarmBody bounds an alarm request's body: a path of at most
 // 1 KiB and a time fit well within it.
 const maxSelfAlarmBody = 4 << 10
@@ -51,7 +77,7 @@ func (n *Node) SetSelfAlarmHandler(f SelfAlarmFunc) { n.selfAlarm = f }
 // Sandbox classes without namespaces (fake) have nothing to serve and
 // wait for ctx alone.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm}
+	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm, call: n.selfCall}
 	defer ss.close()
 	for _, name := range n.order {
 		s := n.slots[name]
@@ -74,6 +100,7 @@ type selfService struct {
 	log     *slog.Logger
 	f       SelfFunc
 	alarm   SelfAlarmFunc
+	call    SelfCallFunc
 	servers []*http.Server
 	serving sync.WaitGroup
 }
@@ -112,29 +139,23 @@ func (ss *selfService) handler(s *slot) http.Handler {
 			http.Error(w, "alarms are not available from this node's self-service endpoint; set them with the Control API (ate alarm)", http.StatusNotImplemented)
 			return
 		}
-		uid := s.gate.hosted()
-		if uid == "" {
-			http.Error(w, "this worker hosts no actor", http.StatusConflict)
+		ss.relay(w, r, s, http.StatusCreated, ss.alarm)
+	})
+	mux.HandleFunc("POST /v1/token", func(w http.ResponseWriter, r *http.Request) {
+		if ss.call == nil {
+			http.Error(w, "identity tokens are not available from this node's self-service endpoint", http.StatusNotImplemented)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfAlarmBody))
-		if err != nil {
-			http.Error(w, fmt.Sprintf("alarm request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
-			return
-		}
-		status, answer := ss.alarm(r.Context(), s.name, uid, body)
-		if status == http.StatusCreated {
-			w.Header().Set("Content-Type", "application/json")
-		} else {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write(answer)
+		ss.relay(w, r, s, http.StatusOK, ss.caller(SelfCallToken))
 	})
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
 		action, err := checkpoint.ParseAction(r.PathValue("action"))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		if ss.call != nil {
+			ss.relay(w, r, s, -1, ss.caller(action.String()))
 			return
 		}
 		uid := s.gate.hosted()
@@ -147,4 +168,36 @@ func (ss *selfService) handler(s *slot) http.Handler {
 		_, _ = w.Write([]byte(action.String() + " requested\n"))
 	})
 	return mux
+}
+
+// caller is ss.call for one call.
+func (ss *selfService) caller(call string) SelfAlarmFunc {
+	return func(ctx context.Context, worker, actorUID string, body []byte) (int, []byte) {
+		return ss.call(ctx, worker, actorUID, call, body)
+	}
+}
+
+// relay answers r with f's verdict for the actor s's gate admits (409
+// when none), given the request's body; the answer is JSON when its
+// status is jsonOK, plain text otherwise.
+func (ss *selfService) relay(w http.ResponseWriter, r *http.Request, s *slot, jsonOK int, f SelfAlarmFunc) {
+	uid := s.gate.hosted()
+	if uid == "" {
+		http.Error(w, "this worker hosts no actor", http.StatusConflict)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfAlarmBody))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	status, answer := f(r.Context(), s.name, uid, body)
+	if status == jsonOK {
+		w.Header().Set("Content-Type", "application/json")
+	} else {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(answer)
 }

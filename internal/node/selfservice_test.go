@@ -53,3 +53,56 @@ func TestSelfServiceAlarms(t *testing.T) {
 		})
 	}
 }
+
+// TestSelfServiceCalls: token, suspend and pause hand the hosted actor's
+// worker, uid, call and body to the call handler (the API server, which
+// checks the assignment) and relay its verdict, a refusal included; no
+// actor means 409 without asking; no handler: token 501, checkpoints
+// through the unchecked SelfFunc.
+func TestSelfServiceCalls(t *testing.T) {
+	type call struct{ worker, uid, call, body string }
+	var got call
+	verdict := func(status int, answer string) SelfCallFunc {
+		return func(_ context.Context, worker, uid, c string, body []byte) (int, []byte) {
+			got = call{worker, uid, c, string(body)}
+			return status, []byte(answer)
+		}
+	}
+	for _, tc := range []struct {
+		name, path, body, hosted string
+		handler                  SelfCallFunc
+		status                   int
+		answer                   string
+		want                     call
+		ctype                    string
+	}{
+		{"token", "/v1/token", `{"audience":"x"}`, "uid-1", verdict(200, `{"token":"t"}`), 200, `{"token":"t"}`,
+			call{"w3", "uid-1", "token", `{"audience":"x"}`}, "application/json"},
+		{"token refused", "/v1/token", ``, "uid-1", verdict(409, "moved"), 409, "moved", call{"w3", "uid-1", "token", ""}, "text/plain; charset=utf-8"},
+		{"token no handler", "/v1/token", ``, "uid-1", nil, 501, "not available", call{}, ""},
+		{"token no actor", "/v1/token", ``, "", verdict(200, "x"), 409, "hosts no actor", call{}, ""},
+		{"suspend", "/v1/suspend", ``, "uid-1", verdict(202, "suspend requested"), 202, "suspend requested", call{"w3", "uid-1", "suspend", ""}, ""},
+		{"pause refused", "/v1/pause", ``, "uid-1", verdict(409, "not on worker"), 409, "not on worker", call{"w3", "uid-1", "pause", ""}, ""},
+		{"unknown action", "/v1/explode", ``, "uid-1", verdict(202, "x"), 404, "", call{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = call{}
+			s := &slot{name: "w3"}
+			if tc.hosted != "" {
+				s.gate.open(tc.hosted, "c", 8080)
+			}
+			ss := &selfService{log: slog.New(slog.DiscardHandler), call: tc.handler}
+			rec := httptest.NewRecorder()
+			ss.handler(s).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(tc.body)))
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.answer) {
+				t.Fatalf("answer %d %q, want %d saying %q", rec.Code, rec.Body, tc.status, tc.answer)
+			}
+			if got != tc.want {
+				t.Fatalf("handler got %+v, want %+v", got, tc.want)
+			}
+			if tc.ctype != "" && rec.Header().Get("Content-Type") != tc.ctype {
+				t.Errorf("Content-Type %q, want %q", rec.Header().Get("Content-Type"), tc.ctype)
+			}
+		})
+	}
+}

@@ -96,8 +96,11 @@ type Registry struct {
 	wf Workflows
 	// selfAlarm answers SetSelfAlarm (selfalarm.go); nil: UNIMPLEMENTED.
 	selfAlarm node.SelfAlarmFunc
-	members   map[string]*member
-	byWorker  map[string]string // worker → node, live members only
+	// selfCall answers SelfCall (selfcall.go); nil: UNIMPLEMENTED.
+	selfCall node.SelfCallFunc
+
+	members  map[string]*member
+	byWorker map[string]string // worker → node, live members only
 	// draining names the nodes drained by Drain (DrainNode), with why:
 	// they stay DRAINING across re-registrations until Remove.
 	draining map[string]string

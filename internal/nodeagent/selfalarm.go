@@ -12,7 +12,6 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
-	"substrate.dev/ate/internal/store"
 )
 
 // SetSelfAlarmHandler makes SetSelfAlarm answer with f (the API server's
@@ -34,14 +33,8 @@ func (r *Registry) SetSelfAlarm(ctx context.Context, req *atev1.SetSelfAlarmRequ
 	if f == nil {
 		return nil, status.Error(codes.Unimplemented, "this API server runs no alarm scheduler")
 	}
-	w, err := r.cfg.Store.GetWorker(ctx, req.GetWorker())
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, status.Errorf(codes.FailedPrecondition, "worker %q is not registered", req.GetWorker())
-	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "read worker %s: %v", req.GetWorker(), err)
-	case w.Node != req.GetNode():
-		return nil, status.Errorf(codes.FailedPrecondition, "worker %s is node %s's, not %s's", w.Name, w.Node, req.GetNode())
+	if err := r.ownWorker(ctx, req.GetNode(), req.GetWorker()); err != nil {
+		return nil, err
 	}
 	code, answer := f(ctx, req.GetWorker(), req.GetActorUid(), req.GetBody())
 	return &atev1.SetSelfAlarmResponse{Status: int32(code), Answer: answer}, nil
@@ -56,6 +49,28 @@ const selfAlarmTimeout = 10 * time.Second
 // answers, so the actor retries.
 func (a *Agent) SelfAlarm(ctx context.Context, worker, actorUID string, body []byte) (int, []byte) {
 	req := &atev1.SetSelfAlarmRequest{Node: a.cfg.Node.Name(), Worker: worker, ActorUid: actorUID, Body: body}
+	var resp *atev1.SetSelfAlarmResponse
+	last := a.forwardSelf(ctx, func(ctx context.Context, c atev1.NodeRegistryClient) (err error) {
+		resp, err = c.SetSelfAlarm(ctx, req)
+		return err
+	})
+	if last == nil {
+		return int(resp.GetStatus()), resp.GetAnswer()
+	}
+	a.log.WarnContext(ctx, "forward self-service alarm", "worker", worker, "err", last)
+	code := http.StatusServiceUnavailable
+	if st, ok := status.FromError(errors.Unwrap(last)); ok && st.Code() == codes.Unimplemented {
+		code = http.StatusNotImplemented
+	}
+	return code, []byte(fmt.Sprintf("alarm not set: %v; retry later\n", last))
+}
+
+// forwardSelf calls rpc on a replica with a welcomed session, trying the
+// next one while a replica cannot be reached, each for at most
+// selfAlarmTimeout. It returns nil once one answered, else the last
+// error, wrapped with the replica's address (a replica's verdict, not
+// its absence, ends the tries).
+func (a *Agent) forwardSelf(ctx context.Context, rpc func(context.Context, atev1.NodeRegistryClient) error) error {
 	var last error = errors.New("no API server replica is connected")
 	for _, l := range a.current() {
 		l.mu.Lock()
@@ -65,20 +80,15 @@ func (a *Agent) SelfAlarm(ctx context.Context, worker, actorUID string, body []b
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, selfAlarmTimeout)
-		resp, err := atev1.NewNodeRegistryClient(l.conn).SetSelfAlarm(cctx, req)
+		err := rpc(cctx, atev1.NewNodeRegistryClient(l.conn))
 		cancel()
 		if err == nil {
-			return int(resp.GetStatus()), resp.GetAnswer()
+			return nil
 		}
 		last = fmt.Errorf("API server %s: %w", l.addr, err)
 		if st, _ := status.FromError(err); st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded {
 			break // the replica's verdict, not its absence
 		}
 	}
-	a.log.WarnContext(ctx, "forward self-service alarm", "worker", worker, "err", last)
-	code := http.StatusServiceUnavailable
-	if st, ok := status.FromError(errors.Unwrap(last)); ok && st.Code() == codes.Unimplemented {
-		code = http.StatusNotImplemented
-	}
-	return code, []byte(fmt.Sprintf("alarm not set: %v; retry later\n", last))
+	return last
 }

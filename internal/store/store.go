@@ -318,6 +318,8 @@ type Store interface {
 	Tags
 	// Events: kept after the actor's deletion until pruned.
 	Events
+	// SigningKeys: the actor-identity signing keys (internal/identity).
+	SigningKeys
 
 	Close() error
 }
@@ -442,4 +444,39 @@ type Tags interface {
 	// ErrNotFound when gone), so a tag deleted and re-created meanwhile
 	// is not deleted by mistake.
 	DeleteTag(ctx context.Context, atespace, name, uid string) error
+}
+
+// SigningKey is one of the keys the API servers sign actor identity
+// tokens with (internal/identity): every replica reads the same set from
+// the record store, so any of them signs and publishes (JWKS) the same
+// keys. Immutable once created.
+type SigningKey struct {
+	// ID is the key's JWK "kid", unique across the store.
+	ID string `json:"id"`
+	// Generation numbers keys in creation order from 1; no two keys
+	// share one (CreateSigningKey), so replicas racing to add the next
+	// key create exactly one.
+	Generation int64 `json:"generation"`
+	// Algorithm is the JWS algorithm, "ES256".
+	Algorithm string `json:"algorithm"`
+	// PrivateKey is the key in PKCS #8 DER. The record store holds it in
+	// the clear: whoever reads the store can mint identities
+	// (docs/security.md, Actor identity).
+	PrivateKey []byte `json:"privateKey"`
+	// NotBefore is when the key starts signing: the key with the latest
+	// NotBefore not after now signs, so a key is published (JWKS) from
+	// its creation, ahead of signing.
+	NotBefore  time.Time `json:"notBefore"`
+	CreateTime time.Time `json:"createTime"`
+}
+
+// SigningKeys is the signing-key part of the Store contract.
+type SigningKeys interface {
+	// CreateSigningKey stores k if no key has its ID or its Generation
+	// (else ErrAlreadyExists, nothing written).
+	CreateSigningKey(ctx context.Context, k *SigningKey) error
+	// ListSigningKeys returns every key, ordered by Generation.
+	ListSigningKeys(ctx context.Context) ([]*SigningKey, error)
+	// DeleteSigningKey deletes the key with id; ErrNotFound when none.
+	DeleteSigningKey(ctx context.Context, id string) error
 }

@@ -55,6 +55,9 @@ type APIServerConfig struct {
 	// HTTPAddr serves the web dashboard (internal/dashboard), calling
 	// this server's own Control API over gRPC; empty means none.
 	HTTPAddr string
+	// Identity configures actor identity; its issuer URL defaults to
+	// HTTPAddr's (then discovery is served there).
+	Identity IdentityConfig
 	// SandboxClass is the class the nodes' workers run (templates naming
 	// another are refused); default DefaultSandboxClass.
 	SandboxClass string
@@ -175,6 +178,8 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	alarms := alarm.New(st, lc, ac, log)
 	api.SetAlarms(alarms)
 	reg.SetSelfAlarmHandler(alarms.ServeSelf)
+	issuer := cfg.Identity.newIssuer(st, log)
+	reg.SetSelfCallHandler(selfCalls(issuer, lc))
 
 	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAPIAddr))
 	if err != nil {
@@ -202,9 +207,12 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 				resume = append(resume, s)
 			}
 		}
-		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, log); err != nil {
+		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, issuer, log); err != nil {
 			_ = ln.Close()
 			return err
+		}
+		if cfg.Identity.IssuerURL == "" {
+			issuer.SetIssuerURL(issuerURLFor(dash.srv.Addr()))
 		}
 		dashURL = dash.URL()
 	}
@@ -217,6 +225,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	g.Go(func() error { return reg.Run(gctx) })
 	g.Go(func() error { return alarms.Run(gctx) })
+	g.Go(func() error { return issuer.Run(gctx) })
 	// Over a shared store other replicas' workflows are under way: a
 	// snapshot one of them staged before our start may not be recorded
 	// yet. None can still be unrecorded orphanWindow after it was staged

@@ -70,7 +70,10 @@ type Config struct {
 	Metrics MetricsConfig
 	// HTTP is the API server's HTTP listener (the web dashboard).
 	HTTP HTTPConfig
-	Demo DemoConfig
+	// Identity configures actor identity; its issuer URL defaults to
+	// the HTTP listener's.
+	Identity IdentityConfig
+	Demo     DemoConfig
 	// Logger receives every component's records; nil discards.
 	Logger *slog.Logger
 	// Ready, if set, is called once every component serves.

@@ -18,6 +18,7 @@ import (
 
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
@@ -58,6 +59,10 @@ type ControlPlaneConfig struct {
 	Logger         *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
+	// Identity configures actor identity; an empty IssuerURL may be set
+	// later (ControlPlane.Identity.SetIssuerURL), once the HTTP listener
+	// that serves discovery has its address.
+	Identity IdentityConfig
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
@@ -78,6 +83,9 @@ type ControlPlane struct {
 	API       *apiserver.Server
 	// Alarms fires scheduled wake-ups (Start runs it).
 	Alarms *alarm.Scheduler
+	// Identity mints actor tokens and serves discovery (Start rotates
+	// its keys).
+	Identity *identity.Issuer
 
 	log *slog.Logger
 	// recovered is when Recover began; the snapshot collection only
@@ -202,6 +210,8 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, log)
 	cp.API.SetAlarms(cp.Alarms)
 	cp.Node.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
+	cp.Identity = cfg.Identity.newIssuer(cp.Store, log)
+	cp.Node.SetSelfCallHandler(selfCalls(cp.Identity, cp.Lifecycle))
 	return cp, nil
 }
 
@@ -269,6 +279,11 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 		defer close(alarmsDone)
 		_ = cp.Alarms.Run(gcCtx)
 	}()
+	identityDone := make(chan struct{})
+	go func() {
+		defer close(identityDone)
+		_ = cp.Identity.Run(gcCtx)
+	}()
 	countsDone := make(chan struct{})
 	go func() {
 		defer close(countsDone)
@@ -282,6 +297,7 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	<-cp.snapshotGCDone
 	<-expiryDone
 	<-alarmsDone
+	<-identityDone
 	<-countsDone
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/metrics"
 )
 
@@ -43,8 +44,9 @@ type dashboardServer struct {
 // newDashboardServer listens on addr for a dashboard calling the Control
 // API through c. Its latency chart draws series (all of
 // dashboard.DefaultLatencySeries when empty) from ms's histograms (none
-// when ms is nil). Errors: the listen's.
-func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics, series []dashboard.LatencySeries, log *slog.Logger) (*dashboardServer, error) {
+// when ms is nil). Beside it the listener serves iss's discovery document
+// and JWKS (none when nil). Errors: the listen's.
+func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics, series []dashboard.LatencySeries, iss *identity.Issuer, log *slog.Logger) (*dashboardServer, error) {
 	lc := dashboard.LatencyConfig{Series: series}
 	if ms != nil {
 		// A registry of ate's own collectors only: the chart's reads
@@ -62,7 +64,7 @@ func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics,
 	if err != nil {
 		return nil, err
 	}
-	srv := httpserve.NewServer("dashboard", addr, h, log)
+	srv := httpserve.NewServer("dashboard", addr, withIdentity(h, iss), log)
 	srv.DrainTimeout = dashboardDrainTimeout
 	if err := srv.Listen(); err != nil {
 		return nil, err

@@ -146,6 +146,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)
 	n.SetSelfAlarmHandler(agent.SelfAlarm)
+	n.SetSelfCallHandler(agent.SelfCall)
 	gs, initMetrics := grpcServer(ms)
 	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
 	initMetrics()

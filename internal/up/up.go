@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms,
-		ExpiryInterval: cfg.API.ExpiryInterval})
+		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity})
 	if err != nil {
 		return err
 	}
@@ -127,8 +127,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// so every check the API makes applies to its buttons too.
 	var dash *dashboardServer
 	if cfg.HTTP.Addr != "" {
-		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, log); err != nil {
+		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, cp.Identity, log); err != nil {
 			return err
+		}
+		if cfg.Identity.IssuerURL == "" {
+			cp.Identity.SetIssuerURL(issuerURLFor(dash.srv.Addr()))
 		}
 	}
 

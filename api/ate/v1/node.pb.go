@@ -2107,6 +2107,138 @@ func (x *NodeCopyFromRequest) GetTarget() *CopyTarget {
 	return nil
 }
 
+type SelfCallRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Worker string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	// actor_uid is the incarnation the worker's gate admits now.
+	ActorUid string `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// call is "token", "suspend" or "pause".
+	Call string `protobuf:"bytes,4,opt,name=call,proto3" json:"call,omitempty"`
+	// body is what the actor sent, at most 4 KiB.
+	Body          []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SelfCallRequest) Reset() {
+	*x = SelfCallRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SelfCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SelfCallRequest) ProtoMessage() {}
+
+func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SelfCallRequest.ProtoReflect.Descriptor instead.
+func (*SelfCallRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SelfCallRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SelfCallRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *SelfCallRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *SelfCallRequest) GetCall() string {
+	if x != nil {
+		return x.Call
+	}
+	return ""
+}
+
+func (x *SelfCallRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+type SelfCallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is an HTTP status code (200, 202, 400, 409, 503, …).
+	Status        int32  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Answer        []byte `protobuf:"bytes,2,opt,name=answer,proto3" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SelfCallResponse) Reset() {
+	*x = SelfCallResponse{}
+	mi := &file_ate_v1_node_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SelfCallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SelfCallResponse) ProtoMessage() {}
+
+func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SelfCallResponse.ProtoReflect.Descriptor instead.
+func (*SelfCallResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SelfCallResponse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *SelfCallResponse) GetAnswer() []byte {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
 var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
@@ -2253,7 +2385,16 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x13NodeCopyFromRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12*\n" +
-	"\x06target\x18\x03 \x01(\v2\x12.ate.v1.CopyTargetR\x06target2\xb7\x06\n" +
+	"\x06target\x18\x03 \x01(\v2\x12.ate.v1.CopyTargetR\x06target\"\x82\x01\n" +
+	"\x0fSelfCallRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
+	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12\x12\n" +
+	"\x04call\x18\x04 \x01(\tR\x04call\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\fR\x04body\"B\n" +
+	"\x10SelfCallResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
+	"\x06answer\x18\x02 \x01(\fR\x06answer2\xb7\x06\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
@@ -2266,10 +2407,11 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\rReadActorLogs\x12\x1c.ate.v1.ReadActorLogsRequest\x1a\x1d.ate.v1.ReadActorLogsResponse\x12C\n" +
 	"\tExecActor\x12\x17.ate.v1.NodeExecRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12G\n" +
 	"\vCopyToActor\x12\x19.ate.v1.NodeCopyToRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12M\n" +
-	"\rCopyFromActor\x12\x1b.ate.v1.NodeCopyFromRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x012\x97\x01\n" +
+	"\rCopyFromActor\x12\x1b.ate.v1.NodeCopyFromRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x012\xd6\x01\n" +
 	"\fNodeRegistry\x12<\n" +
 	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01\x12I\n" +
-	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponse\x12=\n" +
+	"\bSelfCall\x12\x17.ate.v1.SelfCallRequest\x1a\x18.ate.v1.SelfCallResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_node_proto_rawDescOnce sync.Once
@@ -2284,7 +2426,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -2319,23 +2461,25 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*NodeExecRequest)(nil),         // 30: ate.v1.NodeExecRequest
 	(*NodeCopyToRequest)(nil),       // 31: ate.v1.NodeCopyToRequest
 	(*NodeCopyFromRequest)(nil),     // 32: ate.v1.NodeCopyFromRequest
-	nil,                             // 33: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 34: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 35: google.protobuf.Timestamp
-	(*ActorLogLine)(nil),            // 36: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),        // 37: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),      // 38: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),              // 39: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),       // 40: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),     // 41: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),   // 42: ate.v1.CopyFromActorResponse
+	(*SelfCallRequest)(nil),         // 33: ate.v1.SelfCallRequest
+	(*SelfCallResponse)(nil),        // 34: ate.v1.SelfCallResponse
+	nil,                             // 35: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 36: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
+	(*ActorLogLine)(nil),            // 38: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),        // 39: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 40: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 41: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 42: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 43: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 44: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	34, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	34, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	33, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	35, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	35, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	36, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	36, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	35, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	37, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	37, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
@@ -2346,10 +2490,10 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	24, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
 	25, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
 	26, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	36, // 15: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	37, // 16: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	38, // 17: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	39, // 18: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	38, // 15: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	39, // 16: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	40, // 17: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	41, // 18: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
 	3,  // 19: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
 	5,  // 20: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
 	7,  // 21: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
@@ -2363,21 +2507,23 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	32, // 29: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
 	23, // 30: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
 	1,  // 31: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	4,  // 32: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 33: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 34: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 35: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 36: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 37: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 38: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	29, // 39: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	40, // 40: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	41, // 41: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	42, // 42: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	27, // 43: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 44: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	32, // [32:45] is the sub-list for method output_type
-	19, // [19:32] is the sub-list for method input_type
+	33, // 32: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	4,  // 33: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 34: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 35: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 36: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 37: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 38: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 39: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	29, // 40: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	42, // 41: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	43, // 42: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	44, // 43: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	27, // 44: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 45: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	34, // 46: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	33, // [33:47] is the sub-list for method output_type
+	19, // [19:33] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -2405,7 +2551,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -525,6 +525,7 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 const (
 	NodeRegistry_Register_FullMethodName     = "/ate.v1.NodeRegistry/Register"
 	NodeRegistry_SetSelfAlarm_FullMethodName = "/ate.v1.NodeRegistry/SetSelfAlarm"
+	NodeRegistry_SelfCall_FullMethodName     = "/ate.v1.NodeRegistry/SelfCall"
 )
 
 // NodeRegistryClient is the client API for NodeRegistry service.
@@ -545,6 +546,14 @@ type NodeRegistryClient interface {
 	// relays to the actor. FAILED_PRECONDITION when the worker is not the
 	// node's; UNIMPLEMENTED when the API server runs no alarm scheduler.
 	SetSelfAlarm(ctx context.Context, in *SetSelfAlarmRequest, opts ...grpc.CallOption) (*SetSelfAlarmResponse, error)
+	// SelfCall is an actor's POST /v1/token, /v1/suspend or /v1/pause on
+	// its node's self-service endpoint, forwarded by a node that runs apart
+	// from the API server. The API server answers only after checking in
+	// the record store that the worker is the node's and is assigned to
+	// actor_uid (409 otherwise, nothing done): docs/security.md, Actor
+	// identity. The answer is the HTTP status and body the node relays.
+	// UNIMPLEMENTED when the API server has no handler for the call.
+	SelfCall(ctx context.Context, in *SelfCallRequest, opts ...grpc.CallOption) (*SelfCallResponse, error)
 }
 
 type nodeRegistryClient struct {
@@ -578,6 +587,16 @@ func (c *nodeRegistryClient) SetSelfAlarm(ctx context.Context, in *SetSelfAlarmR
 	return out, nil
 }
 
+func (c *nodeRegistryClient) SelfCall(ctx context.Context, in *SelfCallRequest, opts ...grpc.CallOption) (*SelfCallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SelfCallResponse)
+	err := c.cc.Invoke(ctx, NodeRegistry_SelfCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeRegistryServer is the server API for NodeRegistry service.
 // All implementations must embed UnimplementedNodeRegistryServer
 // for forward compatibility.
@@ -596,6 +615,14 @@ type NodeRegistryServer interface {
 	// relays to the actor. FAILED_PRECONDITION when the worker is not the
 	// node's; UNIMPLEMENTED when the API server runs no alarm scheduler.
 	SetSelfAlarm(context.Context, *SetSelfAlarmRequest) (*SetSelfAlarmResponse, error)
+	// SelfCall is an actor's POST /v1/token, /v1/suspend or /v1/pause on
+	// its node's self-service endpoint, forwarded by a node that runs apart
+	// from the API server. The API server answers only after checking in
+	// the record store that the worker is the node's and is assigned to
+	// actor_uid (409 otherwise, nothing done): docs/security.md, Actor
+	// identity. The answer is the HTTP status and body the node relays.
+	// UNIMPLEMENTED when the API server has no handler for the call.
+	SelfCall(context.Context, *SelfCallRequest) (*SelfCallResponse, error)
 	mustEmbedUnimplementedNodeRegistryServer()
 }
 
@@ -611,6 +638,9 @@ func (UnimplementedNodeRegistryServer) Register(grpc.BidiStreamingServer[NodeMes
 }
 func (UnimplementedNodeRegistryServer) SetSelfAlarm(context.Context, *SetSelfAlarmRequest) (*SetSelfAlarmResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetSelfAlarm not implemented")
+}
+func (UnimplementedNodeRegistryServer) SelfCall(context.Context, *SelfCallRequest) (*SelfCallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SelfCall not implemented")
 }
 func (UnimplementedNodeRegistryServer) mustEmbedUnimplementedNodeRegistryServer() {}
 func (UnimplementedNodeRegistryServer) testEmbeddedByValue()                      {}
@@ -658,6 +688,24 @@ func _NodeRegistry_SetSelfAlarm_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeRegistry_SelfCall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SelfCallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeRegistryServer).SelfCall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeRegistry_SelfCall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeRegistryServer).SelfCall(ctx, req.(*SelfCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeRegistry_ServiceDesc is the grpc.ServiceDesc for NodeRegistry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -668,6 +716,10 @@ var NodeRegistry_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetSelfAlarm",
 			Handler:    _NodeRegistry_SetSelfAlarm_Handler,
+		},
+		{
+			MethodName: "SelfCall",
+			Handler:    _NodeRegistry_SelfCall_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

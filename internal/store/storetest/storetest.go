@@ -51,6 +51,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"EventsBatch", testEventsBatch},
 		{"CountActors", testCountActors},
 		{"ActorLabels", testActorLabels},
+		{"SigningKeys", testSigningKeys},
+		{"SigningKeysConcurrent", testSigningKeysConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -1,0 +1,91 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/store"
+)
+
+// SetSelfCallHandler makes SelfCall answer with f (the API server's
+// token and checkpoint calls, which check the worker's assignment);
+// without one it answers UNIMPLEMENTED. Call it before serving.
+func (r *Registry) SetSelfCallHandler(f node.SelfCallFunc) {
+	r.mu.Lock()
+	r.selfCall = f
+	r.mu.Unlock()
+}
+
+// SelfCall implements atev1.NodeRegistryServer: the worker must be the
+// calling node's in the record store — and, when the call carries a
+// node's certificate identity, the node must be the one named — before
+// f, which checks the worker's assignment, answers.
+func (r *Registry) SelfCall(ctx context.Context, req *atev1.SelfCallRequest) (*atev1.SelfCallResponse, error) {
+	r.mu.Lock()
+	f := r.selfCall
+	r.mu.Unlock()
+	if f == nil {
+		return nil, status.Error(codes.Unimplemented, "this API server answers no self-service calls")
+	}
+	if p, ok := auth.FromContext(ctx); ok && p.Component != nil && p.Component.Component == auth.ComponentNode && p.Component.Name != req.GetNode() {
+		return nil, status.Errorf(codes.PermissionDenied, "node %s cannot call for node %s's workers", p.Component.Name, req.GetNode())
+	}
+	if err := r.ownWorker(ctx, req.GetNode(), req.GetWorker()); err != nil {
+		return nil, err
+	}
+	code, answer := f(ctx, req.GetWorker(), req.GetActorUid(), req.GetCall(), req.GetBody())
+	return &atev1.SelfCallResponse{Status: int32(code), Answer: answer}, nil
+}
+
+// ownWorker returns nil if the record store registers worker as node's;
+// FAILED_PRECONDITION or UNAVAILABLE otherwise.
+func (r *Registry) ownWorker(ctx context.Context, nodeName, worker string) error {
+	w, err := r.cfg.Store.GetWorker(ctx, worker)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return status.Errorf(codes.FailedPrecondition, "worker %q is not registered", worker)
+	case err != nil:
+		return status.Errorf(codes.Unavailable, "read worker %s: %v", worker, err)
+	case w.Node != nodeName:
+		return status.Errorf(codes.FailedPrecondition, "worker %s is node %s's, not %s's", w.Name, w.Node, nodeName)
+	}
+	return nil
+}
+
+// SelfCall implements node.SelfCallFunc: it forwards the actor's call to
+// a replica with a welcomed session (the next one if that replica cannot
+// be reached) and relays its answer; 503 when none answers, so the actor
+// retries, 501 when the API server answers no such calls — except a
+// suspend or pause, which an API server from before SelfCall gets as the
+// SELF_REQUEST event it checks on its own (202), so a rolling upgrade
+// keeps self-service working.
+func (a *Agent) SelfCall(ctx context.Context, worker, actorUID, call string, body []byte) (int, []byte) {
+	req := &atev1.SelfCallRequest{Node: a.cfg.Node.Name(), Worker: worker, ActorUid: actorUID, Call: call, Body: body}
+	var resp *atev1.SelfCallResponse
+	err := a.forwardSelf(ctx, func(ctx context.Context, c atev1.NodeRegistryClient) (err error) {
+		resp, err = c.SelfCall(ctx, req)
+		return err
+	})
+	if err == nil {
+		return int(resp.GetStatus()), resp.GetAnswer()
+	}
+	code := http.StatusServiceUnavailable
+	if st, ok := status.FromError(errors.Unwrap(err)); ok && st.Code() == codes.Unimplemented {
+		if action, perr := checkpoint.ParseAction(call); perr == nil {
+			a.SelfRequest(worker, actorUID, action)
+			return http.StatusAccepted, []byte(action.String() + " requested\n")
+		}
+		code = http.StatusNotImplemented
+	}
+	a.log.WarnContext(ctx, "forward self-service call", "call", call, "worker", worker, "err", err)
+	return code, fmt.Appendf(nil, "%s not done: %v; retry later\n", call, err)
+}

@@ -1352,7 +1352,10 @@ type ActorTemplateSpec struct {
 	Ttl *TTLPolicy `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// streams says how long-lived event streams weigh on idleness and
 	// wake-ups (docs/actors.md, Long-lived streams).
-	Streams       *StreamPolicy `protobuf:"bytes,15,opt,name=streams,proto3" json:"streams,omitempty"`
+	Streams *StreamPolicy `protobuf:"bytes,15,opt,name=streams,proto3" json:"streams,omitempty"`
+	// ingress says who may send requests to the actors through the router
+	// (docs/security.md, Router ingress policy).
+	Ingress       *IngressPolicy `protobuf:"bytes,16,opt,name=ingress,proto3" json:"ingress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1492,6 +1495,62 @@ func (x *ActorTemplateSpec) GetStreams() *StreamPolicy {
 	return nil
 }
 
+func (x *ActorTemplateSpec) GetIngress() *IngressPolicy {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
+// IngressPolicy is who the router lets reach a template's actors.
+type IngressPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is "public" (the default: anyone who reaches the router) or
+	// "token": a request must carry Authorization: Bearer <token> with a
+	// token ReviewIngressToken accepts for the actor's atespace, checked
+	// before the router resumes anything; otherwise 401.
+	Policy        string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressPolicy) Reset() {
+	*x = IngressPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressPolicy) ProtoMessage() {}
+
+func (x *IngressPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressPolicy.ProtoReflect.Descriptor instead.
+func (*IngressPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *IngressPolicy) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 // TTLPolicy says when an unused actor is deleted.
 type TTLPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1507,7 +1566,7 @@ type TTLPolicy struct {
 
 func (x *TTLPolicy) Reset() {
 	*x = TTLPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1578,7 @@ func (x *TTLPolicy) String() string {
 func (*TTLPolicy) ProtoMessage() {}
 
 func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[21]
+	mi := &file_ate_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1591,7 @@ func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TTLPolicy.ProtoReflect.Descriptor instead.
 func (*TTLPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TTLPolicy) GetDeleteAfterIdle() string {
@@ -1555,7 +1614,7 @@ type RestoreHook struct {
 
 func (x *RestoreHook) Reset() {
 	*x = RestoreHook{}
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1626,7 @@ func (x *RestoreHook) String() string {
 func (*RestoreHook) ProtoMessage() {}
 
 func (x *RestoreHook) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[22]
+	mi := &file_ate_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1639,7 @@ func (x *RestoreHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHook.ProtoReflect.Descriptor instead.
 func (*RestoreHook) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RestoreHook) GetHttpPost() *HTTPPostAction {
@@ -1607,7 +1666,7 @@ type HTTPPostAction struct {
 
 func (x *HTTPPostAction) Reset() {
 	*x = HTTPPostAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1678,7 @@ func (x *HTTPPostAction) String() string {
 func (*HTTPPostAction) ProtoMessage() {}
 
 func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1691,7 @@ func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPPostAction.ProtoReflect.Descriptor instead.
 func (*HTTPPostAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HTTPPostAction) GetPath() string {
@@ -1673,7 +1732,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1744,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1757,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EvictionPolicy) GetEvictable() bool {
@@ -1744,7 +1803,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1815,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1828,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1814,7 +1873,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1885,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1898,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -1893,7 +1952,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1964,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +1977,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -1938,7 +1997,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2009,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2022,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -1989,7 +2048,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2060,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2073,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -2033,7 +2092,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2104,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2117,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -2078,7 +2137,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2149,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2162,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -2128,7 +2187,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2199,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2212,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 type Actor struct {
@@ -2204,7 +2263,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2275,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2288,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -2392,7 +2451,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2463,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2476,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -2451,7 +2510,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2522,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2535,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -2515,7 +2574,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2586,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2599,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -2588,7 +2647,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2659,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2672,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -2650,7 +2709,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2721,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2734,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -2718,7 +2777,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2789,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2802,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -2775,7 +2834,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2846,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2859,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 // reason may be REQUESTED (the default) or IDLE; the others are the
@@ -2816,7 +2875,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2887,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2900,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -2877,7 +2936,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +2948,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +2961,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -2930,7 +2989,7 @@ type PauseActorRequest struct {
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3001,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3014,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -2989,7 +3048,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3060,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3073,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -3042,7 +3101,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3113,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3126,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -3100,7 +3159,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3171,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3184,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -3143,7 +3202,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3214,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3227,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 type Worker struct {
@@ -3189,7 +3248,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3260,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3273,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Worker) GetName() string {
@@ -3274,7 +3333,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3345,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3358,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 type ListWorkersResponse struct {
@@ -3311,7 +3370,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3382,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3395,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -3367,7 +3426,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_ate_v1_control_proto_msgTypes[51]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3438,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[51]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3451,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Node) GetName() string {
@@ -3466,7 +3525,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[52]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3537,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[52]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3550,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 type DrainNodeRequest struct {
@@ -3505,7 +3564,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[53]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3576,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[53]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3589,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3557,7 +3616,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[54]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3628,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[54]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3641,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3607,7 +3666,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[55]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3678,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[55]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3691,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 type ListNodesResponse struct {
@@ -3644,7 +3703,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[56]
+	mi := &file_ate_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3715,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[56]
+	mi := &file_ate_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3728,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3702,7 +3761,7 @@ type StreamPolicy struct {
 
 func (x *StreamPolicy) Reset() {
 	*x = StreamPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[57]
+	mi := &file_ate_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3773,7 @@ func (x *StreamPolicy) String() string {
 func (*StreamPolicy) ProtoMessage() {}
 
 func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[57]
+	mi := &file_ate_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3786,7 @@ func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPolicy.ProtoReflect.Descriptor instead.
 func (*StreamPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StreamPolicy) GetIdle() string {
@@ -3764,7 +3823,7 @@ type Tag struct {
 
 func (x *Tag) Reset() {
 	*x = Tag{}
-	mi := &file_ate_v1_control_proto_msgTypes[58]
+	mi := &file_ate_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3835,7 @@ func (x *Tag) String() string {
 func (*Tag) ProtoMessage() {}
 
 func (x *Tag) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[58]
+	mi := &file_ate_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3848,7 @@ func (x *Tag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tag.ProtoReflect.Descriptor instead.
 func (*Tag) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Tag) GetAtespace() string {
@@ -3860,7 +3919,7 @@ type TagActorRequest struct {
 
 func (x *TagActorRequest) Reset() {
 	*x = TagActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[59]
+	mi := &file_ate_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3872,7 +3931,7 @@ func (x *TagActorRequest) String() string {
 func (*TagActorRequest) ProtoMessage() {}
 
 func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[59]
+	mi := &file_ate_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3885,7 +3944,7 @@ func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagActorRequest.ProtoReflect.Descriptor instead.
 func (*TagActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TagActorRequest) GetAtespace() string {
@@ -3919,7 +3978,7 @@ type GetTagRequest struct {
 
 func (x *GetTagRequest) Reset() {
 	*x = GetTagRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[60]
+	mi := &file_ate_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +3990,7 @@ func (x *GetTagRequest) String() string {
 func (*GetTagRequest) ProtoMessage() {}
 
 func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[60]
+	mi := &file_ate_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4003,7 @@ func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTagRequest.ProtoReflect.Descriptor instead.
 func (*GetTagRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetTagRequest) GetAtespace() string {
@@ -3970,7 +4029,7 @@ type ListTagsRequest struct {
 
 func (x *ListTagsRequest) Reset() {
 	*x = ListTagsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[61]
+	mi := &file_ate_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4041,7 @@ func (x *ListTagsRequest) String() string {
 func (*ListTagsRequest) ProtoMessage() {}
 
 func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[61]
+	mi := &file_ate_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4054,7 @@ func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsRequest.ProtoReflect.Descriptor instead.
 func (*ListTagsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListTagsRequest) GetAtespace() string {
@@ -4014,7 +4073,7 @@ type ListTagsResponse struct {
 
 func (x *ListTagsResponse) Reset() {
 	*x = ListTagsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[62]
+	mi := &file_ate_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4085,7 @@ func (x *ListTagsResponse) String() string {
 func (*ListTagsResponse) ProtoMessage() {}
 
 func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[62]
+	mi := &file_ate_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4098,7 @@ func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsResponse.ProtoReflect.Descriptor instead.
 func (*ListTagsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListTagsResponse) GetTags() []*Tag {
@@ -4059,7 +4118,7 @@ type DeleteTagRequest struct {
 
 func (x *DeleteTagRequest) Reset() {
 	*x = DeleteTagRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[63]
+	mi := &file_ate_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4130,7 @@ func (x *DeleteTagRequest) String() string {
 func (*DeleteTagRequest) ProtoMessage() {}
 
 func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[63]
+	mi := &file_ate_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4084,7 +4143,7 @@ func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTagRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteTagRequest) GetAtespace() string {
@@ -4109,7 +4168,7 @@ type DeleteTagResponse struct {
 
 func (x *DeleteTagResponse) Reset() {
 	*x = DeleteTagResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[64]
+	mi := &file_ate_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4180,7 @@ func (x *DeleteTagResponse) String() string {
 func (*DeleteTagResponse) ProtoMessage() {}
 
 func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[64]
+	mi := &file_ate_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4193,7 @@ func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 // Event is one change of an actor's state, or a failure.
@@ -4163,7 +4222,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_ate_v1_control_proto_msgTypes[65]
+	mi := &file_ate_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4234,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[65]
+	mi := &file_ate_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4247,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -4289,7 +4348,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[66]
+	mi := &file_ate_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4360,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[66]
+	mi := &file_ate_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4373,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListEventsRequest) GetAtespace() string {
@@ -4347,7 +4406,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[67]
+	mi := &file_ate_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4418,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[67]
+	mi := &file_ate_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4431,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4396,7 +4455,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[68]
+	mi := &file_ate_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4467,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[68]
+	mi := &file_ate_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4480,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WatchEventsRequest) GetAtespace() string {
@@ -4461,7 +4520,7 @@ type ActorLogsRequest struct {
 
 func (x *ActorLogsRequest) Reset() {
 	*x = ActorLogsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[69]
+	mi := &file_ate_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4532,7 @@ func (x *ActorLogsRequest) String() string {
 func (*ActorLogsRequest) ProtoMessage() {}
 
 func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[69]
+	mi := &file_ate_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4545,7 @@ func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ActorLogsRequest) GetAtespace() string {
@@ -4547,7 +4606,7 @@ type ActorLogLine struct {
 
 func (x *ActorLogLine) Reset() {
 	*x = ActorLogLine{}
-	mi := &file_ate_v1_control_proto_msgTypes[70]
+	mi := &file_ate_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4559,7 +4618,7 @@ func (x *ActorLogLine) String() string {
 func (*ActorLogLine) ProtoMessage() {}
 
 func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[70]
+	mi := &file_ate_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4572,7 +4631,7 @@ func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorLogLine.ProtoReflect.Descriptor instead.
 func (*ActorLogLine) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ActorLogLine) GetRun() int64 {
@@ -4648,7 +4707,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_ate_v1_control_proto_msgTypes[71]
+	mi := &file_ate_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4660,7 +4719,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[71]
+	mi := &file_ate_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4673,7 +4732,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ExecStart) GetAtespace() string {
@@ -4743,7 +4802,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_ate_v1_control_proto_msgTypes[72]
+	mi := &file_ate_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4814,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[72]
+	mi := &file_ate_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4827,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -4800,7 +4859,7 @@ type ExecActorRequest struct {
 
 func (x *ExecActorRequest) Reset() {
 	*x = ExecActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[73]
+	mi := &file_ate_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4812,7 +4871,7 @@ func (x *ExecActorRequest) String() string {
 func (*ExecActorRequest) ProtoMessage() {}
 
 func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[73]
+	mi := &file_ate_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4825,7 +4884,7 @@ func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
 func (*ExecActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ExecActorRequest) GetMsg() isExecActorRequest_Msg {
@@ -4914,7 +4973,7 @@ type ExecActorResponse struct {
 
 func (x *ExecActorResponse) Reset() {
 	*x = ExecActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[74]
+	mi := &file_ate_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4926,7 +4985,7 @@ func (x *ExecActorResponse) String() string {
 func (*ExecActorResponse) ProtoMessage() {}
 
 func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[74]
+	mi := &file_ate_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4939,7 +4998,7 @@ func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorResponse.ProtoReflect.Descriptor instead.
 func (*ExecActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ExecActorResponse) GetMsg() isExecActorResponse_Msg {
@@ -5016,7 +5075,7 @@ type CopyTarget struct {
 
 func (x *CopyTarget) Reset() {
 	*x = CopyTarget{}
-	mi := &file_ate_v1_control_proto_msgTypes[75]
+	mi := &file_ate_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5087,7 @@ func (x *CopyTarget) String() string {
 func (*CopyTarget) ProtoMessage() {}
 
 func (x *CopyTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[75]
+	mi := &file_ate_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5100,7 @@ func (x *CopyTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyTarget.ProtoReflect.Descriptor instead.
 func (*CopyTarget) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CopyTarget) GetAtespace() string {
@@ -5085,7 +5144,7 @@ type CopyToActorRequest struct {
 
 func (x *CopyToActorRequest) Reset() {
 	*x = CopyToActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[76]
+	mi := &file_ate_v1_control_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5097,7 +5156,7 @@ func (x *CopyToActorRequest) String() string {
 func (*CopyToActorRequest) ProtoMessage() {}
 
 func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[76]
+	mi := &file_ate_v1_control_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5110,7 +5169,7 @@ func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToActorRequest.ProtoReflect.Descriptor instead.
 func (*CopyToActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CopyToActorRequest) GetMsg() isCopyToActorRequest_Msg {
@@ -5164,7 +5223,7 @@ type CopyToActorResponse struct {
 
 func (x *CopyToActorResponse) Reset() {
 	*x = CopyToActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[77]
+	mi := &file_ate_v1_control_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5176,7 +5235,7 @@ func (x *CopyToActorResponse) String() string {
 func (*CopyToActorResponse) ProtoMessage() {}
 
 func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[77]
+	mi := &file_ate_v1_control_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5189,7 +5248,7 @@ func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToActorResponse.ProtoReflect.Descriptor instead.
 func (*CopyToActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CopyToActorResponse) GetSize() int64 {
@@ -5208,7 +5267,7 @@ type CopyFromActorRequest struct {
 
 func (x *CopyFromActorRequest) Reset() {
 	*x = CopyFromActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[78]
+	mi := &file_ate_v1_control_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5220,7 +5279,7 @@ func (x *CopyFromActorRequest) String() string {
 func (*CopyFromActorRequest) ProtoMessage() {}
 
 func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[78]
+	mi := &file_ate_v1_control_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5233,7 +5292,7 @@ func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromActorRequest.ProtoReflect.Descriptor instead.
 func (*CopyFromActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CopyFromActorRequest) GetTarget() *CopyTarget {
@@ -5252,7 +5311,7 @@ type CopyFromActorResponse struct {
 
 func (x *CopyFromActorResponse) Reset() {
 	*x = CopyFromActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[79]
+	mi := &file_ate_v1_control_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5264,7 +5323,7 @@ func (x *CopyFromActorResponse) String() string {
 func (*CopyFromActorResponse) ProtoMessage() {}
 
 func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[79]
+	mi := &file_ate_v1_control_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5277,7 +5336,7 @@ func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromActorResponse.ProtoReflect.Descriptor instead.
 func (*CopyFromActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CopyFromActorResponse) GetData() []byte {
@@ -5285,6 +5344,421 @@ func (x *CopyFromActorResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+// IngressToken is a bearer token for the router's "token" ingress
+// policy, valid for one atespace's actors.
+type IngressToken struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uid      string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	// token is the secret, set only in CreateIngressToken's response.
+	Token         string                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressToken) Reset() {
+	*x = IngressToken{}
+	mi := &file_ate_v1_control_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressToken) ProtoMessage() {}
+
+func (x *IngressToken) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressToken.ProtoReflect.Descriptor instead.
+func (*IngressToken) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *IngressToken) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *IngressToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IngressToken) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *IngressToken) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *IngressToken) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateIngressTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateIngressTokenRequest) Reset() {
+	*x = CreateIngressTokenRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateIngressTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateIngressTokenRequest) ProtoMessage() {}
+
+func (x *CreateIngressTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateIngressTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateIngressTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *CreateIngressTokenRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *CreateIngressTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ListIngressTokensRequest: atespace empty lists every atespace.
+type ListIngressTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIngressTokensRequest) Reset() {
+	*x = ListIngressTokensRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIngressTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIngressTokensRequest) ProtoMessage() {}
+
+func (x *ListIngressTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIngressTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListIngressTokensRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *ListIngressTokensRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+type ListIngressTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*IngressToken        `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIngressTokensResponse) Reset() {
+	*x = ListIngressTokensResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIngressTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIngressTokensResponse) ProtoMessage() {}
+
+func (x *ListIngressTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIngressTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListIngressTokensResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *ListIngressTokensResponse) GetTokens() []*IngressToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type DeleteIngressTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteIngressTokenRequest) Reset() {
+	*x = DeleteIngressTokenRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteIngressTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteIngressTokenRequest) ProtoMessage() {}
+
+func (x *DeleteIngressTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteIngressTokenRequest.ProtoReflect.Descriptor instead.
+func (*DeleteIngressTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *DeleteIngressTokenRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *DeleteIngressTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteIngressTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteIngressTokenResponse) Reset() {
+	*x = DeleteIngressTokenResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteIngressTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteIngressTokenResponse) ProtoMessage() {}
+
+func (x *DeleteIngressTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteIngressTokenResponse.ProtoReflect.Descriptor instead.
+func (*DeleteIngressTokenResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{86}
+}
+
+type ReviewIngressTokenRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// token is the bearer token as presented, without "Bearer ".
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewIngressTokenRequest) Reset() {
+	*x = ReviewIngressTokenRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewIngressTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewIngressTokenRequest) ProtoMessage() {}
+
+func (x *ReviewIngressTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewIngressTokenRequest.ProtoReflect.Descriptor instead.
+func (*ReviewIngressTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ReviewIngressTokenRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ReviewIngressTokenRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ReviewIngressTokenResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// subject names who the token is when allowed: "ingresstoken:<atespace>/<name>"
+	// for an ingress token, the principal's name for a user token.
+	Subject       string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewIngressTokenResponse) Reset() {
+	*x = ReviewIngressTokenResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewIngressTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewIngressTokenResponse) ProtoMessage() {}
+
+func (x *ReviewIngressTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewIngressTokenResponse.ProtoReflect.Descriptor instead.
+func (*ReviewIngressTokenResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *ReviewIngressTokenResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *ReviewIngressTokenResponse) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
 }
 
 var File_ate_v1_control_proto protoreflect.FileDescriptor
@@ -5371,7 +5845,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xce\x06\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xff\x06\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -5392,10 +5866,13 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"new_actors\x18\r \x01(\tR\tnewActors\x12#\n" +
 	"\x03ttl\x18\x0e \x01(\v2\x11.ate.v1.TTLPolicyR\x03ttl\x12.\n" +
-	"\astreams\x18\x0f \x01(\v2\x14.ate.v1.StreamPolicyR\astreams\x1aA\n" +
+	"\astreams\x18\x0f \x01(\v2\x14.ate.v1.StreamPolicyR\astreams\x12/\n" +
+	"\aingress\x18\x10 \x01(\v2\x15.ate.v1.IngressPolicyR\aingress\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +
+	"\rIngressPolicy\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\"7\n" +
 	"\tTTLPolicy\x12*\n" +
 	"\x11delete_after_idle\x18\x01 \x01(\tR\x0fdeleteAfterIdle\"k\n" +
 	"\vRestoreHook\x123\n" +
@@ -5664,7 +6141,31 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x14CopyFromActorRequest\x12*\n" +
 	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetR\x06target\"+\n" +
 	"\x15CopyFromActorResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data*\x97\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xa3\x01\n" +
+	"\fIngressToken\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"K\n" +
+	"\x19CreateIngressTokenRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"6\n" +
+	"\x18ListIngressTokensRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\"I\n" +
+	"\x19ListIngressTokensResponse\x12,\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x14.ate.v1.IngressTokenR\x06tokens\"K\n" +
+	"\x19DeleteIngressTokenRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x1c\n" +
+	"\x1aDeleteIngressTokenResponse\"M\n" +
+	"\x19ReviewIngressTokenRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"P\n" +
+	"\x1aReviewIngressTokenResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -5683,7 +6184,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xb7\x12\n" +
+	"\x0eSELF_REQUESTED\x10\x042\x9a\x15\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -5724,7 +6225,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tActorLogs\x12\x18.ate.v1.ActorLogsRequest\x1a\x14.ate.v1.ActorLogLine0\x01\x12D\n" +
 	"\tExecActor\x12\x18.ate.v1.ExecActorRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12H\n" +
 	"\vCopyToActor\x12\x1a.ate.v1.CopyToActorRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12N\n" +
-	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01\x12M\n" +
+	"\x12CreateIngressToken\x12!.ate.v1.CreateIngressTokenRequest\x1a\x14.ate.v1.IngressToken\x12X\n" +
+	"\x11ListIngressTokens\x12 .ate.v1.ListIngressTokensRequest\x1a!.ate.v1.ListIngressTokensResponse\x12[\n" +
+	"\x12DeleteIngressToken\x12!.ate.v1.DeleteIngressTokenRequest\x1a\".ate.v1.DeleteIngressTokenResponse\x12[\n" +
+	"\x12ReviewIngressToken\x12!.ate.v1.ReviewIngressTokenRequest\x1a\".ate.v1.ReviewIngressTokenResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -5739,7 +6244,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -5765,205 +6270,225 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*HTTPGetAction)(nil),               // 21: ate.v1.HTTPGetAction
 	(*Probe)(nil),                       // 22: ate.v1.Probe
 	(*ActorTemplateSpec)(nil),           // 23: ate.v1.ActorTemplateSpec
-	(*TTLPolicy)(nil),                   // 24: ate.v1.TTLPolicy
-	(*RestoreHook)(nil),                 // 25: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 26: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 27: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 28: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 29: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 30: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 31: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 32: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 33: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 34: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 35: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 36: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 37: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 38: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 39: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 40: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 41: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 42: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 43: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 44: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 45: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 46: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 47: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 48: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 49: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 50: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 51: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 52: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 53: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 54: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 55: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 56: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 57: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 58: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 59: ate.v1.ListNodesResponse
-	(*StreamPolicy)(nil),                // 60: ate.v1.StreamPolicy
-	(*Tag)(nil),                         // 61: ate.v1.Tag
-	(*TagActorRequest)(nil),             // 62: ate.v1.TagActorRequest
-	(*GetTagRequest)(nil),               // 63: ate.v1.GetTagRequest
-	(*ListTagsRequest)(nil),             // 64: ate.v1.ListTagsRequest
-	(*ListTagsResponse)(nil),            // 65: ate.v1.ListTagsResponse
-	(*DeleteTagRequest)(nil),            // 66: ate.v1.DeleteTagRequest
-	(*DeleteTagResponse)(nil),           // 67: ate.v1.DeleteTagResponse
-	(*Event)(nil),                       // 68: ate.v1.Event
-	(*ListEventsRequest)(nil),           // 69: ate.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 70: ate.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 71: ate.v1.WatchEventsRequest
-	(*ActorLogsRequest)(nil),            // 72: ate.v1.ActorLogsRequest
-	(*ActorLogLine)(nil),                // 73: ate.v1.ActorLogLine
-	(*ExecStart)(nil),                   // 74: ate.v1.ExecStart
-	(*TerminalSize)(nil),                // 75: ate.v1.TerminalSize
-	(*ExecActorRequest)(nil),            // 76: ate.v1.ExecActorRequest
-	(*ExecActorResponse)(nil),           // 77: ate.v1.ExecActorResponse
-	(*CopyTarget)(nil),                  // 78: ate.v1.CopyTarget
-	(*CopyToActorRequest)(nil),          // 79: ate.v1.CopyToActorRequest
-	(*CopyToActorResponse)(nil),         // 80: ate.v1.CopyToActorResponse
-	(*CopyFromActorRequest)(nil),        // 81: ate.v1.CopyFromActorRequest
-	(*CopyFromActorResponse)(nil),       // 82: ate.v1.CopyFromActorResponse
-	nil,                                 // 83: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 84: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 85: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 86: ate.v1.Actor.LabelsEntry
-	nil,                                 // 87: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 88: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
+	(*IngressPolicy)(nil),               // 24: ate.v1.IngressPolicy
+	(*TTLPolicy)(nil),                   // 25: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 26: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 27: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 28: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 29: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 30: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 31: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 32: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 33: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 34: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 35: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 36: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 37: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 38: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 39: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 40: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 41: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 42: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 43: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 44: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 45: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 46: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 47: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 48: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 49: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 50: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 51: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 52: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 53: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 54: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 55: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 56: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 57: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 58: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 59: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 60: ate.v1.ListNodesResponse
+	(*StreamPolicy)(nil),                // 61: ate.v1.StreamPolicy
+	(*Tag)(nil),                         // 62: ate.v1.Tag
+	(*TagActorRequest)(nil),             // 63: ate.v1.TagActorRequest
+	(*GetTagRequest)(nil),               // 64: ate.v1.GetTagRequest
+	(*ListTagsRequest)(nil),             // 65: ate.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),            // 66: ate.v1.ListTagsResponse
+	(*DeleteTagRequest)(nil),            // 67: ate.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),           // 68: ate.v1.DeleteTagResponse
+	(*Event)(nil),                       // 69: ate.v1.Event
+	(*ListEventsRequest)(nil),           // 70: ate.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 71: ate.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 72: ate.v1.WatchEventsRequest
+	(*ActorLogsRequest)(nil),            // 73: ate.v1.ActorLogsRequest
+	(*ActorLogLine)(nil),                // 74: ate.v1.ActorLogLine
+	(*ExecStart)(nil),                   // 75: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 76: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 77: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 78: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 79: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 80: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 81: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 82: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 83: ate.v1.CopyFromActorResponse
+	(*IngressToken)(nil),                // 84: ate.v1.IngressToken
+	(*CreateIngressTokenRequest)(nil),   // 85: ate.v1.CreateIngressTokenRequest
+	(*ListIngressTokensRequest)(nil),    // 86: ate.v1.ListIngressTokensRequest
+	(*ListIngressTokensResponse)(nil),   // 87: ate.v1.ListIngressTokensResponse
+	(*DeleteIngressTokenRequest)(nil),   // 88: ate.v1.DeleteIngressTokenRequest
+	(*DeleteIngressTokenResponse)(nil),  // 89: ate.v1.DeleteIngressTokenResponse
+	(*ReviewIngressTokenRequest)(nil),   // 90: ate.v1.ReviewIngressTokenRequest
+	(*ReviewIngressTokenResponse)(nil),  // 91: ate.v1.ReviewIngressTokenResponse
+	nil,                                 // 92: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 93: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 94: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 95: ate.v1.Actor.LabelsEntry
+	nil,                                 // 96: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 97: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 98: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	89, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	98, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	89, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	89, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	89, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	98, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	98, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	98, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	89, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	98, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	83, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	92, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	84, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	93, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	27, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	25, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	24, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	60, // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
-	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	89, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	85, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	89, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	89, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	89, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	86, // 33: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
-	36, // 34: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	36, // 35: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	87, // 36: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 37: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 38: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	89, // 39: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	48, // 40: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	88, // 41: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	51, // 42: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	89, // 43: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	54, // 44: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	89, // 45: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
-	61, // 46: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	89, // 47: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
-	36, // 48: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
-	68, // 49: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	89, // 50: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	75, // 51: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
-	74, // 52: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
-	75, // 53: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
-	78, // 54: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
-	78, // 55: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	10, // 56: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 57: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 58: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 59: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 60: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 61: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 62: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 63: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 64: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 65: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 66: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 67: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 68: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 69: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 70: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 71: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 72: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 73: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 74: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 75: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 76: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 77: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 78: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 79: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 80: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	62, // 81: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	63, // 82: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	64, // 83: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	66, // 84: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	69, // 85: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	71, // 86: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	72, // 87: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	76, // 88: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	79, // 89: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	81, // 90: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	9,  // 91: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 92: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 93: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 94: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 95: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 96: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 97: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 98: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 99: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 100: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 101: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 102: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 103: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 104: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 105: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 106: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 107: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 108: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 109: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 110: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 111: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 112: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 113: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 114: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 115: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	61, // 116: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	61, // 117: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	65, // 118: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	67, // 119: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	70, // 120: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	68, // 121: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	73, // 122: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	77, // 123: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	80, // 124: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	82, // 125: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	91, // [91:126] is the sub-list for method output_type
-	56, // [56:91] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	28, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	26, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	25, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	61, // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
+	24, // 21: ate.v1.ActorTemplateSpec.ingress:type_name -> ate.v1.IngressPolicy
+	27, // 22: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	23, // 23: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	29, // 24: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	98, // 25: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	30, // 26: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	30, // 27: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,  // 28: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	94, // 29: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	98, // 30: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	98, // 31: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	98, // 32: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,  // 33: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	95, // 34: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	37, // 35: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	37, // 36: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	96, // 37: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,  // 38: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,  // 39: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	98, // 40: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	49, // 41: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	97, // 42: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	52, // 43: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	98, // 44: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	55, // 45: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	98, // 46: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	62, // 47: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	98, // 48: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	37, // 49: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	69, // 50: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	98, // 51: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	76, // 52: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	75, // 53: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	76, // 54: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	79, // 55: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	79, // 56: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	98, // 57: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
+	84, // 58: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
+	10, // 59: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 60: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 61: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 62: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	31, // 63: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	32, // 64: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	33, // 65: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	35, // 66: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	38, // 67: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	39, // 68: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	40, // 69: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	42, // 70: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	43, // 71: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	45, // 72: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	46, // 73: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	47, // 74: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	48, // 75: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	50, // 76: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	53, // 77: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	56, // 78: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	57, // 79: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	58, // 80: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 81: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 82: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 83: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	63, // 84: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	64, // 85: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	65, // 86: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	67, // 87: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	70, // 88: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	72, // 89: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	73, // 90: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	77, // 91: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	80, // 92: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	82, // 93: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	85, // 94: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
+	86, // 95: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
+	88, // 96: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
+	90, // 97: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
+	9,  // 98: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 99: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 100: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 101: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	30, // 102: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	30, // 103: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	34, // 104: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	36, // 105: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	37, // 106: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	37, // 107: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	41, // 108: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	37, // 109: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	44, // 110: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	37, // 111: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	37, // 112: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	37, // 113: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	37, // 114: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	51, // 115: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	54, // 116: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	60, // 117: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	55, // 118: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	59, // 119: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 120: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 121: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 122: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	62, // 123: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	62, // 124: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	66, // 125: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	68, // 126: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	71, // 127: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	69, // 128: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	74, // 129: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	78, // 130: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	81, // 131: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	83, // 132: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	84, // 133: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
+	87, // 134: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
+	89, // 135: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
+	91, // 136: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
+	98, // [98:137] is the sub-list for method output_type
+	59, // [59:98] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -5971,19 +6496,19 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
-	file_ate_v1_control_proto_msgTypes[24].OneofWrappers = []any{}
-	file_ate_v1_control_proto_msgTypes[73].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[25].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[74].OneofWrappers = []any{
 		(*ExecActorRequest_Start)(nil),
 		(*ExecActorRequest_Stdin)(nil),
 		(*ExecActorRequest_StdinClose)(nil),
 		(*ExecActorRequest_Resize)(nil),
 	}
-	file_ate_v1_control_proto_msgTypes[74].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[75].OneofWrappers = []any{
 		(*ExecActorResponse_Stdout)(nil),
 		(*ExecActorResponse_Stderr)(nil),
 		(*ExecActorResponse_ExitCode)(nil),
 	}
-	file_ate_v1_control_proto_msgTypes[76].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[77].OneofWrappers = []any{
 		(*CopyToActorRequest_Target)(nil),
 		(*CopyToActorRequest_Data)(nil),
 	}
@@ -5993,7 +6518,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   86,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,11 @@ it as they are: each has its own copy.`,
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteTag(cmd, args[0]) },
 		},
+		&cobra.Command{
+			Use: "ingresstoken NAME | ATESPACE/NAME", Short: "Revoke an ingress token (routers stop accepting it within their cache TTL)",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteIngressToken(cmd, args[0]) },
+		},
 	)
 	return cmd
 }

@@ -112,6 +112,12 @@ func newGetCommand(a *app) *cobra.Command {
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getTags(cmd, args) },
 		},
 		newEventsCommand(a),
+		&cobra.Command{
+			Use: "ingresstokens", Aliases: []string{"ingresstoken"},
+			Short: "Show the atespace's ingress tokens (names and ages; the tokens themselves are never shown again)",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return a.getIngressTokens(cmd) },
+		},
 	)
 	return cmd
 }

@@ -172,15 +172,22 @@ func (g *ingressGuard) review(ctx context.Context, atespace, token string) (Ingr
 	if g.reviewer == nil {
 		return IngressReview{}, nil
 	}
-	k := reviewKey{atespace: atespace, hash: sha256.Sum256([]byte(token))}
+	k := reviewKey{atespace: atespace, hash: hashToken(token)}
 	g.mu.Lock()
 	e, ok := g.reviews[k]
 	g.mu.Unlock()
 	if ok && g.now().Before(e.expires) {
 		return e.review, nil
 	}
-	v, _, err := g.flights.Do(ctx, atespace+"/"+string(k.hash[:]), func(ctx context.Context) (any, error) {
-		r, err := g.reviewer.ReviewIngress(ctx, atespace, token)
+	return g.fetch(ctx, k, token)
+}
+
+// fetch asks the reviewer about token (whose key is k), once for all
+// concurrent callers, and caches the verdict. Apart from review so that
+// the warm path does not pay for the closure's captures.
+func (g *ingressGuard) fetch(ctx context.Context, k reviewKey, token string) (IngressReview, error) {
+	v, _, err := g.flights.Do(ctx, k.atespace+"/"+string(k.hash[:]), func(ctx context.Context) (any, error) {
+		r, err := g.reviewer.ReviewIngress(ctx, k.atespace, token)
 		if err != nil {
 			return nil, err
 		}
@@ -194,6 +201,16 @@ func (g *ingressGuard) review(ctx context.Context, atespace, token string) (Ingr
 		return IngressReview{}, err
 	}
 	return v.(IngressReview), nil
+}
+
+// hashToken is the SHA-256 of token, without a heap copy of a token of
+// ordinary length (ingress tokens, JWTs of a few claims).
+func hashToken(token string) [sha256.Size]byte {
+	var buf [1024]byte
+	if len(token) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], token...))
+	}
+	return sha256.Sum256([]byte(token))
 }
 
 // remember records key's policy as the control plane just reported it.

@@ -103,7 +103,7 @@ type proxyAttempt struct {
 	// modifyResponse): one-element slices of it, capped, so they need no
 	// allocation of their own and an append to one copies instead of
 	// overwriting its neighbour. Nothing else writes them.
-	values [4]string
+	values [5]string
 }
 
 func (a *proxyAttempt) wroteHeaders() { a.sent.Store(true) }
@@ -186,7 +186,8 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 		// replay it (to other actors, or to the API when it is a user's
 		// JWT). The actor learns whom it named instead.
 		delete(pr.Out.Header, "Authorization")
-		pr.Out.Header[canonicalIngressSubject] = []string{a.act.subject}
+		a.values[4] = a.act.subject
+		pr.Out.Header[canonicalIngressSubject] = a.values[4:5:5]
 	}
 }
 

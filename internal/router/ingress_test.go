@@ -11,6 +11,7 @@ import (
 
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // reviewingResolver is a fakeResolver that reviews bearer tokens as the
@@ -259,5 +260,45 @@ func TestIngressHeldStream(t *testing.T) {
 	got := get(t, srv, "app.default.actors.localhost", "/events", map[string]string{"Accept": "text/event-stream"})
 	if got.status != 401 || res.resumes.Load() != 0 {
 		t.Fatalf("got %d %q, want 401 without a resume", got.status, got.body)
+	}
+}
+
+// TestIngressRefusedLeaderDoesNotFailJoiners: when the policy the
+// router remembered (public) is stale and the resume's own Lookup finds
+// token, the anonymous request leading the shared resume is refused
+// without a resume, and the authorised request that joined it leads one
+// of its own: 401 for the one, 200 for the other, one resume.
+func TestIngressRefusedLeaderDoesNotFailJoiners(t *testing.T) {
+	var hits atomic.Int64
+	res := ingressResolver(t, ingressTunnel(t, &hits), auth.IngressToken, false)
+	release := make(chan struct{})
+	inner := res.lookup
+	res.lookup = func(ctx context.Context, key names.ActorKey) (Target, bool, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return Target{}, false, ctx.Err()
+		}
+		return inner(ctx, key)
+	}
+	srv, h := newRouter(t, Config{}, res)
+	key := names.ActorKey{Atespace: "default", Name: "app"}
+	h.act.guard.remember(key, Policy{}) // stale: the template says token now
+
+	replies := make(chan reply, 2)
+	go func() { replies <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
+	testwait.Until(t, "the anonymous request to lead the resolution", func() bool { return h.act.flights.Waiting() == 1 })
+	go func() {
+		replies <- get(t, srv, "app.default.actors.localhost", "/", map[string]string{"Authorization": "Bearer good"})
+	}()
+	testwait.Until(t, "the authorised request to join it", func() bool { return h.act.flights.Waiting() == 2 })
+	close(release)
+	got := map[int]int{}
+	for range 2 {
+		r := <-replies
+		got[r.status]++
+	}
+	if got[401] != 1 || got[200] != 1 || res.resumes.Load() != 1 {
+		t.Fatalf("statuses %v after %d resumes, want one 401, one 200 and one resume", got, res.resumes.Load())
 	}
 }

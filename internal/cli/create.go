@@ -15,7 +15,7 @@ import (
 func newCreateCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create KIND",
-		Short: "Create an actor, actor template or atespace",
+		Short: "Create an actor, actor template, atespace or ingress token",
 		Example: `  ate create template -f counter.yaml
   ate create actor counter-1 --template counter
   ate create actor team/counter-2 --template counter --selector zone=a

@@ -12,7 +12,7 @@ import (
 func newDeleteCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete KIND NAME",
-		Short: "Delete an actor, actor template, atespace, alarm or tag",
+		Short: "Delete an actor, actor template, atespace, alarm, tag or ingress token",
 		Long: `Delete an actor, actor template or atespace.
 
 Only a SUSPENDED or CRASHED actor can be deleted (suspend it first, or

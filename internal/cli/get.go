@@ -19,7 +19,7 @@ const listPageSize = 1000
 func newGetCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
-		Short: "Show actors, templates, workers, nodes, atespaces, alarms or tags",
+		Short: "Show actors, templates, workers, nodes, atespaces, alarms, tags or ingress tokens",
 		Example: `  ate get actors
   ate get actor counter-1 -o json
   ate get actor team/counter-1
@@ -113,7 +113,7 @@ func newGetCommand(a *app) *cobra.Command {
 		},
 		newEventsCommand(a),
 		&cobra.Command{
-			Use: "ingresstokens", Aliases: []string{"ingresstoken"},
+			Use: "ingresstoken", Aliases: []string{"ingresstokens"},
 			Short: "Show the atespace's ingress tokens (names and ages; the tokens themselves are never shown again)",
 			Args:  cobra.NoArgs,
 			RunE:  func(cmd *cobra.Command, _ []string) error { return a.getIngressTokens(cmd) },

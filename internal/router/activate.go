@@ -490,6 +490,13 @@ func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bo
 			return Target{}, false, IngressReview{}, nil, err
 		}
 		l, err := a.lookup(ctx, key)
+		if err != nil && retryable(err) && ctx.Err() == nil {
+			// A control plane restarting or failing over: park, as
+			// before the policy was looked up here, and retry within
+			// the budget; the resume still checks the policy first.
+			a.logger.Debug("ingress policy lookup failed, parking", "actor", key, "err", err)
+			return Target{}, false, IngressReview{}, nil, nil
+		}
 		if err != nil {
 			return Target{}, false, IngressReview{}, nil, err
 		}

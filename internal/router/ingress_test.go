@@ -302,3 +302,42 @@ func TestIngressRefusedLeaderDoesNotFailJoiners(t *testing.T) {
 		t.Fatalf("statuses %v after %d resumes, want one 401, one 200 and one resume", got, res.resumes.Load())
 	}
 }
+
+// TestIngressPolicyLookupOutage: when the look that learns an actor's
+// policy before parking finds the control plane unavailable, the request
+// parks and retries within its budget as before, and the resume still
+// checks the policy: the authorised request is served, the anonymous
+// one refused, without a resume for it.
+func TestIngressPolicyLookupOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		bearer  string
+		status  int
+		resumes int64
+	}{
+		{"authorised", "good", 200, 1},
+		{"anonymous", "", 401, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int64
+			res := ingressResolver(t, ingressTunnel(t, &hits), auth.IngressToken, false)
+			var calls atomic.Int64
+			inner := res.lookup
+			res.lookup = func(ctx context.Context, key names.ActorKey) (Target, bool, error) {
+				if calls.Add(1) == 1 {
+					return Target{}, false, controlError("Unavailable", "connection refused", ErrControlPlane, ErrUnavailable)
+				}
+				return inner(ctx, key)
+			}
+			srv, _ := newRouter(t, Config{}, res)
+			hdr := map[string]string{}
+			if tc.bearer != "" {
+				hdr["Authorization"] = "Bearer " + tc.bearer
+			}
+			got := get(t, srv, "app.default.actors.localhost", "/", hdr)
+			if got.status != tc.status || res.resumes.Load() != tc.resumes {
+				t.Fatalf("got %d %q after %d resumes, want %d after %d", got.status, got.msg, res.resumes.Load(), tc.status, tc.resumes)
+			}
+		})
+	}
+}

@@ -68,6 +68,10 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"streams policy", func(s *atev1.ActorTemplateSpec) { s.Streams = &atev1.StreamPolicy{Idle: "ignore", WakeOn: "request"} }, ""},
 		{"bad streams.idle", func(s *atev1.ActorTemplateSpec) { s.Streams = &atev1.StreamPolicy{Idle: "skip"} }, `streams.idle "skip": want count or ignore`},
 		{"bad streams.wakeOn", func(s *atev1.ActorTemplateSpec) { s.Streams = &atev1.StreamPolicy{WakeOn: "never"} }, `streams.wakeOn "never": want any or request`},
+		{"ingress token", func(s *atev1.ActorTemplateSpec) { s.Ingress = &atev1.IngressPolicy{Policy: "token"} }, ""},
+		{"ingress public", func(s *atev1.ActorTemplateSpec) { s.Ingress = &atev1.IngressPolicy{Policy: "public"} }, ""},
+		{"ingress empty", func(s *atev1.ActorTemplateSpec) { s.Ingress = &atev1.IngressPolicy{} }, ""},
+		{"bad ingress", func(s *atev1.ActorTemplateSpec) { s.Ingress = &atev1.IngressPolicy{Policy: "oidc"} }, `ingress.policy "oidc": want "public" (the default) or "token"`},
 		{"priority out of range", func(s *atev1.ActorTemplateSpec) { s.Eviction = &atev1.EvictionPolicy{Priority: 10000} }, "eviction.priority"},
 		{"restore hook", func(s *atev1.ActorTemplateSpec) {
 			s.OnRestore = &atev1.RestoreHook{HttpPost: &atev1.HTTPPostAction{Path: "/ate/restored", Port: 8080}, TimeoutSeconds: 300}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
@@ -42,6 +43,10 @@ type Server struct {
 	// alarms answers the alarm RPCs (alarms.go); nil: UNIMPLEMENTED.
 	alarms Alarms
 	log    *slog.Logger
+	// ingressAuthn and ingressAuthz, when both set, let
+	// ReviewIngressToken accept user tokens (ingresstokens.go).
+	ingressAuthn auth.TokenAuthenticator
+	ingressAuthz IngressAuthorizer
 
 	// stopping is closed by EndStreams; endOnce guards the close.
 	stopping chan struct{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/egress"
 	"substrate.dev/ate/internal/image"
@@ -193,6 +194,9 @@ func validatePolicies(spec *atev1.ActorTemplateSpec) error {
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	if _, err := streams.Parse(spec.GetStreams().GetIdle(), spec.GetStreams().GetWakeOn()); err != nil {
+		return fmt.Errorf("%w: %w", errInvalid, err)
+	}
+	if _, err := auth.ParseIngressPolicy(spec.GetIngress().GetPolicy()); err != nil {
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 func newCreateCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create KIND",
-		Short: "Create an actor, actor template or atespace",
+		Short: "Create an actor, actor template, atespace or ingress token",
 		Example: `  ate create template -f counter.yaml
   ate create actor counter-1 --template counter
   ate create actor team/counter-2 --template counter --selector zone=a
@@ -29,7 +29,7 @@ func newCreateCommand(a *app) *cobra.Command {
 		Short: "Create an atespace",
 		Args:  cobra.ExactArgs(1),
 		RunE:  func(cmd *cobra.Command, args []string) error { return a.createAtespace(cmd, args[0]) },
-	})
+	}, newCreateIngressTokenCommand(a))
 	return cmd
 }
 
@@ -139,6 +139,9 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
                                       # this long (Go duration or whole days, >= 1s; docs/actors.md)
   streams: {idle: ignore, wakeOn: request}  # optional: open event streams do not keep the actor
                                       # awake, nor wake it (defaults count, any; docs/actors.md)
+  ingress: {policy: token}            # optional: the router lets in only requests with a bearer
+                                      # token (ate create ingresstoken); default public
+                                      # (docs/security.md, Router ingress policy)
 
 Relative oci: and oci-archive: paths are resolved against the current
 directory. The template is created in --atespace.

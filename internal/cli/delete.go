@@ -12,7 +12,7 @@ import (
 func newDeleteCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete KIND NAME",
-		Short: "Delete an actor, actor template, atespace, alarm or tag",
+		Short: "Delete an actor, actor template, atespace, alarm, tag or ingress token",
 		Long: `Delete an actor, actor template or atespace.
 
 Only a SUSPENDED or CRASHED actor can be deleted (suspend it first, or
@@ -54,6 +54,11 @@ it as they are: each has its own copy.`,
 			Use: "tag NAME | ATESPACE/NAME", Short: "Delete a tag and its snapshot (forks of it keep theirs)",
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteTag(cmd, args[0]) },
+		},
+		&cobra.Command{
+			Use: "ingresstoken NAME | ATESPACE/NAME", Short: "Revoke an ingress token (routers stop accepting it within their cache TTL)",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteIngressToken(cmd, args[0]) },
 		},
 	)
 	return cmd

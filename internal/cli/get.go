@@ -19,7 +19,7 @@ const listPageSize = 1000
 func newGetCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
-		Short: "Show actors, templates, workers, nodes, atespaces, alarms or tags",
+		Short: "Show actors, templates, workers, nodes, atespaces, alarms, tags or ingress tokens",
 		Example: `  ate get actors
   ate get actor counter-1 -o json
   ate get actor team/counter-1
@@ -112,6 +112,12 @@ func newGetCommand(a *app) *cobra.Command {
 			RunE:  func(cmd *cobra.Command, args []string) error { return a.getTags(cmd, args) },
 		},
 		newEventsCommand(a),
+		&cobra.Command{
+			Use: "ingresstoken", Aliases: []string{"ingresstokens"},
+			Short: "Show the atespace's ingress tokens (names and ages; the tokens themselves are never shown again)",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return a.getIngressTokens(cmd) },
+		},
 	)
 	return cmd
 }

@@ -9,6 +9,7 @@ import atev1 "substrate.dev/ate/api/ate/v1"
 //	idle: {after: 10m, action: pause}   # or action: suspend
 //	eviction: {evictable: true, priority: 0, minRunSeconds: 5, allowOpenStreams: false}
 //	streams: {idle: count, wakeOn: any}   # or idle: ignore, wakeOn: request
+//	ingress: {policy: public}             # or policy: token
 //
 // The server validates them; the client only carries them.
 type routingFields struct {
@@ -21,6 +22,14 @@ type routingFields struct {
 	// Streams says how listening streams (GET for Server-Sent Events)
 	// weigh on idleness and wake-ups (docs/actors.md, Long-lived streams).
 	Streams *streamsFile `json:"streams,omitempty"`
+	// Ingress says who the router lets reach the actors
+	// (docs/security.md, Router ingress policy).
+	Ingress *ingressFile `json:"ingress,omitempty"`
+}
+
+type ingressFile struct {
+	// Policy is public (the default) or token.
+	Policy string `json:"policy,omitempty"`
 }
 
 type streamsFile struct {
@@ -57,5 +66,8 @@ func (r routingFields) apply(spec *atev1.ActorTemplateSpec) {
 	}
 	if st := r.Streams; st != nil {
 		spec.Streams = &atev1.StreamPolicy{Idle: st.Idle, WakeOn: st.WakeOn}
+	}
+	if in := r.Ingress; in != nil {
+		spec.Ingress = &atev1.IngressPolicy{Policy: in.Policy}
 	}
 }

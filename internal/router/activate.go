@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
@@ -38,6 +39,9 @@ type activated struct {
 	// evicted is the actor the resume checkpointed to free a worker;
 	// zero when none was.
 	evicted names.ActorKey
+	// subject is who the request's bearer token names, when the actor's
+	// ingress policy asked for one (HeaderIngressSubject).
+	subject string
 }
 
 // header is the Ate-Activation value (see HeaderActivation): the activation,
@@ -76,7 +80,9 @@ const (
 //
 // An activator is safe for concurrent use.
 type activator struct {
-	res     Resolver
+	res Resolver
+	// guard checks requests against actors' ingress policies (ingress.go).
+	guard   *ingressGuard
 	logger  *slog.Logger
 	metrics *metrics.Router
 	budget  time.Duration
@@ -134,6 +140,7 @@ type actorState struct {
 func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 	return &activator{
 		res:      res,
+		guard:    newIngressGuard(reviewerOf(res), cfg),
 		logger:   logger,
 		metrics:  cfg.Metrics,
 		budget:   cfg.ParkBudget,
@@ -159,19 +166,30 @@ type resolution struct {
 // long it waited, whether an actor was evicted for it), and counts the
 // request as open on the actor: the caller must call done(key, listen)
 // when it ends. A listening stream (listen) to an actor whose policy says
-// wakeOn: request is held until the actor runs (hold). Errors are the
-// Resolver's (wrapped), errParkFull, errParkBudget, errParkGrace,
-// errHeldDrain, or the cause of ctx ending.
-func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool) (Target, activated, error) {
-	if t, ok := a.acquireCached(key, listen); ok {
-		return t, activated{how: activationWarm}, nil
+// wakeOn: request is held until the actor runs (hold). The request's
+// credentials (cred) are checked against the actor's ingress policy
+// before it is counted, held or parked, and before a resume it leads
+// (ingress.go). Errors are the Resolver's (wrapped), an *ingressRefusal,
+// errParkFull, errParkBudget, errParkGrace, errHeldDrain, or the cause
+// of ctx ending.
+func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool, cred credentials) (Target, activated, error) {
+	t, ok, rv, err := a.acquireAdmitted(ctx, key, listen, cred)
+	if err != nil {
+		return Target{}, activated{}, err
+	}
+	if ok {
+		return t, activated{how: activationWarm, subject: rv.Subject}, nil
 	}
 	if listen {
-		t, act, held, err := a.hold(ctx, key)
+		t, act, held, err := a.hold(ctx, key, cred)
 		if err != nil || held {
 			return t, act, err
 		}
 		// The actor's policy lets any request wake it: park as usual.
+	}
+	t, ok, rv, pre, err := a.admitCold(ctx, key, listen, cred)
+	if err != nil || ok {
+		return t, activated{how: activationWarm, subject: rv.Subject}, err
 	}
 	n, ok := a.admit()
 	if !ok {
@@ -183,14 +201,19 @@ func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool)
 	a.logger.Debug("request parked", "actor", key, "parked", n)
 	start := time.Now()
 	ctx, span := tracing.Span(ctx, "router.park", attribute.String("ate.actor", key.String()))
-	r, leader, err := a.park(ctx, key)
+	r, leader, err := a.park(ctx, key, cred, pre)
+	if err == nil {
+		// Joined requests, and the leader of a Lookup that found the
+		// actor RUNNING, were not checked on the policy it returned.
+		rv, err = cred.check(ctx, r.target.Policy)
+	}
 	tracing.End(span, err)
 	if err != nil {
 		a.metrics.ParkOutcome(parkOutcome(err))
 		return Target{}, activated{waited: time.Since(start)}, fmt.Errorf("wait for %s: %w", key, err)
 	}
 	a.acquire(key, listen)
-	act := activated{how: activationJoined, waited: time.Since(start), evicted: r.evicted}
+	act := activated{how: activationJoined, waited: time.Since(start), evicted: r.evicted, subject: rv.Subject}
 	switch {
 	case !r.resumed:
 		act.how = activationWarm
@@ -221,33 +244,47 @@ func parkOutcome(err error) string {
 
 // park waits for the shared resolution of key for up to the budget, then,
 // if the actor has a worker by then, for up to the grace.
-func (a *activator) park(ctx context.Context, key names.ActorKey) (resolution, bool, error) {
-	r, leader, err := a.wait(ctx, key, a.budget, errParkBudget)
+func (a *activator) park(ctx context.Context, key names.ActorKey, cred credentials, pre *lookup) (resolution, bool, error) {
+	r, leader, err := a.wait(ctx, key, a.budget, errParkBudget, cred, pre)
 	if !errors.Is(err, errParkBudget) || ctx.Err() != nil || !a.assigned(ctx, key) {
 		return r, leader, err
 	}
 	// The budget ran out while the actor is being restored on a worker:
 	// finishing costs less than failing and starting over.
-	return a.wait(ctx, key, a.grace, errParkGrace)
+	return a.wait(ctx, key, a.grace, errParkGrace, cred, nil)
 }
 
 // wait waits up to d for the shared resolution of key. The shared call's
 // deadline is the budget of the request that started it, so an attempt
 // that failed only for want of time or over a concurrent change (see
-// retryable) is started again while this request still has time. When d
-// runs out the error is cause (its message naming the last attempt's
-// error, if one failed); when ctx ends, ctx's cause; otherwise the shared
-// call's error.
-func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duration, cause error) (resolution, bool, error) {
+// retryable) is started again while this request still has time, as is
+// one its leader's credentials failed when this request's (cred) pass.
+// When d runs out the error is cause (its message naming the last
+// attempt's error, if one failed); when ctx ends, ctx's cause; otherwise
+// the shared call's error. pre, when not nil, is a Lookup this request
+// made just before (admitCold): the first call it leads uses it instead
+// of looking up again.
+func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duration, cause error, cred credentials, pre *lookup) (resolution, bool, error) {
 	wctx, cancel := context.WithTimeoutCause(ctx, d, cause)
 	defer cancel()
 	var last error
 	for {
+		first := pre
+		pre = nil
 		v, leader, err := a.flights.Do(wctx, key.String(), func(ctx context.Context) (any, error) {
-			return a.lookupOrResume(ctx, key)
+			return a.lookupOrResume(ctx, key, cred, first)
 		})
 		if err == nil {
 			return v.(resolution), leader, nil
+		}
+		var refused *ingressRefusal
+		if !leader && wctx.Err() == nil && errors.As(err, &refused) {
+			// Another request led the call, and its credentials were
+			// refused: this one's may do.
+			if _, err := cred.check(wctx, refused.policy); err != nil {
+				return resolution{}, false, err
+			}
+			continue
 		}
 		if wctx.Err() == nil {
 			if !retryable(err) {
@@ -297,9 +334,9 @@ func (a *activator) assigned(ctx context.Context, key names.ActorKey) bool {
 // prewarm starts resolving key in the background (or leaves a running
 // resolution alone) without parking anyone: a client told to retry then
 // finds its actor running. ctx only lends its values.
-func (a *activator) prewarm(ctx context.Context, key names.ActorKey) {
+func (a *activator) prewarm(ctx context.Context, key names.ActorKey, cred credentials) {
 	a.flights.Start(ctx, key.String(), func(ctx context.Context) (any, error) {
-		r, err := a.lookupOrResume(ctx, key)
+		r, err := a.lookupOrResume(ctx, key, cred, nil)
 		if err != nil {
 			// Nobody waits for this call; its error ends here.
 			a.logger.Warn("background resume failed", "actor", key, "err", err)
@@ -325,8 +362,12 @@ func (a *activator) admit() (int64, bool) {
 // lookupOrResume is the shared call: it runs once per actor at a time,
 // with a context detached from any one request. It first lets this
 // router's own pause or suspend of the actor finish, so the Lookup does
-// not find it RUNNING just before its worker goes.
-func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey) (resolution, error) {
+// not find it RUNNING just before its worker goes. It resumes the actor
+// only if the credentials of the request that leads it (cred) pass the
+// ingress policy the Lookup returned: else an *ingressRefusal. A
+// Lookup the leader made just before (pre, not RUNNING) stands in for
+// its own.
+func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey, cred credentials, pre *lookup) (resolution, error) {
 	away := a.resolving(key, true)
 	defer a.resolving(key, false)
 	if away != nil {
@@ -336,12 +377,24 @@ func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey) (res
 			return resolution{}, context.Cause(ctx)
 		}
 	}
-	t, running, err := a.res.Lookup(ctx, key)
-	if err != nil {
-		return resolution{}, fmt.Errorf("look up %s: %w", key, err)
+	var (
+		t       Target
+		running bool
+		err     error
+	)
+	if pre != nil && away == nil {
+		t, running = pre.target, pre.running
+	} else {
+		if t, running, err = a.res.Lookup(ctx, key); err != nil {
+			return resolution{}, fmt.Errorf("look up %s: %w", key, err)
+		}
+		a.guard.remember(key, t.Policy)
 	}
 	var rs Resumption
 	if !running {
+		if _, err := cred.check(ctx, t.Policy); err != nil {
+			return resolution{}, fmt.Errorf("resume %s: %w", key, err)
+		}
 		start := time.Now()
 		t, rs, err = a.res.Resume(ctx, key)
 		if err != nil {
@@ -370,6 +423,7 @@ func (a *activator) entry(key names.ActorKey) *actorState {
 // store records t as key's RUNNING target. A target just stored counts as
 // activity, so an actor is never put away the moment it came up.
 func (a *activator) store(key names.ActorKey, t Target) {
+	a.guard.remember(key, t.Policy)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.entry(key)
@@ -382,16 +436,104 @@ func (a *activator) store(key names.ActorKey, t Target) {
 
 // acquireCached returns key's cached target and counts a request (a
 // listening stream if listen) open on it, or reports false when there is
-// none.
-func (a *activator) acquireCached(key names.ActorKey, listen bool) (Target, bool) {
+// none (t zero). When the target's ingress policy is not public and the
+// request's credentials were not checked (cleared), nothing is counted:
+// it returns the target with false, for acquireAdmitted to check them.
+func (a *activator) acquireCached(key names.ActorKey, listen, cleared bool) (Target, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.actors[key]
 	if !ok || st.target == (Target{}) {
 		return Target{}, false
 	}
+	if !cleared && st.target.Policy.Ingress != auth.IngressPublic {
+		return st.target, false
+	}
 	st.opened(listen)
 	return st.target, true
+}
+
+// acquireAdmitted is acquireCached for a request with credentials cred:
+// against a cached target whose ingress policy asks for a token, they
+// are checked first (an error then, nothing counted). ok is false when
+// there is no cached target; rv is the review of cred's token, if one
+// was needed.
+func (a *activator) acquireAdmitted(ctx context.Context, key names.ActorKey, listen bool, cred credentials) (t Target, ok bool, rv IngressReview, err error) {
+	t, ok = a.acquireCached(key, listen, false)
+	if ok || t == (Target{}) {
+		return t, ok, IngressReview{}, nil
+	}
+	if rv, err = cred.check(ctx, t.Policy); err != nil {
+		return Target{}, false, IngressReview{}, err
+	}
+	// The one policy that asks for credentials has passed; whatever
+	// target is cached now, its actor is of the same atespace.
+	t, ok = a.acquireCached(key, listen, true)
+	return t, ok, rv, nil
+}
+
+// admitCold checks a request for key, which has no cached target,
+// against the actor's ingress policy before it may park: the policy
+// remembered from the last Lookup or resume within the guard's TTL, or
+// else one looked up now (shared with held streams' looks, without a
+// parking slot). A RUNNING actor that look finds is stored and acquired
+// as if it had been cached (ok). Refused requests so never park, nor
+// lead a resume; the resume they would have led checks again, on the
+// policy its own Lookup returns (lookupOrResume).
+//
+// pre is the look made, when one was and found the actor not RUNNING,
+// for the resume this request may lead (wait).
+func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bool, cred credentials) (t Target, ok bool, rv IngressReview, pre *lookup, err error) {
+	p, known := a.guard.policy(key)
+	if !known {
+		if err := a.awaitAway(ctx, key); err != nil {
+			return Target{}, false, IngressReview{}, nil, err
+		}
+		l, err := a.lookup(ctx, key)
+		if err != nil && retryable(err) && ctx.Err() == nil {
+			// A control plane restarting or failing over: park, as
+			// before the policy was looked up here, and retry within
+			// the budget; the resume still checks the policy first.
+			a.logger.Debug("ingress policy lookup failed, parking", "actor", key, "err", err)
+			return Target{}, false, IngressReview{}, nil, nil
+		}
+		if err != nil {
+			return Target{}, false, IngressReview{}, nil, err
+		}
+		if l.running {
+			a.store(key, l.target)
+			t, ok, rv, err := a.acquireAdmitted(ctx, key, listen, cred)
+			return t, ok, rv, nil, err
+		}
+		p, pre = l.target.Policy, &l
+	}
+	if _, err := cred.check(ctx, p); err != nil {
+		return Target{}, false, IngressReview{}, nil, err
+	}
+	return Target{}, false, IngressReview{}, pre, nil
+}
+
+// lookup runs one Lookup of key at a time for held streams and
+// admitCold, remembering the policy it returns.
+func (a *activator) lookup(ctx context.Context, key names.ActorKey) (lookup, error) {
+	v, _, err := a.looks.Do(ctx, key.String(), func(ctx context.Context) (any, error) {
+		t, running, err := a.res.Lookup(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		a.guard.remember(key, t.Policy)
+		return lookup{target: t, running: running}, nil
+	})
+	if err != nil {
+		return lookup{}, fmt.Errorf("look up %s: %w", key, err)
+	}
+	return v.(lookup), nil
+}
+
+// reviewerOf returns res's IngressReviewer side, nil when it has none.
+func reviewerOf(res Resolver) IngressReviewer {
+	r, _ := res.(IngressReviewer)
+	return r
 }
 
 // acquire counts a request (a listening stream if listen) open on key.

@@ -91,6 +91,14 @@ type Config struct {
 	Transport http.RoundTripper
 	// Metrics receives the router's metrics; nil records none.
 	Metrics *metrics.Router
+	// IngressCacheTTL is how long the router remembers the control
+	// plane's review of a bearer token (accepted or refused) and an
+	// actor's ingress policy: a deleted ingress token keeps working on a
+	// router that accepted it for at most this long. IngressCacheMax
+	// bounds each of the two tables. Defaults DefaultIngressCacheTTL and
+	// DefaultIngressCacheMax.
+	IngressCacheTTL time.Duration
+	IngressCacheMax int
 }
 
 // withDefaults returns c with every zero (or negative) field defaulted.
@@ -109,6 +117,10 @@ func (c Config) withDefaults() Config {
 	c.StreamIdleTimeout = orDefault(c.StreamIdleTimeout, DefaultStreamIdleTimeout)
 	c.IdleCheckInterval = orDefault(c.IdleCheckInterval, DefaultIdleCheckInterval)
 	c.ActivityInterval = orDefault(c.ActivityInterval, DefaultActivityInterval)
+	c.IngressCacheTTL = orDefault(c.IngressCacheTTL, DefaultIngressCacheTTL)
+	if c.IngressCacheMax <= 0 {
+		c.IngressCacheMax = DefaultIngressCacheMax
+	}
 	if c.Transport == nil {
 		c.Transport = newTunnelTransport()
 	}

@@ -52,7 +52,17 @@ var (
 	_ Resolver         = (*ControlResolver)(nil)
 	_ Idler            = (*ControlResolver)(nil)
 	_ ActivityRecorder = (*ControlResolver)(nil)
+	_ IngressReviewer  = (*ControlResolver)(nil)
 )
+
+// ReviewIngress implements IngressReviewer with ReviewIngressToken.
+func (c *ControlResolver) ReviewIngress(ctx context.Context, atespace, token string) (IngressReview, error) {
+	resp, err := c.client.ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: atespace, Token: token})
+	if err != nil {
+		return IngressReview{}, fmt.Errorf("review ingress token for atespace %s: %w", atespace, fromControl(err))
+	}
+	return IngressReview{Allowed: resp.GetAllowed(), Subject: resp.GetSubject()}, nil
+}
 
 // NewControlResolver returns a ControlResolver that asks client. A nil
 // logger discards.

@@ -47,6 +47,22 @@ type fakeControl struct {
 	pauseErr     error
 	listWorkers  atomic.Int64
 	templateGets atomic.Int64
+	// ingressTokens maps "<atespace>/<token>" to the subject
+	// ReviewIngressToken accepts it as; reviewErr, if set, is its answer
+	// instead. Guarded by mu.
+	ingressTokens map[string]string
+	reviewErr     error
+	resumeCalls   atomic.Int64
+}
+
+func (f *fakeControl) ReviewIngressToken(_ context.Context, req *atev1.ReviewIngressTokenRequest) (*atev1.ReviewIngressTokenResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reviewErr != nil {
+		return nil, f.reviewErr
+	}
+	sub, ok := f.ingressTokens[req.GetAtespace()+"/"+req.GetToken()]
+	return &atev1.ReviewIngressTokenResponse{Allowed: ok, Subject: sub}, nil
 }
 
 func (f *fakeControl) GetActorTemplate(_ context.Context, req *atev1.GetActorTemplateRequest) (*atev1.ActorTemplate, error) {
@@ -109,6 +125,7 @@ func (f *fakeControl) GetActor(_ context.Context, req *atev1.GetActorRequest) (*
 }
 
 func (f *fakeControl) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
+	f.resumeCalls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := req.GetAtespace() + "/" + req.GetName()
@@ -426,5 +443,52 @@ func TestHandlerRelistsATunnelThatRefuses(t *testing.T) {
 	got := get(t, srv, "app.default.actors.localhost", "/", nil)
 	if got.status != http.StatusOK || !strings.Contains(got.msg, "worker=w1 uid=u1") {
 		t.Fatalf("after the node moved its tunnel: %d %q, want 200 from the new address", got.status, got.msg)
+	}
+}
+
+// TestIngressOverControlAPI: the router learns a template's ingress
+// policy over the Control API without resuming the actor, reviews the
+// bearer token with ReviewIngressToken, and answers 503 (not 401, and
+// nothing cached) when the review cannot be had.
+func TestIngressOverControlAPI(t *testing.T) {
+	tunnel := echoTunnel(t, "tunnel", nil)
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/app": {Atespace: "default", Name: "app", Uid: "u1", Template: "locked", State: atev1.ActorState_SUSPENDED},
+		},
+		templates: map[string]*atev1.ActorTemplate{
+			"default/locked": {Atespace: "default", Name: "locked", Uid: "tl",
+				Spec: &atev1.ActorTemplateSpec{Ingress: &atev1.IngressPolicy{Policy: "token"}}},
+		},
+		workers:       []*atev1.Worker{{Name: "w1", TunnelAddress: tunnel}},
+		ingressTokens: map[string]string{"default/good": "ingresstoken:default/web"},
+		reviewErr:     status.Error(codes.Unavailable, "connection refused"),
+	}
+	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc), nil))
+	const host = "app.default.actors.localhost"
+	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+	if got := get(t, srv, host, "/", nil); got.status != http.StatusUnauthorized {
+		t.Fatalf("anonymous: %d %q, want 401", got.status, got.msg)
+	}
+	if got := get(t, srv, host, "/", bearer("good")); got.status != http.StatusServiceUnavailable && got.status != http.StatusBadGateway {
+		t.Fatalf("review unavailable: %d %q, want 503 or 502", got.status, got.msg)
+	}
+	if n := fc.resumeCalls.Load(); n != 0 {
+		t.Fatalf("%d ResumeActor calls before any accepted token, want 0", n)
+	}
+	fc.mu.Lock()
+	fc.reviewErr = nil
+	fc.mu.Unlock()
+	if got := get(t, srv, host, "/", bearer("bad")); got.status != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d %q, want 401", got.status, got.msg)
+	}
+	if got := get(t, srv, host, "/", bearer("good")); got.status != http.StatusOK || got.activation != "resumed" {
+		t.Fatalf("right token: %d %q %q, want 200 resumed", got.status, got.activation, got.msg)
+	}
+	if got := get(t, srv, host, "/", nil); got.status != http.StatusUnauthorized {
+		t.Fatalf("anonymous, warm: %d %q, want 401", got.status, got.msg)
+	}
+	if n := fc.resumeCalls.Load(); n != 1 {
+		t.Fatalf("%d ResumeActor calls, want 1", n)
 	}
 }

@@ -60,6 +60,8 @@ type failure struct {
 	// reason is the failure's ate_router_failures_total reason
 	// (metrics.FailureReasons).
 	reason string
+	// challenge, when set, is sent as WWW-Authenticate (a 401).
+	challenge string
 }
 
 // HeaderRequestDelivered is set on a 504 Gateway Timeout: "true" when the
@@ -161,6 +163,13 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 	case errors.Is(err, errHeldDrain):
 		return failure{reason: "held_draining", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"this router is shutting down while actor %s sleeps; reconnect the stream", actor)}
+	case errors.Is(err, errNoBearer):
+		return failure{reason: "unauthorized", status: http.StatusUnauthorized, challenge: `Bearer realm="ate"`, body: fmt.Sprintf(
+			"actor %s requires a bearer token: send Authorization: Bearer <token>", actor)}
+	case errors.Is(err, errBearerRefused):
+		// RFC 6750 section 3: a token was sent and is not accepted.
+		return failure{reason: "unauthorized", status: http.StatusUnauthorized, challenge: `Bearer realm="ate", error="invalid_token"`,
+			body: fmt.Sprintf("bearer token not accepted for actor %s", actor)}
 	case errors.Is(err, context.Canceled):
 		return clientClosed()
 	}
@@ -251,6 +260,9 @@ func writeFailure(w http.ResponseWriter, f failure, rid string) {
 	}
 	if f.delivered != "" {
 		h.Set(HeaderRequestDelivered, f.delivered)
+	}
+	if f.challenge != "" {
+		h.Set("WWW-Authenticate", f.challenge)
 	}
 	w.WriteHeader(f.status)
 	// The client may be gone; there is nobody to tell about a failed write.

@@ -194,7 +194,8 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		body = newReplayBody(r.Body)
 		r.Body = body
 	}
-	t, how, err := h.attempt(w, r, key, rid, rec)
+	cred := credentials{guard: h.act.guard, atespace: key.Atespace, authorization: r.Header.Get("Authorization")}
+	t, how, err := h.attempt(w, r, key, rid, rec, cred)
 	for tries := 1; err != nil && t.Worker != "" && isStale(err) && tries <= maxStaleRetries; tries++ {
 		if body != nil {
 			// The actor never saw the request: send it again if the
@@ -202,7 +203,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 			again, ok := body.rewind()
 			if !ok {
 				// Resume in the background so the client's retry finds it warm.
-				h.act.prewarm(r.Context(), key)
+				h.act.prewarm(r.Context(), key, cred)
 				break
 			}
 			r.Body = again
@@ -212,7 +213,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		// after the resume this request waited for (a pause or
 		// suspend queued behind it).
 		h.requestLog(key, t, rid).Debug("actor assignment stale, resolving again", "err", err, "try", tries)
-		t, how, err = h.attempt(w, r, key, rid, rec)
+		t, how, err = h.attempt(w, r, key, rid, rec, cred)
 	}
 	if err == nil {
 		return
@@ -246,10 +247,11 @@ func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Log
 // to w, and t is dropped from the cache unless the client left or the
 // actor is still where it was (it was slow, or its app did not answer);
 // t is the target tried, zero when activation failed, and how its
-// activation ("" when it failed).
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string, rec *access) (Target, activation, error) {
+// activation ("" when it failed). cred are the request's credentials,
+// checked against the actor's ingress policy before anything else.
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string, rec *access, cred credentials) (Target, activation, error) {
 	listen := streams.IsListen(r)
-	t, act, err := h.act.target(r.Context(), key, listen)
+	t, act, err := h.act.target(r.Context(), key, listen, cred)
 	rec.wait += act.waited
 	if err != nil {
 		return Target{}, "", err
@@ -300,7 +302,7 @@ func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, how 
 	switch {
 	case f.clientGone:
 		rlog.Debug("client gone", "err", err)
-	case f.status == http.StatusBadRequest || f.status == http.StatusNotFound:
+	case f.status == http.StatusBadRequest || f.status == http.StatusNotFound || f.status == http.StatusUnauthorized:
 		rlog.Info("request refused", "status", f.status, "err", err)
 	default:
 		rlog.Warn("request failed", "status", f.status, "err", err)

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"substrate.dev/ate/internal/names"
@@ -36,7 +35,10 @@ var errHeldDrain = errors.New("router draining while the stream was held")
 // should park and resume the actor like any request (the policy lets
 // any request wake it). Errors: the Resolver's (wrapped), errHeldDrain,
 // or the cause of ctx ending (the client left).
-func (a *activator) hold(ctx context.Context, key names.ActorKey) (t Target, act activated, handled bool, err error) {
+//
+// A stream whose credentials (cred) fail the actor's ingress policy is
+// refused (an *ingressRefusal), never held.
+func (a *activator) hold(ctx context.Context, key names.ActorKey, cred credentials) (t Target, act activated, handled bool, err error) {
 	start := time.Now()
 	held := false
 	defer func() {
@@ -49,20 +51,20 @@ func (a *activator) hold(ctx context.Context, key names.ActorKey) (t Target, act
 		if err := a.awaitAway(ctx, key); err != nil {
 			return Target{}, activated{}, true, err
 		}
-		v, _, err := a.looks.Do(ctx, key.String(), func(ctx context.Context) (any, error) {
-			t, running, err := a.res.Lookup(ctx, key)
-			return lookup{target: t, running: running}, err
-		})
+		l, err := a.lookup(ctx, key)
 		if err != nil {
-			return Target{}, activated{}, true, fmt.Errorf("look up %s: %w", key, err)
+			return Target{}, activated{}, true, err
 		}
-		l := v.(lookup)
 		if l.running {
 			a.store(key, l.target)
-			if t, ok := a.acquireCached(key, true); ok {
-				act := activated{how: activationWarm}
+			t, ok, rv, err := a.acquireAdmitted(ctx, key, true, cred)
+			if err != nil {
+				return Target{}, activated{}, true, err
+			}
+			if ok {
+				act := activated{how: activationWarm, subject: rv.Subject}
 				if held {
-					act = activated{how: activationJoined, waited: time.Since(start)}
+					act = activated{how: activationJoined, waited: time.Since(start), subject: rv.Subject}
 				}
 				return t, act, true, nil
 			}
@@ -70,6 +72,9 @@ func (a *activator) hold(ctx context.Context, key names.ActorKey) (t Target, act
 		}
 		if !l.target.Policy.Streams.WakeOnRequest {
 			return Target{}, activated{}, false, nil
+		}
+		if _, err := cred.check(ctx, l.target.Policy); err != nil {
+			return Target{}, activated{}, true, err
 		}
 		if !held {
 			held = true

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/loadgen"
 	"substrate.dev/ate/internal/logbuf"
@@ -47,21 +48,46 @@ const benchRouterCPU, benchLoadCPU = 0, 1
 // throughput, back to back, for added-p50/p99-ms (router minus direct);
 // allocs/req and B/req are the router process's heap allocations per
 // request over its closed-loop run.
-func BenchmarkRouterPerCorePlainActor(b *testing.B) {
+func BenchmarkRouterPerCorePlainActor(b *testing.B) { benchPerCore(b, "") }
+
+// BenchmarkRouterPerCoreIngressToken is BenchmarkRouterPerCorePlainActor
+// with every actor's ingress policy "token" (ingress.go): each request
+// carries Authorization: Bearer <token> (the direct side's too, so both
+// send the same bytes), and the router checks it against its review
+// cache before proxying (the control plane's review is cached after the
+// first request, as on any warm path; it stays fresh for the whole run
+// as the TTL is longer than it). Its added-p50-ms / added-p99-ms minus
+// BenchmarkRouterPerCorePlainActor's are the token check's added
+// latency on warm requests; allocs/req and B/req its allocations.
+func BenchmarkRouterPerCoreIngressToken(b *testing.B) {
+	benchPerCore(b, "Authorization: Bearer "+benchIngressToken)
+}
+
+// benchIngressToken is the token the router process of
+// BenchmarkRouterPerCoreIngressToken accepts.
+const benchIngressToken = "ate_it_benchbenchbenchbenchbenchbenchbenchbenchben"
+
+// benchPerCore runs a per-core benchmark; header, when set, is sent on
+// every request and puts the router process in token-ingress mode.
+func benchPerCore(b *testing.B, header string) {
 	restore, err := loadgen.Pin(os.Getpid(), benchLoadCPU)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer restore()
 	backend := benchBackend(b)
-	rt := startBenchRouter(b, backend)
+	var headers []string
+	if header != "" {
+		headers = append(headers, header)
+	}
+	rt := startBenchRouter(b, backend, header != "")
 	dial := func(addr string) func(ctx context.Context) (net.Conn, error) {
 		return func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
 		}
 	}
-	req := loadgen.NewRequest("counter.default."+DefaultActorDomain, "/")
+	req := loadgen.NewRequest("counter.default."+DefaultActorDomain, "/", headers...)
 	cmp := loadgen.Comparison{
 		Proxy:  loadgen.Side{Dial: dial(rt.addr), Request: req},
 		Direct: loadgen.Side{Dial: dial(backend), Request: req},
@@ -96,8 +122,9 @@ type benchRouter struct {
 }
 
 // startBenchRouter runs this test binary as a router (runBenchRouter)
-// pinned to benchRouterCPU, in front of backend.
-func startBenchRouter(b *testing.B, backend string) *benchRouter {
+// pinned to benchRouterCPU, in front of backend; with token, its actors'
+// ingress policy is "token" (benchIngressEnv).
+func startBenchRouter(b *testing.B, backend string, token bool) *benchRouter {
 	logf, err := os.Create(b.TempDir() + "/router.log")
 	if err != nil {
 		b.Fatal(err)
@@ -107,6 +134,9 @@ func startBenchRouter(b *testing.B, backend string) *benchRouter {
 	// starts threads. GOGC as `ate router` sets it (up.DefaultGCPercent).
 	cmd := exec.Command("taskset", "-c", fmt.Sprint(benchRouterCPU), os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), benchRouterEnv+"="+backend, "GOGC=400")
+	if token {
+		cmd.Env = append(cmd.Env, benchIngressEnv+"=token")
+	}
 	cmd.Stderr = logf
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -162,8 +192,13 @@ func runBenchRouter(backend string) int {
 	defer out.Flush()
 	jh := slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo})
 	logger := slog.New(logbuf.NewHandler(jh, out, IsAccessRecord))
-	res := staticResolver{worker: "worker-1", addr: backend}
-	h := NewHandler(Config{Metrics: metrics.New().Router}, res, logger)
+	var res Resolver = staticResolver{worker: "worker-1", addr: backend}
+	if os.Getenv(benchIngressEnv) == "token" {
+		res = tokenResolver{staticResolver: res.(staticResolver), token: benchIngressToken}
+	}
+	// The review cache's TTL outlasts the run, as a token in steady use
+	// is reviewed again only once per TTL.
+	h := NewHandler(Config{Metrics: metrics.New().Router, IngressCacheTTL: time.Hour}, res, logger)
 	srv := httpserve.NewServer("router", "127.0.0.1:0", h, logger)
 	if err := srv.Listen(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -219,6 +254,36 @@ func profile(dir string) (stop func(), err error) {
 			_ = f.Close()
 		}
 	}, nil
+}
+
+// benchIngressEnv, set to "token", gives the router process's actors
+// ingress policy token (BenchmarkRouterPerCoreIngressToken).
+const benchIngressEnv = "ATE_ROUTER_BENCH_INGRESS"
+
+// tokenResolver is staticResolver with every actor's ingress policy
+// "token", accepting token alone.
+type tokenResolver struct {
+	staticResolver
+	token string
+}
+
+func (s tokenResolver) Lookup(ctx context.Context, key names.ActorKey) (Target, bool, error) {
+	t, ok, err := s.staticResolver.Lookup(ctx, key)
+	t.Policy.Ingress = auth.IngressToken
+	return t, ok, err
+}
+
+func (s tokenResolver) Resume(ctx context.Context, key names.ActorKey) (Target, Resumption, error) {
+	t, r, err := s.staticResolver.Resume(ctx, key)
+	t.Policy.Ingress = auth.IngressToken
+	return t, r, err
+}
+
+func (s tokenResolver) ReviewIngress(_ context.Context, atespace, token string) (IngressReview, error) {
+	if token != s.token {
+		return IngressReview{}, nil
+	}
+	return IngressReview{Allowed: true, Subject: "ingresstoken:" + atespace + "/bench"}, nil
 }
 
 // staticResolver places every actor, RUNNING, on one worker whose tunnel

@@ -2,12 +2,14 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/streams"
 )
@@ -62,7 +64,7 @@ func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 	if err != nil {
 		// The API validates templates; one that slipped through still
 		// routes, without idle handling.
-		c.logger.Warn("template's idle policy ignored", "template", a.GetTemplate(), "atespace", a.GetAtespace(),
+		c.logger.Warn("template's routing policy ignored in part", "template", a.GetTemplate(), "atespace", a.GetAtespace(),
 			"uid", tpl.GetUid(), "err", err)
 	}
 	c.mu.Lock()
@@ -76,7 +78,21 @@ func (c *policyCache) get(ctx context.Context, a *atev1.Actor) (Policy, error) {
 // zero, disables idle handling; an empty idle.action means suspend
 // (checkpoint.ParseAction); empty streams fields are streams.Parse's
 // defaults. On error the timeouts are still returned.
+//
+// An ingress policy the router does not know fails closed: it asks for a
+// token, which is the stricter of the two.
 func policyOf(spec *atev1.ActorTemplateSpec) (Policy, error) {
+	p, err := trafficPolicyOf(spec)
+	ingress, ierr := auth.ParseIngressPolicy(spec.GetIngress().GetPolicy())
+	if ierr != nil {
+		ingress = auth.IngressToken
+	}
+	p.Ingress = ingress
+	return p, errors.Join(err, ierr)
+}
+
+// trafficPolicyOf is policyOf without the ingress policy.
+func trafficPolicyOf(spec *atev1.ActorTemplateSpec) (Policy, error) {
 	p := Policy{
 		RouteTimeout:      time.Duration(spec.GetRouteTimeoutSeconds()) * time.Second,
 		StreamIdleTimeout: time.Duration(spec.GetStreamIdleTimeoutSeconds()) * time.Second,

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/streams"
@@ -39,6 +40,16 @@ func TestPolicyOf(t *testing.T) {
 			want: Policy{RouteTimeout: 9 * time.Second}, wantErr: true},
 		{name: "bad action", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "1m", Action: "freeze"}},
 			want: Policy{}, wantErr: true},
+		{name: "ingress token", spec: &atev1.ActorTemplateSpec{Ingress: &atev1.IngressPolicy{Policy: "token"}},
+			want: Policy{Ingress: auth.IngressToken}},
+		{name: "ingress public", spec: &atev1.ActorTemplateSpec{Ingress: &atev1.IngressPolicy{Policy: "public"}},
+			want: Policy{}},
+		{name: "unknown ingress fails closed", spec: &atev1.ActorTemplateSpec{RouteTimeoutSeconds: 9,
+			Ingress: &atev1.IngressPolicy{Policy: "oidc"}},
+			want: Policy{RouteTimeout: 9 * time.Second, Ingress: auth.IngressToken}, wantErr: true},
+		{name: "ingress kept beside a bad idle", spec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "soon"},
+			Ingress: &atev1.IngressPolicy{Policy: "token"}},
+			want: Policy{Ingress: auth.IngressToken}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/tunnelproto"
 )
 
@@ -102,7 +103,7 @@ type proxyAttempt struct {
 	// modifyResponse): one-element slices of it, capped, so they need no
 	// allocation of their own and an append to one copies instead of
 	// overwriting its neighbour. Nothing else writes them.
-	values [4]string
+	values [5]string
 }
 
 func (a *proxyAttempt) wroteHeaders() { a.sent.Store(true) }
@@ -178,6 +179,16 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header[canonicalWorker] = a.values[0:1:1]
 	pr.Out.Header[canonicalActorUID] = a.values[1:2:2]
 	pr.Out.Header[canonicalXRequestID] = a.values[2:3:3]
+	// Only the router says who a caller is.
+	delete(pr.Out.Header, canonicalIngressSubject)
+	if a.t.Policy.Ingress != auth.IngressPublic {
+		// The bearer token was for the router: an actor handed it could
+		// replay it (to other actors, or to the API when it is a user's
+		// JWT). The actor learns whom it named instead.
+		delete(pr.Out.Header, "Authorization")
+		a.values[4] = a.act.subject
+		pr.Out.Header[canonicalIngressSubject] = a.values[4:5:5]
+	}
 }
 
 // Canonical forms of the header names rewrite sets by map assignment.
@@ -185,6 +196,8 @@ var (
 	canonicalWorker     = http.CanonicalHeaderKey(tunnelproto.HeaderWorker)
 	canonicalActorUID   = http.CanonicalHeaderKey(tunnelproto.HeaderActorUID)
 	canonicalXRequestID = http.CanonicalHeaderKey(headerXRequestID)
+	// canonicalIngressSubject is HeaderIngressSubject's.
+	canonicalIngressSubject = http.CanonicalHeaderKey(HeaderIngressSubject)
 )
 
 // isStale reports whether err means the target no longer hosts the actor:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/streams"
@@ -42,6 +43,10 @@ type Policy struct {
 	// idleness (Streams.IgnoreIdle) and whether they resume the actor
 	// (Streams.WakeOnRequest: no, they are held; hold.go).
 	Streams streams.Policy
+	// Ingress is who may send requests to the actor (ingress.go):
+	// anyone, or requests with a bearer token the control plane accepts
+	// for the actor's atespace.
+	Ingress auth.IngressPolicy
 }
 
 // Resumption is what a Resume did besides waking the actor.

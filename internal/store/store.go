@@ -320,6 +320,8 @@ type Store interface {
 	Events
 	// SigningKeys: the actor-identity signing keys (internal/identity).
 	SigningKeys
+	// IngressTokens: the router's bearer tokens per atespace.
+	IngressTokens
 
 	Close() error
 }
@@ -479,4 +481,35 @@ type SigningKeys interface {
 	ListSigningKeys(ctx context.Context) ([]*SigningKey, error)
 	// DeleteSigningKey deletes the key with id; ErrNotFound when none.
 	DeleteSigningKey(ctx context.Context, id string) error
+}
+
+// IngressToken is a bearer token the router accepts for the actors of
+// one atespace whose template's ingress policy is "token"
+// (docs/security.md, Router ingress policy). The secret itself is never
+// stored: Hash is its hex SHA-256 (auth.HashToken). Immutable.
+type IngressToken struct {
+	Atespace string `json:"atespace"`
+	Name     string `json:"name"`
+	UID      string `json:"uid"`
+	// Hash is the hex SHA-256 of the token.
+	Hash       string    `json:"hash"`
+	CreateTime time.Time `json:"createTime"`
+}
+
+// IngressTokens is the ingress-token part of the Store contract.
+// DeleteAtespace deletes the atespace's tokens with it, so an atespace
+// re-created under the name does not inherit them.
+type IngressTokens interface {
+	// CreateIngressToken stores t if its atespace exists (else
+	// ErrNotFound) and no token of the atespace has its name (else
+	// ErrAlreadyExists).
+	CreateIngressToken(ctx context.Context, t *IngressToken) error
+	// ListIngressTokens returns the tokens of atespace (every atespace
+	// when empty) ordered by atespace, then name.
+	ListIngressTokens(ctx context.Context, atespace string) ([]*IngressToken, error)
+	// FindIngressToken returns the token of atespace whose Hash is hash,
+	// or ErrNotFound.
+	FindIngressToken(ctx context.Context, atespace, hash string) (*IngressToken, error)
+	// DeleteIngressToken deletes the token; ErrNotFound when there is none.
+	DeleteIngressToken(ctx context.Context, atespace, name string) error
 }

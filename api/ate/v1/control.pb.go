@@ -1356,7 +1356,10 @@ type ActorTemplateSpec struct {
 	// network says where the actor's sandbox may connect to
 	// (docs/security.md, The sandbox boundary). Unset or empty: nowhere but
 	// its worker's self-service endpoint.
-	Network       *NetworkPolicy `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	// ingress says who may send requests to the actors through the router
+	// (docs/security.md, Router ingress policy).
+	Ingress       *IngressPolicy `protobuf:"bytes,17,opt,name=ingress,proto3" json:"ingress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,6 +1506,13 @@ func (x *ActorTemplateSpec) GetNetwork() *NetworkPolicy {
 	return nil
 }
 
+func (x *ActorTemplateSpec) GetIngress() *IngressPolicy {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
 // NetworkPolicy is a template's sandbox network policy.
 type NetworkPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1619,6 +1629,55 @@ func (x *EgressRule) GetPorts() []int32 {
 	return nil
 }
 
+// IngressPolicy is who the router lets reach a template's actors.
+type IngressPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is "public" (the default: anyone who reaches the router) or
+	// "token": a request must carry Authorization: Bearer <token> with a
+	// token ReviewIngressToken accepts for the actor's atespace, checked
+	// before the router resumes anything; otherwise 401.
+	Policy        string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressPolicy) Reset() {
+	*x = IngressPolicy{}
+	mi := &file_ate_v1_control_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressPolicy) ProtoMessage() {}
+
+func (x *IngressPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressPolicy.ProtoReflect.Descriptor instead.
+func (*IngressPolicy) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *IngressPolicy) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 // TTLPolicy says when an unused actor is deleted.
 type TTLPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1634,7 +1693,7 @@ type TTLPolicy struct {
 
 func (x *TTLPolicy) Reset() {
 	*x = TTLPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1705,7 @@ func (x *TTLPolicy) String() string {
 func (*TTLPolicy) ProtoMessage() {}
 
 func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[23]
+	mi := &file_ate_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1718,7 @@ func (x *TTLPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TTLPolicy.ProtoReflect.Descriptor instead.
 func (*TTLPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TTLPolicy) GetDeleteAfterIdle() string {
@@ -1682,7 +1741,7 @@ type RestoreHook struct {
 
 func (x *RestoreHook) Reset() {
 	*x = RestoreHook{}
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1753,7 @@ func (x *RestoreHook) String() string {
 func (*RestoreHook) ProtoMessage() {}
 
 func (x *RestoreHook) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[24]
+	mi := &file_ate_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1766,7 @@ func (x *RestoreHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHook.ProtoReflect.Descriptor instead.
 func (*RestoreHook) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RestoreHook) GetHttpPost() *HTTPPostAction {
@@ -1734,7 +1793,7 @@ type HTTPPostAction struct {
 
 func (x *HTTPPostAction) Reset() {
 	*x = HTTPPostAction{}
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1805,7 @@ func (x *HTTPPostAction) String() string {
 func (*HTTPPostAction) ProtoMessage() {}
 
 func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[25]
+	mi := &file_ate_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1818,7 @@ func (x *HTTPPostAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPPostAction.ProtoReflect.Descriptor instead.
 func (*HTTPPostAction) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HTTPPostAction) GetPath() string {
@@ -1800,7 +1859,7 @@ type EvictionPolicy struct {
 
 func (x *EvictionPolicy) Reset() {
 	*x = EvictionPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1871,7 @@ func (x *EvictionPolicy) String() string {
 func (*EvictionPolicy) ProtoMessage() {}
 
 func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[26]
+	mi := &file_ate_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1884,7 @@ func (x *EvictionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictionPolicy.ProtoReflect.Descriptor instead.
 func (*EvictionPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EvictionPolicy) GetEvictable() bool {
@@ -1871,7 +1930,7 @@ type ActorTemplateStatus struct {
 
 func (x *ActorTemplateStatus) Reset() {
 	*x = ActorTemplateStatus{}
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1942,7 @@ func (x *ActorTemplateStatus) String() string {
 func (*ActorTemplateStatus) ProtoMessage() {}
 
 func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[27]
+	mi := &file_ate_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1955,7 @@ func (x *ActorTemplateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplateStatus.ProtoReflect.Descriptor instead.
 func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ActorTemplateStatus) GetPhase() string {
@@ -1941,7 +2000,7 @@ type ActorTemplate struct {
 
 func (x *ActorTemplate) Reset() {
 	*x = ActorTemplate{}
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2012,7 @@ func (x *ActorTemplate) String() string {
 func (*ActorTemplate) ProtoMessage() {}
 
 func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[28]
+	mi := &file_ate_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2025,7 @@ func (x *ActorTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTemplate.ProtoReflect.Descriptor instead.
 func (*ActorTemplate) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ActorTemplate) GetAtespace() string {
@@ -2020,7 +2079,7 @@ type CreateActorTemplateRequest struct {
 
 func (x *CreateActorTemplateRequest) Reset() {
 	*x = CreateActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2091,7 @@ func (x *CreateActorTemplateRequest) String() string {
 func (*CreateActorTemplateRequest) ProtoMessage() {}
 
 func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[29]
+	mi := &file_ate_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2104,7 @@ func (x *CreateActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateActorTemplateRequest) GetTemplate() *ActorTemplate {
@@ -2065,7 +2124,7 @@ type GetActorTemplateRequest struct {
 
 func (x *GetActorTemplateRequest) Reset() {
 	*x = GetActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2136,7 @@ func (x *GetActorTemplateRequest) String() string {
 func (*GetActorTemplateRequest) ProtoMessage() {}
 
 func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[30]
+	mi := &file_ate_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2149,7 @@ func (x *GetActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*GetActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetActorTemplateRequest) GetAtespace() string {
@@ -2116,7 +2175,7 @@ type ListActorTemplatesRequest struct {
 
 func (x *ListActorTemplatesRequest) Reset() {
 	*x = ListActorTemplatesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2187,7 @@ func (x *ListActorTemplatesRequest) String() string {
 func (*ListActorTemplatesRequest) ProtoMessage() {}
 
 func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[31]
+	mi := &file_ate_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2200,7 @@ func (x *ListActorTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListActorTemplatesRequest) GetAtespace() string {
@@ -2160,7 +2219,7 @@ type ListActorTemplatesResponse struct {
 
 func (x *ListActorTemplatesResponse) Reset() {
 	*x = ListActorTemplatesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2231,7 @@ func (x *ListActorTemplatesResponse) String() string {
 func (*ListActorTemplatesResponse) ProtoMessage() {}
 
 func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[32]
+	mi := &file_ate_v1_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2244,7 @@ func (x *ListActorTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListActorTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListActorTemplatesResponse) GetTemplates() []*ActorTemplate {
@@ -2205,7 +2264,7 @@ type DeleteActorTemplateRequest struct {
 
 func (x *DeleteActorTemplateRequest) Reset() {
 	*x = DeleteActorTemplateRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2276,7 @@ func (x *DeleteActorTemplateRequest) String() string {
 func (*DeleteActorTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[33]
+	mi := &file_ate_v1_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2289,7 @@ func (x *DeleteActorTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteActorTemplateRequest) GetAtespace() string {
@@ -2255,7 +2314,7 @@ type DeleteActorTemplateResponse struct {
 
 func (x *DeleteActorTemplateResponse) Reset() {
 	*x = DeleteActorTemplateResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2326,7 @@ func (x *DeleteActorTemplateResponse) String() string {
 func (*DeleteActorTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[34]
+	mi := &file_ate_v1_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2339,7 @@ func (x *DeleteActorTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
 }
 
 type Actor struct {
@@ -2331,7 +2390,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2402,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[35]
+	mi := &file_ate_v1_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2415,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Actor) GetAtespace() string {
@@ -2519,7 +2578,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2590,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[36]
+	mi := &file_ate_v1_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2603,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -2578,7 +2637,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2649,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[37]
+	mi := &file_ate_v1_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2662,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetActorRequest) GetAtespace() string {
@@ -2642,7 +2701,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2713,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[38]
+	mi := &file_ate_v1_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2726,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListActorsRequest) GetAtespace() string {
@@ -2715,7 +2774,7 @@ type ListActorsResponse struct {
 
 func (x *ListActorsResponse) Reset() {
 	*x = ListActorsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2786,7 @@ func (x *ListActorsResponse) String() string {
 func (*ListActorsResponse) ProtoMessage() {}
 
 func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[39]
+	mi := &file_ate_v1_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2799,7 @@ func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
 func (*ListActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListActorsResponse) GetActors() []*Actor {
@@ -2777,7 +2836,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +2848,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[40]
+	mi := &file_ate_v1_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +2861,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{40}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateActorRequest) GetAtespace() string {
@@ -2845,7 +2904,7 @@ type DeleteActorRequest struct {
 
 func (x *DeleteActorRequest) Reset() {
 	*x = DeleteActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2916,7 @@ func (x *DeleteActorRequest) String() string {
 func (*DeleteActorRequest) ProtoMessage() {}
 
 func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[41]
+	mi := &file_ate_v1_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2929,7 @@ func (x *DeleteActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{41}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteActorRequest) GetAtespace() string {
@@ -2902,7 +2961,7 @@ type DeleteActorResponse struct {
 
 func (x *DeleteActorResponse) Reset() {
 	*x = DeleteActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +2973,7 @@ func (x *DeleteActorResponse) String() string {
 func (*DeleteActorResponse) ProtoMessage() {}
 
 func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[42]
+	mi := &file_ate_v1_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +2986,7 @@ func (x *DeleteActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteActorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{42}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
 }
 
 // reason may be REQUESTED (the default) or IDLE; the others are the
@@ -2943,7 +3002,7 @@ type SuspendActorRequest struct {
 
 func (x *SuspendActorRequest) Reset() {
 	*x = SuspendActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3014,7 @@ func (x *SuspendActorRequest) String() string {
 func (*SuspendActorRequest) ProtoMessage() {}
 
 func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[43]
+	mi := &file_ate_v1_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3027,7 @@ func (x *SuspendActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendActorRequest.ProtoReflect.Descriptor instead.
 func (*SuspendActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{43}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SuspendActorRequest) GetAtespace() string {
@@ -3004,7 +3063,7 @@ type ResumeActorRequest struct {
 
 func (x *ResumeActorRequest) Reset() {
 	*x = ResumeActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3075,7 @@ func (x *ResumeActorRequest) String() string {
 func (*ResumeActorRequest) ProtoMessage() {}
 
 func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[44]
+	mi := &file_ate_v1_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3088,7 @@ func (x *ResumeActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeActorRequest.ProtoReflect.Descriptor instead.
 func (*ResumeActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{44}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResumeActorRequest) GetAtespace() string {
@@ -3057,7 +3116,7 @@ type PauseActorRequest struct {
 
 func (x *PauseActorRequest) Reset() {
 	*x = PauseActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3128,7 @@ func (x *PauseActorRequest) String() string {
 func (*PauseActorRequest) ProtoMessage() {}
 
 func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[45]
+	mi := &file_ate_v1_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3141,7 @@ func (x *PauseActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseActorRequest.ProtoReflect.Descriptor instead.
 func (*PauseActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{45}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PauseActorRequest) GetAtespace() string {
@@ -3116,7 +3175,7 @@ type RevertActorRequest struct {
 
 func (x *RevertActorRequest) Reset() {
 	*x = RevertActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3187,7 @@ func (x *RevertActorRequest) String() string {
 func (*RevertActorRequest) ProtoMessage() {}
 
 func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[46]
+	mi := &file_ate_v1_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3200,7 @@ func (x *RevertActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertActorRequest.ProtoReflect.Descriptor instead.
 func (*RevertActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{46}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RevertActorRequest) GetAtespace() string {
@@ -3169,7 +3228,7 @@ type ActorActivity struct {
 
 func (x *ActorActivity) Reset() {
 	*x = ActorActivity{}
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3240,7 @@ func (x *ActorActivity) String() string {
 func (*ActorActivity) ProtoMessage() {}
 
 func (x *ActorActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[47]
+	mi := &file_ate_v1_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3253,7 @@ func (x *ActorActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorActivity.ProtoReflect.Descriptor instead.
 func (*ActorActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{47}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ActorActivity) GetAtespace() string {
@@ -3227,7 +3286,7 @@ type RecordActivityRequest struct {
 
 func (x *RecordActivityRequest) Reset() {
 	*x = RecordActivityRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3298,7 @@ func (x *RecordActivityRequest) String() string {
 func (*RecordActivityRequest) ProtoMessage() {}
 
 func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[48]
+	mi := &file_ate_v1_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3311,7 @@ func (x *RecordActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityRequest.ProtoReflect.Descriptor instead.
 func (*RecordActivityRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{48}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RecordActivityRequest) GetActivities() []*ActorActivity {
@@ -3270,7 +3329,7 @@ type RecordActivityResponse struct {
 
 func (x *RecordActivityResponse) Reset() {
 	*x = RecordActivityResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3341,7 @@ func (x *RecordActivityResponse) String() string {
 func (*RecordActivityResponse) ProtoMessage() {}
 
 func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[49]
+	mi := &file_ate_v1_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3354,7 @@ func (x *RecordActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordActivityResponse.ProtoReflect.Descriptor instead.
 func (*RecordActivityResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{49}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
 }
 
 type Worker struct {
@@ -3316,7 +3375,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3387,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[50]
+	mi := &file_ate_v1_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3400,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{50}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Worker) GetName() string {
@@ -3401,7 +3460,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[51]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3472,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[51]
+	mi := &file_ate_v1_control_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3485,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{51}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
 }
 
 type ListWorkersResponse struct {
@@ -3438,7 +3497,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[52]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3509,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[52]
+	mi := &file_ate_v1_control_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3522,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{52}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -3494,7 +3553,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_ate_v1_control_proto_msgTypes[53]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3506,7 +3565,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[53]
+	mi := &file_ate_v1_control_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3519,7 +3578,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{53}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Node) GetName() string {
@@ -3593,7 +3652,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[54]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3664,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[54]
+	mi := &file_ate_v1_control_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3677,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{54}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
 }
 
 type DrainNodeRequest struct {
@@ -3632,7 +3691,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[55]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3703,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[55]
+	mi := &file_ate_v1_control_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3716,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{55}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3684,7 +3743,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[56]
+	mi := &file_ate_v1_control_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3755,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[56]
+	mi := &file_ate_v1_control_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3768,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{56}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3734,7 +3793,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[57]
+	mi := &file_ate_v1_control_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3805,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[57]
+	mi := &file_ate_v1_control_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3818,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{57}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
 }
 
 type ListNodesResponse struct {
@@ -3771,7 +3830,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[58]
+	mi := &file_ate_v1_control_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3842,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[58]
+	mi := &file_ate_v1_control_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +3855,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{58}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3829,7 +3888,7 @@ type StreamPolicy struct {
 
 func (x *StreamPolicy) Reset() {
 	*x = StreamPolicy{}
-	mi := &file_ate_v1_control_proto_msgTypes[59]
+	mi := &file_ate_v1_control_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3900,7 @@ func (x *StreamPolicy) String() string {
 func (*StreamPolicy) ProtoMessage() {}
 
 func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[59]
+	mi := &file_ate_v1_control_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3913,7 @@ func (x *StreamPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPolicy.ProtoReflect.Descriptor instead.
 func (*StreamPolicy) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{59}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StreamPolicy) GetIdle() string {
@@ -3891,7 +3950,7 @@ type Tag struct {
 
 func (x *Tag) Reset() {
 	*x = Tag{}
-	mi := &file_ate_v1_control_proto_msgTypes[60]
+	mi := &file_ate_v1_control_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +3962,7 @@ func (x *Tag) String() string {
 func (*Tag) ProtoMessage() {}
 
 func (x *Tag) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[60]
+	mi := &file_ate_v1_control_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +3975,7 @@ func (x *Tag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tag.ProtoReflect.Descriptor instead.
 func (*Tag) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{60}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Tag) GetAtespace() string {
@@ -3987,7 +4046,7 @@ type TagActorRequest struct {
 
 func (x *TagActorRequest) Reset() {
 	*x = TagActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[61]
+	mi := &file_ate_v1_control_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4058,7 @@ func (x *TagActorRequest) String() string {
 func (*TagActorRequest) ProtoMessage() {}
 
 func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[61]
+	mi := &file_ate_v1_control_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4071,7 @@ func (x *TagActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagActorRequest.ProtoReflect.Descriptor instead.
 func (*TagActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{61}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TagActorRequest) GetAtespace() string {
@@ -4046,7 +4105,7 @@ type GetTagRequest struct {
 
 func (x *GetTagRequest) Reset() {
 	*x = GetTagRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[62]
+	mi := &file_ate_v1_control_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4117,7 @@ func (x *GetTagRequest) String() string {
 func (*GetTagRequest) ProtoMessage() {}
 
 func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[62]
+	mi := &file_ate_v1_control_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4130,7 @@ func (x *GetTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTagRequest.ProtoReflect.Descriptor instead.
 func (*GetTagRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{62}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetTagRequest) GetAtespace() string {
@@ -4097,7 +4156,7 @@ type ListTagsRequest struct {
 
 func (x *ListTagsRequest) Reset() {
 	*x = ListTagsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[63]
+	mi := &file_ate_v1_control_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4168,7 @@ func (x *ListTagsRequest) String() string {
 func (*ListTagsRequest) ProtoMessage() {}
 
 func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[63]
+	mi := &file_ate_v1_control_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4181,7 @@ func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsRequest.ProtoReflect.Descriptor instead.
 func (*ListTagsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{63}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListTagsRequest) GetAtespace() string {
@@ -4141,7 +4200,7 @@ type ListTagsResponse struct {
 
 func (x *ListTagsResponse) Reset() {
 	*x = ListTagsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[64]
+	mi := &file_ate_v1_control_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4212,7 @@ func (x *ListTagsResponse) String() string {
 func (*ListTagsResponse) ProtoMessage() {}
 
 func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[64]
+	mi := &file_ate_v1_control_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4225,7 @@ func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsResponse.ProtoReflect.Descriptor instead.
 func (*ListTagsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{64}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListTagsResponse) GetTags() []*Tag {
@@ -4186,7 +4245,7 @@ type DeleteTagRequest struct {
 
 func (x *DeleteTagRequest) Reset() {
 	*x = DeleteTagRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[65]
+	mi := &file_ate_v1_control_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4198,7 +4257,7 @@ func (x *DeleteTagRequest) String() string {
 func (*DeleteTagRequest) ProtoMessage() {}
 
 func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[65]
+	mi := &file_ate_v1_control_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4211,7 +4270,7 @@ func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTagRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{65}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteTagRequest) GetAtespace() string {
@@ -4236,7 +4295,7 @@ type DeleteTagResponse struct {
 
 func (x *DeleteTagResponse) Reset() {
 	*x = DeleteTagResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[66]
+	mi := &file_ate_v1_control_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4307,7 @@ func (x *DeleteTagResponse) String() string {
 func (*DeleteTagResponse) ProtoMessage() {}
 
 func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[66]
+	mi := &file_ate_v1_control_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4320,7 @@ func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{66}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
 }
 
 // Event is one change of an actor's state, or a failure.
@@ -4290,7 +4349,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_ate_v1_control_proto_msgTypes[67]
+	mi := &file_ate_v1_control_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4302,7 +4361,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[67]
+	mi := &file_ate_v1_control_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4315,7 +4374,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{67}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -4416,7 +4475,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[68]
+	mi := &file_ate_v1_control_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4428,7 +4487,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[68]
+	mi := &file_ate_v1_control_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4441,7 +4500,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{68}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListEventsRequest) GetAtespace() string {
@@ -4474,7 +4533,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[69]
+	mi := &file_ate_v1_control_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4545,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[69]
+	mi := &file_ate_v1_control_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4558,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{69}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4523,7 +4582,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[70]
+	mi := &file_ate_v1_control_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4535,7 +4594,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[70]
+	mi := &file_ate_v1_control_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4548,7 +4607,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{70}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WatchEventsRequest) GetAtespace() string {
@@ -4588,7 +4647,7 @@ type ActorLogsRequest struct {
 
 func (x *ActorLogsRequest) Reset() {
 	*x = ActorLogsRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[71]
+	mi := &file_ate_v1_control_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4600,7 +4659,7 @@ func (x *ActorLogsRequest) String() string {
 func (*ActorLogsRequest) ProtoMessage() {}
 
 func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[71]
+	mi := &file_ate_v1_control_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4613,7 +4672,7 @@ func (x *ActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{71}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ActorLogsRequest) GetAtespace() string {
@@ -4674,7 +4733,7 @@ type ActorLogLine struct {
 
 func (x *ActorLogLine) Reset() {
 	*x = ActorLogLine{}
-	mi := &file_ate_v1_control_proto_msgTypes[72]
+	mi := &file_ate_v1_control_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +4745,7 @@ func (x *ActorLogLine) String() string {
 func (*ActorLogLine) ProtoMessage() {}
 
 func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[72]
+	mi := &file_ate_v1_control_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +4758,7 @@ func (x *ActorLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorLogLine.ProtoReflect.Descriptor instead.
 func (*ActorLogLine) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{72}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ActorLogLine) GetRun() int64 {
@@ -4775,7 +4834,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_ate_v1_control_proto_msgTypes[73]
+	mi := &file_ate_v1_control_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4787,7 +4846,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[73]
+	mi := &file_ate_v1_control_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4800,7 +4859,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{73}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ExecStart) GetAtespace() string {
@@ -4870,7 +4929,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_ate_v1_control_proto_msgTypes[74]
+	mi := &file_ate_v1_control_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4882,7 +4941,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[74]
+	mi := &file_ate_v1_control_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4895,7 +4954,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{74}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -4927,7 +4986,7 @@ type ExecActorRequest struct {
 
 func (x *ExecActorRequest) Reset() {
 	*x = ExecActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[75]
+	mi := &file_ate_v1_control_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +4998,7 @@ func (x *ExecActorRequest) String() string {
 func (*ExecActorRequest) ProtoMessage() {}
 
 func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[75]
+	mi := &file_ate_v1_control_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5011,7 @@ func (x *ExecActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorRequest.ProtoReflect.Descriptor instead.
 func (*ExecActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{75}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ExecActorRequest) GetMsg() isExecActorRequest_Msg {
@@ -5041,7 +5100,7 @@ type ExecActorResponse struct {
 
 func (x *ExecActorResponse) Reset() {
 	*x = ExecActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[76]
+	mi := &file_ate_v1_control_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5053,7 +5112,7 @@ func (x *ExecActorResponse) String() string {
 func (*ExecActorResponse) ProtoMessage() {}
 
 func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[76]
+	mi := &file_ate_v1_control_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5066,7 +5125,7 @@ func (x *ExecActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecActorResponse.ProtoReflect.Descriptor instead.
 func (*ExecActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{76}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ExecActorResponse) GetMsg() isExecActorResponse_Msg {
@@ -5143,7 +5202,7 @@ type CopyTarget struct {
 
 func (x *CopyTarget) Reset() {
 	*x = CopyTarget{}
-	mi := &file_ate_v1_control_proto_msgTypes[77]
+	mi := &file_ate_v1_control_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5155,7 +5214,7 @@ func (x *CopyTarget) String() string {
 func (*CopyTarget) ProtoMessage() {}
 
 func (x *CopyTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[77]
+	mi := &file_ate_v1_control_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5168,7 +5227,7 @@ func (x *CopyTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyTarget.ProtoReflect.Descriptor instead.
 func (*CopyTarget) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{77}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CopyTarget) GetAtespace() string {
@@ -5212,7 +5271,7 @@ type CopyToActorRequest struct {
 
 func (x *CopyToActorRequest) Reset() {
 	*x = CopyToActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[78]
+	mi := &file_ate_v1_control_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5224,7 +5283,7 @@ func (x *CopyToActorRequest) String() string {
 func (*CopyToActorRequest) ProtoMessage() {}
 
 func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[78]
+	mi := &file_ate_v1_control_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5237,7 +5296,7 @@ func (x *CopyToActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToActorRequest.ProtoReflect.Descriptor instead.
 func (*CopyToActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{78}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CopyToActorRequest) GetMsg() isCopyToActorRequest_Msg {
@@ -5291,7 +5350,7 @@ type CopyToActorResponse struct {
 
 func (x *CopyToActorResponse) Reset() {
 	*x = CopyToActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[79]
+	mi := &file_ate_v1_control_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5362,7 @@ func (x *CopyToActorResponse) String() string {
 func (*CopyToActorResponse) ProtoMessage() {}
 
 func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[79]
+	mi := &file_ate_v1_control_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5375,7 @@ func (x *CopyToActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToActorResponse.ProtoReflect.Descriptor instead.
 func (*CopyToActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{79}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CopyToActorResponse) GetSize() int64 {
@@ -5335,7 +5394,7 @@ type CopyFromActorRequest struct {
 
 func (x *CopyFromActorRequest) Reset() {
 	*x = CopyFromActorRequest{}
-	mi := &file_ate_v1_control_proto_msgTypes[80]
+	mi := &file_ate_v1_control_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5347,7 +5406,7 @@ func (x *CopyFromActorRequest) String() string {
 func (*CopyFromActorRequest) ProtoMessage() {}
 
 func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[80]
+	mi := &file_ate_v1_control_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5360,7 +5419,7 @@ func (x *CopyFromActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromActorRequest.ProtoReflect.Descriptor instead.
 func (*CopyFromActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{80}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CopyFromActorRequest) GetTarget() *CopyTarget {
@@ -5379,7 +5438,7 @@ type CopyFromActorResponse struct {
 
 func (x *CopyFromActorResponse) Reset() {
 	*x = CopyFromActorResponse{}
-	mi := &file_ate_v1_control_proto_msgTypes[81]
+	mi := &file_ate_v1_control_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +5450,7 @@ func (x *CopyFromActorResponse) String() string {
 func (*CopyFromActorResponse) ProtoMessage() {}
 
 func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_control_proto_msgTypes[81]
+	mi := &file_ate_v1_control_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +5463,7 @@ func (x *CopyFromActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromActorResponse.ProtoReflect.Descriptor instead.
 func (*CopyFromActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{81}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CopyFromActorResponse) GetData() []byte {
@@ -5412,6 +5471,421 @@ func (x *CopyFromActorResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+// IngressToken is a bearer token for the router's "token" ingress
+// policy, valid for one atespace's actors.
+type IngressToken struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uid      string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	// token is the secret, set only in CreateIngressToken's response.
+	Token         string                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressToken) Reset() {
+	*x = IngressToken{}
+	mi := &file_ate_v1_control_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressToken) ProtoMessage() {}
+
+func (x *IngressToken) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressToken.ProtoReflect.Descriptor instead.
+func (*IngressToken) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *IngressToken) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *IngressToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IngressToken) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *IngressToken) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *IngressToken) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateIngressTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateIngressTokenRequest) Reset() {
+	*x = CreateIngressTokenRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateIngressTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateIngressTokenRequest) ProtoMessage() {}
+
+func (x *CreateIngressTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateIngressTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateIngressTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *CreateIngressTokenRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *CreateIngressTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ListIngressTokensRequest: atespace empty lists every atespace.
+type ListIngressTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIngressTokensRequest) Reset() {
+	*x = ListIngressTokensRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIngressTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIngressTokensRequest) ProtoMessage() {}
+
+func (x *ListIngressTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIngressTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListIngressTokensRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ListIngressTokensRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+type ListIngressTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*IngressToken        `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIngressTokensResponse) Reset() {
+	*x = ListIngressTokensResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIngressTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIngressTokensResponse) ProtoMessage() {}
+
+func (x *ListIngressTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIngressTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListIngressTokensResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListIngressTokensResponse) GetTokens() []*IngressToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type DeleteIngressTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Atespace      string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteIngressTokenRequest) Reset() {
+	*x = DeleteIngressTokenRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteIngressTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteIngressTokenRequest) ProtoMessage() {}
+
+func (x *DeleteIngressTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteIngressTokenRequest.ProtoReflect.Descriptor instead.
+func (*DeleteIngressTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *DeleteIngressTokenRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *DeleteIngressTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteIngressTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteIngressTokenResponse) Reset() {
+	*x = DeleteIngressTokenResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteIngressTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteIngressTokenResponse) ProtoMessage() {}
+
+func (x *DeleteIngressTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteIngressTokenResponse.ProtoReflect.Descriptor instead.
+func (*DeleteIngressTokenResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{88}
+}
+
+type ReviewIngressTokenRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Atespace string                 `protobuf:"bytes,1,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// token is the bearer token as presented, without "Bearer ".
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewIngressTokenRequest) Reset() {
+	*x = ReviewIngressTokenRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewIngressTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewIngressTokenRequest) ProtoMessage() {}
+
+func (x *ReviewIngressTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewIngressTokenRequest.ProtoReflect.Descriptor instead.
+func (*ReviewIngressTokenRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *ReviewIngressTokenRequest) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *ReviewIngressTokenRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ReviewIngressTokenResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// subject names who the token is when allowed: "ingresstoken:<atespace>/<name>"
+	// for an ingress token, the principal's name for a user token.
+	Subject       string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewIngressTokenResponse) Reset() {
+	*x = ReviewIngressTokenResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewIngressTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewIngressTokenResponse) ProtoMessage() {}
+
+func (x *ReviewIngressTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewIngressTokenResponse.ProtoReflect.Descriptor instead.
+func (*ReviewIngressTokenResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *ReviewIngressTokenResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *ReviewIngressTokenResponse) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
 }
 
 var File_ate_v1_control_proto protoreflect.FileDescriptor
@@ -5498,7 +5972,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xff\x06\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xb0\a\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +
@@ -5520,7 +5994,8 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"new_actors\x18\r \x01(\tR\tnewActors\x12#\n" +
 	"\x03ttl\x18\x0e \x01(\v2\x11.ate.v1.TTLPolicyR\x03ttl\x12.\n" +
 	"\astreams\x18\x0f \x01(\v2\x14.ate.v1.StreamPolicyR\astreams\x12/\n" +
-	"\anetwork\x18\x10 \x01(\v2\x15.ate.v1.NetworkPolicyR\anetwork\x1aA\n" +
+	"\anetwork\x18\x10 \x01(\v2\x15.ate.v1.NetworkPolicyR\anetwork\x12/\n" +
+	"\aingress\x18\x11 \x01(\v2\x15.ate.v1.IngressPolicyR\aingress\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
@@ -5530,7 +6005,9 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"EgressRule\x12\x12\n" +
 	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
-	"\x05ports\x18\x03 \x03(\x05R\x05ports\"7\n" +
+	"\x05ports\x18\x03 \x03(\x05R\x05ports\"'\n" +
+	"\rIngressPolicy\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\"7\n" +
 	"\tTTLPolicy\x12*\n" +
 	"\x11delete_after_idle\x18\x01 \x01(\tR\x0fdeleteAfterIdle\"k\n" +
 	"\vRestoreHook\x123\n" +
@@ -5799,7 +6276,31 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x14CopyFromActorRequest\x12*\n" +
 	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetR\x06target\"+\n" +
 	"\x15CopyFromActorResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data*\x97\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xa3\x01\n" +
+	"\fIngressToken\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"K\n" +
+	"\x19CreateIngressTokenRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"6\n" +
+	"\x18ListIngressTokensRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\"I\n" +
+	"\x19ListIngressTokensResponse\x12,\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x14.ate.v1.IngressTokenR\x06tokens\"K\n" +
+	"\x19DeleteIngressTokenRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x1c\n" +
+	"\x1aDeleteIngressTokenResponse\"M\n" +
+	"\x19ReviewIngressTokenRequest\x12\x1a\n" +
+	"\batespace\x18\x01 \x01(\tR\batespace\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"P\n" +
+	"\x1aReviewIngressTokenResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -5818,7 +6319,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xb7\x12\n" +
+	"\x0eSELF_REQUESTED\x10\x042\x9a\x15\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -5859,7 +6360,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tActorLogs\x12\x18.ate.v1.ActorLogsRequest\x1a\x14.ate.v1.ActorLogLine0\x01\x12D\n" +
 	"\tExecActor\x12\x18.ate.v1.ExecActorRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12H\n" +
 	"\vCopyToActor\x12\x1a.ate.v1.CopyToActorRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12N\n" +
-	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01\x12M\n" +
+	"\x12CreateIngressToken\x12!.ate.v1.CreateIngressTokenRequest\x1a\x14.ate.v1.IngressToken\x12X\n" +
+	"\x11ListIngressTokens\x12 .ate.v1.ListIngressTokensRequest\x1a!.ate.v1.ListIngressTokensResponse\x12[\n" +
+	"\x12DeleteIngressToken\x12!.ate.v1.DeleteIngressTokenRequest\x1a\".ate.v1.DeleteIngressTokenResponse\x12[\n" +
+	"\x12ReviewIngressToken\x12!.ate.v1.ReviewIngressTokenRequest\x1a\".ate.v1.ReviewIngressTokenResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -5874,7 +6379,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -5902,207 +6407,227 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*ActorTemplateSpec)(nil),           // 23: ate.v1.ActorTemplateSpec
 	(*NetworkPolicy)(nil),               // 24: ate.v1.NetworkPolicy
 	(*EgressRule)(nil),                  // 25: ate.v1.EgressRule
-	(*TTLPolicy)(nil),                   // 26: ate.v1.TTLPolicy
-	(*RestoreHook)(nil),                 // 27: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 28: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 29: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 30: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 31: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 32: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 33: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 34: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 35: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 36: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 37: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 38: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 39: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 40: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 41: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 42: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 43: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 44: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 45: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 46: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 47: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 48: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 49: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 50: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 51: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 52: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 53: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 54: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 55: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 56: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 57: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 58: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 59: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 60: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 61: ate.v1.ListNodesResponse
-	(*StreamPolicy)(nil),                // 62: ate.v1.StreamPolicy
-	(*Tag)(nil),                         // 63: ate.v1.Tag
-	(*TagActorRequest)(nil),             // 64: ate.v1.TagActorRequest
-	(*GetTagRequest)(nil),               // 65: ate.v1.GetTagRequest
-	(*ListTagsRequest)(nil),             // 66: ate.v1.ListTagsRequest
-	(*ListTagsResponse)(nil),            // 67: ate.v1.ListTagsResponse
-	(*DeleteTagRequest)(nil),            // 68: ate.v1.DeleteTagRequest
-	(*DeleteTagResponse)(nil),           // 69: ate.v1.DeleteTagResponse
-	(*Event)(nil),                       // 70: ate.v1.Event
-	(*ListEventsRequest)(nil),           // 71: ate.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 72: ate.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 73: ate.v1.WatchEventsRequest
-	(*ActorLogsRequest)(nil),            // 74: ate.v1.ActorLogsRequest
-	(*ActorLogLine)(nil),                // 75: ate.v1.ActorLogLine
-	(*ExecStart)(nil),                   // 76: ate.v1.ExecStart
-	(*TerminalSize)(nil),                // 77: ate.v1.TerminalSize
-	(*ExecActorRequest)(nil),            // 78: ate.v1.ExecActorRequest
-	(*ExecActorResponse)(nil),           // 79: ate.v1.ExecActorResponse
-	(*CopyTarget)(nil),                  // 80: ate.v1.CopyTarget
-	(*CopyToActorRequest)(nil),          // 81: ate.v1.CopyToActorRequest
-	(*CopyToActorResponse)(nil),         // 82: ate.v1.CopyToActorResponse
-	(*CopyFromActorRequest)(nil),        // 83: ate.v1.CopyFromActorRequest
-	(*CopyFromActorResponse)(nil),       // 84: ate.v1.CopyFromActorResponse
-	nil,                                 // 85: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 86: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 87: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 88: ate.v1.Actor.LabelsEntry
-	nil,                                 // 89: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 90: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 91: google.protobuf.Timestamp
+	(*IngressPolicy)(nil),               // 26: ate.v1.IngressPolicy
+	(*TTLPolicy)(nil),                   // 27: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 28: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 29: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 30: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 31: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 32: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 33: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 34: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 35: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 36: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 37: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 38: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 39: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 40: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 41: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 42: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 43: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 44: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 45: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 46: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 47: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 48: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 49: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 50: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 51: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 52: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 53: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 54: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 55: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 56: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 57: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 58: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 59: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 60: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 61: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 62: ate.v1.ListNodesResponse
+	(*StreamPolicy)(nil),                // 63: ate.v1.StreamPolicy
+	(*Tag)(nil),                         // 64: ate.v1.Tag
+	(*TagActorRequest)(nil),             // 65: ate.v1.TagActorRequest
+	(*GetTagRequest)(nil),               // 66: ate.v1.GetTagRequest
+	(*ListTagsRequest)(nil),             // 67: ate.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),            // 68: ate.v1.ListTagsResponse
+	(*DeleteTagRequest)(nil),            // 69: ate.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),           // 70: ate.v1.DeleteTagResponse
+	(*Event)(nil),                       // 71: ate.v1.Event
+	(*ListEventsRequest)(nil),           // 72: ate.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 73: ate.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 74: ate.v1.WatchEventsRequest
+	(*ActorLogsRequest)(nil),            // 75: ate.v1.ActorLogsRequest
+	(*ActorLogLine)(nil),                // 76: ate.v1.ActorLogLine
+	(*ExecStart)(nil),                   // 77: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 78: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 79: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 80: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 81: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 82: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 83: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 84: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 85: ate.v1.CopyFromActorResponse
+	(*IngressToken)(nil),                // 86: ate.v1.IngressToken
+	(*CreateIngressTokenRequest)(nil),   // 87: ate.v1.CreateIngressTokenRequest
+	(*ListIngressTokensRequest)(nil),    // 88: ate.v1.ListIngressTokensRequest
+	(*ListIngressTokensResponse)(nil),   // 89: ate.v1.ListIngressTokensResponse
+	(*DeleteIngressTokenRequest)(nil),   // 90: ate.v1.DeleteIngressTokenRequest
+	(*DeleteIngressTokenResponse)(nil),  // 91: ate.v1.DeleteIngressTokenResponse
+	(*ReviewIngressTokenRequest)(nil),   // 92: ate.v1.ReviewIngressTokenRequest
+	(*ReviewIngressTokenResponse)(nil),  // 93: ate.v1.ReviewIngressTokenResponse
+	nil,                                 // 94: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 95: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 96: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 97: ate.v1.Actor.LabelsEntry
+	nil,                                 // 98: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 99: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 100: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	91, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
-	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	91, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	91, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	91, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
-	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	91, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	85, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
-	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
-	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
-	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
-	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	86, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
-	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
-	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	29, // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	27, // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	26, // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	62, // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
-	24, // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
-	25, // 22: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
-	28, // 23: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	23, // 24: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	30, // 25: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	91, // 26: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	31, // 27: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	31, // 28: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,  // 29: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	87, // 30: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	91, // 31: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	91, // 32: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	91, // 33: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,  // 34: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	88, // 35: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
-	38, // 36: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	38, // 37: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	89, // 38: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,  // 39: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,  // 40: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	91, // 41: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	50, // 42: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	90, // 43: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	53, // 44: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	91, // 45: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	56, // 46: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	91, // 47: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
-	63, // 48: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	91, // 49: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
-	38, // 50: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
-	70, // 51: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	91, // 52: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	77, // 53: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
-	76, // 54: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
-	77, // 55: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
-	80, // 56: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
-	80, // 57: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	10, // 58: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 59: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 60: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 61: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	32, // 62: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	33, // 63: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	34, // 64: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	36, // 65: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	39, // 66: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	40, // 67: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	41, // 68: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	43, // 69: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	44, // 70: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	46, // 71: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	47, // 72: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	48, // 73: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	49, // 74: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	51, // 75: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	54, // 76: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	57, // 77: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	58, // 78: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	59, // 79: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 80: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 81: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 82: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	64, // 83: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	65, // 84: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	66, // 85: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	68, // 86: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	71, // 87: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	73, // 88: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	74, // 89: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	78, // 90: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	81, // 91: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	83, // 92: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	9,  // 93: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 94: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 95: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 96: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	31, // 97: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	31, // 98: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	35, // 99: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	37, // 100: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	38, // 101: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	38, // 102: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	42, // 103: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	38, // 104: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	45, // 105: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	38, // 106: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	38, // 107: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	38, // 108: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	38, // 109: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	52, // 110: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	55, // 111: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	61, // 112: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	56, // 113: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	60, // 114: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 115: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 116: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 117: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	63, // 118: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	63, // 119: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	67, // 120: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	69, // 121: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	72, // 122: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	70, // 123: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	75, // 124: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	79, // 125: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	82, // 126: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	84, // 127: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	93, // [93:128] is the sub-list for method output_type
-	58, // [58:93] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	100, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	2,   // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
+	100, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	100, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	100, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	3,   // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
+	100, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	9,   // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
+	94,  // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	17,  // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
+	21,  // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
+	16,  // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
+	22,  // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
+	95,  // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	19,  // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
+	18,  // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
+	20,  // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
+	30,  // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	28,  // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	27,  // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	63,  // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
+	24,  // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
+	26,  // 22: ate.v1.ActorTemplateSpec.ingress:type_name -> ate.v1.IngressPolicy
+	25,  // 23: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
+	29,  // 24: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	23,  // 25: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	31,  // 26: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	100, // 27: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	32,  // 28: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	32,  // 29: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	0,   // 30: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	96,  // 31: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	100, // 32: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	100, // 33: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	100, // 34: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	1,   // 35: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	97,  // 36: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	39,  // 37: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	39,  // 38: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	98,  // 39: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	1,   // 40: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	1,   // 41: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	100, // 42: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	51,  // 43: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	99,  // 44: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	54,  // 45: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	100, // 46: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	57,  // 47: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	100, // 48: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	64,  // 49: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	100, // 50: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	39,  // 51: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	71,  // 52: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	100, // 53: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	78,  // 54: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	77,  // 55: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	78,  // 56: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	81,  // 57: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	81,  // 58: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	100, // 59: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
+	86,  // 60: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
+	10,  // 61: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11,  // 62: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12,  // 63: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14,  // 64: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	33,  // 65: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	34,  // 66: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	35,  // 67: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	37,  // 68: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	40,  // 69: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	41,  // 70: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	42,  // 71: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	44,  // 72: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	45,  // 73: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	47,  // 74: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	48,  // 75: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	49,  // 76: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	50,  // 77: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	52,  // 78: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	55,  // 79: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	58,  // 80: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	59,  // 81: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	60,  // 82: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,   // 83: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,   // 84: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,   // 85: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	65,  // 86: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	66,  // 87: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	67,  // 88: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	69,  // 89: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	72,  // 90: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	74,  // 91: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	75,  // 92: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	79,  // 93: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	82,  // 94: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	84,  // 95: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	87,  // 96: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
+	88,  // 97: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
+	90,  // 98: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
+	92,  // 99: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
+	9,   // 100: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,   // 101: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13,  // 102: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15,  // 103: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	32,  // 104: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	32,  // 105: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	36,  // 106: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	38,  // 107: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	39,  // 108: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	39,  // 109: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	43,  // 110: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	39,  // 111: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	46,  // 112: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	39,  // 113: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	39,  // 114: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	39,  // 115: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	39,  // 116: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	53,  // 117: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	56,  // 118: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	62,  // 119: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	57,  // 120: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	61,  // 121: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,   // 122: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,   // 123: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,   // 124: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	64,  // 125: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	64,  // 126: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	68,  // 127: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	70,  // 128: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	73,  // 129: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	71,  // 130: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	76,  // 131: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	80,  // 132: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	83,  // 133: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	85,  // 134: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	86,  // 135: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
+	89,  // 136: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
+	91,  // 137: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
+	93,  // 138: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
+	100, // [100:139] is the sub-list for method output_type
+	61,  // [61:100] is the sub-list for method input_type
+	61,  // [61:61] is the sub-list for extension type_name
+	61,  // [61:61] is the sub-list for extension extendee
+	0,   // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -6110,19 +6635,19 @@ func file_ate_v1_control_proto_init() {
 	if File_ate_v1_control_proto != nil {
 		return
 	}
-	file_ate_v1_control_proto_msgTypes[26].OneofWrappers = []any{}
-	file_ate_v1_control_proto_msgTypes[75].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[27].OneofWrappers = []any{}
+	file_ate_v1_control_proto_msgTypes[76].OneofWrappers = []any{
 		(*ExecActorRequest_Start)(nil),
 		(*ExecActorRequest_Stdin)(nil),
 		(*ExecActorRequest_StdinClose)(nil),
 		(*ExecActorRequest_Resize)(nil),
 	}
-	file_ate_v1_control_proto_msgTypes[76].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[77].OneofWrappers = []any{
 		(*ExecActorResponse_Stdout)(nil),
 		(*ExecActorResponse_Stderr)(nil),
 		(*ExecActorResponse_ExitCode)(nil),
 	}
-	file_ate_v1_control_proto_msgTypes[78].OneofWrappers = []any{
+	file_ate_v1_control_proto_msgTypes[79].OneofWrappers = []any{
 		(*CopyToActorRequest_Target)(nil),
 		(*CopyToActorRequest_Data)(nil),
 	}
@@ -6132,7 +6657,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   88,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

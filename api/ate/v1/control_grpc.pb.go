@@ -58,6 +58,10 @@ const (
 	Control_ExecActor_FullMethodName           = "/ate.v1.Control/ExecActor"
 	Control_CopyToActor_FullMethodName         = "/ate.v1.Control/CopyToActor"
 	Control_CopyFromActor_FullMethodName       = "/ate.v1.Control/CopyFromActor"
+	Control_CreateIngressToken_FullMethodName  = "/ate.v1.Control/CreateIngressToken"
+	Control_ListIngressTokens_FullMethodName   = "/ate.v1.Control/ListIngressTokens"
+	Control_DeleteIngressToken_FullMethodName  = "/ate.v1.Control/DeleteIngressToken"
+	Control_ReviewIngressToken_FullMethodName  = "/ate.v1.Control/ReviewIngressToken"
 )
 
 // ControlClient is the client API for Control service.
@@ -179,6 +183,27 @@ type ControlClient interface {
 	// (`ate cp actor/NAME:PATH LOCAL`) in chunks; errors as CopyToActor,
 	// and NOT_FOUND for a missing file.
 	CopyFromActor(ctx context.Context, in *CopyFromActorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyFromActorResponse], error)
+	// CreateIngressToken makes a bearer token that the router accepts for
+	// the atespace's actors whose template has ingress.policy "token"
+	// (docs/security.md, Router ingress policy). The response carries the
+	// token once; the store keeps only its SHA-256. INVALID_ARGUMENT for a
+	// bad name, NOT_FOUND for an unknown atespace, ALREADY_EXISTS for a
+	// name in use.
+	CreateIngressToken(ctx context.Context, in *CreateIngressTokenRequest, opts ...grpc.CallOption) (*IngressToken, error)
+	// ListIngressTokens lists an atespace's ingress tokens (every
+	// atespace when empty), without their secrets.
+	ListIngressTokens(ctx context.Context, in *ListIngressTokensRequest, opts ...grpc.CallOption) (*ListIngressTokensResponse, error)
+	// DeleteIngressToken revokes a token; routers that cached it as valid
+	// stop accepting it within their cache's TTL. NOT_FOUND when there is
+	// no such token.
+	DeleteIngressToken(ctx context.Context, in *DeleteIngressTokenRequest, opts ...grpc.CallOption) (*DeleteIngressTokenResponse, error)
+	// ReviewIngressToken says whether a bearer token presented to the
+	// router may reach the atespace's actors: an ingress token of that
+	// atespace, or (when the API server is configured with a token
+	// authenticator) a user token whose principal may act there. A token
+	// that is not accepted is allowed=false, not an error; INVALID_ARGUMENT
+	// for a bad atespace name or an empty token.
+	ReviewIngressToken(ctx context.Context, in *ReviewIngressTokenRequest, opts ...grpc.CallOption) (*ReviewIngressTokenResponse, error)
 }
 
 type controlClient struct {
@@ -572,6 +597,46 @@ func (c *controlClient) CopyFromActor(ctx context.Context, in *CopyFromActorRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_CopyFromActorClient = grpc.ServerStreamingClient[CopyFromActorResponse]
 
+func (c *controlClient) CreateIngressToken(ctx context.Context, in *CreateIngressTokenRequest, opts ...grpc.CallOption) (*IngressToken, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IngressToken)
+	err := c.cc.Invoke(ctx, Control_CreateIngressToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListIngressTokens(ctx context.Context, in *ListIngressTokensRequest, opts ...grpc.CallOption) (*ListIngressTokensResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListIngressTokensResponse)
+	err := c.cc.Invoke(ctx, Control_ListIngressTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteIngressToken(ctx context.Context, in *DeleteIngressTokenRequest, opts ...grpc.CallOption) (*DeleteIngressTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteIngressTokenResponse)
+	err := c.cc.Invoke(ctx, Control_DeleteIngressToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ReviewIngressToken(ctx context.Context, in *ReviewIngressTokenRequest, opts ...grpc.CallOption) (*ReviewIngressTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReviewIngressTokenResponse)
+	err := c.cc.Invoke(ctx, Control_ReviewIngressToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -691,6 +756,27 @@ type ControlServer interface {
 	// (`ate cp actor/NAME:PATH LOCAL`) in chunks; errors as CopyToActor,
 	// and NOT_FOUND for a missing file.
 	CopyFromActor(*CopyFromActorRequest, grpc.ServerStreamingServer[CopyFromActorResponse]) error
+	// CreateIngressToken makes a bearer token that the router accepts for
+	// the atespace's actors whose template has ingress.policy "token"
+	// (docs/security.md, Router ingress policy). The response carries the
+	// token once; the store keeps only its SHA-256. INVALID_ARGUMENT for a
+	// bad name, NOT_FOUND for an unknown atespace, ALREADY_EXISTS for a
+	// name in use.
+	CreateIngressToken(context.Context, *CreateIngressTokenRequest) (*IngressToken, error)
+	// ListIngressTokens lists an atespace's ingress tokens (every
+	// atespace when empty), without their secrets.
+	ListIngressTokens(context.Context, *ListIngressTokensRequest) (*ListIngressTokensResponse, error)
+	// DeleteIngressToken revokes a token; routers that cached it as valid
+	// stop accepting it within their cache's TTL. NOT_FOUND when there is
+	// no such token.
+	DeleteIngressToken(context.Context, *DeleteIngressTokenRequest) (*DeleteIngressTokenResponse, error)
+	// ReviewIngressToken says whether a bearer token presented to the
+	// router may reach the atespace's actors: an ingress token of that
+	// atespace, or (when the API server is configured with a token
+	// authenticator) a user token whose principal may act there. A token
+	// that is not accepted is allowed=false, not an error; INVALID_ARGUMENT
+	// for a bad atespace name or an empty token.
+	ReviewIngressToken(context.Context, *ReviewIngressTokenRequest) (*ReviewIngressTokenResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -805,6 +891,18 @@ func (UnimplementedControlServer) CopyToActor(grpc.ClientStreamingServer[CopyToA
 }
 func (UnimplementedControlServer) CopyFromActor(*CopyFromActorRequest, grpc.ServerStreamingServer[CopyFromActorResponse]) error {
 	return status.Error(codes.Unimplemented, "method CopyFromActor not implemented")
+}
+func (UnimplementedControlServer) CreateIngressToken(context.Context, *CreateIngressTokenRequest) (*IngressToken, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateIngressToken not implemented")
+}
+func (UnimplementedControlServer) ListIngressTokens(context.Context, *ListIngressTokensRequest) (*ListIngressTokensResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListIngressTokens not implemented")
+}
+func (UnimplementedControlServer) DeleteIngressToken(context.Context, *DeleteIngressTokenRequest) (*DeleteIngressTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteIngressToken not implemented")
+}
+func (UnimplementedControlServer) ReviewIngressToken(context.Context, *ReviewIngressTokenRequest) (*ReviewIngressTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReviewIngressToken not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1414,6 +1512,78 @@ func _Control_CopyFromActor_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_CopyFromActorServer = grpc.ServerStreamingServer[CopyFromActorResponse]
 
+func _Control_CreateIngressToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateIngressTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CreateIngressToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CreateIngressToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CreateIngressToken(ctx, req.(*CreateIngressTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListIngressTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListIngressTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListIngressTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListIngressTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListIngressTokens(ctx, req.(*ListIngressTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteIngressToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteIngressTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteIngressToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteIngressToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteIngressToken(ctx, req.(*DeleteIngressTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ReviewIngressToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReviewIngressTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ReviewIngressToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ReviewIngressToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ReviewIngressToken(ctx, req.(*ReviewIngressTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1540,6 +1710,22 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEvents",
 			Handler:    _Control_ListEvents_Handler,
+		},
+		{
+			MethodName: "CreateIngressToken",
+			Handler:    _Control_CreateIngressToken_Handler,
+		},
+		{
+			MethodName: "ListIngressTokens",
+			Handler:    _Control_ListIngressTokens_Handler,
+		},
+		{
+			MethodName: "DeleteIngressToken",
+			Handler:    _Control_DeleteIngressToken_Handler,
+		},
+		{
+			MethodName: "ReviewIngressToken",
+			Handler:    _Control_ReviewIngressToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -46,6 +46,8 @@ var (
 	bAlarmIDs = []byte("alarmIds")
 	// bTags holds tags by "<atespace>/<name>".
 	bTags = []byte("tags")
+	// bIngressTokens holds ingress tokens by "<atespace>/<name>".
+	bIngressTokens = []byte("ingressTokens")
 
 	kLeaseToken = []byte("leaseToken")
 )
@@ -67,7 +69,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bSigningKeys} {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bSigningKeys, bIngressTokens} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -216,6 +218,9 @@ func (s *Store) DeleteAtespace(_ context.Context, name string) error {
 		}
 		if hasPrefix(tx.Bucket(bActors), prefix) || hasPrefix(tx.Bucket(bTemplates), prefix) {
 			return fmt.Errorf("atespace %s holds actors or templates: %w", name, store.ErrNotEmpty)
+		}
+		if err := deleteIngressTokens(tx, name); err != nil {
+			return err
 		}
 		return tx.Bucket(bAtespaces).Delete([]byte(name))
 	})

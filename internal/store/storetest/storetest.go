@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ActorLabels", testActorLabels},
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeysConcurrent", testSigningKeysConcurrent},
+		{"IngressTokens", testIngressTokens},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -446,16 +446,22 @@ func TestAuth(t *testing.T) {
 }
 
 // TestHelmTLSModes: an unknown tls.mode fails rendering with a message
-// naming the choices, and the plaintext mode's NOTES warn loudly.
+// naming the choices.
 func TestHelmTLSModes(t *testing.T) {
 	helm := tool(t, "helm")
-	chart := filepath.Join(dir(), "helm", "substrate")
 	var stderr bytes.Buffer
-	cmd := exec.Command(helm, "template", "substrate", chart, "--namespace", namespace, "--set", "tls.mode=tls")
+	cmd := exec.Command(helm, "template", "substrate", filepath.Join(dir(), "helm", "substrate"), "--namespace", namespace, "--set", "tls.mode=tls")
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), `tls.mode "tls": want certManager, secret or none`) {
 		t.Errorf("tls.mode=tls: %v, stderr %q; want a refusal naming the modes", err, stderr.String())
 	}
+}
+
+// testNotes: the chart's NOTES say what each TLS mode needs, and the
+// plaintext mode's warn loudly. helm renders NOTES only for an install,
+// which needs a cluster to talk to, even with --dry-run=client.
+func testNotes(t *testing.T, kubeconfig string) {
+	helm := tool(t, "helm")
 	for _, tc := range []struct {
 		mode string
 		want []string
@@ -465,8 +471,13 @@ func TestHelmTLSModes(t *testing.T) {
 		{"certManager", []string{"kubectl -n ate-system get certificates", "Limitation: worker Pods share one node certificate"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			out := string(run(t, helm, "install", "substrate", chart, "--namespace", namespace, "--dry-run=client", "--set", "tls.mode="+tc.mode))
-			notes := out[strings.LastIndex(out, "NOTES:"):]
+			out := string(run(t, helm, "install", "substrate", filepath.Join(dir(), "helm", "substrate"), "--kubeconfig", kubeconfig,
+				"--namespace", namespace, "--dry-run=client", "--set", "tls.mode="+tc.mode))
+			i := strings.LastIndex(out, "NOTES:")
+			if i < 0 {
+				t.Fatalf("no NOTES in:\n%s", out)
+			}
+			notes := out[i:]
 			for _, w := range tc.want {
 				if !strings.Contains(notes, w) {
 					t.Errorf("NOTES lack %q:\n%s", w, notes)

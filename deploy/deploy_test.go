@@ -559,6 +559,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 
 	t.Run("notes", func(t *testing.T) { testNotes(t, env.Kubeconfig) })
+	t.Run("oidc-discovery", func(t *testing.T) { testIssuerDiscovery(t, env) })
 	t.Run("cel", func(t *testing.T) { testValidation(t, c, baseObjs) })
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, env, baseObjs) })
 }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"net/url"
 	"os/exec"
 	"path"
@@ -9,13 +10,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/k8s/k8stest"
 )
 
 // tlsMode is how a rendering gives components their certificates: as the
@@ -487,5 +494,56 @@ func testNotes(t *testing.T, kubeconfig string) {
 				t.Errorf("NOTES warn of plaintext in mode %s:\n%s", tc.mode, notes)
 			}
 		})
+	}
+}
+
+// testIssuerDiscovery creates production's and the chart's
+// ClusterRoleBinding for ServiceAccount issuer discovery for real and
+// asks the API server whether an anonymous caller — the API server's
+// OIDC verifier, which sends no credentials — may now read the discovery
+// document and the keys, and nothing else.
+func testIssuerDiscovery(t *testing.T, env *k8stest.Env) {
+	ctx := t.Context()
+	for _, r := range []rendering{production, helmSecret} {
+		crb := find(r.render(t), "ClusterRoleBinding", "ate-service-account-issuer-discovery")
+		if crb == nil {
+			t.Fatalf("%s renders no ClusterRoleBinding ate-service-account-issuer-discovery", r.name)
+		}
+		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(crb.DeepCopy()),
+			client.ForceOwnership, client.FieldOwner("deploy-test")); err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+	}
+	allowed := func(ctx context.Context, path string) (bool, error) {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: "system:anonymous", Groups: []string{"system:unauthenticated"},
+			NonResourceAttributes: &authzv1.NonResourceAttributes{Verb: "get", Path: path},
+		}}
+		res, err := env.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return res.Status.Allowed, nil
+	}
+	// The RBAC authorizer reads through an informer: wait for the grant.
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return allowed(ctx, "/.well-known/openid-configuration")
+	})
+	if err != nil {
+		t.Errorf("anonymous get /.well-known/openid-configuration never allowed: %v", err)
+	}
+	for path, want := range map[string]bool{
+		"/.well-known/openid-configuration": true,
+		"/openid/v1/jwks":                   true,
+		"/api":                              false,
+		"/apis/apps/v1":                     false,
+	} {
+		ok, err := allowed(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != want {
+			t.Errorf("anonymous get %s allowed %v, want %v", path, ok, want)
+		}
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/k8s/k8stest"
@@ -123,9 +124,23 @@ var (
 	helmMinimal = rendering{name: "helm/substrate minimal", chart: "helm/substrate", helmArgs: []string{"--set",
 		"apiserver.replicas=1,router.replicas=1,controller.replicas=1,workerPool.enabled=false"}}
 	helmCRDs = rendering{name: "helm/substrate-crds", chart: "helm/substrate-crds"}
+	// TLS from existing Secrets, every authentication source, a policy
+	// and the identity issuer.
+	helmSecret = rendering{name: "helm/substrate tls secret, auth", chart: "helm/substrate", helmArgs: []string{
+		"--set", "tls.mode=secret,tls.trustDomain=prod.example,auth.tokenSecret=ate-tokens," +
+			"auth.oidc.issuerURL=https://kubernetes.default.svc.cluster.local,auth.oidc.clientID=ate,auth.oidc.usernamePrefix=-," +
+			"auth.oidc.groupsClaim=groups,auth.oidc.caConfigMap=kube-root-ca.crt,auth.oidc.grantAnonymousDiscovery=true," +
+			"identity.issuerURL=https://ate.example.com",
+		"--set-json", `auth.policy=[{"name":"web-editors","atespace":"web","role":"editor","users":["alice"],"groups":["devs"]},` +
+			`{"name":"ci","atespace":"web","role":"viewer","users":["system:serviceaccount:ci:deployer"]}]`}}
+	helmInsecure = rendering{name: "helm/substrate tls none", chart: "helm/substrate", helmArgs: []string{"--set", "tls.mode=none"}}
+	// cert-manager with the cluster's own ClusterIssuer: no CA, no Issuer.
+	helmClusterIssuer = rendering{name: "helm/substrate cluster issuer", chart: "helm/substrate", helmArgs: []string{"--set",
+		"tls.certManager.selfSignedCA=false,tls.certManager.issuer.create=false,tls.certManager.issuer.kind=ClusterIssuer," +
+			"tls.certManager.issuer.name=corp-ca,tls.clusterDomain=corp.internal"}}
 
 	// Every rendering of the components (all but the CRD chart).
-	componentRenderings = []rendering{base, dev, production, helmChart, helmCustom, helmMinimal}
+	componentRenderings = []rendering{base, dev, production, helmChart, helmCustom, helmMinimal, helmSecret, helmInsecure, helmClusterIssuer}
 )
 
 func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
@@ -523,6 +538,14 @@ func TestAgainstAPIServer(t *testing.T) {
 		t.Fatalf("create namespace: %v", err)
 	}
 
+	// cert-manager is not installed there: a small copy of its CRDs (a
+	// test fixture) lets the Certificates and Issuers be validated too.
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join(dir(), "testdata", "cert-manager")}, ErrorIfPathMissing: true,
+	}); err != nil {
+		t.Fatalf("install the cert-manager CRD fixture: %v", err)
+	}
+
 	for _, r := range append(slices.Clone(componentRenderings), helmCRDs) {
 		t.Run("apply/"+r.name, func(t *testing.T) {
 			for _, o := range r.render(t) {
@@ -535,6 +558,8 @@ func TestAgainstAPIServer(t *testing.T) {
 		})
 	}
 
+	t.Run("notes", func(t *testing.T) { testNotes(t, env.Kubeconfig) })
+	t.Run("oidc-discovery", func(t *testing.T) { testIssuerDiscovery(t, env) })
 	t.Run("cel", func(t *testing.T) { testValidation(t, c, baseObjs) })
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, env, baseObjs) })
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,8 +17,10 @@ import (
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
-// TestManifestArgsParse: every container of deploy/base, and the worker
-// Pods the controller renders for the example WorkerPool, passes `ate`
+// TestManifestArgsParse: every container of deploy/base, every overlay's
+// patch that replaces a container's arguments (dev's --insecure,
+// production's OIDC), and the worker Pods the controller renders for the
+// example WorkerPool (with a TLS Secret and plaintext), passes `ate`
 // arguments its real subcommand accepts (the image's entrypoint is
 // `ate`). A flag renamed in cmd/ate and not in the manifests fails here,
 // not on a cluster.
@@ -29,7 +32,11 @@ func TestManifestArgsParse(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in deploy/base (%v)", err)
 	}
-	for _, f := range files {
+	overlays, err := filepath.Glob(filepath.Join("..", "..", "deploy", "overlays", "*", "*.yaml"))
+	if err != nil || len(overlays) == 0 {
+		t.Fatalf("no overlays in deploy/overlays (%v)", err)
+	}
+	for _, f := range append(files, overlays...) {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -39,13 +46,28 @@ func TestManifestArgsParse(t *testing.T) {
 			if err := yaml.Unmarshal(doc, &meta); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
+			// Overlays are patches: only their Deployments' arguments
+			// count, and $patch directives are no Deployment fields.
+			overlay := slices.Contains(overlays, f)
+			if overlay && meta.Kind != "Deployment" {
+				continue
+			}
 			switch meta.Kind {
 			case "Deployment":
 				var d appsv1.Deployment
-				if err := yaml.UnmarshalStrict(doc, &d); err != nil {
+				unmarshal := yaml.UnmarshalStrict
+				if overlay {
+					unmarshal = yaml.Unmarshal
+				}
+				if err := unmarshal(doc, &d); err != nil {
 					t.Fatalf("%s: %v", f, err)
 				}
-				containers = append(containers, d.Spec.Template.Spec.Containers...)
+				for _, c := range d.Spec.Template.Spec.Containers {
+					// An overlay's patch that leaves the arguments alone.
+					if len(c.Args) > 0 {
+						containers = append(containers, c)
+					}
+				}
 			case "WorkerPool":
 				pool = &atek8s.WorkerPool{}
 				if err := yaml.UnmarshalStrict(doc, pool); err != nil {
@@ -62,8 +84,10 @@ func TestManifestArgsParse(t *testing.T) {
 	if pool == nil || sc == nil || len(containers) < 3 {
 		t.Fatalf("deploy/base: pool %v, SandboxConfig %v, %d containers; want the example pool, the default SandboxConfig and 3 components", pool != nil, sc != nil, len(containers))
 	}
-	w := controller.WorkerDeployment(pool, controller.WorkerSettings{API: "k8s:///ate-apiserver.ate-system:grpc", Image: "ate", Snapshots: "s3://b/p"}, sc)
-	containers = append(containers, w.Spec.Template.Spec.Containers...)
+	for _, tls := range []controller.WorkerTLS{{Secret: "ate-worker-tls", TrustDomain: "ate.local"}, {Insecure: true}} {
+		w := controller.WorkerDeployment(pool, controller.WorkerSettings{API: "k8s:///ate-apiserver.ate-system:grpc", Image: "ate", Snapshots: "s3://b/p", TLS: tls}, sc)
+		containers = append(containers, w.Spec.Template.Spec.Containers...)
+	}
 	for _, c := range containers {
 		if len(c.Command) > 0 {
 			t.Errorf("container %s sets a command %q: the image's entrypoint is ate", c.Name, c.Command)

@@ -113,6 +113,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers.API == "" {
 		cfg.Workers.API = cfg.API
 	}
+	if err := cfg.Workers.TLS.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = DefaultSyncTimeout
 	}

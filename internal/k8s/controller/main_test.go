@@ -165,6 +165,10 @@ func startController(t *testing.T, ns string, rc *rest.Config, cfg Config) *runn
 	if cfg.Workers.Image == "" {
 		cfg.Workers.Image = "ate:test"
 	}
+	if cfg.Workers.TLS == (WorkerTLS{}) {
+		// No kubelet runs the worker Pods here; New wants a choice.
+		cfg.Workers.TLS.Insecure = true
+	}
 	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = 3 * time.Second
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -61,6 +62,56 @@ type WorkerSettings struct {
 	// namespace's "default" has none, and a node dialling
 	// k8s:///… would never become ready.
 	ServiceAccount string
+	// TLS is how worker Pods' node agents speak to the API server and
+	// routers: a mounted Secret or plaintext. New refuses neither and
+	// both, as ate node does.
+	TLS WorkerTLS
+}
+
+// WorkerTLS is the worker Pods' TLS: exactly one of Secret and Insecure.
+type WorkerTLS struct {
+	// Secret names a Secret in the pool's namespace holding ca.crt,
+	// tls.crt and tls.key (kubernetes.io/tls plus ca.crt: what
+	// cert-manager and `ate certs issue` make). It is mounted read-only at
+	// WorkerTLSDir, whole (no subPath, so the kubelet's updates of a
+	// renewed certificate reach the files and ate node re-reads them),
+	// and given as ate node --tls-dir.
+	Secret string
+	// Insecure gives ate node --insecure: plaintext, no identities.
+	Insecure bool
+	// TrustDomain is ate node's --trust-domain; empty: its default
+	// (auth.DefaultTrustDomain).
+	TrustDomain string
+}
+
+// WorkerTLSDir is where a worker Pod's node container finds
+// WorkerTLS.Secret's files.
+const WorkerTLSDir = "/etc/ate/tls"
+
+// validate says what to pass when w is neither or both of Secret and
+// Insecure (controller flags' names, as the user sets them).
+func (w WorkerTLS) validate() error {
+	switch {
+	case w.Secret != "" && w.Insecure:
+		return errors.New("controller: --worker-tls-secret and --worker-insecure exclude each other")
+	case w.Secret == "" && !w.Insecure:
+		return errors.New("controller: worker Pods need TLS: pass --worker-tls-secret NAME (a Secret in each pool's namespace with ca.crt, tls.crt, tls.key) or --worker-insecure for plaintext")
+	}
+	return nil
+}
+
+// args are ate node's TLS flags for w.
+func (w WorkerTLS) args() []string {
+	var args []string
+	if w.Insecure {
+		args = append(args, "--insecure")
+	} else if w.Secret != "" {
+		args = append(args, "--tls-dir="+WorkerTLSDir)
+	}
+	if w.TrustDomain != "" {
+		args = append(args, "--trust-domain="+w.TrustDomain)
+	}
+	return args
 }
 
 // DefaultWorkerServiceAccount is the worker Pods' ServiceAccount in the
@@ -180,6 +231,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		// which the API server refuses (another snapshot store).
 		args = append(args, "--snapshots="+w.Snapshots)
 	}
+	args = append(args, w.TLS.args()...)
 	args = append(args, runscArgs...)
 	var envFrom []corev1.EnvFromSource
 	if w.EnvSecret != "" {
@@ -220,6 +272,17 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		LivenessProbe:  probe("/healthz"),
 		VolumeMounts:   []corev1.VolumeMount{{Name: "data", MountPath: dataDir}},
 	}
+	volumes := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{},
+	}}}
+	if w.TLS.Secret != "" && !w.TLS.Insecure {
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "tls", MountPath: WorkerTLSDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: w.TLS.Secret,
+			// The node runs as root; nobody else in the Pod reads the key.
+			DefaultMode: ptr.To[int32](0o400),
+		}}})
+	}
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -245,9 +308,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 					PriorityClassName:             t.PriorityClassName,
 					ServiceAccountName:            cmp.Or(t.ServiceAccountName, w.ServiceAccount),
 					TerminationGracePeriodSeconds: ptr.To(grace),
-					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-						EmptyDir: &corev1.EmptyDirVolumeSource{},
-					}}},
+					Volumes:                       volumes,
 				},
 			},
 		},

@@ -61,3 +61,55 @@ affinity:
 {{- define "substrate.routerGrace" -}}
 {{ add .Values.router.drainDelaySeconds .Values.router.drainTimeoutSeconds .Values.router.terminationMarginSeconds }}
 {{- end }}
+
+{{/*
+TLS (docs/kubernetes.md, Security). Every component reads ca.crt, tls.crt
+and tls.key from Secret ate-<component>-tls, mounted whole (no subPath:
+the kubelet then updates the files when the Secret is renewed, and the
+component re-reads them) at substrate.tlsDir; tls.mode none is plaintext.
+*/}}
+{{- define "substrate.tlsDir" -}}/etc/ate/tls{{- end }}
+
+{{- define "substrate.tlsMode" -}}
+{{- $m := .Values.tls.mode -}}
+{{- if not (has $m (list "certManager" "secret" "none")) -}}
+{{- fail (printf "tls.mode %q: want certManager, secret or none" $m) -}}
+{{- end -}}
+{{- $m -}}
+{{- end }}
+
+{{/* A component's Secret: (dict "ctx" $ "component" "router"). */}}
+{{- define "substrate.tlsSecret" -}}ate-{{ .component }}-tls{{- end }}
+
+{{/* TLS flags of every component (ate apiserver|router|controller). */}}
+{{- define "substrate.tlsArgs" -}}
+{{- if eq (include "substrate.tlsMode" .) "none" }}
+- --insecure
+{{- else }}
+- --tls-dir={{ include "substrate.tlsDir" . }}
+- --trust-domain={{ .Values.tls.trustDomain }}
+{{- end }}
+{{- end }}
+
+{{- define "substrate.tlsVolumeMount" -}}
+{{- if ne (include "substrate.tlsMode" .ctx) "none" }}
+- name: tls
+  mountPath: {{ include "substrate.tlsDir" .ctx }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Readable by the Pods' fsGroup (65532) only. */}}
+{{- define "substrate.tlsVolume" -}}
+{{- if ne (include "substrate.tlsMode" .ctx) "none" }}
+- name: tls
+  secret:
+    secretName: {{ include "substrate.tlsSecret" . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/* The SPIFFE ID of a component's certificate: (dict "ctx" $ "component" "node" "name" "ate-worker"). */}}
+{{- define "substrate.spiffeID" -}}
+spiffe://{{ .ctx.Values.tls.trustDomain }}/ate/{{ .component }}/{{ .name }}
+{{- end }}

@@ -9,11 +9,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/up"
@@ -93,6 +95,7 @@ func apiserverCommand() *cobra.Command {
 				"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
 			f.DurationVar(&cfg.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
 			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
+			tlsFlags(f, &cfg.TLS, "apiserver")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunAPIServer(ctx, cfg) })
 }
@@ -126,6 +129,7 @@ func nodeCommand() *cobra.Command {
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
+			tlsFlags(f, &cfg.TLS, "node (named --name)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger, cfg.Node.Labels = log, labels
@@ -149,6 +153,7 @@ func routerCommand() *cobra.Command {
 			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
 			f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay, "on SIGTERM, how long the router keeps serving with /readyz answering 503")
 			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout, "on SIGTERM, how long in-flight and parked requests may take to finish")
+			tlsFlags(f, &cfg.TLS, "router")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunRouter(ctx, cfg) })
 }
@@ -171,6 +176,8 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default the Pod's own)")
 			f.DurationVar(&cfg.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "how long a reconcile path waits for its watches before /readyz names what is missing and the path retries")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz, /metrics and /debug/pprof/")
+			f.StringVar(&cfg.Workers.CertIssuer, "worker-cert-issuer", "", "cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) whose csi-driver (csi.cert-manager.io) gives each worker Pod its node certificate; empty: worker Pods run ate node --insecure")
+			tlsFlags(f, &cfg.TLS, "controller")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return run(ctx, cfg) })
 }
@@ -178,9 +185,22 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 // runController runs the controller until ctx ends.
 func runController(ctx context.Context, cfg controller.Config) error {
 	controller.SetProcessLoggers(cfg.Logger)
+	var err error
+	if cfg.Transport, err = cfg.TLS.Load(ctx, auth.ComponentController, cfg.Logger); err != nil {
+		return err
+	}
+	cfg.Workers.TrustDomain = cfg.TLS.TrustDomain
 	c, err := controller.New(cfg)
 	if err != nil {
 		return err
 	}
 	return c.Run(ctx)
+}
+
+// tlsFlags defines a component's transport security flags on f
+// (pki.Settings): one of --tls-dir and --insecure is required.
+func tlsFlags(f *pflag.FlagSet, s *pki.Settings, whose string) {
+	f.StringVar(&s.Dir, "tls-dir", "", "directory holding ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret, cert-manager, or `ate certs issue`): this "+whose+"'s certificate, re-read when the files change")
+	f.BoolVar(&s.Insecure, "insecure", false, "no TLS between components: plaintext gRPC and HTTP (only on a network nobody else reaches)")
+	f.StringVar(&s.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the components' certificate identities (spiffe://<domain>/ate/<component>/<name>)")
 }

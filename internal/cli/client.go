@@ -23,12 +23,15 @@ import (
 // one place that decides transport security, so TLS and bearer tokens (new
 // ateconfig.Config fields) land here. Server may list several API server
 // replicas or name a Kubernetes Service (package apidial; opts such as
-// apidial.WithKubeconfig say how to reach the cluster). For now the
-// server listens on loopback without TLS, matching `ate up`. The
-// connection is lazy, but for a k8s:/// server, whose EndpointSlices are
+// apidial.WithKubeconfig say how to reach the cluster). Transport
+// security is ateconfig.DialOptions's. The connection is lazy, but for a k8s:/// server, whose EndpointSlices are
 // listed first (within ctx). The caller must Close it.
 func Dial(ctx context.Context, c ateconfig.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	conn, err := apidial.DialContext(ctx, c.Server, opts...)
+	sec, err := ateconfig.DialOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := apidial.DialContext(ctx, c.Server, append(sec, opts...)...)
 	if err != nil {
 		return nil, err // apidial names the server
 	}

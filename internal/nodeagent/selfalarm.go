@@ -34,6 +34,9 @@ func (r *Registry) SetSelfAlarm(ctx context.Context, req *atev1.SetSelfAlarmRequ
 	if f == nil {
 		return nil, status.Error(codes.Unimplemented, "this API server runs no alarm scheduler")
 	}
+	if _, err := checkNodeCaller(ctx, req.GetNode()); err != nil {
+		return nil, err
+	}
 	w, err := r.cfg.Store.GetWorker(ctx, req.GetWorker())
 	switch {
 	case errors.Is(err, store.ErrNotFound):

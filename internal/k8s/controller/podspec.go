@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"substrate.dev/ate/internal/auth"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -61,6 +62,40 @@ type WorkerSettings struct {
 	// namespace's "default" has none, and a node dialling
 	// k8s:///… would never become ready.
 	ServiceAccount string
+	// CertIssuer is the cert-manager issuer ("Issuer/name" or
+	// "ClusterIssuer/name") whose csi-driver (csi.cert-manager.io)
+	// mounts each worker Pod its own node certificate, URI SAN
+	// spiffe://<TrustDomain>/ate/node/<pod name> (the Pod's node name,
+	// which the API server binds it to), at tlsDir for ate node
+	// --tls-dir; empty: worker Pods run ate node --insecure.
+	CertIssuer  string
+	TrustDomain string
+}
+
+// tlsDir is where a worker Pod's certificate is mounted.
+const tlsDir = "/etc/ate/tls"
+
+// tlsArgsAndVolume are ate node's TLS flags, and the csi-driver volume
+// holding its certificate (nil with --insecure).
+func tlsArgsAndVolume(w WorkerSettings) ([]string, *corev1.Volume) {
+	if w.CertIssuer == "" {
+		return []string{"--insecure"}, nil
+	}
+	kind, name, ok := strings.Cut(w.CertIssuer, "/")
+	if !ok {
+		kind, name = "Issuer", w.CertIssuer
+	}
+	td := cmp.Or(w.TrustDomain, auth.DefaultTrustDomain)
+	return []string{"--tls-dir=" + tlsDir, "--trust-domain=" + td}, &corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
+		CSI: &corev1.CSIVolumeSource{Driver: "csi.cert-manager.io", ReadOnly: ptr.To(true), VolumeAttributes: map[string]string{
+			"csi.cert-manager.io/issuer-kind": kind,
+			"csi.cert-manager.io/issuer-name": name,
+			// ${POD_NAME} is the csi-driver's own variable.
+			"csi.cert-manager.io/uri-sans":   "spiffe://" + td + "/ate/node/${POD_NAME}",
+			"csi.cert-manager.io/key-usages": "server auth,client auth,digital signature",
+			"csi.cert-manager.io/duration":   "24h",
+		}},
+	}}
 }
 
 // DefaultWorkerServiceAccount is the worker Pods' ServiceAccount in the
@@ -181,6 +216,14 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		args = append(args, "--snapshots="+w.Snapshots)
 	}
 	args = append(args, runscArgs...)
+	tlsArgs, tlsVolume := tlsArgsAndVolume(w)
+	args = append(args, tlsArgs...)
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: dataDir}}
+	volumes := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if tlsVolume != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume.Name, MountPath: tlsDir, ReadOnly: true})
+		volumes = append(volumes, *tlsVolume)
+	}
 	var envFrom []corev1.EnvFromSource
 	if w.EnvSecret != "" {
 		envFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -218,7 +261,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		// Ready Pod is a registered node.
 		ReadinessProbe: probe("/readyz"),
 		LivenessProbe:  probe("/healthz"),
-		VolumeMounts:   []corev1.VolumeMount{{Name: "data", MountPath: dataDir}},
+		VolumeMounts:   mounts,
 	}
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -245,9 +288,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 					PriorityClassName:             t.PriorityClassName,
 					ServiceAccountName:            cmp.Or(t.ServiceAccountName, w.ServiceAccount),
 					TerminationGracePeriodSeconds: ptr.To(grace),
-					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-						EmptyDir: &corev1.EmptyDirVolumeSource{},
-					}}},
+					Volumes:                       volumes,
 				},
 			},
 		},

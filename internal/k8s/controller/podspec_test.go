@@ -59,7 +59,7 @@ func TestWorkerDeployment(t *testing.T) {
 					"node", "--api=dns:///ate-api.ate.svc:7070", "--name=$(POD_NAME)", "--advertise=$(POD_IP)",
 					"--workers=4", "--labels=ate.substrate.dev/pool=gpu,ate.substrate.dev/namespace=team",
 					"--sandbox-class=gvisor", "--agent-port=7072", "--tunnel-port=7071",
-					"--management-addr=:9090", "--data-dir=/var/lib/ate", "--drain-timeout=55s", "--snapshots=s3://b/p", runsc[0],
+					"--management-addr=:9090", "--data-dir=/var/lib/ate", "--drain-timeout=55s", "--snapshots=s3://b/p", runsc[0], "--insecure",
 				}
 				if c.Name != "node" || c.Image != "ate:default" || c.Command != nil {
 					t.Errorf("container %s image %s command %v", c.Name, c.Image, c.Command)
@@ -176,5 +176,29 @@ func TestNodeSelectorArch(t *testing.T) {
 				t.Fatalf("nodeSelector = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestWorkerTLS: without an issuer worker Pods run plaintext; with one,
+// cert-manager's csi-driver mounts each Pod a node certificate naming
+// the Pod (its node name), which ate node reads as --tls-dir.
+func TestWorkerTLS(t *testing.T) {
+	if args, vol := tlsArgsAndVolume(WorkerSettings{}); !reflect.DeepEqual(args, []string{"--insecure"}) || vol != nil {
+		t.Errorf("no issuer: %q, %+v", args, vol)
+	}
+	args, vol := tlsArgsAndVolume(WorkerSettings{CertIssuer: "ClusterIssuer/ate-ca", TrustDomain: "prod.example"})
+	if !reflect.DeepEqual(args, []string{"--tls-dir=/etc/ate/tls", "--trust-domain=prod.example"}) {
+		t.Errorf("args %q", args)
+	}
+	a := vol.CSI.VolumeAttributes
+	if vol.CSI.Driver != "csi.cert-manager.io" || a["csi.cert-manager.io/issuer-kind"] != "ClusterIssuer" || a["csi.cert-manager.io/issuer-name"] != "ate-ca" ||
+		a["csi.cert-manager.io/uri-sans"] != "spiffe://prod.example/ate/node/${POD_NAME}" {
+		t.Errorf("volume %+v", vol.CSI)
+	}
+	d := workerDeployment(&atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n"}}, WorkerSettings{API: "a:1", CertIssuer: "ate-ca"}, nil)
+	p := d.Spec.Template.Spec
+	if len(p.Volumes) != 2 || p.Volumes[1].CSI.VolumeAttributes["csi.cert-manager.io/issuer-kind"] != "Issuer" ||
+		p.Containers[0].VolumeMounts[1].MountPath != "/etc/ate/tls" || !p.Containers[0].VolumeMounts[1].ReadOnly {
+		t.Errorf("volumes %+v mounts %+v", p.Volumes, p.Containers[0].VolumeMounts)
 	}
 }

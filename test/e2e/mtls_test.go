@@ -71,26 +71,33 @@ func expiredLeaf(t testing.TB, ca string, who auth.Identity) *tls.Certificate {
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// tlsProbe opens a TLS connection to addr with cfg, completes the
-// handshake and reads: a server that refused the client's certificate
-// ends the connection (TLS 1.3 tells the client on its first read). It
-// returns nil if the connection stayed open and the server certificate.
+// tlsProbe opens a TLS connection to addr with cfg (ALPN h2 for a gRPC
+// server, which refuses connections without it; http/1.1 for the
+// tunnel), completes the handshake and reads: a server that refused the
+// client's certificate ends the connection with an alert (TLS 1.3 tells
+// the client on its first read). It returns the server's certificate if
+// the connection stayed open (the read timed out, or got the gRPC
+// server's HTTP/2 preface).
 func tlsProbe(addr string, cfg *tls.Config) (*x509.Certificate, error) {
 	c, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	// A server that accepted waits for a request: the read times out.
 	_ = c.SetReadDeadline(time.Now().Add(time.Second))
-	_, err = c.Read(make([]byte, 1))
-	if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+	n, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(interface{ Timeout() bool }); n > 0 || ok && ne.Timeout() {
 		return c.ConnectionState().PeerCertificates[0], nil
 	}
-	if err == nil {
-		err = fmt.Errorf("server sent data unasked")
-	}
 	return nil, err
+}
+
+// probeConfig is pki.ClientConfig with cert (nil: none) and roots, for a
+// server of component server speaking proto (ALPN).
+func probeConfig(cert *tls.Certificate, roots *x509.CertPool, server auth.Component, proto string) *tls.Config {
+	cfg := pki.ClientConfig(tlsSource{cert: cert, roots: roots}, auth.DefaultTrustDomain, server)
+	cfg.NextProtos = []string{proto}
+	return cfg
 }
 
 // TestMTLSListeners: every listener between components, in real
@@ -123,20 +130,20 @@ func TestMTLSListeners(t *testing.T) {
 	stale := expiredLeaf(t, caDir, auth.Identity{Component: auth.ComponentAPIServer, Name: "probe"})
 
 	listeners := []struct {
-		name, addr   string
-		server       auth.Component
-		needsCert    bool
-		validClients []*tls.Certificate
+		name, addr, proto string
+		server            auth.Component
+		needsCert         bool
+		validClients      []*tls.Certificate
 	}{
 		// Users come without certificates (bearer tokens): TLS accepts them.
-		{"API server gRPC", c.in.apiAddr, auth.ComponentAPIServer, false, []*tls.Certificate{router}},
-		{"node agent gRPC", nodeA.GetAddress(), auth.ComponentNode, true, []*tls.Certificate{apiserver}},
-		{"worker tunnel", nodeA.GetTunnelAddress(), auth.ComponentNode, true, []*tls.Certificate{router, apiserver}},
+		{"API server gRPC", c.in.apiAddr, "h2", auth.ComponentAPIServer, false, []*tls.Certificate{router}},
+		{"node agent gRPC", nodeA.GetAddress(), "h2", auth.ComponentNode, true, []*tls.Certificate{apiserver}},
+		{"worker tunnel", nodeA.GetTunnelAddress(), "http/1.1", auth.ComponentNode, true, []*tls.Certificate{router, apiserver}},
 	}
 	for _, l := range listeners {
 		t.Run(l.name, func(t *testing.T) {
 			probe := func(cert *tls.Certificate) error {
-				_, err := tlsProbe(l.addr, pki.ClientConfig(tlsSource{cert: cert, roots: roots}, auth.DefaultTrustDomain, l.server))
+				_, err := tlsProbe(l.addr, probeConfig(cert, roots, l.server, l.proto))
 				return err
 			}
 			for _, cert := range l.validClients {
@@ -282,11 +289,11 @@ func TestMTLSRotationUnderLoad(t *testing.T) {
 		defer wg.Done()
 		for ctx.Err() == nil {
 			for name, addr := range map[string]string{"api": in.apiAddr, "tunnel": tunnel} {
-				want := auth.ComponentNode
+				want, proto := auth.ComponentNode, "http/1.1"
 				if name == "api" {
-					want = auth.ComponentAPIServer
+					want, proto = auth.ComponentAPIServer, "h2"
 				}
-				if leaf, err := tlsProbe(addr, pki.ClientConfig(tlsSource{cert: probe, roots: roots}, auth.DefaultTrustDomain, want)); err == nil {
+				if leaf, err := tlsProbe(addr, probeConfig(probe, roots, want, proto)); err == nil {
 					mu.Lock()
 					serials[name][leaf.SerialNumber.String()] = true
 					mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
@@ -199,8 +200,17 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if cfg.HTTPAddr != "" {
 		// Through a gRPC client of this very server, so every check the
 		// API makes applies to the dashboard's buttons too.
-		// As the API server component: no user is behind the dashboard.
-		conn, err := grpc.NewClient(ln.Addr().String(), tr.DialOption(auth.ComponentAPIServer))
+		// As a client of the config file does (ateconfig.DialOptions),
+		// trusting the CA of --tls-dir.
+		dc := ateconfig.Config{Server: ln.Addr().String()}
+		if tr != nil {
+			dc.CertificateAuthority = filepath.Join(cfg.TLS.Dir, pki.CAFile)
+		}
+		opts, err := ateconfig.DialOptions(dc)
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		conn, err := grpc.NewClient(dc.Server, opts...)
 		if err != nil {
 			return fmt.Errorf("dashboard: %w", err)
 		}

@@ -118,8 +118,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer conn.Close()
-	client := atev1.NewControlClient(conn)
-	res := router.NewControlResolver(client, log)
+	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
 	hc := cfg.Router.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.router.HTTPClientConfig(auth.ComponentNode)
@@ -133,8 +132,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	tunnel = cp.Node.NewTunnel()
-	// The dashboard calls the API through the same client as the router,
-	// so every check the API makes applies to its buttons too.
+	// The dashboard and the demo call the API as a client of the config
+	// file does (ateconfig.DialOptions), not as the router, so every check
+	// the API makes applies to their buttons too.
+	clientConfig := ateconfig.Config{Server: apiLn.Addr().String(), CertificateAuthority: tr.authority.CAFile()}
+	userOpts, err := ateconfig.DialOptions(clientConfig)
+	if err != nil {
+		return err
+	}
+	userConn, err := grpc.NewClient(clientConfig.Server, append(inProcessDialOptions(ms), userOpts...)...)
+	if err != nil {
+		return err
+	}
+	defer userConn.Close()
+	client := atev1.NewControlClient(userConn)
 	var dash *dashboardServer
 	if cfg.HTTP.Addr != "" {
 		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, log); err != nil {
@@ -149,7 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if dash != nil {
 		info.DashboardURL = dash.URL()
 	}
-	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr, CertificateAuthority: tr.authority.CAFile()}); err != nil {
+	if err := ateconfig.Write(info.ConfigPath, clientConfig); err != nil {
 		return err
 	}
 

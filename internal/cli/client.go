@@ -40,9 +40,11 @@ func Dial(ctx context.Context, c ateconfig.Config, opts ...grpc.DialOption) (*gr
 
 // session is one command's connection to the server.
 type session struct {
-	client  atev1.ControlClient
-	conn    *grpc.ClientConn
-	server  string
+	client atev1.ControlClient
+	conn   *grpc.ClientConn
+	server string
+	// tls: the connection verifies the server (certificate-authority).
+	tls     bool
 	timeout time.Duration
 }
 
@@ -73,7 +75,7 @@ func (a *app) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, timeout: a.timeout}, nil
+	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, tls: c.CertificateAuthority != "", timeout: a.timeout}, nil
 }
 
 // close releases the connection. Its error is dropped: the command's outcome
@@ -124,6 +126,9 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	}
 	e := &APIError{Status: st}
 	switch {
+	case st.Code() == codes.Unavailable && !fromServer(st) && !s.tls && strings.Contains(st.Message(), "server preface"):
+		// A TLS server closes a plaintext connection without a word.
+		e.hint = fmt.Sprintf("the ate server at %s did not answer in plaintext: if it speaks TLS, pass --certificate-authority CA.crt or set certificate-authority in the client config (docs/security.md): %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.Unavailable && !fromServer(st):
 		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` or `ate apiserver` running? pass --server to use another): %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):

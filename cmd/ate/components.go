@@ -9,12 +9,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/up"
@@ -95,6 +97,7 @@ func apiserverCommand() *cobra.Command {
 				"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
 			f.DurationVar(&cfg.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
 			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
+			tlsFlags(f, &cfg.TLS, "apiserver")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunAPIServer(ctx, cfg) })
 }
@@ -129,6 +132,7 @@ func nodeCommand() *cobra.Command {
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
+			tlsFlags(f, &cfg.TLS, "node (named --name)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger, cfg.Node.Labels = log, labels
@@ -152,6 +156,7 @@ func routerCommand() *cobra.Command {
 			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
 			f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay, "on SIGTERM, how long the router keeps serving with /readyz answering 503")
 			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout, "on SIGTERM, how long in-flight and parked requests may take to finish")
+			tlsFlags(f, &cfg.TLS, "router")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunRouter(ctx, cfg) })
 }
@@ -168,15 +173,16 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.Workers.Snapshots, "worker-snapshots", "", "worker Pods' ate node --snapshots: the API server's snapshot store URL")
 			f.StringVar(&cfg.Workers.ServiceAccount, "worker-service-account", controller.DefaultWorkerServiceAccount, "ServiceAccount of worker Pods whose WorkerPool names none (it needs the k8s:/// resolver's permissions when --worker-api is k8s:///)")
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
-			f.StringVar(&cfg.Workers.TLS.Secret, "worker-tls-secret", "", "Secret in each pool's namespace with ca.crt, tls.crt, tls.key, mounted in worker Pods as ate node --tls-dir (this or --worker-insecure is required)")
-			f.BoolVar(&cfg.Workers.TLS.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities")
-			f.StringVar(&cfg.Workers.TLS.TrustDomain, "worker-trust-domain", "", "worker Pods' ate node --trust-domain (default: ate node's); give it the controller's --trust-domain")
+			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this or --worker-cert-issuer is required)")
+			f.StringVar(&cfg.Workers.TrustDomain, "worker-trust-domain", "", "worker Pods' ate node --trust-domain (default: ate node's); give it the controller's --trust-domain")
 			f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 			f.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace's WorkerPools and Pods (default all)")
 			f.BoolVar(&cfg.LeaderElect, "leader-elect", true, "elect one active replica through a Lease named ate-controller; the others stand by")
 			f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default the Pod's own)")
 			f.DurationVar(&cfg.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "how long a reconcile path waits for its watches before /readyz names what is missing and the path retries")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz, /metrics and /debug/pprof/")
+			f.StringVar(&cfg.Workers.CertIssuer, "worker-cert-issuer", "", "cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) whose csi-driver (csi.cert-manager.io) gives each worker Pod its own node certificate (URI SAN spiffe://<domain>/ate/node/<pod name>); this or --worker-insecure is required")
+			tlsFlags(f, &cfg.TLS, "controller")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return run(ctx, cfg) })
 }
@@ -184,6 +190,11 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 // runController runs the controller until ctx ends.
 func runController(ctx context.Context, cfg controller.Config) error {
 	controller.SetProcessLoggers(cfg.Logger)
+	var err error
+	if cfg.Transport, err = cfg.TLS.Load(ctx, auth.ComponentController, cfg.Logger); err != nil {
+		return err
+	}
+	cfg.Workers.TrustDomain = cfg.TLS.TrustDomain
 	c, err := controller.New(cfg)
 	if err != nil {
 		return err
@@ -199,4 +210,12 @@ func identityFlags(f *pflag.FlagSet, cfg *up.IdentityConfig) {
 	f.DurationVar(&cfg.TokenTTL, "identity-token-ttl", identity.DefaultTokenTTL, "lifetime of the identity tokens actors mint (POST http://169.254.17.1/v1/token)")
 	f.DurationVar(&cfg.KeyRotation, "identity-key-rotation", identity.DefaultRotation,
 		"how long each identity signing key signs; the next is published this long ahead, a retired one stays published until its tokens expired")
+}
+
+// tlsFlags defines a component's transport security flags on f
+// (pki.Settings): one of --tls-dir and --insecure is required.
+func tlsFlags(f *pflag.FlagSet, s *pki.Settings, whose string) {
+	f.StringVar(&s.Dir, "tls-dir", "", "directory holding ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret, cert-manager, or `ate certs issue`): this "+whose+"'s certificate, re-read when the files change")
+	f.BoolVar(&s.Insecure, "insecure", false, "no TLS between components: plaintext gRPC and HTTP (only on a network nobody else reaches)")
+	f.StringVar(&s.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the components' certificate identities (spiffe://<domain>/ate/<component>/<name>)")
 }

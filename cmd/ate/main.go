@@ -14,8 +14,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/cli"
 	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/up"
 )
@@ -23,7 +25,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRootCommand()
-	root.AddCommand(upCommand(up.Run), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(runController))
+	root.AddCommand(upCommand(up.Run), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(runController), certsCommand())
 	code := cli.Main(ctx, root)
 	stop()
 	os.Exit(code)
@@ -81,6 +83,9 @@ flag is an error.`,
 				"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
 			f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")
 			f.StringVar(&cfg.Demo.Template, "demo-template", up.DefaultDemoTemplate, "template file used by --demo")
+			f.StringVar(&cfg.PKI.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the components' certificates (its CA is <data-dir>/pki)")
+			f.DurationVar(&cfg.PKI.LeafTTL, "cert-ttl", pki.DefaultLeafTTL, "life of the components' certificates, renewed at two thirds of it")
+			_ = f.MarkHidden("cert-ttl") // for rotation tests
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger, cfg.Demo.LoadTemplate = log, cli.LoadTemplateFile

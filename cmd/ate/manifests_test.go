@@ -84,8 +84,9 @@ func TestManifestArgsParse(t *testing.T) {
 	if pool == nil || sc == nil || len(containers) < 3 {
 		t.Fatalf("deploy/base: pool %v, SandboxConfig %v, %d containers; want the example pool, the default SandboxConfig and 3 components", pool != nil, sc != nil, len(containers))
 	}
-	for _, tls := range []controller.WorkerTLS{{Secret: "ate-worker-tls", TrustDomain: "ate.local"}, {Insecure: true}} {
-		w := controller.WorkerDeployment(pool, controller.WorkerSettings{API: "k8s:///ate-apiserver.ate-system:grpc", Image: "ate", Snapshots: "s3://b/p", TLS: tls}, sc)
+	for _, tls := range []controller.WorkerSettings{{CertIssuer: "ClusterIssuer/ate-ca", TrustDomain: "ate.local"}, {Insecure: true}} {
+		tls.API, tls.Image, tls.Snapshots = "k8s:///ate-apiserver.ate-system:grpc", "ate", "s3://b/p"
+		w := controller.WorkerDeployment(pool, tls, sc)
 		containers = append(containers, w.Spec.Template.Spec.Containers...)
 	}
 	for _, c := range containers {

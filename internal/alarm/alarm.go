@@ -17,6 +17,7 @@ package alarm
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base32"
 	"errors"
 	"fmt"
@@ -86,6 +87,10 @@ type Config struct {
 	// Transport carries deliveries to worker tunnels; default a clone of
 	// http.DefaultTransport without proxies.
 	Transport http.RoundTripper
+	// TunnelTLS, if set, is the TLS config of connections to worker
+	// tunnels (mutual TLS, internal/pki): deliveries go to https:// and
+	// the default Transport uses it.
+	TunnelTLS *tls.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -116,6 +121,7 @@ func (c Config) withDefaults() Config {
 	if c.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.Proxy = nil
+		t.TLSClientConfig = c.TunnelTLS
 		c.Transport = t
 	}
 	return c
@@ -132,6 +138,8 @@ type Scheduler struct {
 	cfg     Config
 	log     *slog.Logger
 	client  *http.Client
+	// scheme is the tunnels' URL scheme: https with TunnelTLS.
+	scheme  string
 	deliver deliverFunc
 	now     func() time.Time
 
@@ -164,6 +172,10 @@ func New(st store.Store, r Resumer, cfg Config, log *slog.Logger) *Scheduler {
 		client: &http.Client{Transport: cfg.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		now:    time.Now, due: map[string]time.Time{}, inflight: map[string]bool{}, set: map[string]time.Time{},
 		watch: map[names.ActorKey]idleWatch{}, watching: map[names.ActorKey]bool{}, wake: make(chan struct{}, 1)}
+	s.scheme = "http"
+	if cfg.TunnelTLS != nil {
+		s.scheme = "https"
+	}
 	s.deliver = s.deliverHTTP
 	return s
 }
@@ -571,7 +583,7 @@ func (s *Scheduler) deliverHTTP(ctx context.Context, a *store.Alarm, attempt int
 		return fmt.Errorf("worker %s: %w", act.Worker, err)
 	}
 	body := fmt.Sprintf(`{"id":%q,"time":%q,"attempt":%d}`, a.ID, a.At.UTC().Format(time.RFC3339Nano), attempt)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+w.TunnelAddr+a.Path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.scheme+"://"+w.TunnelAddr+a.Path, strings.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errGone, err) // the path was validated; cannot be retried into shape
 	}

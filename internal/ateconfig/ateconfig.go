@@ -29,6 +29,11 @@ type Config struct {
 	// list of replicas, dns:///name:port or k8s:///service.namespace:port
 	// (internal/apidial).
 	Server string `json:"server"`
+	// CertificateAuthority is the path of the PEM CA bundle the API
+	// server's certificate must chain to (`ate up` writes
+	// <data-dir>/pki/ca.crt); empty means plaintext (an API server run
+	// with --insecure). A relative path is relative to the config file.
+	CertificateAuthority string `json:"certificate-authority,omitempty"`
 }
 
 // Path resolves the client config file: flagValue (the CLI's --config
@@ -62,6 +67,9 @@ func Load(path string) (Config, error) {
 	var c Config
 	if err := yaml.Unmarshal(data, &c); err != nil {
 		return Config{}, fmt.Errorf("parse config %s: %w", path, err)
+	}
+	if c.CertificateAuthority != "" && !filepath.IsAbs(c.CertificateAuthority) {
+		c.CertificateAuthority = filepath.Join(filepath.Dir(path), c.CertificateAuthority)
 	}
 	return c, nil
 }

@@ -23,12 +23,15 @@ import (
 // one place that decides transport security, so TLS and bearer tokens (new
 // ateconfig.Config fields) land here. Server may list several API server
 // replicas or name a Kubernetes Service (package apidial; opts such as
-// apidial.WithKubeconfig say how to reach the cluster). For now the
-// server listens on loopback without TLS, matching `ate up`. The
-// connection is lazy, but for a k8s:/// server, whose EndpointSlices are
+// apidial.WithKubeconfig say how to reach the cluster). Transport
+// security is ateconfig.DialOptions's. The connection is lazy, but for a k8s:/// server, whose EndpointSlices are
 // listed first (within ctx). The caller must Close it.
 func Dial(ctx context.Context, c ateconfig.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	conn, err := apidial.DialContext(ctx, c.Server, opts...)
+	sec, err := ateconfig.DialOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := apidial.DialContext(ctx, c.Server, append(sec, opts...)...)
 	if err != nil {
 		return nil, err // apidial names the server
 	}
@@ -37,9 +40,11 @@ func Dial(ctx context.Context, c ateconfig.Config, opts ...grpc.DialOption) (*gr
 
 // session is one command's connection to the server.
 type session struct {
-	client  atev1.ControlClient
-	conn    *grpc.ClientConn
-	server  string
+	client atev1.ControlClient
+	conn   *grpc.ClientConn
+	server string
+	// tls: the connection verifies the server (certificate-authority).
+	tls     bool
 	timeout time.Duration
 }
 
@@ -70,7 +75,7 @@ func (a *app) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, timeout: a.timeout}, nil
+	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, tls: c.CertificateAuthority != "", timeout: a.timeout}, nil
 }
 
 // close releases the connection. Its error is dropped: the command's outcome
@@ -121,6 +126,9 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	}
 	e := &APIError{Status: st}
 	switch {
+	case st.Code() == codes.Unavailable && !fromServer(st) && !s.tls && strings.Contains(st.Message(), "server preface"):
+		// A TLS server closes a plaintext connection without a word.
+		e.hint = fmt.Sprintf("the ate server at %s did not answer in plaintext: if it speaks TLS, pass --certificate-authority CA.crt or set certificate-authority in the client config (docs/security.md): %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.Unavailable && !fromServer(st):
 		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` or `ate apiserver` running? pass --server to use another): %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):

@@ -46,8 +46,10 @@ import (
 
 // Client flag names: every client verb takes them (addClientFlags).
 const (
-	flagConfig   = "config"
-	flagServer   = "server"
+	flagConfig = "config"
+	flagServer = "server"
+	// flagCA is kubectl's name for the same setting.
+	flagCA       = "certificate-authority"
 	flagAtespace = "atespace"
 	flagOutput   = "output"
 	flagTimeout  = "timeout"
@@ -111,6 +113,7 @@ type app struct {
 
 	configFlag string
 	server     string
+	ca         string
 	atespace   string
 	output     string
 	timeout    time.Duration
@@ -168,6 +171,7 @@ func (a *app) addClientFlags(verb *cobra.Command) {
 	f := verb.PersistentFlags()
 	f.StringVar(&a.configFlag, flagConfig, "", "client config file (default $"+ateconfig.EnvVar+", else $HOME/.ate/config.yaml)")
 	f.StringVar(&a.server, flagServer, "", "API server address: host:port, a comma-separated list, dns:///name:port or k8s:///service.namespace:port (overrides the config file and Kubernetes mode)")
+	f.StringVar(&a.ca, flagCA, "", "CA bundle (PEM) the API server's certificate must chain to (overrides the config file's certificate-authority; none: plaintext)")
 	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
 	f.StringVarP(&a.output, flagOutput, "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, flagTimeout, DefaultTimeout, "deadline for each call to the server (for wait: the whole wait)")

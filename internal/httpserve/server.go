@@ -8,6 +8,7 @@ package httpserve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,10 @@ type Server struct {
 	// open after it are cut. Set before Start. Default
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// TLS, if set, makes Listen accept TLS connections only (the worker
+	// tunnel's mutual TLS, internal/pki): set before Listen. Its
+	// NextProtos decide the protocol; ["http/1.1"] keeps upgrades.
+	TLS *tls.Config
 
 	name    string
 	addr    string
@@ -90,6 +95,9 @@ func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", s.name, s.addr, err)
+	}
+	if s.TLS != nil {
+		ln = tls.NewListener(ln, s.TLS)
 	}
 	s.ln = ln
 	return nil

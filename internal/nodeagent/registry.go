@@ -391,6 +391,15 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 	if err := validHello(h); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	bound, err := checkNodeCaller(ctx, h.GetNode())
+	if err != nil {
+		return err
+	}
+	if bound {
+		if err := r.checkHelloWorkers(ctx, h); err != nil {
+			return err
+		}
+	}
 	m, stops, err := r.admit(ctx, h, cancel)
 	if err != nil {
 		return err
@@ -451,6 +460,12 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 		r.mu.Unlock()
 		if !current {
 			return status.Error(codes.FailedPrecondition, "node "+m.name+" was declared lost; register again")
+		}
+		if bound {
+			if err := checkReport(m, in); err != nil {
+				r.log.WarnContext(ctx, "node session ended: it reported another node's worker", "node", m.name, "err", err)
+				return err
+			}
 		}
 		switch msg := in.GetMsg().(type) {
 		case *atev1.NodeMessage_Heartbeat:

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
@@ -36,9 +35,6 @@ func (r *Registry) SelfCall(ctx context.Context, req *atev1.SelfCallRequest) (*a
 	if f == nil {
 		return nil, status.Error(codes.Unimplemented, "this API server answers no self-service calls")
 	}
-	if p, ok := auth.FromContext(ctx); ok && p.Component != nil && p.Component.Component == auth.ComponentNode && p.Component.Name != req.GetNode() {
-		return nil, status.Errorf(codes.PermissionDenied, "node %s cannot call for node %s's workers", p.Component.Name, req.GetNode())
-	}
 	if err := r.ownWorker(ctx, req.GetNode(), req.GetWorker()); err != nil {
 		return nil, err
 	}
@@ -49,6 +45,9 @@ func (r *Registry) SelfCall(ctx context.Context, req *atev1.SelfCallRequest) (*a
 // ownWorker returns nil if the record store registers worker as node's;
 // FAILED_PRECONDITION or UNAVAILABLE otherwise.
 func (r *Registry) ownWorker(ctx context.Context, nodeName, worker string) error {
+	if _, err := checkNodeCaller(ctx, nodeName); err != nil {
+		return err
+	}
 	w, err := r.cfg.Store.GetWorker(ctx, worker)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"time"
@@ -89,6 +90,10 @@ type Config struct {
 	// clone of http.DefaultTransport tuned for tunnels (no environment
 	// proxy, no transparent compression, short dial timeout).
 	Transport http.RoundTripper
+	// TunnelTLS, if set, is the TLS config of connections to worker
+	// tunnels (mutual TLS, internal/pki): requests go to https:// and the
+	// default Transport uses it.
+	TunnelTLS *tls.Config
 	// Metrics receives the router's metrics; nil records none.
 	Metrics *metrics.Router
 	// IngressCacheTTL is how long the router remembers the control
@@ -122,7 +127,9 @@ func (c Config) withDefaults() Config {
 		c.IngressCacheMax = DefaultIngressCacheMax
 	}
 	if c.Transport == nil {
-		c.Transport = newTunnelTransport()
+		t := newTunnelTransport()
+		t.TLSClientConfig = c.TunnelTLS
+		c.Transport = t
 	}
 	return c
 }

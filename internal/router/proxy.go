@@ -165,7 +165,11 @@ func (a *proxyAttempt) modifyResponse(res *http.Response) error {
 // router expects, and passes the request id on (rid, as X-Request-Id).
 // The header values are slices of a.values (see there).
 func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(&url.URL{Scheme: "http", Host: a.t.TunnelAddr})
+	scheme := "http"
+	if a.h.cfg.TunnelTLS != nil {
+		scheme = "https"
+	}
+	pr.SetURL(&url.URL{Scheme: scheme, Host: a.t.TunnelAddr})
 	// The actor's app sees the Host the client used, not the tunnel's.
 	pr.Out.Host = pr.In.Host
 	// The router is the edge: client-sent X-Forwarded-* (already removed

@@ -14,17 +14,19 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/pki"
 	snapurl "substrate.dev/ate/internal/snapshot/storeurl"
 	"substrate.dev/ate/internal/store"
 	storeurl "substrate.dev/ate/internal/store/storeurl"
@@ -72,7 +74,10 @@ type APIServerConfig struct {
 	ExpiryInterval time.Duration
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
 	Heartbeat, LostAfter time.Duration
-	Logger               *slog.Logger
+	// TLS: --tls-dir (an apiserver certificate), --insecure,
+	// --trust-domain (pki.Settings); one of the first two is required.
+	TLS    pki.Settings
+	Logger *slog.Logger
 	// Ready, if set, is called with the API address once it serves.
 	Ready func(addr string)
 }
@@ -88,6 +93,10 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		return err
 	}
 	defer flushTraces()
+	tr, err := cfg.TLS.Load(ctx, auth.ComponentAPIServer, log)
+	if err != nil {
+		return err
+	}
 	if cfg.DataDir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -138,7 +147,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: componentDialer(ms), Snapshots: cfg.Snapshots, Shared: opened.Shared,
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: componentDialer(ms, tr, auth.ComponentNode), Snapshots: cfg.Snapshots, Shared: opened.Shared,
 		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
@@ -171,7 +180,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
 	api.SetNodes(reg)
-	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver")}
+	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
 	if ms != nil {
 		ac.Metrics = ms.Alarms
 	}
@@ -185,7 +194,8 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs, initMetrics := newAPIGRPCServer(ms)
+	// Users come without certificates (bearer tokens); components with.
+	gs, initMetrics := newAPIGRPCServer(ms, tr.ServerOptions(pki.ClientCertOptional)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
 	initMetrics()
@@ -195,7 +205,17 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if cfg.HTTPAddr != "" {
 		// Through a gRPC client of this very server, so every check the
 		// API makes applies to the dashboard's buttons too.
-		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// As a client of the config file does (ateconfig.DialOptions),
+		// trusting the CA of --tls-dir.
+		dc := ateconfig.Config{Server: ln.Addr().String()}
+		if tr != nil {
+			dc.CertificateAuthority = filepath.Join(cfg.TLS.Dir, pki.CAFile)
+		}
+		opts, err := ateconfig.DialOptions(dc)
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		conn, err := grpc.NewClient(dc.Server, opts...)
 		if err != nil {
 			return fmt.Errorf("dashboard: %w", err)
 		}

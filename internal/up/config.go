@@ -74,6 +74,8 @@ type Config struct {
 	// the HTTP listener's.
 	Identity IdentityConfig
 	Demo     DemoConfig
+	// PKI configures the in-process CA and the components' leaves.
+	PKI PKIConfig
 	// Logger receives every component's records; nil discards.
 	Logger *slog.Logger
 	// Ready, if set, is called once every component serves.
@@ -87,6 +89,17 @@ type APIConfig struct {
 	// ExpiryInterval is how often the expiry sweep runs
 	// (ControlPlaneConfig.ExpiryInterval).
 	ExpiryInterval time.Duration
+}
+
+// PKIConfig configures `ate up`'s mutual TLS between its components
+// (internal/pki): the CA in <DataDir>/pki, created on first start, and
+// leaves issued in memory, renewed at two thirds of their life.
+type PKIConfig struct {
+	// LeafTTL is the life of the components' leaves; default
+	// pki.DefaultLeafTTL. Short values exercise rotation (tests).
+	LeafTTL time.Duration
+	// TrustDomain of the identities; default auth.DefaultTrustDomain.
+	TrustDomain string
 }
 
 // MetricsConfig configures the management listener: Prometheus metrics

@@ -2,6 +2,7 @@ package up
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,9 @@ type ControlPlaneConfig struct {
 	// later (ControlPlane.Identity.SetIssuerURL), once the HTTP listener
 	// that serves discovery has its address.
 	Identity IdentityConfig
+	// AlarmTunnelTLS, if set, is the TLS config alarm deliveries reach
+	// the worker tunnel with (alarm.Config.TunnelTLS).
+	AlarmTunnelTLS *tls.Config
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
@@ -203,7 +207,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
 	cp.API.SetNodes(localNodes{name: nc.Name, tunnel: nc.TunnelAddr, store: cp.Store})
-	ac := alarm.Config{Holder: orDefault(holder, "ate-up")}
+	ac := alarm.Config{Holder: orDefault(holder, "ate-up"), TunnelTLS: cfg.AlarmTunnelTLS}
 	if cfg.Metrics != nil {
 		ac.Metrics = cfg.Metrics.Alarms
 	}
@@ -363,8 +367,8 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName 
 
 // NewGRPCServer returns a gRPC server serving cp's Control API
 // (newAPIGRPCServer).
-func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
-	gs, initMetrics := newAPIGRPCServer(cp.metrics)
+func (cp *ControlPlane) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	gs, initMetrics := newAPIGRPCServer(cp.metrics, opts...)
 	atev1.RegisterControlServer(gs, cp.API)
 	initMetrics()
 	return gs
@@ -379,8 +383,8 @@ func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 // apidial.MaxConnectionAge so clients that resolve replicas by DNS find
 // ones added later; a node's registration stream cut that way reconnects
 // within a second, well inside its loss deadline.
-func newAPIGRPCServer(ms *metrics.Metrics) (gs *grpc.Server, initMetrics func()) {
-	return grpcServer(ms, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+func newAPIGRPCServer(ms *metrics.Metrics, opts ...grpc.ServerOption) (gs *grpc.Server, initMetrics func()) {
+	return grpcServer(ms, append([]grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}, opts...)...)
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/pki"
 )
 
 // TestAPIServerServesDashboard: `ate apiserver --http-addr` serves the
@@ -24,12 +27,22 @@ func TestAPIServerServesDashboard(t *testing.T) {
 	httpAddr := ln.Addr().String()
 	ln.Close()
 
+	// Over mutual TLS: the dashboard dials its own server as the API
+	// server component.
+	ca, err := pki.NewCA("", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := pki.Settings{Dir: t.TempDir()}
+	if _, err := ca.IssueToDir(pki.LeafRequest{Identity: auth.Identity{Component: auth.ComponentAPIServer, Name: "api"}}, tlsDir.Dir); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- RunAPIServer(ctx, APIServerConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: httpAddr,
-			SandboxClass: "fake", Ready: func(addr string) { ready <- addr }})
+			SandboxClass: "fake", TLS: tlsDir, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {
 	case <-ready:

@@ -19,11 +19,13 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot"
@@ -61,7 +63,10 @@ type NodeAgentConfig struct {
 	ManagementAddr string
 	// DrainTimeout bounds the drain on shutdown (default 60 s).
 	DrainTimeout time.Duration
-	Logger       *slog.Logger
+	// TLS: --tls-dir (a node certificate naming Node.Name), --insecure,
+	// --trust-domain.
+	TLS    pki.Settings
+	Logger *slog.Logger
 }
 
 // RunNode serves until ctx ends, then drains: the API server checkpoints
@@ -78,6 +83,13 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	defer flushTraces()
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return err
+	}
+	tr, err := cfg.TLS.Load(ctx, auth.ComponentNode, log)
+	if err != nil {
+		return err
+	}
+	if id, ok := tr.Identity(); ok && id.Name != cfg.Node.Name {
+		return fmt.Errorf("--tls-dir: the certificate is node %s's, this node is %s (the API server would refuse it): issue one with `ate certs issue --component node --name %s`", id.Name, cfg.Node.Name, cfg.Node.Name)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -103,6 +115,9 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	var tunnel http.Handler
 	ts := httpserve.NewServer("worker-tunnel", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.TunnelPort)),
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tunnel.ServeHTTP(w, r) }), log)
+	// Routers proxy to it, the API server's alarm scheduler delivers
+	// through it; nobody else.
+	ts.TLS = tr.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer)
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
@@ -140,14 +155,16 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 		return fmt.Errorf("--api: %w", err)
 	}
 	defer replicas.Close()
-	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: componentDialer(ms),
+	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: componentDialer(ms, tr, auth.ComponentAPIServer),
 		Replicas: replicas.List, Address: agentLn.Addr().String(),
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
 	n.SetExitHandler(agent.Exited)
 	n.SetIdleHandler(agent.Idle)
 	n.SetSelfAlarmHandler(agent.SelfAlarm)
 	n.SetSelfCallHandler(agent.SelfCall)
-	gs, initMetrics := grpcServer(ms)
+	// Only the API server calls the node agent: a router's or another
+	// node's certificate is refused (PermissionDenied).
+	gs, initMetrics := grpcServer(ms, append(tr.ServerOptions(pki.ClientCertRequired), tr.RequireComponents(auth.ComponentAPIServer)...)...)
 	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
 	initMetrics()
 

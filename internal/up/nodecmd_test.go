@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 )
@@ -72,7 +73,7 @@ func TestRunNodeRunscAsset(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dataDir := t.TempDir()
-			cfg := NodeAgentConfig{API: "127.0.0.1:1", DataDir: dataDir, Node: node.Config{SandboxClass: tc.class}, RunscAssets: tc.assets}
+			cfg := NodeAgentConfig{API: "127.0.0.1:1", DataDir: dataDir, TLS: pki.Settings{Insecure: true}, Node: node.Config{SandboxClass: tc.class}, RunscAssets: tc.assets}
 			if tc.err != "" {
 				err := RunNode(t.Context(), cfg)
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

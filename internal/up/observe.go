@@ -8,7 +8,9 @@ import (
 	"google.golang.org/grpc"
 
 	"substrate.dev/ate/internal/apidial"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/metrics"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/tracing"
 )
@@ -33,11 +35,14 @@ func grpcServer(ms *metrics.Metrics, opts ...grpc.ServerOption) (gs *grpc.Server
 
 // componentDialer returns how one component connects to another: a node
 // to the API server replicas, the API server to a node agent (apidial
-// says how addresses are read and why reconnects are fast), counting
-// calls in ms (nil: not).
-func componentDialer(ms *metrics.Metrics) func(addr string) (*grpc.ClientConn, error) {
+// says how addresses are read and why reconnects are fast), over t's TLS
+// to a server of component server (t nil: plaintext), counting calls in
+// ms (nil: not).
+func componentDialer(ms *metrics.Metrics, t *pki.Transport, server auth.Component) func(addr string) (*grpc.ClientConn, error) {
 	g := grpcMetrics(ms)
-	return func(addr string) (*grpc.ClientConn, error) { return apidial.Dial(addr, g.DialOptions()...) }
+	return func(addr string) (*grpc.ClientConn, error) {
+		return apidial.Dial(addr, append(g.DialOptions(), t.DialOption(server))...)
+	}
 }
 
 // inProcessDialOptions are the options of `ate up`'s router's connection

@@ -9,8 +9,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 )
 
@@ -23,7 +25,9 @@ type RouterRunConfig struct {
 	// ManagementAddr serves /healthz, /readyz, /metrics and pprof; empty
 	// means none.
 	ManagementAddr string
-	Logger         *slog.Logger
+	// TLS: --tls-dir (a router certificate), --insecure, --trust-domain.
+	TLS    pki.Settings
+	Logger *slog.Logger
 	// Ready, if set, is called with the router's address once it serves.
 	Ready func(addr string)
 }
@@ -45,11 +49,15 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 		return err
 	}
 	defer flushTraces()
+	tr, err := cfg.TLS.Load(ctx, auth.ComponentRouter, log)
+	if err != nil {
+		return err
+	}
 	var ms *metrics.Metrics
 	if cfg.ManagementAddr != "" {
 		ms = metrics.New()
 	}
-	conn, err := dialAPI(ctx, cfg.API, log, grpcMetrics(ms).DialOptions()...)
+	conn, err := dialAPI(ctx, cfg.API, log, append(grpcMetrics(ms).DialOptions(), tr.DialOption(auth.ComponentAPIServer))...)
 	if err != nil {
 		return fmt.Errorf("--api: %w", err)
 	}
@@ -57,6 +65,7 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
+	hc.TunnelTLS = tr.HTTPClientConfig(auth.ComponentNode)
 	var mgmt *httpserve.Management
 	if ms != nil {
 		hc.Metrics = ms.Router

@@ -5,6 +5,7 @@ package up
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,14 +18,15 @@ import (
 	"github.com/gofrs/flock"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/fake"
@@ -67,12 +69,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer closeRT()
 
+	tr, err := newUpTransports(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+
 	// The tunnel must listen before the node exists (workers record its
 	// address) and serve the node's handler once it does.
 	var tunnel http.Handler
 	ts := httpserve.NewServer("worker-tunnel", cfg.Tunnel.Addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tunnel.ServeHTTP(w, r)
 	}), log)
+	// The router proxies to it and the alarm scheduler delivers through it.
+	ts.TLS = tr.node.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer)
 	if err := ts.Listen(); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
@@ -92,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms,
-		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity})
+		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: tr.api.HTTPClientConfig(auth.ComponentNode)})
 	if err != nil {
 		return err
 	}
@@ -102,17 +111,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := cp.NewGRPCServer()
+	gs := cp.NewGRPCServer(tr.api.ServerOptions(pki.ClientCertOptional)...)
 
-	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	client := atev1.NewControlClient(conn)
-	res := router.NewControlResolver(client, log)
+	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
 	hc := cfg.Router.Handler
 	hc.Idler, hc.Activity = res, res
+	hc.TunnelTLS = tr.router.HTTPClientConfig(auth.ComponentNode)
 	if ms != nil {
 		hc.Metrics = ms.Router
 	}
@@ -123,8 +132,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	tunnel = cp.Node.NewTunnel()
-	// The dashboard calls the API through the same client as the router,
-	// so every check the API makes applies to its buttons too.
+	// The dashboard and the demo call the API as a client of the config
+	// file does (ateconfig.DialOptions), not as the router, so every check
+	// the API makes applies to their buttons too.
+	clientConfig := ateconfig.Config{Server: apiLn.Addr().String(), CertificateAuthority: tr.authority.CAFile()}
+	userOpts, err := ateconfig.DialOptions(clientConfig)
+	if err != nil {
+		return err
+	}
+	userConn, err := grpc.NewClient(clientConfig.Server, append(inProcessDialOptions(ms), userOpts...)...)
+	if err != nil {
+		return err
+	}
+	defer userConn.Close()
+	client := atev1.NewControlClient(userConn)
 	var dash *dashboardServer
 	if cfg.HTTP.Addr != "" {
 		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, cp.Identity, log); err != nil {
@@ -142,7 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if dash != nil {
 		info.DashboardURL = dash.URL()
 	}
-	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr}); err != nil {
+	if err := ateconfig.Write(info.ConfigPath, clientConfig); err != nil {
 		return err
 	}
 
@@ -308,4 +329,45 @@ func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.R
 	default:
 		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", nc.SandboxClass)
 	}
+}
+
+// upTransports are `ate up`'s components' TLS, all from its in-process
+// CA: every connection between them is mutual TLS, loopback included, so
+// what runs on the machine (another user's process, an actor that found
+// a way out) cannot call the API as the router or reach the tunnel.
+type upTransports struct {
+	authority         *pki.Authority
+	api, node, router *pki.Transport
+}
+
+// newUpTransports opens <DataDir>/pki (creating the CA on first start)
+// and issues the API server's, the node's and the router's leaves,
+// logging each renewal.
+func newUpTransports(ctx context.Context, cfg Config, log *slog.Logger) (upTransports, error) {
+	a, err := pki.OpenAuthority(filepath.Join(cfg.DataDir, "pki"), cfg.PKI.TrustDomain, cfg.PKI.LeafTTL)
+	if err != nil {
+		return upTransports{}, err
+	}
+	tr := upTransports{authority: a}
+	for _, c := range []struct {
+		t    **pki.Transport
+		id   auth.Identity
+		addr string
+	}{
+		{&tr.api, auth.Identity{Component: auth.ComponentAPIServer, Name: "up"}, cfg.API.Addr},
+		{&tr.node, auth.Identity{Component: auth.ComponentNode, Name: cfg.Node.Name}, cfg.Tunnel.Addr},
+		{&tr.router, auth.Identity{Component: auth.ComponentRouter, Name: "up"}, ""},
+	} {
+		host, _, _ := net.SplitHostPort(c.addr)
+		t, src, err := a.Transport(ctx, c.id, host)
+		if err != nil {
+			return upTransports{}, err
+		}
+		id := c.id
+		src.OnRenew(func(leaf *x509.Certificate) {
+			log.Info("certificate renewed", "identity", id.String(), "serial", leaf.SerialNumber.Text(16), "notAfter", leaf.NotAfter)
+		})
+		*c.t = t
+	}
+	return tr, nil
 }

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
@@ -59,7 +58,7 @@ func startComponent(t testing.TB, name, readyMsg string, args ...string) (*compo
 // race as processes do.
 func launchComponent(t testing.TB, name, readyMsg string, args ...string) *component {
 	t.Helper()
-	c := &component{t: t, name: name, args: args, done: make(chan struct{})}
+	c := &component{t: t, name: name, args: withTLS(t, args), done: make(chan struct{})}
 	c.launch(readyMsg)
 	t.Cleanup(func() {
 		c.terminate(90 * time.Second)
@@ -230,10 +229,10 @@ func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster 
 func clusterInstallation(t testing.TB, dir, apiAddr, routerAddr string) *installation {
 	t.Helper()
 	in := &installation{t: t, dataDir: filepath.Join(dir, "cli"), apiAddr: apiAddr, routerAddr: routerAddr}
-	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: apiAddr}); err != nil {
+	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), clusterClientConfig(apiAddr)); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(apiAddr, dialOptions(t, clusterClientConfig(apiAddr))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +459,7 @@ func TestClusterBadInput(t *testing.T) {
 		{"wrong credentials", c.snaps, "credentials rejected", []string{"AWS_SECRET_ACCESS_KEY=wrong"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(ateBin, "apiserver", "--data-dir", filepath.Join(dir, tc.name), "--listen", "127.0.0.1:0", "--snapshots", tc.url)
+			cmd := exec.Command(ateBin, withTLS(t, []string{"apiserver", "--data-dir", filepath.Join(dir, tc.name), "--listen", "127.0.0.1:0", "--snapshots", tc.url})...)
 			cmd.Env = append(cmd.Environ(), tc.env...)
 			out, err := runBounded(cmd, 60*time.Second)
 			if err == nil {
@@ -481,16 +480,16 @@ func TestClusterBadInput(t *testing.T) {
 		c.in.mustCount("default/counter-1", 2)
 	})
 	t.Run("a node on another snapshot store", func(t *testing.T) {
-		cmd := exec.Command(ateBin, "node", "--api", c.in.apiAddr, "--name", "node-z", "--data-dir", filepath.Join(dir, "z"),
-			"--workers", "1") // no --snapshots: a directory of its own
+		cmd := exec.Command(ateBin, withTLS(t, []string{"node", "--api", c.in.apiAddr, "--name", "node-z", "--data-dir", filepath.Join(dir, "z"),
+			"--workers", "1"})...) // no --snapshots: a directory of its own
 		out, err := runBounded(cmd, 60*time.Second)
 		if err == nil || !strings.Contains(out, "uses snapshot store") {
 			t.Fatalf("a node without the API server's snapshot store: %v\n%s", err, out)
 		}
 	})
 	t.Run("duplicate node name", func(t *testing.T) {
-		cmd := exec.Command(ateBin, "node", "--api", c.in.apiAddr, "--name", "node-a", "--data-dir", filepath.Join(dir, "dup"),
-			"--workers", "1", "--snapshots", c.snaps)
+		cmd := exec.Command(ateBin, withTLS(t, []string{"node", "--api", c.in.apiAddr, "--name", "node-a", "--data-dir", filepath.Join(dir, "dup"),
+			"--workers", "1", "--snapshots", c.snaps})...)
 		out, err := runBounded(cmd, 60*time.Second)
 		if err == nil {
 			t.Fatalf("a second node-a registered:\n%s", out)

@@ -93,17 +93,17 @@ func startHA(t *testing.T, workers int) *haCluster {
 	h.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", both,
 		"--listen", freeAddr(t), "--drain-delay", "0s", "--log-level", "debug")
 	in := &installation{t: t, dataDir: filepath.Join(h.dir, "cli"), apiAddr: both, routerAddr: fields["router"].(string)}
-	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: both}); err != nil {
+	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), clusterClientConfig(both)); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := apidial.Dial(both)
+	conn, err := apidial.Dial(both, dialOptions(t, clusterClientConfig(both))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	in.client = atev1.NewControlClient(conn)
 	for i, a := range h.addrs {
-		c, err := apidial.Dial(a)
+		c, err := apidial.Dial(a, dialOptions(t, clusterClientConfig(a))...)
 		if err != nil {
 			t.Fatal(err)
 		}

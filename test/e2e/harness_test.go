@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 )
 
@@ -70,6 +70,11 @@ func run(m *testing.M) int {
 	build.Dir, build.Stdout, build.Stderr = repoDir, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build ate:", err)
+		return 1
+	}
+	caDir = filepath.Join(dir, "ca")
+	if out, err := initCA(caDir); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: ate certs init: %v\n%s", err, out)
 		return 1
 	}
 	// The HA tests' PostgreSQL server, if one started, stops with the
@@ -160,7 +165,12 @@ func startUpWait(t testing.TB, dataDir string, workers int, ready time.Duration,
 	case <-time.After(ready):
 		t.Fatalf("ate up did not become ready within %s; log:\n%s", ready, in.logText())
 	}
-	conn, err := grpc.NewClient(in.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// As the CLI does: the config `ate up` wrote (its CA).
+	cc, err := ateconfig.Load(filepath.Join(in.dataDir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(in.apiAddr, dialOptions(t, cc)...)
 	if err != nil {
 		t.Fatal(err)
 	}

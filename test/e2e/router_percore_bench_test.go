@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -45,7 +46,9 @@ func BenchmarkRouterPerCore(b *testing.B) {
 	// spin and hand work over between them.
 	b.Setenv("GOMAXPROCS", "1")
 	rt, fields := startComponent(b, "router", "ate router ready", "router", "--api", in.apiAddr,
-		"--listen", "127.0.0.1:0", "--drain-delay", "0s", "--management-addr", mgmt)
+		"--listen", "127.0.0.1:0", "--drain-delay", "0s", "--management-addr", mgmt,
+		// A router of this installation: its certificate from ate up's CA.
+		"--tls-dir", issueCert(b, filepath.Join(in.dataDir, "pki"), "router", "percore"))
 	routerAddr := fields["router"].(string)
 
 	for _, p := range []struct {

@@ -42,7 +42,9 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/pki"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -89,7 +91,13 @@ type Config struct {
 	// ManagementAddr serves /healthz, /readyz, /metrics and pprof.
 	// Default DefaultManagementAddr.
 	ManagementAddr string
-	Logger         *slog.Logger
+	// TLS are the --tls-dir, --insecure and --trust-domain flags; the
+	// caller loads them into Transport (pki.Settings.Load).
+	TLS pki.Settings
+	// Transport is the controller's TLS to the API server (a controller
+	// certificate, internal/pki); nil: plaintext (--insecure).
+	Transport *pki.Transport
+	Logger    *slog.Logger
 }
 
 // Controller is a configured, listening controller; Run runs it.
@@ -113,7 +121,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers.API == "" {
 		cfg.Workers.API = cfg.API
 	}
-	if err := cfg.Workers.TLS.validate(); err != nil {
+	if err := cfg.Workers.validateTLS(); err != nil {
 		return nil, err
 	}
 	if cfg.SyncTimeout <= 0 {
@@ -154,7 +162,8 @@ func New(cfg Config) (*Controller, error) {
 	}
 	// A k8s:/// --api reads the same cluster's EndpointSlices, with the
 	// controller's kubeconfig.
-	if c.conn, err = apidial.Dial(cfg.API, apidial.WithKubeconfig(cfg.Kubeconfig, ""), apidial.WithLogger(log)); err != nil {
+	if c.conn, err = apidial.Dial(cfg.API, apidial.WithKubeconfig(cfg.Kubeconfig, ""), apidial.WithLogger(log),
+		cfg.Transport.DialOption(auth.ComponentAPIServer)); err != nil {
 		return nil, err
 	}
 	paths, err := c.paths(c.mgr, atev1.NewControlClient(c.conn))

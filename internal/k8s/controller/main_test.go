@@ -165,9 +165,9 @@ func startController(t *testing.T, ns string, rc *rest.Config, cfg Config) *runn
 	if cfg.Workers.Image == "" {
 		cfg.Workers.Image = "ate:test"
 	}
-	if cfg.Workers.TLS == (WorkerTLS{}) {
+	if cfg.Workers.CertIssuer == "" && !cfg.Workers.Insecure {
 		// No kubelet runs the worker Pods here; New wants a choice.
-		cfg.Workers.TLS.Insecure = true
+		cfg.Workers.Insecure = true
 	}
 	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = 3 * time.Second

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"substrate.dev/ate/internal/auth"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -62,56 +63,56 @@ type WorkerSettings struct {
 	// namespace's "default" has none, and a node dialling
 	// k8s:///… would never become ready.
 	ServiceAccount string
-	// TLS is how worker Pods' node agents speak to the API server and
-	// routers: a mounted Secret or plaintext. New refuses neither and
-	// both, as ate node does.
-	TLS WorkerTLS
-}
-
-// WorkerTLS is the worker Pods' TLS: exactly one of Secret and Insecure.
-type WorkerTLS struct {
-	// Secret names a Secret in the pool's namespace holding ca.crt,
-	// tls.crt and tls.key (kubernetes.io/tls plus ca.crt: what
-	// cert-manager and `ate certs issue` make). It is mounted read-only at
-	// WorkerTLSDir, whole (no subPath, so the kubelet's updates of a
-	// renewed certificate reach the files and ate node re-reads them),
-	// and given as ate node --tls-dir.
-	Secret string
+	// CertIssuer is the cert-manager issuer ("Issuer/name" or
+	// "ClusterIssuer/name") whose csi-driver (csi.cert-manager.io)
+	// mounts each worker Pod its own node certificate, URI SAN
+	// spiffe://<TrustDomain>/ate/node/<pod name> (the Pod's node name,
+	// which the API server binds it to), at tlsDir for ate node
+	// --tls-dir. Exactly one of CertIssuer and Insecure is set
+	// (validateTLS): a Secret shared by every worker Pod cannot carry
+	// per-Pod node names, which the node registry binds calls to.
+	CertIssuer string
 	// Insecure gives ate node --insecure: plaintext, no identities.
-	Insecure bool
-	// TrustDomain is ate node's --trust-domain; empty: its default
-	// (auth.DefaultTrustDomain).
+	Insecure    bool
 	TrustDomain string
 }
 
-// WorkerTLSDir is where a worker Pod's node container finds
-// WorkerTLS.Secret's files.
-const WorkerTLSDir = "/etc/ate/tls"
-
-// validate says what to pass when w is neither or both of Secret and
-// Insecure (controller flags' names, as the user sets them).
-func (w WorkerTLS) validate() error {
+// validateTLS says what to pass when w has neither or both of CertIssuer
+// and Insecure (the controller flags' names, as the user sets them).
+func (w WorkerSettings) validateTLS() error {
 	switch {
-	case w.Secret != "" && w.Insecure:
-		return errors.New("controller: --worker-tls-secret and --worker-insecure exclude each other")
-	case w.Secret == "" && !w.Insecure:
-		return errors.New("controller: worker Pods need TLS: pass --worker-tls-secret NAME (a Secret in each pool's namespace with ca.crt, tls.crt, tls.key) or --worker-insecure for plaintext")
+	case w.CertIssuer != "" && w.Insecure:
+		return errors.New("controller: --worker-cert-issuer and --worker-insecure exclude each other")
+	case w.CertIssuer == "" && !w.Insecure:
+		return errors.New("controller: worker Pods need TLS: pass --worker-cert-issuer Issuer/NAME or ClusterIssuer/NAME (cert-manager's csi-driver mounts each Pod its own node certificate) or --worker-insecure for plaintext")
 	}
 	return nil
 }
 
-// args are ate node's TLS flags for w.
-func (w WorkerTLS) args() []string {
-	var args []string
-	if w.Insecure {
-		args = append(args, "--insecure")
-	} else if w.Secret != "" {
-		args = append(args, "--tls-dir="+WorkerTLSDir)
+// tlsDir is where a worker Pod's certificate is mounted.
+const tlsDir = "/etc/ate/tls"
+
+// tlsArgsAndVolume are ate node's TLS flags, and the csi-driver volume
+// holding its certificate (nil with --insecure).
+func tlsArgsAndVolume(w WorkerSettings) ([]string, *corev1.Volume) {
+	if w.CertIssuer == "" {
+		return []string{"--insecure"}, nil
 	}
-	if w.TrustDomain != "" {
-		args = append(args, "--trust-domain="+w.TrustDomain)
+	kind, name, ok := strings.Cut(w.CertIssuer, "/")
+	if !ok {
+		kind, name = "Issuer", w.CertIssuer
 	}
-	return args
+	td := cmp.Or(w.TrustDomain, auth.DefaultTrustDomain)
+	return []string{"--tls-dir=" + tlsDir, "--trust-domain=" + td}, &corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
+		CSI: &corev1.CSIVolumeSource{Driver: "csi.cert-manager.io", ReadOnly: ptr.To(true), VolumeAttributes: map[string]string{
+			"csi.cert-manager.io/issuer-kind": kind,
+			"csi.cert-manager.io/issuer-name": name,
+			// ${POD_NAME} is the csi-driver's own variable.
+			"csi.cert-manager.io/uri-sans":   "spiffe://" + td + "/ate/node/${POD_NAME}",
+			"csi.cert-manager.io/key-usages": "server auth,client auth,digital signature",
+			"csi.cert-manager.io/duration":   "24h",
+		}},
+	}}
 }
 
 // DefaultWorkerServiceAccount is the worker Pods' ServiceAccount in the
@@ -231,8 +232,15 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		// which the API server refuses (another snapshot store).
 		args = append(args, "--snapshots="+w.Snapshots)
 	}
-	args = append(args, w.TLS.args()...)
 	args = append(args, runscArgs...)
+	tlsArgs, tlsVolume := tlsArgsAndVolume(w)
+	args = append(args, tlsArgs...)
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: dataDir}}
+	volumes := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if tlsVolume != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume.Name, MountPath: tlsDir, ReadOnly: true})
+		volumes = append(volumes, *tlsVolume)
+	}
 	var envFrom []corev1.EnvFromSource
 	if w.EnvSecret != "" {
 		envFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -270,18 +278,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		// Ready Pod is a registered node.
 		ReadinessProbe: probe("/readyz"),
 		LivenessProbe:  probe("/healthz"),
-		VolumeMounts:   []corev1.VolumeMount{{Name: "data", MountPath: dataDir}},
-	}
-	volumes := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-		EmptyDir: &corev1.EmptyDirVolumeSource{},
-	}}}
-	if w.TLS.Secret != "" && !w.TLS.Insecure {
-		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "tls", MountPath: WorkerTLSDir, ReadOnly: true})
-		volumes = append(volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: w.TLS.Secret,
-			// The node runs as root; nobody else in the Pod reads the key.
-			DefaultMode: ptr.To[int32](0o400),
-		}}})
+		VolumeMounts:   mounts,
 	}
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},

@@ -59,7 +59,7 @@ func TestWorkerDeployment(t *testing.T) {
 					"node", "--api=dns:///ate-api.ate.svc:7070", "--name=$(POD_NAME)", "--advertise=$(POD_IP)",
 					"--workers=4", "--labels=ate.substrate.dev/pool=gpu,ate.substrate.dev/namespace=team",
 					"--sandbox-class=gvisor", "--agent-port=7072", "--tunnel-port=7071",
-					"--management-addr=:9090", "--data-dir=/var/lib/ate", "--drain-timeout=55s", "--snapshots=s3://b/p", runsc[0],
+					"--management-addr=:9090", "--data-dir=/var/lib/ate", "--drain-timeout=55s", "--snapshots=s3://b/p", runsc[0], "--insecure",
 				}
 				if c.Name != "node" || c.Image != "ate:default" || c.Command != nil {
 					t.Errorf("container %s image %s command %v", c.Name, c.Image, c.Command)
@@ -179,83 +179,26 @@ func TestNodeSelectorArch(t *testing.T) {
 	}
 }
 
-// TestWorkerTLS: a TLS Secret becomes a read-only whole-Secret mount (no
-// subPath: renewals must reach the files) given as --tls-dir, insecure
-// becomes --insecure with no mount, and New refuses neither and both.
+// TestWorkerTLS: without an issuer worker Pods run plaintext; with one,
+// cert-manager's csi-driver mounts each Pod a node certificate naming
+// the Pod (its node name), which ate node reads as --tls-dir.
 func TestWorkerTLS(t *testing.T) {
-	pool := &atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}}
-	tests := []struct {
-		name     string
-		tls      WorkerTLS
-		wantArgs []string
-		noArgs   []string
-		mount    bool
-		newErr   string // "" means New accepts it
-	}{
-		{"secret", WorkerTLS{Secret: "ate-worker-tls", TrustDomain: "prod.example"},
-			[]string{"--tls-dir=" + WorkerTLSDir, "--trust-domain=prod.example"}, []string{"--insecure"}, true, ""},
-		{"secret, default trust domain", WorkerTLS{Secret: "ate-worker-tls"},
-			[]string{"--tls-dir=" + WorkerTLSDir}, []string{"--insecure", "--trust-domain"}, true, ""},
-		{"insecure", WorkerTLS{Insecure: true},
-			[]string{"--insecure"}, []string{"--tls-dir"}, false, ""},
-		{"neither", WorkerTLS{}, nil, []string{"--tls-dir", "--insecure"}, false,
-			"pass --worker-tls-secret NAME (a Secret in each pool's namespace with ca.crt, tls.crt, tls.key) or --worker-insecure"},
-		{"both", WorkerTLS{Secret: "s", Insecure: true}, nil, nil, false,
-			"--worker-tls-secret and --worker-insecure exclude each other"},
+	if args, vol := tlsArgsAndVolume(WorkerSettings{}); !reflect.DeepEqual(args, []string{"--insecure"}) || vol != nil {
+		t.Errorf("no issuer: %q, %+v", args, vol)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.tls.validate()
-			switch {
-			case tc.newErr == "" && err != nil:
-				t.Fatalf("validate: %v", err)
-			case tc.newErr != "":
-				if err == nil || !strings.Contains(err.Error(), tc.newErr) {
-					t.Fatalf("validate: %v, want %q", err, tc.newErr)
-				}
-				// New refuses before it touches Kubernetes.
-				if _, err := New(Config{API: "x:1", Workers: WorkerSettings{Image: "ate", TLS: tc.tls}}); err == nil || !strings.Contains(err.Error(), tc.newErr) {
-					t.Fatalf("New: %v, want %q", err, tc.newErr)
-				}
-				return
-			}
-			d := workerDeployment(pool, WorkerSettings{API: "x:1", Image: "ate", TLS: tc.tls}, nil)
-			p := d.Spec.Template.Spec
-			c := p.Containers[0]
-			for _, a := range tc.wantArgs {
-				if !slices.Contains(c.Args, a) {
-					t.Errorf("args %q lack %s", c.Args, a)
-				}
-			}
-			for _, a := range tc.noArgs {
-				if slices.ContainsFunc(c.Args, func(s string) bool { return strings.HasPrefix(s, a) }) {
-					t.Errorf("args %q have %s", c.Args, a)
-				}
-			}
-			var mount *corev1.VolumeMount
-			for i, m := range c.VolumeMounts {
-				if m.MountPath == WorkerTLSDir {
-					mount = &c.VolumeMounts[i]
-				}
-			}
-			if !tc.mount {
-				if mount != nil || len(p.Volumes) != 1 {
-					t.Errorf("mounts %+v volumes %+v: want only the data dir", c.VolumeMounts, p.Volumes)
-				}
-				return
-			}
-			if mount == nil || !mount.ReadOnly || mount.SubPath != "" {
-				t.Fatalf("TLS mount %+v: want read-only, whole Secret at %s", mount, WorkerTLSDir)
-			}
-			var vol *corev1.Volume
-			for i, v := range p.Volumes {
-				if v.Name == mount.Name {
-					vol = &p.Volumes[i]
-				}
-			}
-			if vol == nil || vol.Secret == nil || vol.Secret.SecretName != tc.tls.Secret || vol.Secret.Optional != nil && *vol.Secret.Optional {
-				t.Fatalf("TLS volume %+v: want required Secret %s", vol, tc.tls.Secret)
-			}
-		})
+	args, vol := tlsArgsAndVolume(WorkerSettings{CertIssuer: "ClusterIssuer/ate-ca", TrustDomain: "prod.example"})
+	if !reflect.DeepEqual(args, []string{"--tls-dir=/etc/ate/tls", "--trust-domain=prod.example"}) {
+		t.Errorf("args %q", args)
+	}
+	a := vol.CSI.VolumeAttributes
+	if vol.CSI.Driver != "csi.cert-manager.io" || a["csi.cert-manager.io/issuer-kind"] != "ClusterIssuer" || a["csi.cert-manager.io/issuer-name"] != "ate-ca" ||
+		a["csi.cert-manager.io/uri-sans"] != "spiffe://prod.example/ate/node/${POD_NAME}" {
+		t.Errorf("volume %+v", vol.CSI)
+	}
+	d := workerDeployment(&atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n"}}, WorkerSettings{API: "a:1", CertIssuer: "ate-ca"}, nil)
+	p := d.Spec.Template.Spec
+	if len(p.Volumes) != 2 || p.Volumes[1].CSI.VolumeAttributes["csi.cert-manager.io/issuer-kind"] != "Issuer" ||
+		p.Containers[0].VolumeMounts[1].MountPath != "/etc/ate/tls" || !p.Containers[0].VolumeMounts[1].ReadOnly {
+		t.Errorf("volumes %+v mounts %+v", p.Volumes, p.Containers[0].VolumeMounts)
 	}
 }

@@ -42,6 +42,9 @@ type Server struct {
 	// alarms answers the alarm RPCs (alarms.go); nil: UNIMPLEMENTED.
 	alarms Alarms
 	log    *slog.Logger
+	// bindingsChanged, if set, runs after a role binding is created or
+	// deleted (rolebindings.go).
+	bindingsChanged func()
 
 	// stopping is closed by EndStreams; endOnce guards the close.
 	stopping chan struct{}

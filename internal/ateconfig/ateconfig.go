@@ -4,12 +4,15 @@
 package ateconfig
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/google/renameio/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/yaml"
 )
 
@@ -20,6 +23,7 @@ const EnvVar = "ATE_CONFIG"
 // Config is the client config file, e.g. $HOME/.ate/config.yaml:
 //
 //	server: 127.0.0.1:7070
+//	token: <bearer token>
 //
 // New settings (a bearer token, a CA bundle) become new fields here;
 // unknown keys are ignored on Load so an older client still reads a file
@@ -29,7 +33,45 @@ type Config struct {
 	// list of replicas, dns:///name:port or k8s:///service.namespace:port
 	// (internal/apidial).
 	Server string `json:"server"`
+	// Token is the bearer token sent with every call (the admin token
+	// `ate up` writes, a static token, an OIDC ID token; docs/security.md).
+	// Empty: none.
+	Token string `json:"token,omitempty"`
 }
+
+// DialOptions turns c into the gRPC dial options every client of the API
+// server uses (CLI, e2e harness): the bearer token as per-RPC
+// credentials. Transport security is decided here too.
+func DialOptions(c Config) ([]grpc.DialOption, error) {
+	// Every API server listens without TLS until the config names a CA
+	// (the mTLS part); a token may then travel in plaintext, on the
+	// loopback `ate up` listens on.
+	plaintext := true
+	var opts []grpc.DialOption
+	if c.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken{Token: c.Token, AllowPlaintext: plaintext}))
+	}
+	return opts, nil
+}
+
+// BearerToken is a bearer token as gRPC per-RPC credentials: metadata
+// "authorization: Bearer <token>" on every call.
+type BearerToken struct {
+	Token string
+	// AllowPlaintext sends it over a connection without TLS too; else
+	// gRPC refuses such a call rather than leak the token.
+	AllowPlaintext bool
+}
+
+var _ credentials.PerRPCCredentials = BearerToken{}
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (b BearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.Token}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials.
+func (b BearerToken) RequireTransportSecurity() bool { return !b.AllowPlaintext }
 
 // Path resolves the client config file: flagValue (the CLI's --config
 // flag) if set, else $ATE_CONFIG, else $HOME/.ate/config.yaml. getenv is

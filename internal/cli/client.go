@@ -28,7 +28,11 @@ import (
 // connection is lazy, but for a k8s:/// server, whose EndpointSlices are
 // listed first (within ctx). The caller must Close it.
 func Dial(ctx context.Context, c ateconfig.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	conn, err := apidial.DialContext(ctx, c.Server, opts...)
+	base, err := ateconfig.DialOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := apidial.DialContext(ctx, c.Server, append(base, opts...)...)
 	if err != nil {
 		return nil, err // apidial names the server
 	}

@@ -39,6 +39,9 @@ func (a *app) clientConfig() (ateconfig.Config, error) {
 	if server != "" {
 		c.Server = server
 	}
+	if a.token != "" {
+		c.Token = a.token
+	}
 	if c.Server == "" {
 		return ateconfig.Config{}, fmt.Errorf("client config %s sets no server: run `ate up` or pass --server HOST:PORT", path)
 	}

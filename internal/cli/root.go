@@ -111,6 +111,7 @@ type app struct {
 
 	configFlag string
 	server     string
+	token      string
 	atespace   string
 	output     string
 	timeout    time.Duration
@@ -167,6 +168,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 func (a *app) addClientFlags(verb *cobra.Command) {
 	f := verb.PersistentFlags()
 	f.StringVar(&a.configFlag, flagConfig, "", "client config file (default $"+ateconfig.EnvVar+", else $HOME/.ate/config.yaml)")
+	f.StringVar(&a.token, "token", "", "bearer token for the API server (overrides the config file's token:)")
 	f.StringVar(&a.server, flagServer, "", "API server address: host:port, a comma-separated list, dns:///name:port or k8s:///service.namespace:port (overrides the config file and Kubernetes mode)")
 	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")
 	f.StringVarP(&a.output, flagOutput, "o", formatTable, "output format: table, json or yaml")

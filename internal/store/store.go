@@ -318,6 +318,8 @@ type Store interface {
 	Tags
 	// Events: kept after the actor's deletion until pruned.
 	Events
+	// RoleBindings: who may do what, per atespace (internal/auth).
+	RoleBindings
 
 	Close() error
 }

@@ -67,6 +67,8 @@ type APIServerConfig struct {
 	// lifecycle.DefaultExpiryInterval). Every replica sweeps; deletions
 	// are serialised by the actors' leases.
 	ExpiryInterval time.Duration
+	// Auth is who may call (docs/security.md).
+	Auth AuthConfig
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
 	Heartbeat, LostAfter time.Duration
 	Logger               *slog.Logger
@@ -180,7 +182,12 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs, initMetrics := newAPIGRPCServer(ms)
+	authz, err := newAuthorizer(cfg.Auth, st, log)
+	if err != nil {
+		return err
+	}
+	wireBindings(api, authz)
+	gs, initMetrics := newAPIGRPCServer(ms, authServerOptions(authz)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
 	initMetrics()
@@ -202,7 +209,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 				resume = append(resume, s)
 			}
 		}
-		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, log); err != nil {
+		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, authz != nil, log); err != nil {
 			_ = ln.Close()
 			return err
 		}

@@ -346,9 +346,9 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName 
 }
 
 // NewGRPCServer returns a gRPC server serving cp's Control API
-// (newAPIGRPCServer).
-func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
-	gs, initMetrics := newAPIGRPCServer(cp.metrics)
+// (newAPIGRPCServer) with opts (the authorisation interceptors).
+func (cp *ControlPlane) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	gs, initMetrics := newAPIGRPCServer(cp.metrics, opts...)
 	atev1.RegisterControlServer(gs, cp.API)
 	initMetrics()
 	return gs
@@ -363,8 +363,8 @@ func (cp *ControlPlane) NewGRPCServer() *grpc.Server {
 // apidial.MaxConnectionAge so clients that resolve replicas by DNS find
 // ones added later; a node's registration stream cut that way reconnects
 // within a second, well inside its loss deadline.
-func newAPIGRPCServer(ms *metrics.Metrics) (gs *grpc.Server, initMetrics func()) {
-	return grpcServer(ms, grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+func newAPIGRPCServer(ms *metrics.Metrics, opts ...grpc.ServerOption) (gs *grpc.Server, initMetrics func()) {
+	return grpcServer(ms, append([]grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}, opts...)...)
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that

@@ -28,7 +28,7 @@ func TestAPIServerServesDashboard(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunAPIServer(ctx, APIServerConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: httpAddr,
+		done <- RunAPIServer(ctx, APIServerConfig{Auth: AuthConfig{Insecure: true}, DataDir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: httpAddr,
 			SandboxClass: "fake", Ready: func(addr string) { ready <- addr }})
 	}()
 	select {

@@ -21,6 +21,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
@@ -102,9 +103,36 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := cp.NewGRPCServer()
+	// The API always checks callers: the admin token (written into the
+	// client config below), a token for the in-process router (in
+	// memory: it lives as long as this process), and whatever cfg.API.Auth
+	// adds.
+	adminToken, err := auth.EnsureAdminToken(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	routerToken, err := auth.NewToken()
+	if err != nil {
+		return err
+	}
+	ac := cfg.API.Auth
+	ac.extra = []auth.StaticToken{auth.AdminToken(adminToken),
+		{Token: routerToken, Component: &auth.Identity{Component: auth.ComponentRouter, Name: "up"}}}
+	authz, err := newAuthorizer(ac, cp.Store, log)
+	if err != nil {
+		return err
+	}
+	wireBindings(cp.API, authz)
+	gs := cp.NewGRPCServer(authServerOptions(authz)...)
 
-	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	dialAs := func(token string) (*grpc.ClientConn, error) {
+		opts := append(inProcessDialOptions(ms), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if token != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(ateconfig.BearerToken{Token: token, AllowPlaintext: true}))
+		}
+		return grpc.NewClient(apiLn.Addr().String(), opts...)
+	}
+	conn, err := dialAs(routerToken)
 	if err != nil {
 		return err
 	}
@@ -123,11 +151,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	tunnel = cp.Node.NewTunnel()
-	// The dashboard calls the API through the same client as the router,
+	// The dashboard calls the API with no credentials of its own: each
+	// page and button carries its user's token (dashboard.RequireLogin),
 	// so every check the API makes applies to its buttons too.
 	var dash *dashboardServer
 	if cfg.HTTP.Addr != "" {
-		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, log); err != nil {
+		dconn, err := dialAs("")
+		if err != nil {
+			return err
+		}
+		defer dconn.Close()
+		if dash, err = newDashboardServer(cfg.HTTP.Addr, atev1.NewControlClient(dconn), ms, nil, true, log); err != nil {
 			return err
 		}
 	}
@@ -139,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if dash != nil {
 		info.DashboardURL = dash.URL()
 	}
-	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr}); err != nil {
+	if err := ateconfig.Write(info.ConfigPath, ateconfig.Config{Server: info.APIAddr, Token: adminToken}); err != nil {
 		return err
 	}
 
@@ -151,7 +185,13 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintf(os.Stdout, "Dashboard: %s\n", info.DashboardURL)
 		}
 		if cfg.Demo.Enabled {
-			if err := demo(ctx, client, cfg.Demo, info, log); err != nil {
+			// The demo acts as the operator would, with the admin token.
+			aconn, err := dialAs(adminToken)
+			if err != nil {
+				return err
+			}
+			defer aconn.Close()
+			if err := demo(ctx, atev1.NewControlClient(aconn), cfg.Demo, info, log); err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
 		}

@@ -5287,6 +5287,297 @@ func (x *CopyFromActorResponse) GetData() []byte {
 	return nil
 }
 
+// RoleBinding grants role to users and groups in atespace ("" or "*":
+// every atespace; only for admin).
+type RoleBinding struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Atespace string                 `protobuf:"bytes,2,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// role is "admin", "editor" or "viewer".
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Users         []string               `protobuf:"bytes,4,rep,name=users,proto3" json:"users,omitempty"`
+	Groups        []string               `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoleBinding) Reset() {
+	*x = RoleBinding{}
+	mi := &file_ate_v1_control_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoleBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoleBinding) ProtoMessage() {}
+
+func (x *RoleBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
+func (*RoleBinding) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *RoleBinding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RoleBinding) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *RoleBinding) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RoleBinding) GetUsers() []string {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *RoleBinding) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *RoleBinding) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateRoleBindingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Binding       *RoleBinding           `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateRoleBindingRequest) Reset() {
+	*x = CreateRoleBindingRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateRoleBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateRoleBindingRequest) ProtoMessage() {}
+
+func (x *CreateRoleBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateRoleBindingRequest.ProtoReflect.Descriptor instead.
+func (*CreateRoleBindingRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *CreateRoleBindingRequest) GetBinding() *RoleBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+type ListRoleBindingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoleBindingsRequest) Reset() {
+	*x = ListRoleBindingsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoleBindingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoleBindingsRequest) ProtoMessage() {}
+
+func (x *ListRoleBindingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoleBindingsRequest.ProtoReflect.Descriptor instead.
+func (*ListRoleBindingsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{82}
+}
+
+type ListRoleBindingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bindings      []*RoleBinding         `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoleBindingsResponse) Reset() {
+	*x = ListRoleBindingsResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoleBindingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoleBindingsResponse) ProtoMessage() {}
+
+func (x *ListRoleBindingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoleBindingsResponse.ProtoReflect.Descriptor instead.
+func (*ListRoleBindingsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *ListRoleBindingsResponse) GetBindings() []*RoleBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+type DeleteRoleBindingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRoleBindingRequest) Reset() {
+	*x = DeleteRoleBindingRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRoleBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRoleBindingRequest) ProtoMessage() {}
+
+func (x *DeleteRoleBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRoleBindingRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRoleBindingRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *DeleteRoleBindingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteRoleBindingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRoleBindingResponse) Reset() {
+	*x = DeleteRoleBindingResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRoleBindingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRoleBindingResponse) ProtoMessage() {}
+
+func (x *DeleteRoleBindingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRoleBindingResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRoleBindingResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{85}
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -5664,7 +5955,23 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x14CopyFromActorRequest\x12*\n" +
 	"\x06target\x18\x01 \x01(\v2\x12.ate.v1.CopyTargetR\x06target\"+\n" +
 	"\x15CopyFromActorResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data*\x97\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xbc\x01\n" +
+	"\vRoleBinding\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\batespace\x18\x02 \x01(\tR\batespace\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x14\n" +
+	"\x05users\x18\x04 \x03(\tR\x05users\x12\x16\n" +
+	"\x06groups\x18\x05 \x03(\tR\x06groups\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"I\n" +
+	"\x18CreateRoleBindingRequest\x12-\n" +
+	"\abinding\x18\x01 \x01(\v2\x13.ate.v1.RoleBindingR\abinding\"\x19\n" +
+	"\x17ListRoleBindingsRequest\"K\n" +
+	"\x18ListRoleBindingsResponse\x12/\n" +
+	"\bbindings\x18\x01 \x03(\v2\x13.ate.v1.RoleBindingR\bbindings\".\n" +
+	"\x18DeleteRoleBindingRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
+	"\x19DeleteRoleBindingResponse*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -5683,7 +5990,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\xb7\x12\n" +
+	"\x0eSELF_REQUESTED\x10\x042\xb4\x14\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -5724,7 +6031,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tActorLogs\x12\x18.ate.v1.ActorLogsRequest\x1a\x14.ate.v1.ActorLogLine0\x01\x12D\n" +
 	"\tExecActor\x12\x18.ate.v1.ExecActorRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12H\n" +
 	"\vCopyToActor\x12\x1a.ate.v1.CopyToActorRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12N\n" +
-	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01B$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\rCopyFromActor\x12\x1c.ate.v1.CopyFromActorRequest\x1a\x1d.ate.v1.CopyFromActorResponse0\x01\x12J\n" +
+	"\x11CreateRoleBinding\x12 .ate.v1.CreateRoleBindingRequest\x1a\x13.ate.v1.RoleBinding\x12U\n" +
+	"\x10ListRoleBindings\x12\x1f.ate.v1.ListRoleBindingsRequest\x1a .ate.v1.ListRoleBindingsResponse\x12X\n" +
+	"\x11DeleteRoleBinding\x12 .ate.v1.DeleteRoleBindingRequest\x1a!.ate.v1.DeleteRoleBindingResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -5739,7 +6049,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -5824,29 +6134,35 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*CopyToActorResponse)(nil),         // 80: ate.v1.CopyToActorResponse
 	(*CopyFromActorRequest)(nil),        // 81: ate.v1.CopyFromActorRequest
 	(*CopyFromActorResponse)(nil),       // 82: ate.v1.CopyFromActorResponse
-	nil,                                 // 83: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 84: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 85: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 86: ate.v1.Actor.LabelsEntry
-	nil,                                 // 87: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 88: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
+	(*RoleBinding)(nil),                 // 83: ate.v1.RoleBinding
+	(*CreateRoleBindingRequest)(nil),    // 84: ate.v1.CreateRoleBindingRequest
+	(*ListRoleBindingsRequest)(nil),     // 85: ate.v1.ListRoleBindingsRequest
+	(*ListRoleBindingsResponse)(nil),    // 86: ate.v1.ListRoleBindingsResponse
+	(*DeleteRoleBindingRequest)(nil),    // 87: ate.v1.DeleteRoleBindingRequest
+	(*DeleteRoleBindingResponse)(nil),   // 88: ate.v1.DeleteRoleBindingResponse
+	nil,                                 // 89: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 90: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 91: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 92: ate.v1.Actor.LabelsEntry
+	nil,                                 // 93: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 94: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 95: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	89, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	95, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	89, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	89, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	89, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	95, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	95, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	95, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,  // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	89, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	95, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	83, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	89, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17, // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21, // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16, // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22, // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	84, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	90, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19, // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18, // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20, // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -5857,113 +6173,122 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	26, // 21: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23, // 22: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	28, // 23: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	89, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	95, // 24: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	29, // 25: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	29, // 26: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,  // 27: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	85, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	89, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	89, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	89, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	91, // 28: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	95, // 29: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	95, // 30: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	95, // 31: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,  // 32: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	86, // 33: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	92, // 33: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
 	36, // 34: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	36, // 35: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	87, // 36: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	93, // 36: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,  // 37: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,  // 38: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	89, // 39: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	95, // 39: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	48, // 40: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	88, // 41: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	94, // 41: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	51, // 42: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	89, // 43: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	95, // 43: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	54, // 44: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	89, // 45: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	95, // 45: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
 	61, // 46: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	89, // 47: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	95, // 47: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
 	36, // 48: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
 	68, // 49: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	89, // 50: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	95, // 50: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
 	75, // 51: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
 	74, // 52: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
 	75, // 53: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
 	78, // 54: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
 	78, // 55: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	10, // 56: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11, // 57: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12, // 58: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14, // 59: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	30, // 60: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	31, // 61: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	32, // 62: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	34, // 63: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	37, // 64: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	38, // 65: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	39, // 66: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	41, // 67: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	42, // 68: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	44, // 69: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	45, // 70: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	46, // 71: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	47, // 72: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	49, // 73: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	52, // 74: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	55, // 75: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	56, // 76: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	57, // 77: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,  // 78: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,  // 79: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,  // 80: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	62, // 81: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	63, // 82: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	64, // 83: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	66, // 84: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	69, // 85: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	71, // 86: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	72, // 87: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	76, // 88: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	79, // 89: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	81, // 90: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	9,  // 91: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,  // 92: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13, // 93: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15, // 94: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	29, // 95: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	29, // 96: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	33, // 97: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	35, // 98: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	36, // 99: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	36, // 100: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	40, // 101: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	36, // 102: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	43, // 103: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	36, // 104: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	36, // 105: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	36, // 106: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	36, // 107: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	50, // 108: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	53, // 109: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	59, // 110: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	54, // 111: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	58, // 112: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,  // 113: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,  // 114: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,  // 115: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	61, // 116: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	61, // 117: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	65, // 118: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	67, // 119: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	70, // 120: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	68, // 121: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	73, // 122: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	77, // 123: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	80, // 124: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	82, // 125: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	91, // [91:126] is the sub-list for method output_type
-	56, // [56:91] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	95, // 56: ate.v1.RoleBinding.create_time:type_name -> google.protobuf.Timestamp
+	83, // 57: ate.v1.CreateRoleBindingRequest.binding:type_name -> ate.v1.RoleBinding
+	83, // 58: ate.v1.ListRoleBindingsResponse.bindings:type_name -> ate.v1.RoleBinding
+	10, // 59: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11, // 60: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12, // 61: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14, // 62: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	30, // 63: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	31, // 64: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	32, // 65: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	34, // 66: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	37, // 67: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	38, // 68: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	39, // 69: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	41, // 70: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	42, // 71: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	44, // 72: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	45, // 73: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	46, // 74: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	47, // 75: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	49, // 76: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	52, // 77: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	55, // 78: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	56, // 79: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	57, // 80: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,  // 81: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,  // 82: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,  // 83: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	62, // 84: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	63, // 85: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	64, // 86: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	66, // 87: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	69, // 88: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	71, // 89: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	72, // 90: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	76, // 91: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	79, // 92: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	81, // 93: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	84, // 94: ate.v1.Control.CreateRoleBinding:input_type -> ate.v1.CreateRoleBindingRequest
+	85, // 95: ate.v1.Control.ListRoleBindings:input_type -> ate.v1.ListRoleBindingsRequest
+	87, // 96: ate.v1.Control.DeleteRoleBinding:input_type -> ate.v1.DeleteRoleBindingRequest
+	9,  // 97: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,  // 98: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13, // 99: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15, // 100: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	29, // 101: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	29, // 102: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	33, // 103: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	35, // 104: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	36, // 105: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	36, // 106: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	40, // 107: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	36, // 108: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	43, // 109: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	36, // 110: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	36, // 111: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	36, // 112: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	36, // 113: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	50, // 114: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	53, // 115: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	59, // 116: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	54, // 117: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	58, // 118: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,  // 119: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,  // 120: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,  // 121: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	61, // 122: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	61, // 123: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	65, // 124: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	67, // 125: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	70, // 126: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	68, // 127: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	73, // 128: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	77, // 129: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	80, // 130: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	82, // 131: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	83, // 132: ate.v1.Control.CreateRoleBinding:output_type -> ate.v1.RoleBinding
+	86, // 133: ate.v1.Control.ListRoleBindings:output_type -> ate.v1.ListRoleBindingsResponse
+	88, // 134: ate.v1.Control.DeleteRoleBinding:output_type -> ate.v1.DeleteRoleBindingResponse
+	97, // [97:135] is the sub-list for method output_type
+	59, // [59:97] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -5993,7 +6318,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   86,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,8 @@ var (
 	bAlarmIDs = []byte("alarmIds")
 	// bTags holds tags by "<atespace>/<name>".
 	bTags = []byte("tags")
+	// bRoleBindings holds role bindings by name.
+	bRoleBindings = []byte("roleBindings")
 
 	kLeaseToken = []byte("leaseToken")
 )
@@ -67,7 +69,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents} {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bRoleBindings} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"EventsBatch", testEventsBatch},
 		{"CountActors", testCountActors},
 		{"ActorLabels", testActorLabels},
+		{"RoleBindings", testRoleBindings},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

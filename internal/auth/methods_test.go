@@ -1,0 +1,57 @@
+package auth
+
+import (
+	"testing"
+
+	"google.golang.org/grpc"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// TestEveryMethodHasARule fails when a method is added to Control or
+// NodeRegistry without a rule in Methods (or a rule outlives its method).
+func TestEveryMethodHasARule(t *testing.T) {
+	all := map[string]bool{}
+	for _, sd := range []struct {
+		name    string
+		methods []string
+	}{
+		{atev1.Control_ServiceDesc.ServiceName, methodNames(atev1.Control_ServiceDesc.Methods, atev1.Control_ServiceDesc.Streams)},
+		{atev1.NodeRegistry_ServiceDesc.ServiceName, methodNames(atev1.NodeRegistry_ServiceDesc.Methods, atev1.NodeRegistry_ServiceDesc.Streams)},
+	} {
+		for _, m := range sd.methods {
+			full := "/" + sd.name + "/" + m
+			all[full] = true
+			rule, ok := Methods[full]
+			if !ok {
+				t.Errorf("%s has no rule in auth.Methods", full)
+				continue
+			}
+			if rule.Verb == "" || rule.Access == 0 {
+				t.Errorf("%s: rule without verb or access: %+v", full, rule)
+			}
+			if (rule.Access == Read || rule.Access == Write) && rule.Atespace == nil && !rule.LookupAlarm {
+				t.Errorf("%s: an atespace rule needs Atespace or LookupAlarm", full)
+			}
+			if rule.Filter != nil && rule.Access != Read {
+				t.Errorf("%s: only reads are filtered", full)
+			}
+		}
+	}
+	for m := range Methods {
+		if !all[m] {
+			t.Errorf("auth.Methods has a rule for %s, which no service has", m)
+		}
+	}
+}
+
+func methodNames(unary []grpc.MethodDesc, streams []grpc.StreamDesc) []string {
+	var out []string
+	for _, m := range unary {
+		out = append(out, m.MethodName)
+	}
+	for _, s := range streams {
+		out = append(out, s.StreamName)
+	}
+	return out
+}

@@ -87,7 +87,7 @@ var Methods = map[string]Rule{
 
 	atev1.Control_CreateActorTemplate_FullMethodName: {Verb: "create template", Access: Write, Object: "template",
 		Atespace: func(r any) string { return r.(*atev1.CreateActorTemplateRequest).GetTemplate().GetAtespace() }},
-	atev1.Control_GetActorTemplate_FullMethodName: {Verb: "get template", Access: Read, Object: "template",
+	atev1.Control_GetActorTemplate_FullMethodName: {Verb: "get template", Access: Read, Object: "template", Components: router,
 		Atespace: func(r any) string { return r.(*atev1.GetActorTemplateRequest).GetAtespace() }},
 	atev1.Control_ListActorTemplates_FullMethodName: {Verb: "list templates", Access: Read,
 		Atespace: func(r any) string { return r.(*atev1.ListActorTemplatesRequest).GetAtespace() },

@@ -1,6 +1,11 @@
 package auth
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -54,4 +59,47 @@ func methodNames(unary []grpc.MethodDesc, streams []grpc.StreamDesc) []string {
 		out = append(out, s.StreamName)
 	}
 	return out
+}
+
+// TestComponentsMayCallWhatTheyCall: every Control method the router and
+// the controller call (found in their source) is allowed to their kind,
+// so adding a call there without a rule fails here, not in production.
+func TestComponentsMayCallWhatTheyCall(t *testing.T) {
+	for _, tc := range []struct {
+		dir  string
+		call *regexp.Regexp
+		c    Component
+	}{
+		{"../router", regexp.MustCompile(`\bclient\.([A-Z]\w*)\(ctx`), ComponentRouter},
+		{"../k8s/controller", regexp.MustCompile(`\bapi\.([A-Z]\w*)\(`), ComponentController},
+	} {
+		files, err := filepath.Glob(filepath.Join(tc.dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: %v", tc.dir, err)
+		}
+		found := 0
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range tc.call.FindAllStringSubmatch(string(src), -1) {
+				full := "/" + atev1.Control_ServiceDesc.ServiceName + "/" + m[1]
+				rule, ok := Methods[full]
+				if !ok {
+					continue // not a Control method (another client's)
+				}
+				found++
+				if !slices.Contains(rule.Components, tc.c) {
+					t.Errorf("%s calls %s, which auth.Methods does not allow to %s", f, m[1], tc.c)
+				}
+			}
+		}
+		if found == 0 {
+			t.Errorf("no Control calls found in %s: the pattern is stale", tc.dir)
+		}
+	}
 }

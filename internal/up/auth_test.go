@@ -45,6 +45,7 @@ const (
 	adminTok  = "admin-token-0123456789"
 	viewerTok = "vera-token-0123456789"
 	editorTok = "eddie-token-0123456789"
+	routerTok = "router-token-0123456789"
 )
 
 func startAuthEnv(t *testing.T) *authEnv {
@@ -73,7 +74,10 @@ func startAuthEnv(t *testing.T) *authEnv {
 	policy := filepath.Join(dir, "policy.yaml")
 	must(t, os.WriteFile(policy, []byte("- name: vera-views-a\n  atespace: a\n  role: viewer\n  users: [vera]\n"), 0o600))
 
-	authz, err := newAuthorizer(AuthConfig{TokenAuthFile: tokens, PolicyFile: policy}, st, nil)
+	ac := AuthConfig{TokenAuthFile: tokens, PolicyFile: policy}
+	// As ate up's in-process router: a token standing for the component.
+	ac.extra = []auth.StaticToken{{Token: routerTok, Component: &auth.Identity{Component: auth.ComponentRouter, Name: "up"}}}
+	authz, err := newAuthorizer(ac, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,4 +423,31 @@ func TestNoAuthenticator(t *testing.T) {
 
 func metadataCtx(ctx context.Context, kv ...string) context.Context {
 	return grpcmd.AppendToOutgoingContext(ctx, kv...)
+}
+
+// TestRouterComponent: the router may call its methods in every atespace
+// (no role bindings apply to it) and nothing else.
+func TestRouterComponent(t *testing.T) {
+	e := startAuthEnv(t)
+	ctx := context.Background()
+	before := e.dump(t)
+	conn := e.conn(t, routerTok)
+	mds := methods(t)
+	for full, rule := range auth.Methods {
+		md := mds[full]
+		allowed := slices.Contains(rule.Components, auth.ComponentRouter)
+		if allowed && rule.Access != auth.Read {
+			continue // a write would run its handler (no lifecycle here)
+		}
+		for _, ns := range []string{"a", "b"} {
+			err := call(ctx, conn, md, full, newRequest(t, md, ns, e.alarms[ns]))
+			refused := status.Code(err) == codes.PermissionDenied
+			if refused == allowed {
+				t.Errorf("router: %s in %s = %v; allowed to the router: %v", full, ns, err, allowed)
+			}
+		}
+	}
+	if after := e.dump(t); after != before {
+		t.Errorf("the router's calls changed the store:\nbefore %s\nafter  %s", before, after)
+	}
 }

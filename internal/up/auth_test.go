@@ -451,3 +451,44 @@ func TestRouterComponent(t *testing.T) {
 		t.Errorf("the router's calls changed the store:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// TestEditorEvents: listing and watching events across atespaces, a's
+// editor gets a's only (the watch's messages are filtered as they are
+// sent).
+func TestEditorEvents(t *testing.T) {
+	e := startAuthEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, ns := range []string{"b", "a", "b", "a"} {
+		must(t, e.st.AppendEvent(ctx, &store.Event{Time: time.Now(), Type: store.EventNormal, Atespace: ns, Actor: "x", ActorUID: "uid-" + ns,
+			From: store.Suspended, To: store.Suspended, Message: "test"}))
+	}
+	ed := e.client(t, editorTok)
+	list, err := ed.ListEvents(ctx, &atev1.ListEventsRequest{})
+	must(t, err)
+	if len(list.GetEvents()) != 2 {
+		t.Errorf("editor of a lists %d events, want a's 2: %v", len(list.GetEvents()), list.GetEvents())
+	}
+	for _, ev := range list.GetEvents() {
+		if ev.GetAtespace() != "a" {
+			t.Errorf("editor of a lists an event of %s", ev.GetAtespace())
+		}
+	}
+	w, err := ed.WatchEvents(ctx, &atev1.WatchEventsRequest{})
+	must(t, err)
+	for i := 0; i < 2; i++ {
+		ev, err := w.Recv()
+		must(t, err)
+		if ev.GetAtespace() != "a" {
+			t.Errorf("editor of a watches an event of %s", ev.GetAtespace())
+		}
+	}
+	// A third b event, then an a event: the watch skips the first.
+	must(t, e.st.AppendEvent(ctx, &store.Event{Time: time.Now(), Type: store.EventNormal, Atespace: "b", Actor: "x", ActorUID: "uid-b", To: store.Suspended, Message: "late"}))
+	must(t, e.st.AppendEvent(ctx, &store.Event{Time: time.Now(), Type: store.EventNormal, Atespace: "a", Actor: "x", ActorUID: "uid-a", To: store.Suspended, Message: "late"}))
+	ev, err := w.Recv()
+	must(t, err)
+	if ev.GetAtespace() != "a" || ev.GetMessage() != "late" {
+		t.Errorf("next watched event %v, want a's late one", ev)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -23,21 +25,49 @@ import (
 // discovery document and JWKS. envtest's kube-apiserver serves discovery
 // only to authenticated callers (the system:service-account-issuer-discovery
 // ClusterRole is bound to system:serviceaccounts, and anonymous requests
-// are not bound), over TLS from its own CA: the verifier's HTTP client is
-// therefore the admin connection's (its CA and client certificate). In a
-// cluster, bind that ClusterRole to system:unauthenticated or pass
-// --oidc-ca-file with a reachable issuer.
+// are not bound), over TLS from its own CA: the verifier's HTTP client
+// therefore carries the admin connection's CA and client certificate. In
+// a cluster, bind that ClusterRole to system:unauthenticated and pass
+// --oidc-ca-file (docs/security.md).
 func TestServiceAccountTokens(t *testing.T) {
 	env := k8stest.Start(t)
 	ctx := context.Background()
-	tr, err := rest.TransportFor(env.Config)
+	// envtest's kube-apiserver listens on loopback only but publishes its
+	// jwks_uri at its advertised address (the machine's, where nothing
+	// answers; a cluster sets --service-account-jwks-uri): every
+	// connection goes to where it listens, verified as 127.0.0.1 against
+	// its CA, with the admin's client certificate.
+	tlsCfg, err := rest.TLSConfigFor(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	host, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg.ServerName = host.Hostname()
+	var d net.Dialer
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, host.Host)
+		}}}
 	raw, err := env.Clientset.RESTClient().Get().AbsPath("/.well-known/openid-configuration").DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("discovery: %v", err)
+	}
+	// Anonymous callers are refused discovery, hence the credentials.
+	anonCfg := tlsCfg.Clone()
+	anonCfg.Certificates, anonCfg.GetClientCertificate = nil, nil
+	anon := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: anonCfg,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, host.Host) }}}
+	if resp, err := anon.Get(env.Config.Host + "/.well-known/openid-configuration"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		// docs/security.md says so; this pins it.
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("anonymous discovery: %s, want 403 (docs/security.md)", resp.Status)
+		}
 	}
 	var disc struct {
 		Issuer string `json:"issuer"`

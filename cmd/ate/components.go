@@ -98,8 +98,12 @@ func apiserverCommand() *cobra.Command {
 			f.DurationVar(&cfg.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
 			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
 			tlsFlags(f, &cfg.TLS, "apiserver")
+			authFlags(f, &cfg.Auth)
 		},
-		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunAPIServer(ctx, cfg) })
+		func(ctx context.Context, log *slog.Logger) error {
+			cfg.Logger = log
+			return up.RunAPIServer(ctx, cfg)
+		})
 }
 
 // apiFlagHelp is the --api help of every component that dials the API
@@ -218,4 +222,19 @@ func tlsFlags(f *pflag.FlagSet, s *pki.Settings, whose string) {
 	f.StringVar(&s.Dir, "tls-dir", "", "directory holding ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret, cert-manager, or `ate certs issue`): this "+whose+"'s certificate, re-read when the files change")
 	f.BoolVar(&s.Insecure, "insecure", false, "no TLS between components: plaintext gRPC and HTTP (only on a network nobody else reaches)")
 	f.StringVar(&s.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the components' certificate identities (spiffe://<domain>/ate/<component>/<name>)")
+}
+
+// authFlags are the API server's authentication and authorisation flags
+// (kube-apiserver's names; docs/security.md), on `ate apiserver` and
+// `ate up`.
+func authFlags(f *pflag.FlagSet, c *up.AuthConfig) {
+	f.StringVar(&c.TokenAuthFile, "token-auth-file", "", "static bearer tokens: a CSV file of token,user,uid[,\"group1,group2\"] lines (Kubernetes' format)")
+	f.StringVar(&c.OIDC.IssuerURL, "oidc-issuer-url", "", "accept JWTs of this OIDC issuer (https; discovery and JWKS are read from it), e.g. a Kubernetes cluster's ServiceAccount issuer")
+	f.StringVar(&c.OIDC.ClientID, "oidc-client-id", "", "the audience an OIDC JWT must carry (required with --oidc-issuer-url)")
+	f.StringVar(&c.OIDC.UsernameClaim, "oidc-username-claim", "sub", "the JWT claim naming the user")
+	f.StringVar(&c.OIDC.UsernamePrefix, "oidc-username-prefix", "", "put before the user name; default \"<issuer>#\" unless the claim is email; \"-\" for none (a ServiceAccount's system:serviceaccount:NS:NAME as is)")
+	f.StringVar(&c.OIDC.GroupsClaim, "oidc-groups-claim", "", "the JWT claim listing the user's groups (empty: none)")
+	f.StringVar(&c.OIDC.GroupsPrefix, "oidc-groups-prefix", "", "put before each group name")
+	f.StringVar(&c.OIDC.CAFile, "oidc-ca-file", "", "PEM CA bundle the OIDC issuer's TLS certificate is verified against (default: the system's)")
+	f.StringVar(&c.PolicyFile, "authorization-policy-file", "", "YAML list of role bindings {name, atespace, role, users, groups} in force besides those the API manages (ate create rolebinding)")
 }

@@ -57,6 +57,7 @@ flag is an error.`,
 			f.StringVar(&cfg.Store, "store", "", "record store: empty for <data-dir>/ate.db, or postgres://user:password@host:port/database")
 			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
 			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
+			authFlags(f, &cfg.API.Auth)
 			f.DurationVar(&cfg.API.ExpiryInterval, "expiry-interval", lifecycle.DefaultExpiryInterval,
 				"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
 			f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")

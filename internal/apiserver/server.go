@@ -47,6 +47,9 @@ type Server struct {
 	// ReviewIngressToken accept user tokens (ingresstokens.go).
 	ingressAuthn auth.TokenAuthenticator
 	ingressAuthz IngressAuthorizer
+	// bindingsChanged, if set, runs after a role binding is created or
+	// deleted (rolebindings.go).
+	bindingsChanged func()
 
 	// stopping is closed by EndStreams; endOnce guards the close.
 	stopping chan struct{}

@@ -4,12 +4,14 @@
 package ateconfig
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/google/renameio/v2"
+	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/yaml"
 )
 
@@ -20,6 +22,7 @@ const EnvVar = "ATE_CONFIG"
 // Config is the client config file, e.g. $HOME/.ate/config.yaml:
 //
 //	server: 127.0.0.1:7070
+//	token: <bearer token>
 //
 // New settings (a bearer token, a CA bundle) become new fields here;
 // unknown keys are ignored on Load so an older client still reads a file
@@ -34,7 +37,30 @@ type Config struct {
 	// <data-dir>/pki/ca.crt); empty means plaintext (an API server run
 	// with --insecure). A relative path is relative to the config file.
 	CertificateAuthority string `json:"certificate-authority,omitempty"`
+	// Token is the bearer token sent with every call (the admin token
+	// `ate up` writes, a static token, an OIDC ID token; docs/security.md).
+	// Empty: none.
+	Token string `json:"token,omitempty"`
 }
+
+// BearerToken is a bearer token as gRPC per-RPC credentials: metadata
+// "authorization: Bearer <token>" on every call.
+type BearerToken struct {
+	Token string
+	// AllowPlaintext sends it over a connection without TLS too; else
+	// gRPC refuses such a call rather than leak the token.
+	AllowPlaintext bool
+}
+
+var _ credentials.PerRPCCredentials = BearerToken{}
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (b BearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.Token}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials.
+func (b BearerToken) RequireTransportSecurity() bool { return !b.AllowPlaintext }
 
 // Path resolves the client config file: flagValue (the CLI's --config
 // flag) if set, else $ATE_CONFIG, else $HOME/.ate/config.yaml. getenv is

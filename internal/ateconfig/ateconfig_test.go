@@ -1,6 +1,7 @@
 package ateconfig
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -93,5 +94,32 @@ func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestToken: the token survives Write and Load, and BearerToken sends it
+// as "authorization: Bearer …", over plaintext only when allowed.
+func TestToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := Write(path, Config{Server: "127.0.0.1:1", Token: "s3cret"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil || c.Token != "s3cret" {
+		t.Fatalf("Load = %+v, %v; want the token back", c, err)
+	}
+	opts, err := DialOptions(c)
+	if err != nil || len(opts) != 1 {
+		t.Fatalf("DialOptions = %d options, %v; want the per-RPC token", len(opts), err)
+	}
+	if opts, _ := DialOptions(Config{Server: "x"}); len(opts) != 0 {
+		t.Errorf("DialOptions without a token = %d options, want none", len(opts))
+	}
+	md, err := BearerToken{Token: "s3cret"}.GetRequestMetadata(context.Background())
+	if err != nil || md["authorization"] != "Bearer s3cret" {
+		t.Errorf("metadata %v, %v", md, err)
+	}
+	if (BearerToken{}).RequireTransportSecurity() != true || (BearerToken{AllowPlaintext: true}).RequireTransportSecurity() {
+		t.Error("RequireTransportSecurity must be true unless plaintext is allowed")
 	}
 }

@@ -17,11 +17,16 @@ import (
 // verifying the server against CertificateAuthority
 // (pki.UserClientConfig: an apiserver identity, or the dialled host name
 // or IP address in the certificate's SANs), or plaintext when the config
-// names no CA. Errors: an unreadable CA file, one without PEM
-// certificates.
+// names no CA; and Token, if set, as per-RPC bearer credentials (sent in
+// plaintext only to a server the config says is plaintext). Errors: an
+// unreadable CA file, one without PEM certificates.
 func DialOptions(c Config) ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	if c.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken{Token: c.Token, AllowPlaintext: c.CertificateAuthority == ""}))
+	}
 	if c.CertificateAuthority == "" {
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+		return append(opts, grpc.WithTransportCredentials(insecure.NewCredentials())), nil
 	}
 	pem, err := os.ReadFile(c.CertificateAuthority)
 	if err != nil {
@@ -31,5 +36,5 @@ func DialOptions(c Config) ([]grpc.DialOption, error) {
 	if !roots.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("certificate-authority %s: no PEM certificate in it", c.CertificateAuthority)
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(pki.UserClientConfig(roots)))}, nil
+	return append(opts, grpc.WithTransportCredentials(credentials.NewTLS(pki.UserClientConfig(roots)))), nil
 }

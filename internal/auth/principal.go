@@ -78,10 +78,12 @@ type Principal struct {
 	// Component is set when the caller proved a component identity with a
 	// client certificate; Name and Groups are then empty.
 	Component *Identity
-	// Name is a user's subject: "token:<name>" for a static or admin token,
-	// "oidc:<issuer>#<sub>" for an OIDC JWT,
-	// "system:serviceaccount:<namespace>:<name>" for a Kubernetes
-	// ServiceAccount token.
+	// Name is a user's subject, the name role bindings match: a static
+	// token's user as written in the token file ("ate:admin" for ate up's
+	// admin token); an OIDC JWT's --oidc-username-claim with
+	// --oidc-username-prefix before it (kube-apiserver's semantics: by
+	// default "<issuer>#<sub>"; with the prefix "-" a Kubernetes
+	// ServiceAccount token's "system:serviceaccount:<namespace>:<name>").
 	Name string
 	// Groups are the user's groups (static token file, the JWT's groups
 	// claim).

@@ -169,7 +169,7 @@ func startAPIServer(tb testing.TB, dataDir, store, snapshots string) *apiReplica
 	r := &apiReplica{cancel: cancel, done: make(chan error, 1), mgmt: freeAddr(tb)}
 	ready := make(chan string, 1)
 	go func() {
-		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{DataDir: dataDir, Store: store, Snapshots: snapshots,
+		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{Auth: up.AuthConfig{Insecure: true}, DataDir: dataDir, Store: store, Snapshots: snapshots,
 			Addr: "127.0.0.1:0", ManagementAddr: r.mgmt, SandboxClass: fake.Class, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {

@@ -42,6 +42,9 @@ func (a *app) clientConfig() (ateconfig.Config, error) {
 	if a.ca != "" {
 		c.CertificateAuthority = a.ca
 	}
+	if a.token != "" {
+		c.Token = a.token
+	}
 	if c.Server == "" {
 		return ateconfig.Config{}, fmt.Errorf("client config %s sets no server: run `ate up` or pass --server HOST:PORT", path)
 	}

@@ -22,9 +22,10 @@ func newCreateCommand(a *app) *cobra.Command {
   ate create actor counter-5 --template counter -l tier=web -l track=stable
   ate create actor counter-3 --from-tag at-five
   ate create actor counter-4 --from-actor counter-1
-  ate create atespace team`,
+  ate create atespace team
+  ate create rolebinding web-editors --role editor -n web --user alice`,
 	}
-	kindGroup(cmd, newCreateActorCommand(a), newCreateTemplateCommand(a), &cobra.Command{
+	kindGroup(cmd, newCreateActorCommand(a), newCreateTemplateCommand(a), newCreateRoleBindingCommand(a), &cobra.Command{
 		Use:   "atespace NAME",
 		Short: "Create an atespace",
 		Args:  cobra.ExactArgs(1),

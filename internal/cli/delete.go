@@ -60,6 +60,11 @@ it as they are: each has its own copy.`,
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteIngressToken(cmd, args[0]) },
 		},
+		&cobra.Command{
+			Use: "rolebinding NAME", Short: "Delete a role binding (admin only)",
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return a.deleteRoleBinding(cmd, args[0]) },
+		},
 	)
 	return cmd
 }

@@ -99,6 +99,12 @@ func newGetCommand(a *app) *cobra.Command {
 			RunE:  func(cmd *cobra.Command, _ []string) error { return a.getNodes(cmd) },
 		},
 		&cobra.Command{
+			Use: "rolebinding [NAME]", Aliases: []string{"rolebindings"},
+			Short: "Show the role bindings the API keeps (admin only)",
+			Args:  cobra.MaximumNArgs(1),
+			RunE:  func(cmd *cobra.Command, args []string) error { return a.getRoleBindings(cmd, args) },
+		},
+		&cobra.Command{
 			Use: "atespace [NAME]", Aliases: []string{"atespaces"},
 			Short: "Show one atespace, or all atespaces",
 			Args:  cobra.MaximumNArgs(1),

@@ -114,6 +114,7 @@ type app struct {
 	configFlag string
 	server     string
 	ca         string
+	token      string
 	atespace   string
 	output     string
 	timeout    time.Duration
@@ -170,6 +171,7 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 func (a *app) addClientFlags(verb *cobra.Command) {
 	f := verb.PersistentFlags()
 	f.StringVar(&a.configFlag, flagConfig, "", "client config file (default $"+ateconfig.EnvVar+", else $HOME/.ate/config.yaml)")
+	f.StringVar(&a.token, "token", "", "bearer token for the API server (overrides the config file's token:)")
 	f.StringVar(&a.server, flagServer, "", "API server address: host:port, a comma-separated list, dns:///name:port or k8s:///service.namespace:port (overrides the config file and Kubernetes mode)")
 	f.StringVar(&a.ca, flagCA, "", "CA bundle (PEM) the API server's certificate must chain to (overrides the config file's certificate-authority; none: plaintext)")
 	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")

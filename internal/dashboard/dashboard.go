@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,6 +47,8 @@ type Control interface {
 	SuspendActor(ctx context.Context, in *atev1.SuspendActorRequest, opts ...grpc.CallOption) (*atev1.Actor, error)
 	ResumeActor(ctx context.Context, in *atev1.ResumeActorRequest, opts ...grpc.CallOption) (*atev1.Actor, error)
 	DeleteActor(ctx context.Context, in *atev1.DeleteActorRequest, opts ...grpc.CallOption) (*atev1.DeleteActorResponse, error)
+	// ListAtespaces checks a token at login.
+	ListAtespaces(ctx context.Context, in *atev1.ListAtespacesRequest, opts ...grpc.CallOption) (*atev1.ListAtespacesResponse, error)
 }
 
 var _ Control = atev1.ControlClient(nil)
@@ -86,7 +89,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. For tests.
 	Now func() time.Time
+	// RequireLogin makes every page ask for an API token first (a login
+	// form that sets an HttpOnly, SameSite=Strict cookie), which every
+	// Control call then carries: the dashboard acts with its user's
+	// rights, never its own. Set it whenever the API checks tokens.
+	RequireLogin bool
 }
+
+// TokenCookie is the cookie holding the dashboard user's API token.
+const TokenCookie = "ate_token"
 
 // Handler serves the dashboard:
 //
@@ -95,6 +106,9 @@ type Config struct {
 //	GET  /static/…                  the embedded script and style sheet
 //	POST /actors/{atespace}/{name}/{action}   action = suspend, resume or delete;
 //	                                answers JSON {"actor": "…", "state": "…"} or {"error": "…"}
+//	GET  /login, POST /login        the token form; a token the API accepts is kept in
+//	                                the TokenCookie cookie (RequireLogin)
+//	POST /logout                    forget the token
 //
 // Safe for concurrent use.
 type Handler struct {
@@ -142,6 +156,9 @@ func New(cfg Config) (*Handler, error) {
 	// Actions change state: refused unless the browser says the request
 	// comes from the dashboard's own origin.
 	h.mux.Handle("POST /actors/{atespace}/{name}/{action}", http.NewCrossOriginProtection().Handler(http.HandlerFunc(h.serveAction)))
+	h.mux.HandleFunc("GET /login", h.serveLoginForm)
+	h.mux.Handle("POST /login", http.NewCrossOriginProtection().Handler(http.HandlerFunc(h.serveLogin)))
+	h.mux.Handle("POST /logout", http.NewCrossOriginProtection().Handler(http.HandlerFunc(h.serveLogout)))
 	return h, nil
 }
 
@@ -151,17 +168,80 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	// Only the embedded script and style sheet run; nothing inline, no
 	// other origin (the favicon is an empty data: URL).
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'none'; base-uri 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	h.mux.ServeHTTP(w, r)
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.RequireLogin && !hasCredentials(r) {
+		http.Redirect(w, r, "login", http.StatusSeeOther)
+		return
+	}
 	h.render(w, r, "page")
 }
 
 func (h *Handler) serveContent(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.RequireLogin && !hasCredentials(r) {
+		// The script reloads the page on this and lands on the form.
+		http.Error(w, "sign in again", http.StatusUnauthorized)
+		return
+	}
 	h.render(w, r, "content")
+}
+
+// hasCredentials reports whether r carries a token (cookie or header).
+func hasCredentials(r *http.Request) bool {
+	if r.Header.Get("Authorization") != "" {
+		return true
+	}
+	c, err := r.Cookie(TokenCookie)
+	return err == nil && c.Value != ""
+}
+
+type loginView struct{ Error string }
+
+func (h *Handler) serveLoginForm(w http.ResponseWriter, r *http.Request) {
+	h.renderLogin(w, http.StatusOK, "")
+}
+
+func (h *Handler) renderLogin(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	if err := h.page.ExecuteTemplate(w, "login", loginView{Error: msg}); err != nil {
+		h.log.Warn("dashboard render", "err", err)
+	}
+}
+
+// serveLogin checks the token with one read the API authenticates
+// (ListAtespaces) and keeps it in an HttpOnly, SameSite=Strict cookie, so
+// no script reads it and no other site's request carries it.
+func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	if tok == "" {
+		h.renderLogin(w, http.StatusBadRequest, "Enter a token.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(r.Context(), "authorization", "Bearer "+tok), readTimeout)
+	defer cancel()
+	if _, err := h.cfg.Control.ListAtespaces(ctx, &atev1.ListAtespacesRequest{}); err != nil {
+		st := status.Convert(err)
+		if st.Code() == codes.Unauthenticated {
+			h.renderLogin(w, http.StatusUnauthorized, "The API did not accept this token.")
+			return
+		}
+		h.log.Warn("dashboard login: token check", "err", err)
+		h.renderLogin(w, http.StatusServiceUnavailable, "Could not check the token: "+st.Message())
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "./", http.StatusSeeOther)
+}
+
+func (h *Handler) serveLogout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, "login", http.StatusSeeOther)
 }
 
 // render executes the named template over a fresh view of the API.
@@ -169,6 +249,16 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string) {
 	ctx, cancel := context.WithTimeout(callContext(r), readTimeout)
 	defer cancel()
 	v := h.load(ctx)
+	if v.unauthenticated && h.cfg.RequireLogin {
+		// The cookie's token expired or was revoked: sign in again.
+		http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		if name == "page" {
+			http.Redirect(w, r, "login", http.StatusSeeOther)
+		} else {
+			http.Error(w, "sign in again", http.StatusUnauthorized)
+		}
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if err := h.page.ExecuteTemplate(w, name, v); err != nil {
@@ -226,13 +316,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// callContext is r's context carrying r's Authorization header as the
-// outgoing gRPC metadata "authorization", so the Control API sees the
-// dashboard user's credentials, not the dashboard's.
+// callContext is r's context carrying r's Authorization header, else its
+// token cookie, as the outgoing gRPC metadata "authorization", so the
+// Control API sees the dashboard user's credentials, not the
+// dashboard's (it has none).
 func callContext(r *http.Request) context.Context {
 	ctx := r.Context()
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", auth)
+		return metadata.AppendToOutgoingContext(ctx, "authorization", auth)
+	}
+	if c, err := r.Cookie(TokenCookie); err == nil && c.Value != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.Value)
 	}
 	return ctx
 }

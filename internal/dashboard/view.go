@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -33,6 +34,8 @@ type view struct {
 	ChartsNote string
 	Events     []Event
 	EventsErr  string
+	// unauthenticated: the API refused the caller's token.
+	unauthenticated bool
 }
 
 // actorRow is an actor and which of its buttons apply in its state.
@@ -51,6 +54,10 @@ func (h *Handler) load(ctx context.Context) view {
 	v := view{Now: now, RefreshMs: RefreshInterval.Milliseconds()}
 	actors, truncated, err := h.listActors(ctx)
 	v.ActorsErr, v.ActorsTruncated = errText("actors", err), truncated
+	if status.Code(err) == codes.Unauthenticated {
+		v.unauthenticated = true
+		return v
+	}
 	for _, a := range actors {
 		v.Actors = append(v.Actors, newActorRow(a))
 	}

@@ -322,6 +322,8 @@ type Store interface {
 	SigningKeys
 	// IngressTokens: the router's bearer tokens per atespace.
 	IngressTokens
+	// RoleBindings: who may do what, per atespace (internal/auth).
+	RoleBindings
 
 	Close() error
 }

@@ -72,6 +72,8 @@ type APIServerConfig struct {
 	// lifecycle.DefaultExpiryInterval). Every replica sweeps; deletions
 	// are serialised by the actors' leases.
 	ExpiryInterval time.Duration
+	// Auth is who may call (docs/security.md).
+	Auth AuthConfig
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
 	Heartbeat, LostAfter time.Duration
 	// TLS: --tls-dir (an apiserver certificate), --insecure,
@@ -195,7 +197,19 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	// Users come without certificates (bearer tokens); components with.
-	gs, initMetrics := newAPIGRPCServer(ms, tr.ServerOptions(pki.ClientCertOptional)...)
+	// Without TLS (--insecure) the API may run with no authenticator, and
+	// then checks nothing.
+	authc := cfg.Auth
+	authc.Insecure = tr == nil
+	if tr != nil {
+		authc.TrustDomain = tr.TrustDomain
+	}
+	authz, err := newAuthorizer(authc, st, log)
+	if err != nil {
+		return err
+	}
+	wireBindings(api, authz)
+	gs, initMetrics := newAPIGRPCServer(ms, append(tr.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)
 	initMetrics()
@@ -227,7 +241,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 				resume = append(resume, s)
 			}
 		}
-		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, issuer, log); err != nil {
+		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, authz != nil, issuer, log); err != nil {
 			_ = ln.Close()
 			return err
 		}

@@ -89,6 +89,9 @@ type APIConfig struct {
 	// ExpiryInterval is how often the expiry sweep runs
 	// (ControlPlaneConfig.ExpiryInterval).
 	ExpiryInterval time.Duration
+	// Auth adds token files, OIDC and a policy file to the admin token
+	// `ate up` always accepts (<data-dir>/admin-token).
+	Auth AuthConfig
 }
 
 // PKIConfig configures `ate up`'s mutual TLS between its components

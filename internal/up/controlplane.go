@@ -366,7 +366,7 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName 
 }
 
 // NewGRPCServer returns a gRPC server serving cp's Control API
-// (newAPIGRPCServer).
+// (newAPIGRPCServer) with opts (the authorisation interceptors).
 func (cp *ControlPlane) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	gs, initMetrics := newAPIGRPCServer(cp.metrics, opts...)
 	atev1.RegisterControlServer(gs, cp.API)

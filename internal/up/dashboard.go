@@ -44,9 +44,11 @@ type dashboardServer struct {
 // newDashboardServer listens on addr for a dashboard calling the Control
 // API through c. Its latency chart draws series (all of
 // dashboard.DefaultLatencySeries when empty) from ms's histograms (none
-// when ms is nil). Beside it the listener serves iss's discovery document
-// and JWKS (none when nil). Errors: the listen's.
-func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics, series []dashboard.LatencySeries, iss *identity.Issuer, log *slog.Logger) (*dashboardServer, error) {
+// when ms is nil); login makes it ask for an API token
+// (dashboard.Config.RequireLogin). Beside it the listener serves iss's
+// discovery document and JWKS (none when nil), which need no login.
+// Errors: the listen's.
+func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics, series []dashboard.LatencySeries, login bool, iss *identity.Issuer, log *slog.Logger) (*dashboardServer, error) {
 	lc := dashboard.LatencyConfig{Series: series}
 	if ms != nil {
 		// A registry of ate's own collectors only: the chart's reads
@@ -60,7 +62,7 @@ func newDashboardServer(addr string, c atev1.ControlClient, ms *metrics.Metrics,
 		lc.Gatherer = reg
 	}
 	lh := dashboard.NewLatencyHistory(lc)
-	h, err := dashboard.New(dashboard.Config{Control: c, Latency: lh, Events: dashboard.ControlEvents(c), Logger: log})
+	h, err := dashboard.New(dashboard.Config{Control: c, Latency: lh, Events: dashboard.ControlEvents(c), Logger: log, RequireLogin: login})
 	if err != nil {
 		return nil, err
 	}

@@ -111,7 +111,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
-	gs := cp.NewGRPCServer(tr.api.ServerOptions(pki.ClientCertOptional)...)
+	// The API always checks callers: components by their certificates
+	// (the in-process router's is tr.router's), users by the admin token
+	// (written into the client config below) and whatever cfg.API.Auth
+	// adds.
+	adminToken, err := auth.EnsureAdminToken(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	ac := cfg.API.Auth
+	ac.TrustDomain = tr.api.TrustDomain
+	ac.extra = []auth.StaticToken{auth.AdminToken(adminToken)}
+	authz, err := newAuthorizer(ac, cp.Store, log)
+	if err != nil {
+		return err
+	}
+	wireBindings(cp.API, authz)
+	gs := cp.NewGRPCServer(append(tr.api.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)
 	if err != nil {
@@ -133,22 +149,27 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tunnel = cp.Node.NewTunnel()
 	// The dashboard and the demo call the API as a client of the config
-	// file does (ateconfig.DialOptions), not as the router, so every check
-	// the API makes applies to their buttons too.
+	// file does (ateconfig.DialOptions), not as the router: the dashboard
+	// with each page's user's token (dashboard.RequireLogin), the demo
+	// with the admin token, so every check the API makes applies to them.
 	clientConfig := ateconfig.Config{Server: apiLn.Addr().String(), CertificateAuthority: tr.authority.CAFile()}
-	userOpts, err := ateconfig.DialOptions(clientConfig)
-	if err != nil {
-		return err
+	dialAs := func(token string) (*grpc.ClientConn, error) {
+		c := clientConfig
+		c.Token = token
+		opts, err := ateconfig.DialOptions(c)
+		if err != nil {
+			return nil, err
+		}
+		return grpc.NewClient(c.Server, append(inProcessDialOptions(ms), opts...)...)
 	}
-	userConn, err := grpc.NewClient(clientConfig.Server, append(inProcessDialOptions(ms), userOpts...)...)
-	if err != nil {
-		return err
-	}
-	defer userConn.Close()
-	client := atev1.NewControlClient(userConn)
 	var dash *dashboardServer
 	if cfg.HTTP.Addr != "" {
-		if dash, err = newDashboardServer(cfg.HTTP.Addr, client, ms, nil, cp.Identity, log); err != nil {
+		dconn, err := dialAs("")
+		if err != nil {
+			return err
+		}
+		defer dconn.Close()
+		if dash, err = newDashboardServer(cfg.HTTP.Addr, atev1.NewControlClient(dconn), ms, nil, true, cp.Identity, log); err != nil {
 			return err
 		}
 		if cfg.Identity.IssuerURL == "" {
@@ -163,6 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if dash != nil {
 		info.DashboardURL = dash.URL()
 	}
+	clientConfig.Token = adminToken
 	if err := ateconfig.Write(info.ConfigPath, clientConfig); err != nil {
 		return err
 	}
@@ -175,7 +197,13 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintf(os.Stdout, "Dashboard: %s\n", info.DashboardURL)
 		}
 		if cfg.Demo.Enabled {
-			if err := demo(ctx, client, cfg.Demo, info, log); err != nil {
+			// The demo acts as the operator would, with the admin token.
+			aconn, err := dialAs(adminToken)
+			if err != nil {
+				return err
+			}
+			defer aconn.Close()
+			if err := demo(ctx, atev1.NewControlClient(aconn), cfg.Demo, info, log); err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/ateconfig"
 )
 
 // chromiumPath is Debian's Chromium, installed by hack/install-chromium.sh.
@@ -49,6 +50,21 @@ func TestDashboard(t *testing.T) {
 	b := newBrowser(t)
 	if err := chromedp.Do(b.ctx, chromedp.Navigate(in.dashboardURL)); err != nil {
 		t.Fatalf("open %s: %v", in.dashboardURL, err)
+	}
+	// The dashboard asks for a token first (the admin token ate up wrote
+	// into the client config) and acts with it.
+	cfg, err := ateconfig.Load(filepath.Join(in.dataDir, "config.yaml"))
+	if err != nil || cfg.Token == "" {
+		t.Fatalf("client config: %+v, %v; want a token", cfg, err)
+	}
+	for _, step := range []chromedp.Action[chromedp.Void]{
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), cfg.Token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+	} {
+		if err := chromedp.Do(b.ctx, step); err != nil {
+			t.Fatalf("sign in: %v", err)
+		}
 	}
 	b.waitState(actor, "RUNNING")
 

@@ -165,12 +165,8 @@ func startUpWait(t testing.TB, dataDir string, workers int, ready time.Duration,
 	case <-time.After(ready):
 		t.Fatalf("ate up did not become ready within %s; log:\n%s", ready, in.logText())
 	}
-	// As the CLI does: the config `ate up` wrote (its CA).
-	cc, err := ateconfig.Load(filepath.Join(in.dataDir, "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(in.apiAddr, dialOptions(t, cc)...)
+	// As the CLI does: the client config ate up wrote (its admin token).
+	conn, err := in.dialAPI()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,4 +431,19 @@ func (in *installation) waitTemplateReady(name string) {
 		}
 		return tpl.GetStatus().GetPhase() == "READY"
 	})
+}
+
+// dialAPI connects to the API server as the client config ate up wrote
+// says (ateconfig.DialOptions: its token), with extra options after.
+func (in *installation) dialAPI(extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	c, err := ateconfig.Load(filepath.Join(in.dataDir, "config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	opts, err := ateconfig.DialOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, extra...)
+	return grpc.NewClient(in.apiAddr, opts...)
 }

@@ -5888,6 +5888,297 @@ func (x *ReviewIngressTokenResponse) GetSubject() string {
 	return ""
 }
 
+// RoleBinding grants role to users and groups in atespace ("" or "*":
+// every atespace; only for admin).
+type RoleBinding struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Atespace string                 `protobuf:"bytes,2,opt,name=atespace,proto3" json:"atespace,omitempty"`
+	// role is "admin", "editor" or "viewer".
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Users         []string               `protobuf:"bytes,4,rep,name=users,proto3" json:"users,omitempty"`
+	Groups        []string               `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoleBinding) Reset() {
+	*x = RoleBinding{}
+	mi := &file_ate_v1_control_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoleBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoleBinding) ProtoMessage() {}
+
+func (x *RoleBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoleBinding.ProtoReflect.Descriptor instead.
+func (*RoleBinding) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *RoleBinding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RoleBinding) GetAtespace() string {
+	if x != nil {
+		return x.Atespace
+	}
+	return ""
+}
+
+func (x *RoleBinding) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RoleBinding) GetUsers() []string {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *RoleBinding) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *RoleBinding) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateRoleBindingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Binding       *RoleBinding           `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateRoleBindingRequest) Reset() {
+	*x = CreateRoleBindingRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateRoleBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateRoleBindingRequest) ProtoMessage() {}
+
+func (x *CreateRoleBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateRoleBindingRequest.ProtoReflect.Descriptor instead.
+func (*CreateRoleBindingRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *CreateRoleBindingRequest) GetBinding() *RoleBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+type ListRoleBindingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoleBindingsRequest) Reset() {
+	*x = ListRoleBindingsRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoleBindingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoleBindingsRequest) ProtoMessage() {}
+
+func (x *ListRoleBindingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoleBindingsRequest.ProtoReflect.Descriptor instead.
+func (*ListRoleBindingsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{93}
+}
+
+type ListRoleBindingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bindings      []*RoleBinding         `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoleBindingsResponse) Reset() {
+	*x = ListRoleBindingsResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoleBindingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoleBindingsResponse) ProtoMessage() {}
+
+func (x *ListRoleBindingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoleBindingsResponse.ProtoReflect.Descriptor instead.
+func (*ListRoleBindingsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *ListRoleBindingsResponse) GetBindings() []*RoleBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+type DeleteRoleBindingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRoleBindingRequest) Reset() {
+	*x = DeleteRoleBindingRequest{}
+	mi := &file_ate_v1_control_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRoleBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRoleBindingRequest) ProtoMessage() {}
+
+func (x *DeleteRoleBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRoleBindingRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRoleBindingRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *DeleteRoleBindingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteRoleBindingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRoleBindingResponse) Reset() {
+	*x = DeleteRoleBindingResponse{}
+	mi := &file_ate_v1_control_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRoleBindingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRoleBindingResponse) ProtoMessage() {}
+
+func (x *DeleteRoleBindingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_control_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRoleBindingResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRoleBindingResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{96}
+}
+
 var File_ate_v1_control_proto protoreflect.FileDescriptor
 
 const file_ate_v1_control_proto_rawDesc = "" +
@@ -6300,7 +6591,23 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"P\n" +
 	"\x1aReviewIngressTokenResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x18\n" +
-	"\asubject\x18\x02 \x01(\tR\asubject*\x97\x01\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\"\xbc\x01\n" +
+	"\vRoleBinding\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\batespace\x18\x02 \x01(\tR\batespace\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x14\n" +
+	"\x05users\x18\x04 \x03(\tR\x05users\x12\x16\n" +
+	"\x06groups\x18\x05 \x03(\tR\x06groups\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"I\n" +
+	"\x18CreateRoleBindingRequest\x12-\n" +
+	"\abinding\x18\x01 \x01(\v2\x13.ate.v1.RoleBindingR\abinding\"\x19\n" +
+	"\x17ListRoleBindingsRequest\"K\n" +
+	"\x18ListRoleBindingsResponse\x12/\n" +
+	"\bbindings\x18\x01 \x03(\v2\x13.ate.v1.RoleBindingR\bbindings\".\n" +
+	"\x18DeleteRoleBindingRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
+	"\x19DeleteRoleBindingResponse*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -6319,7 +6626,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\tREQUESTED\x10\x01\x12\b\n" +
 	"\x04IDLE\x10\x02\x12\v\n" +
 	"\aEVICTED\x10\x03\x12\x12\n" +
-	"\x0eSELF_REQUESTED\x10\x042\x9a\x15\n" +
+	"\x0eSELF_REQUESTED\x10\x042\x97\x17\n" +
 	"\aControl\x12A\n" +
 	"\x0eCreateAtespace\x12\x1d.ate.v1.CreateAtespaceRequest\x1a\x10.ate.v1.Atespace\x12;\n" +
 	"\vGetAtespace\x12\x1a.ate.v1.GetAtespaceRequest\x1a\x10.ate.v1.Atespace\x12L\n" +
@@ -6364,7 +6671,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x12CreateIngressToken\x12!.ate.v1.CreateIngressTokenRequest\x1a\x14.ate.v1.IngressToken\x12X\n" +
 	"\x11ListIngressTokens\x12 .ate.v1.ListIngressTokensRequest\x1a!.ate.v1.ListIngressTokensResponse\x12[\n" +
 	"\x12DeleteIngressToken\x12!.ate.v1.DeleteIngressTokenRequest\x1a\".ate.v1.DeleteIngressTokenResponse\x12[\n" +
-	"\x12ReviewIngressToken\x12!.ate.v1.ReviewIngressTokenRequest\x1a\".ate.v1.ReviewIngressTokenResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\x12ReviewIngressToken\x12!.ate.v1.ReviewIngressTokenRequest\x1a\".ate.v1.ReviewIngressTokenResponse\x12J\n" +
+	"\x11CreateRoleBinding\x12 .ate.v1.CreateRoleBindingRequest\x1a\x13.ate.v1.RoleBinding\x12U\n" +
+	"\x10ListRoleBindings\x12\x1f.ate.v1.ListRoleBindingsRequest\x1a .ate.v1.ListRoleBindingsResponse\x12X\n" +
+	"\x11DeleteRoleBinding\x12 .ate.v1.DeleteRoleBindingRequest\x1a!.ate.v1.DeleteRoleBindingResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_control_proto_rawDescOnce sync.Once
@@ -6379,7 +6689,7 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_ate_v1_control_proto_goTypes = []any{
 	(ActorState)(0),                     // 0: ate.v1.ActorState
 	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
@@ -6475,29 +6785,35 @@ var file_ate_v1_control_proto_goTypes = []any{
 	(*DeleteIngressTokenResponse)(nil),  // 91: ate.v1.DeleteIngressTokenResponse
 	(*ReviewIngressTokenRequest)(nil),   // 92: ate.v1.ReviewIngressTokenRequest
 	(*ReviewIngressTokenResponse)(nil),  // 93: ate.v1.ReviewIngressTokenResponse
-	nil,                                 // 94: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 95: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 96: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 97: ate.v1.Actor.LabelsEntry
-	nil,                                 // 98: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 99: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 100: google.protobuf.Timestamp
+	(*RoleBinding)(nil),                 // 94: ate.v1.RoleBinding
+	(*CreateRoleBindingRequest)(nil),    // 95: ate.v1.CreateRoleBindingRequest
+	(*ListRoleBindingsRequest)(nil),     // 96: ate.v1.ListRoleBindingsRequest
+	(*ListRoleBindingsResponse)(nil),    // 97: ate.v1.ListRoleBindingsResponse
+	(*DeleteRoleBindingRequest)(nil),    // 98: ate.v1.DeleteRoleBindingRequest
+	(*DeleteRoleBindingResponse)(nil),   // 99: ate.v1.DeleteRoleBindingResponse
+	nil,                                 // 100: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 101: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 102: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 103: ate.v1.Actor.LabelsEntry
+	nil,                                 // 104: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 105: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 106: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	100, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	106, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
 	2,   // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	100, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	100, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	100, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	106, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	106, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	106, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
 	3,   // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	100, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	106, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
 	9,   // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	94,  // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	100, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
 	17,  // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
 	21,  // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
 	16,  // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
 	22,  // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	95,  // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	101, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
 	19,  // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
 	18,  // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
 	20,  // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
@@ -6511,123 +6827,132 @@ var file_ate_v1_control_proto_depIdxs = []int32{
 	29,  // 24: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
 	23,  // 25: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
 	31,  // 26: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	100, // 27: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	106, // 27: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
 	32,  // 28: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
 	32,  // 29: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
 	0,   // 30: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	96,  // 31: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	100, // 32: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	100, // 33: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	100, // 34: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	102, // 31: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	106, // 32: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	106, // 33: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	106, // 34: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
 	1,   // 35: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	97,  // 36: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	103, // 36: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
 	39,  // 37: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
 	39,  // 38: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	98,  // 39: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	104, // 39: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
 	1,   // 40: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
 	1,   // 41: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	100, // 42: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	106, // 42: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
 	51,  // 43: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	99,  // 44: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	105, // 44: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
 	54,  // 45: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	100, // 46: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	106, // 46: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	57,  // 47: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	100, // 48: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	106, // 48: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
 	64,  // 49: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	100, // 50: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	106, // 50: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
 	39,  // 51: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
 	71,  // 52: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	100, // 53: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	106, // 53: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
 	78,  // 54: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
 	77,  // 55: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
 	78,  // 56: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
 	81,  // 57: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
 	81,  // 58: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	100, // 59: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
+	106, // 59: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
 	86,  // 60: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
-	10,  // 61: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11,  // 62: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12,  // 63: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14,  // 64: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	33,  // 65: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	34,  // 66: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	35,  // 67: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	37,  // 68: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	40,  // 69: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	41,  // 70: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	42,  // 71: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	44,  // 72: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	45,  // 73: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	47,  // 74: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	48,  // 75: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	49,  // 76: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	50,  // 77: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	52,  // 78: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	55,  // 79: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	58,  // 80: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	59,  // 81: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	60,  // 82: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,   // 83: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,   // 84: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,   // 85: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	65,  // 86: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	66,  // 87: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	67,  // 88: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	69,  // 89: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	72,  // 90: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	74,  // 91: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	75,  // 92: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	79,  // 93: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	82,  // 94: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	84,  // 95: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	87,  // 96: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
-	88,  // 97: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
-	90,  // 98: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
-	92,  // 99: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
-	9,   // 100: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,   // 101: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13,  // 102: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15,  // 103: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	32,  // 104: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	32,  // 105: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	36,  // 106: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	38,  // 107: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	39,  // 108: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	39,  // 109: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	43,  // 110: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	39,  // 111: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	46,  // 112: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	39,  // 113: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	39,  // 114: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	39,  // 115: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	39,  // 116: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	53,  // 117: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	56,  // 118: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	62,  // 119: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	57,  // 120: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	61,  // 121: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,   // 122: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,   // 123: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,   // 124: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	64,  // 125: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	64,  // 126: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	68,  // 127: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	70,  // 128: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	73,  // 129: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	71,  // 130: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	76,  // 131: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	80,  // 132: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	83,  // 133: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	85,  // 134: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	86,  // 135: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
-	89,  // 136: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
-	91,  // 137: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
-	93,  // 138: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
-	100, // [100:139] is the sub-list for method output_type
-	61,  // [61:100] is the sub-list for method input_type
-	61,  // [61:61] is the sub-list for extension type_name
-	61,  // [61:61] is the sub-list for extension extendee
-	0,   // [0:61] is the sub-list for field type_name
+	106, // 61: ate.v1.RoleBinding.create_time:type_name -> google.protobuf.Timestamp
+	94,  // 62: ate.v1.CreateRoleBindingRequest.binding:type_name -> ate.v1.RoleBinding
+	94,  // 63: ate.v1.ListRoleBindingsResponse.bindings:type_name -> ate.v1.RoleBinding
+	10,  // 64: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	11,  // 65: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	12,  // 66: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	14,  // 67: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	33,  // 68: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	34,  // 69: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	35,  // 70: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	37,  // 71: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	40,  // 72: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	41,  // 73: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	42,  // 74: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	44,  // 75: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	45,  // 76: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	47,  // 77: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	48,  // 78: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	49,  // 79: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	50,  // 80: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	52,  // 81: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	55,  // 82: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	58,  // 83: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	59,  // 84: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	60,  // 85: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	4,   // 86: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	5,   // 87: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	7,   // 88: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	65,  // 89: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	66,  // 90: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	67,  // 91: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	69,  // 92: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	72,  // 93: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	74,  // 94: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	75,  // 95: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	79,  // 96: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	82,  // 97: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	84,  // 98: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	87,  // 99: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
+	88,  // 100: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
+	90,  // 101: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
+	92,  // 102: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
+	95,  // 103: ate.v1.Control.CreateRoleBinding:input_type -> ate.v1.CreateRoleBindingRequest
+	96,  // 104: ate.v1.Control.ListRoleBindings:input_type -> ate.v1.ListRoleBindingsRequest
+	98,  // 105: ate.v1.Control.DeleteRoleBinding:input_type -> ate.v1.DeleteRoleBindingRequest
+	9,   // 106: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	9,   // 107: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	13,  // 108: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	15,  // 109: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	32,  // 110: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	32,  // 111: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	36,  // 112: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	38,  // 113: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	39,  // 114: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	39,  // 115: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	43,  // 116: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	39,  // 117: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	46,  // 118: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	39,  // 119: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	39,  // 120: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	39,  // 121: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	39,  // 122: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	53,  // 123: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	56,  // 124: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	62,  // 125: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	57,  // 126: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	61,  // 127: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	3,   // 128: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	6,   // 129: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	8,   // 130: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	64,  // 131: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	64,  // 132: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	68,  // 133: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	70,  // 134: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	73,  // 135: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	71,  // 136: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	76,  // 137: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	80,  // 138: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	83,  // 139: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	85,  // 140: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	86,  // 141: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
+	89,  // 142: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
+	91,  // 143: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
+	93,  // 144: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
+	94,  // 145: ate.v1.Control.CreateRoleBinding:output_type -> ate.v1.RoleBinding
+	97,  // 146: ate.v1.Control.ListRoleBindings:output_type -> ate.v1.ListRoleBindingsResponse
+	99,  // 147: ate.v1.Control.DeleteRoleBinding:output_type -> ate.v1.DeleteRoleBindingResponse
+	106, // [106:148] is the sub-list for method output_type
+	64,  // [64:106] is the sub-list for method input_type
+	64,  // [64:64] is the sub-list for extension type_name
+	64,  // [64:64] is the sub-list for extension extendee
+	0,   // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -6657,7 +6982,7 @@ func file_ate_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   97,
+			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,6 +62,9 @@ const (
 	Control_ListIngressTokens_FullMethodName   = "/ate.v1.Control/ListIngressTokens"
 	Control_DeleteIngressToken_FullMethodName  = "/ate.v1.Control/DeleteIngressToken"
 	Control_ReviewIngressToken_FullMethodName  = "/ate.v1.Control/ReviewIngressToken"
+	Control_CreateRoleBinding_FullMethodName   = "/ate.v1.Control/CreateRoleBinding"
+	Control_ListRoleBindings_FullMethodName    = "/ate.v1.Control/ListRoleBindings"
+	Control_DeleteRoleBinding_FullMethodName   = "/ate.v1.Control/DeleteRoleBinding"
 )
 
 // ControlClient is the client API for Control service.
@@ -204,6 +207,17 @@ type ControlClient interface {
 	// that is not accepted is allowed=false, not an error; INVALID_ARGUMENT
 	// for a bad atespace name or an empty token.
 	ReviewIngressToken(ctx context.Context, in *ReviewIngressTokenRequest, opts ...grpc.CallOption) (*ReviewIngressTokenResponse, error)
+	// CreateRoleBinding grants a role (admin, editor, viewer) to users and
+	// groups in one atespace, or in every atespace for admin
+	// (docs/security.md). Admin only. INVALID_ARGUMENT for a bad name,
+	// role or atespace or no subjects; ALREADY_EXISTS for a name in use.
+	CreateRoleBinding(ctx context.Context, in *CreateRoleBindingRequest, opts ...grpc.CallOption) (*RoleBinding, error)
+	// ListRoleBindings lists the bindings kept by the API (not those of
+	// --authorization-policy-file nor the built-in one), by name. Admin only.
+	ListRoleBindings(ctx context.Context, in *ListRoleBindingsRequest, opts ...grpc.CallOption) (*ListRoleBindingsResponse, error)
+	// DeleteRoleBinding deletes a binding; NOT_FOUND when there is none.
+	// Admin only.
+	DeleteRoleBinding(ctx context.Context, in *DeleteRoleBindingRequest, opts ...grpc.CallOption) (*DeleteRoleBindingResponse, error)
 }
 
 type controlClient struct {
@@ -637,6 +651,36 @@ func (c *controlClient) ReviewIngressToken(ctx context.Context, in *ReviewIngres
 	return out, nil
 }
 
+func (c *controlClient) CreateRoleBinding(ctx context.Context, in *CreateRoleBindingRequest, opts ...grpc.CallOption) (*RoleBinding, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RoleBinding)
+	err := c.cc.Invoke(ctx, Control_CreateRoleBinding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListRoleBindings(ctx context.Context, in *ListRoleBindingsRequest, opts ...grpc.CallOption) (*ListRoleBindingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRoleBindingsResponse)
+	err := c.cc.Invoke(ctx, Control_ListRoleBindings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) DeleteRoleBinding(ctx context.Context, in *DeleteRoleBindingRequest, opts ...grpc.CallOption) (*DeleteRoleBindingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteRoleBindingResponse)
+	err := c.cc.Invoke(ctx, Control_DeleteRoleBinding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -777,6 +821,17 @@ type ControlServer interface {
 	// that is not accepted is allowed=false, not an error; INVALID_ARGUMENT
 	// for a bad atespace name or an empty token.
 	ReviewIngressToken(context.Context, *ReviewIngressTokenRequest) (*ReviewIngressTokenResponse, error)
+	// CreateRoleBinding grants a role (admin, editor, viewer) to users and
+	// groups in one atespace, or in every atespace for admin
+	// (docs/security.md). Admin only. INVALID_ARGUMENT for a bad name,
+	// role or atespace or no subjects; ALREADY_EXISTS for a name in use.
+	CreateRoleBinding(context.Context, *CreateRoleBindingRequest) (*RoleBinding, error)
+	// ListRoleBindings lists the bindings kept by the API (not those of
+	// --authorization-policy-file nor the built-in one), by name. Admin only.
+	ListRoleBindings(context.Context, *ListRoleBindingsRequest) (*ListRoleBindingsResponse, error)
+	// DeleteRoleBinding deletes a binding; NOT_FOUND when there is none.
+	// Admin only.
+	DeleteRoleBinding(context.Context, *DeleteRoleBindingRequest) (*DeleteRoleBindingResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -903,6 +958,15 @@ func (UnimplementedControlServer) DeleteIngressToken(context.Context, *DeleteIng
 }
 func (UnimplementedControlServer) ReviewIngressToken(context.Context, *ReviewIngressTokenRequest) (*ReviewIngressTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReviewIngressToken not implemented")
+}
+func (UnimplementedControlServer) CreateRoleBinding(context.Context, *CreateRoleBindingRequest) (*RoleBinding, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateRoleBinding not implemented")
+}
+func (UnimplementedControlServer) ListRoleBindings(context.Context, *ListRoleBindingsRequest) (*ListRoleBindingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRoleBindings not implemented")
+}
+func (UnimplementedControlServer) DeleteRoleBinding(context.Context, *DeleteRoleBindingRequest) (*DeleteRoleBindingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteRoleBinding not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -1584,6 +1648,60 @@ func _Control_ReviewIngressToken_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_CreateRoleBinding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateRoleBindingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CreateRoleBinding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CreateRoleBinding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CreateRoleBinding(ctx, req.(*CreateRoleBindingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListRoleBindings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRoleBindingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListRoleBindings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListRoleBindings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListRoleBindings(ctx, req.(*ListRoleBindingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_DeleteRoleBinding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRoleBindingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).DeleteRoleBinding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_DeleteRoleBinding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).DeleteRoleBinding(ctx, req.(*DeleteRoleBindingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1726,6 +1844,18 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReviewIngressToken",
 			Handler:    _Control_ReviewIngressToken_Handler,
+		},
+		{
+			MethodName: "CreateRoleBinding",
+			Handler:    _Control_CreateRoleBinding_Handler,
+		},
+		{
+			MethodName: "ListRoleBindings",
+			Handler:    _Control_ListRoleBindings_Handler,
+		},
+		{
+			MethodName: "DeleteRoleBinding",
+			Handler:    _Control_DeleteRoleBinding_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -48,6 +48,8 @@ var (
 	bTags = []byte("tags")
 	// bIngressTokens holds ingress tokens by "<atespace>/<name>".
 	bIngressTokens = []byte("ingressTokens")
+	// bRoleBindings holds role bindings by name.
+	bRoleBindings = []byte("roleBindings")
 
 	kLeaseToken = []byte("leaseToken")
 )
@@ -69,7 +71,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bSigningKeys, bIngressTokens} {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bSigningKeys, bIngressTokens, bRoleBindings} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeysConcurrent", testSigningKeysConcurrent},
 		{"IngressTokens", testIngressTokens},
+		{"RoleBindings", testRoleBindings},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

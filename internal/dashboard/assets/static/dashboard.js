@@ -25,6 +25,11 @@
     }
     return fetch("content", { cache: "no-store", credentials: "same-origin" })
       .then(function (resp) {
+        if (resp.status === 401) {
+          // The token expired or was revoked: back to the sign-in form.
+          window.location.assign("login");
+          throw new Error("signed out");
+        }
         if (!resp.ok) {
           throw new Error("HTTP " + resp.status);
         }

@@ -1,0 +1,103 @@
+package up
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc"
+
+	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/store"
+)
+
+// AuthConfig is the API server's authentication and authorisation
+// (docs/security.md, Authentication and authorisation): kube-apiserver's
+// flag names.
+type AuthConfig struct {
+	// TokenAuthFile is a static token CSV (auth.ReadTokenFile).
+	TokenAuthFile string
+	// OIDC verifies JWTs when IssuerURL is set.
+	OIDC auth.OIDCConfig
+	// PolicyFile is a YAML list of role bindings (auth.ReadPolicyFile).
+	PolicyFile string
+	// TrustDomain of component identities (default auth.DefaultTrustDomain).
+	TrustDomain string
+	// Insecure: the API listens without TLS on a network the operator
+	// trusts. Only then may it run with no authenticator at all, and
+	// then it checks nothing: every caller may do everything.
+	Insecure bool
+	// extra are static tokens the wiring adds (ate up's admin token and
+	// its in-process router's token).
+	extra []auth.StaticToken
+}
+
+// configured reports whether any authenticator is configured.
+func (c AuthConfig) configured() bool {
+	return c.TokenAuthFile != "" || c.OIDC.IssuerURL != "" || len(c.extra) > 0
+}
+
+// newAuthorizer builds the API server's interceptors' authorizer over the
+// bindings in st; nil (no checks) only for an insecure server with no
+// authenticator, which is logged.
+func newAuthorizer(c AuthConfig, st store.Store, log *slog.Logger) (*auth.Authorizer, error) {
+	log = orDiscard(log)
+	if !c.configured() {
+		if !c.Insecure {
+			return nil, fmt.Errorf("%w: pass --token-auth-file or --oidc-issuer-url (docs/security.md), or --insecure to run without authentication on a network you trust", auth.ErrNoAuthenticator)
+		}
+		log.Warn("API authentication is off (--insecure and no --token-auth-file or --oidc-issuer-url): anyone who reaches the API port may do anything")
+		return nil, nil
+	}
+	tokens := append([]auth.StaticToken(nil), c.extra...)
+	if c.TokenAuthFile != "" {
+		fromFile, err := auth.ReadTokenFile(c.TokenAuthFile)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, fromFile...)
+	}
+	var chain auth.Chain
+	if len(tokens) > 0 {
+		s, err := auth.NewStatic(tokens)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, s)
+	}
+	if c.OIDC.IssuerURL != "" {
+		o, err := auth.NewOIDC(c.OIDC)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, o)
+	}
+	var file []*store.RoleBinding
+	if c.PolicyFile != "" {
+		var err error
+		if file, err = auth.ReadPolicyFile(c.PolicyFile); err != nil {
+			return nil, err
+		}
+	}
+	if chain == nil {
+		return nil, errors.New("no authenticator")
+	}
+	return &auth.Authorizer{Authn: chain, Policy: auth.NewPolicy(file, st), TrustDomain: c.TrustDomain,
+		AlarmAtespace: apiserver.AlarmAtespace(st), Log: log}, nil
+}
+
+// authServerOptions are the interceptors of a (nil: none).
+func authServerOptions(a *auth.Authorizer) []grpc.ServerOption {
+	if a == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor())}
+}
+
+// wireBindings makes api's role binding changes apply at once.
+func wireBindings(api *apiserver.Server, a *auth.Authorizer) {
+	if a != nil {
+		api.SetBindingsChanged(a.Policy.Invalidate)
+	}
+}

@@ -59,7 +59,9 @@ func TestServiceAccountTokens(t *testing.T) {
 	anonCfg := tlsCfg.Clone()
 	anonCfg.Certificates, anonCfg.GetClientCertificate = nil, nil
 	anon := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: anonCfg,
-		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, host.Host) }}}
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, host.Host)
+		}}}
 	if resp, err := anon.Get(env.Config.Host + "/.well-known/openid-configuration"); err != nil {
 		t.Fatal(err)
 	} else {

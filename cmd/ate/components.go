@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -178,7 +179,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.Workers.ServiceAccount, "worker-service-account", controller.DefaultWorkerServiceAccount, "ServiceAccount of worker Pods whose WorkerPool names none (it needs the k8s:/// resolver's permissions when --worker-api is k8s:///)")
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
 			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this or --worker-cert-issuer is required)")
-			f.StringVar(&cfg.Workers.TrustDomain, "worker-trust-domain", "", "worker Pods' ate node --trust-domain (default: ate node's); give it the controller's --trust-domain")
+			f.StringVar(&cfg.Workers.TrustDomain, "worker-trust-domain", "", "worker Pods' ate node --trust-domain (default: this controller's --trust-domain)")
 			f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 			f.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace's WorkerPools and Pods (default all)")
 			f.BoolVar(&cfg.LeaderElect, "leader-elect", true, "elect one active replica through a Lease named ate-controller; the others stand by")
@@ -198,7 +199,9 @@ func runController(ctx context.Context, cfg controller.Config) error {
 	if cfg.Transport, err = cfg.TLS.Load(ctx, auth.ComponentController, cfg.Logger); err != nil {
 		return err
 	}
-	cfg.Workers.TrustDomain = cfg.TLS.TrustDomain
+	// Worker Pods' nodes talk to the same API server, so they share the
+	// controller's trust domain unless --worker-trust-domain says otherwise.
+	cfg.Workers.TrustDomain = cmp.Or(cfg.Workers.TrustDomain, cfg.TLS.TrustDomain)
 	c, err := controller.New(cfg)
 	if err != nil {
 		return err

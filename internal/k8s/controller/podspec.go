@@ -78,15 +78,32 @@ type WorkerSettings struct {
 }
 
 // validateTLS says what to pass when w has neither or both of CertIssuer
-// and Insecure (the controller flags' names, as the user sets them).
+// and Insecure, or a CertIssuer that is not [Issuer/|ClusterIssuer/]NAME
+// (the controller flags' names, as the user sets them). A bad issuer
+// caught here is a refusal to start, not worker Pods stuck mounting a
+// volume the csi-driver cannot fill.
 func (w WorkerSettings) validateTLS() error {
 	switch {
 	case w.CertIssuer != "" && w.Insecure:
 		return errors.New("controller: --worker-cert-issuer and --worker-insecure exclude each other")
 	case w.CertIssuer == "" && !w.Insecure:
 		return errors.New("controller: worker Pods need TLS: pass --worker-cert-issuer Issuer/NAME or ClusterIssuer/NAME (cert-manager's csi-driver mounts each Pod its own node certificate) or --worker-insecure for plaintext")
+	case w.CertIssuer != "":
+		if kind, name := issuerRef(w.CertIssuer); kind != "Issuer" && kind != "ClusterIssuer" || name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("controller: --worker-cert-issuer %q: want Issuer/NAME or ClusterIssuer/NAME (cert-manager.io issuers)", w.CertIssuer)
+		}
 	}
 	return nil
+}
+
+// issuerRef splits CertIssuer into the issuer's kind and name; a bare
+// name is an Issuer's (in the worker Pod's namespace).
+func issuerRef(s string) (kind, name string) {
+	kind, name, ok := strings.Cut(s, "/")
+	if !ok {
+		return "Issuer", s
+	}
+	return kind, name
 }
 
 // tlsDir is where a worker Pod's certificate is mounted.
@@ -98,10 +115,7 @@ func tlsArgsAndVolume(w WorkerSettings) ([]string, *corev1.Volume) {
 	if w.CertIssuer == "" {
 		return []string{"--insecure"}, nil
 	}
-	kind, name, ok := strings.Cut(w.CertIssuer, "/")
-	if !ok {
-		kind, name = "Issuer", w.CertIssuer
-	}
+	kind, name := issuerRef(w.CertIssuer)
 	td := cmp.Or(w.TrustDomain, auth.DefaultTrustDomain)
 	return []string{"--tls-dir=" + tlsDir, "--trust-domain=" + td}, &corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
 		CSI: &corev1.CSIVolumeSource{Driver: "csi.cert-manager.io", ReadOnly: ptr.To(true), VolumeAttributes: map[string]string{

@@ -179,26 +179,127 @@ func TestNodeSelectorArch(t *testing.T) {
 	}
 }
 
-// TestWorkerTLS: without an issuer worker Pods run plaintext; with one,
-// cert-manager's csi-driver mounts each Pod a node certificate naming
-// the Pod (its node name), which ate node reads as --tls-dir.
+// TestWorkerTLS: the controller refuses worker settings with neither or
+// both of an issuer and plaintext, or an issuer cert-manager cannot
+// resolve, naming the flags to pass; with --worker-insecure worker Pods
+// run ate node --insecure and mount nothing; with an issuer, cert-manager's
+// csi-driver mounts each Pod its own node certificate, whose URI SAN names
+// the Pod (its node name, which the API server binds the certificate to),
+// read-only at ate node's --tls-dir, in the trust domain given (default
+// auth.DefaultTrustDomain).
 func TestWorkerTLS(t *testing.T) {
-	if args, vol := tlsArgsAndVolume(WorkerSettings{}); !reflect.DeepEqual(args, []string{"--insecure"}) || vol != nil {
-		t.Errorf("no issuer: %q, %+v", args, vol)
+	tests := []struct {
+		name    string
+		w       WorkerSettings
+		wantErr string // in validateTLS's error; "" for valid
+		// Valid settings: ate node's TLS flags, and the csi volume's
+		// issuer kind, name and URI SAN ("" kind: no volume).
+		args                 []string
+		kind, issuer, uriSAN string
+	}{
+		{name: "neither", w: WorkerSettings{}, wantErr: "pass --worker-cert-issuer Issuer/NAME or ClusterIssuer/NAME"},
+		{name: "neither, trust domain only", w: WorkerSettings{TrustDomain: "prod.example"}, wantErr: "or --worker-insecure for plaintext"},
+		{name: "both", w: WorkerSettings{CertIssuer: "Issuer/ate-ca", Insecure: true}, wantErr: "--worker-cert-issuer and --worker-insecure exclude each other"},
+		{name: "unknown kind", w: WorkerSettings{CertIssuer: "Certificate/ate-ca"}, wantErr: `--worker-cert-issuer "Certificate/ate-ca": want Issuer/NAME or ClusterIssuer/NAME`},
+		{name: "kind in lower case", w: WorkerSettings{CertIssuer: "clusterissuer/ate-ca"}, wantErr: "want Issuer/NAME or ClusterIssuer/NAME"},
+		{name: "no name", w: WorkerSettings{CertIssuer: "ClusterIssuer/"}, wantErr: "want Issuer/NAME or ClusterIssuer/NAME"},
+		{name: "two slashes", w: WorkerSettings{CertIssuer: "Issuer/ns/ate-ca"}, wantErr: "want Issuer/NAME or ClusterIssuer/NAME"},
+		{name: "insecure", w: WorkerSettings{Insecure: true}, args: []string{"--insecure"}},
+		{name: "insecure ignores the trust domain", w: WorkerSettings{Insecure: true, TrustDomain: "prod.example"}, args: []string{"--insecure"}},
+		{
+			name: "cluster issuer", w: WorkerSettings{CertIssuer: "ClusterIssuer/ate-ca", TrustDomain: "prod.example"},
+			args: []string{"--tls-dir=/etc/ate/tls", "--trust-domain=prod.example"},
+			kind: "ClusterIssuer", issuer: "ate-ca", uriSAN: "spiffe://prod.example/ate/node/${POD_NAME}",
+		},
+		{
+			name: "issuer, default trust domain", w: WorkerSettings{CertIssuer: "Issuer/ate-ca"},
+			args: []string{"--tls-dir=/etc/ate/tls", "--trust-domain=ate.local"},
+			kind: "Issuer", issuer: "ate-ca", uriSAN: "spiffe://ate.local/ate/node/${POD_NAME}",
+		},
+		{
+			name: "bare name is an Issuer", w: WorkerSettings{CertIssuer: "ate-ca", TrustDomain: "ate.local"},
+			args: []string{"--tls-dir=/etc/ate/tls", "--trust-domain=ate.local"},
+			kind: "Issuer", issuer: "ate-ca", uriSAN: "spiffe://ate.local/ate/node/${POD_NAME}",
+		},
 	}
-	args, vol := tlsArgsAndVolume(WorkerSettings{CertIssuer: "ClusterIssuer/ate-ca", TrustDomain: "prod.example"})
-	if !reflect.DeepEqual(args, []string{"--tls-dir=/etc/ate/tls", "--trust-domain=prod.example"}) {
-		t.Errorf("args %q", args)
-	}
-	a := vol.CSI.VolumeAttributes
-	if vol.CSI.Driver != "csi.cert-manager.io" || a["csi.cert-manager.io/issuer-kind"] != "ClusterIssuer" || a["csi.cert-manager.io/issuer-name"] != "ate-ca" ||
-		a["csi.cert-manager.io/uri-sans"] != "spiffe://prod.example/ate/node/${POD_NAME}" {
-		t.Errorf("volume %+v", vol.CSI)
-	}
-	d := workerDeployment(&atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n"}}, WorkerSettings{API: "a:1", CertIssuer: "ate-ca"}, nil)
-	p := d.Spec.Template.Spec
-	if len(p.Volumes) != 2 || p.Volumes[1].CSI.VolumeAttributes["csi.cert-manager.io/issuer-kind"] != "Issuer" ||
-		p.Containers[0].VolumeMounts[1].MountPath != "/etc/ate/tls" || !p.Containers[0].VolumeMounts[1].ReadOnly {
-		t.Errorf("volumes %+v mounts %+v", p.Volumes, p.Containers[0].VolumeMounts)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.w.validateTLS()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("validateTLS = %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("validateTLS = %v", err)
+			}
+			// As the controller renders it: in the Deployment's node
+			// container and Pod volumes.
+			w := tc.w
+			w.API, w.Image = "a:1", "ate"
+			d := workerDeployment(&atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n"}}, w, nil)
+			p := d.Spec.Template.Spec
+			c := p.Containers[0]
+			var got []string
+			for _, a := range c.Args {
+				if a == "--insecure" || strings.HasPrefix(a, "--tls-dir") || strings.HasPrefix(a, "--trust-domain") {
+					got = append(got, a)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.args) {
+				t.Errorf("TLS args %q, want %q", got, tc.args)
+			}
+			var vol *corev1.Volume
+			for i := range p.Volumes {
+				if p.Volumes[i].CSI != nil {
+					vol = &p.Volumes[i]
+				}
+			}
+			var mount *corev1.VolumeMount
+			for i := range c.VolumeMounts {
+				if vol != nil && c.VolumeMounts[i].Name == vol.Name {
+					mount = &c.VolumeMounts[i]
+				}
+			}
+			if tc.kind == "" {
+				if vol != nil || len(p.Volumes) != 1 {
+					t.Errorf("plaintext, yet volumes %+v", p.Volumes)
+				}
+				return
+			}
+			if vol == nil || mount == nil {
+				t.Fatalf("no csi volume mounted: volumes %+v mounts %+v", p.Volumes, c.VolumeMounts)
+			}
+			if mount.MountPath != "/etc/ate/tls" || !mount.ReadOnly || mount.SubPath != "" {
+				t.Errorf("mount %+v: want /etc/ate/tls, read-only, whole (ate node's --tls-dir)", mount)
+			}
+			a := vol.CSI.VolumeAttributes
+			if vol.CSI.Driver != "csi.cert-manager.io" || !ptr.Deref(vol.CSI.ReadOnly, false) {
+				t.Errorf("volume %+v: want read-only csi.cert-manager.io", vol.CSI)
+			}
+			want := map[string]string{
+				"csi.cert-manager.io/issuer-kind": tc.kind,
+				"csi.cert-manager.io/issuer-name": tc.issuer,
+				"csi.cert-manager.io/uri-sans":    tc.uriSAN,
+			}
+			for k, v := range want {
+				if a[k] != v {
+					t.Errorf("attribute %s = %q, want %q", k, a[k], v)
+				}
+			}
+			// A node is a server (agent, tunnel) and a client (of the API
+			// server), like every component.
+			for _, use := range []string{"server auth", "client auth"} {
+				if !strings.Contains(a["csi.cert-manager.io/key-usages"], use) {
+					t.Errorf("key usages %q lack %q", a["csi.cert-manager.io/key-usages"], use)
+				}
+			}
+			// $(POD_NAME) in the args and ${POD_NAME} in the SAN are the
+			// same name: the node's --name is its certificate's.
+			if !slices.Contains(c.Args, "--name=$(POD_NAME)") {
+				t.Errorf("args %q: the node is not named after its Pod", c.Args)
+			}
+		})
 	}
 }

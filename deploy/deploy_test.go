@@ -558,6 +558,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		})
 	}
 
+	t.Run("workers", func(t *testing.T) { testWorkerDeployments(t, c) })
 	t.Run("notes", func(t *testing.T) { testNotes(t, env.Kubeconfig) })
 	t.Run("oidc-discovery", func(t *testing.T) { testIssuerDiscovery(t, env) })
 	t.Run("cel", func(t *testing.T) { testValidation(t, c, baseObjs) })

@@ -2,11 +2,13 @@ package deploy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"net/url"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -22,7 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/k8s/k8stest"
+	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
 // tlsMode is how a rendering gives components their certificates: as the
@@ -37,20 +41,27 @@ const (
 
 // tlsModes is what each component rendering promises (docs/kubernetes.md,
 // Security): the base mounts existing Secrets, production has
-// cert-manager make them, dev runs plaintext.
+// cert-manager make them, dev runs plaintext. workerIssuer is the
+// controller's --worker-cert-issuer (empty: --worker-insecure): the
+// cert-manager issuer whose csi-driver gives each worker Pod its own node
+// certificate; issuerRendered says whether the rendering defines it (the
+// base leaves it to the user, like its Secrets; a ClusterIssuer the
+// values name is the user's).
 var tlsModes = map[string]struct {
-	mode        tlsMode
-	trustDomain string
+	mode           tlsMode
+	trustDomain    string
+	workerIssuer   string
+	issuerRendered bool
 }{
-	base.name:              {modeSecret, auth.DefaultTrustDomain},
-	production.name:        {modeCertManager, auth.DefaultTrustDomain},
-	dev.name:               {modeNone, ""},
-	helmChart.name:         {modeCertManager, auth.DefaultTrustDomain},
-	helmCustom.name:        {modeCertManager, auth.DefaultTrustDomain},
-	helmMinimal.name:       {modeCertManager, auth.DefaultTrustDomain},
-	helmSecret.name:        {modeSecret, "prod.example"},
-	helmInsecure.name:      {modeNone, ""},
-	helmClusterIssuer.name: {modeCertManager, auth.DefaultTrustDomain},
+	base.name:              {modeSecret, auth.DefaultTrustDomain, "Issuer/ate-ca", false},
+	production.name:        {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
+	dev.name:               {modeNone, "", "", false},
+	helmChart.name:         {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
+	helmCustom.name:        {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
+	helmMinimal.name:       {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
+	helmSecret.name:        {modeSecret, "prod.example", "Issuer/ate-ca", true},
+	helmInsecure.name:      {modeNone, "", "", false},
+	helmClusterIssuer.name: {modeCertManager, auth.DefaultTrustDomain, "ClusterIssuer/corp-ca", false},
 }
 
 // argValue returns the value of --name=value in args, and whether a
@@ -181,28 +192,32 @@ func TestTLS(t *testing.T) {
 				}
 			}
 			ctl := deployment(t, objs, "ate-controller").Spec.Template.Spec.Containers[0]
-			_, workerInsecure := argValue(ctl.Args, "worker-insecure")
-			workerSecret, hasWorkerSecret := argValue(ctl.Args, "worker-tls-secret")
-			workerTD, _ := argValue(ctl.Args, "worker-trust-domain")
+			w := workerSettings(ctl.Args)
+			if _, ok := argValue(ctl.Args, "worker-tls-secret"); ok {
+				t.Errorf("controller args %q: --worker-tls-secret is gone (one Secret cannot name every worker Pod's node)", ctl.Args)
+			}
 			switch {
-			case want.mode == modeNone && (!workerInsecure || hasWorkerSecret):
+			case want.mode == modeNone && (!w.Insecure || w.CertIssuer != ""):
 				t.Errorf("controller args %q: plaintext rendering, want --worker-insecure only", ctl.Args)
-			case want.mode != modeNone && (workerInsecure || workerSecret != "ate-worker-tls" || workerTD != want.trustDomain):
-				t.Errorf("controller args %q: want --worker-tls-secret=ate-worker-tls --worker-trust-domain=%s", ctl.Args, want.trustDomain)
+			case want.mode != modeNone && (w.Insecure || w.CertIssuer != want.workerIssuer || w.TrustDomain != want.trustDomain):
+				t.Errorf("controller args %q: worker settings %+v, want --worker-cert-issuer=%s in trust domain %s and no --worker-insecure",
+					ctl.Args, w, want.workerIssuer, want.trustDomain)
 			}
 			checkCertManager(t, r, want.mode, want.trustDomain, objs)
+			checkWorkerIssuer(t, want.workerIssuer, want.issuerRendered, objs)
 		})
 	}
 }
 
-// checkCertManager: with cert-manager, each component's Secret (the
-// worker Pods' ate-worker-tls too) is a Certificate's, whose one URI SAN
+// checkCertManager: with cert-manager, each component's Secret is a
+// Certificate's (worker Pods' certificates are none: checkWorkerIssuer), whose one URI SAN
 // is that component's SPIFFE ID in the trust domain (parsed by the code
 // that reads it, auth.ParseIdentityURI); leaves are client and server
 // certificates, short-lived and renewed with a new key; the API server's
 // names cover what clients dial; every issuerRef resolves. Without
 // cert-manager nothing of cert-manager.io is rendered (it may not be
-// installed).
+// installed); with Secrets of the user's, at most the worker Pods' CA
+// Issuer.
 func checkCertManager(t *testing.T, r rendering, mode tlsMode, trustDomain string, objs []*unstructured.Unstructured) {
 	t.Helper()
 	var cm []*unstructured.Unstructured
@@ -214,9 +229,20 @@ func checkCertManager(t *testing.T, r rendering, mode tlsMode, trustDomain strin
 			cm = append(cm, o)
 		}
 	}
-	if mode != modeCertManager {
+	switch mode {
+	case modeNone:
 		for _, o := range cm {
 			t.Errorf("tls mode %s, yet renders %s %s", mode, o.GetKind(), o.GetName())
+		}
+		return
+	case modeSecret:
+		// The components' Secrets are the user's: no Certificate, no CA
+		// made by cert-manager; at most the CA Issuer over the user's CA
+		// that signs worker Pods' certificates (checkWorkerIssuer).
+		for _, o := range cm {
+			if ca, _, _ := unstructured.NestedString(o.Object, "spec", "ca", "secretName"); o.GetKind() != "Issuer" || ca == "" {
+				t.Errorf("tls mode %s, yet renders %s %s (only a CA Issuer for worker Pods belongs)", mode, o.GetKind(), o.GetName())
+			}
 		}
 		return
 	}
@@ -276,11 +302,10 @@ func checkCertManager(t *testing.T, r rendering, mode tlsMode, trustDomain strin
 			t.Errorf("renders an Issuer, though told to use ClusterIssuer corp-ca")
 		}
 	}
-	leaves := append(slices.Clone(tlsComponents), struct {
-		deployment, secret string
-		component          auth.Component
-	}{"worker Pods", "ate-worker-tls", auth.ComponentNode})
-	for _, l := range leaves {
+	if c, ok := certs["ate-worker-tls"]; ok {
+		t.Errorf("a Certificate makes Secret ate-worker-tls (%v): worker Pods' certificates are the csi-driver's, one per Pod", c.Spec.URIs)
+	}
+	for _, l := range tlsComponents {
 		c, ok := certs[l.secret]
 		if !ok {
 			t.Errorf("%s: no Certificate makes Secret %s", l.deployment, l.secret)
@@ -325,6 +350,122 @@ func checkCertManager(t *testing.T, r rendering, mode tlsMode, trustDomain strin
 				t.Errorf("API server certificate names %q, lacks %s", c.Spec.DNSNames, n)
 			}
 		}
+	}
+}
+
+// workerSettings are the worker Pods' settings that the controller's
+// args give, by the flags of `ate controller` (cmd/ate's
+// TestManifestArgsParse parses them with the real flag set); the worker
+// trust domain defaults to the controller's --trust-domain, as `ate
+// controller` does, and matters only with TLS.
+func workerSettings(args []string) controller.WorkerSettings {
+	var w controller.WorkerSettings
+	w.API, _ = argValue(args, "worker-api")
+	w.Image, _ = argValue(args, "worker-image")
+	w.Snapshots, _ = argValue(args, "worker-snapshots")
+	w.EnvSecret, _ = argValue(args, "worker-env-secret")
+	sa, _ := argValue(args, "worker-service-account")
+	w.ServiceAccount = cmp.Or(sa, controller.DefaultWorkerServiceAccount)
+	w.CertIssuer, _ = argValue(args, "worker-cert-issuer")
+	_, w.Insecure = argValue(args, "worker-insecure")
+	if !w.Insecure {
+		td, _ := argValue(args, "worker-trust-domain")
+		ctl, _ := argValue(args, "trust-domain")
+		w.TrustDomain = cmp.Or(td, ctl, auth.DefaultTrustDomain)
+	}
+	return w
+}
+
+// checkWorkerIssuer: the issuer the controller names for worker Pods'
+// certificates (want, "Kind/name"; "" for plaintext) is rendered when the
+// rendering promises it, as a CA issuer that also signs every component
+// Certificate (one CA, so nodes and components trust each other) and, as
+// an Issuer, in the namespace of every rendered WorkerPool (an Issuer
+// signs only for its own namespace's Pods); else it is the user's and not
+// rendered.
+func checkWorkerIssuer(t *testing.T, want string, rendered bool, objs []*unstructured.Unstructured) {
+	t.Helper()
+	if want == "" {
+		return
+	}
+	kind, name, _ := strings.Cut(want, "/")
+	iss := find(objs, kind, name)
+	if !rendered {
+		if iss != nil {
+			t.Errorf("worker issuer %s rendered, though it is the user's", want)
+		}
+		return
+	}
+	if iss == nil || iss.GetAPIVersion() != "cert-manager.io/v1" {
+		t.Fatalf("the controller's --worker-cert-issuer=%s is not rendered", want)
+	}
+	if ca, _, _ := unstructured.NestedString(iss.Object, "spec", "ca", "secretName"); ca == "" {
+		t.Errorf("worker issuer %s is no CA issuer: %v", want, iss.Object["spec"])
+	}
+	if kind == "Issuer" {
+		for _, p := range ofKind(objs, "WorkerPool") {
+			if p.GetNamespace() != iss.GetNamespace() {
+				t.Errorf("WorkerPool %s/%s: its Pods' Issuer %s is in namespace %s", p.GetNamespace(), p.GetName(), name, iss.GetNamespace())
+			}
+		}
+	}
+	for _, c := range ofKind(objs, "Certificate") {
+		if isCA, _, _ := unstructured.NestedBool(c.Object, "spec", "isCA"); isCA {
+			continue
+		}
+		k, _, _ := unstructured.NestedString(c.Object, "spec", "issuerRef", "kind")
+		n, _, _ := unstructured.NestedString(c.Object, "spec", "issuerRef", "name")
+		if k+"/"+n != want {
+			t.Errorf("Certificate %s issued by %s/%s, worker Pods' by %s: two CAs", c.GetName(), k, n, want)
+		}
+	}
+}
+
+// testWorkerDeployments applies (server-side, dry-run) the Deployment the
+// controller makes for each rendering's example WorkerPool, with the
+// worker settings of the rendering's controller args: the worker Pods'
+// TLS (cert-manager's csi-driver volume, or plaintext) as rendered is
+// what the kube-apiserver accepts.
+func testWorkerDeployments(t *testing.T, c client.Client) {
+	for _, r := range componentRenderings {
+		objs := r.render(t)
+		pools := ofKind(objs, "WorkerPool")
+		if len(pools) == 0 {
+			continue // workerPool.enabled=false: nothing the controller renders
+		}
+		t.Run(r.name, func(t *testing.T) {
+			ctl := deployment(t, objs, "ate-controller").Spec.Template.Spec.Containers[0]
+			w := workerSettings(ctl.Args)
+			// Without --worker-image the controller runs its own.
+			w.Image = cmp.Or(w.Image, ctl.Image)
+			var sc *atek8s.SandboxConfig
+			if o := ofKind(objs, "SandboxConfig"); len(o) > 0 {
+				sc = typed[atek8s.SandboxConfig](t, o[0])
+			}
+			for _, p := range pools {
+				pool := typed[atek8s.WorkerPool](t, p)
+				pool.UID = "3f1c2a5e-0000-4000-8000-000000000001" // owner references need one
+				d := controller.WorkerDeployment(pool, w, sc)
+				var csi []string
+				for _, v := range d.Spec.Template.Spec.Volumes {
+					if v.CSI != nil {
+						csi = append(csi, v.CSI.Driver+" "+v.CSI.VolumeAttributes["csi.cert-manager.io/issuer-kind"]+"/"+v.CSI.VolumeAttributes["csi.cert-manager.io/issuer-name"])
+					}
+				}
+				if want := "csi.cert-manager.io " + w.CertIssuer; w.CertIssuer != "" && !reflect.DeepEqual(csi, []string{want}) || w.CertIssuer == "" && len(csi) > 0 {
+					t.Errorf("worker Pods of %s: csi volumes %q with --worker-cert-issuer=%q", pool.Name, csi, w.CertIssuer)
+				}
+				u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = c.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
+					client.DryRunAll, client.ForceOwnership, client.FieldOwner(controller.FieldManager))
+				if err != nil {
+					t.Errorf("worker Deployment of pool %s/%s refused: %v", pool.Namespace, pool.Name, err)
+				}
+			}
+		})
 	}
 }
 
@@ -452,15 +593,22 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-// TestHelmTLSModes: an unknown tls.mode fails rendering with a message
-// naming the choices.
+// TestHelmTLSModes: an unknown tls.mode, or an issuer kind cert-manager's
+// csi-driver cannot be asked for (the controller would refuse it too),
+// fails rendering with a message naming the choices.
 func TestHelmTLSModes(t *testing.T) {
 	helm := tool(t, "helm")
-	var stderr bytes.Buffer
-	cmd := exec.Command(helm, "template", "substrate", filepath.Join(dir(), "helm", "substrate"), "--namespace", namespace, "--set", "tls.mode=tls")
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), `tls.mode "tls": want certManager, secret or none`) {
-		t.Errorf("tls.mode=tls: %v, stderr %q; want a refusal naming the modes", err, stderr.String())
+	for _, tc := range []struct{ set, want string }{
+		{"tls.mode=tls", `tls.mode "tls": want certManager, secret or none`},
+		{"tls.certManager.issuer.kind=Certificate", `tls.certManager.issuer.kind "Certificate": want Issuer or ClusterIssuer`},
+		{"tls.mode=secret,tls.certManager.issuer.name=", "tls.certManager.issuer.name is required"},
+	} {
+		var stderr bytes.Buffer
+		cmd := exec.Command(helm, "template", "substrate", filepath.Join(dir(), "helm", "substrate"), "--namespace", namespace, "--set", tc.set)
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: %v, stderr %q; want a refusal with %q", tc.set, err, stderr.String(), tc.want)
+		}
 	}
 }
 
@@ -474,8 +622,10 @@ func testNotes(t *testing.T, kubeconfig string) {
 		want []string
 	}{
 		{"none", []string{"WARNING: tls.mode=none", "PLAINTEXT and UNAUTHENTICATED"}},
-		{"secret", []string{"ate certs issue", "ate-worker-tls"}},
-		{"certManager", []string{"kubectl -n ate-system get certificates", "Limitation: worker Pods share one node certificate"}},
+		{"secret", []string{"ate certs issue", "ate-apiserver-tls ate-router-tls ate-controller-tls",
+			"csi.cert-manager.io", "Issuer ate-ca", "kubectl -n ate-system create secret tls ate-ca --cert=ca/ca.crt --key=ca/ca.key"}},
+		{"certManager", []string{"kubectl -n ate-system get certificates", "csi.cert-manager.io", "Issuer ate-ca",
+			"needs Issuer ate-ca there too"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			out := string(run(t, helm, "install", "substrate", filepath.Join(dir(), "helm", "substrate"), "--kubeconfig", kubeconfig,
@@ -492,6 +642,10 @@ func testNotes(t *testing.T, kubeconfig string) {
 			}
 			if tc.mode != "none" && strings.Contains(notes, "WARNING") {
 				t.Errorf("NOTES warn of plaintext in mode %s:\n%s", tc.mode, notes)
+			}
+			// Worker Pods' certificates are per Pod: no shared Secret.
+			if strings.Contains(notes, "ate-worker-tls") || tc.mode == "none" && strings.Contains(notes, "csi.cert-manager.io") {
+				t.Errorf("NOTES of mode %s:\n%s", tc.mode, notes)
 			}
 		})
 	}

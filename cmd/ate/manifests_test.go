@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,10 +22,13 @@ import (
 // TestManifestArgsParse: every container of deploy/base, every overlay's
 // patch that replaces a container's arguments (dev's --insecure,
 // production's OIDC), and the worker Pods the controller renders for the
-// example WorkerPool (with a TLS Secret and plaintext), passes `ate`
-// arguments its real subcommand accepts (the image's entrypoint is
+// example WorkerPool (with a cert-manager issuer and plaintext), passes
+// `ate` arguments its real subcommand accepts (the image's entrypoint is
 // `ate`). A flag renamed in cmd/ate and not in the manifests fails here,
-// not on a cluster.
+// not on a cluster. Each controller's flags also give its worker Pods
+// exactly one of --worker-cert-issuer and --worker-insecure, plaintext
+// exactly when the controller's own link is (a TLS API server refuses
+// plaintext nodes, a plaintext one cannot check node certificates).
 func TestManifestArgsParse(t *testing.T) {
 	var containers []corev1.Container
 	var pool *atek8s.WorkerPool
@@ -93,8 +98,10 @@ func TestManifestArgsParse(t *testing.T) {
 		if len(c.Command) > 0 {
 			t.Errorf("container %s sets a command %q: the image's entrypoint is ate", c.Name, c.Command)
 		}
+		var ctl *controller.Config
 		root := cli.NewRootCommand()
-		root.AddCommand(upCommand(nil), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(nil))
+		root.AddCommand(upCommand(nil), apiserverCommand(), nodeCommand(), routerCommand(),
+			controllerCommand(func(_ context.Context, cfg controller.Config) error { ctl = &cfg; return nil }))
 		sub, rest, err := root.Find(c.Args)
 		if err != nil || sub == root {
 			t.Errorf("container %s: args %q name no ate subcommand (%v)", c.Name, c.Args, err)
@@ -102,6 +109,19 @@ func TestManifestArgsParse(t *testing.T) {
 		}
 		if err := sub.ParseFlags(rest); err != nil {
 			t.Errorf("container %s: ate %s refuses its args: %v\nargs: %s", c.Name, sub.Name(), err, strings.Join(c.Args, " "))
+			continue
+		}
+		if sub.Name() != "controller" {
+			continue
+		}
+		sub.SetErr(io.Discard)
+		if err := sub.RunE(sub, nil); err != nil || ctl == nil {
+			t.Fatalf("container %s: ate controller: %v", c.Name, err)
+		}
+		w := ctl.Workers
+		if (w.CertIssuer != "") == w.Insecure || w.Insecure != ctl.TLS.Insecure {
+			t.Errorf("container %s: --worker-cert-issuer=%q --worker-insecure=%v with --insecure=%v: want exactly one, plaintext with plaintext\nargs: %s",
+				c.Name, w.CertIssuer, w.Insecure, ctl.TLS.Insecure, strings.Join(c.Args, " "))
 		}
 	}
 }

@@ -109,7 +109,26 @@ component re-reads them) at substrate.tlsDir; tls.mode none is plaintext.
 {{- end }}
 {{- end }}
 
-{{/* The SPIFFE ID of a component's certificate: (dict "ctx" $ "component" "node" "name" "ate-worker"). */}}
+{{/* The SPIFFE ID of a component's certificate: (dict "ctx" $ "component" "router" "name" "ate-router"). */}}
 {{- define "substrate.spiffeID" -}}
 spiffe://{{ .ctx.Values.tls.trustDomain }}/ate/{{ .component }}/{{ .name }}
+{{- end }}
+
+{{/*
+The controller's worker TLS flag: --worker-cert-issuer=<kind>/<name>, the
+issuer cert-manager's csi-driver asks for each worker Pod's own node
+certificate (spiffe://<trust domain>/ate/node/<Pod name>); --worker-insecure
+in tls.mode none. The worker Pods' trust domain is the controller's
+--trust-domain.
+*/}}
+{{- define "substrate.workerTLSArgs" -}}
+{{- if eq (include "substrate.tlsMode" .) "none" }}
+- --worker-insecure
+{{- else }}
+{{- $iss := .Values.tls.certManager.issuer }}
+{{- if not (has $iss.kind (list "Issuer" "ClusterIssuer")) }}
+{{- fail (printf "tls.certManager.issuer.kind %q: want Issuer or ClusterIssuer" $iss.kind) }}
+{{- end }}
+- --worker-cert-issuer={{ $iss.kind }}/{{ required "tls.certManager.issuer.name is required" $iss.name }}
+{{- end }}
 {{- end }}

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -28,6 +30,10 @@ type kubeCluster struct {
 
 const kubePool = "pool-a"
 
+// kubeIssuer is the controller's --worker-cert-issuer (no cert-manager
+// runs here: only the Deployment names it).
+const kubeIssuer = "ClusterIssuer/ate-e2e"
+
 func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeCluster {
 	t.Helper()
 	kc := &kubeCluster{cluster: startClusterTimed(t, timing), kube: k8stest.Start(t)}
@@ -40,9 +46,12 @@ func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeClust
 	for _, n := range nodes {
 		kc.startWorkerPod(n)
 	}
+	// The test's nodes play worker Pods with a certificate each from
+	// caDir named after their Pod, as cert-manager's csi-driver gives
+	// real worker Pods through the issuer the controller names.
 	kc.ctrl, _ = startComponent(t, "controller", "ate controller ready", "controller",
 		"--kubeconfig", kc.kube.Kubeconfig, "--api", kc.in.apiAddr, "--leader-elect=false", "--worker-image", "ate:e2e",
-		"--management-addr", freeAddr(t), "--log-level", "debug")
+		"--worker-cert-issuer", kubeIssuer, "--management-addr", freeAddr(t), "--log-level", "debug")
 	return kc
 }
 
@@ -76,6 +85,30 @@ func (kc *kubeCluster) startWorkerPod(name string) {
 	})
 	if err != nil {
 		kc.t.Fatal(err)
+	}
+}
+
+// checkWorkerTLS: the pool's Deployment, as the controller applied it,
+// gives its Pods a node certificate each from cert-manager's csi-driver
+// through kubeIssuer, named after the Pod, at ate node's --tls-dir.
+func (kc *kubeCluster) checkWorkerTLS() {
+	kc.t.Helper()
+	var d appsv1.Deployment
+	if err := kc.kube.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: kubePool + "-workers"}, &d); err != nil {
+		kc.t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	var csi map[string]string
+	for _, v := range spec.Volumes {
+		if v.CSI != nil && v.CSI.Driver == "csi.cert-manager.io" {
+			csi = v.CSI.VolumeAttributes
+		}
+	}
+	args := spec.Containers[0].Args
+	if csi["csi.cert-manager.io/issuer-kind"]+"/"+csi["csi.cert-manager.io/issuer-name"] != kubeIssuer ||
+		csi["csi.cert-manager.io/uri-sans"] != "spiffe://ate.local/ate/node/${POD_NAME}" ||
+		!slices.Contains(args, "--tls-dir=/etc/ate/tls") || !slices.Contains(args, "--name=$(POD_NAME)") || slices.Contains(args, "--insecure") {
+		kc.t.Fatalf("worker Pods' TLS: csi attributes %v, args %q", csi, args)
 	}
 }
 
@@ -124,6 +157,7 @@ func TestKubernetesWorkerPodLifecycle(t *testing.T) {
 	timing := []string{"--node-heartbeat", "250ms", "--node-lost-after", "2m", "--snapshot-gc-interval", "1s"}
 	kc := startKubeCluster(t, timing, "pool-a-1", "pool-a-2")
 	waitFor(t, "WorkerPool status counting both Pods' workers", 30*time.Second, func() bool { return kc.readyWorkers() == 2 })
+	kc.checkWorkerTLS()
 
 	kc.counterActor()
 	kc.in.mustCount("default/counter-1", 2)

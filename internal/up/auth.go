@@ -95,9 +95,13 @@ func authServerOptions(a *auth.Authorizer) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor())}
 }
 
-// wireBindings makes api's role binding changes apply at once.
-func wireBindings(api *apiserver.Server, a *auth.Authorizer) {
+// wireAuth makes api's role binding changes apply at once, and lets the
+// router's token ingress policy accept the bearer tokens the API accepts
+// (static, OIDC; ingress tokens always) from users who hold any role in
+// the actor's atespace (auth.Policy.MayReach).
+func wireAuth(api *apiserver.Server, a *auth.Authorizer) {
 	if a != nil {
 		api.SetBindingsChanged(a.Policy.Invalidate)
+		api.SetIngressAuthenticator(a.Authn, a.Policy.MayReach)
 	}
 }

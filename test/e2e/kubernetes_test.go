@@ -41,7 +41,12 @@ func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeClust
 		kc.startWorkerPod(n)
 	}
 	kc.ctrl, _ = startComponent(t, "controller", "ate controller ready", "controller",
+		// The worker Pods' nodes run here as processes with certificates
+		// from caDir (no kubelet starts the Pods the controller writes);
+		// the Pods it writes ask cert-manager's csi-driver for theirs, as
+		// in a TLS installation (the controller requires a choice).
 		"--kubeconfig", kc.kube.Kubeconfig, "--api", kc.in.apiAddr, "--leader-elect=false", "--worker-image", "ate:e2e",
+		"--worker-cert-issuer", "ClusterIssuer/ate-e2e",
 		"--management-addr", freeAddr(t), "--log-level", "debug")
 	return kc
 }

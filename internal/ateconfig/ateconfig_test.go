@@ -109,11 +109,12 @@ func TestToken(t *testing.T) {
 		t.Fatalf("Load = %+v, %v; want the token back", c, err)
 	}
 	opts, err := DialOptions(c)
-	if err != nil || len(opts) != 1 {
-		t.Fatalf("DialOptions = %d options, %v; want the per-RPC token", len(opts), err)
+	// The transport's credentials (here plaintext: no CA), and the token.
+	if err != nil || len(opts) != 2 {
+		t.Fatalf("DialOptions = %d options, %v; want the transport's and the per-RPC token", len(opts), err)
 	}
-	if opts, _ := DialOptions(Config{Server: "x"}); len(opts) != 0 {
-		t.Errorf("DialOptions without a token = %d options, want none", len(opts))
+	if opts, _ := DialOptions(Config{Server: "x"}); len(opts) != 1 {
+		t.Errorf("DialOptions without a token = %d options, want the transport's only", len(opts))
 	}
 	md, err := BearerToken{Token: "s3cret"}.GetRequestMetadata(context.Background())
 	if err != nil || md["authorization"] != "Bearer s3cret" {

@@ -178,6 +178,24 @@ var Methods = map[string]Rule{
 	atev1.Control_CopyFromActor_FullMethodName: {Verb: "copy from actor", Access: Write, Object: "actor",
 		Atespace: func(r any) string { return r.(*atev1.CopyFromActorRequest).GetTarget().GetAtespace() }},
 
+	// Ingress tokens let callers through the router into an atespace's
+	// token-policy actors: minting or revoking one is an editor's act,
+	// seeing that they exist (never a secret) a viewer's.
+	atev1.Control_CreateIngressToken_FullMethodName: {Verb: "create ingresstoken", Access: Write, Object: "ingresstoken",
+		Atespace: func(r any) string { return r.(*atev1.CreateIngressTokenRequest).GetAtespace() }},
+	atev1.Control_ListIngressTokens_FullMethodName: {Verb: "list ingresstokens", Access: Read,
+		Atespace: func(r any) string { return r.(*atev1.ListIngressTokensRequest).GetAtespace() },
+		Filter: func(r any, keep func(string) bool) bool {
+			resp := r.(*atev1.ListIngressTokensResponse)
+			resp.Tokens = filterSlice(resp.Tokens, (*atev1.IngressToken).GetAtespace, keep)
+			return true
+		}},
+	atev1.Control_DeleteIngressToken_FullMethodName: {Verb: "delete ingresstoken", Access: Write, Object: "ingresstoken",
+		Atespace: func(r any) string { return r.(*atev1.DeleteIngressTokenRequest).GetAtespace() }},
+	// The router's question "may this bearer in?": an oracle for
+	// guessing tokens were users allowed to ask it.
+	atev1.Control_ReviewIngressToken_FullMethodName: {Verb: "review ingress token", Access: Cluster, Components: router, ComponentsOnly: true},
+
 	atev1.Control_CreateRoleBinding_FullMethodName: {Verb: "create rolebinding", Access: Cluster},
 	atev1.Control_ListRoleBindings_FullMethodName:  {Verb: "list rolebindings", Access: Cluster},
 	atev1.Control_DeleteRoleBinding_FullMethodName: {Verb: "delete rolebinding", Access: Cluster},
@@ -187,4 +205,9 @@ var Methods = map[string]Rule{
 		Node: func(r any) string { return r.(*atev1.NodeMessage).GetHello().GetNode() }},
 	atev1.NodeRegistry_SetSelfAlarm_FullMethodName: {Verb: "set self alarm", Access: Cluster, Components: node, ComponentsOnly: true,
 		Node: func(r any) string { return r.(*atev1.SetSelfAlarmRequest).GetNode() }},
+	// An actor's self-service call relayed by the node its worker is
+	// on: the API server checks the worker's assignment, the rule that
+	// the node relays only for its own workers.
+	atev1.NodeRegistry_SelfCall_FullMethodName: {Verb: "relay self call", Access: Cluster, Components: node, ComponentsOnly: true,
+		Node: func(r any) string { return r.(*atev1.SelfCallRequest).GetNode() }},
 }

@@ -220,3 +220,25 @@ func (p *Policy) Invalidate() {
 	p.cached = nil
 	p.mu.Unlock()
 }
+
+// MayReach says whether principal who may call the actors of atespace
+// through the router (an ingress policy of "token" accepting a user's
+// bearer token, apiserver.IngressAuthorizer): any role that may read the
+// atespace may, so a viewer reaches the actors whose API objects they
+// see, as a kubectl viewer reaches a Service's endpoints. nil when it
+// may; an error naming the principal otherwise, also when the bindings
+// cannot be read (the router then refuses, as it must when in doubt).
+// A component may not: the router's own identity opens nothing.
+func (p *Policy) MayReach(ctx context.Context, who *Principal, atespace string) error {
+	if who == nil || who.Component != nil {
+		return fmt.Errorf("%s: only users reach actors with a bearer token", who)
+	}
+	bindings, err := p.Bindings(ctx)
+	if err != nil {
+		return err
+	}
+	if !GrantsFor(who, bindings).CanRead(atespace) {
+		return fmt.Errorf("%s holds no role in atespace %s", who, atespace)
+	}
+	return nil
+}

@@ -265,8 +265,8 @@ func TestClientSideValidation(t *testing.T) {
 		{"output format", []string{"get", "actors", "-o", "xml"}, "Error: unknown output format \"xml\": use table, json or yaml\n"},
 		{"missing template flag", []string{"create", "actor", "x"}, "~[template from-tag from-actor] is required"},
 		{"template and tag", []string{"create", "actor", "x", "--template", "t", "--from-tag", "v1"}, "~none of the others can be"},
-		{"no kind", []string{"delete"}, "Error: ate delete needs a kind: actor, template, atespace, alarm, tag, ingresstoken\n"},
-		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, node, atespace, alarms, tag, events, ingresstoken\n"},
+		{"no kind", []string{"delete"}, "Error: ate delete needs a kind: actor, template, atespace, alarm, tag, ingresstoken, rolebinding\n"},
+		{"unknown kind", []string{"get", "actr", "x"}, "Error: unknown kind \"actr\" for ate get: use actor, template, worker, node, rolebinding, atespace, alarms, tag, events, ingresstoken\n"},
 		{"too many args", []string{"get", "actor", "a", "b"}, "~accepts at most 1 arg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package up
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -84,7 +86,23 @@ func newAuthorizer(c AuthConfig, st store.Store, log *slog.Logger) (*auth.Author
 		return nil, errors.New("no authenticator")
 	}
 	return &auth.Authorizer{Authn: chain, Policy: auth.NewPolicy(file, st), TrustDomain: c.TrustDomain,
-		AlarmAtespace: apiserver.AlarmAtespace(st), Log: log}, nil
+		PeerIdentity: peerIdentity(c.TrustDomain), AlarmAtespace: apiserver.AlarmAtespace(st), Log: log}, nil
+}
+
+// peerIdentity is the component identity of a caller's client
+// certificate as the API listener's handshake verified it
+// (pki.ServerConfig verifies in VerifyConnection, against the roots read
+// again on rotation, so crypto/tls records no VerifiedChains: auth's
+// default, which reads those, would see every component as a user
+// without a token). nil without a certificate.
+func peerIdentity(trustDomain string) func(ctx context.Context) (*auth.Identity, error) {
+	return func(ctx context.Context) (*auth.Identity, error) {
+		p, ok := pki.PrincipalFromPeer(ctx, trustDomain)
+		if !ok {
+			return nil, nil
+		}
+		return p.Component, nil
+	}
 }
 
 // authServerOptions are the interceptors of a (nil: none).
@@ -95,9 +113,13 @@ func authServerOptions(a *auth.Authorizer) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor())}
 }
 
-// wireBindings makes api's role binding changes apply at once.
-func wireBindings(api *apiserver.Server, a *auth.Authorizer) {
+// wireAuth makes api's role binding changes apply at once, and lets the
+// router's token ingress policy accept the bearer tokens the API accepts
+// (static, OIDC; ingress tokens always) from users who hold any role in
+// the actor's atespace (auth.Policy.MayReach).
+func wireAuth(api *apiserver.Server, a *auth.Authorizer) {
 	if a != nil {
 		api.SetBindingsChanged(a.Policy.Invalidate)
+		api.SetIngressAuthenticator(a.Authn, a.Policy.MayReach)
 	}
 }

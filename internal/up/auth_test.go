@@ -82,7 +82,7 @@ func startAuthEnv(t *testing.T) *authEnv {
 		t.Fatal(err)
 	}
 	api := apiserver.New(st, nil, DefaultSandboxClass, nil, nil)
-	wireBindings(api, authz)
+	wireAuth(api, authz)
 	gs := grpc.NewServer(authServerOptions(authz)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, atev1.UnimplementedNodeRegistryServer{})
@@ -490,5 +490,48 @@ func TestEditorEvents(t *testing.T) {
 	must(t, err)
 	if ev.GetAtespace() != "a" || ev.GetMessage() != "late" {
 		t.Errorf("next watched event %v, want a's late one", ev)
+	}
+}
+
+// TestIngressReviewOfUserTokens: the router's ReviewIngressToken accepts
+// a user's bearer token (here static tokens; OIDC JWTs go through the
+// same authenticator chain) for an atespace in which the user holds any
+// role, viewer or better (auth.Policy.MayReach), and refuses it for an
+// atespace in which they hold none, as it refuses unknown tokens and an
+// atespace's ingress token used on another.
+func TestIngressReviewOfUserTokens(t *testing.T) {
+	e := startAuthEnv(t)
+	ctx := context.Background()
+	it, err := e.client(t, adminTok).CreateIngressToken(ctx, &atev1.CreateIngressTokenRequest{Atespace: "a", Name: "web"})
+	must(t, err)
+	router := e.client(t, routerTok)
+	for _, c := range []struct {
+		name, token, atespace string
+		allowed               bool
+		subject               string
+	}{
+		{"viewer of a in a", viewerTok, "a", true, "vera"},
+		{"viewer of a in b", viewerTok, "b", false, ""},
+		{"editor of a in a", editorTok, "a", true, "eddie"},
+		{"editor of a in b", editorTok, "b", false, ""},
+		{"cluster admin in b", adminTok, "b", true, "root"},
+		{"unknown token", "no-such-token", "a", false, ""},
+		{"the router's own token", routerTok, "a", false, ""},
+		{"a's ingress token in a", it.GetToken(), "a", true, "ingresstoken:a/web"},
+		{"a's ingress token in b", it.GetToken(), "b", false, ""},
+	} {
+		got, err := router.ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: c.atespace, Token: c.token})
+		if err != nil {
+			t.Errorf("%s: ReviewIngressToken: %v", c.name, err)
+			continue
+		}
+		if got.GetAllowed() != c.allowed || got.GetSubject() != c.subject {
+			t.Errorf("%s: allowed %v subject %q; want %v %q", c.name, got.GetAllowed(), got.GetSubject(), c.allowed, c.subject)
+		}
+	}
+	// Users may not ask the router's question themselves (an oracle for
+	// guessing tokens).
+	if _, err := e.client(t, adminTok).ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: "a", Token: viewerTok}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("admin calls ReviewIngressToken: %v, want PERMISSION_DENIED", err)
 	}
 }

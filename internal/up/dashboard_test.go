@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,12 +39,20 @@ func TestAPIServerServesDashboard(t *testing.T) {
 	if _, err := ca.IssueToDir(pki.LeafRequest{Identity: auth.Identity{Component: auth.ComponentAPIServer, Name: "api"}}, tlsDir.Dir); err != nil {
 		t.Fatal(err)
 	}
+	// With TLS on the API server needs an authenticator; the dashboard
+	// acts with the token its user gives (here as a header, as a script
+	// would; a browser's sign-in cookie is TestUpAdminToken's).
+	const token = "dashboard-test-admin-token-0123456789"
+	tokens := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(token+",root,1,\"ate:admins\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- RunAPIServer(ctx, APIServerConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: httpAddr,
-			SandboxClass: "fake", TLS: tlsDir, Ready: func(addr string) { ready <- addr }})
+			SandboxClass: "fake", TLS: tlsDir, Auth: AuthConfig{TokenAuthFile: tokens}, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {
 	case <-ready:
@@ -52,7 +62,7 @@ func TestAPIServerServesDashboard(t *testing.T) {
 		t.Fatal("apiserver not ready after 30s")
 	}
 
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: bearerTransport{token}}
 	resp, err := client.Get("http://" + httpAddr + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -98,4 +108,13 @@ func TestAPIServerServesDashboard(t *testing.T) {
 	if _, err := client.Get("http://" + httpAddr + "/"); err == nil {
 		t.Error("the dashboard still answers after the server stopped")
 	}
+}
+
+// bearerTransport sends "Authorization: Bearer token" with every request.
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }

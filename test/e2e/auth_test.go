@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -40,7 +39,11 @@ func TestAPIAuthentication(t *testing.T) {
 		"--listen", "127.0.0.1:0", "--token-auth-file", tokens, "--authorization-policy-file", policy)
 	addr := fields["api"].(string)
 	in := &installation{t: t, dataDir: filepath.Join(dir, "cli"), apiAddr: addr}
-	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), ateconfig.Config{Server: addr, Token: admin}); err != nil {
+	// Over TLS (the harness gives the API server a --tls-dir from caDir):
+	// users present no certificate, only their tokens.
+	asAdmin := clusterClientConfig(addr)
+	asAdmin.Token = admin
+	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), asAdmin); err != nil {
 		t.Fatal(err)
 	}
 
@@ -73,11 +76,9 @@ func TestAPIAuthentication(t *testing.T) {
 
 	ctx := context.Background()
 	dial := func(tok string) atev1.ControlClient {
-		opts, err := ateconfig.DialOptions(ateconfig.Config{Server: addr, Token: tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		c := clusterClientConfig(addr)
+		c.Token = tok
+		conn, err := grpc.NewClient(addr, dialOptions(t, c)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,10 @@ func TestUpAdminToken(t *testing.T) {
 	if err != nil || cfg.Token != strings.TrimSpace(string(tok)) {
 		t.Fatalf("client config %+v, %v: want the admin token", cfg, err)
 	}
-	conn, err := grpc.NewClient(in.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Over the same TLS (the config's CA) but without the token.
+	noToken := cfg
+	noToken.Token = ""
+	conn, err := grpc.NewClient(in.apiAddr, dialOptions(t, noToken)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,12 @@ func TestDashboard(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#token`)),
 		chromedp.SendKeys(chromedp.CSS(`#token`), cfg.Token),
 		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		// The form posts and is redirected to the page: wait for that
+		// navigation to end (queries survive it; a JavaScript poll
+		// started before it is cut off with "Inspected target
+		// navigated or closed").
+		chromedp.WaitNotPresent(chromedp.CSS(`#token`)),
+		chromedp.WaitReady(chromedp.CSS(`#latency`)),
 	} {
 		if err := chromedp.Do(b.ctx, step); err != nil {
 			t.Fatalf("sign in: %v", err)

@@ -72,6 +72,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: build ate:", err)
 		return 1
 	}
+	if err := writeTokenFile(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: token file:", err)
+		return 1
+	}
 	caDir = filepath.Join(dir, "ca")
 	if out, err := initCA(caDir); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: ate certs init: %v\n%s", err, out)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net"
@@ -14,10 +15,11 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/netns"
+	"substrate.dev/ate/internal/pki"
 )
 
 // minted is GET /mint's answer (the counter relays POST /v1/token's).
@@ -276,8 +278,16 @@ func TestActorIdentityRemoteNode(t *testing.T) {
 	}
 
 	// What node n1 would forward for a request its gateway read before
-	// the move.
-	conn, err := grpc.NewClient(in.apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// the move: as node n1 (its certificate; the API server lets a node
+	// relay only for its own name).
+	ca, err := pki.LoadCA(caDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	tr := &pki.Transport{Source: tlsSource{cert: leafOf(t, issueCert(t, caDir, "node", "n1")), roots: roots}, TrustDomain: auth.DefaultTrustDomain}
+	conn, err := grpc.NewClient(in.apiAddr, tr.DialOption(auth.ComponentAPIServer))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package e2e
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +18,23 @@ import (
 // answered 401 with a Bearer challenge and leave the SUSPENDED actor
 // as it was (its resume count unchanged); the right token resumes it;
 // once the token is deleted, the router refuses it within its review
-// cache's TTL (10 s).
+// cache's TTL (10 s). A user's API bearer token (a static token here;
+// OIDC JWTs go the same way) passes too when the user holds a role,
+// viewer or better, in the actor's atespace, and is refused (nothing
+// resumed) when they hold one only in another.
 func TestRouterIngressToken(t *testing.T) {
-	in := startUp(t, 1)
+	dir := t.TempDir()
+	const vera, otto = "e2e-vera-token-0123456789", "e2e-otto-token-0123456789"
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(vera+",vera,1\n"+otto+",otto,2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte("- {name: vera-views-default, atespace: default, role: viewer, users: [vera]}\n"+
+		"- {name: otto-edits-other, atespace: other, role: editor, users: [otto]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := startUp(t, 1, "--token-auth-file", tokens, "--authorization-policy-file", policy)
 	in.counterTemplate("locked", nil, "ingress: {policy: token}\n")
 	in.ate("create", "atespace", "other")
 	in.ate("create", "actor", "locked-1", "--template", "locked")
@@ -61,6 +77,7 @@ func TestRouterIngressToken(t *testing.T) {
 		{"anonymous", "", `Bearer realm="ate"`},
 		{"wrong token", "ate_it_" + strings.Repeat("A", 43), `Bearer realm="ate", error="invalid_token"`},
 		{"another atespace's token", elsewhere, `Bearer realm="ate", error="invalid_token"`},
+		{"another atespace's editor", otto, `Bearer realm="ate", error="invalid_token"`},
 	} {
 		code, hdr, body := send(tc.bearer)
 		if code != http.StatusUnauthorized || hdr.Get("WWW-Authenticate") != tc.challenge {
@@ -78,6 +95,9 @@ func TestRouterIngressToken(t *testing.T) {
 	}
 	if code, _, body := send(""); code != http.StatusUnauthorized {
 		t.Fatalf("anonymous to the running actor: %d %q, want 401", code, body)
+	}
+	if code, _, body := send(vera); code != http.StatusOK || strings.TrimSpace(body) != "count=2" {
+		t.Fatalf("with the token of a viewer of default: %d %q, want 200 count=2", code, body)
 	}
 
 	in.ate("delete", "ingresstoken", "web")

@@ -50,6 +50,10 @@ func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeClust
 	// caDir named after their Pod, as cert-manager's csi-driver gives
 	// real worker Pods through the issuer the controller names.
 	kc.ctrl, _ = startComponent(t, "controller", "ate controller ready", "controller",
+		// The worker Pods' nodes run here as processes with certificates
+		// from caDir (no kubelet starts the Pods the controller writes);
+		// the Pods it writes ask cert-manager's csi-driver for theirs, as
+		// in a TLS installation (the controller requires a choice).
 		"--kubeconfig", kc.kube.Kubeconfig, "--api", kc.in.apiAddr, "--leader-elect=false", "--worker-image", "ate:e2e",
 		"--worker-cert-issuer", kubeIssuer, "--management-addr", freeAddr(t), "--log-level", "debug")
 	return kc

@@ -188,6 +188,8 @@ type cluster struct {
 	in     *installation
 	dir    string
 	snaps  string
+	// insecure: every component runs --insecure (no TLS, no tokens).
+	insecure bool
 }
 
 // clusterTiming makes losses and collections quick to see: heartbeat
@@ -202,7 +204,27 @@ func startCluster(t testing.TB, nodes ...string) *cluster {
 // startClusterTimed is startCluster with the API server's timing flags.
 func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, s3: s3test.New(t), nodes: map[string]*component{}, dir: t.TempDir()}
+	return startClusterWith(t, clusterOptions{timing: timing}, nodes...)
+}
+
+// clusterOptions are how startClusterWith starts the components.
+type clusterOptions struct {
+	// timing are the API server's timing flags (clusterTiming).
+	timing []string
+	// insecure runs every component with --insecure: plaintext and no
+	// authentication, as before issue 18 (the security benchmark's
+	// baseline); otherwise certificates from caDir and the admin token.
+	insecure bool
+}
+
+// startClusterWith is startCluster with opts.
+func startClusterWith(t testing.TB, opts clusterOptions, nodes ...string) *cluster {
+	t.Helper()
+	timing := opts.timing
+	if opts.insecure {
+		timing = append(slices.Clone(timing), "--insecure")
+	}
+	c := &cluster{t: t, s3: s3test.New(t), nodes: map[string]*component{}, dir: t.TempDir(), insecure: opts.insecure}
 	t.Setenv("AWS_ACCESS_KEY_ID", c.s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", c.s3.SecretKey)
 	c.snaps = c.s3.URL("e2e")
@@ -217,9 +239,16 @@ func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster 
 	for _, n := range nodes {
 		c.startNode(n, apiAddr)
 	}
-	c.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", apiAddr,
-		"--listen", routerListen, "--drain-delay", "0s", "--log-level", "debug")
-	c.in = clusterInstallation(t, c.dir, apiAddr, fields["router"].(string))
+	routerArgs := []string{"router", "--api", apiAddr, "--listen", routerListen, "--drain-delay", "0s", "--log-level", "debug"}
+	if opts.insecure {
+		routerArgs = append(routerArgs, "--insecure")
+	}
+	c.router, fields = startComponent(t, "router", "ate router ready", routerArgs...)
+	cc := clusterClientConfig(apiAddr)
+	if opts.insecure {
+		cc = ateconfig.Config{Server: apiAddr}
+	}
+	c.in = clusterInstallationWith(t, c.dir, cc, fields["router"].(string))
 	return c
 }
 
@@ -228,11 +257,18 @@ func startClusterTimed(t testing.TB, timing []string, nodes ...string) *cluster 
 // config under dir/cli and a Control client.
 func clusterInstallation(t testing.TB, dir, apiAddr, routerAddr string) *installation {
 	t.Helper()
+	return clusterInstallationWith(t, dir, clusterClientConfig(apiAddr), routerAddr)
+}
+
+// clusterInstallationWith is clusterInstallation with client config cc.
+func clusterInstallationWith(t testing.TB, dir string, cc ateconfig.Config, routerAddr string) *installation {
+	t.Helper()
+	apiAddr := cc.Server
 	in := &installation{t: t, dataDir: filepath.Join(dir, "cli"), apiAddr: apiAddr, routerAddr: routerAddr}
-	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), clusterClientConfig(apiAddr)); err != nil {
+	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), cc); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(apiAddr, dialOptions(t, clusterClientConfig(apiAddr))...)
+	conn, err := grpc.NewClient(apiAddr, dialOptions(t, cc)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +316,9 @@ func freeAddr(t testing.TB) string {
 
 func (c *cluster) startNode(name, apiAddr string, extra ...string) {
 	c.t.Helper()
+	if c.insecure {
+		extra = append(slices.Clone(extra), "--insecure")
+	}
 	n, _ := startComponent(c.t, "node "+name, "ate node ready", append([]string{"node", "--api", apiAddr, "--name", name,
 		"--labels", "node=" + name, // what benchmarks pin placement with
 		"--worker-prefix", c.workerPrefix(name),

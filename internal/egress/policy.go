@@ -126,7 +126,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return pfx, err
+			return pfx, fmt.Errorf("%q is not an IPv4 prefix such as 10.0.0.0/8", s)
 		}
 		if p != p.Masked() {
 			return pfx, fmt.Errorf("%q has host bits set; write %s", s, p.Masked())
@@ -135,7 +135,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	} else {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return pfx, err
+			return pfx, fmt.Errorf("%q is not an IPv4 address or prefix such as 192.0.2.7 or 10.0.0.0/8", s)
 		}
 		pfx = netip.PrefixFrom(a, a.BitLen())
 	}

@@ -25,6 +25,7 @@ import (
 	"substrate.dev/ate/internal/latency"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/store/postgres/pgtest"
 	"substrate.dev/ate/internal/up"
@@ -54,7 +55,7 @@ func runNodeChild(spec string) int {
 	up.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err := up.RunNode(ctx, up.NodeAgentConfig{DataDir: s.DataDir, API: s.API, Snapshots: s.Snapshots,
+	err := up.RunNode(ctx, up.NodeAgentConfig{TLS: pki.Settings{Insecure: true}, DataDir: s.DataDir, API: s.API, Snapshots: s.Snapshots,
 		Node: node.Config{Name: s.Name, Workers: s.Workers, SandboxClass: fake.Class}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "node %s: %v\n", s.Name, err)
@@ -169,7 +170,7 @@ func startAPIServer(tb testing.TB, dataDir, store, snapshots string) *apiReplica
 	r := &apiReplica{cancel: cancel, done: make(chan error, 1), mgmt: freeAddr(tb)}
 	ready := make(chan string, 1)
 	go func() {
-		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{Auth: up.AuthConfig{Insecure: true}, DataDir: dataDir, Store: store, Snapshots: snapshots,
+		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{TLS: pki.Settings{Insecure: true}, Auth: up.AuthConfig{Insecure: true}, DataDir: dataDir, Store: store, Snapshots: snapshots,
 			Addr: "127.0.0.1:0", ManagementAddr: r.mgmt, SandboxClass: fake.Class, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {
@@ -353,7 +354,10 @@ func (c *protoCluster) nodesCPU(b *testing.B) time.Duration {
 // replicas, client i calling replica i mod n. The nodes' data and the
 // shared snapshot directory are on tmpfs: the API servers and the store
 // are what is measured; the nodes' own fsync'd snapshot commit is
-// BenchmarkCeilings' snapshot-cycle.
+// BenchmarkCeilings' snapshot-cycle. Every component runs --insecure
+// (plaintext, no tokens), as before issue 18, so the figures stay
+// comparable with earlier runs; what TLS and the authorisation
+// interceptor add is BenchmarkSecurityOverhead's (test/e2e).
 //
 // Metrics: wakeups/s (resumes completed per second of wall time),
 // p50/p99-ms of ResumeActor as the client sees it, cycle-p50/p99-ms of

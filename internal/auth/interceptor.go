@@ -13,9 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -30,11 +28,6 @@ type Authorizer struct {
 	Authn Authenticator
 	// Policy holds the role bindings.
 	Policy *Policy
-	// PeerIdentity returns the component identity the caller's verified
-	// client certificate proves, nil when there is none (a user, or
-	// plaintext); an error for a certificate that names no valid
-	// identity. Default: PeerIdentityFromTLS(TrustDomain).
-	PeerIdentity func(ctx context.Context) (*Identity, error)
 	// TrustDomain of component identities (default DefaultTrustDomain).
 	TrustDomain string
 	// AlarmAtespace returns the atespace of the alarm with id (CancelAlarm);
@@ -59,34 +52,6 @@ func (a *Authorizer) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// PeerIdentityFromTLS reads a component identity from the peer's verified
-// certificate chain (its leaf's URI SANs). It is the one place that
-// turns a connection into an identity, for the mTLS part to replace.
-func PeerIdentityFromTLS(trustDomain string) func(ctx context.Context) (*Identity, error) {
-	return func(ctx context.Context) (*Identity, error) {
-		p, ok := peer.FromContext(ctx)
-		if !ok || p.AuthInfo == nil {
-			return nil, nil
-		}
-		ti, ok := p.AuthInfo.(credentials.TLSInfo)
-		if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-			return nil, nil
-		}
-		leaf := ti.State.VerifiedChains[0][0]
-		if len(leaf.URIs) == 0 {
-			return nil, nil
-		}
-		if len(leaf.URIs) != 1 {
-			return nil, fmt.Errorf("client certificate has %d URI SANs, want one identity", len(leaf.URIs))
-		}
-		id, err := ParseIdentityURI(leaf.URIs[0], trustDomain)
-		if err != nil {
-			return nil, err
-		}
-		return &id, nil
-	}
-}
-
 // bearer returns the token of the call's authorization metadata.
 func bearer(ctx context.Context) (string, bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -107,17 +72,11 @@ var errUnauthenticated = status.Error(codes.Unauthenticated, "authentication req
 
 // principal establishes who calls.
 func (a *Authorizer) principal(ctx context.Context, method string) (*Principal, error) {
-	pi := a.PeerIdentity
-	if pi == nil {
-		pi = PeerIdentityFromTLS(cmpOr(a.TrustDomain, DefaultTrustDomain))
-	}
-	id, err := pi(ctx)
-	if err != nil {
-		a.log().Warn("call refused: client certificate", "method", method, "err", err)
-		return nil, errUnauthenticated
-	}
-	if id != nil {
-		return &Principal{Component: id}, nil
+	// A component proved itself in the TLS handshake: the transport's
+	// interceptors (pki.Transport.PrincipalInterceptors, the one place a
+	// connection becomes an identity) put its principal into ctx.
+	if p, ok := FromContext(ctx); ok && p.Component != nil {
+		return p, nil
 	}
 	tok, present := bearer(ctx)
 	if !present {

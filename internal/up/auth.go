@@ -1,7 +1,6 @@
 package up
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/auth"
-	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -86,23 +84,7 @@ func newAuthorizer(c AuthConfig, st store.Store, log *slog.Logger) (*auth.Author
 		return nil, errors.New("no authenticator")
 	}
 	return &auth.Authorizer{Authn: chain, Policy: auth.NewPolicy(file, st), TrustDomain: c.TrustDomain,
-		PeerIdentity: peerIdentity(c.TrustDomain), AlarmAtespace: apiserver.AlarmAtespace(st), Log: log}, nil
-}
-
-// peerIdentity is the component identity of a caller's client
-// certificate as the API listener's handshake verified it
-// (pki.ServerConfig verifies in VerifyConnection, against the roots read
-// again on rotation, so crypto/tls records no VerifiedChains: auth's
-// default, which reads those, would see every component as a user
-// without a token). nil without a certificate.
-func peerIdentity(trustDomain string) func(ctx context.Context) (*auth.Identity, error) {
-	return func(ctx context.Context) (*auth.Identity, error) {
-		p, ok := pki.PrincipalFromPeer(ctx, trustDomain)
-		if !ok {
-			return nil, nil
-		}
-		return p.Component, nil
-	}
+		AlarmAtespace: apiserver.AlarmAtespace(st), Log: log}, nil
 }
 
 // authServerOptions are the interceptors of a (nil: none).

@@ -94,13 +94,6 @@ func (a *Authorizer) principal(ctx context.Context, method string) (*Principal, 
 	return p, nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // NotFound is the status an absent object gets from the API server
 // (apiserver's toStatus of a store.ErrNotFound: "<object>: not found"
 // with reason NOT_FOUND): what a caller gets for an object in an

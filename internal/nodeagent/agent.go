@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"sync"
@@ -304,6 +305,11 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 		return false, err
 	}
 	if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Hello{Hello: a.hello()}}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The server ended the stream first (say, PermissionDenied);
+			// grpc-go gives its status only to Recv.
+			_, err = stream.Recv()
+		}
 		return false, err
 	}
 	var heartbeat, lostAfter time.Duration

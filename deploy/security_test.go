@@ -495,7 +495,9 @@ func TestAuth(t *testing.T) {
 		want
 	}{
 		{base, want{tokens: true, policy: true}},
-		{dev, want{tokens: true, policy: true}},
+		// Plaintext components carry no identity, which an API server
+		// with authentication would refuse: the dev overlay has none.
+		{dev, want{}},
 		{production, want{tokens: true, policy: true, oidcCA: true, oidcIssuer: "https://kubernetes.default.svc.cluster.local"}},
 		{helmChart, want{}},
 		{helmInsecure, want{}},
@@ -593,15 +595,20 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-// TestHelmTLSModes: an unknown tls.mode, or an issuer kind cert-manager's
-// csi-driver cannot be asked for (the controller would refuse it too),
-// fails rendering with a message naming the choices.
+// TestHelmTLSModes: an unknown tls.mode, an issuer kind cert-manager's
+// csi-driver cannot be asked for (the controller would refuse it too), or
+// user authentication over plaintext components, fails rendering with a
+// message naming the choices.
 func TestHelmTLSModes(t *testing.T) {
 	helm := tool(t, "helm")
 	for _, tc := range []struct{ set, want string }{
 		{"tls.mode=tls", `tls.mode "tls": want certManager, secret or none`},
 		{"tls.certManager.issuer.kind=Certificate", `tls.certManager.issuer.kind "Certificate": want Issuer or ClusterIssuer`},
 		{"tls.mode=secret,tls.certManager.issuer.name=", "tls.certManager.issuer.name is required"},
+		// Found on a real cluster: plaintext components carry no identity,
+		// so an API server with user authentication refuses them all.
+		{"tls.mode=none,auth.tokenSecret=ate-tokens", "tls.mode none with auth.tokenSecret"},
+		{"tls.mode=none,auth.oidc.issuerURL=https://issuer.example,auth.oidc.clientID=ate", "tls.mode none with auth.tokenSecret or auth.oidc.issuerURL"},
 	} {
 		var stderr bytes.Buffer
 		cmd := exec.Command(helm, "template", "substrate", filepath.Join(dir(), "helm", "substrate"), "--namespace", namespace, "--set", tc.set)

@@ -82,26 +82,45 @@ EOF
 	stamp etcd "$ETCD_VERSION"
 fi
 
-if ! fresh kube-apiserver "$KUBE_VERSION"; then
-	echo "install-kube: building kube-apiserver $KUBE_VERSION (about 13 min on 2 cores)..." >&2
-	rm -f "$BIN_DIR/kube-apiserver.version"
+# Every k8s.io/kubernetes command is built in one scratch module that
+# requires k8s.io/kubernetes and replaces each staging module (which its
+# go.mod points at ./staging/...) with the published version. One `go
+# build` for all missing commands shares the compile of their common
+# packages: kube-apiserver alone about 13 min on 2 cores; the node and
+# control-plane commands of the real-cluster tests (kubelet,
+# kube-controller-manager, kube-scheduler, kube-proxy, kubectl) about
+# 10 more.
+KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+missing=()
+for c in "${KUBE_COMMANDS[@]}"; do
+	fresh "$c" "$KUBE_VERSION" || missing+=("$c")
+done
+if ((${#missing[@]})); then
+	echo "install-kube: building ${missing[*]} $KUBE_VERSION (about 13 min on 2 cores for kube-apiserver, ~10 more for the rest)..." >&2
 	mkdir -p "$work/kube"
 	cd "$work/kube"
 	go mod init kube >/dev/null 2>&1
 	staging_version="v0.${KUBE_VERSION#v1.}"
-	# k8s.io/kubernetes replaces each staging module with ./staging/...;
-	# a dependent module must name the published versions instead.
 	curl -fsS "https://proxy.golang.org/k8s.io/kubernetes/@v/$KUBE_VERSION.mod" |
 		sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*|\1|p' |
 		while read -r m; do
 			go mod edit -replace "$m=$m@$staging_version"
 		done
 	go mod edit -require "k8s.io/kubernetes@$KUBE_VERSION"
-	printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' >tools.go
+	{
+		printf 'package main\n\nimport (\n'
+		for c in "${missing[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+		printf ')\n'
+	} >tools.go
 	GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
-	GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$BIN_DIR/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-	mv "$BIN_DIR/kube-apiserver.tmp" "$BIN_DIR/kube-apiserver"
-	stamp kube-apiserver "$KUBE_VERSION"
+	mkdir -p out
+	pkgs=()
+	for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags=-s -o out/ "${pkgs[@]}"
+	for c in "${missing[@]}"; do
+		mv "out/$c" "$BIN_DIR/$c"
+		stamp "$c" "$KUBE_VERSION"
+	done
 	cd - >/dev/null
 fi
-echo "install-kube: kube-apiserver $KUBE_VERSION, etcd $ETCD_VERSION, controller-gen $CONTROLLER_TOOLS_VERSION, helm $HELM_VERSION, kustomize $KUSTOMIZE_VERSION in $BIN_DIR"
+echo "install-kube: ${KUBE_COMMANDS[*]} $KUBE_VERSION, etcd $ETCD_VERSION, controller-gen $CONTROLLER_TOOLS_VERSION, helm $HELM_VERSION, kustomize $KUSTOMIZE_VERSION in $BIN_DIR"

@@ -17,6 +17,13 @@ bash hack/install-postgres.sh
 # helm, kustomize and controller-gen; built once, cached (~20 min on a
 # fresh 2-core machine, most of it kube-apiserver).
 bash hack/install-kube.sh
+# The real-cluster tests (test/cluster) run a single-node Kubernetes
+# cluster of kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubelet and kube-proxy (install-kube.sh, above) over containerd and runc
+# built from their Go modules and Debian's CNI plugins (~4 min once), with
+# the ate and pause images packed from this tree (~1 min).
+bash hack/install-cluster.sh
+bash hack/build-cluster-images.sh
 # The dashboard's e2e test drives a real headless Chromium (Debian's).
 bash hack/install-chromium.sh
 go vet ./...

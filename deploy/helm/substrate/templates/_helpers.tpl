@@ -75,6 +75,12 @@ component re-reads them) at substrate.tlsDir; tls.mode none is plaintext.
 {{- if not (has $m (list "certManager" "secret" "none")) -}}
 {{- fail (printf "tls.mode %q: want certManager, secret or none" $m) -}}
 {{- end -}}
+{{- /* With user authentication on, the API server admits components only
+by their certificates, which tls.mode none gives them none of: every
+node, router and controller call would be Unauthenticated. */ -}}
+{{- if and (eq $m "none") (or .Values.auth.tokenSecret .Values.auth.oidc.issuerURL) -}}
+{{- fail "tls.mode none with auth.tokenSecret or auth.oidc.issuerURL: components prove who they are only by certificate, so the API server would refuse them all; use tls.mode certManager or secret, or drop auth.* (plaintext then means no authentication at all)" -}}
+{{- end -}}
 {{- $m -}}
 {{- end }}
 

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"substrate.dev/ate/internal/k8s/k8stest"
+)
+
+// counterTemplate is the counter example's template; its image is the
+// OCI layout the ate image carries (no registry is reachable here).
+const counterTemplate = `name: counter
+containers:
+- name: counter
+  image: oci:/images/counter
+  ports: [8080]
+wakeupProbe:
+  httpGet: {path: /healthz, port: 8080}
+idle: {after: 10m, action: suspend}
+`
+
+// TestSubstrate installs Substrate with the two Helm commands of the
+// README and then runs the stories of issue 17 in order, each on what the
+// previous left.
+func TestSubstrate(t *testing.T) {
+	evidence(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	host, err := startHostServices(ctx, dir, kc.hostIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.stop)
+	in := &install{host: host, kubectlAte: filepath.Join(dir, "bin")}
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(in.kubectlAte, "kubectl-ate"), "./cmd/ate")
+	build.Dir = k8stest.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	// The same image under a second tag, for the upgrade.
+	if _, err := kc.ctr(ctx, "images", "tag", "--force", "ate.local/ate:test", "ate.local/ate:test2"); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("install", func(t *testing.T) { testInstall(t, ctx, in, dir) })
+	if t.Failed() {
+		return
+	}
+	t.Run("upgrade keeps actors", func(t *testing.T) { testUpgradeImage(t, ctx, in, dir) })
+}
+
+func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
+	in.valuesFile = filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(in.valuesFile, []byte(in.values("test")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"create", "namespace", ns},
+		{"label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged"},
+		{"-n", ns, "create", "secret", "generic", "ate-s3-credentials",
+			"--from-literal=AWS_ACCESS_KEY_ID=" + in.host.accessKey, "--from-literal=AWS_SECRET_ACCESS_KEY=" + in.host.secretKey},
+	} {
+		if _, err := kc.kubectl(ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := helm(ctx, "install", "substrate-crds", "deploy/helm/substrate-crds", "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helm(ctx, "install", "substrate", "deploy/helm/substrate", "-n", ns, "-f", in.valuesFile); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller")
+	waitPool(t, ctx, 3)
+	tmpl := filepath.Join(dir, "counter.yaml")
+	if err := os.WriteFile(tmpl, []byte(counterTemplate), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ate(ctx, "create", "template", "-f", tmpl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ate(ctx, "create", "actor", "counter-1", "--template", "counter"); err != nil {
+		t.Fatal(err)
+	}
+	mustCount(t, ctx, "default/counter-1", 1)
+	mustCount(t, ctx, "default/counter-1", 2)
+	if _, err := in.ate(ctx, "suspend", "actor", "counter-1"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := in.ate(ctx, "get", "actors")
+	if err != nil || !strings.Contains(out, "SUSPENDED") {
+		t.Fatalf("kubectl ate get actors after suspend: %q %v", out, err)
+	}
+	// Resumed by the request, with its memory.
+	mustCount(t, ctx, "default/counter-1", 3)
+}
+
+// waitPool waits until the example WorkerPool reports ready worker Pods.
+func waitPool(t *testing.T, ctx context.Context, ready int) {
+	t.Helper()
+	if _, err := kc.kubectl(ctx, "-n", ns, "wait", "workerpool/example",
+		"--for=jsonpath={.status.readyReplicas}="+itoa(ready), "--timeout=240s"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testUpgradeImage(t *testing.T, ctx context.Context, in *install, dir string) {
+	if err := os.WriteFile(in.valuesFile, []byte(in.values("test2")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helm(ctx, "upgrade", "substrate", "deploy/helm/substrate", "-n", ns, "-f", in.valuesFile); err != nil {
+		t.Fatal(err)
+	}
+	// The controller gives worker Pods its own image: the worker
+	// Deployment changes once the new controller runs, so wait for every
+	// Pod, not for one rollout.
+	if err := kc.waitFor("every ate-system Pod on ate.local/ate:test2", 4*time.Minute, func() error {
+		out, err := kc.kubectl(ctx, "-n", ns, "get", "pods", "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.spec.containers[0].image} {.metadata.deletionTimestamp}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(line); len(f) != 2 || f[1] != "ate.local/ate:test2" {
+				return fmt.Errorf("pod %q", line)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller", "example-workers")
+	waitPool(t, ctx, 3)
+	mustCount(t, ctx, "default/counter-1", 4)
+}

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"substrate.dev/ate/internal/k8s/k8stest"
+)
+
+const ns = "ate-system"
+
+// install is what a user did to put Substrate on the cluster; tests after
+// the install story use it.
+type install struct {
+	host       *hostServices
+	kubectlAte string // directory holding kubectl-ate, for PATH
+	valuesFile string
+}
+
+// values are the chart values the tests install with: the imported image,
+// plaintext between components and so no API authentication (worker
+// Pods' certificates come from cert-manager's csi-driver, which is not on
+// these machines; the chart refuses auth.* over plaintext), the host's
+// stores, small requests (the node has 2 cores) and a WorkerPool of 3 Pods.
+func (in *install) values(tag string) string {
+	return fmt.Sprintf(`image: {repository: ate.local/ate, tag: %q, pullPolicy: IfNotPresent}
+tls: {mode: none}
+postgres: {url: %q}
+snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
+apiserver: {replicas: 2, resources: {requests: {cpu: 10m, memory: 64Mi}}}
+controller: {replicas: 1, resources: {requests: {cpu: 10m, memory: 64Mi}}}
+router: {replicas: 1, drainDelaySeconds: 1, drainTimeoutSeconds: 40, resources: {requests: {cpu: 10m, memory: 64Mi}}}
+workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 1, terminationGracePeriodSeconds: 60,
+  resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 2Gi}}}
+`, tag, in.host.storeURL, in.host.snapsURL)
+}
+
+// helm runs the cached helm against the cluster.
+func helm(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(kc.kubeBin, "helm"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kc.kubeconfig, "HELM_CACHE_HOME="+kc.path("helm", "cache"),
+		"HELM_CONFIG_HOME="+kc.path("helm", "config"), "HELM_DATA_HOME="+kc.path("helm", "data"))
+	cmd.Dir = k8stest.RepoRoot()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// ate runs kubectl ate (the ate binary as a kubectl plugin), which finds
+// the API server through the kubeconfig (EndpointSlices) and dials a Pod
+// IP, reachable from the host through the CNI bridge.
+func (in *install) ate(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(kc.kubeBin, "kubectl"),
+		append([]string{"ate"}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+in.kubectlAte+":"+os.Getenv("PATH"), "KUBECONFIG="+kc.kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl ate %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// routerURL is the router Service's cluster IP address, which the host
+// reaches through kube-proxy's rules.
+func routerURL(ctx context.Context) (string, error) {
+	ip, err := kc.kubectl(ctx, "-n", ns, "get", "service", "ate-router", "-o", "jsonpath={.spec.clusterIP}")
+	if err != nil {
+		return "", err
+	}
+	return "http://" + strings.TrimSpace(ip) + ":80/", nil
+}
+
+// get sends one request to actor (atespace/name) through the router
+// Service and returns the status and body.
+func get(ctx context.Context, actor string) (int, string, error) {
+	u, err := routerURL(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req.Header.Set("ate-target-actor", actor)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}
+
+// mustCount asks the counter actor for its next count and fails unless
+// it is want.
+func mustCount(t *testing.T, ctx context.Context, actor string, want int) {
+	t.Helper()
+	code, body, err := get(ctx, actor)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET %s: %d %q %v", actor, code, body, err)
+	}
+	if got, err := strconv.Atoi(strings.TrimPrefix(body, "count=")); err != nil || got != want {
+		t.Fatalf("GET %s: count %q, want %d", actor, body, want)
+	}
+}
+
+// waitRollout waits until every Deployment in ns has rolled out.
+func waitRollout(t *testing.T, ctx context.Context, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := kc.kubectl(ctx, "-n", ns, "rollout", "status", "deployment/"+n, "--timeout=240s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// evidence prints, when t failed, what a reader needs to tell why: the
+// Pods, the cluster's events, every ate-system Pod's log (the previous
+// container's too) and the tails of the cluster components' logs. The
+// cluster directory keeps them until the next run.
+func evidence(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var b strings.Builder
+		for _, args := range [][]string{
+			{"get", "pods,deployments,workerpools,endpointslices", "-A", "-o", "wide"},
+			{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+		} {
+			out, _ := kc.kubectl(ctx, args...)
+			fmt.Fprintf(&b, "\n=== kubectl %s\n%s", strings.Join(args, " "), out)
+		}
+		pods, _ := kc.kubectl(ctx, "-n", ns, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")
+		for _, p := range strings.Fields(pods) {
+			out, _ := kc.kubectl(ctx, "-n", ns, "logs", p, "--all-containers", "--tail=200")
+			fmt.Fprintf(&b, "\n=== logs %s\n%s", p, out)
+			if prev, err := kc.kubectl(ctx, "-n", ns, "logs", p, "--all-containers", "--previous", "--tail=100"); err == nil {
+				fmt.Fprintf(&b, "\n=== logs %s (previous container)\n%s", p, prev)
+			}
+		}
+		for _, name := range kc.order {
+			fmt.Fprintf(&b, "\n=== %s (last lines; all in %s)\n%s\n", name, kc.path("logs", name+".log"), kc.tail(name, 20))
+		}
+		_ = os.WriteFile(kc.path("logs", "evidence-"+strings.ReplaceAll(t.Name(), "/", "_")+".txt"), []byte(b.String()), 0o644)
+		t.Log(b.String())
+	})
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -406,7 +405,3 @@ func (s *checkedStream) SendMsg(m any) error {
 	}
 	return s.ServerStream.SendMsg(m)
 }
-
-// ErrNoAuthenticator: an API server asked to enforce authentication with
-// no way to authenticate anyone.
-var ErrNoAuthenticator = errors.New("no authenticator configured")

@@ -38,21 +38,19 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 	wf := r.wf
 	r.mu.Unlock()
 	if live && wf != nil {
-		m.drainOnce.Do(func() {
-			r.log.InfoContext(ctx, "node draining", "node", name, "reason", reason)
-			go func() {
-				msg := "drained (" + reason + ")"
-				if err := wf.SuspendNode(context.WithoutCancel(ctx), name); err != nil {
-					r.log.Warn("drain node", "node", name, "err", err)
-					msg = "drain (" + reason + ") failed: " + err.Error()
-				}
-				r.mu.Lock()
-				if r.members[name] == m && m.phase == PhaseDraining {
-					m.message = msg
-				}
-				r.mu.Unlock()
-			}()
-		})
+		finished := r.drain(ctx, m, wf, reason)
+		go func() {
+			<-finished
+			msg := "drained (" + reason + ")"
+			if m.drainErr != nil {
+				msg = "drain (" + reason + ") failed: " + m.drainErr.Error()
+			}
+			r.mu.Lock()
+			if r.members[name] == m && m.phase == PhaseDraining {
+				m.message = msg
+			}
+			r.mu.Unlock()
+		}()
 	}
 	return r.describe(ctx, name)
 }

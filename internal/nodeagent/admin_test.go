@@ -112,3 +112,53 @@ func TestRemoveNodeKnownFromStore(t *testing.T) {
 		t.Fatalf("lost workers %v, want [w9]", got)
 	}
 }
+
+// drainedStream is the server side of a Register stream that records the
+// Drained answers sent on it.
+type drainedStream struct {
+	atev1.NodeRegistry_RegisterServer
+	drained chan *atev1.Drained
+}
+
+func (s *drainedStream) Send(m *atev1.RegistryMessage) error {
+	if d := m.GetDrained(); d != nil {
+		s.drained <- d
+	}
+	return nil
+}
+
+// TestDrainEventAfterDrainNode: the node's own DRAIN event (its Pod's
+// SIGTERM) after DrainNode (its Pod began terminating) is answered once
+// that one drain ends, without a second. Found on a real cluster: the
+// event went unanswered, so every worker Pod waited out its whole drain
+// timeout for this replica's answer before it could leave.
+func TestDrainEventAfterDrainNode(t *testing.T) {
+	r, wf, _ := newTestRegistry(t)
+	wf.suspended = make(chan string, 4)
+	ctx := t.Context()
+	if _, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Drain(ctx, "n1", "pod default/n1 terminating"); err != nil {
+		t.Fatal(err)
+	}
+	waitSuspended(t, wf.suspended, "n1")
+	r.mu.Lock()
+	m := r.members["n1"]
+	r.mu.Unlock()
+	stream := &drainedStream{drained: make(chan *atev1.Drained, 1)}
+	r.event(ctx, m, wf, &atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN}, stream)
+	select {
+	case d := <-stream.drained:
+		if d.GetError() != "" {
+			t.Fatalf("Drained with error %q", d.GetError())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node's DRAIN after DrainNode got no Drained answer within 10 s")
+	}
+	select {
+	case got := <-wf.suspended:
+		t.Fatalf("the event ran a second drain of %s", got)
+	default:
+	}
+}

@@ -116,8 +116,29 @@ type member struct {
 	lastHeard             time.Time
 	// end closes the node's current stream; nil while none is open.
 	end context.CancelFunc
-	// drainOnce runs this incarnation's drain once.
+	// drainOnce runs this incarnation's drain once, whoever asks first
+	// (DrainNode or the node's own DRAIN event); drainDone is closed when
+	// it has finished, with drainErr its outcome.
 	drainOnce sync.Once
+	drainDone chan struct{}
+	drainErr  error
+}
+
+// drain starts m's drain (once: SuspendNode of its actors) and returns a
+// channel closed when it has finished; m.drainErr is then its error.
+func (r *Registry) drain(ctx context.Context, m *member, wf Workflows, reason string) <-chan struct{} {
+	m.drainOnce.Do(func() {
+		m.drainDone = make(chan struct{})
+		r.log.InfoContext(ctx, "node draining", "node", m.name, "reason", reason)
+		go func() {
+			defer close(m.drainDone)
+			if err := wf.SuspendNode(context.WithoutCancel(ctx), m.name); err != nil {
+				r.log.Warn("drain node", "node", m.name, "err", err)
+				m.drainErr = err
+			}
+		}()
+	})
+	return m.drainDone
 }
 
 // NewRegistry returns a registry; call SetWorkflows before serving and Run
@@ -499,19 +520,20 @@ func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1
 			m.phase = PhaseDraining
 		}
 		r.mu.Unlock()
-		r.log.InfoContext(ctx, "node draining", "node", m.name)
-		m.drainOnce.Do(func() {
-			go func() {
-				done := &atev1.Drained{}
-				if err := wf.SuspendNode(context.WithoutCancel(ctx), m.name); err != nil {
-					r.log.Warn("drain node", "node", m.name, "err", err)
-					done.Error = err.Error()
-				}
-				// A node whose stream broke meanwhile drains again on its
-				// next session and hears then.
-				_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
-			}()
-		})
+		// A drain DrainNode started (the worker Pod began terminating) is
+		// answered when it ends: the node waits for every replica's answer
+		// before it leaves, and got none from here before.
+		finished := r.drain(ctx, m, wf, "the node asked")
+		go func() {
+			<-finished
+			done := &atev1.Drained{}
+			if m.drainErr != nil {
+				done.Error = m.drainErr.Error()
+			}
+			// A node whose stream broke meanwhile drains again on its
+			// next session and hears then.
+			_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
+		}()
 	case atev1.NodeEvent_LEAVE:
 		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
 	}

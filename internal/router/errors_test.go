@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,5 +130,32 @@ func TestRetryable(t *testing.T) {
 				t.Errorf("retryable(%v) = %t, want %t", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestIsStale: every failure to connect to a worker tunnel — refused,
+// unanswered (a deleted Pod's address: seen on a real cluster, where the
+// cached target of an actor its node had suspended timed out) or
+// unroutable — makes the target stale and the request go again after a
+// fresh resolution; a failure after the request was sent does not.
+func TestIsStale(t *testing.T) {
+	dial := func(err error) error {
+		return fmt.Errorf("proxy to worker w: %w", &net.OpError{Op: "dial", Net: "tcp", Err: err})
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"421 from the tunnel", fmt.Errorf("x: %w", errMisdirected), true},
+		{"refused", dial(os.NewSyscallError("connect", syscall.ECONNREFUSED)), true},
+		{"dial timed out", dial(os.ErrDeadlineExceeded), true},
+		{"no route to host", dial(os.NewSyscallError("connect", syscall.EHOSTUNREACH)), true},
+		{"reset while reading the response", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
+		{"route timeout", errRouteTimeout, false},
+	} {
+		if got := isStale(tc.err); got != tc.want {
+			t.Errorf("%s: isStale = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"substrate.dev/ate/internal/httpserve"
@@ -269,8 +268,8 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 		// it was: looking again would only load the control plane
 		// with a lookup per request to a broken app.
 		h.act.forget(key, t)
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			// Nothing listens at the tunnel address: its node restarted
+		if tunnelUnreachable(err) {
+			// Nothing answers at the tunnel address: its node restarted
 			// elsewhere (another port) or is gone.
 			h.act.tunnelGone(t)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -205,8 +206,18 @@ var (
 )
 
 // isStale reports whether err means the target no longer hosts the actor:
-// the tunnel said so (421), or nothing listens where it was (the worker or
-// its node is gone).
+// the tunnel said so (421), or its address could not be dialled (nothing
+// listens there, or no host answers: the worker or its node is gone, as
+// when a node's Pod is deleted after its actors were checkpointed). A
+// failed dial sent nothing, so the request may go again after a fresh
+// resolution.
 func isStale(err error) bool {
-	return errors.Is(err, errMisdirected) || errors.Is(err, syscall.ECONNREFUSED)
+	return errors.Is(err, errMisdirected) || tunnelUnreachable(err)
+}
+
+// tunnelUnreachable reports whether err is a failure to connect to a
+// worker tunnel (refused, timed out, no route).
+func tunnelUnreachable(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op) && op.Op == "dial"
 }

@@ -1,8 +1,6 @@
 package up
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 
 	"google.golang.org/grpc"
@@ -44,11 +42,14 @@ func (c AuthConfig) configured() bool {
 func newAuthorizer(c AuthConfig, st store.Store, log *slog.Logger) (*auth.Authorizer, error) {
 	log = orDiscard(log)
 	if !c.configured() {
-		if !c.Insecure {
-			return nil, fmt.Errorf("%w: pass --token-auth-file or --oidc-issuer-url (docs/security.md), or --insecure to run without authentication on a network you trust", auth.ErrNoAuthenticator)
+		if c.Insecure {
+			log.Warn("API authentication is off (--insecure and no --token-auth-file or --oidc-issuer-url): anyone who reaches the API port may do anything")
+			return nil, nil
 		}
-		log.Warn("API authentication is off (--insecure and no --token-auth-file or --oidc-issuer-url): anyone who reaches the API port may do anything")
-		return nil, nil
+		// Components still prove who they are by certificate, so the
+		// installation runs; users just have no way in yet (the Helm
+		// chart's default until auth.* is set).
+		log.Warn("no user authenticator (--token-auth-file, --oidc-issuer-url): only components, by certificate, may call the API")
 	}
 	tokens := append([]auth.StaticToken(nil), c.extra...)
 	if c.TokenAuthFile != "" {
@@ -79,9 +80,6 @@ func newAuthorizer(c AuthConfig, st store.Store, log *slog.Logger) (*auth.Author
 		if file, err = auth.ReadPolicyFile(c.PolicyFile); err != nil {
 			return nil, err
 		}
-	}
-	if chain == nil {
-		return nil, errors.New("no authenticator")
 	}
 	return &auth.Authorizer{Authn: chain, Policy: auth.NewPolicy(file, st), TrustDomain: c.TrustDomain,
 		AlarmAtespace: apiserver.AlarmAtespace(st), Log: log}, nil

@@ -38,7 +38,7 @@ func TestSubstrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(host.stop)
-	in := &install{host: host, kubectlAte: filepath.Join(dir, "bin")}
+	in := &install{host: host, kubectlAte: filepath.Join(dir, "bin"), counts: map[string]int{}}
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(in.kubectlAte, "kubectl-ate"), "./cmd/ate")
 	build.Dir = k8stest.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
@@ -53,7 +53,19 @@ func TestSubstrate(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Run("upgrade keeps actors", func(t *testing.T) { testUpgradeImage(t, ctx, in, dir) })
+	for _, story := range []struct {
+		name string
+		run  func(*testing.T, context.Context, *install)
+	}{
+		{"upgrade keeps actors", func(t *testing.T, ctx context.Context, in *install) { testUpgradeImage(t, ctx, in, dir) }},
+		{"worker Pod deleted", testWorkerPodDeleted},
+		{"drain", testDrain},
+		{"router Pod replaced", func(t *testing.T, ctx context.Context, in *install) { testRouterPodReplaced(t, ctx, in, dir) }},
+	} {
+		if !t.Run(story.name, func(t *testing.T) { story.run(t, ctx, in) }) {
+			return
+		}
+	}
 }
 
 func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
@@ -79,18 +91,14 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	}
 	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller")
 	waitPool(t, ctx, 3)
-	tmpl := filepath.Join(dir, "counter.yaml")
-	if err := os.WriteFile(tmpl, []byte(counterTemplate), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := in.ate(ctx, "create", "template", "-f", tmpl); err != nil {
+	if err := writeAndCreateTemplate(ctx, in, dir, "counter", counterTemplate); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := in.ate(ctx, "create", "actor", "counter-1", "--template", "counter"); err != nil {
 		t.Fatal(err)
 	}
-	mustCount(t, ctx, "default/counter-1", 1)
-	mustCount(t, ctx, "default/counter-1", 2)
+	in.hit(t, ctx, "default/counter-1")
+	in.hit(t, ctx, "default/counter-1")
 	if _, err := in.ate(ctx, "suspend", "actor", "counter-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +107,18 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 		t.Fatalf("kubectl ate get actors after suspend: %q %v", out, err)
 	}
 	// Resumed by the request, with its memory.
-	mustCount(t, ctx, "default/counter-1", 3)
+	in.hit(t, ctx, "default/counter-1")
+}
+
+// writeAndCreateTemplate creates template name from its YAML with
+// kubectl ate create template -f, as a user would.
+func writeAndCreateTemplate(ctx context.Context, in *install, dir, name, yaml string) error {
+	f := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o644); err != nil {
+		return err
+	}
+	_, err := in.ate(ctx, "create", "template", "-f", f)
+	return err
 }
 
 // waitPool waits until the example WorkerPool reports ready worker Pods.
@@ -138,5 +157,5 @@ func testUpgradeImage(t *testing.T, ctx context.Context, in *install, dir string
 	}
 	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller", "example-workers")
 	waitPool(t, ctx, 3)
-	mustCount(t, ctx, "default/counter-1", 4)
+	in.hit(t, ctx, "default/counter-1")
 }

@@ -1,7 +1,7 @@
 // Package cluster runs Substrate on a real single-node Kubernetes cluster
 // assembled on this machine from upstream parts (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubelet and kube-proxy of
-// k8s.io/kubernetes, containerd with Debian's runc, Debian's CNI plugins),
+// k8s.io/kubernetes, containerd and runc built from their Go modules, Debian's CNI plugins),
 // installs it with helm and kubectl as a user would, and checks the
 // stories of issue 17 against it.
 //
@@ -83,7 +83,7 @@ func runMain(m *testing.M) (code int) {
 			for _, d := range []string{"containerd", "kubelet", "etcd"} {
 				_ = os.RemoveAll(filepath.Join(clusterDir, d))
 			}
-			fmt.Fprintf(os.Stderr, "test/cluster: evidence kept in %s (logs/, pod-logs/) until the next run\n", clusterDir)
+			fmt.Fprintf(os.Stderr, "test/cluster: evidence kept in %s (logs/: components, pods/ every container's, evidence-*.txt) until the next run\n", clusterDir)
 		}
 	}()
 	if err != nil {
@@ -98,7 +98,11 @@ func runMain(m *testing.M) (code int) {
 	}
 	fmt.Fprintf(os.Stderr, "test/cluster: cluster up in %s\n", time.Since(start).Round(100*time.Millisecond))
 	kc = c
+	stopLogs := make(chan struct{})
+	logsDone := keepPodLogs(clusterDir, stopLogs)
 	code = m.Run()
+	close(stopLogs)
+	<-logsDone
 	failed = code != 0
 	return code
 }

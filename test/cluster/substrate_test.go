@@ -22,7 +22,8 @@ const ns = "ate-system"
 // the install story use it.
 type install struct {
 	host       *hostServices
-	kubectlAte string // directory holding kubectl-ate, for PATH
+	kubectlAte string         // directory holding kubectl-ate, for PATH
+	counts     map[string]int // each counter actor's last count
 	valuesFile string
 }
 
@@ -39,9 +40,20 @@ snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
 apiserver: {replicas: 2, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 controller: {replicas: 1, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 router: {replicas: 1, drainDelaySeconds: 1, drainTimeoutSeconds: 40, resources: {requests: {cpu: 10m, memory: 64Mi}}}
-workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 1, terminationGracePeriodSeconds: 60,
+workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, terminationGracePeriodSeconds: 60,
   resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 2Gi}}}
 `, tag, in.host.storeURL, in.host.snapsURL)
+}
+
+// apply is kubectl apply of manifest.
+func (k *kubeCluster) apply(ctx context.Context, manifest string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(k.kubeBin, "kubectl"), "--kubeconfig", k.kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl apply: %w: %s", err, out)
+	}
+	return string(out), nil
 }
 
 // helm runs the cached helm against the cluster.
@@ -99,17 +111,19 @@ func get(ctx context.Context, actor string) (int, string, error) {
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
 }
 
-// mustCount asks the counter actor for its next count and fails unless
-// it is want.
-func mustCount(t *testing.T, ctx context.Context, actor string, want int) {
+// hit asks the counter actor for its next count and fails unless it is
+// one more than the last: the actor kept its memory.
+func (in *install) hit(t *testing.T, ctx context.Context, actor string) {
 	t.Helper()
 	code, body, err := get(ctx, actor)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET %s: %d %q %v", actor, code, body, err)
 	}
+	want := in.counts[actor] + 1
 	if got, err := strconv.Atoi(strings.TrimPrefix(body, "count=")); err != nil || got != want {
-		t.Fatalf("GET %s: count %q, want %d", actor, body, want)
+		t.Fatalf("GET %s: %q, want count=%d", actor, body, want)
 	}
+	in.counts[actor] = want
 }
 
 // waitRollout waits until every Deployment in ns has rolled out.
@@ -133,7 +147,7 @@ func evidence(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		var b strings.Builder
+		var b, b2 strings.Builder
 		for _, args := range [][]string{
 			{"get", "pods,deployments,workerpools,endpointslices", "-A", "-o", "wide"},
 			{"get", "events", "-A", "--sort-by=.lastTimestamp"},
@@ -149,6 +163,17 @@ func evidence(t *testing.T) {
 				fmt.Fprintf(&b, "\n=== logs %s (previous container)\n%s", p, prev)
 			}
 		}
+		kept, _ := filepath.Glob(kc.path("logs", "pods", ns+"_*", "*", "*.log"))
+		for _, f := range kept {
+			if b, err := os.ReadFile(f); err == nil {
+				lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+				if len(lines) > 60 {
+					lines = lines[len(lines)-60:]
+				}
+				fmt.Fprintf(&b2, "\n=== kept container log %s (last 60 lines)\n%s\n", f, strings.Join(lines, "\n"))
+			}
+		}
+		b.WriteString(b2.String())
 		for _, name := range kc.order {
 			fmt.Fprintf(&b, "\n=== %s (last lines; all in %s)\n%s\n", name, kc.path("logs", name+".log"), kc.tail(name, 20))
 		}

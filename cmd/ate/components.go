@@ -184,6 +184,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace's WorkerPools and Pods (default all)")
 			f.BoolVar(&cfg.LeaderElect, "leader-elect", true, "elect one active replica through a Lease named ate-controller; the others stand by")
 			f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default the Pod's own)")
+			f.DurationVar(&cfg.Resync, "resync", controller.DefaultResync, "how often every WorkerPool is reconciled, and the API server's workers compared with worker Pods, without an event")
 			f.DurationVar(&cfg.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "how long a reconcile path waits for its watches before /readyz names what is missing and the path retries")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz, /metrics and /debug/pprof/")
 			f.StringVar(&cfg.Workers.CertIssuer, "worker-cert-issuer", "", "cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) whose csi-driver (csi.cert-manager.io) gives each worker Pod its own node certificate (URI SAN spiffe://<domain>/ate/node/<pod name>); this or --worker-insecure is required")

@@ -16,7 +16,8 @@ import (
 	"substrate.dev/ate/internal/testwait"
 )
 
-// TestDrain: once Start's context ends, /readyz answers 503 at once while
+// TestDrain: once Start's context ends, /readyz answers 503 at once (and
+// Ready, the management listener's /readyz, says draining) while
 // /healthz and actors are still served for DrainDelay; then the listener
 // closes, and Start returns only after the parked request and the open
 // WebSocket have finished, every one answered.
@@ -53,8 +54,15 @@ func TestDrain(t *testing.T) {
 	go func() { parked <- getStatus("parked.default.actors.localhost", "/") }()
 	testwait.Until(t, "the request to park", func() bool { return h.act.flights.Waiting() == 1 })
 
+	if err := h.Ready(); err != nil {
+		t.Fatalf("Ready before the drain: %v", err)
+	}
 	stop()
 	testwait.Until(t, "/readyz to answer 503", func() bool { return getStatus("localhost", "/readyz") == http.StatusServiceUnavailable })
+	// What the management listener's /readyz (readiness probes) reports.
+	if err := h.Ready(); !errors.Is(err, ErrDraining) {
+		t.Errorf("Ready while draining: %v, want ErrDraining", err)
+	}
 	if code := getStatus("localhost", "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while draining: %d, want 200", code)
 	}

@@ -118,6 +118,18 @@ func (h *Handler) Drain() {
 	h.act.drain()
 }
 
+// ErrDraining is Ready's answer once Drain was called.
+var ErrDraining = errors.New("draining: finishing in-flight and parked requests before exit")
+
+// Ready is nil until Drain is called, then ErrDraining: the management
+// listener's /readyz, which readiness probes ask.
+func (h *Handler) Ready() error {
+	if h.draining.Load() {
+		return ErrDraining
+	}
+	return nil
+}
+
 // InFlight returns how many requests are being served: parked, proxied,
 // streaming or upgraded.
 func (h *Handler) InFlight() int64 { return h.inflight.Load() }

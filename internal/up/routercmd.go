@@ -66,15 +66,19 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.HTTPClientConfig(auth.ComponentNode)
-	var mgmt *httpserve.Management
 	if ms != nil {
 		hc.Metrics = ms.Router
-		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, nil); err != nil {
+	}
+	rh := router.NewHandler(hc, res, log)
+	var mgmt *httpserve.Management
+	if ms != nil {
+		// The management /readyz is what a readiness probe asks: it says
+		// draining as the router's own /readyz does.
+		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, rh.Ready); err != nil {
 			return err
 		}
 		defer mgmt.Close()
 	}
-	rh := router.NewHandler(hc, res, log)
 	rs := httpserve.NewServer("router", rc.Addr, rh, log)
 	rs.DrainDelay, rs.DrainTimeout = rc.DrainDelay, rc.DrainTimeout
 	if err := rs.Listen(); err != nil {

@@ -45,13 +45,6 @@ func setSysctls(saved string) error {
 	return nil
 }
 
-// firewallBefore is the host's firewall before the cluster: nftables
-// tables (family/name) and iptables-save's dump.
-type firewallBefore struct {
-	Tables   []string
-	IPTables string
-}
-
 func nftTables() ([]string, error) {
 	c, err := nftables.New()
 	if err != nil {

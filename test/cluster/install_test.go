@@ -61,6 +61,10 @@ func TestSubstrate(t *testing.T) {
 		{"worker Pod deleted", testWorkerPodDeleted},
 		{"drain", testDrain},
 		{"router Pod replaced", func(t *testing.T, ctx context.Context, in *install) { testRouterPodReplaced(t, ctx, in, dir) }},
+		{"API scale out", testAPIScaleOut},
+		{"API rolling restart", testAPIRollingRestart},
+		{"evidence", testEvidence},
+		{"controller flap and CRD and RBAC upgrade", func(t *testing.T, ctx context.Context, in *install) { testFlapAndUpgrade(t, ctx, in, dir) }},
 	} {
 		if !t.Run(story.name, func(t *testing.T) { story.run(t, ctx, in) }) {
 			return

@@ -72,6 +72,12 @@ func runMain(m *testing.M) (code int) {
 		} else {
 			_ = cleanHost(clusterDir)
 		}
+		// The kernel deletes a network namespace, and its veths, a moment
+		// after its last user is gone.
+		deadline := time.Now().Add(15 * time.Second)
+		for len(leftovers(clusterDir)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
 		if l := leftovers(clusterDir); len(l) > 0 {
 			fmt.Fprintf(os.Stderr, "test/cluster: the cluster left on the host:\n  %s\n", strings.Join(l, "\n  "))
 			code = 1

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,29 @@ func onePod(ctx context.Context, component string) (name, ip string, err error) 
 		return "", "", fmt.Errorf("want one running %s Pod, have %q", component, out)
 	}
 	return name, ip, nil
+}
+
+// metricValue is the value of the unlabelled metric name at url (a
+// Prometheus text endpoint); -1 when it cannot be read.
+func metricValue(url, name string) float64 {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 func httpStatus(url string) int {
@@ -93,9 +118,8 @@ func testRouterPodReplaced(t *testing.T, ctx context.Context, in *install, dir s
 		parked <- reply{code, body, err}
 	}()
 	if err := kc.waitFor("the request to counter-1 parked", time.Minute, func() error {
-		out, err := kc.kubectl(ctx, "-n", ns, "logs", router)
-		if err != nil || !strings.Contains(out, `"request parked"`) {
-			return fmt.Errorf("not parked yet: %v", err)
+		if n := metricValue("http://"+routerIP+":9090/metrics", "ate_router_parked_requests"); n != 1 {
+			return fmt.Errorf("ate_router_parked_requests %v", n)
 		}
 		return nil
 	}); err != nil {

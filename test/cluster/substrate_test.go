@@ -24,7 +24,9 @@ type install struct {
 	host       *hostServices
 	kubectlAte string         // directory holding kubectl-ate, for PATH
 	counts     map[string]int // each counter actor's last count
-	valuesFile string
+	// deletedWorker is the worker Pod the Pod-deletion story deleted.
+	deletedWorker string
+	valuesFile    string
 }
 
 // values are the chart values the tests install with: the imported image,
@@ -38,7 +40,7 @@ tls: {mode: none}
 postgres: {url: %q}
 snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
 apiserver: {replicas: 2, resources: {requests: {cpu: 10m, memory: 64Mi}}}
-controller: {replicas: 1, resources: {requests: {cpu: 10m, memory: 64Mi}}}
+controller: {replicas: 1, extraArgs: [--resync=5s], resources: {requests: {cpu: 10m, memory: 64Mi}}}
 router: {replicas: 1, drainDelaySeconds: 1, drainTimeoutSeconds: 40, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, terminationGracePeriodSeconds: 60,
   resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 2Gi}}}
@@ -47,7 +49,12 @@ workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, termin
 
 // apply is kubectl apply of manifest.
 func (k *kubeCluster) apply(ctx context.Context, manifest string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(k.kubeBin, "kubectl"), "--kubeconfig", k.kubeconfig, "apply", "-f", "-")
+	return k.applyArgs(ctx, manifest)
+}
+
+// applyArgs is kubectl apply of manifest with more arguments.
+func (k *kubeCluster) applyArgs(ctx context.Context, manifest string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(k.kubeBin, "kubectl"), append([]string{"--kubeconfig", k.kubeconfig, "apply", "-f", "-"}, args...)...)
 	cmd.Stdin = strings.NewReader(manifest)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -136,10 +143,9 @@ func waitRollout(t *testing.T, ctx context.Context, names ...string) {
 	}
 }
 
-// evidence prints, when t failed, what a reader needs to tell why: the
-// Pods, the cluster's events, every ate-system Pod's log (the previous
-// container's too) and the tails of the cluster components' logs. The
-// cluster directory keeps them until the next run.
+// evidence prints, when t failed, what a reader needs to tell why
+// (collectEvidence), and writes it to the cluster directory, which keeps
+// it until the next run.
 func evidence(t *testing.T) {
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -147,39 +153,38 @@ func evidence(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		var b, b2 strings.Builder
-		for _, args := range [][]string{
-			{"get", "pods,deployments,workerpools,endpointslices", "-A", "-o", "wide"},
-			{"get", "events", "-A", "--sort-by=.lastTimestamp"},
-		} {
-			out, _ := kc.kubectl(ctx, args...)
-			fmt.Fprintf(&b, "\n=== kubectl %s\n%s", strings.Join(args, " "), out)
-		}
-		pods, _ := kc.kubectl(ctx, "-n", ns, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")
-		for _, p := range strings.Fields(pods) {
-			out, _ := kc.kubectl(ctx, "-n", ns, "logs", p, "--all-containers", "--tail=200")
-			fmt.Fprintf(&b, "\n=== logs %s\n%s", p, out)
-			if prev, err := kc.kubectl(ctx, "-n", ns, "logs", p, "--all-containers", "--previous", "--tail=100"); err == nil {
-				fmt.Fprintf(&b, "\n=== logs %s (previous container)\n%s", p, prev)
-			}
-		}
-		kept, _ := filepath.Glob(kc.path("logs", "pods", ns+"_*", "*", "*.log"))
-		for _, f := range kept {
-			if b, err := os.ReadFile(f); err == nil {
-				lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-				if len(lines) > 60 {
-					lines = lines[len(lines)-60:]
-				}
-				fmt.Fprintf(&b2, "\n=== kept container log %s (last 60 lines)\n%s\n", f, strings.Join(lines, "\n"))
-			}
-		}
-		b.WriteString(b2.String())
-		for _, name := range kc.order {
-			fmt.Fprintf(&b, "\n=== %s (last lines; all in %s)\n%s\n", name, kc.path("logs", name+".log"), kc.tail(name, 20))
-		}
-		_ = os.WriteFile(kc.path("logs", "evidence-"+strings.ReplaceAll(t.Name(), "/", "_")+".txt"), []byte(b.String()), 0o644)
-		t.Log(b.String())
+		ev := collectEvidence(ctx)
+		_ = os.WriteFile(kc.path("logs", "evidence-"+strings.ReplaceAll(t.Name(), "/", "_")+".txt"), []byte(ev), 0o644)
+		t.Log(ev)
 	})
+}
+
+// collectEvidence is the Pods, the cluster's events, every ate-system
+// container's log (kept by keepPodLogs, so a deleted worker Pod's too)
+// and the tails of the cluster components' logs.
+func collectEvidence(ctx context.Context) string {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"get", "pods,deployments,workerpools,endpointslices", "-A", "-o", "wide"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+	} {
+		out, _ := kc.kubectl(ctx, args...)
+		fmt.Fprintf(&b, "\n=== kubectl %s\n%s", strings.Join(args, " "), out)
+	}
+	kept, _ := filepath.Glob(kc.path("logs", "pods", ns+"_*", "*", "*.log"))
+	for _, f := range kept {
+		if data, err := os.ReadFile(f); err == nil {
+			lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+			if len(lines) > 60 {
+				lines = lines[len(lines)-60:]
+			}
+			fmt.Fprintf(&b, "\n=== container log %s (last 60 lines)\n%s\n", f, strings.Join(lines, "\n"))
+		}
+	}
+	for _, name := range kc.order {
+		fmt.Fprintf(&b, "\n=== %s (last lines; all in %s)\n%s\n", name, kc.path("logs", name+".log"), kc.tail(name, 20))
+	}
+	return b.String()
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

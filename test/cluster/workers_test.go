@@ -63,6 +63,7 @@ func testWorkerPodDeleted(t *testing.T, ctx context.Context, in *install) {
 		t.Fatalf("worker Pod took %s to go, not well before its 60 s grace: the node did not leave once drained", gone)
 	}
 	t.Logf("worker Pod %s deleted and gone in %s", pod, gone.Round(time.Millisecond))
+	in.deletedWorker = pod
 	if st, err := in.actorState(ctx, "default/counter-2"); err != nil || st != "SUSPENDED" {
 		t.Fatalf("counter-2 after its Pod was deleted: %q %v, want SUSPENDED", st, err)
 	}
@@ -154,4 +155,19 @@ spec:
 		t.Fatal(err)
 	}
 	waitPool(t, ctx, 3)
+}
+
+// testEvidence: what a failure prints holds the cluster's events, the
+// log of every worker Pod that ran — deleted ones too, which the kubelet
+// no longer has — and the cluster components' logs.
+func testEvidence(t *testing.T, ctx context.Context, in *install) {
+	ev := collectEvidence(ctx)
+	for _, want := range []string{"=== kubectl get events", "Killing", "=== kube-apiserver", "=== kubelet", "ate node ready"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("evidence has no %q", want)
+		}
+	}
+	if in.deletedWorker == "" || !strings.Contains(ev, "ate-system_"+in.deletedWorker+"_") {
+		t.Errorf("evidence has no log of the deleted worker Pod %q", in.deletedWorker)
+	}
 }

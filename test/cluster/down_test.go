@@ -17,9 +17,11 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// sysctls the cluster needs: forwarding for Pod traffic, and bridged
-// traffic through iptables for kube-proxy's Service rules.
-var sysctls = []string{"net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"}
+// sysctls the cluster needs: forwarding for Pod traffic, bridged traffic
+// through iptables for kube-proxy's Service rules, and route_localnet,
+// which kube-proxy sets itself for NodePorts on 127.0.0.1 (saved here so
+// the teardown restores it too).
+var sysctls = []string{"net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables", "net/ipv4/conf/all/route_localnet"}
 
 // setSysctls saves the current values to saved (once: a leftover file from
 // a crashed run holds the real originals) and sets each to 1.

@@ -62,7 +62,7 @@ func TestSubstrate(t *testing.T) {
 		{"drain", testDrain},
 		{"router Pod replaced", func(t *testing.T, ctx context.Context, in *install) { testRouterPodReplaced(t, ctx, in, dir) }},
 		{"API scale out", testAPIScaleOut},
-		{"API rolling restart", testAPIRollingRestart},
+		{"API rolling restart", func(t *testing.T, ctx context.Context, in *install) { testAPIRollingRestart(t, ctx, in, dir) }},
 		{"evidence", testEvidence},
 		{"controller flap and CRD and RBAC upgrade", func(t *testing.T, ctx context.Context, in *install) { testFlapAndUpgrade(t, ctx, in, dir) }},
 	} {

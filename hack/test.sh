@@ -14,8 +14,10 @@ bash hack/install-seaweedfs.sh
 # pgtest starts its own server, as the postgres user when root).
 bash hack/install-postgres.sh
 # The Kubernetes-mode tests run a real kube-apiserver + etcd (envtest), and
-# helm, kustomize and controller-gen; built once, cached (~20 min on a
-# fresh 2-core machine, most of it kube-apiserver).
+# helm, kustomize and controller-gen, and the real-cluster tests' kubelet,
+# kube-controller-manager, kube-scheduler, kube-proxy and kubectl; built
+# once, cached (~30 min on a fresh 2-core machine, half of it
+# kube-apiserver).
 bash hack/install-kube.sh
 # The real-cluster tests (test/cluster) run a single-node Kubernetes
 # cluster of kube-apiserver, kube-controller-manager, kube-scheduler,

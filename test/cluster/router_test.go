@@ -156,7 +156,7 @@ func testRouterPodReplaced(t *testing.T, ctx context.Context, in *install, dir s
 	if _, err := kc.kubectl(ctx, "-n", ns, "wait", "--for=delete", "pod/"+router, "--timeout=90s"); err != nil {
 		t.Fatal(err)
 	}
-	// The grace is drainDelay 1 s + drainTimeout 40 s + margin 15 s: the
+	// The grace is drainDelay 5 s + drainTimeout 40 s + margin 15 s = 60 s (the chart's defaults): the
 	// kubelet SIGKILLs only at its end.
 	if gone := time.Since(deleted); gone > 30*time.Second {
 		t.Fatalf("the router Pod took %s to go: it did not leave once drained", gone)

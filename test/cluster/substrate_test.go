@@ -41,7 +41,7 @@ postgres: {url: %q}
 snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
 apiserver: {replicas: 2, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 controller: {replicas: 1, extraArgs: [--resync=5s], resources: {requests: {cpu: 10m, memory: 64Mi}}}
-router: {replicas: 1, drainDelaySeconds: 1, drainTimeoutSeconds: 40, resources: {requests: {cpu: 10m, memory: 64Mi}}}
+router: {replicas: 1, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, terminationGracePeriodSeconds: 60,
   resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 2Gi}}}
 `, tag, in.host.storeURL, in.host.snapsURL)

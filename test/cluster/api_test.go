@@ -149,25 +149,15 @@ func testAPIScaleOut(t *testing.T, ctx context.Context, in *install) {
 	}
 }
 
-// sleepyTemplate's actors are suspended by the router after 1 s without
-// traffic: each request after a pause wakes one.
-const sleepyTemplate = `name: sleepy
-containers:
-- name: counter
-  image: oci:/images/counter
-  ports: [8080]
-wakeupProbe:
-  httpGet: {path: /healthz, port: 8080}
-idle: {after: 1s, action: suspend}
-`
-
 // testAPIRollingRestart: `kubectl rollout restart` of the API server
 // under 20 requests/s over 5 actors while another actor, suspended by its
 // idle policy after each request, is woken every 3 s: no request fails,
 // wake-ups go on through the restart, and afterwards no actor is wedged
 // (each is RUNNING or SUSPENDED and answers).
 func testAPIRollingRestart(t *testing.T, ctx context.Context, in *install, dir string) {
-	if err := writeAndCreateTemplate(ctx, in, dir, "sleepy", sleepyTemplate); err != nil {
+	if err := writeAndCreateTemplate(ctx, in, dir, "sleepy",
+		// Suspended by the router 1 s after each request: the next wakes it.
+		counterTemplateYAML("sleepy", "1s", "")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := in.ate(ctx, "create", "actor", "w1", "--template", "sleepy"); err != nil {

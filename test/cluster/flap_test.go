@@ -102,7 +102,7 @@ spec:
   template: {priorityClassName: system-node-critical}
 `
 	serverDryRun := func() error {
-		_, err := kc.applyArgs(ctx, probe, "--dry-run=server", "--validate=strict")
+		_, err := kc.apply(ctx, probe, "--dry-run=server", "--validate=strict")
 		return err
 	}
 	if _, err := helm(ctx, "upgrade", "substrate-crds", oldCRDs, "--wait"); err != nil {

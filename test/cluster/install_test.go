@@ -13,17 +13,20 @@ import (
 	"substrate.dev/ate/internal/k8s/k8stest"
 )
 
-// counterTemplate is the counter example's template; its image is the
-// OCI layout the ate image carries (no registry is reachable here).
-const counterTemplate = `name: counter
+// counterTemplateYAML is a template of the counter example named name,
+// idle after idleAfter, plus extra top-level YAML; its image is the OCI
+// layout the ate image carries (no registry is reachable here).
+func counterTemplateYAML(name, idleAfter, extra string) string {
+	return fmt.Sprintf(`name: %s
 containers:
 - name: counter
   image: oci:/images/counter
   ports: [8080]
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
-idle: {after: 10m, action: suspend}
-`
+idle: {after: %s, action: suspend}
+%s`, name, idleAfter, extra)
+}
 
 // TestSubstrate installs Substrate with the two Helm commands of the
 // README and then runs the stories of issue 17 in order, each on what the
@@ -95,7 +98,7 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	}
 	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller")
 	waitPool(t, ctx, 3)
-	if err := writeAndCreateTemplate(ctx, in, dir, "counter", counterTemplate); err != nil {
+	if err := writeAndCreateTemplate(ctx, in, dir, "counter", counterTemplateYAML("counter", "10m", "")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := in.ate(ctx, "create", "actor", "counter-1", "--template", "counter"); err != nil {

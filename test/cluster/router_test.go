@@ -11,19 +11,6 @@ import (
 	"time"
 )
 
-// pinnedTemplate is the counter whose actors are never evicted to make
-// room: with every worker held by one, a request to another actor parks.
-const pinnedTemplate = `name: pinned
-containers:
-- name: counter
-  image: oci:/images/counter
-  ports: [8080]
-wakeupProbe:
-  httpGet: {path: /healthz, port: 8080}
-idle: {after: 10m, action: suspend}
-eviction: {evictable: false}
-`
-
 // onePod is the name and IP of the only Running, not terminating Pod of
 // the component (app.kubernetes.io/component).
 func onePod(ctx context.Context, component string) (name, ip string, err error) {
@@ -91,7 +78,10 @@ func testRouterPodReplaced(t *testing.T, ctx context.Context, in *install, dir s
 			t.Fatal(err)
 		}
 	}
-	if err := writeAndCreateTemplate(ctx, in, dir, "pinned", pinnedTemplate); err != nil {
+	if err := writeAndCreateTemplate(ctx, in, dir, "pinned",
+		// Never evicted to make room: with every worker held by one, a
+		// request to another actor parks.
+		counterTemplateYAML("pinned", "10m", "eviction: {evictable: false}\n")); err != nil {
 		t.Fatal(err)
 	}
 	var pinned []string

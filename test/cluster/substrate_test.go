@@ -47,13 +47,8 @@ workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, termin
 `, tag, in.host.storeURL, in.host.snapsURL)
 }
 
-// apply is kubectl apply of manifest.
-func (k *kubeCluster) apply(ctx context.Context, manifest string) (string, error) {
-	return k.applyArgs(ctx, manifest)
-}
-
-// applyArgs is kubectl apply of manifest with more arguments.
-func (k *kubeCluster) applyArgs(ctx context.Context, manifest string, args ...string) (string, error) {
+// apply is kubectl apply of manifest, with more arguments.
+func (k *kubeCluster) apply(ctx context.Context, manifest string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(k.kubeBin, "kubectl"), append([]string{"--kubeconfig", k.kubeconfig, "apply", "-f", "-"}, args...)...)
 	cmd.Stdin = strings.NewReader(manifest)
 	out, err := cmd.CombinedOutput()

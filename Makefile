@@ -1,10 +1,12 @@
-# Substrate. `make up` runs the all-in-one demo; `make test` runs every test.
+# Substrate. `make up` runs the all-in-one demo; `make test` runs every test;
+# `make check` is the quick loop (lint and the tests that need neither root
+# nor a built component).
 SHELL := /bin/bash
 ATE_CACHE ?= $(HOME)/.cache/ate
 export ATE_CACHE
 export PATH := $(ATE_CACHE)/bin:$(PATH)
 
-.PHONY: all build deps generate up up-banner test examples bench
+.PHONY: all build deps generate up up-banner check test examples bench
 
 all: build
 
@@ -31,7 +33,12 @@ up: up-banner deps examples
 up-banner:
 	@echo "make up: installing what is missing (first run about 9-12 minutes: runsc ~5 min, Python example rootfs 1-2 min, Node.js example rootfs 3-4 min; cached afterwards)" >&2
 
-test: deps examples
+check:
+	bash hack/check.sh
+
+# hack/test.sh installs what it needs itself (stage by stage, the slow
+# builds in the background) and runs every stage even after a failure.
+test:
 	bash hack/test.sh
 
 bench: deps examples

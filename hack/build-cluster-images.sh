@@ -15,6 +15,7 @@
 # Rebuilt only when an input is newer than the archive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/lib.sh
 log() { printf 'build-cluster-images: %s\n' "$*" >&2; }
 
 CACHE="${ATE_CACHE:-$HOME/.cache/ate}"
@@ -38,7 +39,7 @@ archive() {
 	shift 2
 	local tmp
 	tmp=$(mktemp -d)
-	build/bin/ocipack "$@" --compression none --tag "$tag" --out "$tmp/layout" 2>/dev/null
+	quiet build/bin/ocipack "$@" --compression none --tag "$tag" --out "$tmp/layout"
 	tar -C "$tmp/layout" -cf "build/images/$name.tar.tmp" .
 	mv "build/images/$name.tar.tmp" "build/images/$name.tar"
 	rm -rf "$tmp"

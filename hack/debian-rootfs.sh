@@ -19,6 +19,7 @@
 #
 # Prints the rootfs path on stdout as its last line; progress goes to stderr.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 if [[ $# -lt 2 ]]; then
 	echo "usage: $0 NAME PACKAGE..." >&2
@@ -51,8 +52,7 @@ fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
 	log "installing debootstrap"
-	apt-get -o DPkg::Lock::Timeout=600 update >&2
-	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y debootstrap >&2
+	apt_install debootstrap >&2
 fi
 
 # mirror prints the Debian archive URL this machine's apt uses (only

@@ -8,6 +8,7 @@
 # `apt-get update` runs only when the package must be installed. Needs
 # root for that; hack/test.sh calls it.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 if [[ -x /usr/bin/chromium ]]; then
 	echo "Chromium already installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"
@@ -23,10 +24,9 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 echo "install-chromium: apt-get install chromium..." >&2
-apt-get -o DPkg::Lock::Timeout=600 update -qq
 # --no-install-recommends: no fonts or extras beyond what headless
 # rendering needs; fonts-dejavu-core gives the screenshot legible text.
-apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+apt_install --no-install-recommends chromium fonts-dejavu-core >/dev/null
 if [[ ! -x /usr/bin/chromium ]]; then
 	echo "install-chromium: chromium installed, but no /usr/bin/chromium" >&2
 	exit 1

@@ -22,6 +22,7 @@
 # Idempotent: apt-get runs only for a missing command; containerd is rebuilt
 # only when its stamp names another version. Needs root.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 CONTAINERD_VERSION=v2.2.9
 RUNC_VERSION=v1.3.6 # containerd v2.2.9 script/setup/runc-version
@@ -41,8 +42,7 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 if ((${#need[@]})); then
 	echo "install-cluster: installing Debian packages ${need[*]}..." >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	apt_install --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 if [[ ! -x "$BIN_DIR/containerd" || "$(cat "$BIN_DIR/containerd.version" 2>/dev/null)" != "$CONTAINERD_VERSION" ]]; then
@@ -52,10 +52,10 @@ if [[ ! -x "$BIN_DIR/containerd" || "$(cat "$BIN_DIR/containerd.version" 2>/dev/
 	trap 'rm -rf "$work"' EXIT
 	(
 		cd "$work"
-		go mod init cri >/dev/null 2>&1
+		quiet go mod init cri
 		printf 'package main\n\nimport (\n\t_ "github.com/containerd/containerd/v2/cmd/containerd"\n\t_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"\n\t_ "github.com/containerd/containerd/v2/cmd/ctr"\n)\n' >tools.go
-		GOFLAGS=-mod=mod go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" >/dev/null 2>&1
-		GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
+		GOFLAGS=-mod=mod quiet go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION"
+		GOFLAGS=-mod=mod quiet go mod tidy
 		mkdir -p out
 		# no_btrfs: Debian's btrfs headers are not needed for overlayfs.
 		GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags=-s -tags "no_btrfs osusergo netgo" -o out/ \

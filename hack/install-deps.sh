@@ -4,6 +4,7 @@
 # on the same machine does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/lib.sh
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
@@ -13,14 +14,9 @@ for cmd in ip:iproute2 nsenter:util-linux debootstrap:debootstrap protoc:protobu
 done
 if ((${#missing[@]})); then
 	log "apt-get install ${missing[*]} (usually under a minute)"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+	apt_install "${missing[@]}"
 fi
 bash hack/install-runsc.sh
-# staticcheck, pinned; lint runs in `make test`.
-cache=${ATE_CACHE:-$HOME/.cache/ate}
-if [[ ! -x $cache/bin/staticcheck ]] || ! go version -m "$cache/bin/staticcheck" | grep -q 'honnef.co/go/tools[[:space:]]*v0.8.2'; then
-	log "installing staticcheck v0.8.2 (about a minute, once)"
-	GOBIN=$cache/bin go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
-fi
+# staticcheck, pinned; lint runs in `make check` and `make test`.
+bash hack/install-staticcheck.sh
 log "ready (runsc, staticcheck and the system packages are installed)"

@@ -18,7 +18,27 @@
 # Not part of hack/install-deps.sh: `make up` must not wait for this.
 # hack/test.sh calls it. Idempotent: each binary has a stamp file with its
 # version, and nothing is rebuilt while the stamp matches.
+#
+# Usage: install-kube.sh [control|node|all]
+#   control  what envtest and the manifest tests need: kube-apiserver, etcd,
+#            controller-gen, helm, kustomize
+#   node     what only the real-cluster tests need: kube-controller-manager,
+#            kube-scheduler, kubelet, kube-proxy, kubectl
+#   all      both (the default)
+# hack/test.sh builds control first and node later, in the background while
+# other suites run: the second build reuses the first one's compiled
+# packages from the Go build cache.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source hack/lib.sh
+what=${1:-all}
+case $what in
+control | node | all) ;;
+*)
+	echo "usage: install-kube.sh [control|node|all]" >&2
+	exit 2
+	;;
+esac
 
 KUBE_VERSION=v1.37.2       # kube-apiserver
 ETCD_VERSION=v3.6.16       # go.etcd.io/etcd/server/v3
@@ -55,11 +75,13 @@ goinstall() { # NAME PACKAGE@VERSION VERSION
 	stamp "$1" "$3"
 }
 
+if [[ $what != node ]]; then
 goinstall controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" "$CONTROLLER_TOOLS_VERSION"
 goinstall kustomize "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION" "$KUSTOMIZE_VERSION"
 goinstall helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "$HELM_VERSION"
+fi
 
-if ! fresh etcd "$ETCD_VERSION"; then
+if [[ $what != node ]] && ! fresh etcd "$ETCD_VERSION"; then
 	echo "install-kube: building etcd $ETCD_VERSION..." >&2
 	rm -f "$BIN_DIR/etcd.version"
 	mkdir -p "$work/etcd"
@@ -74,9 +96,9 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 EOF
-	(cd "$work/etcd" && go mod init etcd >/dev/null 2>&1 &&
-		go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null &&
-		go mod tidy >/dev/null &&
+	(cd "$work/etcd" && quiet go mod init etcd &&
+		quiet go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" &&
+		quiet go mod tidy &&
 		CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$BIN_DIR/etcd.tmp" .)
 	mv "$BIN_DIR/etcd.tmp" "$BIN_DIR/etcd"
 	stamp etcd "$ETCD_VERSION"
@@ -90,7 +112,11 @@ fi
 # control-plane commands of the real-cluster tests (kubelet,
 # kube-controller-manager, kube-scheduler, kube-proxy, kubectl) about
 # 10 more.
-KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+case $what in
+control) KUBE_COMMANDS=(kube-apiserver) ;;
+node) KUBE_COMMANDS=(kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) ;;
+all) KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) ;;
+esac
 missing=()
 for c in "${KUBE_COMMANDS[@]}"; do
 	fresh "$c" "$KUBE_VERSION" || missing+=("$c")
@@ -99,10 +125,13 @@ if ((${#missing[@]})); then
 	echo "install-kube: building ${missing[*]} $KUBE_VERSION (about 13 min on 2 cores for kube-apiserver, ~10 more for the rest)..." >&2
 	mkdir -p "$work/kube"
 	cd "$work/kube"
-	go mod init kube >/dev/null 2>&1
+	quiet go mod init kube
 	staging_version="v0.${KUBE_VERSION#v1.}"
-	curl -fsS "https://proxy.golang.org/k8s.io/kubernetes/@v/$KUBE_VERSION.mod" |
-		sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*|\1|p' |
+	# k8s.io/kubernetes's own go.mod, through the go command (GOPROXY and
+	# the checksum database apply), names the staging modules to replace.
+	kmod=$(goproxy_mod "k8s.io/kubernetes@$KUBE_VERSION")
+	[[ -f $kmod ]] || { echo "install-kube: no go.mod for k8s.io/kubernetes@$KUBE_VERSION" >&2; exit 1; }
+	sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*|\1|p' "$kmod" |
 		while read -r m; do
 			go mod edit -replace "$m=$m@$staging_version"
 		done
@@ -112,7 +141,9 @@ if ((${#missing[@]})); then
 		for c in "${missing[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
 		printf ')\n'
 	} >tools.go
-	GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
+	# tidy resolves every requirement of the commands at once; its errors
+	# are a real failure (an unreachable proxy, a missing version).
+	GOFLAGS=-mod=mod quiet go mod tidy
 	mkdir -p out
 	pkgs=()
 	for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done

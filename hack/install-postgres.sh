@@ -13,6 +13,7 @@
 # `apt-get update` runs only when the package must be installed. Needs
 # root for that; hack/test.sh calls it.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 shopt -s nullglob
 found=(/usr/lib/postgresql/*/bin/initdb)
@@ -52,8 +53,7 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 echo "install-postgres: apt-get install postgresql..." >&2
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+apt_install --no-install-recommends postgresql >/dev/null
 found=(/usr/lib/postgresql/*/bin/initdb)
 if ((${#found[@]} == 0)); then
 	echo "install-postgres: postgresql installed, but no /usr/lib/postgresql/*/bin/initdb" >&2

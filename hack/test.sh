@@ -1,45 +1,193 @@
 #!/usr/bin/env bash
-# Runs every test: lint, one iteration of every benchmark harness, then
-# unit tests and end-to-end tests with real runsc sandboxes. Needs root
-# (network namespaces, runsc); CI runs as root.
-set -euo pipefail
+# Runs every test (`make test`): lint, the quick tier (`make check`'s
+# tests), one iteration of every benchmark harness, the stores under the
+# race detector, the suites that need root and built components (runsc,
+# PostgreSQL, SeaweedFS, kube-apiserver, Chromium) and, last, the real
+# Kubernetes cluster. Needs root (network namespaces, runsc); CI runs as
+# root.
+#
+# Every stage runs even when an earlier one failed; the run ends with a
+# table of the stages and exits non-zero if any failed.
+#
+# Nothing is cached by hand: each component's install script is
+# idempotent. On a cold machine the builds that only later suites need
+# (SeaweedFS, PostgreSQL, Chromium, Kubernetes, containerd, the cluster
+# images) run in the background at low CPU priority while the earlier
+# stages test; a stage that needs a component waits for it.
+#
+# The run is hermetic towards the user's own files: HOME is a fresh
+# directory holding a deliberately wrong ~/.ate/config.yaml and
+# ~/.kube/config (a test that reads them fails), TMPDIR is the run's own,
+# and the Go caches stay the user's. After every stage hack/leftovers
+# checks that no process, mount, network namespace, runsc state, lock file
+# or listening port of the stage survived it (and removes what did); at
+# the next start it cleans up after a run that was killed.
+#
+# Usage: hack/test.sh        (everything)
+set -uo pipefail
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 if [[ $(id -u) != 0 ]]; then
-	echo "test: must run as root (network namespaces and runsc need it)" >&2
+	echo "test: must run as root (network namespaces and runsc need it); \`make check\` runs the tests that do not" >&2
 	exit 1
 fi
-# The S3 snapshot store's tests run a real SeaweedFS; built once, cached.
-bash hack/install-seaweedfs.sh
-# The PostgreSQL store's tests run a real PostgreSQL (Debian's package;
-# pgtest starts its own server, as the postgres user when root).
-bash hack/install-postgres.sh
-# The Kubernetes-mode tests run a real kube-apiserver + etcd (envtest), and
-# helm, kustomize and controller-gen, and the real-cluster tests' kubelet,
-# kube-controller-manager, kube-scheduler, kube-proxy and kubectl; built
-# once, cached (~30 min on a fresh 2-core machine, half of it
-# kube-apiserver).
-bash hack/install-kube.sh
-# The real-cluster tests (test/cluster) run a single-node Kubernetes
-# cluster of kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubelet and kube-proxy (install-kube.sh, above) over containerd and runc
-# built from their Go modules and Debian's CNI plugins (~4 min once), with
-# the ate and pause images packed from this tree (~1 min).
-bash hack/install-cluster.sh
-bash hack/build-cluster-images.sh
-# The dashboard's e2e test drives a real headless Chromium (Debian's).
-bash hack/install-chromium.sh
-go vet ./...
-"${ATE_CACHE:-$HOME/.cache/ate}/bin/staticcheck" ./...
-# One iteration of every benchmark (~1 min), so no harness can rot;
+
+# --- the run's own directories and environment ---------------------------
+export ATE_CACHE=${ATE_CACHE:-$HOME/.cache/ate}
+export PATH=$ATE_CACHE/bin:$PATH
+# The Go settings are the user's (a GOPROXY set with `go env -w` lives in
+# HOME); fixed here before HOME moves.
+for v in GOPATH GOMODCACHE GOCACHE GOPROXY GOSUMDB GOPRIVATE GONOPROXY GONOSUMDB GOFLAGS GOTOOLCHAIN; do
+	export "$v=$(go env "$v")"
+done
+state=/var/tmp/ate-test-run
+mkdir -p "$state"
+leftovers=$state/leftovers
+go build -o "$leftovers" ./hack/leftovers || {
+	echo "test: cannot build hack/leftovers" >&2
+	exit 1
+}
+if [[ -f $state/run.id ]]; then
+	echo "test: an earlier run ($(cat "$state/run.id")) did not finish; removing what it left" >&2
+	"$leftovers" check -before "$state/before.json" -run "$(cat "$state/run.id")" -self $$ -clean || true
+fi
+# The previous run's directory (kept for its evidence) goes now.
+rm -rf "$state/home" /tmp/ate-t "$state/logs"
+run_id=$(date +%Y%m%dT%H%M%S)-$$
+export ATE_TEST_RUN=$run_id
+"$leftovers" snapshot -o "$state/before.json"
+echo "$run_id" >"$state/run.id"
+# TMPDIR is short: tests make unix sockets under t.TempDir().
+export HOME=$state/home TMPDIR=/tmp/ate-t
+mkdir -p "$HOME/.ate" "$HOME/.kube" "$TMPDIR" "$state/logs"
+# A test that reads the user's client config or kubeconfig instead of its
+# own dials a closed port with a token that is not any server's.
+cat >"$HOME/.ate/config.yaml" <<'EOF'
+# hack/test.sh: a wrong config on purpose; no test may read it
+server: 127.0.0.1:9
+token: not-a-token-of-any-test
+insecure: true
+EOF
+cat >"$HOME/.kube/config" <<'EOF'
+# hack/test.sh: a wrong kubeconfig on purpose; no test may read it
+apiVersion: v1
+kind: Config
+clusters: [{name: wrong, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
+users: [{name: wrong, user: {token: not-a-token-of-any-test}}]
+contexts: [{name: wrong, context: {cluster: wrong, user: wrong}}]
+current-context: wrong
+EOF
+
+# --- stages ---------------------------------------------------------------
+declare -a stage_names stage_results
+start_all=$(date +%s)
+failed=0
+
+# stage NAME CMD...: runs CMD, records its result and time, then checks
+# the host for what it left.
+stage() {
+	local name=$1 s rc
+	shift
+	s=$(date +%s)
+	echo "=== stage $name: $*" >&2
+	"$@"
+	rc=$?
+	local secs=$(($(date +%s) - s))
+	if ! "$leftovers" check -before "$state/before.json" -run "$run_id" -self $$ -clean; then
+		echo "test: stage $name left the above on the host (removed now)" >&2
+		stage_names+=("$name: left processes or host state behind")
+		stage_results+=("FAIL")
+		failed=1
+	fi
+	stage_names+=("$name (${secs}s)")
+	if ((rc == 0)); then
+		stage_results+=("ok")
+	else
+		stage_results+=("FAIL ($rc)")
+		failed=1
+	fi
+	echo "=== stage $name: $([[ $rc == 0 ]] && echo ok || echo "FAIL ($rc)") in ${secs}s" >&2
+}
+
+# The background builds: each writes $state/built/NAME.ok or .fail; need
+# waits for one.
+mkdir -p "$state/built"
+rm -f "$state/built/"*
+build_bg() {
+	local name=$1
+	shift
+	if nice -n 15 "$@" >"$state/logs/install-$name.log" 2>&1; then
+		touch "$state/built/$name.ok"
+	else
+		touch "$state/built/$name.fail"
+	fi
+}
+need() {
+	local name
+	for name in "$@"; do
+		while [[ ! -e $state/built/$name.ok && ! -e $state/built/$name.fail ]]; do
+			sleep 2
+		done
+		if [[ -e $state/built/$name.fail ]]; then
+			echo "test: installing $name failed:" >&2
+			tail -n 40 "$state/logs/install-$name.log" >&2
+			return 1
+		fi
+	done
+}
+
+# Every package's tests run in exactly one stage below; hack/packages.sh
+# sorts them by what they need (the list `make check` runs is "quick").
+# shellcheck source=hack/packages.sh
+source hack/packages.sh
+
+stage install-deps bash hack/install-deps.sh
+stage build-examples bash hack/build-examples.sh
+(
+	build_bg seaweedfs bash hack/install-seaweedfs.sh
+	build_bg postgres bash hack/install-postgres.sh
+	build_bg chromium bash hack/install-chromium.sh
+	build_bg kube-control bash hack/install-kube.sh control
+	build_bg kube-node bash hack/install-kube.sh node
+	build_bg cluster bash hack/install-cluster.sh
+	build_bg cluster-images bash hack/build-cluster-images.sh
+) &
+bg=$!
+
+stage vet go vet ./...
+stage staticcheck "$ATE_CACHE/bin/staticcheck" ./...
+stage quick go test -count=1 "${quick_packages[@]}"
+# One iteration of every benchmark harness (~1 min), so none can rot;
 # `make bench` runs them in full.
-go test -run XXX -bench . -benchtime 1x ./internal/bench/
-go test -run XXX -bench . -benchtime 1x ./test/e2e/
-go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/ ./internal/snapshot/
-go test -run XXX -bench . -benchtime 1x ./internal/router/
+stage bench-router go test -run XXX -bench . -benchtime 1x ./internal/router/
+stage bench-runtime go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/ ./internal/snapshot/
+stage root go test -count=1 -p 1 -timeout 30m "${root_packages[@]}"
+stage need-postgres need postgres
 # The stores' conformance suite (concurrent claimers, leases, fencing)
 # under the race detector, on both backends (~20 s).
-go test -race -count=1 ./internal/store/... ./internal/apidial/
-# Packages run one at a time: the machine has 2 cores and runsc sandboxes
-# are heavy; e2e tests start their own `ate up`. Last, so the run closes
-# on the test results.
-go test -count=1 -p 1 -timeout 60m ./...
+stage stores-race go test -race -count=1 "${race_packages[@]}"
+stage bench-control-plane go test -run XXX -bench . -benchtime 1x ./internal/bench/
+stage need-seaweedfs need seaweedfs
+stage components go test -count=1 -p 1 -timeout 30m "${component_packages[@]}"
+stage need-kube-control need kube-control
+stage kube go test -count=1 -p 1 -timeout 30m "${kube_packages[@]}"
+stage need-chromium need chromium
+stage e2e go test -count=1 -timeout 60m ./test/e2e/
+stage bench-e2e go test -run XXX -bench . -benchtime 1x ./test/e2e/
+stage need-cluster need kube-node cluster cluster-images
+stage cluster go test -count=1 -timeout 30m ./test/cluster/
+wait "$bg"
+
+# --- summary ----------------------------------------------------------------
+rm -f "$state/run.id"
+echo
+echo "test: stages (total $(($(date +%s) - start_all))s; background install logs in $state/logs):"
+passed=0 nfailed=0
+for i in "${!stage_names[@]}"; do
+	printf '  %-8s %s\n' "${stage_results[$i]}" "${stage_names[$i]}"
+	if [[ ${stage_results[$i]} == ok ]]; then passed=$((passed + 1)); else nfailed=$((nfailed + 1)); fi
+done
+((failed)) || rm -rf "$state/home" /tmp/ate-t
+# The plain closing line CI reads.
+echo "stages: $passed passed, $nfailed failed"
+exit "$failed"

@@ -14,20 +14,31 @@ import (
 // clientConfig finds the server address from --server, Kubernetes mode
 // (package doc) and the config file, in that order. --server alone, or
 // Kubernetes mode, is enough; the file is still read when present so that
-// future settings (tokens) apply to an overridden address too.
+// future settings (tokens) apply to an overridden address too — except
+// the default file in Kubernetes mode: $HOME/.ate/config.yaml is what a
+// local `ate up` wrote (its CA, its admin token), which means nothing to
+// a cluster's API server, so `kubectl ate` reads a config file only when
+// --config or $ATE_CONFIG names one.
 func (a *app) clientConfig() (ateconfig.Config, error) {
 	path, err := ateconfig.Path(a.configFlag, a.getenv)
 	if err != nil {
 		return ateconfig.Config{}, err
 	}
 	server := a.server
-	if server == "" && a.kubeMode() {
+	explicitFile := a.configFlag != "" || a.getenv(ateconfig.EnvVar) != ""
+	kube := a.kubeMode()
+	if server == "" && kube {
 		if msgs := validation.IsDNS1123Label(a.ateNamespace); len(msgs) > 0 {
 			return ateconfig.Config{}, fmt.Errorf("--%s %q: %s", flagATENamespace, a.ateNamespace, strings.Join(msgs, "; "))
 		}
 		server = KubeTarget(a.ateNamespace)
 	}
-	c, err := ateconfig.Load(path)
+	var c ateconfig.Config
+	if kube && !explicitFile {
+		err = fs.ErrNotExist
+	} else {
+		c, err = ateconfig.Load(path)
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && server != "":
 		c = ateconfig.Config{}

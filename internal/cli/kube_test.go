@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/k8s/k8stest"
 )
 
@@ -105,4 +107,28 @@ func TestKubernetesMode(t *testing.T) {
 			}
 		})
 	}
+
+	// A local `ate up` wrote $HOME/.ate/config.yaml (its server, CA and
+	// admin token); kubectl ate talks to the cluster and must not use any
+	// of it — it once sent the local token and CA to the cluster's API.
+	t.Run("kubectl-ate ignores the local ate up's config", func(t *testing.T) {
+		home := t.TempDir()
+		if err := ateconfig.Write(filepath.Join(home, ".ate", "config.yaml"), ateconfig.Config{
+			Server: closedAddr(t), Token: "local-admin-token", CertificateAuthority: filepath.Join(home, "no-such-ca.crt"),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		root := NewRootCommand(WithProgramName(KubectlPluginName), WithGetenv(func(k string) string {
+			return map[string]string{"HOME": home}[k]
+		}), WithNow(func() time.Time { return testNow }))
+		var stdout, stderr bytes.Buffer
+		root.SetOut(&stdout)
+		root.SetErr(&stderr)
+		root.SetArgs([]string{"get", "actors"})
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		if code := Main(ctx, root); code != 0 || !strings.Contains(stdout.String(), "counter-1") {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want the cluster's actors", code, stdout.String(), stderr.String())
+		}
+	})
 }

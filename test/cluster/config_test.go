@@ -100,22 +100,23 @@ healthzPort: 0
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 podCIDR: %[4]s
+port: %[5]d
 evictionHard: {memory.available: "0%%", nodefs.available: "0%%", imagefs.available: "0%%", nodefs.inodesFree: "0%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, k.path("run", "containerd.sock"), k.path("pod-logs"), k.path("pki", "ca.crt"), podCIDR),
+`, k.path("run", "containerd.sock"), k.path("pod-logs"), k.path("pki", "ca.crt"), podCIDR, kubeletPort),
 		"kube-proxy.yaml": fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %q}
 mode: iptables
 clusterCIDR: %q
 hostnameOverride: %q
-metricsBindAddress: 127.0.0.1:10249
-healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:%d
+healthzBindAddress: 127.0.0.1:%d
 oomScoreAdj: 0
 conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-`, k.path("kube-proxy.kubeconfig"), clusterCIDR, nodeName),
+`, k.path("kube-proxy.kubeconfig"), clusterCIDR, nodeName, proxyMetricsPort, proxyHealth),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(k.path(name), []byte(content), 0o600); err != nil {

@@ -197,9 +197,9 @@ func cleanHost(dir string) error {
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
-	// containerd's CRI pins Pod network namespaces at /var/run/netns/cni-*.
-	nss, _ := filepath.Glob("/var/run/netns/cni-*")
-	for _, ns := range nss {
+	// containerd's CRI pins Pod network namespaces at /var/run/netns/cni-*;
+	// only this cluster's go (host.saved lists the others).
+	for _, ns := range ourNetNS(dir) {
 		_ = syscall.Unmount(ns, syscall.MNT_DETACH)
 		if err := os.Remove(ns); err != nil {
 			errs = append(errs, err)
@@ -302,14 +302,20 @@ func leftovers(dir string) []string {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(string(b), "\x00", " ")))
 	}
+	before := loadHostBefore(dir)
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], dir) || strings.HasPrefix(f[4], "/run/netns/cni-") || strings.HasPrefix(f[4], "/var/run/netns/cni-")) {
+			f := strings.Fields(line)
+			if len(f) <= 4 {
+				continue
+			}
+			ns := strings.Replace(f[4], "/run/netns/", "/var/run/netns/", 1)
+			if strings.HasPrefix(f[4], dir) || (strings.HasPrefix(ns, "/var/run/netns/cni-") && !before.netns[ns]) {
 				out = append(out, "mount "+f[4])
 			}
 		}
 	}
-	if nss, _ := filepath.Glob("/var/run/netns/cni-*"); len(nss) > 0 {
+	if nss := ourNetNS(dir); len(nss) > 0 {
 		out = append(out, "network namespaces "+strings.Join(nss, " "))
 	}
 	if _, err := netlink.LinkByName(bridgeName); err == nil {
@@ -317,7 +323,7 @@ func leftovers(dir string) []string {
 	}
 	if ls, err := netlink.LinkList(); err == nil {
 		for _, l := range ls {
-			if strings.HasPrefix(l.Attrs().Name, "veth") && l.Type() == "veth" {
+			if l.Type() == "veth" && !before.veths[l.Attrs().Name] {
 				out = append(out, "veth "+l.Attrs().Name)
 			}
 		}

@@ -13,21 +13,14 @@ import (
 	"time"
 )
 
-// The cluster's fixed layout. One cluster runs per machine at a time (the
+// The cluster's fixed names. One cluster runs per machine at a time (the
 // test binary's TestMain); its directory outlives a failed run as evidence
-// and is removed by the next run's setup.
+// and is removed by the next run's setup. Ports and address ranges are
+// chosen at setup (layout_test.go).
 const (
-	nodeName    = "ate-node"
-	podCIDR     = "10.244.0.0/24"
-	clusterCIDR = "10.244.0.0/16"
-	serviceCIDR = "10.96.0.0/16"
-	bridgeName  = "atecni0"
-	apiPort     = 16443
-	etcdPort    = 12379
+	nodeName   = "ate-node"
+	bridgeName = "atecni0"
 )
-
-// serviceIP is the first address of serviceCIDR: the kubernetes Service.
-var serviceIP = net.IPv4(10, 96, 0, 1)
 
 // kubeCluster is a running single-node cluster: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, containerd, kubelet and

@@ -56,6 +56,25 @@ func runMain(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "test/cluster: recording the firewall:", err)
 		return 1
 	}
+	if err := saveHostBefore(clusterDir); err != nil {
+		fmt.Fprintln(os.Stderr, "test/cluster: recording the host's namespaces and veths:", err)
+		return 1
+	}
+	// The teardown removes the kubelet's kubepods cgroups: they must be
+	// this cluster's.
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(cg) > 0 {
+		fmt.Fprintf(os.Stderr, "test/cluster: another kubelet's cgroups are on this host (%s); the test cluster needs kubepods to itself\n", strings.Join(cg, " "))
+		return 1
+	}
+	if err := loadModules(); err != nil {
+		fmt.Fprintln(os.Stderr, "test/cluster:", err)
+		return 1
+	}
+	if err := chooseLayout(); err != nil {
+		fmt.Fprintln(os.Stderr, "test/cluster: choosing ports and address ranges:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "test/cluster: Pods %s, Services %s, kube-apiserver on port %d\n", clusterCIDR, serviceCIDR, apiPort)
 	root := k8stest.RepoRoot()
 	images := []string{filepath.Join(root, "build/images/pause.tar"), filepath.Join(root, "build/images/ate.tar")}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -54,9 +54,9 @@ func upCluster(ctx context.Context, dir string, images []string) (*kubeCluster, 
 		"--data-dir", k.path("etcd"), "--unsafe-no-fsync",
 		fmt.Sprintf("--listen-client-urls=http://127.0.0.1:%d", etcdPort),
 		fmt.Sprintf("--advertise-client-urls=http://127.0.0.1:%d", etcdPort),
-		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", etcdPort+1),
-		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", etcdPort+1),
-		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", etcdPort+1),
+		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", etcdPeerPort),
+		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", etcdPeerPort),
+		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", etcdPeerPort),
 		"--listen-metrics-urls="); err != nil {
 		return nil, err
 	}

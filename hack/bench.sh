@@ -9,12 +9,14 @@ set -euo pipefail
 export ATE_BENCH_SCALE=full
 cd "$(dirname "$0")/.."
 # Density runs ~1000 sandboxes of ~50 tasks each: more than the kernel's
-# default pid_max (32768) holds. Raise it (never lower it).
-if (($(cat /proc/sys/kernel/pid_max) < 4194304)); then
-	sysctl -q -w kernel.pid_max=4194304
-fi
+# default pid_max (32768) holds. Raise it for the run (never lower it),
+# and put the host's value back afterwards.
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+pid_max=$(cat /proc/sys/kernel/pid_max)
+trap 'rm -f "$out"; echo "$pid_max" >/proc/sys/kernel/pid_max' EXIT
+if ((pid_max < 4194304)); then
+	echo 4194304 >/proc/sys/kernel/pid_max
+fi
 {
 	go test -run XXX -bench 'Activation|Warm$' -benchtime 30x ./test/e2e/
 	go test -run XXX -bench 'EvictionLoad' -benchtime 3x ./test/e2e/

@@ -37,10 +37,19 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 
 # postgresql-common reads createcluster.d before creating the "main"
-# cluster it would otherwise create and start during the install.
-mkdir -p /etc/postgresql-common/createcluster.d
-conf=/etc/postgresql-common/createcluster.d/ate-no-main-cluster.conf
-[[ -e $conf ]] || printf '# hack/install-postgres.sh: tests start their own servers\ncreate_main_cluster = false\n' >"$conf"
+# cluster it would otherwise create and start during the install. The
+# setting is ours only for this install: it goes afterwards, so the host's
+# own PostgreSQL packaging behaves as before.
+# (The directory stays: postgresql-common owns it once installed.)
+undo=()
+trap 'for f in "${undo[@]}"; do rm -f "$f"; done' EXIT
+ccd=/etc/postgresql-common/createcluster.d
+mkdir -p "$ccd"
+conf=$ccd/ate-no-main-cluster.conf
+if [[ ! -e $conf ]]; then
+	printf '# hack/install-postgres.sh: tests start their own servers\ncreate_main_cluster = false\n' >"$conf"
+	undo+=("$conf")
+fi
 # And no service is started during the install: policy-rc.d exiting 101
 # forbids it (invoke-rc.d's protocol). An existing one (Docker images
 # ship one) is left alone.
@@ -48,7 +57,7 @@ policy=/usr/sbin/policy-rc.d
 if [[ ! -e $policy ]]; then
 	printf '#!/bin/sh\nexit 101\n' >"$policy"
 	chmod 755 "$policy"
-	trap 'rm -f "$policy"' EXIT
+	undo+=("$policy")
 fi
 
 export DEBIAN_FRONTEND=noninteractive

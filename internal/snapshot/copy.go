@@ -146,19 +146,15 @@ func (c *treeCopier) entry(out, in *os.File, name, rel string) error {
 		}
 		return unix.Symlinkat(target, ofd, name)
 	case unix.S_IFDIR:
-		sub, err := openAt(ifd, name, unix.O_DIRECTORY, unix.S_IFDIR)
+		sub, perm, err := openAt(ifd, name, unix.O_DIRECTORY, unix.S_IFDIR)
 		if err != nil {
 			return gone(err)
 		}
 		defer sub.Close()
-		perm, err := permOf(sub)
-		if err != nil {
-			return err
-		}
 		if err := unix.Mkdirat(ofd, name, perm|0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
-		dsub, err := openAt(ofd, name, unix.O_DIRECTORY, unix.S_IFDIR)
+		dsub, _, err := openAt(ofd, name, unix.O_DIRECTORY, unix.S_IFDIR)
 		if errors.Is(err, errLooked) {
 			return fmt.Errorf("destination %s is not a directory", rel) // dst is ours: no retry
 		}
@@ -168,59 +164,47 @@ func (c *treeCopier) entry(out, in *os.File, name, rel string) error {
 		defer dsub.Close()
 		return c.dir(dsub, sub, rel)
 	case unix.S_IFREG:
-		f, err := openAt(ifd, name, unix.O_NONBLOCK|unix.O_NOCTTY, unix.S_IFREG)
+		f, perm, err := openAt(ifd, name, unix.O_NONBLOCK|unix.O_NOCTTY, unix.S_IFREG)
 		if err != nil {
 			return gone(err)
 		}
 		defer f.Close()
-		return copyFileAt(ofd, name, f)
+		return copyFileAt(ofd, name, f, perm)
 	default:
 		return nil // devices, sockets, fifos are not data
 	}
 }
 
 // openAt opens name in directory dirfd for reading without following a
-// symlink, and checks that what it opened has file type typ (S_IFDIR or
-// S_IFREG); an entry that became a symlink or another type since it was
-// looked at returns errLooked. O_NONBLOCK (for files) keeps a FIFO swapped
-// in from blocking the open; it is closed unread.
-func openAt(dirfd int, name string, flags int, typ uint32) (*os.File, error) {
+// symlink, checks that what it opened has file type typ (S_IFDIR or
+// S_IFREG), and returns it with its permission bits; an entry that became
+// a symlink or another type since it was looked at returns errLooked.
+// O_NONBLOCK (for files) keeps a FIFO swapped in from blocking the open;
+// it is closed unread.
+func openAt(dirfd int, name string, flags int, typ uint32) (*os.File, uint32, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|flags, 0)
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENXIO) {
-		return nil, errLooked // a symlink (or, for ENXIO, a socket) now
+		return nil, 0, errLooked // a symlink (or, for ENXIO, a socket) now
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, err
+		return nil, 0, err
 	}
 	if st.Mode&unix.S_IFMT != typ {
 		unix.Close(fd)
-		return nil, errLooked
+		return nil, 0, errLooked
 	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-// permOf returns f's permission bits.
-func permOf(f *os.File) (uint32, error) {
-	info, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return uint32(info.Mode().Perm()), nil
+	return os.NewFile(uintptr(fd), name), st.Mode & 0o777, nil
 }
 
 // copyFileAt writes the contents of in to name in directory dirfd,
-// created with in's permission bits or truncated, never through a
+// created with permission bits perm or truncated, never through a
 // symlink (nor blocking on a FIFO found there).
-func copyFileAt(dirfd int, name string, in *os.File) error {
-	perm, err := permOf(in)
-	if err != nil {
-		return err
-	}
+func copyFileAt(dirfd int, name string, in *os.File, perm uint32) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return err

@@ -97,7 +97,10 @@ func (c *treeCopier) dir(out, in *os.File, rel string) error {
 		for try := 1; errors.Is(err, errLooked) && try < changeRetries; try++ {
 			err = c.entry(out, in, name, r)
 		}
+		var sub *subtreeError
 		switch {
+		case errors.As(err, &sub):
+			return sub.err // names the entry below that failed
 		case errors.Is(err, errLooked):
 			return fmt.Errorf("%s: %w", r, ErrTreeChanged)
 		case errors.Is(err, errGone):
@@ -112,6 +115,13 @@ func (c *treeCopier) dir(out, in *os.File, rel string) error {
 // errLooked: the entry was not, once opened, what it was when looked at;
 // entry is run again.
 var errLooked = errors.New("entry changed since it was looked at")
+
+// subtreeError is an error from below a directory entry, which names the
+// entry it concerns already.
+type subtreeError struct{ err error }
+
+func (e *subtreeError) Error() string { return e.err.Error() }
+func (e *subtreeError) Unwrap() error { return e.err }
 
 // errGone: the source entry no longer exists.
 var errGone = errors.New("entry deleted while being copied")
@@ -162,7 +172,10 @@ func (c *treeCopier) entry(out, in *os.File, name, rel string) error {
 			return err
 		}
 		defer dsub.Close()
-		return c.dir(dsub, sub, rel)
+		if err := c.dir(dsub, sub, rel); err != nil {
+			return &subtreeError{err}
+		}
+		return nil
 	case unix.S_IFREG:
 		f, perm, err := openAt(ifd, name, unix.O_NONBLOCK|unix.O_NOCTTY, unix.S_IFREG)
 		if err != nil {

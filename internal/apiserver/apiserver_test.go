@@ -15,6 +15,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -146,6 +147,7 @@ func TestToStatus(t *testing.T) {
 		{store.ErrAlreadyExists, codes.AlreadyExists},
 		{store.ErrConflict, codes.Aborted},
 		{fmt.Errorf("lease actor/a: %w", store.ErrFenced), codes.Aborted},
+		{fmt.Errorf("copy volume data: v01: %w", snapshot.ErrTreeChanged), codes.Aborted},
 		{fmt.Errorf("%w: postgres at 127.0.0.1:1: %w", store.ErrUnavailable, context.DeadlineExceeded), codes.Unavailable},
 		{store.ErrNotEmpty, codes.FailedPrecondition},
 		{lifecycle.ErrFailedPrecondition, codes.FailedPrecondition},

@@ -15,6 +15,7 @@ import (
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -51,6 +52,10 @@ func toStatus(err error) error {
 		code, reason = codes.AlreadyExists, "ALREADY_EXISTS"
 	case errors.Is(err, store.ErrConflict):
 		code, reason = codes.Aborted, "CONFLICT"
+	case errors.Is(err, snapshot.ErrTreeChanged):
+		// The actor kept swapping entries of its volume while a live
+		// checkpoint copied it; a retry may find it still.
+		code, reason = codes.Aborted, "VOLUME_CHANGED"
 	case errors.Is(err, store.ErrFenced):
 		// This replica stalled past the actor's lease and another took
 		// the actor over: like a conflict, the caller retries and reaches

@@ -32,6 +32,7 @@ var codeOf = []struct {
 	{node.ErrExecEnded, codes.FailedPrecondition, "EXEC_ENDED"},
 	{node.ErrNoFile, codes.NotFound, "NO_SUCH_FILE"},
 	{node.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
+	{snapshot.ErrTreeChanged, codes.Aborted, "TREE_CHANGED"},
 	{node.ErrUnknownWorker, codes.NotFound, ""},
 	{node.ErrStale, codes.FailedPrecondition, ""},
 	{snapshot.ErrCorrupt, codes.DataLoss, ""},

@@ -25,6 +25,7 @@ func TestErrorsCrossTheWire(t *testing.T) {
 		{fmt.Errorf("%w: object a/b/pages.img.zst: sha256 1234 != 5678", snapshot.ErrCorrupt), snapshot.ErrCorrupt},
 		{fmt.Errorf("%w: a/b", snapshot.ErrNotFound), snapshot.ErrNotFound},
 		{fmt.Errorf("%w: image x", node.ErrStartFailed), node.ErrStartFailed},
+		{fmt.Errorf("copy volume data: copy /v: v01: %w", snapshot.ErrTreeChanged), snapshot.ErrTreeChanged},
 	} {
 		got := fromStatus("n1", toStatus(tc.err))
 		if !errors.Is(got, tc.want) || got.Error() != tc.err.Error() {

@@ -94,7 +94,7 @@ type installation struct {
 	dataDir    string
 	routerAddr string
 	apiAddr    string
-	// metricsAddr is the management listener's (/metrics, /debug/pprof/).
+	// metricsAddr is the management listener's (/metrics).
 	metricsAddr string
 	// dashboardURL is the web dashboard's ("http://127.0.0.1:port/").
 	dashboardURL string

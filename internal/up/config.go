@@ -55,7 +55,7 @@ type Config struct {
 	// servers may share the database). With StoreFile it is read as
 	// APIServerConfig's (storeurl.Resolve; $ATE_STORE last).
 	Store, StoreFile string
-	API   APIConfig
+	API              APIConfig
 	// Node is the local node agent. From here Run takes Workers (default
 	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two
 	// installations never collide), SandboxClass (gvisor, the default,

@@ -256,7 +256,7 @@ func authFlags(f *pflag.FlagSet, c *up.AuthConfig) {
 	f.StringVar(&c.OIDC.UsernameClaim, "oidc-username-claim", "sub", "the JWT claim naming the user")
 	f.StringVar(&c.OIDC.UsernamePrefix, "oidc-username-prefix", "", "put before the user name; default \"<issuer>#\" unless the claim is email; \"-\" for none (a ServiceAccount's system:serviceaccount:NS:NAME as is)")
 	f.StringVar(&c.OIDC.GroupsClaim, "oidc-groups-claim", "", "the JWT claim listing the user's groups (empty: none)")
-	f.StringVar(&c.OIDC.GroupsPrefix, "oidc-groups-prefix", "", "put before each group name")
+	f.StringVar(&c.OIDC.GroupsPrefix, "oidc-groups-prefix", "", "put before each group name, so the issuer cannot name ours (e.g. ate:admins); empty: "+auth.DefaultGroupsPrefix+", - for none")
 	f.StringVar(&c.OIDC.CAFile, "oidc-ca-file", "", "PEM CA bundle the OIDC issuer's TLS certificate is verified against (default: the system's)")
 	f.StringVar(&c.PolicyFile, "authorization-policy-file", "", "YAML list of role bindings {name, atespace, role, users, groups} in force besides those the API manages (ate create rolebinding)")
 }

@@ -294,7 +294,7 @@ func clusterInstallationWith(t testing.TB, dir string, cc ateconfig.Config, rout
 // GETs it once (count=1): where most cluster tests start.
 func (c *cluster) counterActor() {
 	c.t.Helper()
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.createTemplate("test/e2e/testdata/counter.yaml", "counter")
 	c.in.ate("create", "actor", "counter-1", "--template", "counter")
 	c.in.mustCount("default/counter-1", 1)
 }
@@ -641,7 +641,7 @@ func TestClusterAPIServerKilledMidSuspend(t *testing.T) {
 // actor it was for, and the counts show none was lost or served twice.
 func TestClusterRouterRestartWhileNodeDrains(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.createTemplate("test/e2e/testdata/counter.yaml", "counter")
 	const actors, requests = 5, 50
 	for i := range actors {
 		c.in.ate("create", "actor", fmt.Sprintf("c%d", i), "--template", "counter")

@@ -81,7 +81,7 @@ func apiserverCommand() *cobra.Command {
 	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
-			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db (default <data-dir>/ate.db), or postgres://user@host:port/database shared by several API server replicas")
+			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db, or postgres://user@host:port/database shared by several API server replicas", "<data-dir>/ate.db")
 			f.DurationVar(&cfg.Leases.Duration, "lease-duration", lifecycle.DefaultLeaseDuration,
 				"with a shared store: life of an actor's workflow lease unrenewed; an actor whose API server died mid-workflow is taken over after this")
 			f.DurationVar(&cfg.Leases.RenewEvery, "lease-renew-interval", 0, "with a shared store: how often a running workflow renews its lease (default lease-duration/3)")
@@ -109,11 +109,11 @@ func apiserverCommand() *cobra.Command {
 }
 
 // storeFlags defines --store and --store-file (storeurl.Resolve); forms
-// says what URLs the component takes.
-func storeFlags(f *pflag.FlagSet, store, file *string, forms string) {
+// says what URLs the component takes, def what it uses given none.
+func storeFlags(f *pflag.FlagSet, store, file *string, forms, def string) {
 	f.StringVar(store, "store", "", "record store URL: "+forms+
-		"; a password here shows in ps, so give it with --store-file or $ATE_STORE instead (empty: --store-file, else $ATE_STORE)")
-	f.StringVar(file, "store-file", "", "file holding the record store URL (e.g. a mounted Secret), password included")
+		"; a password here shows in ps, so give such a URL with --store-file or $ATE_STORE (neither: "+def+")")
+	f.StringVar(file, "store-file", "", "file holding the record store URL, password included (e.g. a mounted Secret); instead of --store")
 }
 
 // pprofFlag defines --pprof-addr (httpserve.NewPprof).

@@ -54,7 +54,7 @@ A flag given on the command line overrides the file; a key that is not a
 flag is an error.`,
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
-			storeFlags(f, &cfg.Store, &cfg.StoreFile, "empty for <data-dir>/ate.db, or postgres://user@host:port/database")
+			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db, or postgres://user@host:port/database", "<data-dir>/ate.db")
 			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
 			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
 			authFlags(f, &cfg.API.Auth)

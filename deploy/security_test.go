@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"net"
 	"net/url"
 	"os/exec"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -706,5 +708,56 @@ func testIssuerDiscovery(t *testing.T, env *k8stest.Env) {
 		if ok != want {
 			t.Errorf("anonymous get %s allowed %v, want %v", path, ok, want)
 		}
+	}
+}
+
+// TestSecretsOffCommandLines: no rendering puts the record store's URL
+// (password included) on a command line — ps and the Pod spec show
+// those — but in the API server's environment from the Secret; none
+// publishes a management port (metrics, and pprof before it was taken
+// off) on a Service, which any Pod or sandbox reaching Service
+// addresses could ask; and none serves pprof off loopback.
+func TestSecretsOffCommandLines(t *testing.T) {
+	for _, r := range componentRenderings {
+		t.Run(r.name, func(t *testing.T) {
+			objs := r.render(t)
+			mgmtPorts := map[string]map[int32]bool{} // by the Pods' component label
+			for _, o := range ofKind(objs, "Deployment") {
+				d := typed[appsv1.Deployment](t, o)
+				ports := map[int32]bool{}
+				for _, c := range d.Spec.Template.Spec.Containers {
+					for _, a := range c.Args {
+						if strings.HasPrefix(a, "--store=") || strings.Contains(a, "$(ATE_STORE)") {
+							t.Errorf("%s: %s puts the store URL on its command line: %q", d.Name, c.Name, a)
+						}
+						if v, ok := strings.CutPrefix(a, "--pprof-addr="); ok {
+							if host, _, _ := net.SplitHostPort(v); host != "127.0.0.1" && host != "::1" && host != "localhost" {
+								t.Errorf("%s: %s serves pprof on %q, off loopback", d.Name, c.Name, v)
+							}
+						}
+						if v, ok := strings.CutPrefix(a, "--management-addr="); ok {
+							ports[addrPort(t, v)] = true
+						}
+					}
+					if d.Name == "ate-apiserver" {
+						if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+							return e.Name == "ATE_STORE" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+						}) {
+							t.Errorf("%s: no $ATE_STORE from a Secret", d.Name)
+						}
+					}
+				}
+				mgmtPorts[d.Spec.Template.Labels["app.kubernetes.io/component"]] = ports
+			}
+			for _, o := range ofKind(objs, "Service") {
+				svc := typed[corev1.Service](t, o)
+				mgmt := mgmtPorts[svc.Spec.Selector["app.kubernetes.io/component"]]
+				for _, p := range svc.Spec.Ports {
+					if p.TargetPort.StrVal == "management" || mgmt[p.TargetPort.IntVal] || (p.TargetPort.StrVal == "" && p.TargetPort.IntVal == 0 && mgmt[p.Port]) {
+						t.Errorf("Service %s publishes the management port (%s %d → %s)", svc.Name, p.Name, p.Port, p.TargetPort.String())
+					}
+				}
+			}
+		})
 	}
 }

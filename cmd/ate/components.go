@@ -81,14 +81,15 @@ func apiserverCommand() *cobra.Command {
 	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store", "",
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
-			f.StringVar(&cfg.Store, "store", "", "record store: bolt:///path/ate.db (default <data-dir>/ate.db), or postgres://user:password@host:port/database shared by several API server replicas")
+			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db, or postgres://user@host:port/database shared by several API server replicas", "<data-dir>/ate.db")
 			f.DurationVar(&cfg.Leases.Duration, "lease-duration", lifecycle.DefaultLeaseDuration,
 				"with a shared store: life of an actor's workflow lease unrenewed; an actor whose API server died mid-workflow is taken over after this")
 			f.DurationVar(&cfg.Leases.RenewEvery, "lease-renew-interval", 0, "with a shared store: how often a running workflow renews its lease (default lease-duration/3)")
 			f.Float64Var(&cfg.Leases.Jitter, "lease-jitter", lifecycle.DefaultLeaseJitter, "with a shared store: renewals are spread by ± this fraction of the interval")
 			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: s3://bucket/prefix?endpoint=http://host:port&region=R, or a directory (default <data-dir>/snapshots)")
 			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
-			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
+			pprofFlag(f, &cfg.PprofAddr)
 			f.StringVar(&cfg.HTTPAddr, "http-addr", "", "HTTP listen address of the web dashboard at / (keep it on loopback or a private network; empty: none)")
 			identityFlags(f, &cfg.Identity)
 			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
@@ -105,6 +106,20 @@ func apiserverCommand() *cobra.Command {
 			cfg.Logger = log
 			return up.RunAPIServer(ctx, cfg)
 		})
+}
+
+// storeFlags defines --store and --store-file (storeurl.Resolve); forms
+// says what URLs the component takes, def what it uses given none.
+func storeFlags(f *pflag.FlagSet, store, file *string, forms, def string) {
+	f.StringVar(store, "store", "", "record store URL: "+forms+
+		"; a password here shows in ps, so give such a URL with --store-file or $ATE_STORE (neither: "+def+")")
+	f.StringVar(file, "store-file", "", "file holding the record store URL, password included (e.g. a mounted Secret); instead of --store")
+}
+
+// pprofFlag defines --pprof-addr (httpserve.NewPprof).
+func pprofFlag(f *pflag.FlagSet, addr *string) {
+	f.StringVar(addr, "pprof-addr", "", "loopback listen address of net/http/pprof's /debug/pprof/, e.g. 127.0.0.1:6060; pprof has no authentication, so "+
+		"a non-loopback address is refused: reach it with ssh -L or kubectl port-forward (empty: none)")
 }
 
 // apiFlagHelp is the --api help of every component that dials the API
@@ -129,7 +144,8 @@ func nodeCommand() *cobra.Command {
 			f.StringToStringVar(&labels, "labels", nil, "worker labels, key=value,… (templates' worker selectors match them)")
 			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: the same URL the API server was given (it refuses a node on another; default <data-dir>/snapshots)")
 			f.Int64Var(&cfg.CacheBytes, "snapshot-cache-bytes", 0, "bound of the local cache of downloaded snapshots in bytes (default 10 GiB)")
-			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
+			pprofFlag(f, &cfg.PprofAddr)
 			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "gvisor, or fake (in-process stand-ins)")
 			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc)")
 			f.StringArrayVar(&runscAssets, "runsc-asset", nil, "ARCH=SHA256@URL (repeatable, one per architecture): fetch runsc from an https://, http:// or file:// URL into <data-dir>/runtime, verify its sha256 and run it instead of --runsc; the value for this machine's architecture is used")
@@ -155,7 +171,8 @@ func routerCommand() *cobra.Command {
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.Router.Addr, "listen", up.DefaultRouterAddr, "HTTP listen address")
-			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz, /metrics and /debug/pprof/ (empty: none)")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
+			pprofFlag(f, &cfg.PprofAddr)
 			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
 			f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
 			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
@@ -186,7 +203,8 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default the Pod's own)")
 			f.DurationVar(&cfg.Resync, "resync", controller.DefaultResync, "how often every WorkerPool is reconciled, and the API server's workers compared with worker Pods, without an event")
 			f.DurationVar(&cfg.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "how long a reconcile path waits for its watches before /readyz names what is missing and the path retries")
-			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz, /metrics and /debug/pprof/")
+			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz and /metrics")
+			pprofFlag(f, &cfg.PprofAddr)
 			f.StringVar(&cfg.Workers.CertIssuer, "worker-cert-issuer", "", "cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) whose csi-driver (csi.cert-manager.io) gives each worker Pod its own node certificate (URI SAN spiffe://<domain>/ate/node/<pod name>); this or --worker-insecure is required")
 			tlsFlags(f, &cfg.TLS, "controller")
 		},
@@ -238,7 +256,7 @@ func authFlags(f *pflag.FlagSet, c *up.AuthConfig) {
 	f.StringVar(&c.OIDC.UsernameClaim, "oidc-username-claim", "sub", "the JWT claim naming the user")
 	f.StringVar(&c.OIDC.UsernamePrefix, "oidc-username-prefix", "", "put before the user name; default \"<issuer>#\" unless the claim is email; \"-\" for none (a ServiceAccount's system:serviceaccount:NS:NAME as is)")
 	f.StringVar(&c.OIDC.GroupsClaim, "oidc-groups-claim", "", "the JWT claim listing the user's groups (empty: none)")
-	f.StringVar(&c.OIDC.GroupsPrefix, "oidc-groups-prefix", "", "put before each group name")
+	f.StringVar(&c.OIDC.GroupsPrefix, "oidc-groups-prefix", "", "put before each group name, so the issuer cannot name ours (e.g. ate:admins); empty: "+auth.DefaultGroupsPrefix+", - for none")
 	f.StringVar(&c.OIDC.CAFile, "oidc-ca-file", "", "PEM CA bundle the OIDC issuer's TLS certificate is verified against (default: the system's)")
 	f.StringVar(&c.PolicyFile, "authorization-policy-file", "", "YAML list of role bindings {name, atespace, role, users, groups} in force besides those the API manages (ate create rolebinding)")
 }

@@ -54,7 +54,7 @@ A flag given on the command line overrides the file; a key that is not a
 flag is an error.`,
 		func(f *pflag.FlagSet) {
 			f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
-			f.StringVar(&cfg.Store, "store", "", "record store: empty for <data-dir>/ate.db, or postgres://user:password@host:port/database")
+			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db, or postgres://user@host:port/database", "<data-dir>/ate.db")
 			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
 			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
 			authFlags(f, &cfg.API.Auth)
@@ -63,7 +63,8 @@ flag is an error.`,
 			f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")
 			f.StringVar(&cfg.Tunnel.Addr, "tunnel-addr", up.DefaultTunnelAddr, "worker tunnel listen address")
 			f.StringVar(&cfg.Metrics.Addr, "metrics-addr", up.DefaultMetricsAddr,
-				"management listen address: Prometheus /metrics and /debug/pprof/ (keep it on loopback or a private network; empty disables)")
+				"management listen address: Prometheus /metrics (keep it on loopback or a private network; empty disables)")
+			pprofFlag(f, &cfg.Metrics.PprofAddr)
 			f.StringVar(&cfg.HTTP.Addr, "http-addr", up.DefaultHTTPAddr,
 				"the API server's HTTP listen address: the web dashboard at / (keep it on loopback or a private network; empty disables)")
 			identityFlags(f, &cfg.Identity)

@@ -68,7 +68,7 @@ func run(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newHandler(wu), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newHandler(wu, os.Getenv(testEndpointsEnv) == "1"), ReadHeaderTimeout: 10 * time.Second}
 	var deaf *deafener
 	if os.Getenv("ALLOW_UNLISTEN") == "1" {
 		deaf = &deafener{srv: srv, ln: ln}
@@ -105,9 +105,17 @@ func run(ctx context.Context, addr string) error {
 	return nil
 }
 
+// testEndpointsEnv set to 1 turns on the endpoints only tests may have:
+// the file API (/files, /ask) and /mint. Anyone who reaches the actor
+// through the router reaches them, and they read and write any file in
+// the sandbox (the identity files under /run/ate among them) and mint
+// the actor's identity tokens; the demo `ate up --demo` runs has none.
+const testEndpointsEnv = "COUNTER_TEST_ENDPOINTS"
+
 // newHandler returns the counter's routes; each handler has its own count.
-// wu may be nil (no warm-up after restores).
-func newHandler(wu *warmup) http.Handler {
+// wu may be nil (no warm-up after restores); testEndpoints adds those of
+// testEndpointsEnv.
+func newHandler(wu *warmup, testEndpoints bool) http.Handler {
 	var count atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -126,9 +134,11 @@ func newHandler(wu *warmup) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "logged\n")
 	})
-	registerFiles(mux)
+	if testEndpoints {
+		registerFiles(mux)
+		registerIdentity(mux)
+	}
 	registerAlarms(mux)
-	registerIdentity(mux)
 	registerStreams(mux)
 	registerDial(mux)
 	wu.register(mux)

@@ -13,7 +13,7 @@ import (
 )
 
 func TestStreams(t *testing.T) {
-	srv := httptest.NewServer(newHandler(nil))
+	srv := httptest.NewServer(newHandler(nil, false))
 	t.Cleanup(srv.Close)
 
 	t.Run("sse", func(t *testing.T) {
@@ -95,7 +95,7 @@ func TestStreams(t *testing.T) {
 
 func TestWarmup(t *testing.T) {
 	wu := newWarmup(time.Hour, time.Second)
-	srv := httptest.NewServer(newHandler(wu))
+	srv := httptest.NewServer(newHandler(wu, false))
 	t.Cleanup(srv.Close)
 	get := func() int {
 		resp, err := http.Get(srv.URL + "/ready")

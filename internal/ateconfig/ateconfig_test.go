@@ -2,11 +2,20 @@ package ateconfig
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io/fs"
+	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestPath(t *testing.T) {
@@ -123,4 +132,69 @@ func TestToken(t *testing.T) {
 	if (BearerToken{}).RequireTransportSecurity() != true || (BearerToken{AllowPlaintext: true}).RequireTransportSecurity() {
 		t.Error("RequireTransportSecurity must be true unless plaintext is allowed")
 	}
+}
+
+// TestPlaintextTokenOnlyToLoopback: a token goes without TLS only to a
+// server on this machine; to any other (an address on the network, a
+// list with one such replica, a Kubernetes Service) dialling is refused
+// before a connection exists, so nothing on the path sees the token.
+// With a CA, or without a token, every server is dialled.
+func TestPlaintextTokenOnlyToLoopback(t *testing.T) {
+	ca := writeTestCA(t)
+	for _, c := range []struct {
+		server   string
+		loopback bool
+	}{
+		{"127.0.0.1:7070", true},
+		{"localhost:7070", true},
+		{"[::1]:7070", true},
+		{"127.0.0.1:7070,127.0.0.2:7071", true},
+		{"dns:///localhost:7070", true},
+		{"10.0.0.7:7070", false},
+		{"api.example.com:7070", false},
+		{"127.0.0.1:7070,10.0.0.7:7070", false},
+		{"0.0.0.0:7070", false},
+		{"dns:///api.example.com:7070", false},
+		{"k8s:///ate-apiserver.ate-system:grpc", false},
+		{"", false},
+	} {
+		t.Run(c.server, func(t *testing.T) {
+			_, err := DialOptions(Config{Server: c.server, Token: "s3cret"})
+			if c.loopback && err != nil {
+				t.Fatalf("plaintext token to %q: %v, want allowed", c.server, err)
+			}
+			if !c.loopback && !errors.Is(err, ErrPlaintextToken) {
+				t.Fatalf("plaintext token to %q: %v, want ErrPlaintextToken", c.server, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("error shows the token: %v", err)
+			}
+			if _, err := DialOptions(Config{Server: c.server}); err != nil {
+				t.Errorf("no token, plaintext: %v", err)
+			}
+			if _, err := DialOptions(Config{Server: c.server, Token: "s3cret", CertificateAuthority: ca}); err != nil {
+				t.Errorf("token over TLS: %v", err)
+			}
+		})
+	}
+}
+
+// writeTestCA writes a self-signed CA certificate and returns its path.
+func writeTestCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

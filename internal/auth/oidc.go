@@ -29,7 +29,8 @@ type OIDCConfig struct {
 	// with no prefix given is prefixed "<issuer>#"; "-" means no prefix.
 	UsernameClaim, UsernamePrefix string
 	// GroupsClaim names the groups claim (a string or a list of
-	// strings); empty means no groups. GroupsPrefix is put before each.
+	// strings); empty means no groups. GroupsPrefix is put before each:
+	// empty means DefaultGroupsPrefix, "-" none.
 	GroupsClaim, GroupsPrefix string
 	// CAFile is a PEM bundle the issuer's TLS certificate is verified
 	// against; empty: the system roots.
@@ -41,6 +42,12 @@ type OIDCConfig struct {
 	// Now, if set, is the clock expiry is checked against (tests).
 	Now func() time.Time
 }
+
+// DefaultGroupsPrefix is put before OIDC groups unless
+// OIDCConfig.GroupsPrefix says otherwise, so that whoever administers the
+// issuer's groups cannot name one of ours: an IdP group "ate:admins"
+// becomes "oidc:ate:admins", not AdminsGroup.
+const DefaultGroupsPrefix = "oidc:"
 
 // OIDC verifies JWTs signed by an OIDC issuer's keys. Discovery happens on
 // first use and is retried on later calls until it succeeds, so an API
@@ -71,6 +78,12 @@ func NewOIDC(cfg OIDCConfig) (*OIDC, error) {
 		cfg.UsernamePrefix = ""
 	case cfg.UsernamePrefix == "" && cfg.UsernameClaim != "email":
 		cfg.UsernamePrefix = cfg.IssuerURL + "#"
+	}
+	switch cfg.GroupsPrefix {
+	case "-":
+		cfg.GroupsPrefix = ""
+	case "":
+		cfg.GroupsPrefix = DefaultGroupsPrefix
 	}
 	client := cfg.Client
 	if client == nil && cfg.CAFile != "" {

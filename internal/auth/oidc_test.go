@@ -131,6 +131,33 @@ func TestOIDC(t *testing.T) {
 	}
 }
 
+// TestOIDCGroupsPrefix: an issuer's group named like one of ours (an IdP
+// administrator, or a user allowed to create groups there, names one
+// ate:admins) does not make its members our admins: groups get
+// DefaultGroupsPrefix unless the flag names another, or "-" none.
+func TestOIDCGroupsPrefix(t *testing.T) {
+	is := newIssuer(t)
+	for _, c := range []struct{ prefix, want string }{
+		{"", DefaultGroupsPrefix + AdminsGroup},
+		{"corp:", "corp:" + AdminsGroup},
+		{"-", AdminsGroup},
+	} {
+		o, err := NewOIDC(OIDCConfig{IssuerURL: is.srv.URL, ClientID: "ate", GroupsClaim: "groups", GroupsPrefix: c.prefix, Client: is.srv.Client()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := is.claims("ate", time.Now().Add(time.Hour))
+		claims["groups"] = []string{AdminsGroup}
+		p, err := o.Authenticate(context.Background(), is.sign(t, nil, "", claims))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Groups) != 1 || p.Groups[0] != c.want {
+			t.Errorf("--oidc-groups-prefix=%q: groups %q, want [%s]", c.prefix, p.Groups, c.want)
+		}
+	}
+}
+
 // TestOIDCClock: expiry is checked against Config.Now.
 func TestOIDCClock(t *testing.T) {
 	is := newIssuer(t)

@@ -96,8 +96,37 @@ type Config struct {
 	RequireLogin bool
 }
 
-// TokenCookie is the cookie holding the dashboard user's API token.
-const TokenCookie = "ate_token"
+// TokenCookie is the cookie holding the dashboard user's API token over
+// plain HTTP; SecureTokenCookie is its name over HTTPS, where the
+// __Host- prefix makes browsers take it only Secure, for Path=/ and from
+// this very host (no sibling subdomain can set or overwrite it). Only the
+// name of the request's scheme is read. CookieTTL is how long a browser
+// keeps it: a token left in a browser expires there.
+const (
+	TokenCookie       = "ate_token"
+	SecureTokenCookie = "__Host-" + TokenCookie
+	CookieTTL         = 8 * time.Hour
+)
+
+// tokenCookieName is the token cookie's name for r's scheme.
+func tokenCookieName(r *http.Request) string {
+	if r.TLS != nil {
+		return SecureTokenCookie
+	}
+	return TokenCookie
+}
+
+// tokenCookie is the token cookie for r's scheme holding tok for
+// CookieTTL; an empty tok deletes it.
+func tokenCookie(r *http.Request, tok string) *http.Cookie {
+	c := &http.Cookie{Name: tokenCookieName(r), Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
+	if tok == "" {
+		c.MaxAge = -1
+	} else {
+		c.MaxAge, c.Expires = int(CookieTTL/time.Second), time.Now().Add(CookieTTL)
+	}
+	return c
+}
 
 // Handler serves the dashboard:
 //
@@ -107,7 +136,7 @@ const TokenCookie = "ate_token"
 //	POST /actors/{atespace}/{name}/{action}   action = suspend, resume or delete;
 //	                                answers JSON {"actor": "…", "state": "…"} or {"error": "…"}
 //	GET  /login, POST /login        the token form; a token the API accepts is kept in
-//	                                the TokenCookie cookie (RequireLogin)
+//	                                the token cookie (RequireLogin)
 //	POST /logout                    forget the token
 //
 // Safe for concurrent use.
@@ -195,7 +224,7 @@ func hasCredentials(r *http.Request) bool {
 	if r.Header.Get("Authorization") != "" {
 		return true
 	}
-	c, err := r.Cookie(TokenCookie)
+	c, err := r.Cookie(tokenCookieName(r))
 	return err == nil && c.Value != ""
 }
 
@@ -215,8 +244,9 @@ func (h *Handler) renderLogin(w http.ResponseWriter, code int, msg string) {
 }
 
 // serveLogin checks the token with one read the API authenticates
-// (ListAtespaces) and keeps it in an HttpOnly, SameSite=Strict cookie, so
-// no script reads it and no other site's request carries it.
+// (ListAtespaces) and keeps it in an HttpOnly, SameSite=Strict cookie
+// (tokenCookie), so no script reads it and no other site's request
+// carries it, for CookieTTL.
 func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	if tok == "" {
@@ -235,12 +265,12 @@ func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, http.StatusServiceUnavailable, "Could not check the token: "+st.Message())
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, tokenCookie(r, tok))
 	http.Redirect(w, r, "./", http.StatusSeeOther)
 }
 
 func (h *Handler) serveLogout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, tokenCookie(r, ""))
 	http.Redirect(w, r, "login", http.StatusSeeOther)
 }
 
@@ -251,7 +281,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string) {
 	v := h.load(ctx)
 	if v.unauthenticated && h.cfg.RequireLogin {
 		// The cookie's token expired or was revoked: sign in again.
-		http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		http.SetCookie(w, tokenCookie(r, ""))
 		if name == "page" {
 			http.Redirect(w, r, "login", http.StatusSeeOther)
 		} else {
@@ -325,7 +355,7 @@ func callContext(r *http.Request) context.Context {
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		return metadata.AppendToOutgoingContext(ctx, "authorization", auth)
 	}
-	if c, err := r.Cookie(TokenCookie); err == nil && c.Value != "" {
+	if c, err := r.Cookie(tokenCookieName(r)); err == nil && c.Value != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.Value)
 	}
 	return ctx

@@ -2,11 +2,14 @@ package dashboard
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -64,10 +67,49 @@ func TestLogin(t *testing.T) {
 	if ck.Name != TokenCookie || ck.Value != "good" || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("cookie %+v: want %s=good, HttpOnly, SameSite=Strict", ck, TokenCookie)
 	}
+	// A browser left signed in forgets the token.
+	if ck.MaxAge <= 0 || ck.MaxAge > int(CookieTTL/time.Second) || ck.Expires.IsZero() || time.Until(ck.Expires) > CookieTTL {
+		t.Fatalf("cookie Max-Age %d, Expires %v: want at most %s", ck.MaxAge, ck.Expires, CookieTTL)
+	}
 	req := httptest.NewRequest(http.MethodPost, "/actors/default/a/suspend", nil)
 	req.AddCookie(ck)
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	if _, auth := c.recorded(); len(auth) != 1 || auth[0] != "Bearer good" {
 		t.Errorf("action's authorization %q, want the cookie's token", auth)
+	}
+}
+
+// TestLoginOverTLS: over HTTPS the token cookie is __Host- prefixed
+// (Secure, Path=/, no Domain: only this host may set it), and a plain
+// ate_token cookie, which a sibling subdomain could have planted, is not
+// sent on to the API as the caller's token there.
+func TestLoginOverTLS(t *testing.T) {
+	c := &fakeControl{}
+	h, err := New(Config{Control: c, RequireLogin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "https://dash.example/login", strings.NewReader(url.Values{"token": {"good"}}.Encode()))
+	req.TLS = &tls.ConnectionState{}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	cookies := rec.Result().Cookies()
+	if rec.Code != http.StatusSeeOther || len(cookies) != 1 {
+		t.Fatalf("POST /login over TLS: %d, cookies %v", rec.Code, cookies)
+	}
+	if ck := cookies[0]; ck.Name != SecureTokenCookie || !ck.Secure || ck.Path != "/" || ck.Domain != "" || !ck.HttpOnly || ck.MaxAge <= 0 {
+		t.Fatalf("cookie over TLS %+v: want %s, Secure, Path=/, no Domain, HttpOnly, expiring", ck, SecureTokenCookie)
+	}
+
+	planted := httptest.NewRequest(http.MethodPost, "https://dash.example/actors/default/a/suspend", nil)
+	planted.TLS = &tls.ConnectionState{}
+	planted.AddCookie(&http.Cookie{Name: TokenCookie, Value: "good"})
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, planted)
+	// The API sees the call without the planted token (and, checking
+	// tokens, refuses it).
+	if _, auth := c.recorded(); slices.Contains(auth, "Bearer good") {
+		t.Errorf("a plain %s cookie over TLS was sent on as the caller's token: %q", TokenCookie, auth)
 	}
 }

@@ -40,8 +40,10 @@ type APIServerConfig struct {
 	DataDir string
 	// Store is the record store (storeurl.Open): bolt:///path/ate.db
 	// (default <DataDir>/ate.db), or postgres://… shared by several API
-	// server replicas.
-	Store string
+	// server replicas. With StoreFile it is read by storeurl.Resolve:
+	// this (--store, warned about if it holds a password), else the
+	// file's content, else $ATE_STORE.
+	Store, StoreFile string
 	// Leases configures the per-actor leases replicas over a shared store
 	// fence workflows with (unused with bolt, which one process holds).
 	Leases lifecycle.LeaseConfig
@@ -51,9 +53,12 @@ type APIServerConfig struct {
 	Snapshots string
 	// Addr is the gRPC listen address (Control and NodeRegistry).
 	Addr string
-	// ManagementAddr serves /healthz, /readyz, /metrics and pprof; empty
-	// means none.
+	// ManagementAddr serves /healthz, /readyz and /metrics; empty means
+	// none.
 	ManagementAddr string
+	// PprofAddr serves net/http/pprof (httpserve.NewPprof: loopback
+	// only); empty means none.
+	PprofAddr string
 	// HTTPAddr serves the web dashboard (internal/dashboard), calling
 	// this server's own Control API over gRPC; empty means none.
 	HTTPAddr string
@@ -106,6 +111,9 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		}
 		cfg.DataDir = filepath.Join(home, ".ate-apiserver")
 	}
+	if cfg.Store, err = resolveStore(cfg.Store, cfg.StoreFile, log); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -132,6 +140,11 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		defer mgmt.Close()
 		go func() { _ = mgmt.Serve(ctx) }()
 	}
+	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	opened, err := openStore(ctx, cfg.Store, storeurl.Options{DefaultPath: filepath.Join(cfg.DataDir, DBName), Logger: log}, log)
 	if err != nil {
 		return err
@@ -304,6 +317,20 @@ func openStore(ctx context.Context, u string, opts storeurl.Options, log *slog.L
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// resolveStore returns the record store's URL (storeurl.Resolve), warning
+// when a password came on the command line.
+func resolveStore(flag, file string, log *slog.Logger) (string, error) {
+	u, exposed, err := storeurl.Resolve(storeurl.Source{URL: flag, File: file}, os.Getenv)
+	if err != nil {
+		return "", fmt.Errorf("record store: %w", err)
+	}
+	if exposed {
+		log.Warn("the record store's password is on the command line, where ps and /proc/<pid>/cmdline show it to others on this machine: give it with --store-file or $"+storeurl.EnvVar,
+			"store", storeurl.Redact(u))
+	}
+	return u, nil
 }
 
 // replicaName names this process in the store's leases: the host name and

@@ -22,7 +22,7 @@ const (
 	DefaultAPIAddr    = "127.0.0.1:7070"
 	DefaultRouterAddr = "127.0.0.1:8080"
 	// DefaultMetricsAddr is `ate up --metrics-addr`'s default: loopback
-	// only, since pprof shows the process's insides. A zero
+	// only, since the metrics name templates and actors. A zero
 	// MetricsConfig.Addr means no management listener.
 	DefaultMetricsAddr = "127.0.0.1:7071"
 	// DefaultTunnelAddr lets the system pick the worker tunnel's port:
@@ -52,9 +52,10 @@ type Config struct {
 	DataDir string
 	// Store is the record store (storeurl.Open): empty for <DataDir>/ate.db,
 	// or postgres://… (workflows then hold store leases, since other API
-	// servers may share the database).
-	Store string
-	API   APIConfig
+	// servers may share the database). With StoreFile it is read as
+	// APIServerConfig's (storeurl.Resolve; $ATE_STORE last).
+	Store, StoreFile string
+	API              APIConfig
 	// Node is the local node agent. From here Run takes Workers (default
 	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two
 	// installations never collide), SandboxClass (gvisor, the default,
@@ -106,11 +107,14 @@ type PKIConfig struct {
 }
 
 // MetricsConfig configures the management listener: Prometheus metrics
-// on /metrics and net/http/pprof on /debug/pprof/ (docs/observability.md).
+// on /metrics (docs/observability.md), and the pprof listener.
 type MetricsConfig struct {
 	// Addr is its listen address; port 0 picks one. Empty: no listener,
 	// and no metrics are recorded.
 	Addr string
+	// PprofAddr serves net/http/pprof on /debug/pprof/
+	// (httpserve.NewPprof: loopback only); empty means none.
+	PprofAddr string
 }
 
 // TunnelConfig configures the worker tunnel's listener.

@@ -58,9 +58,12 @@ type NodeAgentConfig struct {
 	// into <DataDir>/runtime and verified before any sandbox is touched,
 	// and runs instead of Gvisor.RunscPath, which must then be empty.
 	RunscAssets []runtimeasset.Asset
-	// ManagementAddr serves /healthz, /readyz (ready once registered),
-	// /metrics and pprof; empty means none.
+	// ManagementAddr serves /healthz, /readyz (ready once registered)
+	// and /metrics; empty means none.
 	ManagementAddr string
+	// PprofAddr serves net/http/pprof (httpserve.NewPprof: loopback
+	// only); empty means none.
+	PprofAddr string
 	// DrainTimeout bounds the drain on shutdown (default 60 s).
 	DrainTimeout time.Duration
 	// TLS: --tls-dir (a node certificate naming Node.Name), --insecure,
@@ -183,6 +186,11 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 		}
 		defer mgmt.Close()
 	}
+	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 
 	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServices()

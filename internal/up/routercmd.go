@@ -22,9 +22,12 @@ import (
 type RouterRunConfig struct {
 	API    string
 	Router RouterConfig
-	// ManagementAddr serves /healthz, /readyz, /metrics and pprof; empty
-	// means none.
+	// ManagementAddr serves /healthz, /readyz and /metrics; empty means
+	// none.
 	ManagementAddr string
+	// PprofAddr serves net/http/pprof (httpserve.NewPprof: loopback
+	// only); empty means none.
+	PprofAddr string
 	// TLS: --tls-dir (a router certificate), --insecure, --trust-domain.
 	TLS    pki.Settings
 	Logger *slog.Logger
@@ -79,6 +82,11 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 		}
 		defer mgmt.Close()
 	}
+	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	rs := httpserve.NewServer("router", rc.Addr, rh, log)
 	rs.DrainDelay, rs.DrainTimeout = rc.DrainDelay, rc.DrainTimeout
 	if err := rs.Listen(); err != nil {

@@ -55,6 +55,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	if cfg.Store, err = resolveStore(cfg.Store, cfg.StoreFile, log); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -98,6 +101,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer mgmt.Close()
 	}
+	stopPprof, err := httpserve.StartPprof(ctx, cfg.Metrics.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,7 +34,9 @@ type component struct {
 	t    testing.TB
 	name string
 	args []string
-	cmd  *exec.Cmd
+	// env is added to the test's environment.
+	env []string
+	cmd *exec.Cmd
 
 	mu   sync.Mutex
 	log  strings.Builder
@@ -58,7 +61,14 @@ func startComponent(t testing.TB, name, readyMsg string, args ...string) (*compo
 // race as processes do.
 func launchComponent(t testing.TB, name, readyMsg string, args ...string) *component {
 	t.Helper()
-	c := &component{t: t, name: name, args: withTLS(t, args), done: make(chan struct{})}
+	return launchComponentEnv(t, nil, name, readyMsg, args...)
+}
+
+// launchComponentEnv is launchComponent with env added to the process's
+// environment.
+func launchComponentEnv(t testing.TB, env []string, name, readyMsg string, args ...string) *component {
+	t.Helper()
+	c := &component{t: t, name: name, args: withTLS(t, args), env: env, done: make(chan struct{})}
 	c.launch(readyMsg)
 	t.Cleanup(func() {
 		c.terminate(90 * time.Second)
@@ -81,6 +91,9 @@ func (c *component) launch(readyMsg string) {
 	c.t.Helper()
 	cmd := exec.Command(ateBin, c.args...)
 	cmd.Dir = repoDir
+	if c.env != nil {
+		cmd.Env = append(os.Environ(), c.env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		c.t.Fatal(err)
@@ -281,7 +294,7 @@ func clusterInstallationWith(t testing.TB, dir string, cc ateconfig.Config, rout
 // GETs it once (count=1): where most cluster tests start.
 func (c *cluster) counterActor() {
 	c.t.Helper()
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.createTemplate("test/e2e/testdata/counter.yaml", "counter")
 	c.in.ate("create", "actor", "counter-1", "--template", "counter")
 	c.in.mustCount("default/counter-1", 1)
 }
@@ -628,7 +641,7 @@ func TestClusterAPIServerKilledMidSuspend(t *testing.T) {
 // actor it was for, and the counts show none was lost or served twice.
 func TestClusterRouterRestartWhileNodeDrains(t *testing.T) {
 	c := startCluster(t, "node-a", "node-b")
-	c.in.createTemplate("examples/counter/template.yaml", "counter")
+	c.in.createTemplate("test/e2e/testdata/counter.yaml", "counter")
 	const actors, requests = 5, 50
 	for i := range actors {
 		c.in.ate("create", "actor", fmt.Sprintf("c%d", i), "--template", "counter")

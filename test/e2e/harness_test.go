@@ -94,7 +94,7 @@ type installation struct {
 	dataDir    string
 	routerAddr string
 	apiAddr    string
-	// metricsAddr is the management listener's (/metrics, /debug/pprof/).
+	// metricsAddr is the management listener's (/metrics).
 	metricsAddr string
 	// dashboardURL is the web dashboard's ("http://127.0.0.1:port/").
 	dashboardURL string
@@ -131,7 +131,7 @@ func startUpWait(t testing.TB, dataDir string, workers int, ready time.Duration,
 	in := &installation{t: t, dataDir: dataDir}
 	args := append([]string{"up", "--data-dir", in.dataDir, "--workers", fmt.Sprint(workers),
 		"--api-addr", "127.0.0.1:0", "--router-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-level", "debug",
-		"--demo-template", filepath.Join(repoDir, "examples/counter/template.yaml"),
+		"--demo-template", filepath.Join(repoDir, "test/e2e/testdata/counter.yaml"),
 		// Nothing balances load in front of a test's router; tests of the
 		// drain set their own delay (flags given later win).
 		"--drain-delay", "0s"}, extra...)

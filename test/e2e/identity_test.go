@@ -248,7 +248,7 @@ func TestActorIdentityRemoteNode(t *testing.T) {
 	in := c.in
 	ctx := context.Background()
 	issuer := "http://" + httpAddr
-	in.createTemplate("examples/counter/template.yaml", "counter")
+	in.createTemplate("test/e2e/testdata/counter.yaml", "counter")
 	in.ate("create", "actor", "counter-1", "--template", "counter", "--selector", "node=n1")
 	in.mustCount("default/counter-1", 1)
 	a := in.actor("counter-1")

@@ -20,9 +20,11 @@ import (
 )
 
 // TestMetrics: the management listener's counters move by exactly what a
-// resume through the router and a suspend did, and pprof answers.
+// resume through the router and a suspend did, and pprof answers on its
+// own loopback listener, not on the management one.
 func TestMetrics(t *testing.T) {
-	in := startUp(t, 2, "--demo")
+	pprofAddr := freeAddr(t)
+	in := startUp(t, 2, "--demo", "--pprof-addr", pprofAddr)
 	if in.metricsAddr == "" {
 		t.Fatal(`"ate up ready" names no metrics address`)
 	}
@@ -52,14 +54,23 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 
-	resp, err := httpClient.Get("http://" + in.metricsAddr + "/debug/pprof/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET /debug/pprof/ = %d", resp.StatusCode)
+	for _, c := range []struct {
+		url  string
+		want int
+	}{
+		{"http://" + pprofAddr + "/debug/pprof/", http.StatusOK},
+		{"http://" + pprofAddr + "/debug/pprof/cmdline", http.StatusNotFound},
+		{"http://" + in.metricsAddr + "/debug/pprof/", http.StatusNotFound},
+	} {
+		resp, err := httpClient.Get(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("GET %s = %d, want %d", c.url, resp.StatusCode, c.want)
+		}
 	}
 }
 

@@ -88,9 +88,12 @@ type Config struct {
 	// Resync is how often every pool's nodes are compared with the API
 	// server's without an event. Default DefaultResync.
 	Resync time.Duration
-	// ManagementAddr serves /healthz, /readyz, /metrics and pprof.
+	// ManagementAddr serves /healthz, /readyz and /metrics.
 	// Default DefaultManagementAddr.
 	ManagementAddr string
+	// PprofAddr serves net/http/pprof (httpserve.NewPprof: loopback
+	// only); empty means none.
+	PprofAddr string
 	// TLS are the --tls-dir, --insecure and --trust-domain flags; the
 	// caller loads them into Transport (pki.Settings.Load).
 	TLS pki.Settings
@@ -196,6 +199,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.conn.Close()
 	c.log.InfoContext(ctx, "ate controller ready", "management", c.ManagementAddr(), "api", c.cfg.API,
 		"leader-elect", c.cfg.LeaderElect, "namespace", c.cfg.Namespace)
+	stopPprof, err := httpserve.StartPprof(ctx, c.cfg.PprofAddr)
+	if err != nil {
+		c.mgmt.Close()
+		return fmt.Errorf("controller: %w", err)
+	}
+	defer stopPprof()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.mgmt.Serve(gctx) })
 	g.Go(func() error {

@@ -99,6 +99,39 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// RedactURL is raw as errors and logs may show it: user info (an access
+// key and secret put there by mistake) and the values of parameters
+// other than endpoint, region and compression are replaced by xxxxx, and
+// the endpoint's own user info too. An unparsable raw is not shown.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	if u.User != nil {
+		u.User = url.User("xxxxx")
+	}
+	q := u.Query()
+	for k, vs := range q {
+		for i, v := range vs {
+			switch k {
+			case "region", "compression":
+			case "endpoint":
+				if e, err := url.Parse(v); err != nil {
+					vs[i] = "xxxxx"
+				} else if e.User != nil {
+					e.User = url.User("xxxxx")
+					vs[i] = e.String()
+				}
+			default:
+				vs[i] = "xxxxx"
+			}
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // ParseURL parses s3://bucket[/prefix][?endpoint=http[s]://host:port&region=R&compression=zstd|none]
 // into a Config (without cache settings). Without endpoint the store is
 // AWS S3 over https. Unknown query parameters are an error, so a typo is
@@ -106,16 +139,24 @@ type Config struct {
 func ParseURL(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
+		// url.Error repeats the whole URL; say only what is wrong.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return Config{}, fmt.Errorf("%w: %v", ErrBadURL, err)
 	}
+	// Errors name the URL as RedactURL shows it: whatever secret was
+	// put in it by mistake is not repeated into logs.
+	shown := RedactURL(raw)
 	if u.Scheme != "s3" {
-		return Config{}, fmt.Errorf("%w: %q: scheme must be s3", ErrBadURL, raw)
+		return Config{}, fmt.Errorf("%w: %q: scheme must be s3", ErrBadURL, shown)
 	}
 	if u.Host == "" {
-		return Config{}, fmt.Errorf("%w: %q: no bucket (want s3://bucket/prefix)", ErrBadURL, raw)
+		return Config{}, fmt.Errorf("%w: %q: no bucket (want s3://bucket/prefix)", ErrBadURL, shown)
 	}
 	if u.User != nil {
-		return Config{}, fmt.Errorf("%w: %q: credentials do not belong in the URL (use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)", ErrBadURL, raw)
+		return Config{}, fmt.Errorf("%w: %q: credentials do not belong in the URL (use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)", ErrBadURL, shown)
 	}
 	cfg := Config{
 		Bucket: u.Host,
@@ -124,13 +165,13 @@ func ParseURL(raw string) (Config, error) {
 	}
 	for k, v := range u.Query() {
 		if len(v) != 1 {
-			return Config{}, fmt.Errorf("%w: %q: %s given %d times", ErrBadURL, raw, k, len(v))
+			return Config{}, fmt.Errorf("%w: %q: %s given %d times", ErrBadURL, shown, k, len(v))
 		}
 		switch k {
 		case "endpoint":
 			e, err := url.Parse(v[0])
-			if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || (e.Path != "" && e.Path != "/") {
-				return Config{}, fmt.Errorf("%w: %q: endpoint must be http://host:port or https://host:port", ErrBadURL, raw)
+			if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || (e.Path != "" && e.Path != "/") || e.User != nil {
+				return Config{}, fmt.Errorf("%w: %q: endpoint must be http://host:port or https://host:port", ErrBadURL, shown)
 			}
 			cfg.Endpoint, cfg.Secure = e.Host, e.Scheme == "https"
 		case "region":
@@ -138,7 +179,7 @@ func ParseURL(raw string) (Config, error) {
 		case "compression":
 			cfg.Compression = v[0]
 		default:
-			return Config{}, fmt.Errorf("%w: %q: unknown parameter %q (want endpoint, region, compression)", ErrBadURL, raw, k)
+			return Config{}, fmt.Errorf("%w: %q: unknown parameter %q (want endpoint, region, compression)", ErrBadURL, shown, k)
 		}
 	}
 	if err := cfg.validate(); err != nil {

@@ -40,12 +40,20 @@ func TestParseURL(t *testing.T) {
 		{url: "s3://b/a//c", err: "double slashes"},
 		{url: "s3://b/p?region=a&region=b", err: "2 times"},
 		{url: "s3://b/%zz", err: "bad S3"},
+		// A secret put in the URL by mistake is refused and not repeated.
+		{url: "s3://AKIAKEY:wJalrXUtnFEMIsecret@b/p?region=r", err: "credentials do not belong"},
+		{url: "s3://b/p?secret_access_key=wJalrXUtnFEMIsecret", err: `unknown parameter "secret_access_key"`},
+		{url: "s3://b/p?endpoint=http://AKIAKEY:wJalrXUtnFEMIsecret@h:9000", err: "endpoint must be"},
+		{url: "s3://AKIAKEY:wJalrXUtnFEMI%zzsecret@b/p", err: "bad S3"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			got, err := s3.ParseURL(tc.url)
 			if tc.err != "" {
 				if !errors.Is(err, s3.ErrBadURL) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("ParseURL = %v, want ErrBadURL with %q", err, tc.err)
+				}
+				if strings.Contains(err.Error(), "wJalrXUtnFEMI") {
+					t.Fatalf("ParseURL's error repeats the secret: %v", err)
 				}
 				return
 			}

@@ -46,11 +46,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (snapshot.Store, err
 	case strings.HasPrefix(rawURL, "file://"):
 		u, err := url.Parse(rawURL)
 		if err != nil || (u.Host != "" && u.Host != "localhost") || u.Path == "" || u.RawQuery != "" {
-			return nil, fmt.Errorf("%w: %q: want file:///absolute/path", s3.ErrBadURL, rawURL)
+			return nil, fmt.Errorf("%w: %q: want file:///absolute/path", s3.ErrBadURL, s3.RedactURL(rawURL))
 		}
 		return snapshot.NewLocalWith(u.Path, snapshot.LocalOptions{Compress: true})
 	case rawURL == "" || strings.Contains(rawURL, "://"):
-		return nil, fmt.Errorf("%w: %q: want a path, file:///path or s3://bucket/prefix", s3.ErrBadURL, rawURL)
+		return nil, fmt.Errorf("%w: %q: want a path, file:///path or s3://bucket/prefix", s3.ErrBadURL, s3.RedactURL(rawURL))
 	}
 	return snapshot.NewLocalWith(rawURL, snapshot.LocalOptions{Compress: true})
 }

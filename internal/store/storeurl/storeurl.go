@@ -9,9 +9,11 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -76,13 +78,67 @@ func boltPath(u, def string) (string, error) {
 	case strings.HasPrefix(u, "bolt://"):
 		p := strings.TrimPrefix(u, "bolt://")
 		if !filepath.IsAbs(p) {
-			return "", fmt.Errorf("store %q: want bolt:///absolute/path.db", u)
+			return "", fmt.Errorf("store %q: want bolt:///absolute/path.db", Redact(u))
 		}
 		return p, nil
 	case strings.Contains(u, "://"):
 		return "", fmt.Errorf("store %q: want bolt:///path/ate.db or postgres://user:password@host:port/database", Redact(u))
 	}
 	return filepath.Abs(u)
+}
+
+// EnvVar names the environment variable a store URL is taken from when
+// neither --store nor --store-file gives one.
+const EnvVar = "ATE_STORE"
+
+// Source is where the record store's URL comes from, in the order Resolve
+// tries them: a command-line URL, a file holding it, then $ATE_STORE. A
+// URL with a password belongs in the file or the environment, which other
+// users of the machine cannot read; a command line they can (ps,
+// /proc/<pid>/cmdline, a Pod's spec).
+type Source struct {
+	// URL is --store's value.
+	URL string
+	// File is --store-file's: a file whose content (surrounding white
+	// space trimmed) is the URL, e.g. a mounted Kubernetes Secret key.
+	File string
+}
+
+// Resolve returns the store URL s names, reading the file or, when s is
+// empty, getenv(EnvVar) (empty: the default bolt store). passwordInArgs
+// reports a password given in s.URL, which callers warn about. Errors:
+// both URL and File given, the file unreadable or empty.
+func Resolve(s Source, getenv func(string) string) (u string, passwordInArgs bool, err error) {
+	switch {
+	case s.URL != "" && s.File != "":
+		return "", false, errors.New("--store and --store-file both given: give one")
+	case s.URL != "":
+		return s.URL, HasPassword(s.URL), nil
+	case s.File != "":
+		b, err := os.ReadFile(s.File)
+		if err != nil {
+			return "", false, fmt.Errorf("--store-file: %w", err)
+		}
+		u := strings.TrimSpace(string(b))
+		if u == "" {
+			return "", false, fmt.Errorf("--store-file %s: empty", s.File)
+		}
+		return u, false, nil
+	}
+	return getenv(EnvVar), false, nil
+}
+
+// HasPassword reports whether u carries a password, in its user info or
+// as a password= parameter (an unparsable u is assumed to).
+func HasPassword(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return true
+	}
+	if _, ok := p.User.Password(); ok {
+		return true
+	}
+	return p.Query().Has("password")
 }
 
 // Redact returns u with any password replaced, for logs and errors: the

@@ -39,6 +39,8 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -249,8 +251,23 @@ func (s *Server) initdb(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgtest: initdb: %w\n%s", err, s.logTail())
 	}
+	// Trust for everyone but the roles of NewPasswordDatabase: the first
+	// matching line wins, so these go before initdb's.
+	hba := filepath.Join(s.dir, "data", "pg_hba.conf")
+	b, err := os.ReadFile(hba)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	pw := "host all +" + passwordGroup + " 127.0.0.1/32 scram-sha-256\nhost all +" + passwordGroup + " ::1/128 scram-sha-256\n"
+	if err := os.WriteFile(hba, append([]byte(pw), b...), 0o600); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
 	return nil
 }
+
+// passwordGroup is the role whose members the private server's pg_hba.conf
+// makes authenticate by password over TCP (scram-sha-256).
+const passwordGroup = "pgtest_password_required"
 
 // start runs postgres on s.port and waits until it accepts connections.
 func (s *Server) start(ctx context.Context) error {
@@ -373,6 +390,50 @@ func (s *Server) NewDatabase(tb testing.TB) string {
 		}
 	})
 	return s.URL(name)
+}
+
+// NewPasswordDatabase is NewDatabase owned by a new login role with a
+// random password, and returns the URL of that role, password included
+// (postgres://role:password@host/db). On a private server the role must
+// give it: a wrong or missing password is refused. A server of
+// $ATE_TEST_POSTGRES keeps its own pg_hba.conf, which may trust anyone.
+// Role and database are dropped when tb's test ends. Failures are fatal.
+func (s *Server) NewPasswordDatabase(tb testing.TB) string {
+	tb.Helper()
+	ctx := context.Background()
+	name := s.dbName(tb.Name())
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		tb.Fatal(err)
+	}
+	password := hex.EncodeToString(raw[:])
+	role, group := pgx.Identifier{name}.Sanitize(), pgx.Identifier{passwordGroup}.Sanitize()
+	for _, sql := range []string{
+		"DO $$ BEGIN CREATE ROLE " + group + " NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+		"CREATE ROLE " + role + " LOGIN PASSWORD '" + password + "' IN ROLE " + group,
+		"CREATE DATABASE " + role + " OWNER " + role,
+	} {
+		if err := s.exec(ctx, sql); err != nil {
+			tb.Fatalf("pgtest: password database %s: %v", name, err)
+		}
+	}
+	tb.Cleanup(func() {
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return
+		}
+		for _, sql := range []string{"DROP DATABASE IF EXISTS " + role + " WITH (FORCE)", "DROP ROLE IF EXISTS " + role} {
+			if err := s.exec(ctx, sql); err != nil {
+				tb.Errorf("pgtest: %s: %v", sql, err)
+			}
+		}
+	})
+	u := *s.base
+	u.User = url.UserPassword(name, password)
+	u.Path = "/" + name
+	return u.String()
 }
 
 // dbName is a database name for test: lower case, at most 63 bytes (the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,5 +137,46 @@ func TestDyingBinaryLeavesNoServer(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "postgres.log")); err != nil || !strings.Contains(string(b), "immediate shutdown request") {
 		t.Errorf("postgres did not log an immediate shutdown (the parent-death signal): %v\n%s", err, b)
+	}
+}
+
+// TestPasswordDatabase: the role of NewPasswordDatabase reaches its
+// database with its password, and is refused without it or with another.
+func TestPasswordDatabase(t *testing.T) {
+	ctx := context.Background()
+	s, err := StartLocal(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	raw := s.NewPasswordDatabase(t)
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, ok := u.User.Password()
+	if !ok || len(password) < 16 {
+		t.Fatalf("URL %s has no password", u.Redacted())
+	}
+	connect := func(u string) error {
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		return conn.Ping(ctx)
+	}
+	if err := connect(raw); err != nil {
+		t.Fatalf("with its password: %v", err)
+	}
+	for name, user := range map[string]*url.Userinfo{
+		"no password":    url.User(u.User.Username()),
+		"wrong password": url.UserPassword(u.User.Username(), password+"x"),
+	} {
+		v := *u
+		v.User = user
+		if err := connect(v.String()); err == nil || !strings.Contains(err.Error(), "password") {
+			t.Errorf("%s: connect = %v, want a password authentication failure", name, err)
+		}
 	}
 }

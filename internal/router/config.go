@@ -104,6 +104,13 @@ type Config struct {
 	// DefaultIngressCacheMax.
 	IngressCacheTTL time.Duration
 	IngressCacheMax int
+	// Loopback says the router listens on loopback addresses only
+	// (LoopbackAddr of its listen address): it then answers only
+	// requests whose Host is localhost or under it, a loopback IP, or
+	// under ActorDomain, and 421 Misdirected Request to any other
+	// (DNS rebinding: a web page whose own name resolves to 127.0.0.1
+	// would otherwise reach every actor from the local browser).
+	Loopback bool
 }
 
 // withDefaults returns c with every zero (or negative) field defaulted.

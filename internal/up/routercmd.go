@@ -66,6 +66,7 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.HTTPClientConfig(auth.ComponentNode)
+	hc.Loopback = router.LoopbackAddr(rc.Addr)
 	if ms != nil {
 		hc.Metrics = ms.Router
 	}

@@ -138,6 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 	hc := cfg.Router.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.router.HTTPClientConfig(auth.ComponentNode)
+	hc.Loopback = router.LoopbackAddr(cfg.Router.Addr)
 	if ms != nil {
 		hc.Metrics = ms.Router
 	}

@@ -208,7 +208,9 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return err
 	}
-	wireAuth(api, authz)
+	if err := wireAuth(api, authz, authc); err != nil {
+		return err
+	}
 	gs, initMetrics := newAPIGRPCServer(ms, append(tr.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)

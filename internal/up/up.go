@@ -126,7 +126,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	wireAuth(cp.API, authz)
+	if err := wireAuth(cp.API, authz, ac); err != nil {
+		return err
+	}
 	gs := cp.NewGRPCServer(append(tr.api.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)

@@ -405,7 +405,7 @@ func TestHandlerOverControlAPI(t *testing.T) {
 	}{
 		{"app.default.actors.localhost", http.StatusOK, "resumed", "worker=w1 uid=u1 "},
 		{"app.default.actors.localhost", http.StatusOK, "warm", "worker=w1 uid=u1 "},
-		{"big.default.actors.localhost", http.StatusOK, `resumed;evicted="default/app"`, "worker=w1 uid=u2 "},
+		{"big.default.actors.localhost", http.StatusOK, `resumed;evicted`, "worker=w1 uid=u2 "},
 		{"ghost.default.actors.localhost", http.StatusNotFound, "", "actor default/ghost not found\n"},
 	}
 	for _, tt := range tests {

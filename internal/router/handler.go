@@ -22,11 +22,12 @@ import (
 // responses: "warm" (the actor was running), "resumed" (this request
 // resumed it) or "joined" (it waited on another request's resume). When
 // the control plane had to evict (checkpoint) another, idle actor to free
-// a worker for the resume, "resumed" and "joined" carry it as an RFC 8941
-// parameter: resumed;evicted="default/counter-1". Without an eviction the
-// value is the bare token, so clients comparing it whole keep working;
-// those that want the parameter parse the value as a structured-field
-// item. HeaderActivationMs, set with "resumed" and "joined", is how long
+// a worker for the resume, "resumed" and "joined" say so with an RFC 8941
+// boolean parameter, resumed;evicted, which never names the evicted
+// actor: it may be another tenant's, and the client is anyone who
+// reaches the router. Without an eviction the value is the bare token,
+// so clients comparing it whole keep working; those that want the
+// parameter parse the value as a structured-field item. HeaderActivationMs, set with "resumed" and "joined", is how long
 // the request waited for its actor, in milliseconds.
 const (
 	HeaderActivation   = "Ate-Activation"

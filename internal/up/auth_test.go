@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -26,6 +27,7 @@ import (
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
 )
@@ -508,6 +510,62 @@ func TestEditorEvents(t *testing.T) {
 	must(t, err)
 	if ev.GetAtespace() != "a" || ev.GetMessage() != "late" {
 		t.Errorf("next watched event %v, want a's late one", ev)
+	}
+}
+
+// TestEvictionNamesOnlyToReaders attacks as a tenant: a's actor x was
+// evicted for b's actor x-secret (its record written by a version that
+// named it in the message too). vera, a viewer of a only, reads a's actor
+// and events every way the API offers — get, list, list events, watch
+// events — and finds the eviction but not b's actor's name; the cluster
+// admin, who may read b, finds it.
+func TestEvictionNamesOnlyToReaders(t *testing.T) {
+	e := startAuthEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const secret = "x-secret"
+	waiter := names.ActorKey{Atespace: "b", Name: secret}
+	a, err := e.st.GetActor(ctx, names.ActorKey{Atespace: "a", Name: "x"})
+	must(t, err)
+	a.Reason, a.EvictedFor = store.ReasonEvicted, waiter
+	a.Message = "suspended to make room for b/" + secret + " (evicted: least recently used idle actor)"
+	a, err = e.st.UpdateActor(ctx, a)
+	must(t, err)
+	must(t, e.st.AppendEvent(ctx, &store.Event{Time: time.Now(), Type: store.EventNormal, Atespace: "a", Actor: "x", ActorUID: a.UID,
+		From: store.Suspending, To: store.Suspended, Message: a.Message, Record: a}))
+
+	seen := func(c atev1.ControlClient) string {
+		t.Helper()
+		var b strings.Builder
+		got, err := c.GetActor(ctx, &atev1.GetActorRequest{Atespace: "a", Name: "x"})
+		must(t, err)
+		if got.GetReason() != atev1.CheckpointReason_EVICTED {
+			t.Errorf("GetActor a/x: reason %s, want EVICTED", got.GetReason())
+		}
+		b.WriteString(prototext.Format(got))
+		list, err := c.ListActors(ctx, &atev1.ListActorsRequest{Atespace: "a"})
+		must(t, err)
+		b.WriteString(prototext.Format(list))
+		evs, err := c.ListEvents(ctx, &atev1.ListEventsRequest{Atespace: "a"})
+		must(t, err)
+		b.WriteString(prototext.Format(evs))
+		w, err := c.WatchEvents(ctx, &atev1.WatchEventsRequest{Atespace: "a"})
+		must(t, err)
+		ev, err := w.Recv()
+		must(t, err)
+		if ev.GetActorRecord() == nil {
+			t.Errorf("watched event without its record: %v", ev)
+		}
+		b.WriteString(prototext.Format(ev))
+		return b.String()
+	}
+	if got := seen(e.client(t, viewerTok)); strings.Contains(got, secret) {
+		t.Errorf("a viewer of a only sees b's actor's name:\n%s", got)
+	} else if !strings.Contains(got, "to make room for an actor of another atespace") {
+		t.Errorf("a viewer of a is not told the eviction was for another atespace's actor:\n%s", got)
+	}
+	if got := seen(e.client(t, adminTok)); !strings.Contains(got, `"b/`+secret+`"`) {
+		t.Errorf("the cluster admin does not see whom the eviction was for:\n%s", got)
 	}
 }
 

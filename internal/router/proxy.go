@@ -169,6 +169,9 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 	scheme := "http"
 	if a.h.cfg.TunnelTLS != nil {
 		scheme = "https"
+		// Only the node that registered the worker may answer for it
+		// (pki.NodeTransport checks the tunnel's certificate).
+		pr.Out = pr.Out.WithContext(tunnelproto.WithNode(pr.Out.Context(), a.t.Node))
 	}
 	pr.SetURL(&url.URL{Scheme: scheme, Host: a.t.TunnelAddr})
 	// The actor's app sees the Host the client used, not the tunnel's.

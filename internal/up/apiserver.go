@@ -149,7 +149,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: componentDialer(ms, tr, auth.ComponentNode), Snapshots: cfg.Snapshots, Shared: opened.Shared,
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: nodeDialer(ms, tr), Snapshots: cfg.Snapshots, Shared: opened.Shared,
 		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
@@ -183,6 +183,9 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
 	api.SetNodes(reg)
 	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
+	if nt := tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
+		ac.Transport = nt
+	}
 	if ms != nil {
 		ac.Metrics = ms.Alarms
 	}

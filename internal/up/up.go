@@ -140,6 +140,10 @@ func Run(ctx context.Context, cfg Config) error {
 	hc := cfg.Router.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.router.HTTPClientConfig(auth.ComponentNode)
+	if nt := tr.router.NewNodeTransport(router.NewTunnelTransport()); nt != nil {
+		// Each worker's tunnel must be its own node's.
+		hc.Transport = nt
+	}
 	hc.Loopback = router.LoopbackAddr(cfg.Router.Addr)
 	if ms != nil {
 		hc.Metrics = ms.Router

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
@@ -23,10 +25,11 @@ import (
 // do not. One worker; alice edits atespace default, bob edits team-b.
 // Bob resumes his actor through the API, which evicts alice's: nothing
 // bob gets back — the response header, the record, events — names her
-// actor. Alice's record of the eviction does not name his. An anonymous
-// client whose request through the router evicts bob's actor in turn
-// learns no name from the response. The cluster admin, who may read
-// both atespaces, still sees whom the eviction was for.
+// actor. Alice's record of the eviction does not name his. The cluster
+// admin, who may read both atespaces, still sees whom the eviction was
+// for, and whom a resume of theirs evicted. An anonymous client whose
+// request through the router evicts alice's actor again learns no name
+// from the response.
 func TestEvictionKeepsTenantsNamesApart(t *testing.T) {
 	dir := t.TempDir()
 	const alice, bob = "e2e-alice-token-0123456789", "e2e-bob-token-0123456789"
@@ -93,7 +96,13 @@ func TestEvictionKeepsTenantsNamesApart(t *testing.T) {
 	if a := in.actor(victim); a.GetReason() != atev1.CheckpointReason_EVICTED {
 		t.Fatalf("alice's actor: %s reason %s; want evicted for bob's", a.GetState(), a.GetReason())
 	}
-	noName("bob", "ResumeActor's header", fmt.Sprint(md), victim)
+	// Each value by hand: metadata.MD's String redacts values.
+	for k, vs := range md {
+		noName("bob", "ResumeActor's header "+k, strings.Join(vs, ","), victim)
+	}
+	if got := md.Get(atev1.HeaderEvicted); len(got) != 0 {
+		t.Errorf("bob's ResumeActor: %s %q, want none", atev1.HeaderEvicted, got)
+	}
 	noName("bob", "ResumeActor's answer", prototext.Format(got), victim)
 	events, err := asBob.ListEvents(ctx, &atev1.ListEventsRequest{Atespace: "team-b"})
 	if err != nil {
@@ -137,20 +146,35 @@ func TestEvictionKeepsTenantsNamesApart(t *testing.T) {
 		noName("alice", "her watched events", prototext.Format(e), waiter)
 	}
 
-	// The admin may read both: the record says whom it was for.
+	// The admin may read both: the record says whom it was for, and a
+	// resume of alice's actor, which evicts bob's, names it in the header.
 	if a := in.actor(victim); a.GetEvictedFor() != "team-b/"+waiter || !strings.Contains(a.GetMessage(), "another atespace") {
 		t.Errorf("admin's view of alice's actor: evictedFor %q message %q; want team-b/%s", a.GetEvictedFor(), a.GetMessage(), waiter)
 	}
+	// ABORTED (the record changed under the resume, as the eviction's
+	// last writes land) asks the caller to retry.
+	var resumeErr error
+	waitFor(t, "the admin's ResumeActor", time.Minute, func() bool {
+		md = nil
+		_, resumeErr = in.client.ResumeActor(ctx, &atev1.ResumeActorRequest{Atespace: "default", Name: victim}, grpc.Header(&md))
+		return status.Code(resumeErr) != codes.Aborted
+	})
+	if resumeErr != nil {
+		t.Fatalf("admin's ResumeActor: %v", resumeErr)
+	}
+	if got := md.Get(atev1.HeaderEvicted); len(got) != 1 || got[0] != "team-b/"+waiter {
+		t.Errorf("admin's ResumeActor: %s %q, want team-b/%s", atev1.HeaderEvicted, got, waiter)
+	}
 
-	// An anonymous client wakes alice's actor through the router, which
-	// evicts bob's: the answer says an eviction happened, not whose.
-	r := in.getReply("default/"+victim, "/")
+	// An anonymous client wakes bob's actor through the router, which
+	// evicts alice's: the answer says an eviction happened, not whose.
+	r := in.getReply("team-b/"+waiter, "/")
 	if r.err != nil || r.code != http.StatusOK {
-		t.Fatalf("anonymous GET %s: %d %q %v", victim, r.code, r.body, r.err)
+		t.Fatalf("anonymous GET %s: %d %q %v", waiter, r.code, r.body, r.err)
 	}
 	if act := r.header.Get("Ate-Activation"); act != "resumed;evicted" {
 		t.Errorf("anonymous GET: Ate-Activation %q, want resumed;evicted", act)
 	}
-	noName("an anonymous client", "the response", fmt.Sprint(r.header)+r.body, waiter)
-	noName("an anonymous client", "the response", fmt.Sprint(r.header)+r.body, "team-b")
+	noName("an anonymous client", "the response", fmt.Sprint(r.header)+r.body, victim)
+	noName("an anonymous client", "the response", fmt.Sprint(r.header)+r.body, "default/")
 }

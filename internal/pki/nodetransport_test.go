@@ -3,9 +3,9 @@ package pki
 import (
 	"context"
 	"crypto/tls"
-	"log"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strings"
@@ -35,7 +35,9 @@ func nodeTunnel(t *testing.T, ca *CA, node string, hits *atomic.Int64) string {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "tunnel of "+node)
 	}), ErrorLog: log.New(io.Discard, "", 0)}
-	go func() { _ = srv.Serve(tls.NewListener(ln, tr.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer))) }()
+	go func() {
+		_ = srv.Serve(tls.NewListener(ln, tr.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer)))
+	}()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
 }

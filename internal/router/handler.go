@@ -27,8 +27,9 @@ import (
 // actor: it may be another tenant's, and the client is anyone who
 // reaches the router. Without an eviction the value is the bare token,
 // so clients comparing it whole keep working; those that want the
-// parameter parse the value as a structured-field item. HeaderActivationMs, set with "resumed" and "joined", is how long
-// the request waited for its actor, in milliseconds.
+// parameter parse the value as a structured-field item.
+// HeaderActivationMs, set with "resumed" and "joined", is how long the
+// request waited for its actor, in milliseconds.
 const (
 	HeaderActivation   = "Ate-Activation"
 	HeaderActivationMs = "Ate-Activation-Ms"

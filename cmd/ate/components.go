@@ -253,6 +253,7 @@ func authFlags(f *pflag.FlagSet, c *up.AuthConfig) {
 	f.StringVar(&c.TokenAuthFile, "token-auth-file", "", "static bearer tokens: a CSV file of token,user,uid[,\"group1,group2\"] lines (Kubernetes' format)")
 	f.StringVar(&c.OIDC.IssuerURL, "oidc-issuer-url", "", "accept JWTs of this OIDC issuer (https; discovery and JWKS are read from it), e.g. a Kubernetes cluster's ServiceAccount issuer")
 	f.StringVar(&c.OIDC.ClientID, "oidc-client-id", "", "the audience an OIDC JWT must carry (required with --oidc-issuer-url)")
+	f.StringVar(&c.IngressClientID, "oidc-ingress-client-id", "", "the audience of the OIDC issuer's JWTs that actors with ingress policy token accept (must differ from --oidc-client-id; empty: ingress tokens only)")
 	f.StringVar(&c.OIDC.UsernameClaim, "oidc-username-claim", "sub", "the JWT claim naming the user")
 	f.StringVar(&c.OIDC.UsernamePrefix, "oidc-username-prefix", "", "put before the user name; default \"<issuer>#\" unless the claim is email; \"-\" for none (a ServiceAccount's system:serviceaccount:NS:NAME as is)")
 	f.StringVar(&c.OIDC.GroupsClaim, "oidc-groups-claim", "", "the JWT claim listing the user's groups (empty: none)")

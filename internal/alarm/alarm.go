@@ -88,6 +88,10 @@ type Config struct {
 	// http.DefaultTransport without proxies.
 	Transport http.RoundTripper
 	// TunnelTLS, if set, is the TLS config of connections to worker
+	// tunnels; requests carry the worker's node in their context
+	// (tunnelproto.WithNode) for a Transport that accepts only that
+	// node's certificate (pki.NodeTransport, as the API server wires it).
+	// TunnelTLS alone is the TLS config of connections to worker
 	// tunnels (mutual TLS, internal/pki): deliveries go to https:// and
 	// the default Transport uses it.
 	TunnelTLS *tls.Config
@@ -119,12 +123,20 @@ func (c Config) withDefaults() Config {
 		c.RetryMax = time.Minute
 	}
 	if c.Transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil
+		t := NewTunnelTransport()
 		t.TLSClientConfig = c.TunnelTLS
 		c.Transport = t
 	}
 	return c
+}
+
+// NewTunnelTransport is the default transport of deliveries: a clone of
+// http.DefaultTransport without proxies (tunnels are on the cluster
+// network).
+func NewTunnelTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	return t
 }
 
 // deliverFunc makes one delivery attempt of a (attempt counts from 1).
@@ -583,7 +595,9 @@ func (s *Scheduler) deliverHTTP(ctx context.Context, a *store.Alarm, attempt int
 		return fmt.Errorf("worker %s: %w", act.Worker, err)
 	}
 	body := fmt.Sprintf(`{"id":%q,"time":%q,"attempt":%d}`, a.ID, a.At.UTC().Format(time.RFC3339Nano), attempt)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.scheme+"://"+w.TunnelAddr+a.Path, strings.NewReader(body))
+	// Only the node that registered the worker may answer for it
+	// (pki.NodeTransport checks the tunnel's certificate).
+	req, err := http.NewRequestWithContext(tunnelproto.WithNode(ctx, w.Node), http.MethodPost, s.scheme+"://"+w.TunnelAddr+a.Path, strings.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errGone, err) // the path was validated; cannot be retried into shape
 	}

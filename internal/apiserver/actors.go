@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
@@ -68,7 +69,7 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 	if err := s.store.CreateActor(ctx, a); err != nil {
 		return nil, toStatus(err)
 	}
-	return actorToProto(a), nil
+	return actorToProto(ctx, a), nil
 }
 
 // GetActor implements atev1.ControlServer.
@@ -118,7 +119,7 @@ func (s *Server) ListActors(ctx context.Context, req *atev1.ListActorsRequest) (
 				continue
 			}
 		}
-		out.Actors = append(out.Actors, actorToProto(a))
+		out.Actors = append(out.Actors, actorToProto(ctx, a))
 	}
 	return out, nil
 }
@@ -145,7 +146,7 @@ func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest)
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		return actorToProto(out), nil
+		return actorToProto(ctx, out), nil
 	}
 	for range 5 {
 		a, err := s.store.GetActor(ctx, key)
@@ -160,7 +161,7 @@ func (s *Server) UpdateActor(ctx context.Context, req *atev1.UpdateActorRequest)
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		return actorToProto(out), nil
+		return actorToProto(ctx, out), nil
 	}
 	return nil, toStatus(fmt.Errorf("actor %s kept changing: %w", key, store.ErrConflict))
 }
@@ -182,11 +183,14 @@ func (s *Server) SuspendActor(ctx context.Context, req *atev1.SuspendActorReques
 	return s.putAway(ctx, req.GetAtespace(), req.GetName(), checkpoint.Suspend, req.GetReason())
 }
 
-// ResumeActor implements atev1.ControlServer; it sets atev1.HeaderEvicted.
+// ResumeActor implements atev1.ControlServer; it sets atev1.HeaderEvicted
+// for a caller who may read the evicted actor's atespace.
 func (s *Server) ResumeActor(ctx context.Context, req *atev1.ResumeActorRequest) (*atev1.Actor, error) {
 	return actorCall(ctx, req.GetAtespace(), req.GetName(), func(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
 		a, r, err := s.lc.ResumeEvicting(ctx, key)
-		if err == nil && !r.Evicted.IsZero() {
+		// The evicted actor is named only to a caller who may see it:
+		// eviction crosses atespaces.
+		if err == nil && !r.Evicted.IsZero() && auth.MayRead(ctx, r.Evicted.Atespace) {
 			if herr := grpc.SetHeader(ctx, metadata.Pairs(atev1.HeaderEvicted, r.Evicted.String())); herr != nil {
 				s.log.DebugContext(ctx, "set evicted header", "err", herr)
 			}
@@ -233,7 +237,7 @@ func actorCall(ctx context.Context, atespace, name string,
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return actorToProto(a), nil
+	return actorToProto(ctx, a), nil
 }
 
 // ListWorkers implements atev1.ControlServer.

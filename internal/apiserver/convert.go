@@ -1,9 +1,14 @@
 package apiserver
 
 import (
+	"context"
+	"strings"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
@@ -21,7 +26,12 @@ func templateToProto(t *store.Template) *atev1.ActorTemplate {
 	}
 }
 
-func actorToProto(a *store.Actor) *atev1.Actor {
+// actorToProto is a as ctx's caller may see it: the actor an eviction
+// of a made room for is named only to a caller who may read that
+// actor's atespace (auth.MayRead) — no tenant learns another's actors'
+// names — in EvictedFor and in a message a version that did not know
+// this wrote.
+func actorToProto(ctx context.Context, a *store.Actor) *atev1.Actor {
 	out := &atev1.Actor{
 		Atespace: a.Atespace, Name: a.Name, Uid: a.UID, Template: a.Template,
 		State:  atev1.ActorState(atev1.ActorState_value[string(a.State)]),
@@ -32,6 +42,9 @@ func actorToProto(a *store.Actor) *atev1.Actor {
 		EvictedFor:  keyToProto(a.EvictedFor),
 		VolumesOnly: a.VolumesOnly, Labels: a.Labels,
 		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
+	}
+	if !a.EvictedFor.IsZero() && !auth.MayRead(ctx, a.EvictedFor.Atespace) {
+		out.EvictedFor, out.Message = "", withoutName(a.Message, a.EvictedFor)
 	}
 	if !a.LastActivity.IsZero() {
 		out.LastActivity = timestamppb.New(a.LastActivity)
@@ -55,4 +68,10 @@ func keyToProto(k names.ActorKey) string {
 		return ""
 	}
 	return k.String()
+}
+
+// withoutName is msg with every mention of k replaced by what a caller
+// who may not read k's atespace is told instead.
+func withoutName(msg string, k names.ActorKey) string {
+	return strings.ReplaceAll(msg, k.String(), lifecycle.AnotherAtespaceActor)
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
@@ -63,7 +64,7 @@ func (s *Server) ListEvents(ctx context.Context, req *atev1.ListEventsRequest) (
 	}
 	out := &atev1.ListEventsResponse{Events: make([]*atev1.Event, 0, len(es))}
 	for _, e := range es {
-		out.Events = append(out.Events, eventToProto(e))
+		out.Events = append(out.Events, eventToProto(ctx, e))
 	}
 	return out, nil
 }
@@ -90,7 +91,7 @@ func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control
 			return toStatus(err)
 		}
 		for _, e := range es {
-			if err := stream.Send(eventToProto(e)); err != nil {
+			if err := stream.Send(eventToProto(ctx, e)); err != nil {
 				return err
 			}
 			f.After = e.Seq
@@ -105,12 +106,16 @@ func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control
 	}
 }
 
-func eventToProto(e *store.Event) *atev1.Event {
+// eventToProto is e as ctx's caller may see it (actorToProto).
+func eventToProto(ctx context.Context, e *store.Event) *atev1.Event {
 	out := &atev1.Event{Seq: e.Seq, Time: timestamppb.New(e.Time), Type: string(e.Type), Atespace: e.Atespace,
 		Actor: e.Actor, ActorUid: e.ActorUID, FromState: string(e.From), ToState: string(e.To),
 		Worker: e.Worker, Node: e.Node, Message: e.Message}
+	if e.Record != nil && !e.Record.EvictedFor.IsZero() && !auth.MayRead(ctx, e.Record.EvictedFor.Atespace) {
+		out.Message = withoutName(out.Message, e.Record.EvictedFor)
+	}
 	if e.Record != nil {
-		out.ActorRecord = actorToProto(e.Record)
+		out.ActorRecord = actorToProto(ctx, e.Record)
 	}
 	return out
 }

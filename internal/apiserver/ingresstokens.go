@@ -26,10 +26,11 @@ const maxBearerBytes = 16 << 10
 type IngressAuthorizer func(ctx context.Context, p *auth.Principal, atespace string) error
 
 // SetIngressAuthenticator makes ReviewIngressToken accept, besides the
-// atespace's ingress tokens, bearer tokens authn authenticates (OIDC
-// JWTs, static tokens) whose principal authz lets into the atespace.
-// Call it before serving; with either nil only ingress tokens are
-// accepted.
+// atespace's ingress tokens, bearer tokens authn authenticates whose
+// principal authz lets into the atespace. authn must accept credentials
+// meant for actors only — JWTs of their own audience, never the API's
+// (internal/up wires an OIDC verifier of --oidc-ingress-client-id). Call
+// it before serving; with either nil only ingress tokens are accepted.
 func (s *Server) SetIngressAuthenticator(authn auth.TokenAuthenticator, authz IngressAuthorizer) {
 	s.ingressAuthn, s.ingressAuthz = authn, authz
 }

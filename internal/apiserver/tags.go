@@ -108,7 +108,7 @@ func (s *Server) createFork(ctx context.Context, req *atev1.CreateActorRequest) 
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return actorToProto(out), nil
+	return actorToProto(ctx, out), nil
 }
 
 func tagToProto(t *store.Tag) *atev1.Tag {

@@ -316,7 +316,7 @@ func (a *Authorizer) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		ctx = NewContext(ctx, p)
+		ctx = a.withReadScope(NewContext(ctx, p), p, info.FullMethod)
 		if d.keep != nil && rule.Paged {
 			return pagedList(ctx, req.(*atev1.ListActorsRequest), d.atespaces, handler)
 		}
@@ -346,7 +346,8 @@ func (a *Authorizer) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err := a.precheck(ctx, p, info.FullMethod, rule); err != nil {
 			return err
 		}
-		return handler(srv, &checkedStream{ServerStream: ss, ctx: NewContext(ctx, p), a: a, p: p, method: info.FullMethod, rule: rule})
+		return handler(srv, &checkedStream{ServerStream: ss, ctx: a.withReadScope(NewContext(ctx, p), p, info.FullMethod), a: a, p: p,
+			method: info.FullMethod, rule: rule})
 	}
 }
 

@@ -150,6 +150,10 @@ func reason(x *atev1.Actor) string {
 	case atev1.CheckpointReason_IDLE:
 		return "idle"
 	case atev1.CheckpointReason_EVICTED:
+		if x.GetEvictedFor() == "" {
+			// Made room for an actor the caller may not see.
+			return "evicted"
+		}
 		return "evicted for " + x.GetEvictedFor()
 	case atev1.CheckpointReason_REQUESTED:
 		return "requested"

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
 func TestAge(t *testing.T) {
@@ -24,5 +26,23 @@ func TestAge(t *testing.T) {
 	}
 	if got := age(testNow, nil); got != "" {
 		t.Errorf("age(nil) = %q, want empty", got)
+	}
+}
+
+// TestReason: an eviction for an actor the caller may not see (the API
+// left evicted_for empty) reads "evicted", not "evicted for ".
+func TestReason(t *testing.T) {
+	for _, tc := range []struct {
+		actor *atev1.Actor
+		want  string
+	}{
+		{&atev1.Actor{Reason: atev1.CheckpointReason_EVICTED, EvictedFor: "team/web"}, "evicted for team/web"},
+		{&atev1.Actor{Reason: atev1.CheckpointReason_EVICTED}, "evicted"},
+		{&atev1.Actor{Reason: atev1.CheckpointReason_IDLE}, "idle"},
+		{&atev1.Actor{}, ""},
+	} {
+		if got := reason(tc.actor); got != tc.want {
+			t.Errorf("reason(%v) = %q, want %q", tc.actor, got, tc.want)
+		}
 	}
 }

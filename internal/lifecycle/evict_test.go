@@ -328,3 +328,24 @@ func TestEvictionWithSelectors(t *testing.T) {
 		t.Fatalf("c on %q, want w0", c.Worker)
 	}
 }
+
+// TestEvictionMessageNamesOnlyItsAtespace: the evicted actor's message
+// is its tenant's to read: it names the actor the eviction made room for
+// only when that actor is of the same atespace.
+func TestEvictionMessageNamesOnlyItsAtespace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		forActor names.ActorKey
+		want     string
+	}{
+		{"same atespace", names.ActorKey{Atespace: "team-a", Name: "web"}, "suspended to make room for team-a/web (evicted: least recently used idle actor)"},
+		{"another atespace", names.ActorKey{Atespace: "team-b", Name: "secret"}, "suspended to make room for an actor of another atespace (evicted: least recently used idle actor)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Why{Reason: store.ReasonEvicted, EvictedFor: tc.forActor}
+			if got := w.message("suspended", "", "team-a"); got != tc.want {
+				t.Errorf("message %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -54,14 +54,25 @@ type Why struct {
 	OnWorker, UID string
 }
 
-// message is the actor's message for a checkpoint for w; idleAfter is the
-// template's idle.after.
-func (w Why) message(verb, idleAfter string) string {
+// AnotherAtespaceActor stands for an actor's name in what is shown to a
+// tenant of another atespace, who may not learn it.
+const AnotherAtespaceActor = "an actor of another atespace"
+
+// message is the message, for a checkpoint for w, of an actor of
+// atespace; idleAfter is the template's idle.after. The actor an
+// eviction made room for is named only when it is of the same atespace:
+// the message is the evicted actor's tenant's to read (the record's
+// EvictedFor names it, for callers who may see it: apiserver).
+func (w Why) message(verb, idleAfter, atespace string) string {
 	switch w.Reason {
 	case store.ReasonIdle:
 		return fmt.Sprintf("%s after no traffic for %s (idle.after)", verb, idleAfter)
 	case store.ReasonEvicted:
-		return fmt.Sprintf("%s to make room for %s (evicted: least recently used idle actor)", verb, w.EvictedFor)
+		forActor := AnotherAtespaceActor
+		if w.EvictedFor.Atespace == atespace {
+			forActor = w.EvictedFor.String()
+		}
+		return fmt.Sprintf("%s to make room for %s (evicted: least recently used idle actor)", verb, forActor)
 	case store.ReasonSelfRequested:
 		return verb + " at the actor's own request"
 	default:
@@ -207,7 +218,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	done.Worker, done.Message, done.PendingSnapshot = "", why.message(action.Done(), idleAfter), ""
+	done.Worker, done.Message, done.PendingSnapshot = "", why.message(action.Done(), idleAfter, a.Atespace), ""
 	done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
 	if paused {
 		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, on.Name()
@@ -269,7 +280,7 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	}
 	done := *a
 	done.State, done.Snapshot, done.PausedSnapshot, done.Node = store.Suspended, ref, "", ""
-	done.Message, done.Reason, done.EvictedFor = why.message(checkpoint.Suspend.Done(), idleAfter), why.Reason, why.EvictedFor
+	done.Message, done.Reason, done.EvictedFor = why.message(checkpoint.Suspend.Done(), idleAfter, a.Atespace), why.Reason, why.EvictedFor
 	out, err := m.update(ctx, a, &done)
 	if err != nil {
 		m.dropSnapshot(ref)

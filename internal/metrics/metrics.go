@@ -91,6 +91,7 @@ var FailureReasons = []string{
 	"no_actor", "invalid", "not_found", "park_full", "park_budget", "park_grace", "stale",
 	"route_timeout", "tunnel_cut", "app_refused", "app_error", "no_capacity", "not_resumable",
 	"resume_failed", "control_plane", "upstream", "client_gone", "held_draining", "unauthorized",
+	"foreign_host",
 }
 
 var (

@@ -59,8 +59,10 @@ type RegistryConfig struct {
 	// Heartbeat is how often nodes heartbeat (DefaultHeartbeat); a node
 	// silent for LostAfter (DefaultLostAfter) is lost.
 	Heartbeat, LostAfter time.Duration
-	// Dial connects to a node's NodeAgent address; default plain gRPC.
-	Dial func(addr string) (*grpc.ClientConn, error)
+	// Dial connects to the NodeAgent address of node, the node that
+	// registered (its certificate named it): the agent there must prove
+	// it is that node (pki.Transport.NodeDialOption). Default plain gRPC.
+	Dial func(node, addr string) (*grpc.ClientConn, error)
 	// Snapshots is the API server's durable snapshot store URL; a node
 	// announcing another is refused (FAILED_PRECONDITION). Empty checks
 	// nothing.
@@ -156,7 +158,7 @@ func NewRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 		return nil, fmt.Errorf("node loss deadline %s must be at least two heartbeats (%s)", cfg.LostAfter, cfg.Heartbeat)
 	}
 	if cfg.Dial == nil {
-		cfg.Dial = func(addr string) (*grpc.ClientConn, error) {
+		cfg.Dial = func(_, addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}
 	}
@@ -580,7 +582,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 		r.declareLost(ctx, name, prev.epoch, "restarted")
 	}
 
-	conn, err := r.cfg.Dial(h.GetAddress())
+	conn, err := r.cfg.Dial(name, h.GetAddress())
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "node address %s: %v", h.GetAddress(), err)
 	}

@@ -72,6 +72,15 @@ func ServerConfig(src Source, trustDomain string, mode ClientCerts, allow ...aut
 // verified (SPIFFE's way), so addresses that change (Pod IPs, replica
 // lists) need no SANs.
 func ClientConfig(src Source, trustDomain string, server auth.Component) *tls.Config {
+	return ClientConfigFor(src, trustDomain, auth.Identity{Component: server})
+}
+
+// ClientConfigFor is ClientConfig accepting only the server whose
+// identity is server, its name included (any name when server.Name is
+// empty): a node's agent or worker tunnel is trusted only as the node
+// that registered it, not as any node the CA ever issued a certificate
+// to.
+func ClientConfigFor(src Source, trustDomain string, server auth.Identity) *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: true, // verified in VerifyConnection, against the current roots
@@ -87,8 +96,11 @@ func ClientConfig(src Source, trustDomain string, server auth.Component) *tls.Co
 			if err != nil {
 				return fmt.Errorf("server certificate: %w", err)
 			}
-			if id.Component != server {
-				return fmt.Errorf("server certificate: %s is not a %s", id, server)
+			if id.Component != server.Component {
+				return fmt.Errorf("server certificate: %s is not a %s", id, server.Component)
+			}
+			if server.Name != "" && id.Name != server.Name {
+				return fmt.Errorf("server certificate: %s is not %s", id, server)
 			}
 			return nil
 		},

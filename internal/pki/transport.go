@@ -132,6 +132,16 @@ func (t *Transport) HTTPClientConfig(server auth.Component) *tls.Config {
 	return c
 }
 
+// NodeDialOption is DialOption for the agent of node: the server must
+// prove it is that very node.
+func (t *Transport) NodeDialOption(node string) grpc.DialOption {
+	if t == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(ClientConfigFor(t.Source, t.TrustDomain,
+		auth.Identity{Component: auth.ComponentNode, Name: node})))
+}
+
 // PrincipalInterceptors put the principal of a caller with a component
 // certificate into the call's context (auth.NewContext), for handlers
 // and the API's authorisation to read with auth.FromContext. Calls

@@ -44,16 +44,15 @@ type activated struct {
 	subject string
 }
 
-// header is the Ate-Activation value (see HeaderActivation): the activation,
-// with an RFC 8941 parameter naming the evicted actor if there is one.
+// header is the Ate-Activation value (see HeaderActivation): the
+// activation, with the RFC 8941 boolean parameter "evicted" if the
+// resume evicted an actor. Never the evicted actor's name: the client is
+// anyone who reaches the router, and the actor may be another tenant's.
 func (a activated) header() string {
-	// A valid key is DNS labels around '/', all of which an sf-string
-	// holds unescaped; an invalid one from some Resolver is left out
-	// rather than quoted wrongly.
-	if a.evicted == (names.ActorKey{}) || a.evicted.Validate() != nil {
+	if a.evicted.IsZero() {
 		return string(a.how)
 	}
-	return string(a.how) + `;evicted="` + a.evicted.String() + `"`
+	return string(a.how) + ";evicted"
 }
 
 // Tuning of the park loop.

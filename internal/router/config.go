@@ -91,8 +91,11 @@ type Config struct {
 	// proxy, no transparent compression, short dial timeout).
 	Transport http.RoundTripper
 	// TunnelTLS, if set, is the TLS config of connections to worker
-	// tunnels (mutual TLS, internal/pki): requests go to https:// and the
-	// default Transport uses it.
+	// tunnels (mutual TLS, internal/pki): requests go to https://, carry
+	// their target's node in their context (tunnelproto.WithNode) for a
+	// Transport that accepts only that node's certificate
+	// (pki.NodeTransport, as ate up and ate router wire it), and the
+	// default Transport uses it (any node's certificate).
 	TunnelTLS *tls.Config
 	// Metrics receives the router's metrics; nil records none.
 	Metrics *metrics.Router
@@ -104,6 +107,13 @@ type Config struct {
 	// DefaultIngressCacheMax.
 	IngressCacheTTL time.Duration
 	IngressCacheMax int
+	// Loopback says the router listens on loopback addresses only
+	// (LoopbackAddr of its listen address): it then answers only
+	// requests whose Host is localhost or under it, a loopback IP, or
+	// under ActorDomain, and 421 Misdirected Request to any other
+	// (DNS rebinding: a web page whose own name resolves to 127.0.0.1
+	// would otherwise reach every actor from the local browser).
+	Loopback bool
 }
 
 // withDefaults returns c with every zero (or negative) field defaulted.
@@ -127,7 +137,7 @@ func (c Config) withDefaults() Config {
 		c.IngressCacheMax = DefaultIngressCacheMax
 	}
 	if c.Transport == nil {
-		t := newTunnelTransport()
+		t := NewTunnelTransport()
 		t.TLSClientConfig = c.TunnelTLS
 		c.Transport = t
 	}
@@ -148,8 +158,9 @@ func (p Policy) withDefaults(cfg Config) Policy {
 	return p
 }
 
-// newTunnelTransport returns the default transport to worker tunnels.
-func newTunnelTransport() *http.Transport {
+// NewTunnelTransport returns the default transport to worker tunnels (the
+// base of pki.NodeTransport's with mutual TLS).
+func NewTunnelTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// Tunnels are on the cluster network; an HTTP_PROXY meant for the
 	// outside world must never see actor traffic.

@@ -45,7 +45,7 @@ type ControlResolver struct {
 	mu sync.Mutex
 	// tunnels maps worker name → tunnel host:port; guarded by mu and
 	// replaced whole by each refresh, so removed workers drop out.
-	tunnels map[string]string
+	tunnels map[string]tunnel
 }
 
 var (
@@ -75,7 +75,7 @@ func NewControlResolver(client atev1.ControlClient, logger *slog.Logger) *Contro
 		logger:   logger,
 		refresh:  coalesce.Group{Timeout: listWorkersTimeout},
 		policies: newPolicyCache(client, logger),
-		tunnels:  make(map[string]string),
+		tunnels:  make(map[string]tunnel),
 	}
 }
 
@@ -204,7 +204,7 @@ func (c *ControlResolver) target(ctx context.Context, key names.ActorKey, a *ate
 	if a.GetWorker() == "" {
 		return Target{}, fmt.Errorf("%w: actor %s is %s but has no worker", ErrResumeFailed, key, a.GetState())
 	}
-	addr, err := c.tunnelAddr(ctx, a.GetWorker())
+	tn, err := c.tunnelOf(ctx, a.GetWorker())
 	if err != nil {
 		return Target{}, err
 	}
@@ -212,41 +212,47 @@ func (c *ControlResolver) target(ctx context.Context, key names.ActorKey, a *ate
 	if err != nil {
 		return Target{}, err
 	}
-	return Target{Actor: key, UID: a.GetUid(), Worker: a.GetWorker(), TunnelAddr: addr, Policy: p}, nil
+	return Target{Actor: key, UID: a.GetUid(), Worker: a.GetWorker(), TunnelAddr: tn.addr, Node: tn.node, Policy: p}, nil
 }
 
-// tunnelAddr returns worker's tunnel address, refreshing the cache from
+// tunnel is where a worker's tunnel listens and the node that registered
+// the worker, whose certificate alone the tunnel may present.
+type tunnel struct {
+	addr, node string
+}
+
+// tunnelOf returns worker's tunnel, refreshing the cache from
 // ListWorkers when the worker is not in it.
-func (c *ControlResolver) tunnelAddr(ctx context.Context, worker string) (string, error) {
-	if addr, ok := c.cachedTunnel(worker); ok {
-		return addr, nil
+func (c *ControlResolver) tunnelOf(ctx context.Context, worker string) (tunnel, error) {
+	if tn, ok := c.cachedTunnel(worker); ok {
+		return tn, nil
 	}
 	_, _, err := c.refresh.Do(ctx, "", func(ctx context.Context) (any, error) {
 		return nil, c.refreshTunnels(ctx)
 	})
 	if err != nil {
-		return "", err
+		return tunnel{}, err
 	}
-	if addr, ok := c.cachedTunnel(worker); ok {
-		return addr, nil
+	if tn, ok := c.cachedTunnel(worker); ok {
+		return tn, nil
 	}
-	return "", fmt.Errorf("%w: worker %s is not listed with a tunnel address", ErrResumeFailed, worker)
+	return tunnel{}, fmt.Errorf("%w: worker %s is not listed with a tunnel address", ErrResumeFailed, worker)
 }
 
 // ForgetTunnel implements TunnelForgetter.
 func (c *ControlResolver) ForgetTunnel(worker, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.tunnels[worker] == addr {
+	if c.tunnels[worker].addr == addr {
 		delete(c.tunnels, worker)
 	}
 }
 
-func (c *ControlResolver) cachedTunnel(worker string) (string, bool) {
+func (c *ControlResolver) cachedTunnel(worker string) (tunnel, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	addr, ok := c.tunnels[worker]
-	return addr, ok
+	tn, ok := c.tunnels[worker]
+	return tn, ok
 }
 
 func (c *ControlResolver) refreshTunnels(ctx context.Context) error {
@@ -254,10 +260,10 @@ func (c *ControlResolver) refreshTunnels(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list workers: %w", fromControl(err))
 	}
-	tunnels := make(map[string]string, len(resp.GetWorkers()))
+	tunnels := make(map[string]tunnel, len(resp.GetWorkers()))
 	for _, w := range resp.GetWorkers() {
 		if w.GetTunnelAddress() != "" {
-			tunnels[w.GetName()] = w.GetTunnelAddress()
+			tunnels[w.GetName()] = tunnel{addr: w.GetTunnelAddress(), node: w.GetNode()}
 		}
 	}
 	c.mu.Lock()

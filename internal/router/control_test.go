@@ -3,7 +3,9 @@ package router
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +25,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // fakeControl is a Control server over a map of actors and workers.
@@ -405,7 +408,7 @@ func TestHandlerOverControlAPI(t *testing.T) {
 	}{
 		{"app.default.actors.localhost", http.StatusOK, "resumed", "worker=w1 uid=u1 "},
 		{"app.default.actors.localhost", http.StatusOK, "warm", "worker=w1 uid=u1 "},
-		{"big.default.actors.localhost", http.StatusOK, `resumed;evicted="default/app"`, "worker=w1 uid=u2 "},
+		{"big.default.actors.localhost", http.StatusOK, `resumed;evicted`, "worker=w1 uid=u2 "},
 		{"ghost.default.actors.localhost", http.StatusNotFound, "", "actor default/ghost not found\n"},
 	}
 	for _, tt := range tests {
@@ -490,5 +493,41 @@ func TestIngressOverControlAPI(t *testing.T) {
 	}
 	if n := fc.resumeCalls.Load(); n != 1 {
 		t.Fatalf("%d ResumeActor calls, want 1", n)
+	}
+}
+
+// roundTripFunc adapts a function to http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestTunnelRequestsNameTheRegisteringNode: with mutual TLS to tunnels,
+// each request to a worker's tunnel carries, for the transport that
+// checks the tunnel's certificate (pki.NodeTransport), the node that
+// registered the worker, as ListWorkers reported it.
+func TestTunnelRequestsNameTheRegisteringNode(t *testing.T) {
+	fc := &fakeControl{
+		actors: map[string]*atev1.Actor{
+			"default/app": {Atespace: "default", Name: "app", Uid: "u1", State: atev1.ActorState_RUNNING, Worker: "w1"},
+		},
+		workers: []*atev1.Worker{{Name: "w1", Node: "node-a", TunnelAddress: "10.0.0.1:7000"}},
+	}
+	var seen []string
+	var mu sync.Mutex
+	tr := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		node, _ := tunnelproto.NodeFrom(r.Context())
+		mu.Lock()
+		seen = append(seen, r.URL.Scheme+"://"+r.URL.Host+" node="+node)
+		mu.Unlock()
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+	})
+	srv, _ := newRouter(t, Config{TunnelTLS: &tls.Config{}, Transport: tr}, NewControlResolver(newControlClient(t, fc), nil))
+	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.status != http.StatusOK {
+		t.Fatalf("got %d %q, want 200", got.status, got.msg)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"https://10.0.0.1:7000 node=node-a"}; !slices.Equal(seen, want) {
+		t.Errorf("tunnel requests %q, want %q", seen, want)
 	}
 }

@@ -26,7 +26,7 @@ func TestDrain(t *testing.T) {
 	warm := echoTunnel(t, "warm", nil)
 	release := make(chan struct{})
 	res := drainResolver(t, ws, warm, release)
-	tr := newTunnelTransport()
+	tr := NewTunnelTransport()
 	defer tr.CloseIdleConnections()
 	h := NewHandler(Config{Transport: tr}, res, nil)
 	s := httpserve.NewServer("router", "127.0.0.1:0", h, nil)
@@ -38,7 +38,7 @@ func TestDrain(t *testing.T) {
 	defer stop()
 	started := make(chan error, 1)
 	go func() { started <- s.Start(ctx) }()
-	client := &http.Client{Transport: newTunnelTransport()}
+	client := &http.Client{Transport: NewTunnelTransport()}
 	defer client.CloseIdleConnections()
 	getStatus := func(host, path string) int {
 		code, _, err := serverGet(t.Context(), client, s.Addr(), host, path)

@@ -140,6 +140,11 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 			return failure{reason: "app_error", status: http.StatusBadGateway, body: fmt.Sprintf(
 				"actor %s did not answer on its port; check that it listens and stays up", actor)}
 		}
+	case errors.Is(err, errForeignHost):
+		// 421 (RFC 9110 section 15.5.20): this server does not answer
+		// for that authority. Not 403: no credential would change it.
+		return failure{reason: "foreign_host", status: http.StatusMisdirectedRequest, body: fmt.Sprintf(
+			"this router listens on loopback only and serves Host localhost, a loopback address or *.%s", cfg.ActorDomain)}
 	case errors.Is(err, errNoActor):
 		return failure{reason: "no_actor", status: http.StatusNotFound, body: fmt.Sprintf(
 			"no actor addressed: use Host: <name>.<atespace>.%s or header %s: <atespace>/<name>",

@@ -22,12 +22,14 @@ import (
 // responses: "warm" (the actor was running), "resumed" (this request
 // resumed it) or "joined" (it waited on another request's resume). When
 // the control plane had to evict (checkpoint) another, idle actor to free
-// a worker for the resume, "resumed" and "joined" carry it as an RFC 8941
-// parameter: resumed;evicted="default/counter-1". Without an eviction the
-// value is the bare token, so clients comparing it whole keep working;
-// those that want the parameter parse the value as a structured-field
-// item. HeaderActivationMs, set with "resumed" and "joined", is how long
-// the request waited for its actor, in milliseconds.
+// a worker for the resume, "resumed" and "joined" say so with an RFC 8941
+// boolean parameter, resumed;evicted, which never names the evicted
+// actor: it may be another tenant's, and the client is anyone who
+// reaches the router. Without an eviction the value is the bare token,
+// so clients comparing it whole keep working; those that want the
+// parameter parse the value as a structured-field item.
+// HeaderActivationMs, set with "resumed" and "joined", is how long the
+// request waited for its actor, in milliseconds.
 const (
 	HeaderActivation   = "Ate-Activation"
 	HeaderActivationMs = "Ate-Activation-Ms"
@@ -36,6 +38,8 @@ const (
 // NewHandler returns the router's whole request chain, for main and tests
 // alike. Stages, outer → inner:
 //
+//  0. On a loopback router (cfg.Loopback), a Host that is not localhost,
+//     a loopback address or under cfg.ActorDomain: 421 (DNS rebinding).
 //  1. Select the actor: header Ate-Target-Actor ("<atespace>/<name>", or
 //     "<name>" in the default atespace) wins over
 //     Host "<name>.<atespace>.<ActorDomain>[:port]". Neither: /healthz
@@ -142,6 +146,12 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.inflight.Add(-1)
 	rid := requestID(r)
 	w.Header().Set(HeaderRequestID, rid)
+	if h.cfg.Loopback && !loopbackHost(r.Host, h.cfg.ActorDomain) {
+		rec := &access{start: time.Now(), out: countingWriter{ResponseWriter: w}}
+		defer rec.log(h.logger, r, rid)
+		h.fail(&rec.out, names.ActorKey{}, Target{}, "", rid, fmt.Errorf("host %q: %w", r.Host, errForeignHost))
+		return
+	}
 	key, err := selectActor(r, h.cfg.ActorDomain)
 	if errors.Is(err, errNoActor) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -313,7 +323,8 @@ func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, how 
 	switch {
 	case f.clientGone:
 		rlog.Debug("client gone", "err", err)
-	case f.status == http.StatusBadRequest || f.status == http.StatusNotFound || f.status == http.StatusUnauthorized:
+	case f.status == http.StatusBadRequest || f.status == http.StatusNotFound || f.status == http.StatusUnauthorized ||
+		f.status == http.StatusMisdirectedRequest:
 		rlog.Info("request refused", "status", f.status, "err", err)
 	default:
 		rlog.Warn("request failed", "status", f.status, "err", err)

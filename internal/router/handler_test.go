@@ -139,10 +139,12 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	}
 }
 
-// TestActivationNamesEvictedActor: when the resume had the control plane
-// evict another actor, every request it served says which, as a parameter
-// of its activation; otherwise the activation is the bare token.
-func TestActivationNamesEvictedActor(t *testing.T) {
+// TestActivationSaysEvictionWithoutName: when the resume had the control
+// plane evict another actor, every request it served says so, as a
+// parameter of its activation, without the evicted actor's name (another
+// tenant's, perhaps, and the client is anonymous); otherwise the
+// activation is the bare token. No part of the answer names the actor.
+func TestActivationSaysEvictionWithoutName(t *testing.T) {
 	const n = 5
 	tests := []struct {
 		name                    string
@@ -151,7 +153,9 @@ func TestActivationNamesEvictedActor(t *testing.T) {
 	}{
 		{name: "no eviction", wantResumed: "resumed", wantJoined: "joined"},
 		{name: "eviction", evicted: names.ActorKey{Atespace: "default", Name: "counter-1"},
-			wantResumed: `resumed;evicted="default/counter-1"`, wantJoined: `joined;evicted="default/counter-1"`},
+			wantResumed: `resumed;evicted`, wantJoined: `joined;evicted`},
+		{name: "eviction in another atespace", evicted: names.ActorKey{Atespace: "victims", Name: "secret-project"},
+			wantResumed: `resumed;evicted`, wantJoined: `joined;evicted`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +167,18 @@ func TestActivationNamesEvictedActor(t *testing.T) {
 			for _, r := range coldBurst(t, srv, h, n, release) {
 				if r.status != 200 {
 					t.Errorf("reply: %d %q %v", r.status, r.body, r.err)
+				}
+				if !tt.evicted.IsZero() {
+					for k, vs := range r.header {
+						for _, v := range vs {
+							if strings.Contains(v, tt.evicted.Name) {
+								t.Errorf("response header %s: %q names the evicted actor", k, v)
+							}
+						}
+					}
+					if strings.Contains(r.body, tt.evicted.Name) {
+						t.Errorf("response body %q names the evicted actor", r.body)
+					}
 				}
 				count[r.activation]++
 			}

@@ -126,7 +126,7 @@ func newRouter(t *testing.T, cfg Config, res Resolver) (*httptest.Server, *Handl
 // newRouterLogging is newRouter with the handler logging to logger.
 func newRouterLogging(t *testing.T, cfg Config, res Resolver, logger *slog.Logger) (*httptest.Server, *Handler) {
 	t.Helper()
-	tr := newTunnelTransport()
+	tr := NewTunnelTransport()
 	if cfg.Transport == nil {
 		cfg.Transport = tr
 	}

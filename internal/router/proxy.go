@@ -169,12 +169,17 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 	scheme := "http"
 	if a.h.cfg.TunnelTLS != nil {
 		scheme = "https"
+		// Only the node that registered the worker may answer for it
+		// (pki.NodeTransport checks the tunnel's certificate).
+		pr.Out = pr.Out.WithContext(tunnelproto.WithNode(pr.Out.Context(), a.t.Node))
 	}
 	pr.SetURL(&url.URL{Scheme: scheme, Host: a.t.TunnelAddr})
 	// The actor's app sees the Host the client used, not the tunnel's.
 	pr.Out.Host = pr.In.Host
 	// The router is the edge: client-sent X-Forwarded-* (already removed
-	// from Out by ReverseProxy) are not trusted, only set afresh.
+	// from Out by ReverseProxy) are not trusted, only set afresh; nor
+	// are look-alikes of any header the router vouches for.
+	stripReserved(pr.Out.Header)
 	pr.SetXForwarded()
 	// Clients must not pick the worker or incarnation: these replace any
 	// client-sent values of these headers. The tunnel logs the request

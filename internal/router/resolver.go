@@ -21,6 +21,9 @@ type Target struct {
 	// Worker is the worker's name; TunnelAddr the tunnel's host:port.
 	Worker     string
 	TunnelAddr string
+	// Node is the node that registered the worker: with mutual TLS the
+	// tunnel must prove it is that node (Config.TunnelTLS).
+	Node string
 	// Policy is the routing policy of the actor's template.
 	Policy Policy
 }

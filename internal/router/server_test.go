@@ -45,10 +45,10 @@ func serverGet(ctx context.Context, client *http.Client, addr, host, path string
 func TestServer(t *testing.T) {
 	tunnel := echoTunnel(t, "tunnel", nil)
 	res := warmResolver(t, tunnel, Policy{})
-	tr := newTunnelTransport()
+	tr := NewTunnelTransport()
 	defer tr.CloseIdleConnections()
 	s, stop := startServer(t, NewHandler(Config{Transport: tr}, res, nil))
-	client := &http.Client{Transport: newTunnelTransport()}
+	client := &http.Client{Transport: NewTunnelTransport()}
 	defer client.CloseIdleConnections()
 
 	tests := []struct {

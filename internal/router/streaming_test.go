@@ -47,11 +47,11 @@ func h2cClient(t *testing.T) *http.Client {
 // which a proxy that buffers either body would deadlock on. Over HTTP/1.1
 // and HTTP/2 (h2c) to the router.
 func TestRequestBodyStreamsBothWays(t *testing.T) {
-	tr := newTunnelTransport()
+	tr := NewTunnelTransport()
 	defer tr.CloseIdleConnections()
 	h := NewHandler(Config{Transport: tr}, warmResolver(t, echoBodyTunnel(t), Policy{}), nil)
 	s, _ := startServer(t, h)
-	h1 := &http.Client{Transport: newTunnelTransport()}
+	h1 := &http.Client{Transport: NewTunnelTransport()}
 	defer h1.CloseIdleConnections()
 	for name, client := range map[string]*http.Client{"http1": h1, "h2c": h2cClient(t)} {
 		t.Run(name, func(t *testing.T) {

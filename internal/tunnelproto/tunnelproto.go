@@ -38,7 +38,10 @@
 // A router treats a kind it does not know as KindUpstream.
 package tunnelproto
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+)
 
 // Request headers a router sets on every request to a tunnel.
 const (
@@ -90,4 +93,20 @@ func WriteError(w http.ResponseWriter, kind ErrorKind) {
 	}
 	w.Header().Set(HeaderError, string(kind))
 	http.Error(w, body, code)
+}
+
+type nodeKey struct{}
+
+// WithNode returns ctx saying that a request to a worker tunnel made with
+// it must reach the tunnel of node, the node that registered the worker:
+// a transport that checks tunnels' certificates (pki.NodeTransport)
+// accepts only that node's.
+func WithNode(ctx context.Context, node string) context.Context {
+	return context.WithValue(ctx, nodeKey{}, node)
+}
+
+// NodeFrom returns the node WithNode put into ctx.
+func NodeFrom(ctx context.Context) (string, bool) {
+	n, ok := ctx.Value(nodeKey{}).(string)
+	return n, ok && n != ""
 }

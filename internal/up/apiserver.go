@@ -162,7 +162,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: componentDialer(ms, tr, auth.ComponentNode), Snapshots: cfg.Snapshots, Shared: opened.Shared,
+	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: nodeDialer(ms, tr), Snapshots: cfg.Snapshots, Shared: opened.Shared,
 		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
 	if err != nil {
 		return err
@@ -196,6 +196,9 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
 	api.SetNodes(reg)
 	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
+	if nt := tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
+		ac.Transport = nt
+	}
 	if ms != nil {
 		ac.Metrics = ms.Alarms
 	}
@@ -221,7 +224,9 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err != nil {
 		return err
 	}
-	wireAuth(api, authz)
+	if err := wireAuth(api, authz, authc); err != nil {
+		return err
+	}
 	gs, initMetrics := newAPIGRPCServer(ms, append(tr.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, reg)

@@ -1,6 +1,8 @@
 package up
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 
 	"google.golang.org/grpc"
@@ -18,6 +20,12 @@ type AuthConfig struct {
 	TokenAuthFile string
 	// OIDC verifies JWTs when IssuerURL is set.
 	OIDC auth.OIDCConfig
+	// IngressClientID, if set, is the audience of the issuer's JWTs
+	// that the router's token ingress policy accepts (besides ingress
+	// tokens); it must differ from OIDC.ClientID, so a credential for
+	// the API never opens an actor and one for actors never opens the
+	// API. Empty: the token ingress policy accepts ingress tokens only.
+	IngressClientID string
 	// PolicyFile is a YAML list of role bindings (auth.ReadPolicyFile).
 	PolicyFile string
 	// TrustDomain of component identities (default auth.DefaultTrustDomain).
@@ -93,13 +101,51 @@ func authServerOptions(a *auth.Authorizer) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor())}
 }
 
-// wireAuth makes api's role binding changes apply at once, and lets the
-// router's token ingress policy accept the bearer tokens the API accepts
-// (static, OIDC; ingress tokens always) from users who hold any role in
-// the actor's atespace (auth.Policy.MayReach).
-func wireAuth(api *apiserver.Server, a *auth.Authorizer) {
-	if a != nil {
-		api.SetBindingsChanged(a.Policy.Invalidate)
-		api.SetIngressAuthenticator(a.Authn, a.Policy.MayReach)
+// newIngressAuthenticator is the authenticator of the bearer tokens,
+// other than ingress tokens, that the router's token ingress policy
+// accepts: JWTs of the OIDC issuer carrying c.IngressClientID as their
+// audience; nil when that is not set.
+//
+// Never the API's own credentials (static tokens, ate up's admin token,
+// JWTs for OIDC.ClientID): the router's listener is plain HTTP and an
+// actor's caller is often a browser or a third party, so a credential
+// valid there would travel where the API's may not, and an actor's
+// operator who saw one could replay it against the API.
+func newIngressAuthenticator(c AuthConfig) (auth.TokenAuthenticator, error) {
+	if c.IngressClientID == "" {
+		return nil, nil
 	}
+	if c.OIDC.IssuerURL == "" {
+		return nil, errors.New("--oidc-ingress-client-id needs --oidc-issuer-url")
+	}
+	if c.IngressClientID == c.OIDC.ClientID {
+		return nil, fmt.Errorf("--oidc-ingress-client-id %q: must differ from --oidc-client-id, or every API token would open actors", c.IngressClientID)
+	}
+	oc := c.OIDC
+	oc.ClientID = c.IngressClientID
+	o, err := auth.NewOIDC(oc)
+	if err != nil {
+		return nil, fmt.Errorf("--oidc-ingress-client-id: %w", err)
+	}
+	return o, nil
+}
+
+// wireAuth makes api's role binding changes apply at once, and lets the
+// router's token ingress policy accept, besides ingress tokens, the
+// ingress-audience JWTs of c (newIngressAuthenticator) of users who hold
+// any role in the actor's atespace (auth.Policy.MayReach).
+func wireAuth(api *apiserver.Server, a *auth.Authorizer, c AuthConfig) error {
+	if a == nil {
+		if c.IngressClientID != "" {
+			return errors.New("--oidc-ingress-client-id: the API server has no authorisation to check the users it names against")
+		}
+		return nil
+	}
+	api.SetBindingsChanged(a.Policy.Invalidate)
+	ia, err := newIngressAuthenticator(c)
+	if err != nil || ia == nil {
+		return err
+	}
+	api.SetIngressAuthenticator(ia, a.Policy.MayReach)
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -26,6 +27,7 @@ import (
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
 )
@@ -50,6 +52,14 @@ const (
 
 func startAuthEnv(t *testing.T) *authEnv {
 	t.Helper()
+	return startAuthEnvWith(t, nil)
+}
+
+// startAuthEnvWith is startAuthEnv with configure (if not nil) changing
+// the API server's AuthConfig last. The policy file also makes olga (an
+// OIDC user, without prefix) a viewer of a.
+func startAuthEnvWith(t *testing.T, configure func(*AuthConfig)) *authEnv {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
@@ -72,17 +82,21 @@ func startAuthEnv(t *testing.T) *authEnv {
 	tokens := filepath.Join(dir, "tokens.csv")
 	must(t, os.WriteFile(tokens, []byte(adminTok+",root,1,\"ate:admins\"\n"+viewerTok+",vera,2\n"+editorTok+",eddie,3,\"devs\"\n"), 0o600))
 	policy := filepath.Join(dir, "policy.yaml")
-	must(t, os.WriteFile(policy, []byte("- name: vera-views-a\n  atespace: a\n  role: viewer\n  users: [vera]\n"), 0o600))
+	must(t, os.WriteFile(policy, []byte("- name: vera-views-a\n  atespace: a\n  role: viewer\n  users: [vera]\n"+
+		"- name: olga-views-a\n  atespace: a\n  role: viewer\n  users: [olga]\n"), 0o600))
 
 	ac := AuthConfig{TokenAuthFile: tokens, PolicyFile: policy}
 	// As ate up's in-process router: a token standing for the component.
 	ac.extra = []auth.StaticToken{{Token: routerTok, Component: &auth.Identity{Component: auth.ComponentRouter, Name: "up"}}}
+	if configure != nil {
+		configure(&ac)
+	}
 	authz, err := newAuthorizer(ac, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := apiserver.New(st, nil, DefaultSandboxClass, nil, nil)
-	wireAuth(api, authz)
+	must(t, wireAuth(api, authz, ac))
 	gs := grpc.NewServer(authServerOptions(authz)...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, atev1.UnimplementedNodeRegistryServer{})
@@ -499,32 +513,97 @@ func TestEditorEvents(t *testing.T) {
 	}
 }
 
-// TestIngressReviewOfUserTokens: the router's ReviewIngressToken accepts
-// a user's bearer token (here static tokens; OIDC JWTs go through the
-// same authenticator chain) for an atespace in which the user holds any
-// role, viewer or better (auth.Policy.MayReach), and refuses it for an
-// atespace in which they hold none, as it refuses unknown tokens and an
-// atespace's ingress token used on another.
-func TestIngressReviewOfUserTokens(t *testing.T) {
+// TestEvictionNamesOnlyToReaders attacks as a tenant: a's actor x was
+// evicted for b's actor x-secret (its record written by a version that
+// named it in the message too). vera, a viewer of a only, reads a's actor
+// and events every way the API offers — get, list, list events, watch
+// events — and finds the eviction but not b's actor's name; the cluster
+// admin, who may read b, finds it.
+func TestEvictionNamesOnlyToReaders(t *testing.T) {
 	e := startAuthEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const secret = "x-secret"
+	waiter := names.ActorKey{Atespace: "b", Name: secret}
+	a, err := e.st.GetActor(ctx, names.ActorKey{Atespace: "a", Name: "x"})
+	must(t, err)
+	a.Reason, a.EvictedFor = store.ReasonEvicted, waiter
+	a.Message = "suspended to make room for b/" + secret + " (evicted: least recently used idle actor)"
+	a, err = e.st.UpdateActor(ctx, a)
+	must(t, err)
+	must(t, e.st.AppendEvent(ctx, &store.Event{Time: time.Now(), Type: store.EventNormal, Atespace: "a", Actor: "x", ActorUID: a.UID,
+		From: store.Suspending, To: store.Suspended, Message: a.Message, Record: a}))
+
+	seen := func(c atev1.ControlClient) string {
+		t.Helper()
+		var b strings.Builder
+		got, err := c.GetActor(ctx, &atev1.GetActorRequest{Atespace: "a", Name: "x"})
+		must(t, err)
+		if got.GetReason() != atev1.CheckpointReason_EVICTED {
+			t.Errorf("GetActor a/x: reason %s, want EVICTED", got.GetReason())
+		}
+		b.WriteString(prototext.Format(got))
+		list, err := c.ListActors(ctx, &atev1.ListActorsRequest{Atespace: "a"})
+		must(t, err)
+		b.WriteString(prototext.Format(list))
+		evs, err := c.ListEvents(ctx, &atev1.ListEventsRequest{Atespace: "a"})
+		must(t, err)
+		b.WriteString(prototext.Format(evs))
+		w, err := c.WatchEvents(ctx, &atev1.WatchEventsRequest{Atespace: "a"})
+		must(t, err)
+		ev, err := w.Recv()
+		must(t, err)
+		if ev.GetActorRecord() == nil {
+			t.Errorf("watched event without its record: %v", ev)
+		}
+		b.WriteString(prototext.Format(ev))
+		return b.String()
+	}
+	if got := seen(e.client(t, viewerTok)); strings.Contains(got, secret) {
+		t.Errorf("a viewer of a only sees b's actor's name:\n%s", got)
+	} else if !strings.Contains(got, "to make room for an actor of another atespace") {
+		t.Errorf("a viewer of a is not told the eviction was for another atespace's actor:\n%s", got)
+	}
+	if got := seen(e.client(t, adminTok)); !strings.Contains(got, `"b/`+secret+`"`) {
+		t.Errorf("the cluster admin does not see whom the eviction was for:\n%s", got)
+	}
+}
+
+// TestIngressReviewOfUserTokens: the router's ReviewIngressToken accepts
+// an atespace's ingress tokens, and JWTs of the issuer with the ingress
+// audience (--oidc-ingress-client-id) of a user holding any role in the
+// atespace (auth.Policy.MayReach). Credentials for the API — static
+// tokens, the admin token, JWTs with the API's audience — are refused,
+// whatever the user's roles: the router's port is plain HTTP and its
+// callers often third parties, so they must never carry one. And a JWT
+// for actors opens no API call.
+func TestIngressReviewOfUserTokens(t *testing.T) {
+	is := newTestIssuer(t)
+	e := startAuthEnvWith(t, func(c *AuthConfig) {
+		c.OIDC = auth.OIDCConfig{IssuerURL: is.srv.URL, ClientID: "ate", UsernamePrefix: "-", Client: is.srv.Client()}
+		c.IngressClientID = "ate-ingress"
+	})
 	ctx := context.Background()
 	it, err := e.client(t, adminTok).CreateIngressToken(ctx, &atev1.CreateIngressTokenRequest{Atespace: "a", Name: "web"})
 	must(t, err)
+	apiJWT, ingressJWT := is.sign(t, "olga", "ate"), is.sign(t, "olga", "ate-ingress")
 	router := e.client(t, routerTok)
 	for _, c := range []struct {
 		name, token, atespace string
 		allowed               bool
 		subject               string
 	}{
-		{"viewer of a in a", viewerTok, "a", true, "vera"},
-		{"viewer of a in b", viewerTok, "b", false, ""},
-		{"editor of a in a", editorTok, "a", true, "eddie"},
-		{"editor of a in b", editorTok, "b", false, ""},
-		{"cluster admin in b", adminTok, "b", true, "root"},
-		{"unknown token", "no-such-token", "a", false, ""},
-		{"the router's own token", routerTok, "a", false, ""},
 		{"a's ingress token in a", it.GetToken(), "a", true, "ingresstoken:a/web"},
 		{"a's ingress token in b", it.GetToken(), "b", false, ""},
+		{"ingress-audience JWT of a viewer of a, in a", ingressJWT, "a", true, "olga"},
+		{"ingress-audience JWT of a viewer of a, in b", ingressJWT, "b", false, ""},
+		{"API-audience JWT of a viewer of a", apiJWT, "a", false, ""},
+		{"JWT of another audience", is.sign(t, "olga", "someone-else"), "a", false, ""},
+		{"static token of a viewer of a", viewerTok, "a", false, ""},
+		{"static token of an editor of a", editorTok, "a", false, ""},
+		{"the cluster admin's token", adminTok, "b", false, ""},
+		{"unknown token", "no-such-token", "a", false, ""},
+		{"the router's own token", routerTok, "a", false, ""},
 	} {
 		got, err := router.ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: c.atespace, Token: c.token})
 		if err != nil {
@@ -535,9 +614,43 @@ func TestIngressReviewOfUserTokens(t *testing.T) {
 			t.Errorf("%s: allowed %v subject %q; want %v %q", c.name, got.GetAllowed(), got.GetSubject(), c.allowed, c.subject)
 		}
 	}
+	// The two audiences are two credentials: the API takes its own...
+	if _, err := e.client(t, apiJWT).ListActors(ctx, &atev1.ListActorsRequest{Atespace: "a"}); err != nil {
+		t.Errorf("API-audience JWT on the API: %v", err)
+	}
+	// ...and never the actors'.
+	if _, err := e.client(t, ingressJWT).ListActors(ctx, &atev1.ListActorsRequest{Atespace: "a"}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("ingress-audience JWT on the API: %v, want UNAUTHENTICATED", err)
+	}
 	// Users may not ask the router's question themselves (an oracle for
 	// guessing tokens).
 	if _, err := e.client(t, adminTok).ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: "a", Token: viewerTok}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("admin calls ReviewIngressToken: %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestIngressAudienceChecks: the ingress audience needs an issuer and
+// must not be the API's own, or every API token would open actors.
+func TestIngressAudienceChecks(t *testing.T) {
+	oidc := auth.OIDCConfig{IssuerURL: "https://issuer.example", ClientID: "ate"}
+	for _, c := range []struct {
+		name    string
+		cfg     AuthConfig
+		wantErr string
+	}{
+		{"unset", AuthConfig{OIDC: oidc}, ""},
+		{"own audience", AuthConfig{OIDC: oidc, IngressClientID: "ate-ingress"}, ""},
+		{"the API's audience", AuthConfig{OIDC: oidc, IngressClientID: "ate"}, "must differ from --oidc-client-id"},
+		{"no issuer", AuthConfig{IngressClientID: "ate-ingress"}, "needs --oidc-issuer-url"},
+	} {
+		a, err := newIngressAuthenticator(c.cfg)
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: err %v, want one saying %q", c.name, err, c.wantErr)
+		case c.wantErr == "" && (a == nil) != (c.cfg.IngressClientID == ""):
+			t.Errorf("%s: authenticator %v", c.name, a)
+		}
 	}
 }

@@ -34,7 +34,8 @@ func grpcServer(ms *metrics.Metrics, opts ...grpc.ServerOption) (gs *grpc.Server
 }
 
 // componentDialer returns how one component connects to another: a node
-// to the API server replicas, the API server to a node agent (apidial
+// to the API server replicas (the API server to a node agent: nodeDialer;
+// apidial
 // says how addresses are read and why reconnects are fast), over t's TLS
 // to a server of component server (t nil: plaintext), counting calls in
 // ms (nil: not).
@@ -42,6 +43,15 @@ func componentDialer(ms *metrics.Metrics, t *pki.Transport, server auth.Componen
 	g := grpcMetrics(ms)
 	return func(addr string) (*grpc.ClientConn, error) {
 		return apidial.Dial(addr, append(g.DialOptions(), t.DialOption(server))...)
+	}
+}
+
+// nodeDialer is the API server's dialer of node agents: the agent at a
+// node's address must present that node's certificate.
+func nodeDialer(ms *metrics.Metrics, t *pki.Transport) func(node, addr string) (*grpc.ClientConn, error) {
+	g := grpcMetrics(ms)
+	return func(node, addr string) (*grpc.ClientConn, error) {
+		return apidial.Dial(addr, append(g.DialOptions(), t.NodeDialOption(node))...)
 	}
 }
 

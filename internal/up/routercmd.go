@@ -69,6 +69,11 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.HTTPClientConfig(auth.ComponentNode)
+	if nt := tr.NewNodeTransport(router.NewTunnelTransport()); nt != nil {
+		// Each worker's tunnel must be its own node's.
+		hc.Transport = nt
+	}
+	hc.Loopback = router.LoopbackAddr(rc.Addr)
 	if ms != nil {
 		hc.Metrics = ms.Router
 	}

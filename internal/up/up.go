@@ -134,7 +134,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	wireAuth(cp.API, authz)
+	if err := wireAuth(cp.API, authz, ac); err != nil {
+		return err
+	}
 	gs := cp.NewGRPCServer(append(tr.api.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)
@@ -146,6 +148,11 @@ func Run(ctx context.Context, cfg Config) error {
 	hc := cfg.Router.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.router.HTTPClientConfig(auth.ComponentNode)
+	if nt := tr.router.NewNodeTransport(router.NewTunnelTransport()); nt != nil {
+		// Each worker's tunnel must be its own node's.
+		hc.Transport = nt
+	}
+	hc.Loopback = router.LoopbackAddr(cfg.Router.Addr)
 	if ms != nil {
 		hc.Metrics = ms.Router
 	}

@@ -44,7 +44,7 @@ func benchEvicted(b *testing.B, action string) {
 		if err != nil || code != http.StatusOK {
 			b.Fatalf("GET %s = %d %q %v", actor, code, body, err)
 		}
-		if act := hdr.Get("Ate-Activation"); !strings.Contains(act, "evicted=") {
+		if act := hdr.Get("Ate-Activation"); !strings.HasSuffix(act, ";evicted") {
 			b.Fatalf("GET %s: Ate-Activation %q, want an eviction", actor, act)
 		}
 	}

@@ -1,0 +1,96 @@
+package router
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/tunnelproto"
+)
+
+// headerEchoTunnel answers 200 with every request header it received, as
+// JSON (name as sent on the wire → values).
+func headerEchoTunnel(t *testing.T) string {
+	return newTunnel(t, func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(r.Header)
+	})
+}
+
+// TestLookalikeReservedHeadersDoNotReachActor attacks from a client: it
+// sends, in the spellings stacks fold together ('_' for '-', any case),
+// forged values of every header the router vouches for. None of them
+// reaches the actor; the router's own values do.
+func TestLookalikeReservedHeadersDoNotReachActor(t *testing.T) {
+	forged := []string{
+		"Ate_Ingress_Subject", "ate_ingress_subject", "ATE-INGRESS_SUBJECT",
+		"X_Forwarded_For", "x_forwarded_for", "X-Forwarded_For", "X_Forwarded_Host", "X_Forwarded_Proto", "FORWARDED",
+		"Ate_Worker", "Ate_Actor_Uid", "X_Request_Id",
+		"Ate_Target_Actor",
+	}
+	for _, policy := range []auth.IngressPolicy{auth.IngressPublic, auth.IngressToken} {
+		t.Run(policy.String(), func(t *testing.T) {
+			res := ingressResolver(t, headerEchoTunnel(t), policy, true)
+			srv, _ := newRouter(t, Config{}, res)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = "app.default.actors.localhost"
+			req.Header.Set("Authorization", "Bearer good")
+			for _, k := range forged {
+				// As sent: net/http would canonicalise Set's key.
+				req.Header[k] = []string{"forged"}
+			}
+			got := send(srv, req)
+			if got.err != nil || got.status != 200 {
+				t.Fatalf("got %d %q (%v), want 200", got.status, got.body, got.err)
+			}
+			var seen http.Header
+			if err := json.Unmarshal([]byte(got.body), &seen); err != nil {
+				t.Fatalf("tunnel's answer %q: %v", got.body, err)
+			}
+			for k, vs := range seen {
+				for _, v := range vs {
+					if strings.Contains(v, "forged") {
+						t.Errorf("actor received %s: %q, a client's forgery", k, v)
+					}
+				}
+			}
+			if got := seen.Get(tunnelproto.HeaderWorker); got != "w1" {
+				t.Errorf("actor received %s %q, want the router's w1", tunnelproto.HeaderWorker, got)
+			}
+			if got := seen.Get("X-Forwarded-For"); got != "127.0.0.1" {
+				t.Errorf("actor received X-Forwarded-For %q, want the router's 127.0.0.1", got)
+			}
+			wantSubject := ""
+			if policy == auth.IngressToken {
+				wantSubject = "ingresstoken:default/web"
+			}
+			if got := seen.Get(HeaderIngressSubject); got != wantSubject {
+				t.Errorf("actor received %s %q, want %q", HeaderIngressSubject, got, wantSubject)
+			}
+		})
+	}
+}
+
+// TestReservedHeadersCoverRouterHeaders: every header the router sets
+// towards an actor, or routes by, is reserved, in its normal form.
+func TestReservedHeadersCoverRouterHeaders(t *testing.T) {
+	for _, name := range []string{tunnelproto.HeaderWorker, tunnelproto.HeaderActorUID, tunnelproto.HeaderRequestID,
+		HeaderIngressSubject, HeaderTargetActor, "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+		var buf [maxHeaderNameLen]byte
+		n, ok := normalHeaderName(&buf, name)
+		if !ok || !reservedHeaders[string(buf[:n])] {
+			t.Errorf("%s is not reserved", name)
+		}
+	}
+}
+
+func TestStripReservedAllocatesNothing(t *testing.T) {
+	h := http.Header{"Accept": {"*/*"}, "User-Agent": {"x"}, "A-Rather-Long-Header-Name-Beyond-The-Bound": {"y"}}
+	if n := testing.AllocsPerRun(100, func() { stripReserved(h) }); n != 0 {
+		t.Errorf("stripReserved allocates %v times per call, want 0", n)
+	}
+}

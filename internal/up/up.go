@@ -127,6 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	wireAuth(cp.API, authz)
+	cp.API.SetMaxStreamsPerCaller(cfg.API.MaxStreamsPerCaller)
 	gs := cp.NewGRPCServer(append(tr.api.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)

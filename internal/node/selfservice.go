@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
 )
 
@@ -77,7 +78,8 @@ func (n *Node) SetSelfAlarmHandler(f SelfAlarmFunc) { n.selfAlarm = f }
 // Sandbox classes without namespaces (fake) have nothing to serve and
 // wait for ctx alone.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm, call: n.selfCall, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService}}
+	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm, call: n.selfCall, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService},
+		metrics: n.cfg.Metrics}
 	defer ss.close()
 	for _, name := range n.order {
 		s := n.slots[name]
@@ -99,11 +101,14 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 // nothing else of the node. Not safe for concurrent use:
 // ServeSelfService owns it.
 type selfService struct {
-	log     *slog.Logger
-	f       SelfFunc
-	alarm   SelfAlarmFunc
-	call    SelfCallFunc
-	limits  selfServiceLimits
+	log    *slog.Logger
+	f      SelfFunc
+	alarm  SelfAlarmFunc
+	call   SelfCallFunc
+	limits selfServiceLimits
+	// metrics counts refusals; nil counts none. Refusals are not logged:
+	// a flood would flood the log.
+	metrics *metrics.Node
 	servers []*http.Server
 	serving sync.WaitGroup
 }
@@ -130,7 +135,7 @@ func (ss *selfService) serveOn(s *slot, ln net.Listener) {
 		// net/http's complaints about what an actor sends stay
 		// structured log lines.
 		ErrorLog: slog.NewLogLogger(ss.log.With("worker", s.name).Handler(), slog.LevelDebug)}
-	ln = newCapListener(ln, l.MaxConns)
+	ln = newCapListener(ln, l.MaxConns, func() { ss.metrics.SelfServiceRefused(metrics.SelfRefusedConnections) })
 	ss.servers = append(ss.servers, srv)
 	ss.serving.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -184,7 +189,7 @@ func (ss *selfService) handler(s *slot) http.Handler {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(action.String() + " requested\n"))
 	})
-	return limitCalls(s, ss.limits.withDefaults(), mux)
+	return limitCalls(s, ss.limits.withDefaults(), func() { ss.metrics.SelfServiceRefused(metrics.SelfRefusedRate) }, mux)
 }
 
 // caller is ss.call for one call.

@@ -102,15 +102,17 @@ type capListener struct {
 	slots    chan struct{}
 	refusing chan struct{}
 	refusal  []byte
-	answers  sync.WaitGroup
+	// refused is told of every connection refused.
+	refused func()
+	answers sync.WaitGroup
 }
 
-func newCapListener(ln net.Listener, maxConns int) *capListener {
+func newCapListener(ln net.Listener, maxConns int, refused func()) *capListener {
 	msg := fmt.Sprintf("this worker already holds %d connections to the self-service endpoint, the most it may: "+
 		"close idle ones or send calls over fewer, then retry\n", maxConns)
 	refusal := fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
 		"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
-	return &capListener{Listener: ln, slots: make(chan struct{}, maxConns), refusing: make(chan struct{}, maxRefusing), refusal: refusal}
+	return &capListener{Listener: ln, slots: make(chan struct{}, maxConns), refusing: make(chan struct{}, maxRefusing), refusal: refusal, refused: refused}
 }
 
 // Accept returns the next connection within the cap; it releases its
@@ -126,6 +128,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 			return &cappedConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
 		default:
 		}
+		l.refused()
 		select {
 		case l.refusing <- struct{}{}:
 			l.answers.Go(func() {
@@ -204,8 +207,8 @@ func (c *callLimiter) wait(uid string, now time.Time) time.Duration {
 }
 
 // limitCalls answers 429 with Retry-After to a call over l's rate for the
-// actor s's gate admits, and passes the others to next.
-func limitCalls(s *slot, l selfServiceLimits, next http.Handler) http.Handler {
+// actor s's gate admits, telling refused, and passes the others to next.
+func limitCalls(s *slot, l selfServiceLimits, refused func(), next http.Handler) http.Handler {
 	calls := &callLimiter{rate: rate.Limit(l.Rate), burst: l.Burst}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d := calls.wait(s.gate.hosted(), time.Now())
@@ -213,6 +216,7 @@ func limitCalls(s *slot, l selfServiceLimits, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		refused()
 		secs := max(1, int(math.Ceil(d.Seconds())))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		w.Header().Set("Cache-Control", "no-store")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/testwait"
 )
 
@@ -24,16 +25,18 @@ import (
 type gateways struct {
 	attacker, other *slot
 	addr            map[string]string // worker → host:port
+	metrics         *metrics.Metrics
 	mu              sync.Mutex
 	minted          map[string]int // worker → token calls that reached the API server
 }
 
 func startGateways(t *testing.T, l selfServiceLimits) *gateways {
 	t.Helper()
-	g := &gateways{attacker: &slot{name: "w-attacker"}, other: &slot{name: "w-other"}, addr: map[string]string{}, minted: map[string]int{}}
+	g := &gateways{attacker: &slot{name: "w-attacker"}, other: &slot{name: "w-other"}, addr: map[string]string{}, minted: map[string]int{},
+		metrics: metrics.New()}
 	g.attacker.gate.open("uid-a", "c", 8080)
 	g.other.gate.open("uid-b", "c", 8080)
-	ss := &selfService{log: slog.New(slog.DiscardHandler), limits: l,
+	ss := &selfService{log: slog.New(slog.DiscardHandler), limits: l, metrics: g.metrics.Node,
 		call: func(_ context.Context, worker, _, _ string, _ []byte) (int, []byte) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -50,6 +53,31 @@ func startGateways(t *testing.T, l selfServiceLimits) *gateways {
 	}
 	t.Cleanup(ss.close)
 	return g
+}
+
+// refused reads ate_node_self_service_refused_total{why}.
+func (g *gateways) refused(t *testing.T, why string) float64 {
+	t.Helper()
+	reg, err := metrics.NewRegistry(g.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "ate_node_self_service_refused_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == why {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no ate_node_self_service_refused_total{why=%q}", why)
+	return 0
 }
 
 func (g *gateways) mintedBy(worker string) int {
@@ -131,6 +159,9 @@ func TestSelfServiceConnectionCap(t *testing.T) {
 	if n := g.mintedBy(g.attacker.name); n != 0 {
 		t.Fatalf("%d token calls over the cap reached the API server", n)
 	}
+	if n := g.refused(t, metrics.SelfRefusedConnections); n != 3*maxConns+1 {
+		t.Fatalf("ate_node_self_service_refused_total{why=connections} = %v, want %d", n, 3*maxConns+1)
+	}
 	if code, _, body := g.mint(t, newActorClient(t), g.other); code != http.StatusOK {
 		t.Fatalf("another worker's token call while the attacker holds its cap = %d %q, want 200", code, body)
 	}
@@ -202,6 +233,9 @@ func TestSelfServiceRateLimit(t *testing.T) {
 	}
 	if n := g.mintedBy(g.attacker.name); n != burst {
 		t.Fatalf("%d token calls reached the API server, want the burst, %d", n, burst)
+	}
+	if n := g.refused(t, metrics.SelfRefusedRate); n != 3*burst {
+		t.Fatalf("ate_node_self_service_refused_total{why=rate} = %v, want %d", n, 3*burst)
 	}
 	for i := range burst {
 		if code, _, body := g.mint(t, client, g.other); code != http.StatusOK {

@@ -33,6 +33,10 @@ import (
 //
 // The answer comes before the checkpoint starts; in-flight requests drain
 // as for any suspend.
+//
+// Each worker's endpoint is bounded on its own (SelfServiceLimits): a
+// connection over its cap is answered 503, a call over its actor's rate
+// 429 with Retry-After, and slow or idle connections are closed.
 const SelfServiceAddr = "169.254.17.1:80"
 
 // SelfFunc is asked to act on the actor hosted by worker; it must not

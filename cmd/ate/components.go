@@ -10,12 +10,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
+	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
@@ -101,6 +103,7 @@ func apiserverCommand() *cobra.Command {
 			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
 			tlsFlags(f, &cfg.TLS, "apiserver")
 			authFlags(f, &cfg.Auth)
+			maxStreamsFlag(f, &cfg.MaxStreamsPerCaller)
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger = log
@@ -152,6 +155,7 @@ func nodeCommand() *cobra.Command {
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
+			selfServiceFlags(f, &cfg.Node.SelfService)
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
 			tlsFlags(f, &cfg.TLS, "node (named --name)")
 		},
@@ -236,6 +240,23 @@ func identityFlags(f *pflag.FlagSet, cfg *up.IdentityConfig) {
 	f.DurationVar(&cfg.TokenTTL, "identity-token-ttl", identity.DefaultTokenTTL, "lifetime of the identity tokens actors mint (POST http://169.254.17.1/v1/token)")
 	f.DurationVar(&cfg.KeyRotation, "identity-key-rotation", identity.DefaultRotation,
 		"how long each identity signing key signs; the next is published this long ahead, a retired one stays published until its tokens expired")
+}
+
+// selfServiceFlags are the bounds on each worker's self-service endpoint
+// (169.254.17.1) of `ate up` and `ate node` (docs/security.md, Limits).
+func selfServiceFlags(f *pflag.FlagSet, l *node.SelfServiceLimits) {
+	f.IntVar(&l.MaxConns, "self-service-max-conns", node.DefaultSelfServiceMaxConns,
+		"most connections one worker's actor may hold to its self-service endpoint (http://169.254.17.1) at once; more are answered 503")
+	f.Float64Var(&l.Rate, "self-service-rate", node.DefaultSelfServiceRate,
+		"self-service calls (token, alarms, suspend, pause) one actor may make per second on average; more are answered 429 with Retry-After")
+	f.IntVar(&l.Burst, "self-service-burst", node.DefaultSelfServiceBurst, "self-service calls one actor may make at once beyond --self-service-rate")
+}
+
+// maxStreamsFlag is the per-caller bound on watches and log follows of
+// `ate up` and `ate apiserver`.
+func maxStreamsFlag(f *pflag.FlagSet, n *int) {
+	f.IntVar(n, "max-streams-per-caller", apiserver.DefaultMaxStreamsPerCaller,
+		"most watches and log follows (ate get -w, ate logs -f) one caller (user or component) may hold open on this API server at once; more are refused with RESOURCE_EXHAUSTED")
 }
 
 // tlsFlags defines a component's transport security flags on f

@@ -58,6 +58,7 @@ flag is an error.`,
 			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
 			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
 			authFlags(f, &cfg.API.Auth)
+			maxStreamsFlag(f, &cfg.API.MaxStreamsPerCaller)
 			f.DurationVar(&cfg.API.ExpiryInterval, "expiry-interval", lifecycle.DefaultExpiryInterval,
 				"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
 			f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")
@@ -81,6 +82,7 @@ flag is an error.`,
 			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
+			selfServiceFlags(f, &cfg.Node.SelfService)
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",
 				"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
 			f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")

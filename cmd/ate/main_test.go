@@ -136,6 +136,8 @@ func otherValue(f *pflag.Flag) string {
 		return "7"
 	case f.Value.Type() == "duration":
 		return "3s"
+	case f.Value.Type() == "float64":
+		return "0.5"
 	default:
 		return "other-" + f.Name
 	}

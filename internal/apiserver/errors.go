@@ -66,6 +66,8 @@ func toStatus(err error) error {
 		code, reason = codes.Unavailable, "STORE_UNAVAILABLE"
 	case errors.Is(err, store.ErrNotEmpty), errors.Is(err, lifecycle.ErrFailedPrecondition):
 		code, reason = codes.FailedPrecondition, "FAILED_PRECONDITION"
+	case errors.Is(err, errTooManyStreams):
+		code, reason = codes.ResourceExhausted, "TOO_MANY_STREAMS"
 	case errors.Is(err, store.ErrTooMany):
 		code, reason = codes.ResourceExhausted, "TOO_MANY"
 	case errors.Is(err, errUnimplemented):

@@ -72,7 +72,8 @@ func (s *Server) ListEvents(ctx context.Context, req *atev1.ListEventsRequest) (
 // WatchEvents implements atev1.ControlServer: it sends the kept events
 // after req's cursor, then polls the store every eventPoll for new ones
 // until the client hangs up. Each poll sends at most a page, so a
-// cursor far behind catches up in steps.
+// cursor far behind catches up in steps. It holds one of the caller's
+// places in s.streams while it runs.
 func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control_WatchEventsServer) error {
 	ctx := stream.Context()
 	f, err := eventFilter(req.GetAtespace(), req.GetActor())
@@ -83,6 +84,11 @@ func (s *Server) WatchEvents(req *atev1.WatchEventsRequest, stream atev1.Control
 		return toStatus(fmt.Errorf("%w: after_seq %d is negative", errInvalid, req.GetAfterSeq()))
 	}
 	f.After, f.Limit = req.GetAfterSeq(), 1000
+	release, err := s.streams.acquire(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	defer release()
 	t := time.NewTicker(eventPoll)
 	defer t.Stop()
 	for {

@@ -22,7 +22,8 @@ const (
 
 // ActorLogs implements atev1.ControlServer: the actor's lines from every
 // node, in (run, seq) order; with follow, new ones as they come
-// (actorlog.Follower says how nothing is lost or repeated).
+// (actorlog.Follower says how nothing is lost or repeated), holding one
+// of the caller's places in s.streams.
 func (s *Server) ActorLogs(req *atev1.ActorLogsRequest, stream atev1.Control_ActorLogsServer) error {
 	ctx := stream.Context()
 	key := names.ActorKey{Atespace: req.GetAtespace(), Name: req.GetName()}
@@ -39,6 +40,15 @@ func (s *Server) ActorLogs(req *atev1.ActorLogsRequest, stream atev1.Control_Act
 	a, err := s.store.GetActor(ctx, key)
 	if err != nil {
 		return toStatus(err)
+	}
+	if req.GetFollow() {
+		// A follow runs until the client hangs up; a plain read ends by
+		// itself.
+		release, err := s.streams.acquire(ctx)
+		if err != nil {
+			return toStatus(err)
+		}
+		defer release()
 	}
 	src := func(ctx context.Context, after actorlog.Cursor) ([]actorlog.Line, error) {
 		return s.lc.ReadActorLogs(ctx, a.UID, after)

@@ -54,6 +54,9 @@ type Server struct {
 	// stopping is closed by EndStreams; endOnce guards the close.
 	stopping chan struct{}
 	endOnce  sync.Once
+	// streams bounds each caller's open watches and log follows
+	// (streamlimit.go).
+	streams callerStreams
 }
 
 var _ atev1.ControlServer = (*Server)(nil)
@@ -75,7 +78,18 @@ func New(s store.Store, lc *lifecycle.Manager, sandboxClass string, images Image
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, log: logger, stopping: make(chan struct{})}
+	return &Server{store: s, lc: lc, sandboxClass: sandboxClass, images: images, log: logger, stopping: make(chan struct{}),
+		streams: callerStreams{max: DefaultMaxStreamsPerCaller}}
+}
+
+// SetMaxStreamsPerCaller sets how many watches and log follows one caller
+// (one authenticated principal) may hold open on this server at once; a
+// call for one more is refused with RESOURCE_EXHAUSTED. n ≤ 0 keeps
+// DefaultMaxStreamsPerCaller. Call it before the server serves.
+func (s *Server) SetMaxStreamsPerCaller(n int) {
+	if n > 0 {
+		s.streams.max = n
+	}
 }
 
 // NewUID returns a random RFC 4122 version 4 UUID.

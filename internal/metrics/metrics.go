@@ -43,7 +43,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		r.requests, r.activationWait, r.parked, r.failures, r.heldStreams,
 		l.resumes, l.resumeSeconds, l.checkpoints, l.evictions, l.waiters, l.expired,
-		n.standbyStarts, n.streamsEnded,
+		n.standbyStarts, n.streamsEnded, n.selfRefused,
 		a.attempts, a.lateness,
 		r.parkOutcomes, r.open,
 		l.checkpointSeconds, l.actors, l.leaseConflicts, l.casRetries,
@@ -329,6 +329,7 @@ type Node struct {
 	nodeMore
 	standbyStarts *prometheus.CounterVec
 	streamsEnded  prometheus.Counter
+	selfRefused   *prometheus.CounterVec
 }
 
 func newNode() *Node {
@@ -338,7 +339,31 @@ func newNode() *Node {
 	}, []string{"standby"})}
 	n.standbyStarts.WithLabelValues("hit")
 	n.standbyStarts.WithLabelValues("miss")
+	n.selfRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ate_node_self_service_refused_total",
+		Help: "Connections and calls the workers' self-service endpoints refused for exceeding their limits.",
+	}, []string{"why"})
+	for _, why := range []string{SelfRefusedConnections, SelfRefusedRate} {
+		n.selfRefused.WithLabelValues(why)
+	}
 	return n
+}
+
+// Why a self-service endpoint refused (ate_node_self_service_refused_total's why).
+const (
+	// SelfRefusedConnections: the worker held its most connections.
+	SelfRefusedConnections = "connections"
+	// SelfRefusedRate: the actor called faster than its rate.
+	SelfRefusedRate = "rate"
+)
+
+// SelfServiceRefused counts a connection or call a self-service endpoint
+// refused, why being SelfRefusedConnections or SelfRefusedRate.
+func (n *Node) SelfServiceRefused(why string) {
+	if n == nil {
+		return
+	}
+	n.selfRefused.WithLabelValues(why).Inc()
 }
 
 // StandbyStart counts a start that found a standby (hit) or not.

@@ -70,6 +70,7 @@ func TestNilSafe(t *testing.T) {
 	l.Expired()
 	var n *Node
 	n.StandbyStart(true)
+	n.SelfServiceRefused(SelfRefusedRate)
 	var a *Alarms
 	a.Attempt(AlarmDelivered, time.Second)
 	r.ParkOutcome(ParkBudget)

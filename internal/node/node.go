@@ -98,6 +98,10 @@ type Config struct {
 	// EgressDNS is a DNS server (host:port) that resolves allowed egress
 	// host names instead of the node's resolver (--egress-dns).
 	EgressDNS string
+	// SelfService bounds what each worker's actor may consume through
+	// its self-service endpoint (selfservicelimits.go); zero fields take
+	// the defaults.
+	SelfService SelfServiceLimits
 }
 
 // Node is the node agent. Safe for concurrent use. It is a composition of
@@ -167,6 +171,9 @@ type Node struct {
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.SelfService.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.EgressResolver == nil && cfg.EgressDNS != "" {
 		cfg.EgressResolver = egress.DNSResolver(cfg.EgressDNS)

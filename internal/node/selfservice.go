@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
 )
 
@@ -32,6 +33,10 @@ import (
 //
 // The answer comes before the checkpoint starts; in-flight requests drain
 // as for any suspend.
+//
+// Each worker's endpoint is bounded on its own (SelfServiceLimits): a
+// connection over its cap is answered 503, a call over its actor's rate
+// 429 with Retry-After, and slow or idle connections are closed.
 const SelfServiceAddr = "169.254.17.1:80"
 
 // SelfFunc is asked to act on the actor hosted by worker; it must not
@@ -77,7 +82,8 @@ func (n *Node) SetSelfAlarmHandler(f SelfAlarmFunc) { n.selfAlarm = f }
 // Sandbox classes without namespaces (fake) have nothing to serve and
 // wait for ctx alone.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm, call: n.selfCall}
+	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm, call: n.selfCall, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService},
+		metrics: n.cfg.Metrics}
 	defer ss.close()
 	for _, name := range n.order {
 		s := n.slots[name]
@@ -94,34 +100,52 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 
 // selfService is the self-service endpoint of a node's workers: one HTTP
 // server per worker, in its outer namespace, asking f to act on the actor
-// the worker's gate admits. It reads nothing else of the node. Not safe
-// for concurrent use: ServeSelfService owns it.
+// the worker's gate admits, each bounded by limits on its own (a worker
+// that floods its endpoint is refused, the others are not). It reads
+// nothing else of the node. Not safe for concurrent use:
+// ServeSelfService owns it.
 type selfService struct {
-	log     *slog.Logger
-	f       SelfFunc
-	alarm   SelfAlarmFunc
-	call    SelfCallFunc
+	log    *slog.Logger
+	f      SelfFunc
+	alarm  SelfAlarmFunc
+	call   SelfCallFunc
+	limits selfServiceLimits
+	// metrics counts refusals; nil counts none. Refusals are not logged:
+	// a flood would flood the log.
+	metrics *metrics.Node
 	servers []*http.Server
 	serving sync.WaitGroup
 }
 
-// serve starts s's server.
+// serve starts s's server in s's outer namespace.
 func (ss *selfService) serve(s *slot) error {
 	ln, err := netns.Listen(s.sb.DialNetNSPath, "tcp", SelfServiceAddr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: ss.handler(s), ReadHeaderTimeout: 5 * time.Second,
+	ss.serveOn(s, ln)
+	return nil
+}
+
+// serveOn starts s's server on ln, within ss.limits: at most MaxConns
+// connections (capListener), each cut when its request is not read in
+// time or it idles, and calls at most at Rate (handler).
+func (ss *selfService) serveOn(s *slot, ln net.Listener) {
+	l := ss.limits.withDefaults()
+	srv := &http.Server{Handler: ss.handler(s),
+		ReadHeaderTimeout: l.readHeaderTimeout, ReadTimeout: l.readTimeout, IdleTimeout: l.idleTimeout,
+		// Requests are small; so are the headers a client needs.
+		MaxHeaderBytes: 16 << 10,
 		// net/http's complaints about what an actor sends stay
 		// structured log lines.
 		ErrorLog: slog.NewLogLogger(ss.log.With("worker", s.name).Handler(), slog.LevelDebug)}
+	ln = newCapListener(ln, l.MaxConns, func() { ss.metrics.SelfServiceRefused(metrics.SelfRefusedConnections) })
 	ss.servers = append(ss.servers, srv)
 	ss.serving.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			ss.log.Warn("self-service stopped", "worker", s.name, "err", err)
 		}
 	})
-	return nil
 }
 
 // close closes every server and waits for their goroutines.
@@ -132,6 +156,8 @@ func (ss *selfService) close() {
 	ss.serving.Wait()
 }
 
+// handler is s's endpoint: every call first within ss.limits' rate
+// (limitCalls), then to its route.
 func (ss *selfService) handler(s *slot) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/alarms", func(w http.ResponseWriter, r *http.Request) {
@@ -167,7 +193,7 @@ func (ss *selfService) handler(s *slot) http.Handler {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(action.String() + " requested\n"))
 	})
-	return mux
+	return limitCalls(s, ss.limits.withDefaults(), func() { ss.metrics.SelfServiceRefused(metrics.SelfRefusedRate) }, mux)
 }
 
 // caller is ss.call for one call.
@@ -187,8 +213,13 @@ func (ss *selfService) relay(w http.ResponseWriter, r *http.Request, s *slot, js
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfAlarmBody))
-	if err != nil {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
 		http.Error(w, fmt.Sprintf("request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if err != nil {
+		// Not sent in time (the server's read timeout) or cut short.
+		http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
 		return
 	}
 	status, answer := f(r.Context(), s.name, uid, body)

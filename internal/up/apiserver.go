@@ -79,6 +79,10 @@ type APIServerConfig struct {
 	ExpiryInterval time.Duration
 	// Auth is who may call (docs/security.md).
 	Auth AuthConfig
+	// MaxStreamsPerCaller bounds the watches and log follows one caller
+	// may hold open on this replica at once; 0 means
+	// apiserver.DefaultMaxStreamsPerCaller.
+	MaxStreamsPerCaller int
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
 	Heartbeat, LostAfter time.Duration
 	// TLS: --tls-dir (an apiserver certificate), --insecure,
@@ -95,6 +99,9 @@ type APIServerConfig struct {
 // registrations reconcile them.
 func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	log := orDiscard(cfg.Logger)
+	if cfg.MaxStreamsPerCaller < 0 {
+		return fmt.Errorf("max streams per caller %d is negative", cfg.MaxStreamsPerCaller)
+	}
 	flushTraces, err := startTracing(ctx, "ate-apiserver", log)
 	if err != nil {
 		return err
@@ -195,6 +202,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	}
 	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
 	api.SetNodes(reg)
+	api.SetMaxStreamsPerCaller(cfg.MaxStreamsPerCaller)
 	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
 	if nt := tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
 		ac.Transport = nt

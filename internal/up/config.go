@@ -93,6 +93,10 @@ type APIConfig struct {
 	// Auth adds token files, OIDC and a policy file to the admin token
 	// `ate up` always accepts (<data-dir>/admin-token).
 	Auth AuthConfig
+	// MaxStreamsPerCaller bounds the watches and log follows one caller
+	// may hold open at once (apiserver.Server.SetMaxStreamsPerCaller);
+	// 0 means apiserver.DefaultMaxStreamsPerCaller.
+	MaxStreamsPerCaller int
 }
 
 // PKIConfig configures `ate up`'s mutual TLS between its components
@@ -167,6 +171,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.DataDir = dataDir
 	c.API.Addr = orDefault(c.API.Addr, DefaultAPIAddr)
+	if c.API.MaxStreamsPerCaller < 0 {
+		return c, fmt.Errorf("max streams per caller %d is negative", c.API.MaxStreamsPerCaller)
+	}
 	c.Tunnel.Addr = orDefault(c.Tunnel.Addr, DefaultTunnelAddr)
 	c.Router.Addr = orDefault(c.Router.Addr, DefaultRouterAddr)
 	if c.Router.DrainDelay < 0 {
@@ -213,6 +220,9 @@ func nodeDefaults(nc node.Config, prefixSeed string) (node.Config, error) {
 		nc.Workers = DefaultWorkers
 	case nc.Workers < 0:
 		return nc, fmt.Errorf("workers: %d is negative", nc.Workers)
+	}
+	if err := nc.SelfService.Validate(); err != nil {
+		return nc, err
 	}
 	nc.SandboxClass = orDefault(nc.SandboxClass, DefaultSandboxClass)
 	if nc.WorkerPrefix == "" {

@@ -137,6 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := wireAuth(cp.API, authz, ac); err != nil {
 		return err
 	}
+	cp.API.SetMaxStreamsPerCaller(cfg.API.MaxStreamsPerCaller)
 	gs := cp.NewGRPCServer(append(tr.api.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
 
 	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)

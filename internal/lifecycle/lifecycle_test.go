@@ -698,8 +698,8 @@ func TestClaimsNotHostedSkipsNewerRecords(t *testing.T) {
 // unsureSnapshots cannot tell whether a snapshot was committed.
 type unsureSnapshots struct{ *snapshot.Local }
 
-func (unsureSnapshots) Committed(context.Context, string) error {
-	return errors.New("snapshot store unreachable")
+func (unsureSnapshots) Committed(context.Context, string) (string, error) {
+	return "", errors.New("snapshot store unreachable")
 }
 
 // TestInterruptedSuspendWaitsWhenUnsure: when the snapshot store cannot

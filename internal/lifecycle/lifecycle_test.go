@@ -139,7 +139,7 @@ func newEnv(t *testing.T) *env {
 	must(t, st.CreateAtespace(ctx, &store.Atespace{Name: "default"}))
 	must(t, st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl-uid",
 		Phase: store.TemplateReady, GoldenSnapshot: "tpl-uid/golden", ImageDigest: "sha256:tpl",
-		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}, NewActors: NewActorsGolden}}))
 	a := &store.Actor{Atespace: "default", Name: "a", UID: "a-uid", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}
 	must(t, st.CreateActor(ctx, a))
 	for _, w := range []string{"w0", "w1"} {

@@ -40,8 +40,11 @@ type fakeNode struct {
 	onStart func(req node.StartRequest) error
 	// onCheckpoint, if set, runs inside Checkpoint.
 	onCheckpoint func()
-	mu           sync.Mutex
-	last         node.StartRequest
+	// reportRef, if set, is the reference Checkpoint reports, whatever
+	// it was asked to write (a compromised node's answer).
+	reportRef string
+	mu        sync.Mutex
+	last      node.StartRequest
 	// lastCheckpoint is what Checkpoint was last asked.
 	lastCheckpoint node.CheckpointOptions
 	// standbys is what StandbyWorkers answers; standbyFor and
@@ -74,6 +77,9 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.Checkpoin
 	f.mu.Unlock()
 	if o.Owner != "" {
 		uid = o.Owner
+	}
+	if f.reportRef != "" {
+		return f.reportRef, nil
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }

@@ -127,6 +127,9 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		if uerr == nil {
 			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, snapshot.NewID(), checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
 		}
+		if uerr == nil {
+			ref, uerr = reportedRef(ref, a.UID)
+		}
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
 		}

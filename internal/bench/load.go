@@ -56,6 +56,7 @@ func TemplateSpec(imageRef string) *atev1.ActorTemplateSpec {
 	return &atev1.ActorTemplateSpec{
 		Containers:  []*atev1.ContainerSpec{{Name: "counter", Image: imageRef, Ports: []int32{Port}}},
 		WakeupProbe: &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/healthz", Port: Port}},
+		NewActors:   "golden",
 	}
 }
 

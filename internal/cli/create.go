@@ -135,7 +135,8 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
   onRestore:                          # optional: called after every restore
     httpPost: {path: /ate/restored, port: 8080}
     timeoutSeconds: 5
-  newActors: golden                   # optional: golden (default) or coldBoot
+  newActors: golden                   # optional: golden or coldBoot; default golden with onRestore,
+                                      # else coldBoot (docs/restore.md)
   ttl: {deleteAfterIdle: 14d}         # optional: delete actors SUSPENDED or CRASHED and unused
                                       # this long (Go duration or whole days, >= 1s; docs/actors.md)
   streams: {idle: ignore, wakeOn: request}  # optional: open event streams do not keep the actor
@@ -182,13 +183,6 @@ func (a *app) createTemplate(cmd *cobra.Command, file string, wait bool) error {
 	msg := fmt.Sprintf("template %s/%s created (golden snapshot %s)", atespace, tmpl.GetName(), phaseOrPending(created))
 	if err := printResult(cmd.OutOrStdout(), a.output, created, templateTable(a.now()), msg); err != nil {
 		return err
-	}
-	if sharesGoldenMemory(tmpl.GetSpec()) {
-		// stderr, so -o json output stays parseable. A warning, not an
-		// error: a workload that seeds nothing before the checkpoint, or
-		// reseeds when /run/ate/generation changes, is fine as it is.
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: new actors of template %s/%s start from its golden snapshot and share its memory (random seeds, keys); "+
-			"reseed on /run/ate/generation changes, set onRestore, or newActors: coldBoot (docs/restore.md)\n", atespace, tmpl.GetName())
 	}
 	if wait {
 		return a.waitGolden(cmd, s, atespace, tmpl.GetName())

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // Output formats accepted by -o.
@@ -119,7 +120,9 @@ func actorTable(now time.Time) table[*atev1.Actor] {
 		header: []string{"ATESPACE", "NAME", "TEMPLATE", "STATE", "REASON", "WORKER", "SNAPSHOT", "LAST ACTIVITY", "AGE"},
 		row: func(x *atev1.Actor) []string {
 			return []string{x.GetAtespace(), x.GetName(), x.GetTemplate(), x.GetState().String(), reason(x),
-				x.GetWorker(), x.GetSnapshot(), since(now, x.GetLastActivity()), age(now, x.GetCreateTime())}
+				// The table leaves out the reference's manifest digest
+				// (71 characters); -o yaml/json show it.
+				x.GetWorker(), snapshot.Bare(x.GetSnapshot()), since(now, x.GetLastActivity()), age(now, x.GetCreateTime())}
 		},
 	}
 }

@@ -10,7 +10,7 @@ import atev1 "substrate.dev/ate/api/ate/v1"
 //	snapshotPolicy: {onPause: Full, onSuspend: Data}
 //	drainGraceSeconds: 10
 //	onRestore: {httpPost: {path: /ate/restored, port: 8080}, timeoutSeconds: 5}
-//	newActors: golden                  # or coldBoot
+//	newActors: golden                  # or coldBoot; unset: golden with onRestore, else coldBoot
 //	ttl: {deleteAfterIdle: 14d}        # a Go duration or whole days; absent: never
 //
 // The server validates them; the client only carries them.
@@ -22,7 +22,8 @@ type lifecycleFields struct {
 	// actor can reseed what the snapshot copied (docs/restore.md).
 	OnRestore *restoreHookFile `json:"onRestore,omitempty"`
 	// NewActors is how an actor without a snapshot of its own starts:
-	// golden (restore the golden snapshot, the default) or coldBoot.
+	// golden (restore the golden snapshot) or coldBoot; unset, golden
+	// when OnRestore is set and coldBoot otherwise.
 	NewActors string `json:"newActors,omitempty"`
 	// TTL deletes actors left SUSPENDED or CRASHED and unused for
 	// deleteAfterIdle (docs/actors.md, Expiry).
@@ -75,14 +76,6 @@ func (l lifecycleFields) apply(spec *atev1.ActorTemplateSpec) {
 	if t := l.TTL; t != nil {
 		spec.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: t.DeleteAfterIdle}
 	}
-}
-
-// sharesGoldenMemory reports whether new actors of spec restore its golden
-// snapshot with nothing telling them so but /run/ate/generation: no
-// onRestore hook, and newActors unset or golden. Such actors begin with
-// the same user-space random state and keys (docs/restore.md).
-func sharesGoldenMemory(spec *atev1.ActorTemplateSpec) bool {
-	return spec.GetOnRestore() == nil && (spec.GetNewActors() == "" || spec.GetNewActors() == "golden")
 }
 
 func (c containerFile) volumeMounts() []*atev1.VolumeMount {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,44 +29,6 @@ func TestParseTemplateRestoreFields(t *testing.T) {
 	if _, err := parseTemplate([]byte("name: t\ncontainers:\n- name: c\n  image: oci:/x\nonRestore: {httpGet: {path: /, port: 1}}\n"), "/base"); err == nil ||
 		!strings.Contains(err.Error(), `unknown field "httpGet"`) {
 		t.Errorf("onRestore.httpGet: %v, want it rejected as an unknown field", err)
-	}
-}
-
-// TestCreateTemplateGoldenWarning: `ate create template` warns, in one
-// stderr line, when new actors will restore the golden snapshot with
-// nothing set to undo what it copied; stdout is unchanged either way.
-func TestCreateTemplateGoldenWarning(t *testing.T) {
-	const base = "name: web\ncontainers:\n- name: web\n  image: oci:/img\n  ports: [8080]\n"
-	const warning = "warning: new actors of template default/web start from its golden snapshot and share its memory (random seeds, keys); " +
-		"reseed on /run/ate/generation changes, set onRestore, or newActors: coldBoot (docs/restore.md)\n"
-	for _, tc := range []struct {
-		name, extra string
-		warn        bool
-	}{
-		{"defaults", "", true},
-		{"newActors golden", "newActors: golden\n", true},
-		{"onRestore", "onRestore: {httpPost: {path: /ate/restored, port: 8080}}\n", false},
-		{"coldBoot", "newActors: coldBoot\n", false},
-		{"onRestore and golden", "newActors: golden\nonRestore: {httpPost: {path: /r, port: 8080}}\n", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			file := filepath.Join(t.TempDir(), "web.yaml")
-			writeFile(t, file, base+tc.extra)
-			res := runServer(t, newFake(), "create", "template", "-f", file)
-			if res.code != 0 {
-				t.Fatalf("exit %d: %s", res.code, res.stderr)
-			}
-			want := ""
-			if tc.warn {
-				want = warning
-			}
-			if res.stderr != want {
-				t.Errorf("stderr %q, want %q", res.stderr, want)
-			}
-			if res.stdout != "template default/web created (golden snapshot building)\n" {
-				t.Errorf("stdout %q", res.stdout)
-			}
-		})
 	}
 }
 

@@ -16,4 +16,7 @@ var (
 	// ErrSuspendFailed: the checkpoint failed; the actor is CRASHED at its
 	// last snapshot and the worker is free.
 	ErrSuspendFailed = errors.New("suspend failed")
+	// ErrForeignSnapshot: a node reported a durable snapshot of another
+	// owner than the one it was asked to write for (reportedRef).
+	ErrForeignSnapshot = errors.New("node reported another owner's snapshot")
 )

@@ -51,7 +51,9 @@ type Node interface {
 
 // Snapshots is the durable snapshot store as workflows use it.
 type Snapshots interface {
-	Committed(ctx context.Context, ref string) error
+	// Committed returns ref with its manifest digest once ref is complete
+	// (snapshot.Store).
+	Committed(ctx context.Context, ref string) (string, error)
 	Delete(ctx context.Context, ref string) error
 	DeleteOwner(ctx context.Context, owner string) error
 	List(ctx context.Context) ([]string, error)
@@ -376,7 +378,7 @@ func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Ac
 	if a.State != store.Suspending || a.PendingSnapshot == "" || !strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
 		return nil, false, nil
 	}
-	err := m.snaps.Committed(ctx, a.PendingSnapshot)
+	committed, err := m.snaps.Committed(ctx, a.PendingSnapshot)
 	if errors.Is(err, snapshot.ErrNotFound) {
 		m.log.InfoContext(ctx, "interrupted suspend's snapshot was not committed; rolling back to the last one",
 			"actor", a.Key(), "pending", a.PendingSnapshot, "last", a.Snapshot)
@@ -386,7 +388,9 @@ func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Ac
 		return nil, false, fmt.Errorf("actor %s: is the interrupted suspend's snapshot %s committed? %w", a.Key(), a.PendingSnapshot, err)
 	}
 	n := *a
-	n.State, n.Worker, n.Snapshot, n.PendingSnapshot = store.Suspended, "", a.PendingSnapshot, ""
+	// The pointer records the digest of the manifest found now: from here
+	// on nothing else may stand in for it (snapshot.ParseRef).
+	n.State, n.Worker, n.Snapshot, n.PendingSnapshot = store.Suspended, "", committed, ""
 	n.Message = "suspended (an interrupted suspend was completed from its committed snapshot)"
 	out, err := m.update(ctx, a, &n)
 	if err != nil {
@@ -466,15 +470,16 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 	if err != nil {
 		return err
 	}
+	// Records keep references with their digests; List returns them bare.
 	for _, t := range tpls {
-		live[t.GoldenSnapshot] = true
+		live[snapshot.Bare(t.GoldenSnapshot)] = true
 	}
 	tags, err := m.store.ListTags(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, t := range tags {
-		live[t.Snapshot] = true
+		live[snapshot.Bare(t.Snapshot)] = true
 	}
 	for token := ""; ; {
 		page, next, err := m.store.ListActors(ctx, "", 1000, token)
@@ -482,7 +487,7 @@ func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
 			return err
 		}
 		for _, a := range page {
-			live[a.Snapshot] = true
+			live[snapshot.Bare(a.Snapshot)] = true
 		}
 		if next == "" {
 			break

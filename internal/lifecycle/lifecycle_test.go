@@ -40,8 +40,11 @@ type fakeNode struct {
 	onStart func(req node.StartRequest) error
 	// onCheckpoint, if set, runs inside Checkpoint.
 	onCheckpoint func()
-	mu           sync.Mutex
-	last         node.StartRequest
+	// reportRef, if set, is the reference Checkpoint reports, whatever
+	// it was asked to write (a compromised node's answer).
+	reportRef string
+	mu        sync.Mutex
+	last      node.StartRequest
 	// lastCheckpoint is what Checkpoint was last asked.
 	lastCheckpoint node.CheckpointOptions
 	// standbys is what StandbyWorkers answers; standbyFor and
@@ -74,6 +77,9 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.Checkpoin
 	f.mu.Unlock()
 	if o.Owner != "" {
 		uid = o.Owner
+	}
+	if f.reportRef != "" {
+		return f.reportRef, nil
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
@@ -139,7 +145,7 @@ func newEnv(t *testing.T) *env {
 	must(t, st.CreateAtespace(ctx, &store.Atespace{Name: "default"}))
 	must(t, st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl-uid",
 		Phase: store.TemplateReady, GoldenSnapshot: "tpl-uid/golden", ImageDigest: "sha256:tpl",
-		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}, NewActors: NewActorsGolden}}))
 	a := &store.Actor{Atespace: "default", Name: "a", UID: "a-uid", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}
 	must(t, st.CreateActor(ctx, a))
 	for _, w := range []string{"w0", "w1"} {
@@ -698,8 +704,8 @@ func TestClaimsNotHostedSkipsNewerRecords(t *testing.T) {
 // unsureSnapshots cannot tell whether a snapshot was committed.
 type unsureSnapshots struct{ *snapshot.Local }
 
-func (unsureSnapshots) Committed(context.Context, string) error {
-	return errors.New("snapshot store unreachable")
+func (unsureSnapshots) Committed(context.Context, string) (string, error) {
+	return "", errors.New("snapshot store unreachable")
 }
 
 // TestInterruptedSuspendWaitsWhenUnsure: when the snapshot store cannot

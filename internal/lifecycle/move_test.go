@@ -64,7 +64,7 @@ func TestMoveTemplate(t *testing.T) {
 	ctx := context.Background()
 	must(t, e.st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl2", UID: "tpl2-uid",
 		Phase: store.TemplateReady, GoldenSnapshot: "tpl2-uid/golden", ImageDigest: "sha256:tpl2",
-		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}))
+		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}, NewActors: NewActorsGolden}}))
 	e.resume(t)
 	if _, err := e.m.Suspend(ctx, key("a")); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
@@ -126,6 +127,9 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		if uerr == nil {
 			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, snapshot.NewID(), checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
 		}
+		if uerr == nil {
+			ref, uerr = reportedRef(ref, a.UID)
+		}
 		if uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, fmt.Errorf("upload paused checkpoint for another node: %w", uerr))
 		}
@@ -206,7 +210,8 @@ func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Temp
 }
 
 // The values of a template's newActors: how an actor without a snapshot
-// of its own starts. Empty means NewActorsGolden.
+// of its own starts. Empty means NewActorsGolden for a template with an
+// onRestore hook, NewActorsColdBoot for one without (NewActorsOf).
 const (
 	// NewActorsGolden restores the template's golden snapshot: fast, but
 	// every such actor begins with the build's memory.
@@ -215,9 +220,27 @@ const (
 	NewActorsColdBoot = "coldBoot"
 )
 
+// NewActorsOf returns how new actors of spec start: its newActors, or,
+// unset, NewActorsGolden when spec has an onRestore hook (which reseeds
+// what the golden snapshot copied) and NewActorsColdBoot when it has
+// none. Clones are safe unless a template says otherwise: a restored
+// golden snapshot hands every actor the build's user-space random state,
+// and a third-party server keeps its session ids, keys and nonces there,
+// where nothing but its own hook could refresh them (docs/restore.md).
+func NewActorsOf(spec *atev1.ActorTemplateSpec) string {
+	if v := spec.GetNewActors(); v != "" {
+		return v
+	}
+	if spec.GetOnRestore() != nil {
+		return NewActorsGolden
+	}
+	return NewActorsColdBoot
+}
+
 // durableSource is the actor's own latest durable snapshot, else the
-// template's golden snapshot, else a cold boot (source{}). A template
-// with newActors coldBoot never hands its golden snapshot to an actor:
+// template's golden snapshot when its new actors start golden
+// (NewActorsOf), else a cold boot (source{}). A template whose new
+// actors cold-boot never hands its golden snapshot to an actor:
 // every actor restored from it would share the memory the build had,
 // seeded random state included (docs/restore.md); its golden build still
 // runs, since it proves the template boots and makes it READY.
@@ -229,7 +252,7 @@ func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 		return source{ref: a.Snapshot, kind: metrics.SourceDurable}
 	}
 	src := source{kind: metrics.SourceCold}
-	if tpl.Phase == store.TemplateReady && tpl.Spec.GetNewActors() != NewActorsColdBoot {
+	if tpl.Phase == store.TemplateReady && NewActorsOf(tpl.Spec) == NewActorsGolden {
 		src = source{ref: tpl.GoldenSnapshot, kind: metrics.SourceGolden}
 	}
 	if a.VolumesOnly {

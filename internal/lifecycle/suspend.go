@@ -206,6 +206,9 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	if err == nil {
 		ref, err = on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
 	}
+	if err == nil && !paused {
+		ref, err = reportedRef(ref, a.UID)
+	}
 	if err != nil {
 		// The sandbox may be gone; the last snapshot is still good.
 		crashed := *a
@@ -271,6 +274,9 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	ref := ""
 	if err == nil {
 		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, snapshot.NewID(), opts.Scope)
+	}
+	if err == nil {
+		ref, err = reportedRef(ref, a.UID)
 	}
 	if err != nil {
 		back := *a
@@ -491,4 +497,21 @@ func (m *Manager) PutAwayIfIdle(ctx context.Context, key names.ActorKey, uid str
 		return now.Add(after), err
 	}
 	return time.Time{}, nil
+}
+
+// reportedRef checks a durable snapshot reference a node reported after
+// writing a snapshot for owner (an actor's, tag's or fork's uid). A node is
+// trusted with the actor it hosts, not with others: a reference to another
+// owner's snapshot would point this record at it, and a later suspend or
+// delete would delete it, so it is refused (security.md, Snapshot
+// integrity).
+func reportedRef(ref, owner string) (string, error) {
+	got, _, err := snapshot.SplitRef(ref)
+	if err == nil && got != owner {
+		err = fmt.Errorf("owner %s, want %s", got, owner)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrForeignSnapshot, ref, err)
+	}
+	return ref, nil
 }

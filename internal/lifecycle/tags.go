@@ -168,14 +168,22 @@ func (m *Manager) snapshotFor(ctx context.Context, a *store.Actor, owner string)
 		}
 		opts, _ := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 		opts.ID, opts.LeaveRunning, opts.Owner = id, true, owner
-		return on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+		ref, err := on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+		if err != nil {
+			return "", err
+		}
+		return reportedRef(ref, owner)
 	case store.Paused:
 		on, err := m.nodeNamed(a.Node)
 		if err != nil {
 			return "", err
 		}
 		opts, _ := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
-		return on.Upload(ctx, a.PausedSnapshot, owner, id, opts.Scope)
+		ref, err := on.Upload(ctx, a.PausedSnapshot, owner, id, opts.Scope)
+		if err != nil {
+			return "", err
+		}
+		return reportedRef(ref, owner)
 	case store.Suspended, store.Crashed:
 		if a.Snapshot == "" {
 			return "", fmt.Errorf("%w: actor %s has no snapshot of its own yet (it would start from its template's golden snapshot); resume it first",

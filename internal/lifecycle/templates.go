@@ -29,6 +29,9 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	if err == nil {
 		ref, digest, err = n.BuildGolden(node.WithProgress(ctx, m.buildProgress(ctx, t)), t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
 	}
+	if err == nil && ref != "" {
+		ref, err = reportedRef(ref, t.UID)
+	}
 	if err != nil && ctx.Err() != nil {
 		log.InfoContext(ctx, "golden build cancelled; left for the next start-up", "err", err)
 		return

@@ -49,7 +49,7 @@ func TestCompressedLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, ref)
+	dir := filepath.Join(root, Bare(ref))
 	m, err := ReadManifest(dir, ref)
 	if err != nil {
 		t.Fatal(err)

@@ -240,7 +240,7 @@ func (l *Local) seal(s *Staged, scope Scope, files []File) (string, error) {
 	if err := syncDir(ownerDir); err != nil {
 		return "", fmt.Errorf("commit snapshot %s: %w", ref, err)
 	}
-	return ref, nil
+	return WithDigest(ref, data), nil
 }
 
 // Open checks that ref is complete and its files have the sizes its
@@ -271,7 +271,7 @@ func (l *Local) committed(ref string) (string, *Manifest, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	m, err := ReadManifest(dir, ref)
+	m, _, err := readVerifiedManifest(dir, ref)
 	if err != nil {
 		return "", nil, err
 	}
@@ -286,27 +286,49 @@ func (l *Local) committed(ref string) (string, *Manifest, error) {
 
 // Committed implements Store: the manifest is written last, so its
 // presence is the commit.
-func (l *Local) Committed(_ context.Context, ref string) error {
+func (l *Local) Committed(_ context.Context, ref string) (string, error) {
 	dir, err := l.path(ref)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = ReadManifest(dir, ref)
-	return err
+	_, data, err := readVerifiedManifest(dir, ref)
+	if err != nil {
+		return "", err
+	}
+	return WithDigest(Bare(ref), data), nil
 }
 
 // ReadManifest reads the manifest in dir, the directory of snapshot ref
 // (named in errors). A missing manifest wraps ErrNotFound, an unreadable
 // one ErrCorrupt.
 func ReadManifest(dir, ref string) (*Manifest, error) {
+	m, _, err := readManifest(dir, ref)
+	return m, err
+}
+
+// readVerifiedManifest is ReadManifest that also checks the manifest
+// against the digest ref records (VerifyDigest), and returns its bytes.
+func readVerifiedManifest(dir, ref string) (*Manifest, []byte, error) {
+	m, data, err := readManifest(dir, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := VerifyDigest(ref, data); err != nil {
+		return nil, nil, err
+	}
+	return m, data, nil
+}
+
+func readManifest(dir, ref string) (*Manifest, []byte, error) {
 	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
+		return nil, nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ParseManifest(data, ref)
+	m, err := ParseManifest(data, ref)
+	return m, data, err
 }
 
 // ParseManifest decodes manifest bytes of snapshot ref; a decoding error
@@ -497,9 +519,20 @@ func (l *Local) path(ref string) (string, error) {
 	return filepath.Join(l.dir, owner, id), nil
 }
 
-// SplitRef splits "<owner>/<id>" into its parts; anything else (empty
-// parts, more slashes, a leading dot) is an error wrapping ErrNotFound.
+// SplitRef splits "<owner>/<id>", with or without its digest
+// ("@sha256:…", ParseRef), into owner and id; anything else (empty
+// parts, more slashes, a leading dot, a malformed digest) is an error
+// wrapping ErrNotFound.
 func SplitRef(ref string) (owner, id string, err error) {
+	bare, _, err := ParseRef(ref)
+	if err != nil {
+		return "", "", err
+	}
+	return splitBare(bare)
+}
+
+// splitBare is SplitRef for a reference without a digest.
+func splitBare(ref string) (owner, id string, err error) {
 	owner, id, ok := strings.Cut(ref, "/")
 	if !ok || owner == "" || id == "" || strings.ContainsAny(id, `/\`) || strings.ContainsRune(owner, '\\') || owner[0] == '.' || id[0] == '.' {
 		return "", "", fmt.Errorf("%w: malformed reference %q", ErrNotFound, ref)

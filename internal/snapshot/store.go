@@ -23,16 +23,21 @@ type Store interface {
 	// Abort removes a staged snapshot.
 	Abort(s *Staged) error
 	// Commit makes the staged files durable in the store, manifest last,
-	// and returns the reference; the staged directory is consumed.
+	// and returns the reference with the manifest's digest (digest.go);
+	// the staged directory is consumed.
 	Commit(ctx context.Context, s *Staged, scope Scope) (ref string, err error)
 	// Open returns a local directory holding ref's files, verified against
-	// its manifest. Errors wrap ErrNotFound or ErrCorrupt. The caller must
+	// its manifest, and the manifest against the digest ref records (a
+	// mismatch is ErrCorrupt, whatever the files hold). Errors wrap
+	// ErrNotFound or ErrCorrupt. The caller must
 	// Close the result when done reading the directory.
 	Open(ctx context.Context, ref string) (*Opened, error)
 	// Committed reports whether ref is complete, reading its manifest
-	// only: nil when it is, an error wrapping ErrNotFound when it is not,
+	// only: when it is, it returns ref with its manifest digest (the
+	// reference to record); an error wrapping ErrNotFound when it is not,
+	// ErrCorrupt when ref records a digest its manifest does not have,
 	// any other error when the store could not tell.
-	Committed(ctx context.Context, ref string) error
+	Committed(ctx context.Context, ref string) (string, error)
 	// Import copies the complete snapshot at srcDir (e.g. a node's paused
 	// copy) into the store as a new snapshot of owner; with ScopeData only
 	// its volumes.

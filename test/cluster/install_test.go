@@ -24,6 +24,7 @@ containers:
   ports: [8080]
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
+newActors: golden
 idle: {after: %s, action: suspend}
 %s`, name, idleAfter, extra)
 }

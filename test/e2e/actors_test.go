@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // notesOf GETs the actor's notes and returns their texts in order.
@@ -207,7 +208,7 @@ func TestExpiry(t *testing.T) {
 	}
 	idle := in.actor("idle-1")
 	snapDir := filepath.Join(in.dataDir, "snapshots", idle.GetUid())
-	if _, err := os.Stat(filepath.Join(snapDir, strings.TrimPrefix(idle.GetSnapshot(), idle.GetUid()+"/"))); err != nil {
+	if _, err := os.Stat(filepath.Join(snapDir, strings.TrimPrefix(snapshot.Bare(idle.GetSnapshot()), idle.GetUid()+"/"))); err != nil {
 		t.Fatalf("idle-1's snapshot %s: %v", idle.GetSnapshot(), err)
 	}
 	lastUse := time.Now()

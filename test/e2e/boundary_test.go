@@ -116,6 +116,7 @@ containers:
   ports: [8080]
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
+newActors: golden
 network:
   egress:
   - {cidr: %s/32, ports: [8443]}

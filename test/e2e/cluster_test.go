@@ -24,6 +24,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/sandbox/gvisor"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/s3/s3test"
 )
 
@@ -460,7 +461,7 @@ func TestClusterCorruptSnapshot(t *testing.T) {
 	c.counterActor()
 	first := c.nodeOf("counter-1")
 	c.in.ate("suspend", "actor", "counter-1")
-	ref := c.in.actor("counter-1").GetSnapshot()
+	ref := snapshot.Bare(c.in.actor("counter-1").GetSnapshot())
 	ctx := context.Background()
 	keys, err := c.s3.Keys(ctx, "e2e/"+ref+"/")
 	if err != nil {
@@ -604,12 +605,12 @@ func TestClusterAPIServerKilledMidSuspend(t *testing.T) {
 	referenced := func() map[string]bool {
 		live := map[string]bool{}
 		a := c.in.actor("counter-1")
-		live[a.GetSnapshot()] = true
+		live[snapshot.Bare(a.GetSnapshot())] = true
 		tpl, err := c.in.client.GetActorTemplate(ctx, &atev1.GetActorTemplateRequest{Atespace: "default", Name: "counter"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		live[tpl.GetStatus().GetGoldenSnapshot()] = true
+		live[snapshot.Bare(tpl.GetStatus().GetGoldenSnapshot())] = true
 		return live
 	}
 	waitFor(t, "no unreferenced snapshot object in the bucket", 30*time.Second, func() bool {

@@ -21,6 +21,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/latency"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // BenchmarkDensityRunning runs as many RUNNING counter actors at once as
@@ -490,7 +491,7 @@ func goldenRef(b *testing.B, in *installation) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return tpl.GetStatus().GetGoldenSnapshot()
+	return snapshot.Bare(tpl.GetStatus().GetGoldenSnapshot())
 }
 
 // runscMemory sums the resident (RSS) and proportional (PSS) memory of

@@ -14,6 +14,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/sandbox/gvisor"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // faultyRunsc writes a runsc wrapper that injects faults on demand: while
@@ -133,7 +134,7 @@ func TestNodeAgentKilledDuringSuspend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{a.GetSnapshot(): true, tpl.GetStatus().GetGoldenSnapshot(): true}
+	want := map[string]bool{snapshot.Bare(a.GetSnapshot()): true, snapshot.Bare(tpl.GetStatus().GetGoldenSnapshot()): true}
 	var stray []string
 	defer func() {
 		if t.Failed() && len(stray) > 0 {

@@ -53,7 +53,7 @@ func (in *installation) ateBackground(args ...string) *testlog.Buffer {
 // manifest's stored size follows, so the store's own checks pass.
 func (in *installation) breakSnapshot(actor string) (fix func()) {
 	in.t.Helper()
-	dir := filepath.Join(in.dataDir, "snapshots", in.actor(actor).GetSnapshot())
+	dir := filepath.Join(in.dataDir, "snapshots", snapshot.Bare(in.actor(actor).GetSnapshot()))
 	manifest := filepath.Join(dir, snapshot.ManifestName)
 	goodManifest, err := os.ReadFile(manifest)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // TestMetrics: the management listener's counters move by exactly what a
@@ -170,7 +171,7 @@ func TestMetricsScenario(t *testing.T) {
 	in.mustCount("default/counter-1", 1)
 	in.mustCount("default/counter-1", 2)
 	in.suspend("counter-1")
-	corruptSnapshot(t, filepath.Join(in.dataDir, "snapshots", in.actor("counter-1").GetSnapshot()))
+	corruptSnapshot(t, filepath.Join(in.dataDir, "snapshots", snapshot.Bare(in.actor("counter-1").GetSnapshot())))
 	// Straight to the API (no retry policy on this client): one resume,
 	// one failed restore.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/latency"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // workload is one realistic actor of BenchmarkWorkloads: a template file,
@@ -316,7 +317,7 @@ func (in *installation) timedPause(actor string) time.Duration {
 // the installation's local snapshot store.
 func (in *installation) snapshotDiskBytes(actor string) int64 {
 	in.t.Helper()
-	id := in.actor(actor).GetSnapshot()
+	id := snapshot.Bare(in.actor(actor).GetSnapshot())
 	if id == "" {
 		in.t.Fatalf("%s has no snapshot after a suspend", actor)
 	}

@@ -1344,9 +1344,10 @@ type ActorTemplateSpec struct {
 	// on every restore whether or not a hook is set.
 	OnRestore *RestoreHook `protobuf:"bytes,12,opt,name=on_restore,json=onRestore,proto3" json:"on_restore,omitempty"`
 	// new_actors is how an actor without a snapshot of its own starts:
-	// "golden" (the default: restore the template's golden snapshot, fast,
-	// but every such actor shares the memory the golden build had,
-	// random seeds included) or "coldBoot" (boot the image afresh).
+	// "golden" (restore the template's golden snapshot, fast, but every
+	// such actor shares the memory the golden build had, random seeds
+	// included) or "coldBoot" (boot the image afresh). Unset: "golden"
+	// when on_restore is set (the hook reseeds), else "coldBoot".
 	NewActors string `protobuf:"bytes,13,opt,name=new_actors,json=newActors,proto3" json:"new_actors,omitempty"`
 	// ttl deletes actors of the template left unused (docs/actors.md, Expiry).
 	Ttl *TTLPolicy `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -2351,8 +2352,10 @@ type Actor struct {
 	State    ActorState             `protobuf:"varint,5,opt,name=state,proto3,enum=ate.v1.ActorState" json:"state,omitempty"`
 	// worker hosting the actor while RESUMING/RUNNING/SUSPENDING; empty otherwise.
 	Worker string `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
-	// snapshot is the id of the latest complete snapshot; empty until the
-	// first suspend (the actor then starts from the golden snapshot).
+	// snapshot is the reference of the latest complete snapshot,
+	// "<owner>/<id>@sha256:<manifest digest>", verified on every restore;
+	// empty until the first suspend (the actor then starts as its
+	// template's new_actors says).
 	Snapshot       string            `protobuf:"bytes,7,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	WorkerSelector map[string]string `protobuf:"bytes,8,rep,name=worker_selector,json=workerSelector,proto3" json:"worker_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// message explains the last failure, if any.

@@ -47,8 +47,11 @@ type cache struct {
 }
 
 type entry struct {
-	ref    string
-	dir    string
+	ref string
+	dir string
+	// digest is the manifest's (snapshot.ManifestDigest): Open hands the
+	// entry out only for a reference recording the same one.
+	digest string
 	m      *snapshot.Manifest
 	size   int64
 	pins   int
@@ -91,7 +94,11 @@ func newCache(dir string, max int64) (*cache, error) {
 		}
 		for _, id := range ids {
 			ref, p := o.Name()+"/"+id.Name(), filepath.Join(dir, o.Name(), id.Name())
-			m, err := snapshot.ReadManifest(p, ref)
+			data, err := os.ReadFile(filepath.Join(p, snapshot.ManifestName))
+			var m *snapshot.Manifest
+			if err == nil {
+				m, err = snapshot.ParseManifest(data, ref)
+			}
 			if err == nil {
 				err = snapshot.CheckSizes(p, ref, m)
 			}
@@ -103,7 +110,8 @@ func newCache(dir string, max int64) (*cache, error) {
 			if err != nil {
 				return nil, err
 			}
-			all = append(all, found{&entry{ref: ref, dir: p, m: m, size: manifestBytes(m)}, st.ModTime()})
+			e := &entry{ref: ref, dir: p, digest: snapshot.ManifestDigest(data), m: m, size: manifestBytes(m)}
+			all = append(all, found{e, st.ModTime()})
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].mtime.Before(all[j].mtime) })
@@ -128,14 +136,14 @@ func manifestBytes(m *snapshot.Manifest) int64 {
 	return n
 }
 
-// acquire pins ref's entry and returns it opened, or nil if it is not
-// cached. The caller must Close the result.
-func (c *cache) acquire(ref string) *snapshot.Opened {
+// acquire pins ref's entry and returns it opened, with its manifest's
+// digest, or nil if it is not cached. The caller must Close the result.
+func (c *cache) acquire(ref string) (*snapshot.Opened, string) {
 	c.mu.Lock()
 	e, ok := c.entries[ref]
 	if !ok {
 		c.mu.Unlock()
-		return nil
+		return nil, ""
 	}
 	e.pins++
 	c.lru.MoveToFront(e.elem)
@@ -143,7 +151,7 @@ func (c *cache) acquire(ref string) *snapshot.Opened {
 	// Persist recency for the index rebuilt at the next start; best effort.
 	now := time.Now()
 	_ = os.Chtimes(filepath.Join(e.dir, snapshot.ManifestName), now, now)
-	return snapshot.NewOpened(e.dir, e.m, func() { c.release(e) })
+	return snapshot.NewOpened(e.dir, e.m, func() { c.release(e) }), e.digest
 }
 
 func (c *cache) release(e *entry) {
@@ -161,10 +169,11 @@ func (c *cache) release(e *entry) {
 }
 
 // insert moves the complete snapshot directory src (on the cache's
-// filesystem, manifest included) into the cache as ref. With pin it
-// returns the entry opened (the caller must Close it); a concurrent insert
-// of the same ref wins and src is discarded.
-func (c *cache) insert(ref, src string, m *snapshot.Manifest, pin bool) (*snapshot.Opened, error) {
+// filesystem, manifest included, whose digest is digest) into the cache
+// as ref. With pin it returns the entry opened (the caller must Close
+// it); a concurrent insert of the same ref wins and src is discarded, and
+// the winner is returned only if its manifest has the same digest.
+func (c *cache) insert(ref, digest, src string, m *snapshot.Manifest, pin bool) (*snapshot.Opened, error) {
 	owner, id, err := snapshot.SplitRef(ref)
 	if err != nil {
 		return nil, err
@@ -177,7 +186,11 @@ func (c *cache) insert(ref, src string, m *snapshot.Manifest, pin bool) (*snapsh
 		if !pin {
 			return nil, nil
 		}
-		if o := c.acquire(ref); o != nil {
+		if o, got := c.acquire(ref); o != nil {
+			if got != digest {
+				o.Close()
+				return nil, fmt.Errorf("%w: %s: this node's cached copy has manifest digest %s, not %s", snapshot.ErrCorrupt, ref, got, digest)
+			}
 			return o, nil
 		}
 		return nil, fmt.Errorf("snapshot cache: %s evicted while inserted", ref)
@@ -190,7 +203,7 @@ func (c *cache) insert(ref, src string, m *snapshot.Manifest, pin bool) (*snapsh
 		c.mu.Unlock()
 		return nil, fmt.Errorf("snapshot cache: %w", err)
 	}
-	e := &entry{ref: ref, dir: dst, m: m, size: manifestBytes(m)}
+	e := &entry{ref: ref, dir: dst, digest: digest, m: m, size: manifestBytes(m)}
 	if pin {
 		e.pins = 1
 	}

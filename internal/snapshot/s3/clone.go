@@ -27,21 +27,25 @@ const maxCopyObject = 5 << 30
 // so far are removed as far as possible (the rest are an incomplete ref
 // for garbage collection).
 func (s *Store) Clone(ctx context.Context, src, owner, id string) (string, error) {
-	if _, _, err := snapshot.SplitRef(src); err != nil {
-		return "", err
-	}
-	id, err := snapshot.StageID(owner, id)
+	bare, _, err := snapshot.ParseRef(src)
 	if err != nil {
 		return "", err
 	}
-	srcBase := s.root() + src + "/"
+	id, err = snapshot.StageID(owner, id)
+	if err != nil {
+		return "", err
+	}
+	// getManifest checks src's digest: a clone (tag, fork) must not
+	// launder a substituted snapshot under a fresh digest of its own.
+	srcBase := s.root() + bare + "/"
 	m, _, err := s.getManifest(ctx, src, srcBase)
 	if err != nil {
 		return "", err
 	}
 	ref := owner + "/" + id
 	base := s.root() + ref + "/"
-	if err := s.copyAll(ctx, srcBase, base, m); err != nil {
+	data, err := s.copyAll(ctx, srcBase, base, m)
+	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if rerr := s.removePrefix(cctx, base); rerr != nil {
@@ -49,12 +53,12 @@ func (s *Store) Clone(ctx context.Context, src, owner, id string) (string, error
 		}
 		return "", fmt.Errorf("clone snapshot %s to %s: %w", src, ref, err)
 	}
-	return ref, nil
+	return snapshot.WithDigest(ref, data), nil
 }
 
 // copyAll copies m's file objects from under srcBase to under base, then
-// puts m, renamed to base's ref, as the manifest.
-func (s *Store) copyAll(ctx context.Context, srcBase, base string, m *snapshot.Manifest) error {
+// puts m, renamed to base's ref, as the manifest, whose bytes it returns.
+func (s *Store) copyAll(ctx context.Context, srcBase, base string, m *snapshot.Manifest) ([]byte, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fileParallelism)
 	for _, f := range m.Files {
@@ -74,19 +78,19 @@ func (s *Store) copyAll(ctx context.Context, srcBase, base string, m *snapshot.M
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, err
 	}
 	out := *m
 	out.Ref = strings.TrimSuffix(strings.TrimPrefix(base, s.root()), "/")
 	out.CreateTime = time.Now().UTC()
 	data, err := codec.MarshalIndent(&out, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	key := base + snapshot.ManifestName
 	if _, err := s.client.PutObject(ctx, s.cfg.Bucket, key, strings.NewReader(string(data)), int64(len(data)),
 		minio.PutObjectOptions{ContentType: "application/json"}); err != nil {
-		return fmt.Errorf("upload %s: %w", key, err)
+		return nil, fmt.Errorf("upload %s: %w", key, err)
 	}
-	return nil
+	return data, nil
 }

@@ -191,13 +191,14 @@ func (s *Store) Abort(st *snapshot.Staged) error { return os.RemoveAll(st.Dir) }
 
 // Commit uploads every staged file (compressed per Config.Compression,
 // checksummed), then the manifest, and moves the staged directory into
-// the local cache. It returns "<owner>/<id>"; only after it returns is
+// the local cache. It returns "<owner>/<id>@sha256:<manifest digest>";
+// only after it returns is
 // the snapshot complete. On error, objects already uploaded are removed
 // as far as possible (the rest are an incomplete ref for GC) and the
 // staged directory stays for Abort.
 func (s *Store) Commit(ctx context.Context, st *snapshot.Staged, scope snapshot.Scope) (string, error) {
 	ref := st.Owner + "/" + st.ID
-	m, err := s.uploadAll(ctx, ref, st.Dir, scope)
+	m, data, err := s.uploadAll(ctx, ref, st.Dir, scope)
 	if err != nil {
 		// Bounded, and not by ctx: a cancelled commit should still clean
 		// up, but a dead endpoint must not hold the caller long.
@@ -210,16 +211,18 @@ func (s *Store) Commit(ctx context.Context, st *snapshot.Staged, scope snapshot.
 	}
 	// The snapshot is complete in the bucket; the cache is an optimisation
 	// from here on, so its failures are logged, not returned.
-	if _, err := s.cache.insert(ref, st.Dir, m, false); err != nil {
+	digest := snapshot.ManifestDigest(data)
+	if _, err := s.cache.insert(ref, digest, st.Dir, m, false); err != nil {
 		s.log.Warn("caching a committed snapshot", "ref", ref, "err", err)
 		_ = os.RemoveAll(st.Dir)
 	}
-	return ref, nil
+	return snapshot.WithDigest(ref, data), nil
 }
 
 // uploadAll uploads the files of dir under ref's prefix, then the
-// manifest, which it also writes (synced) into dir.
-func (s *Store) uploadAll(ctx context.Context, ref, dir string, scope snapshot.Scope) (*snapshot.Manifest, error) {
+// manifest, which it also writes (synced) into dir, and returns the
+// manifest and its bytes.
+func (s *Store) uploadAll(ctx context.Context, ref, dir string, scope snapshot.Scope) (*snapshot.Manifest, []byte, error) {
 	m := &snapshot.Manifest{Ref: ref, CreateTime: time.Now().UTC(), Scope: scope}
 	type file struct {
 		rel  string
@@ -256,7 +259,7 @@ func (s *Store) uploadAll(ctx context.Context, ref, dir string, scope snapshot.S
 		return nil // devices, sockets, fifos are not data (as snapshot.CopyTree)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	base := s.root() + ref + "/"
 	m.Files = make([]snapshot.File, len(files))
@@ -270,21 +273,21 @@ func (s *Store) uploadAll(ctx context.Context, ref, dir string, scope snapshot.S
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := codec.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := snapshot.WriteFileSync(filepath.Join(dir, snapshot.ManifestName), data); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key := base + snapshot.ManifestName
 	if _, err := s.client.PutObject(ctx, s.cfg.Bucket, key, strings.NewReader(string(data)), int64(len(data)),
 		minio.PutObjectOptions{ContentType: "application/json"}); err != nil {
-		return nil, fmt.Errorf("upload %s: %w", key, err)
+		return nil, nil, fmt.Errorf("upload %s: %w", key, err)
 	}
-	return m, nil
+	return m, data, nil
 }
 
 // Open returns ref's files in a local directory: the cache entry if
@@ -293,15 +296,23 @@ func (s *Store) uploadAll(ctx context.Context, ref, dir string, scope snapshot.S
 // pinned (never evicted) until the result's Close. Errors wrap
 // snapshot.ErrNotFound (no manifest) or snapshot.ErrCorrupt (a file
 // missing, truncated or not matching; the message names the object key
-// and both checksums), or are the object storage's.
+// and both checksums, or a manifest that is not the one ref's digest
+// names), or are the object storage's. A cache entry is used only when
+// its manifest has ref's digest.
 func (s *Store) Open(ctx context.Context, ref string) (*snapshot.Opened, error) {
-	if _, _, err := snapshot.SplitRef(ref); err != nil {
+	bare, digest, err := snapshot.ParseRef(ref)
+	if err != nil {
 		return nil, err
 	}
-	if o := s.cache.acquire(ref); o != nil {
-		return o, nil
+	if o, cached := s.cache.acquire(bare); o != nil {
+		if digest == "" || cached == digest {
+			return o, nil
+		}
+		o.Close()
+		return nil, fmt.Errorf("%w: %s: this node's cached copy has manifest digest %s, not the recorded %s; refusing it",
+			snapshot.ErrCorrupt, bare, cached, digest)
 	}
-	base := s.root() + ref + "/"
+	base := s.root() + bare + "/"
 	m, data, err := s.getManifest(ctx, ref, base)
 	if err != nil {
 		return nil, err
@@ -310,7 +321,7 @@ func (s *Store) Open(ctx context.Context, ref string) (*snapshot.Opened, error) 
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.fetchInto(ctx, ref, base, tmp, m, data)
+	o, err := s.fetchInto(ctx, bare, base, tmp, m, data)
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return nil, err
@@ -320,14 +331,21 @@ func (s *Store) Open(ctx context.Context, ref string) (*snapshot.Opened, error) 
 
 // Committed implements snapshot.Store: the manifest is uploaded last, so
 // its presence is the commit; nothing else is downloaded.
-func (s *Store) Committed(ctx context.Context, ref string) error {
-	if _, _, err := snapshot.SplitRef(ref); err != nil {
-		return err
+func (s *Store) Committed(ctx context.Context, ref string) (string, error) {
+	bare, _, err := snapshot.ParseRef(ref)
+	if err != nil {
+		return "", err
 	}
-	_, _, err := s.getManifest(ctx, ref, s.root()+ref+"/")
-	return err
+	_, data, err := s.getManifest(ctx, ref, s.root()+bare+"/")
+	if err != nil {
+		return "", err
+	}
+	return snapshot.WithDigest(bare, data), nil
 }
 
+// getManifest reads the manifest object under base, the prefix of ref,
+// and checks it against the digest ref records, if any, before it is
+// parsed or trusted.
 func (s *Store) getManifest(ctx context.Context, ref, base string) (*snapshot.Manifest, []byte, error) {
 	key := base + snapshot.ManifestName
 	obj, err := s.client.GetObject(ctx, s.cfg.Bucket, key, minio.GetObjectOptions{})
@@ -344,6 +362,10 @@ func (s *Store) getManifest(ctx context.Context, ref, base string) (*snapshot.Ma
 		}
 		return nil, nil, fmt.Errorf("open snapshot %s: %w", ref, err)
 	}
+	if err := snapshot.VerifyDigest(ref, data); err != nil {
+		return nil, nil, err
+	}
+	ref = snapshot.Bare(ref)
 	m, err := snapshot.ParseManifest(data, ref)
 	if err != nil {
 		return nil, nil, err
@@ -388,7 +410,7 @@ func (s *Store) fetchInto(ctx context.Context, ref, base, tmp string, m *snapsho
 	if err := snapshot.WriteFileSync(filepath.Join(tmp, snapshot.ManifestName), data); err != nil {
 		return nil, err
 	}
-	return s.cache.insert(ref, tmp, m, true)
+	return s.cache.insert(ref, snapshot.ManifestDigest(data), tmp, m, true)
 }
 
 // Import copies the complete snapshot at srcDir (e.g. a node's paused
@@ -402,7 +424,8 @@ func (s *Store) Import(ctx context.Context, owner, id, srcDir string, scope snap
 // Open sees it gone, not corrupt), and its cache entry; a pinned entry
 // goes at its last Close. Deleting a missing ref succeeds.
 func (s *Store) Delete(ctx context.Context, ref string) error {
-	if _, _, err := snapshot.SplitRef(ref); err != nil {
+	ref, _, err := snapshot.ParseRef(ref)
+	if err != nil {
 		return err
 	}
 	s.cache.remove(ref)

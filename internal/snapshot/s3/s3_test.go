@@ -39,7 +39,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []string{"manifest.json", "pages.img" + tc.suffix, "volumes/data/a/b/run.sh" + tc.suffix} {
-				if !slices.Contains(keys, prefix+"/"+ref+"/"+k) {
+				if !slices.Contains(keys, prefix+"/"+snapshot.Bare(ref)+"/"+k) {
 					t.Errorf("no object %s in %v", k, keys)
 				}
 			}
@@ -60,7 +60,7 @@ func TestRoundTrip(t *testing.T) {
 					t.Errorf("pages.img (3/4 zero pages) stored in %d of %d bytes", f.StoredSize, f.Size)
 				}
 			}
-			if o.Manifest.Ref != ref || o.Manifest.Scope != snapshot.ScopeFull {
+			if o.Manifest.Ref != snapshot.Bare(ref) || o.Manifest.Scope != snapshot.ScopeFull {
 				t.Errorf("manifest %+v", o.Manifest)
 			}
 		})
@@ -136,7 +136,7 @@ func TestBadObjects(t *testing.T) {
 			cfg.Compression = tc.compression
 			files := checkpointFiles(t, 6<<20)
 			ref := commit(t, newStore(t, cfg), "actor-uid", files)
-			key := prefix + "/" + ref + "/" + tc.file
+			key := prefix + "/" + snapshot.Bare(ref) + "/" + tc.file
 			if tc.compression == s3.CompressionZstd {
 				key += ".zst"
 			}
@@ -201,7 +201,7 @@ func TestIncompleteSnapshot(t *testing.T) {
 	s := newStore(t, cfg)
 	complete := commit(t, s, "a-uid", map[string][]byte{"f": []byte("x")})
 	incomplete := commit(t, s, "b-uid", map[string][]byte{"f": []byte("y")})
-	if err := srv.Remove(ctx, prefix+"/"+incomplete+"/"+snapshot.ManifestName); err != nil {
+	if err := srv.Remove(ctx, prefix+"/"+snapshot.Bare(incomplete)+"/"+snapshot.ManifestName); err != nil {
 		t.Fatal(err)
 	}
 
@@ -220,7 +220,7 @@ func TestIncompleteSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{complete, incomplete}; !slices.Equal(refs, want) {
+	if want := []string{snapshot.Bare(complete), snapshot.Bare(incomplete)}; !slices.Equal(refs, want) {
 		t.Fatalf("List = %v, want %v", refs, want)
 	}
 	if !snapshot.StagedBefore(incomplete, timeAfter(t)) {
@@ -246,7 +246,7 @@ func TestDelete(t *testing.T) {
 	if _, err := s.Open(ctx, a1); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Open after Delete = %v", err)
 	}
-	if keys, _ := srv.Keys(ctx, prefix+"/"+a1+"/"); len(keys) != 0 {
+	if keys, _ := srv.Keys(ctx, prefix+"/"+snapshot.Bare(a1)+"/"); len(keys) != 0 {
 		t.Fatalf("objects left after Delete: %v", keys)
 	}
 	if err := s.DeleteOwner(ctx, "a-uid"); err != nil {
@@ -258,7 +258,7 @@ func TestDelete(t *testing.T) {
 	if _, err := s.Open(ctx, a2); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Open of %s after DeleteOwner = %v", a2, err)
 	}
-	if refs, err := s.List(ctx); err != nil || !slices.Equal(refs, []string{b1}) {
+	if refs, err := s.List(ctx); err != nil || !slices.Equal(refs, []string{snapshot.Bare(b1)}) {
 		t.Fatalf("List = %v, %v; want [%s]", refs, err, b1)
 	}
 	if _, n := s.CacheStats(); n != 1 {
@@ -420,4 +420,70 @@ func TestConcurrentOpens(t *testing.T) {
 // TestConformance: the S3 store does what every snapshot store does.
 func TestConformance(t *testing.T) {
 	snapshottest.Run(t, func(t *testing.T) snapshot.Store { return newStore(t, config(t, testPrefix(t))) })
+}
+
+// TestSubstitutedByAnotherNode: a compromised node holds the bucket's
+// keys, as every node does, and rewrites another actor's snapshot under
+// its reference, files and manifest consistent (its own Commit does the
+// hashing). A node opening the recorded reference with an empty cache
+// refuses it by the manifest digest, downloads nothing into its cache,
+// and a node whose cache holds the committed copy keeps serving that
+// copy, not the rewrite.
+func TestSubstitutedByAnotherNode(t *testing.T) {
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	owner := newStore(t, config(t, prefix))
+	files := checkpointFiles(t, 1<<20)
+	victim := commit(t, owner, "victim-uid", files)
+	_, id, err := snapshot.SplitRef(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	attacker := newStore(t, config(t, prefix))
+	if err := attacker.Delete(ctx, snapshot.Bare(victim)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := attacker.Stage("victim-uid", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"checkpoint.img": []byte("attacker's memory"), "volumes/data/planted": []byte("x")} {
+		p := filepath.Join(st.Dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged, err := attacker.Commit(ctx, st, snapshot.ScopeFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snapshot.Bare(forged) != snapshot.Bare(victim) {
+		t.Fatalf("forgery at %s, victim at %s", forged, victim)
+	}
+
+	cfg := config(t, prefix)
+	fresh := newStore(t, cfg)
+	if o, err := fresh.Open(ctx, victim); !errors.Is(err, snapshot.ErrCorrupt) || !strings.Contains(err.Error(), "manifest digest") {
+		if o != nil {
+			o.Close()
+		}
+		t.Fatalf("Open of the rewritten snapshot on another node = %v, want ErrCorrupt naming the manifest digest", err)
+	}
+	if _, n := fresh.CacheStats(); n != 0 {
+		t.Fatalf("%d cache entries after a refused download", n)
+	}
+	if left, _ := os.ReadDir(filepath.Join(cfg.CacheDir, ".fetch")); len(left) != 0 {
+		t.Fatalf("download leftovers: %v", left)
+	}
+
+	o, err := owner.Open(ctx, victim)
+	if err != nil {
+		t.Fatalf("the committing node's cached copy: %v", err)
+	}
+	defer o.Close()
+	checkFiles(t, o.Dir, files)
 }

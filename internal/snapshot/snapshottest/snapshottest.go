@@ -22,6 +22,7 @@ func Run(t *testing.T, newStore func(t *testing.T) snapshot.Store) {
 	t.Run("ImportDataScope", func(t *testing.T) { importDataScope(t, newStore(t)) })
 	t.Run("ClearStaging", func(t *testing.T) { clearStaging(t, newStore(t)) })
 	t.Run("CloneIndependent", func(t *testing.T) { cloneIndependent(t, newStore(t)) })
+	t.Run("SubstitutedRefused", func(t *testing.T) { substitutedRefused(t, newStore(t)) })
 }
 
 var files = map[string][]byte{
@@ -64,18 +65,21 @@ func commitThenOpen(t *testing.T, s snapshot.Store) {
 	if _, err := s.Open(ctx, "a-uid/"+st.ID); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("staged snapshot visible before Commit: %v", err)
 	}
-	if err := s.Committed(ctx, "a-uid/"+st.ID); !errors.Is(err, snapshot.ErrNotFound) {
+	if _, err := s.Committed(ctx, "a-uid/"+st.ID); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Committed of a staged snapshot = %v, want ErrNotFound", err)
 	}
 	ref, err := s.Commit(ctx, st, snapshot.ScopeFull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Committed(ctx, ref); err != nil {
-		t.Fatalf("Committed after Commit = %v", err)
+	if got, err := s.Committed(ctx, ref); err != nil || got != ref {
+		t.Fatalf("Committed after Commit = %q, %v; want %q", got, err, ref)
 	}
-	if ref != "a-uid/"+st.ID {
-		t.Fatalf("ref %q, want a-uid/%s", ref, st.ID)
+	if got, err := s.Committed(ctx, snapshot.Bare(ref)); err != nil || got != ref {
+		t.Fatalf("Committed of the bare reference = %q, %v; want %q (with its digest)", got, err, ref)
+	}
+	if bare, digest, err := snapshot.ParseRef(ref); err != nil || bare != "a-uid/"+st.ID || digest == "" {
+		t.Fatalf("ref %q (%v), want a-uid/%s with a digest", ref, err, st.ID)
 	}
 	o, err := s.Open(ctx, ref)
 	if err != nil {
@@ -88,7 +92,7 @@ func commitThenOpen(t *testing.T, s snapshot.Store) {
 			t.Errorf("%s: %d bytes, %v; want %d", name, len(got), err, len(want))
 		}
 	}
-	if o.Manifest.Ref != ref || o.Manifest.Scope != snapshot.ScopeFull || len(o.Manifest.Files) != len(files) {
+	if o.Manifest.Ref != snapshot.Bare(ref) || o.Manifest.Scope != snapshot.ScopeFull || len(o.Manifest.Files) != len(files) {
 		t.Errorf("manifest %+v", o.Manifest)
 	}
 }
@@ -101,7 +105,13 @@ func deleteAndList(t *testing.T, s snapshot.Store) {
 		t.Fatal(err)
 	}
 	slices.Sort(refs)
-	if want := slices.Sorted(slices.Values([]string{a1, a2, b1})); !slices.Equal(refs, want) {
+	bare := func(refs ...string) []string {
+		for i, r := range refs {
+			refs[i] = snapshot.Bare(r)
+		}
+		return slices.Sorted(slices.Values(refs))
+	}
+	if want := bare(a1, a2, b1); !slices.Equal(refs, want) {
 		t.Fatalf("List = %v, want %v", refs, want)
 	}
 	for range 2 { // deleting a missing ref succeeds
@@ -118,14 +128,15 @@ func deleteAndList(t *testing.T, s snapshot.Store) {
 	if _, err := s.Open(ctx, a2); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("Open after DeleteOwner = %v", err)
 	}
-	if refs, err := s.List(ctx); err != nil || !slices.Equal(refs, []string{b1}) {
+	if refs, err := s.List(ctx); err != nil || !slices.Equal(refs, bare(b1)) {
 		t.Fatalf("List = %v, %v; want [%s]", refs, err, b1)
 	}
 }
 
 func badRefs(t *testing.T, s snapshot.Store) {
 	ctx := context.Background()
-	for _, ref := range []string{"", "a", "a/", "/b", "../x", "a/../b", ".staging/x", "a/b/c", "a-uid/20260101T000000Z-0000000000000000"} {
+	for _, ref := range []string{"", "a", "a/", "/b", "../x", "a/../b", ".staging/x", "a/b/c", "a-uid/20260101T000000Z-0000000000000000",
+		"a/b@", "a/b@sha256:", "a/b@md5:00", "a/b@sha256:zz"} {
 		if _, err := s.Open(ctx, ref); !errors.Is(err, snapshot.ErrNotFound) {
 			t.Errorf("Open(%q) = %v, want ErrNotFound", ref, err)
 		}

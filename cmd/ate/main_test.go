@@ -136,6 +136,8 @@ func otherValue(f *pflag.Flag) string {
 		return "7"
 	case f.Value.Type() == "duration":
 		return "3s"
+	case f.Value.Type() == "stringToInt":
+		return "team=7"
 	default:
 		return "other-" + f.Name
 	}

@@ -22,7 +22,6 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
@@ -72,6 +71,13 @@ type APIServerConfig struct {
 	// lifecycle.DefaultExpiryInterval). Every replica sweeps; deletions
 	// are serialised by the actors' leases.
 	ExpiryInterval time.Duration
+	// Ceilings are the operator's bounds on templates; nil bounds
+	// nothing (tests; the commands always set them).
+	Ceilings *CeilingsConfig
+	// ImageRoots are the directories oci: and oci-archive: template
+	// images may be read from (--image-root, image.LocalRoots); nil
+	// allows any path, an empty list none.
+	ImageRoots []string
 	// Auth is who may call (docs/security.md).
 	Auth AuthConfig
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig.
@@ -165,8 +171,13 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if opened.Shared {
 		holder = replicaName()
 	}
+	ceilings, err := cfg.Ceilings.apiCeilings()
+	if err != nil {
+		return err
+	}
 	lc := lifecycle.New(st, reg, snaps, holder, log)
 	lc.SetLeases(cfg.Leases)
+	lc.SetEvictionLimits(ceilings.Eviction)
 	if ms != nil {
 		lc.SetMetrics(ms.Lifecycle)
 	}
@@ -180,8 +191,13 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err := lc.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	if err != nil {
+		return err
+	}
+	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), images, log)
 	api.SetNodes(reg)
+	api.SetCeilings(ceilings)
 	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
 	if ms != nil {
 		ac.Metrics = ms.Alarms

@@ -187,6 +187,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.Workers.API, "worker-api", "", "the API server's address as worker Pods reach it, their ate node --api (default --api)")
 			f.StringVar(&cfg.Workers.Image, "worker-image", "", "the ate container image of worker Pods whose WorkerPool names none (default: the controller's own image, read from its Pod named by $POD_NAMESPACE/$POD_NAME)")
 			f.StringVar(&cfg.Workers.Snapshots, "worker-snapshots", "", "worker Pods' ate node --snapshots: the API server's snapshot store URL")
+			f.StringArrayVar(&cfg.Workers.AllowedImages, "worker-allowed-image", nil, "an image WorkerPools may name besides the default worker image (repeatable); a pool naming another runs no Pod")
 			f.StringVar(&cfg.Workers.ServiceAccount, "worker-service-account", controller.DefaultWorkerServiceAccount, "ServiceAccount of worker Pods whose WorkerPool names none (it needs the k8s:/// resolver's permissions when --worker-api is k8s:///)")
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
 			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this or --worker-cert-issuer is required)")

@@ -37,7 +37,8 @@ var ErrBeyondCeiling = errors.New("egress beyond the operator's ceiling")
 // Ceiling is the operator's bound on what templates' egress rules may
 // open (ate's --egress-allow and --egress-deny). It is a list of
 // prefixes, each allowing or denying, and the most specific prefix
-// holding an address decides (a tie denies; no prefix at all denies):
+// holding an address decides (between equal prefixes, --egress-deny
+// beats --egress-allow, which beats Restricted; no prefix at all denies):
 // the operator's allow list, the operator's deny list (Pod and Service
 // CIDRs, the addresses of the database, the object store, the nodes) and
 // Restricted, denied. So 0.0.0.0/0 allowed opens the Internet but not
@@ -56,6 +57,9 @@ type Ceiling struct {
 type ceilingEntry struct {
 	prefix netip.Prefix
 	allow  bool
+	// rank breaks ties between equal prefixes: the operator's deny (2)
+	// over the operator's allow (1) over Restricted (0).
+	rank   int
 	source string // for messages: which list said so
 }
 
@@ -64,13 +68,13 @@ type ceilingEntry struct {
 func NewCeiling(allow, deny []netip.Prefix) *Ceiling {
 	c := &Ceiling{}
 	for _, p := range Restricted {
-		c.entries = append(c.entries, ceilingEntry{p.Masked(), false, "a private or local range"})
+		c.entries = append(c.entries, ceilingEntry{p.Masked(), false, 0, "a private or local range"})
 	}
 	for _, p := range deny {
-		c.entries = append(c.entries, ceilingEntry{p.Masked(), false, "--egress-deny"})
+		c.entries = append(c.entries, ceilingEntry{p.Masked(), false, 2, "--egress-deny"})
 	}
 	for _, p := range allow {
-		c.entries = append(c.entries, ceilingEntry{p.Masked(), true, "--egress-allow"})
+		c.entries = append(c.entries, ceilingEntry{p.Masked(), true, 1, "--egress-allow"})
 	}
 	return c
 }
@@ -111,14 +115,14 @@ func parsePrefixes(flag string, ss []string) ([]netip.Prefix, error) {
 }
 
 // decide returns the entry deciding for every address of p: the most
-// specific entry containing all of p (a deny winning a tie). ok is false
+// specific entry containing all of p (rank breaking a tie). ok is false
 // when no entry contains p.
 func (c *Ceiling) decide(p netip.Prefix) (e ceilingEntry, ok bool) {
 	for _, x := range c.entries {
 		if x.prefix.Addr().Is4() != p.Addr().Is4() || x.prefix.Bits() > p.Bits() || !x.prefix.Contains(p.Addr()) {
 			continue
 		}
-		if !ok || x.prefix.Bits() > e.prefix.Bits() || x.prefix.Bits() == e.prefix.Bits() && !x.allow {
+		if !ok || x.prefix.Bits() > e.prefix.Bits() || x.prefix.Bits() == e.prefix.Bits() && x.rank > e.rank {
 			e, ok = x, true
 		}
 	}
@@ -156,11 +160,14 @@ func (c *Ceiling) CheckPrefix(p netip.Prefix) error {
 	case !e.allow:
 		return fmt.Errorf("%w: %s is in %s (%s), which the operator denies", ErrBeyondCeiling, p, e.prefix, e.source)
 	}
-	// Allowed as a whole; a more specific deny inside it still closes
-	// part of it.
+	// Allowed as a whole; a more specific deny inside it (one that
+	// decides for its own prefix) still closes part of it.
 	for _, x := range c.entries {
-		if !x.allow && x.prefix.Addr().Is4() == p.Addr().Is4() && x.prefix.Bits() > p.Bits() && p.Contains(x.prefix.Addr()) {
-			return fmt.Errorf("%w: %s includes %s (%s), which the operator denies", ErrBeyondCeiling, p, x.prefix, x.source)
+		if x.allow || x.prefix.Addr().Is4() != p.Addr().Is4() || x.prefix.Bits() <= p.Bits() || !p.Contains(x.prefix.Addr()) {
+			continue
+		}
+		if d, _ := c.decide(x.prefix); !d.allow {
+			return fmt.Errorf("%w: %s includes %s (%s), which the operator denies", ErrBeyondCeiling, p, d.prefix, d.source)
 		}
 	}
 	return nil

@@ -12,7 +12,7 @@ func TestCeiling(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The operator opens one private network and closes part of it again.
-	op, err := ParseCeiling([]string{"0.0.0.0/0", "10.1.0.0/16, 192.168.5.5"}, []string{"10.1.2.0/24"})
+	op, err := ParseCeiling([]string{"0.0.0.0/0", "10.1.0.0/16, 192.168.5.5", "172.16.0.0/12"}, []string{"10.1.2.0/24"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +42,7 @@ func TestCeiling(t *testing.T) {
 		{"rest of 10/8 still closed", op, "10.2.0.1", false},
 		{"operator-opened address", op, "192.168.5.5", true},
 		{"its neighbour", op, "192.168.5.6", false},
+		{"a whole restricted range opened", op, "172.31.0.1", true},
 		{"narrow ceiling", narrow, "198.51.100.9", true},
 		{"outside a narrow ceiling", narrow, "93.184.216.34", false},
 		{"nil ceiling", nil, "10.0.0.1", true},
@@ -62,6 +63,7 @@ func TestCeiling(t *testing.T) {
 		{op, "10.1.0.0/16", false},     // holds the denied /24
 		{op, "10.1.3.0/24", true},
 		{op, "10.0.0.0/8", false},
+		{op, "172.16.0.0/12", true},
 		{narrow, "198.51.100.128/25", true},
 		{narrow, "198.51.0.0/16", false},
 	} {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -77,6 +78,21 @@ func NewCeiling(allow, deny []netip.Prefix) *Ceiling {
 		c.entries = append(c.entries, ceilingEntry{p.Masked(), true, 1, "--egress-allow"})
 	}
 	return c
+}
+
+// WithComponents returns c with the addresses of the installation's own
+// components (the record store's, the object store's) denied as
+// Restricted is: an --egress-allow prefix as specific opens them again.
+// A nil c stays nil.
+func (c *Ceiling) WithComponents(ps []netip.Prefix) *Ceiling {
+	if c == nil {
+		return nil
+	}
+	out := &Ceiling{entries: slices.Clone(c.entries)}
+	for _, p := range ps {
+		out.entries = append(out.entries, ceilingEntry{p.Masked(), false, 0, "an address of this installation's own components"})
+	}
+	return out
 }
 
 // ParseCeiling is NewCeiling over prefixes or bare addresses written as

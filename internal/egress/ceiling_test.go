@@ -72,6 +72,25 @@ func TestCeiling(t *testing.T) {
 			t.Errorf("CheckPrefix(%s) = %v, want ok %v", tc.prefix, err, tc.ok)
 		}
 	}
+	// The installation's components (a public S3 endpoint, say) are
+	// denied; an operator's allow as specific opens one again.
+	comp := def.WithComponents([]netip.Prefix{netip.MustParsePrefix("93.184.216.34/32"), netip.MustParsePrefix("198.51.100.1/32")})
+	if ok, _ := comp.Permits(netip.MustParseAddr("93.184.216.34")); ok {
+		t.Error("a component's address is permitted")
+	}
+	if err := comp.CheckPrefix(netip.MustParsePrefix("93.184.216.0/24")); !errors.Is(err, ErrBeyondCeiling) {
+		t.Errorf("CheckPrefix over a component's address = %v", err)
+	}
+	opened, err := ParseCeiling([]string{"0.0.0.0/0", "198.51.100.1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := opened.WithComponents([]netip.Prefix{netip.MustParsePrefix("198.51.100.1/32")}).Permits(netip.MustParseAddr("198.51.100.1")); !ok {
+		t.Errorf("an operator-allowed component address is denied: %s", why)
+	}
+	if ok, _ := def.Permits(netip.MustParseAddr("93.184.216.34")); !ok {
+		t.Error("WithComponents changed the ceiling it was called on")
+	}
 	if _, err := ParseCeiling([]string{"10.0.0.0/33"}, nil); err == nil {
 		t.Error("ParseCeiling took a bad prefix")
 	}

@@ -342,3 +342,27 @@ func TestEvictionWithSelectors(t *testing.T) {
 		t.Fatalf("c on %q, want w0", c.Worker)
 	}
 }
+
+// TestPinCapKeepsMostRecent: with a cap of one pinned actor per
+// atespace, a tenant pinning two keeps the most recently active one; the
+// other is evicted for a waiting actor as if it were not pinned.
+func TestPinCapKeepsMostRecent(t *testing.T) {
+	e := newEvictEnv(t)
+	e.m.SetEvictionLimits(EvictionLimits{MaxPinned: Limit{Set: true, Default: 1}})
+	e.addTemplate(t, "pinned", &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}})
+	must(t, e.st.DeleteActor(context.Background(), e.actor(t, "a")))
+	e.addActor(t, "a", "pinned")
+	e.addActor(t, "b", "pinned")
+	e.addActor(t, "c", "tpl")
+	e.resume(t, "a")
+	e.resume(t, "b")
+	now := time.Now()
+	e.served(t, "a", now.Add(-2*time.Second), 0)
+	e.served(t, "b", now.Add(-time.Second), 0)
+	if r := e.resume(t, "c"); r.Evicted.String() != "default/a" {
+		t.Fatalf("evicted %q, want default/a (pinned beyond the cap, least recently active)", r.Evicted)
+	}
+	if b := e.actor(t, "b"); b.State != store.Running {
+		t.Fatalf("b, pinned within the cap, was evicted: %+v", b)
+	}
+}

@@ -171,7 +171,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if opened.Shared {
 		holder = replicaName()
 	}
-	ceilings, err := cfg.Ceilings.apiCeilings()
+	ceilings, err := cfg.Ceilings.apiCeilings(ctx, log, cfg.Store, cfg.Snapshots)
 	if err != nil {
 		return err
 	}

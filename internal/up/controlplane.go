@@ -169,7 +169,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if err != nil {
 		return nil, err
 	}
-	ceilings, err := cfg.Ceilings.apiCeilings()
+	ceilings, err := cfg.Ceilings.apiCeilings(ctx, log, cfg.Store)
 	if err != nil {
 		return nil, err
 	}

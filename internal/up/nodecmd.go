@@ -150,7 +150,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	// Sandboxes reach the API server only through their gateway's
 	// endpoints, whatever their template allows.
 	nc.EgressDeny = append(nc.EgressDeny, apiServerPrefixes(ctx, cfg.API, log)...)
-	if nc.EgressCeiling, err = cfg.Ceilings.egress(); err != nil {
+	if nc.EgressCeiling, err = cfg.Ceilings.egress(ctx, log, cfg.Snapshots); err != nil {
 		return err
 	}
 	n, err := node.New(ctx, nc)

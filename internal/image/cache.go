@@ -107,7 +107,8 @@ func NewCache(dir string, logger *slog.Logger, opts ...Option) *Cache {
 // image itself (re-resolving ref, pinned to the digest this caller saw), as
 // the files a caller opens are closed when that caller returns.
 //
-// Errors wrap ErrBadRef, ErrNotFound, ErrAmbiguous, ErrUnsafePath,
+// Errors wrap ErrBadRef, ErrPathNotAllowed (a local path outside the
+// cache's LocalRoots), ErrNotFound, ErrAmbiguous, ErrUnsafePath,
 // ErrDigestMismatch (ref changed between resolving it and the shared unpack
 // opening it), coalesce.ErrExpired (the unpack ran out of unpackTimeout),
 // or the underlying I/O or registry error. On error nothing is left under the

@@ -263,7 +263,7 @@ func egressCeilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
 		"prefix or address templates' egress rules may open (repeatable, or comma-separated); private, shared (100.64.0.0/10), link-local and loopback "+
 			"ranges stay closed unless a prefix inside them is given here (the most specific prefix decides)")
 	f.StringArrayVar(&c.EgressDeny, "egress-deny", nil,
-		"prefix or address templates' egress may never reach, e.g. the cluster's Pod and Service CIDRs, the database's and object store's addresses (repeatable, or comma-separated)")
+		"prefix or address templates' egress may never reach, e.g. the cluster's Pod and Service CIDRs and the nodes' addresses (the record and snapshot stores' are denied already; repeatable, or comma-separated)")
 }
 
 // ceilingFlags are every operator ceiling on templates: egress and

@@ -686,7 +686,7 @@ func testRBAC(t *testing.T, env *k8stest.Env, objs []*unstructured.Unstructured)
 			if resource == "leases" {
 				ns = namespace
 			}
-			if resource == "sandboxconfigs" {
+			if resource == "sandboxconfigs" || resource == "namespaces" {
 				ns = ""
 			}
 			for _, g := range r.APIGroups {

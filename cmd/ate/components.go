@@ -95,6 +95,9 @@ func apiserverCommand() *cobra.Command {
 			f.StringVar(&cfg.HTTPAddr, "http-addr", "", "HTTP listen address of the web dashboard at / (keep it on loopback or a private network; empty: none)")
 			identityFlags(f, &cfg.Identity)
 			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
+			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultImageRoot}, imageRootHelp)
+			cfg.Ceilings = &up.CeilingsConfig{}
+			ceilingFlags(f, cfg.Ceilings)
 			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
 				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")
 			f.DurationVar(&cfg.ExpiryInterval, "expiry-interval", lifecycle.DefaultExpiryInterval,
@@ -125,6 +128,11 @@ func pprofFlag(f *pflag.FlagSet, addr *string) {
 		"a non-loopback address is refused: reach it with ssh -L or kubectl port-forward (empty: none)")
 }
 
+// imageRootHelp is --image-root's help on every command that reads
+// images.
+const imageRootHelp = "directory oci: and oci-archive: template images may be read from, relative paths against the working directory " +
+	"(repeatable; a path outside every root is refused; --image-root= allows none, only registry references)"
+
 // apiFlagHelp is the --api help of every component that dials the API
 // server (internal/apidial reads the forms).
 const apiFlagHelp = "the API server's gRPC address (required): host:port, a comma-separated list of replicas, dns:///name:port, " +
@@ -154,6 +162,9 @@ func nodeCommand() *cobra.Command {
 			f.StringArrayVar(&runscAssets, "runsc-asset", nil, "ARCH=SHA256@URL (repeatable, one per architecture): fetch runsc from an https://, http:// or file:// URL into <data-dir>/runtime, verify its sha256 and run it instead of --runsc; the value for this machine's architecture is used")
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
+			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultImageRoot}, imageRootHelp)
+			cfg.Ceilings = &up.CeilingsConfig{}
+			egressCeilingFlags(f, cfg.Ceilings)
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 			selfServiceFlags(f, &cfg.Node.SelfService)
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
@@ -197,6 +208,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.Workers.API, "worker-api", "", "the API server's address as worker Pods reach it, their ate node --api (default --api)")
 			f.StringVar(&cfg.Workers.Image, "worker-image", "", "the ate container image of worker Pods whose WorkerPool names none (default: the controller's own image, read from its Pod named by $POD_NAMESPACE/$POD_NAME)")
 			f.StringVar(&cfg.Workers.Snapshots, "worker-snapshots", "", "worker Pods' ate node --snapshots: the API server's snapshot store URL")
+			f.StringArrayVar(&cfg.Workers.AllowedImages, "worker-allowed-image", nil, "an image WorkerPools may name besides the default worker image (repeatable); a pool naming another runs no Pod")
 			f.StringVar(&cfg.Workers.ServiceAccount, "worker-service-account", controller.DefaultWorkerServiceAccount, "ServiceAccount of worker Pods whose WorkerPool names none (it needs the k8s:/// resolver's permissions when --worker-api is k8s:///)")
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
 			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this or --worker-cert-issuer is required)")
@@ -281,4 +293,27 @@ func authFlags(f *pflag.FlagSet, c *up.AuthConfig) {
 	f.StringVar(&c.OIDC.GroupsPrefix, "oidc-groups-prefix", "", "put before each group name, so the issuer cannot name ours (e.g. ate:admins); empty: "+auth.DefaultGroupsPrefix+", - for none")
 	f.StringVar(&c.OIDC.CAFile, "oidc-ca-file", "", "PEM CA bundle the OIDC issuer's TLS certificate is verified against (default: the system's)")
 	f.StringVar(&c.PolicyFile, "authorization-policy-file", "", "YAML list of role bindings {name, atespace, role, users, groups} in force besides those the API manages (ate create rolebinding)")
+}
+
+// egressCeilingFlags are the operator's egress ceiling, which both the
+// API server (at template creation) and the nodes (on every connection)
+// enforce.
+func egressCeilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
+	f.StringArrayVar(&c.EgressAllow, "egress-allow", []string{"0.0.0.0/0"},
+		"prefix or address templates' egress rules may open (repeatable, or comma-separated); private, shared (100.64.0.0/10), link-local and loopback "+
+			"ranges stay closed unless a prefix inside them is given here (the most specific prefix decides)")
+	f.StringArrayVar(&c.EgressDeny, "egress-deny", nil,
+		"prefix or address templates' egress may never reach, e.g. the cluster's Pod and Service CIDRs and the nodes' addresses (the record and snapshot stores' are denied already; repeatable, or comma-separated)")
+}
+
+// ceilingFlags are every operator ceiling on templates: egress and
+// eviction.
+func ceilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
+	egressCeilingFlags(f, c)
+	f.IntVar(&c.MaxEvictionPriority, "max-eviction-priority", up.DefaultMaxEvictionPriority,
+		"highest eviction.priority a template may set (higher priorities make other tenants' actors evicted first)")
+	f.StringToIntVar(&c.MaxEvictionPriorityFor, "max-eviction-priority-for", nil, "ATESPACE=N,…: --max-eviction-priority for these atespaces")
+	f.IntVar(&c.MaxPinnedActors, "max-pinned-actors", up.DefaultMaxPinnedActors,
+		"how many RUNNING actors of an atespace eviction.evictable: false keeps from eviction at once (beyond it, the least recently active are evictable; 0 refuses the setting)")
+	f.StringToIntVar(&c.MaxPinnedActorsFor, "max-pinned-actors-for", nil, "ATESPACE=N,…: --max-pinned-actors for these atespaces")
 }

@@ -81,6 +81,9 @@ flag is an error.`,
 			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
 			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
+			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultUpImageRoot}, imageRootHelp)
+			cfg.Ceilings = &up.CeilingsConfig{}
+			ceilingFlags(f, cfg.Ceilings)
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 			selfServiceFlags(f, &cfg.Node.SelfService)
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",

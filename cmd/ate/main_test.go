@@ -138,6 +138,8 @@ func otherValue(f *pflag.Flag) string {
 		return "3s"
 	case f.Value.Type() == "float64":
 		return "0.5"
+	case f.Value.Type() == "stringToInt":
+		return "team=7"
 	default:
 		return "other-" + f.Name
 	}

@@ -41,7 +41,8 @@ func imageDefaults(ctx context.Context, images ImageInspector, spec *atev1.Actor
 	defer cancel()
 	cfg, err := images.Inspect(ctx, c.GetImage())
 	switch {
-	case errors.Is(err, image.ErrNotFound), errors.Is(err, image.ErrBadRef), errors.Is(err, image.ErrAmbiguous), errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, image.ErrNotFound), errors.Is(err, image.ErrBadRef), errors.Is(err, image.ErrAmbiguous), errors.Is(err, fs.ErrNotExist),
+		errors.Is(err, image.ErrPathNotAllowed):
 		return fmt.Errorf("%w: containers[0].image %q: %w", errInvalid, c.GetImage(), err)
 	case err != nil:
 		return fmt.Errorf("%w: containers[0].image %q: %w", errImageUnreadable, c.GetImage(), err)

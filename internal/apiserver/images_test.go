@@ -84,3 +84,27 @@ func TestImageDefaults(t *testing.T) {
 		})
 	}
 }
+
+// An editor naming a host path outside the operator's image roots gets
+// InvalidArgument saying so, the same for a path that exists and one that
+// does not, and nothing is read.
+func TestImageOutsideRoots(t *testing.T) {
+	images := image.NewCache(t.TempDir(), nil, image.LocalRoots([]string{t.TempDir()}))
+	var msgs []string
+	for _, ref := range []string{"oci:/etc", "oci:/etc/ate-no-such-dir", "oci-archive:/etc/passwd", "oci-archive:/etc/ate-no-such-file"} {
+		spec := validSpec()
+		spec.Containers[0].Image = ref
+		st := status.Convert(toStatus(imageDefaults(context.Background(), images, spec)))
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "not under an image root") {
+			t.Errorf("%s: %v, want InvalidArgument saying the path is not under an image root", ref, st)
+			continue
+		}
+		_, path, _ := strings.Cut(ref, ":")
+		msgs = append(msgs, strings.ReplaceAll(strings.ReplaceAll(st.Message(), ref, "REF"), path, "PATH"))
+	}
+	for _, m := range msgs[1:] {
+		if m != msgs[0] {
+			t.Errorf("answers differ with the path's existence:\n%s\n%s", m, msgs[0])
+		}
+	}
+}

@@ -38,6 +38,8 @@ type Server struct {
 	sandboxClass string
 	// images, if set, checks templates' images at creation (images.go).
 	images ImageInspector
+	// ceilings are the operator's bounds on templates (ceilings.go).
+	ceilings Ceilings
 	// nodes answers ListNodes; nil lists none.
 	nodes Nodes
 	// alarms answers the alarm RPCs (alarms.go); nil: UNIMPLEMENTED.
@@ -168,6 +170,9 @@ func (s *Server) CreateActorTemplate(ctx context.Context, req *atev1.CreateActor
 		return nil, toStatus(err)
 	}
 	if err := validateTemplateSpec(in.GetSpec(), s.sandboxClass); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.ceilings.check(in.GetAtespace(), in.GetSpec()); err != nil {
 		return nil, toStatus(err)
 	}
 	spec := proto.CloneOf(in.GetSpec())

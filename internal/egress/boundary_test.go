@@ -183,6 +183,21 @@ func TestBoundary(t *testing.T) {
 		check(t, map[string]bool{d(8443): false})
 	})
 
+	// A host rule's name resolving into a range the operator's ceiling
+	// denies (DNS the tenant controls, pointed at a cluster address):
+	// the proxy refuses the resolved address, rules or not.
+	t.Run("beyond the operator's ceiling", func(t *testing.T) {
+		proxy.Close()
+		ln, err := netns.Listen(slot.DialNetNSPath, "tcp", fmt.Sprintf("%s:%d", netns.GatewayAddr, egress.ProxyPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ceiling := egress.NewCeiling(egress.DefaultCeilingAllow, []netip.Prefix{netip.PrefixFrom(dest.Addr, 32)})
+		proxy = egress.NewProxy(ln, &egress.Deny{Ceiling: ceiling}, nil)
+		proxy.Set(&a)
+		check(t, map[string]bool{d(8443): false, d(9000): false})
+	})
+
 	t.Run("cleared", func(t *testing.T) {
 		proxy.Set(nil)
 		if err := egress.Apply(slot.DialNetNSPath, gw, nil); err != nil {

@@ -25,9 +25,12 @@ const MaxConns = 1024
 
 // Deny is the set of destinations no rule can allow: alwaysDenied, the
 // node's own interface addresses (read at every connection, so addresses
-// added later count) and Extra (the API server's addresses).
+// added later count), Extra (the API server's addresses) and whatever the
+// operator's Ceiling denies.
 type Deny struct {
 	Extra []netip.Prefix
+	// Ceiling is the operator's egress ceiling; nil bounds nothing.
+	Ceiling *Ceiling
 	// hostAddrs returns the node's own addresses; nil reads them with
 	// net.InterfaceAddrs.
 	hostAddrs func() ([]netip.Addr, error)
@@ -61,6 +64,9 @@ func (d *Deny) Denies(ip netip.Addr) (bool, string) {
 		if a.Unmap() == ip {
 			return true, "an address of the node itself"
 		}
+	}
+	if ok, why := d.Ceiling.Permits(ip); !ok {
+		return true, why
 	}
 	return false, ""
 }

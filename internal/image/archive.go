@@ -35,12 +35,9 @@ const maxMetaBlob = 16 << 20
 
 var _ io.Closer = (*archive)(nil)
 
-// openArchive indexes the members of the tar file at p.
-func openArchive(p string) (*archive, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("open oci archive: %w", err)
-	}
+// openArchive indexes the members of the tar file f, named p in messages,
+// and takes f over: Close closes it, as does a failure.
+func openArchive(f *os.File, p string) (*archive, error) {
 	a := &archive{path: p, f: f, files: map[string]section{}}
 	// tar.Reader does not read ahead and skips data by seeking when it can,
 	// so after Next the file offset is exactly where the member's data
@@ -71,53 +68,69 @@ func openArchive(p string) (*archive, error) {
 // Close releases the archive file; images read from it fail afterwards.
 func (a *archive) Close() error { return a.f.Close() }
 
-// open returns a reader over member name.
-func (a *archive) open(name string) (*io.SectionReader, error) {
+// open returns a reader over member name and its size.
+func (a *archive) open(name string) (io.ReadCloser, int64, error) {
 	s, ok := a.files[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: oci archive %s has no %s", ErrNotFound, a.path, name)
+		return nil, 0, fmt.Errorf("%w: oci archive %s has no %s", ErrNotFound, a.path, name)
 	}
-	return io.NewSectionReader(a.f, s.off, s.size), nil
+	return io.NopCloser(io.NewSectionReader(a.f, s.off, s.size)), s.size, nil
 }
 
-// blob returns a reader over the blob with digest h.
-func (a *archive) blob(h v1.Hash) (*io.SectionReader, error) {
-	return a.open(path.Join("blobs", h.Algorithm, h.Hex))
+func (a *archive) String() string { return "oci archive " + a.path }
+
+// layoutSource is where an OCI image layout's files are read from: the
+// members of an archive, or the files of a layout directory under an image
+// root (dirLayout).
+type layoutSource interface {
+	// open returns a reader over the layout file name ("index.json",
+	// "blobs/sha256/<hex>") and its size.
+	open(name string) (io.ReadCloser, int64, error)
+	// String names the layout in error messages.
+	String() string
 }
 
-// readMeta reads a small member (index.json, a manifest or a config) into
-// memory.
-func (a *archive) readMeta(name string) ([]byte, error) {
-	r, err := a.open(name)
+var _ layoutSource = (*archive)(nil)
+
+// readMeta reads a small layout file (index.json, a manifest or a config)
+// into memory.
+func readMeta(src layoutSource, name string) ([]byte, error) {
+	r, size, err := src.open(name)
 	if err != nil {
 		return nil, err
 	}
-	if r.Size() > maxMetaBlob {
-		return nil, fmt.Errorf("oci archive %s: %s is %d bytes, more than the %d allowed for metadata", a.path, name, r.Size(), maxMetaBlob)
+	defer r.Close()
+	if size > maxMetaBlob {
+		return nil, fmt.Errorf("%s: %s is %d bytes, more than the %d allowed for metadata", src, name, size, maxMetaBlob)
 	}
-	b, err := io.ReadAll(r)
+	b, err := io.ReadAll(io.LimitReader(r, maxMetaBlob+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s from oci archive %s: %w", name, a.path, err)
+		return nil, fmt.Errorf("read %s from %s: %w", name, src, err)
+	}
+	if len(b) > maxMetaBlob {
+		return nil, fmt.Errorf("%s: %s is more than the %d bytes allowed for metadata", src, name, maxMetaBlob)
 	}
 	return b, nil
 }
 
-func (a *archive) readBlob(h v1.Hash) ([]byte, error) {
-	return a.readMeta(path.Join("blobs", h.Algorithm, h.Hex))
+func blobName(h v1.Hash) string { return path.Join("blobs", h.Algorithm, h.Hex) }
+
+func readBlob(src layoutSource, h v1.Hash) ([]byte, error) {
+	return readMeta(src, blobName(h))
 }
 
-// index returns the layout's top-level index (index.json).
-func (a *archive) index() (v1.ImageIndex, error) {
-	raw, err := a.readMeta("index.json")
+// layoutIndex returns a layout's top-level index (index.json).
+func layoutIndex(src layoutSource) (v1.ImageIndex, error) {
+	raw, err := readMeta(src, "index.json")
 	if err != nil {
 		return nil, err
 	}
-	return &archiveIndex{a: a, raw: raw}, nil
+	return &archiveIndex{a: src, raw: raw}, nil
 }
 
-// archiveIndex is an image index stored in an archive.
+// archiveIndex is an image index stored in a layout source.
 type archiveIndex struct {
-	a   *archive
+	a   layoutSource
 	raw []byte
 }
 
@@ -148,19 +161,19 @@ func (x *archiveIndex) IndexManifest() (*v1.IndexManifest, error) {
 func (x *archiveIndex) RawManifest() ([]byte, error) { return x.raw, nil }
 
 func (x *archiveIndex) Image(h v1.Hash) (v1.Image, error) {
-	raw, err := x.a.readBlob(h)
+	raw, err := readBlob(x.a, h)
 	if err != nil {
 		return nil, err
 	}
 	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("parse manifest %s in oci archive %s: %w", h, x.a.path, err)
+		return nil, fmt.Errorf("parse manifest %s in %s: %w", h, x.a, err)
 	}
 	return partial.CompressedToImage(&archiveImage{a: x.a, raw: raw, manifest: m})
 }
 
 func (x *archiveIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
-	raw, err := x.a.readBlob(h)
+	raw, err := readBlob(x.a, h)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +183,7 @@ func (x *archiveIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
 // archiveImage is the minimal core of an image stored in an archive;
 // partial.CompressedToImage derives the rest of v1.Image from it.
 type archiveImage struct {
-	a        *archive
+	a        layoutSource
 	raw      []byte
 	manifest *v1.Manifest
 }
@@ -178,7 +191,7 @@ type archiveImage struct {
 var _ partial.CompressedImageCore = (*archiveImage)(nil)
 
 func (i *archiveImage) RawConfigFile() ([]byte, error) {
-	return i.a.readBlob(i.manifest.Config.Digest)
+	return readBlob(i.a, i.manifest.Config.Digest)
 }
 
 func (i *archiveImage) MediaType() (types.MediaType, error) {
@@ -206,7 +219,7 @@ func (i *archiveImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error)
 // returns the blob as stored; partial sniffs whether it is gzip, zstd or a
 // plain tar when uncompressing.
 type archiveBlob struct {
-	a    *archive
+	a    layoutSource
 	desc v1.Descriptor
 }
 
@@ -215,11 +228,8 @@ var _ partial.CompressedLayer = (*archiveBlob)(nil)
 func (b *archiveBlob) Digest() (v1.Hash, error) { return b.desc.Digest, nil }
 
 func (b *archiveBlob) Compressed() (io.ReadCloser, error) {
-	r, err := b.a.blob(b.desc.Digest)
-	if err != nil {
-		return nil, err
-	}
-	return io.NopCloser(r), nil
+	r, _, err := b.a.open(blobName(b.desc.Digest))
+	return r, err
 }
 
 func (b *archiveBlob) Size() (int64, error) { return b.desc.Size, nil }

@@ -70,8 +70,11 @@ type Cache struct {
 	// flight coalesces concurrent unpacks of one digest (keyed by hex);
 	// its Timeout is unpackTimeout.
 	flight coalesce.Group
-	// resolve opens an image; the package's resolve except in tests.
+	// resolve opens an image; the package's resolve over roots except in
+	// tests.
 	resolve func(context.Context, Ref) (v1.Image, io.Closer, error)
+	// roots bounds local image paths (LocalRoots).
+	roots localRoots
 	// hits maps a manifest digest to its *Image once seen complete.
 	hits sync.Map
 	// unpacks counts extractions started, so tests can tell a cache hit
@@ -81,11 +84,16 @@ type Cache struct {
 
 // NewCache returns a cache rooted at dir, which is created on first use. A
 // nil logger discards logs.
-func NewCache(dir string, logger *slog.Logger) *Cache {
+func NewCache(dir string, logger *slog.Logger, opts ...Option) *Cache {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{dir: dir, logger: logger, flight: coalesce.Group{Timeout: unpackTimeout}, resolve: resolve}
+	c := &Cache{dir: dir, logger: logger, flight: coalesce.Group{Timeout: unpackTimeout}}
+	for _, o := range opts {
+		o(c)
+	}
+	c.resolve = func(ctx context.Context, r Ref) (v1.Image, io.Closer, error) { return resolve(ctx, r, c.roots) }
+	return c
 }
 
 // Ensure resolves ref (see ParseRef), unpacks the image's flattened root
@@ -99,7 +107,8 @@ func NewCache(dir string, logger *slog.Logger) *Cache {
 // image itself (re-resolving ref, pinned to the digest this caller saw), as
 // the files a caller opens are closed when that caller returns.
 //
-// Errors wrap ErrBadRef, ErrNotFound, ErrAmbiguous, ErrUnsafePath,
+// Errors wrap ErrBadRef, ErrPathNotAllowed (a local path outside the
+// cache's LocalRoots), ErrNotFound, ErrAmbiguous, ErrUnsafePath,
 // ErrDigestMismatch (ref changed between resolving it and the shared unpack
 // opening it), coalesce.ErrExpired (the unpack ran out of unpackTimeout),
 // or the underlying I/O or registry error. On error nothing is left under the

@@ -432,6 +432,7 @@ type stallImage struct {
 	v1.Image
 	stall  *stall
 	closed chan struct{}
+	inner  io.Closer // what resolve opened
 }
 
 // stall is shared by every stallImage a test opens.
@@ -443,7 +444,7 @@ type stall struct {
 
 func (s *stallImage) Close() error {
 	close(s.closed)
-	return nil
+	return s.inner.Close()
 }
 
 func (s *stallImage) Layers() ([]v1.Layer, error) {
@@ -482,12 +483,11 @@ func TestEnsureSharedUnpackOutlivesCaller(t *testing.T) {
 	c := NewCache(t.TempDir(), nil)
 	st := &stall{started: make(chan struct{}), release: make(chan struct{})}
 	c.resolve = func(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
-		img, closer, err := resolve(ctx, r)
+		img, closer, err := resolve(ctx, r, localRoots{})
 		if err != nil {
 			return nil, nil, err
 		}
-		_ = closer.Close() // an oci: layout holds nothing open
-		s := &stallImage{Image: img, stall: st, closed: make(chan struct{})}
+		s := &stallImage{Image: img, stall: st, closed: make(chan struct{}), inner: closer}
 		return s, s, nil
 	}
 

@@ -18,3 +18,8 @@ var (
 	// root filesystem (path traversal, or a write through a symlink).
 	ErrUnsafePath = errors.New("unsafe path in image layer")
 )
+
+// ErrPathNotAllowed marks an oci: or oci-archive: path outside every image
+// root the cache allows (LocalRoots). It is the same whether or not the
+// path exists.
+var ErrPathNotAllowed = errors.New("image path not allowed")

@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -26,48 +24,16 @@ const annotationRefName = "org.opencontainers.image.ref.name"
 // resolved to the linux image for the host's architecture.
 var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 
-// resolve opens the image r points to. The returned closer releases files
-// the image reads lazily (the oci-archive tar) and must be called once the
-// image's blobs are no longer read; it is never nil on success. For registry
-// references ctx also bounds every later blob download of the image.
-func resolve(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
+// resolve opens the image r points to, a local one only under roots. The
+// returned closer releases files the image reads lazily (the layout
+// directory's root, the oci-archive tar) and must be called once the
+// image's blobs are no longer read; it is never nil on success. For
+// registry references ctx also bounds every later blob download of the
+// image.
+func resolve(ctx context.Context, r Ref, roots localRoots) (v1.Image, io.Closer, error) {
 	switch r.Transport {
-	case TransportOCI:
-		if _, err := os.Stat(filepath.Join(r.Path, "index.json")); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%w: no OCI image layout at %s (%w)", ErrNotFound, r.Path, err)
-		}
-		p, err := layout.FromPath(r.Path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open oci layout %s: %w", r.Path, err)
-		}
-		idx, err := p.ImageIndex()
-		if err != nil {
-			return nil, nil, fmt.Errorf("read oci layout %s: %w", r.Path, err)
-		}
-		img, err := pickImage(idx, r)
-		if err != nil {
-			return nil, nil, err
-		}
-		return img, noClose{}, nil
-	case TransportOCIArchive:
-		if _, err := os.Stat(r.Path); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%w: no OCI image archive at %s (%w)", ErrNotFound, r.Path, err)
-		}
-		a, err := openArchive(r.Path)
-		if err != nil {
-			return nil, nil, err
-		}
-		idx, err := a.index()
-		if err != nil {
-			_ = a.Close()
-			return nil, nil, err
-		}
-		img, err := pickImage(idx, r)
-		if err != nil {
-			_ = a.Close()
-			return nil, nil, err
-		}
-		return img, a, nil
+	case TransportOCI, TransportOCIArchive:
+		return resolveLocal(r, roots)
 	case TransportRegistry:
 		img, err := remote.Image(r.Remote,
 			remote.WithContext(ctx),
@@ -157,4 +123,48 @@ func tags(im *v1.IndexManifest) string {
 		return "none"
 	}
 	return strings.Join(ts, ", ")
+}
+
+// resolveLocal opens an oci: layout or oci-archive: file under roots.
+func resolveLocal(r Ref, roots localRoots) (_ v1.Image, _ io.Closer, err error) {
+	root, rel, err := roots.openRoot(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	var src interface {
+		layoutSource
+		io.Closer
+	}
+	if r.Transport == TransportOCI {
+		src = &dirLayout{root: root, dir: rel, name: r.Path}
+	} else {
+		f, _, err := openRegular(root, rel)
+		_ = root.Close() // f stays open without it
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, errNotRegular), errors.Is(err, syscall.ENOTDIR):
+			return nil, nil, fmt.Errorf("%w: no OCI image archive at %s (%w)", ErrNotFound, r.Path, err)
+		case err != nil:
+			return nil, nil, fmt.Errorf("open oci archive %s: %w", r.Path, err)
+		}
+		if src, err = openArchive(f, r.Path); err != nil {
+			return nil, nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			_ = src.Close()
+		}
+	}()
+	idx, err := layoutIndex(src)
+	if err != nil {
+		if r.Transport == TransportOCI && errors.Is(err, ErrNotFound) {
+			return nil, nil, fmt.Errorf("%w: no OCI image layout at %s (%w)", ErrNotFound, r.Path, err)
+		}
+		return nil, nil, err
+	}
+	img, err := pickImage(idx, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return img, src, nil
 }

@@ -81,9 +81,11 @@ func (m *Manager) makeRoom(ctx context.Context, waiting []*waiter, workers []*st
 }
 
 // candidates returns the RUNNING actors on live nodes' workers that may
-// be evicted now, best victim first: lowest template priority, then least
-// recently active. An actor is left out when its template says
-// evictable: false, a request is in flight to it (streams count unless
+// be evicted now, best victim first: lowest template priority (clamped to
+// the atespace's ceiling, EvictionLimits), then least recently active. An
+// actor is left out when its template says evictable: false (unless its
+// atespace pins more actors than its cap allows: the least recently
+// active beyond the cap are not protected), a request is in flight to it (streams count unless
 // the template allows them), it resumed less than its minimum run time ago
 // and has answered no request since, its last eviction failed less than
 // evictRetryAfter ago, or it is being evicted.
@@ -93,6 +95,8 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 	// Templates are immutable and most running actors share a few: one
 	// read each per round.
 	tpls := map[[2]string]*store.Template{}
+	// pins are the pinned actors of atespaces with a cap on them.
+	pins := map[string][]pinnedActor{}
 	for _, w := range workers {
 		if w.Free() || m.evictingOrFailed(w.Actor, now) {
 			continue
@@ -118,11 +122,23 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 			tpls[tk] = tpl
 		}
 		sp := streamPolicy(tpl.Spec)
-		if !evictable(tpl.Spec.GetEviction(), sp, act, now) {
+		pol := tpl.Spec.GetEviction()
+		c := candidate{actor: a, worker: w, policy: pol, streams: sp, priority: m.evictLimits.priority(a.Atespace, pol),
+			last: act.Last, action: idleAction(tpl.Spec)}
+		if _, capped := m.evictLimits.MaxPinned.For(a.Atespace); capped && pinned(pol) {
+			// Counted whether or not it could go now: every pinned
+			// actor holds its worker.
+			pins[a.Atespace] = append(pins[a.Atespace], pinnedActor{c: c, eligible: evictable(unpinned(pol), sp, act, now)})
 			continue
 		}
-		out = append(out, candidate{actor: a, worker: w, policy: tpl.Spec.GetEviction(), streams: sp, priority: tpl.Spec.GetEviction().GetPriority(),
-			last: act.Last, action: idleAction(tpl.Spec)})
+		if !evictable(pol, sp, act, now) {
+			continue
+		}
+		out = append(out, c)
+	}
+	for atespace, ps := range pins {
+		max, _ := m.evictLimits.MaxPinned.For(atespace)
+		out = append(out, overPinCap(ps, max)...)
 	}
 	slices.SortFunc(out, func(x, y candidate) int {
 		return cmp.Or(cmp.Compare(x.priority, y.priority), x.last.Compare(y.last), cmp.Compare(x.actor.Key().String(), y.actor.Key().String()))

@@ -132,6 +132,7 @@ func TestVictimChoice(t *testing.T) {
 		// aListeners of aStreams are listening streams.
 		aListeners int
 		aFresh     bool // a has answered nothing since a resume just now
+		limits     EvictionLimits
 		want       string
 		aOutcome   store.ActorState
 	}{
@@ -150,6 +151,18 @@ func TestVictimChoice(t *testing.T) {
 		{name: "not evictable", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}}, want: "default/b"},
 		{name: "higher priority stays", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: 5}}, want: "default/b"},
 		{name: "lower priority goes first", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: -5}}, want: "default/a", aOutcome: store.Suspended},
+		// A tenant cannot put its actor ahead of others' beyond the
+		// operator's ceiling, nor pin more actors than its cap.
+		{name: "priority above the ceiling is clamped", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: 5}},
+			limits: EvictionLimits{MaxPriority: Limit{Set: true, Default: 0}}, want: "default/a", aOutcome: store.Suspended},
+		{name: "priority within this atespace's ceiling", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Priority: 5}},
+			limits: EvictionLimits{MaxPriority: Limit{Set: true, Default: 0, ByAtespace: map[string]int{"default": 5}}}, want: "default/b"},
+		{name: "pin beyond the cap does not hold", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}},
+			limits: EvictionLimits{MaxPinned: Limit{Set: true, Default: 0}}, want: "default/a", aOutcome: store.Suspended},
+		{name: "pin within the cap holds", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}},
+			limits: EvictionLimits{MaxPinned: Limit{Set: true, Default: 1}}, want: "default/b"},
+		{name: "pin beyond the cap still waits for its request", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}},
+			aFlight: 1, limits: EvictionLimits{MaxPinned: Limit{Set: true, Default: 0}}, want: "default/b"},
 		{name: "minimum run time protects a fresh actor", aSpec: &atev1.ActorTemplateSpec{}, aFresh: true, want: "default/b"},
 		{name: "minimum run time 0", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{MinRunSeconds: ptr[int32](0)}},
 			aFresh: true, want: "default/a", aOutcome: store.Suspended},
@@ -158,6 +171,7 @@ func TestVictimChoice(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEvictEnv(t)
+			e.m.SetEvictionLimits(tc.limits)
 			e.addTemplate(t, "atpl", tc.aSpec)
 			must(t, e.st.DeleteActor(context.Background(), e.actor(t, "a")))
 			e.addActor(t, "a", "atpl")
@@ -347,5 +361,29 @@ func TestEvictionMessageNamesOnlyItsAtespace(t *testing.T) {
 				t.Errorf("message %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPinCapKeepsMostRecent: with a cap of one pinned actor per
+// atespace, a tenant pinning two keeps the most recently active one; the
+// other is evicted for a waiting actor as if it were not pinned.
+func TestPinCapKeepsMostRecent(t *testing.T) {
+	e := newEvictEnv(t)
+	e.m.SetEvictionLimits(EvictionLimits{MaxPinned: Limit{Set: true, Default: 1}})
+	e.addTemplate(t, "pinned", &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{Evictable: ptr(false)}})
+	must(t, e.st.DeleteActor(context.Background(), e.actor(t, "a")))
+	e.addActor(t, "a", "pinned")
+	e.addActor(t, "b", "pinned")
+	e.addActor(t, "c", "tpl")
+	e.resume(t, "a")
+	e.resume(t, "b")
+	now := time.Now()
+	e.served(t, "a", now.Add(-2*time.Second), 0)
+	e.served(t, "b", now.Add(-time.Second), 0)
+	if r := e.resume(t, "c"); r.Evicted.String() != "default/a" {
+		t.Fatalf("evicted %q, want default/a (pinned beyond the cap, least recently active)", r.Evicted)
+	}
+	if b := e.actor(t, "b"); b.State != store.Running {
+		t.Fatalf("b, pinned within the cap, was evicted: %+v", b)
 	}
 }

@@ -128,6 +128,8 @@ type Manager struct {
 	metrics *metrics.Lifecycle
 
 	leases LeaseConfig
+	// evictLimits are the operator's bounds on eviction policies.
+	evictLimits EvictionLimits
 
 	locks keyedMutex[names.ActorKey]
 	// queue orders resumes waiting for a worker (capacity.go).

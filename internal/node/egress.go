@@ -49,7 +49,7 @@ func (n *Node) setUpEgress(s *slot) error {
 	if err != nil {
 		return fmt.Errorf("egress proxy: %w", err)
 	}
-	s.egress = egress.NewProxy(ln, &egress.Deny{Extra: n.cfg.EgressDeny}, n.log.With("worker", s.name))
+	s.egress = egress.NewProxy(ln, &egress.Deny{Extra: n.cfg.EgressDeny, Ceiling: n.cfg.EgressCeiling}, n.log.With("worker", s.name))
 	return nil
 }
 

@@ -92,6 +92,9 @@ type Config struct {
 	// EgressDeny are addresses no template's egress allow-list may open
 	// to, beyond those always denied (egress.Deny): the API server's.
 	EgressDeny []netip.Prefix
+	// EgressCeiling is the operator's egress ceiling, checked on every
+	// connection's destination (egress.Deny); nil bounds nothing.
+	EgressCeiling *egress.Ceiling
 	// EgressResolver resolves allowed egress host names; nil uses
 	// EgressDNS, else the node's resolver (net.DefaultResolver).
 	EgressResolver egress.Resolver

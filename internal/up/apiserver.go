@@ -22,7 +22,6 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
@@ -77,6 +76,13 @@ type APIServerConfig struct {
 	// lifecycle.DefaultExpiryInterval). Every replica sweeps; deletions
 	// are serialised by the actors' leases.
 	ExpiryInterval time.Duration
+	// Ceilings are the operator's bounds on templates; nil bounds
+	// nothing (tests; the commands always set them).
+	Ceilings *CeilingsConfig
+	// ImageRoots are the directories oci: and oci-archive: template
+	// images may be read from (--image-root, image.LocalRoots); nil
+	// allows any path, an empty list none.
+	ImageRoots []string
 	// Auth is who may call (docs/security.md).
 	Auth AuthConfig
 	// MaxStreamsPerCaller bounds the watches and log follows one caller
@@ -185,8 +191,13 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if opened.Shared {
 		holder = replicaName()
 	}
+	ceilings, err := cfg.Ceilings.apiCeilings(ctx, log, cfg.Store, cfg.Snapshots)
+	if err != nil {
+		return err
+	}
 	lc := lifecycle.New(st, reg, snaps, holder, log)
 	lc.SetLeases(cfg.Leases)
+	lc.SetEvictionLimits(ceilings.Eviction)
 	if ms != nil {
 		lc.SetMetrics(ms.Lifecycle)
 	}
@@ -200,9 +211,14 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err := lc.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), image.NewCache(filepath.Join(cfg.DataDir, "images"), log), log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	if err != nil {
+		return err
+	}
+	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), images, log)
 	api.SetNodes(reg)
 	api.SetMaxStreamsPerCaller(cfg.MaxStreamsPerCaller)
+	api.SetCeilings(ceilings)
 	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
 	if nt := tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
 		ac.Transport = nt

@@ -55,7 +55,14 @@ type Config struct {
 	// servers may share the database). With StoreFile it is read as
 	// APIServerConfig's (storeurl.Resolve; $ATE_STORE last).
 	Store, StoreFile string
-	API              APIConfig
+	// Ceilings are the operator's bounds on templates; nil bounds
+	// nothing (tests; the commands always set them).
+	Ceilings *CeilingsConfig
+	// ImageRoots are the directories oci: and oci-archive: template
+	// images may be read from (--image-root, image.LocalRoots); nil
+	// allows any path (`ate up` defaults it to DefaultUpImageRoot), an empty list none.
+	ImageRoots []string
+	API        APIConfig
 	// Node is the local node agent. From here Run takes Workers (default
 	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two
 	// installations never collide), SandboxClass (gvisor, the default,

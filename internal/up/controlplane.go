@@ -20,7 +20,6 @@ import (
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/identity"
-	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
@@ -57,7 +56,14 @@ type ControlPlaneConfig struct {
 	// unused past their template's ttl (lifecycle.RunExpiry; default
 	// lifecycle.DefaultExpiryInterval).
 	ExpiryInterval time.Duration
-	Logger         *slog.Logger
+	// Ceilings are the operator's bounds on templates; nil bounds
+	// nothing (tests; the commands always set them).
+	Ceilings *CeilingsConfig
+	// ImageRoots are the directories oci: and oci-archive: template
+	// images may be read from (--image-root, image.LocalRoots); nil
+	// allows any path, an empty list none.
+	ImageRoots []string
+	Logger     *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
 	// Identity configures actor identity; an empty IssuerURL may be set
@@ -159,9 +165,17 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if err != nil {
 		return nil, err
 	}
-	images := image.NewCache(filepath.Join(cfg.DataDir, "images"), log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	if err != nil {
+		return nil, err
+	}
+	ceilings, err := cfg.Ceilings.apiCeilings(ctx, log, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
 	nc := cfg.Node
 	nc.Name = orDefault(nc.Name, DefaultNodeName)
+	nc.EgressCeiling = ceilings.Egress
 	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = images, cp.Snapshots, paused, filepath.Join(cfg.DataDir, "node")
 	if nc.Logger == nil {
 		nc.Logger = log
@@ -189,6 +203,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		holder = replicaName()
 	}
 	cp.Lifecycle = lifecycle.New(cp.Store, lifecycle.OneNode(cp.Node), cp.Snapshots, holder, log)
+	cp.Lifecycle.SetEvictionLimits(ceilings.Eviction)
 	if cfg.Metrics != nil {
 		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
 	}
@@ -206,6 +221,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		return nil, fmt.Errorf("unregister workers of an earlier run: %w", err)
 	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
+	cp.API.SetCeilings(ceilings)
 	cp.API.SetNodes(localNodes{name: nc.Name, tunnel: nc.TunnelAddr, store: cp.Store})
 	ac := alarm.Config{Holder: orDefault(holder, "ate-up"), TunnelTLS: cfg.AlarmTunnelTLS}
 	if cfg.Metrics != nil {

@@ -21,7 +21,6 @@ import (
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
@@ -58,6 +57,14 @@ type NodeAgentConfig struct {
 	// into <DataDir>/runtime and verified before any sandbox is touched,
 	// and runs instead of Gvisor.RunscPath, which must then be empty.
 	RunscAssets []runtimeasset.Asset
+	// Ceilings are the operator's egress ceiling (Ceilings.EgressAllow, EgressDeny), enforced
+	// on every connection's destination; nil bounds
+	// nothing (tests; the commands always set them).
+	Ceilings *CeilingsConfig
+	// ImageRoots are the directories oci: and oci-archive: template
+	// images may be read from (--image-root, image.LocalRoots); nil
+	// allows any path, an empty list none.
+	ImageRoots []string
 	// ManagementAddr serves /healthz, /readyz (ready once registered)
 	// and /metrics; empty means none.
 	ManagementAddr string
@@ -134,7 +141,11 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	}
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
-	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = image.NewCache(filepath.Join(cfg.DataDir, "images"), log), snaps, paused, filepath.Join(cfg.DataDir, "node")
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	if err != nil {
+		return err
+	}
+	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = images, snaps, paused, filepath.Join(cfg.DataDir, "node")
 	nc.Logger = log
 	if ms != nil {
 		nc.Metrics = ms.Node
@@ -142,6 +153,9 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	// Sandboxes reach the API server only through their gateway's
 	// endpoints, whatever their template allows.
 	nc.EgressDeny = append(nc.EgressDeny, apiServerPrefixes(ctx, cfg.API, log)...)
+	if nc.EgressCeiling, err = cfg.Ceilings.egress(ctx, log, cfg.Snapshots); err != nil {
+		return err
+	}
 	n, err := node.New(ctx, nc)
 	if err != nil {
 		return err

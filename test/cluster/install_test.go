@@ -83,7 +83,7 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	}
 	for _, args := range [][]string{
 		{"create", "namespace", ns},
-		{"label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged"},
+		{"label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", "ate.substrate.dev/worker-pools=allowed"},
 		{"-n", ns, "create", "secret", "generic", "ate-s3-credentials",
 			"--from-literal=AWS_ACCESS_KEY_ID=" + in.host.accessKey, "--from-literal=AWS_SECRET_ACCESS_KEY=" + in.host.secretKey},
 	} {

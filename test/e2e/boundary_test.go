@@ -89,14 +89,18 @@ func TestSandboxBoundary(t *testing.T) {
 	dns := egresstest.DNS(t, map[string]netip.Addr{"allowed.egress.test": dest.Addr, "unlisted.egress.test": dest.Addr})
 	hostLoopAddr, hostAddrAddr := dest.HostListeners(t)
 
-	// One worker: the two actors take turns on it, so the second phase
-	// shows the rules set for each start and cleared when it is freed.
-	in := startUp(t, 1, "--demo", "--egress-dns", dns)
-	_, apiPort, _ := net.SplitHostPort(in.apiAddr)
 	primary := primaryAddr(t, dest.HostAddr)
 	if !primary.IsValid() {
 		t.Fatal("this machine has no IPv4 address but loopback to try the API server's port on")
 	}
+	// One worker: the two actors take turns on it, so the second phase
+	// shows the rules set for each start and cleared when it is freed.
+	// The operator's ceiling opens the local ranges the template lists
+	// (and the primary address, private on most machines), to show that
+	// what is always denied stays denied even then.
+	in := startUp(t, 1, "--demo", "--egress-dns", dns,
+		"--egress-allow", "0.0.0.0/0,127.0.0.0/8,169.254.0.0/16,"+primary.String())
+	_, apiPort, _ := net.SplitHostPort(in.apiAddr)
 	// The API server listens on loopback here; one on the primary
 	// address is what a sandbox could otherwise reach. A listener there
 	// stands in for it, on the API server's port when that is free.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/k8s/k8stest"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
@@ -38,6 +39,15 @@ func startKubeCluster(t *testing.T, timing []string, nodes ...string) *kubeClust
 	t.Helper()
 	kc := &kubeCluster{cluster: startClusterTimed(t, timing), kube: k8stest.Start(t)}
 	ctx := t.Context()
+	// The operator's opt-in: the controller runs pools only here.
+	var ns corev1.Namespace
+	if err := kc.kube.Client.Get(ctx, client.ObjectKey{Name: "default"}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{controller.PoolNamespaceLabel: controller.PoolNamespaceAllowed}
+	if err := kc.kube.Client.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
 	wp := &atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: kubePool, Namespace: "default"},
 		Spec: atek8s.WorkerPoolSpec{Replicas: ptr.To(int32(len(nodes)))}}
 	if err := kc.kube.Client.Create(ctx, wp); err != nil {

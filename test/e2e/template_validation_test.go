@@ -32,6 +32,22 @@ func TestTemplateValidation(t *testing.T) {
 			"wakeupProbe.httpGet.port 8080 is not the port traffic goes to"},
 		{"no-image", "name: no-image\ncontainers:\n- name: c\n  image: oci:/nonexistent/images/app\n  ports: [8080]\n",
 			"/nonexistent/images/app"},
+		// A host path outside ate up's image roots (build/images by
+		// default): refused without opening it.
+		{"host-path", "name: host-path\ncontainers:\n- name: c\n  image: oci-archive:/etc/passwd\n  ports: [8080]\n",
+			"/etc/passwd is not under an image root"},
+		// Egress into the cluster's private networks, or to everything,
+		// and a priority above other tenants': beyond ate up's default
+		// operator ceilings.
+		{"egress-everything", "name: egress-everything\ncontainers:\n- name: c\n  image: oci:" + counter +
+			"\n  ports: [8080]\nnetwork:\n  egress:\n  - {cidr: 0.0.0.0/0}\n",
+			"network.egress[0].cidr: egress beyond the operator's ceiling: 0.0.0.0/0 includes 10.0.0.0/8"},
+		{"egress-private", "name: egress-private\ncontainers:\n- name: c\n  image: oci:" + counter +
+			"\n  ports: [8080]\nnetwork:\n  egress:\n  - {cidr: 192.0.2.0/24}\n  - {cidr: 10.0.0.0/8, ports: [5432]}\n",
+			"network.egress[1].cidr: egress beyond the operator's ceiling: 10.0.0.0/8 is in 10.0.0.0/8"},
+		{"priority", "name: priority\ncontainers:\n- name: c\n  image: oci:" + counter +
+			"\n  ports: [8080]\neviction: {priority: 5}\n",
+			"eviction.priority 5 is above 0, the highest atespace default may set"},
 		{"bad-streams", "name: bad-streams\ncontainers:\n- name: c\n  image: oci:" + counter +
 			"\n  ports: [8080]\nstreams: {wakeOn: never}\n",
 			`streams.wakeOn "never": want any or request`},

@@ -39,11 +39,18 @@ func TestMain(m *testing.M) {
 
 var nsSeq atomic.Int64
 
-// namespace creates a namespace of its own for t.
+// namespace creates a namespace of its own for t, opted in for worker
+// pools.
 func namespace(t *testing.T) string {
 	t.Helper()
+	return namespaceLabelled(t, map[string]string{PoolNamespaceLabel: PoolNamespaceAllowed})
+}
+
+// namespaceLabelled creates a namespace of its own for t with labels.
+func namespaceLabelled(t *testing.T, labels map[string]string) string {
+	t.Helper()
 	name := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if err := testEnv.Client.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}

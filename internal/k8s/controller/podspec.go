@@ -50,6 +50,9 @@ type WorkerSettings struct {
 	API string
 	// Image is the `ate` image of pools that name none.
 	Image string
+	// AllowedImages are the other images a pool may name
+	// (--worker-allowed-image); a pool naming any other runs no Pod.
+	AllowedImages []string
 	// Snapshots is ate node's --snapshots, the API server's snapshot
 	// store URL.
 	Snapshots string

@@ -63,6 +63,9 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, fmt.Errorf("get Deployment: %w", err)
 	}
 
+	if err := r.checkPermitted(ctx, &pool); err != nil {
+		return r.refuse(ctx, &pool, current, err)
+	}
 	degraded := metav1.Condition{Type: atek8s.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonReconciled,
 		Message: "Deployment " + deploymentName(pool.Name) + " applied"}
 	runsc, apply, cause := r.runtimeArgs(ctx, &pool, current)

@@ -1,0 +1,37 @@
+package up
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"substrate.dev/ate/internal/image"
+)
+
+// Default image roots (--image-root): the only directories oci: and
+// oci-archive: template images may be read from (image.LocalRoots).
+const (
+	// DefaultUpImageRoot is `ate up`'s, relative to the directory it
+	// starts in: where hack/build-examples.sh writes the examples' images,
+	// which the examples' templates name (oci:build/images/counter).
+	DefaultUpImageRoot = "build/images"
+	// DefaultImageRoot is `ate apiserver`'s and `ate node`'s: where the
+	// ate container image carries the example images.
+	DefaultImageRoot = "/images"
+)
+
+// newImageCache is the image cache under dataDir/images, reading local
+// images only under roots (made absolute against the working directory),
+// or anywhere when roots is nil (tests and embedders; the commands always
+// pass their --image-root).
+func newImageCache(dataDir string, roots []string, log *slog.Logger) (*image.Cache, error) {
+	var opts []image.Option
+	if roots != nil {
+		abs, err := image.AbsRoots(roots)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, image.LocalRoots(abs))
+		log.Info("image roots", "roots", abs)
+	}
+	return image.NewCache(filepath.Join(dataDir, "images"), log, opts...), nil
+}

@@ -356,15 +356,21 @@ func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.R
 		}
 		if ok, err := lock.TryLock(); err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("lock worker prefix %s: %w", nc.WorkerPrefix, err)
-		} else if !ok {
+		} else if !ok || !lockIsPath(lock) {
+			_ = lock.Unlock()
 			return nil, nil, nil, nil, fmt.Errorf("worker prefix %s is in use by another ate process on this machine (the same --data-dir and --name, or the same --worker-prefix)", nc.WorkerPrefix)
 		}
 		rt, err := gvisor.New(gc)
 		if err != nil {
+			_ = os.Remove(lock.Path())
 			_ = lock.Unlock()
 			return nil, nil, nil, nil, err
 		}
-		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close(); _ = lock.Unlock() }, nil
+		// The lock file goes with the node, so a clean exit leaves nothing
+		// under /run/ate; it is removed while still held, and a process
+		// that locked the removed file in between sees (lockIsPath) that
+		// its file is no longer the path's and refuses to start.
+		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close(); _ = os.Remove(lock.Path()); _ = lock.Unlock() }, nil
 	case fake.Class:
 		// In-process stand-ins that emulate the counter: for trying the
 		// control plane without root or runsc, and for benchmarks.
@@ -414,4 +420,16 @@ func newUpTransports(ctx context.Context, cfg Config, log *slog.Logger) (upTrans
 		*c.t = t
 	}
 	return tr, nil
+}
+
+// lockIsPath reports whether the file lock holds is still the one at its
+// path: the owner removes the file on exit while holding it, so a lock
+// won on a removed file is no lock at all.
+func lockIsPath(lock *flock.Flock) bool {
+	held, err := lock.Stat()
+	if err != nil {
+		return false
+	}
+	onDisk, err := os.Stat(lock.Path())
+	return err == nil && os.SameFile(held, onDisk)
 }

@@ -69,6 +69,12 @@ func launchComponent(t testing.TB, name, readyMsg string, args ...string) *compo
 // environment.
 func launchComponentEnv(t testing.TB, env []string, name, readyMsg string, args ...string) *component {
 	t.Helper()
+	// Separate API servers and nodes read local images only under an
+	// operator's image roots (default /images): the tests' images are the
+	// repository's build/images.
+	if len(args) > 0 && (args[0] == "apiserver" || args[0] == "node") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--image-root") }) {
+		args = append([]string{args[0], "--image-root", filepath.Join(repoDir, "build/images")}, args[1:]...)
+	}
 	c := &component{t: t, name: name, args: withTLS(t, args), env: env, done: make(chan struct{})}
 	c.launch(readyMsg)
 	t.Cleanup(func() {

@@ -344,13 +344,36 @@ func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, r
 		order = slices.Insert(slices.Delete(order, i, i+1), 0, prefer)
 	}
 	for _, n := range order {
-		ra, w, err := m.store.ClaimWorker(ctx, a, n, ready...)
+		base, ra, w, err := m.claimOn(ctx, a, n, ready)
 		if err == nil {
-			m.recordChange(a, ra)
+			m.recordChange(base, ra)
 		}
 		if !errors.Is(err, store.ErrNoFreeWorker) {
 			return ra, w, err
 		}
+		a = base
 	}
 	return nil, nil, fmt.Errorf("actor %s: %w on any live node", a.Key(), store.ErrNoFreeWorker)
+}
+
+// claimOn is store.ClaimWorker on node n, retried, as update retries,
+// when the record changed only in fields the workflows do not own: a
+// resume that waited for a worker while the router recorded the actor's
+// last activity, or a client set a new worker selector (read again here),
+// must not fail with a conflict — that failure handed its worker, and
+// the eviction that freed it, to nobody. base is the record the claim
+// was made on.
+func (m *Manager) claimOn(ctx context.Context, a *store.Actor, n string, ready []string) (base, _ *store.Actor, _ *store.Worker, _ error) {
+	for attempt := 0; ; attempt++ {
+		ra, w, err := m.store.ClaimWorker(ctx, a, n, ready...)
+		if !errors.Is(err, store.ErrConflict) || attempt == 5 {
+			return a, ra, w, err
+		}
+		cur, gerr := m.store.GetActor(ctx, a.Key())
+		if gerr != nil || !sameLifecycle(cur, a) {
+			return a, nil, nil, err
+		}
+		m.metrics.CASRetry()
+		a = cur
+	}
 }

@@ -387,3 +387,48 @@ func TestPinCapKeepsMostRecent(t *testing.T) {
 		t.Fatalf("b, pinned within the cap, was evicted: %+v", b)
 	}
 }
+
+// TestWaitingResumeOutlivesActivityWrites: a resume waiting for a worker
+// keeps its claim when, meanwhile, its actor's record changes in a field
+// the workflows do not own (the router records last activity): it gets
+// the worker the eviction freed for it and names the evicted actor,
+// instead of failing with a conflict and leaving both to a retry.
+func TestWaitingResumeOutlivesActivityWrites(t *testing.T) {
+	e := newEvictEnv(t)
+	e.addActor(t, "b", "tpl")
+	e.addActor(t, "c", "tpl")
+	e.resume(t, "a")
+	e.resume(t, "b")
+	now := time.Now()
+	e.served(t, "a", now, 1)
+	e.served(t, "b", now, 1)
+	type result struct {
+		r   Resumed
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, r, err := e.m.ResumeEvicting(ctx, key("c"))
+		done <- result{r, err}
+	}()
+	e.waitQueued(t, 1)
+	c := e.actor(t, "c")
+	c.LastActivity = time.Now().UTC()
+	if _, err := e.st.UpdateActor(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	e.served(t, "a", time.Now(), 0) // a's request ends: it may go
+	e.m.kick()
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("waiting resume of c: %v, want it to take the worker freed for it", res.err)
+	}
+	if res.r.Evicted.String() != "default/a" {
+		t.Fatalf("resume of c evicted %q, want default/a", res.r.Evicted)
+	}
+	if got := e.actor(t, "c"); got.State != store.Running || got.LastActivity.IsZero() {
+		t.Fatalf("c after its resume: %+v", got)
+	}
+}

@@ -162,15 +162,8 @@ func TestEvictionKeepsTenantsNamesApart(t *testing.T) {
 	if resumeErr != nil {
 		t.Fatalf("admin's ResumeActor: %v", resumeErr)
 	}
-	// The admin's header check needs bob's actor still running when the
-	// admin resumes alice's; since the merged security round it is often
-	// checkpointed first and the resume takes a free worker, evicting no
-	// one (open: noted on issue 30). Then there is no header to check; a
-	// header that is there must name bob's actor in full.
-	if got := md.Get(atev1.HeaderEvicted); len(got) > 0 && (len(got) != 1 || got[0] != "team-b/"+waiter) {
+	if got := md.Get(atev1.HeaderEvicted); len(got) != 1 || got[0] != "team-b/"+waiter {
 		t.Errorf("admin's ResumeActor: %s %q, want team-b/%s", atev1.HeaderEvicted, got, waiter)
-	} else if len(got) == 0 {
-		t.Logf("admin's ResumeActor evicted no one (bob's actor was no longer running); its header was not checked")
 	}
 
 	// An anonymous client wakes bob's actor through the router, which

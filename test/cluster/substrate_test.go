@@ -33,13 +33,15 @@ type install struct {
 // plaintext between components and so no API authentication (worker
 // Pods' certificates come from cert-manager's csi-driver, which is not on
 // these machines; the chart refuses auth.* over plaintext), the host's
-// stores, small requests (the node has 2 cores) and a WorkerPool of 3 Pods.
+// stores, small requests (the node has 2 cores), a WorkerPool of 3 Pods,
+// and a pin cap of 6 so the router test can hold all 6 workers with
+// evictable: false actors (the default cap, 4, would let two be evicted).
 func (in *install) values(tag string) string {
 	return fmt.Sprintf(`image: {repository: ate.local/ate, tag: %q, pullPolicy: IfNotPresent}
 tls: {mode: none}
 postgres: {url: %q}
 snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
-apiserver: {replicas: 2, resources: {requests: {cpu: 10m, memory: 64Mi}}}
+apiserver: {replicas: 2, extraArgs: [--max-pinned-actors=6], resources: {requests: {cpu: 10m, memory: 64Mi}}}
 controller: {replicas: 1, extraArgs: [--resync=5s], resources: {requests: {cpu: 10m, memory: 64Mi}}}
 router: {replicas: 1, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, terminationGracePeriodSeconds: 60,

@@ -40,6 +40,9 @@ export PATH=$ATE_CACHE/bin:$PATH
 for v in GOPATH GOMODCACHE GOCACHE GOPROXY GOSUMDB GOPRIVATE GONOPROXY GONOSUMDB GOFLAGS GOTOOLCHAIN; do
 	export "$v=$(go env "$v")"
 done
+# staticcheck's analysis cache too (it would otherwise start empty in the
+# run's fresh HOME and take minutes instead of seconds).
+export STATICCHECK_CACHE=${STATICCHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/staticcheck}
 state=/var/tmp/ate-test-run
 mkdir -p "$state"
 leftovers=$state/leftovers
@@ -93,9 +96,14 @@ stage() {
 	"$@"
 	rc=$?
 	local secs=$(($(date +%s) - s))
-	if ! "$leftovers" check -before "$state/before.json" -run "$run_id" -self $$ -clean; then
+	local left
+	if ! left=$("$leftovers" check -before "$state/before.json" -run "$run_id" -self $$ -clean 2>&1); then
+		echo "$left" >&2
 		echo "test: stage $name left the above on the host (removed now)" >&2
-		stage_names+=("$name: left processes or host state behind")
+		# The summary repeats what was left: it is the part of the output
+		# that survives a CI log's truncation.
+		stage_names+=("$name: left processes or host state behind:
+$(echo "$left" | head -20 | sed 's/^/             /')")
 		stage_results+=("FAIL")
 		failed=1
 	fi

@@ -91,16 +91,24 @@ func componentPrefixes(ctx context.Context, log *slog.Logger, urls ...string) []
 		if host == "" {
 			continue
 		}
-		addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			log.Warn("egress: cannot resolve a component to deny it to sandboxes", "host", host, "err", err)
-			continue
-		}
-		for _, a := range addrs {
-			a = a.Unmap()
-			if p := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, p) {
-				out = append(out, p)
-			}
+		out = appendHostPrefixes(ctx, log, out, host, "egress: cannot resolve a component to deny it to sandboxes")
+	}
+	return out
+}
+
+// appendHostPrefixes resolves host and appends each of its addresses not
+// yet in out as a /32 or /128; a failure is logged with msg and adds
+// nothing.
+func appendHostPrefixes(ctx context.Context, log *slog.Logger, out []netip.Prefix, host, msg string) []netip.Prefix {
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		log.Warn(msg, "host", host, "err", err)
+		return out
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if p := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, p) {
+			out = append(out, p)
 		}
 	}
 	return out

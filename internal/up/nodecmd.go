@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -329,17 +328,7 @@ func apiServerPrefixes(ctx context.Context, target string, log *slog.Logger) []n
 		if err != nil {
 			host = rep
 		}
-		addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			log.Warn("egress: cannot resolve an API server replica to deny it to sandboxes", "replica", rep, "err", err)
-			continue
-		}
-		for _, a := range addrs {
-			a = a.Unmap()
-			if p := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
+		out = appendHostPrefixes(ctx, log, out, host, "egress: cannot resolve an API server replica to deny it to sandboxes")
 	}
 	return out
 }

@@ -86,6 +86,13 @@ declare -a stage_names stage_results
 start_all=$(date +%s)
 failed=0
 
+# in_dir DIR CMD...: runs CMD in DIR.
+in_dir() {
+	local d=$1
+	shift
+	(cd "$d" && "$@")
+}
+
 # stage NAME CMD...: runs CMD, records its result and time, then checks
 # the host for what it left.
 stage() {
@@ -164,26 +171,31 @@ bg=$!
 
 stage vet go vet ./...
 stage staticcheck "$ATE_CACHE/bin/staticcheck" ./...
-stage quick go test -count=1 "${quick_packages[@]}"
+# go vet ran over every package above: -vet=off skips the subset that
+# go test would repeat per package.
+stage quick go test -vet=off -count=1 "${quick_packages[@]}"
 # One iteration of every benchmark harness (~1 min), so none can rot;
 # `make bench` runs them in full.
-stage bench-router go test -run XXX -bench . -benchtime 1x ./internal/router/
-stage bench-runtime go test -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/ ./internal/snapshot/
-stage root go test -count=1 -p 1 -timeout 30m "${root_packages[@]}"
+stage bench-router go test -vet=off -run XXX -bench . -benchtime 1x ./internal/router/
+stage bench-runtime go test -vet=off -run XXX -bench . -benchtime 1x ./internal/sandbox/gvisor/ ./internal/snapshot/
+stage root go test -vet=off -count=1 -p 1 -timeout 30m "${root_packages[@]}"
 stage need-postgres need postgres
 # The stores' conformance suite (concurrent claimers, leases, fencing)
 # under the race detector, on both backends (~20 s).
-stage stores-race go test -race -count=1 "${race_packages[@]}"
-stage bench-control-plane go test -run XXX -bench . -benchtime 1x ./internal/bench/
+stage stores-race go test -vet=off -race -count=1 "${race_packages[@]}"
+stage bench-control-plane go test -vet=off -run XXX -bench . -benchtime 1x ./internal/bench/
 stage need-seaweedfs need seaweedfs
-stage components go test -count=1 -p 1 -timeout 30m "${component_packages[@]}"
+stage components go test -vet=off -count=1 -p 1 -timeout 30m "${component_packages[@]}"
 stage need-kube-control need kube-control
-stage kube go test -count=1 -p 1 -timeout 30m "${kube_packages[@]}"
+stage kube go test -vet=off -count=1 -p 1 -timeout 30m "${kube_packages[@]}"
 stage need-chromium need chromium
-stage e2e go test -count=1 -timeout 60m ./test/e2e/
-stage bench-e2e go test -run XXX -bench . -benchtime 1x ./test/e2e/
+# The e2e test binary is built once for the tests and the benchmark
+# smoke, and runs from its package directory as `go test` would.
+stage build-e2e go test -vet=off -c -o "$state/e2e.test" ./test/e2e/
+stage e2e in_dir test/e2e "$state/e2e.test" -test.count=1 -test.timeout 60m
+stage bench-e2e in_dir test/e2e "$state/e2e.test" -test.run XXX -test.bench . -test.benchtime 1x
 stage need-cluster need kube-node cluster cluster-images
-stage cluster go test -count=1 -timeout 30m ./test/cluster/
+stage cluster go test -vet=off -count=1 -timeout 30m ./test/cluster/
 wait "$bg"
 
 # --- summary ----------------------------------------------------------------

@@ -114,7 +114,15 @@ func check(beforePath, run string, self int, clean bool) ([]string, error) {
 		return nil, fmt.Errorf("%s: %w", beforePath, err)
 	}
 	var found []string
-	procs := strayProcesses(run, self, before.Ticks)
+	pre, err := take()
+	if err != nil {
+		return nil, err
+	}
+	roots := map[string]bool{}
+	for _, r := range added(before.RunAte, pre.RunAte) {
+		roots[filepath.Join("/run/ate", r)] = true
+	}
+	procs := strayProcesses(run, self, before.Ticks, roots)
 	for _, p := range procs {
 		found = append(found, fmt.Sprintf("process %d: %s", p.pid, p.cmdline))
 	}
@@ -167,8 +175,10 @@ type proc struct {
 }
 
 // strayProcesses lists the run's processes that are not descendants of
-// self, started after ticks.
-func strayProcesses(run string, self int, ticks uint64) []proc {
+// self, started after ticks. A process is the run's by its environment
+// or, for runsc's sandbox processes (runsc boot starts them with an empty
+// environment), by a --root among roots: runsc roots the run made.
+func strayProcesses(run string, self int, ticks uint64, roots map[string]bool) []proc {
 	entries, _ := os.ReadDir("/proc")
 	parent := map[int]int{}
 	var candidates []proc
@@ -186,11 +196,11 @@ func strayProcesses(run string, self int, ticks uint64) []proc {
 		if start < ticks {
 			continue
 		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil || !bytes.Contains(append(env, 0), marker) {
+		if (err != nil || !bytes.Contains(append(env, 0), marker)) && !roots[runscRoot(cmd)] {
 			continue
 		}
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		candidates = append(candidates, proc{pid, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))})
 	}
 	var out []proc
@@ -200,6 +210,21 @@ func strayProcesses(run string, self int, ticks uint64) []proc {
 		}
 	}
 	return out
+}
+
+// runscRoot is the value of --root in a NUL-separated command line, "" if
+// it has none.
+func runscRoot(cmdline []byte) string {
+	args := strings.Split(string(cmdline), "\x00")
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--root="); ok {
+			return v
+		}
+		if a == "--root" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 func descends(parent map[int]int, pid, ancestor int) bool {

@@ -23,6 +23,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/s3/s3test"
@@ -82,8 +83,48 @@ func launchComponentEnv(t testing.TB, env []string, name, readyMsg string, args 
 		if t.Failed() {
 			t.Logf("%s log:\n%s", c.name, c.logText())
 		}
+		// A node the test killed for good (a lost node) left its
+		// sandboxes, network namespaces and runsc root: what its next
+		// start would clear, the test clears.
+		if i := slices.Index(args, "--worker-prefix"); i >= 0 && i+1 < len(args) {
+			reapWorkerPrefix(t, args[i+1])
+		}
 	})
 	return c
+}
+
+// reapWorkerPrefix removes what a SIGKILLed node with worker prefix
+// left on the machine, as that node's restart would: its runsc
+// containers (sandbox and gofer processes), its runsc root with the
+// pinned null network namespace and lock file, and its workers' network
+// namespaces. After a clean exit there is nothing to find.
+func reapWorkerPrefix(t testing.TB, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := filepath.Join("/run/ate", prefix)
+	if _, err := os.Stat(root); err == nil {
+		rt, err := gvisor.New(gvisor.Config{RootDir: root, ForceCLI: true})
+		if err != nil {
+			t.Errorf("reap worker prefix %s: %v", prefix, err)
+			return
+		}
+		if err := rt.DestroyAll(ctx); err != nil {
+			t.Errorf("reap worker prefix %s: %v", prefix, err)
+		}
+		if err := rt.Close(); err != nil {
+			t.Errorf("reap worker prefix %s: %v", prefix, err)
+		}
+	}
+	_ = os.Remove(root + ".lock")
+	entries, _ := os.ReadDir(netns.RunDir)
+	for _, e := range entries {
+		if name := e.Name(); strings.HasPrefix(name, prefix+"-") && !strings.HasSuffix(name, netns.OuterSuffix) {
+			if err := netns.Remove(ctx, netns.SlotFor(name)); err != nil {
+				t.Errorf("reap worker prefix %s: %v", prefix, err)
+			}
+		}
+	}
 }
 
 // start runs the component again (after kill or terminate) with the same

@@ -201,7 +201,10 @@ func TestVictimChoice(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func TestEveryActorBusyWaitsForDeadline(t *testing.T) {
+// newBusyEnv: a and b hold both workers, each with a request in flight
+// (so neither may be evicted); c is SUSPENDED.
+func newBusyEnv(t *testing.T) evictEnv {
+	t.Helper()
 	e := newEvictEnv(t)
 	e.addActor(t, "b", "tpl")
 	e.addActor(t, "c", "tpl")
@@ -210,6 +213,11 @@ func TestEveryActorBusyWaitsForDeadline(t *testing.T) {
 	now := time.Now()
 	e.served(t, "a", now, 1)
 	e.served(t, "b", now, 1)
+	return e
+}
+
+func TestEveryActorBusyWaitsForDeadline(t *testing.T) {
+	e := newBusyEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	_, err := e.m.Resume(ctx, key("c"))
@@ -394,14 +402,7 @@ func TestPinCapKeepsMostRecent(t *testing.T) {
 // the worker the eviction freed for it and names the evicted actor,
 // instead of failing with a conflict and leaving both to a retry.
 func TestWaitingResumeOutlivesActivityWrites(t *testing.T) {
-	e := newEvictEnv(t)
-	e.addActor(t, "b", "tpl")
-	e.addActor(t, "c", "tpl")
-	e.resume(t, "a")
-	e.resume(t, "b")
-	now := time.Now()
-	e.served(t, "a", now, 1)
-	e.served(t, "b", now, 1)
+	e := newBusyEnv(t)
 	type result struct {
 		r   Resumed
 		err error

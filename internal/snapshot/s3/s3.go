@@ -395,22 +395,42 @@ func (s *Store) fetchInto(ctx context.Context, ref, base, tmp string, m *snapsho
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	for _, l := range m.Symlinks {
-		if !filepath.IsLocal(filepath.FromSlash(l.Name)) {
-			return nil, fmt.Errorf("%w: %s: manifest names link %q outside the snapshot", snapshot.ErrCorrupt, ref, l.Name)
-		}
-		p := filepath.Join(tmp, filepath.FromSlash(l.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.Symlink(l.Target, p); err != nil {
-			return nil, err
-		}
+	if err := makeSymlinks(tmp, ref, m.Symlinks); err != nil {
+		return nil, err
 	}
 	if err := snapshot.WriteFileSync(filepath.Join(tmp, snapshot.ManifestName), data); err != nil {
 		return nil, err
 	}
 	return s.cache.insert(ref, snapshot.ManifestDigest(data), tmp, m, true)
+}
+
+// makeSymlinks creates a manifest's symlinks under tmp through an
+// os.Root: a link the manifest made first (a → /etc) is never followed
+// by a later entry (a/cron.d/x), which would create links, as root,
+// anywhere on the node. The manifest's digest pins what it says, not
+// that it is safe: the node that wrote it may be compromised.
+func makeSymlinks(tmp, ref string, links []snapshot.Symlink) error {
+	if len(links) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(tmp)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, l := range links {
+		name := filepath.FromSlash(l.Name)
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("%w: %s: manifest names link %q outside the snapshot", snapshot.ErrCorrupt, ref, l.Name)
+		}
+		if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			return fmt.Errorf("%w: %s: link %q: %w", snapshot.ErrCorrupt, ref, l.Name, err)
+		}
+		if err := root.Symlink(l.Target, name); err != nil {
+			return fmt.Errorf("%w: %s: link %q: %w", snapshot.ErrCorrupt, ref, l.Name, err)
+		}
+	}
+	return nil
 }
 
 // Import copies the complete snapshot at srcDir (e.g. a node's paused

@@ -2,6 +2,7 @@ package s3_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -486,4 +487,48 @@ func TestSubstitutedByAnotherNode(t *testing.T) {
 	}
 	defer o.Close()
 	checkFiles(t, o.Dir, files)
+}
+
+// TestManifestLinksStayInTheSnapshot: a compromised node checkpoints an
+// actor it hosts with a manifest whose symlinks chain — a link evil → a
+// host directory, then a link evil/planted — and the API server records
+// that manifest's digest (the node's own actor). Another node that opens
+// the snapshot refuses it as corrupt and creates nothing in the host
+// directory.
+func TestManifestLinksStayInTheSnapshot(t *testing.T) {
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	ref := commit(t, newStore(t, config(t, prefix)), "actor-uid", checkpointFiles(t, 1<<20))
+	key := prefix + "/" + snapshot.Bare(ref) + "/" + snapshot.ManifestName
+	host := t.TempDir() // stands for /etc on the opening node
+	var forged []byte
+	if err := srv.Rewrite(ctx, key, func(b []byte) []byte {
+		var m snapshot.Manifest
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		m.Symlinks = append(m.Symlinks, snapshot.Symlink{Name: "volumes/data/evil", Target: host},
+			snapshot.Symlink{Name: "volumes/data/evil/planted", Target: "/payload"})
+		out, err := json.Marshal(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged = out
+		return out
+	}); err != nil {
+		t.Fatal(err)
+	}
+	recorded := snapshot.WithDigest(snapshot.Bare(ref), forged)
+
+	cfg := config(t, prefix)
+	o, err := newStore(t, cfg).Open(ctx, recorded)
+	if o != nil {
+		o.Close()
+	}
+	if !errors.Is(err, snapshot.ErrCorrupt) {
+		t.Errorf("Open of a manifest whose links chain out of the snapshot = %v, want ErrCorrupt", err)
+	}
+	if left, _ := os.ReadDir(host); len(left) != 0 {
+		t.Fatalf("the opening node created %v in a host directory", left)
+	}
 }

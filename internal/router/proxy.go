@@ -180,6 +180,8 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 	// from Out by ReverseProxy) are not trusted, only set afresh; nor
 	// are look-alikes of any header the router vouches for.
 	stripReserved(pr.Out.Header)
+	// Nor as request trailers, which some stacks merge into headers.
+	stripReserved(pr.Out.Trailer)
 	pr.SetXForwarded()
 	// Clients must not pick the worker or incarnation: these replace any
 	// client-sent values of these headers. The tunnel logs the request

@@ -139,12 +139,10 @@ func RedactURL(raw string) string {
 func ParseURL(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url.Error repeats the whole URL; say only what is wrong.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Config{}, fmt.Errorf("%w: %v", ErrBadURL, err)
+		// net/url's errors quote parts of the URL ("invalid port
+		// \":<secret up to its first slash>\" after host"): none is
+		// repeated, only what kind of mistake it is.
+		return Config{}, fmt.Errorf("%w: not a URL of the form s3://bucket/prefix?endpoint=http[s]://host:port (%s)", ErrBadURL, urlErrorKind(err))
 	}
 	// Errors name the URL as RedactURL shows it: whatever secret was
 	// put in it by mistake is not repeated into logs.
@@ -244,4 +242,20 @@ func (c Config) URL() string {
 	}
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// urlErrorKind names what url.Parse found wrong without quoting the URL.
+func urlErrorKind(err error) string {
+	var esc url.EscapeError
+	var host url.InvalidHostError
+	switch {
+	case errors.As(err, &esc):
+		return "a bad %-escape"
+	case errors.As(err, &host):
+		return "a bad character in the host"
+	case strings.Contains(err.Error(), "invalid port"):
+		return "a bad port, or credentials, which do not belong in the URL"
+	default:
+		return "unparsable"
+	}
 }

@@ -45,6 +45,9 @@ func TestParseURL(t *testing.T) {
 		{url: "s3://b/p?secret_access_key=wJalrXUtnFEMIsecret", err: `unknown parameter "secret_access_key"`},
 		{url: "s3://b/p?endpoint=http://AKIAKEY:wJalrXUtnFEMIsecret@h:9000", err: "endpoint must be"},
 		{url: "s3://AKIAKEY:wJalrXUtnFEMI%zzsecret@b/p", err: "bad S3"},
+		// A secret holding '/' ends the authority early: url.Parse's own
+		// error would quote it as a port.
+		{url: "s3://AKIAKEY:wJalrXUtnFEMI/K7MDENG@b/p", err: "bad S3"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			got, err := s3.ParseURL(tc.url)

@@ -3,8 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
+	"substrate.dev/ate/internal/testport"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -57,15 +57,10 @@ func (c protoCounts) report(b *testing.B, n int, postgres bool) {
 	}
 }
 
-// freeAddr returns a loopback address with a port free a moment ago.
+// freeAddr is testport.Addr.
 func freeAddr(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testport.Addr(tb)
 }
 
 // scrape adds what the API server at management address addr counted.

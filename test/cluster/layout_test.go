@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"substrate.dev/ate/internal/testport"
 
 	"github.com/vishvananda/netlink"
 )
@@ -58,27 +59,11 @@ func chooseLayout() error {
 	return nil
 }
 
-// freePorts returns n distinct ports the kernel had free on every
-// address. Listening before handing them out keeps them distinct; a
-// process that takes one in between makes the component fail to bind,
-// which names the port.
+// freePorts returns n distinct ports free on every address now, below
+// the kernel's ephemeral range, so no component started meanwhile takes
+// one (testport).
 func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp4", "0.0.0.0:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return testport.Free(n)
 }
 
 // hostPrefixes lists every IPv4 address and route destination on the

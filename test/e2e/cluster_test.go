@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"substrate.dev/ate/internal/testport"
 	"sync"
 	"syscall"
 	"testing"
@@ -364,15 +364,12 @@ func (c *cluster) containers(name string) []string {
 	return strings.Fields(string(out))
 }
 
-// freeAddr returns a loopback address with a port free now.
+// freeAddr returns a loopback address with a port free now, outside the
+// range the kernel hands to ":0" binds, so no component started
+// meanwhile takes it (testport).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testport.Addr(t)
 }
 
 func (c *cluster) startNode(name, apiAddr string, extra ...string) {

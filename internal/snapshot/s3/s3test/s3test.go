@@ -15,14 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"substrate.dev/ate/internal/testport"
 	"syscall"
 	"testing"
 	"time"
@@ -116,7 +115,7 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 var errPortTaken = errors.New("s3test: a port weed was given is taken")
 
 func start(ctx context.Context, bin, dir string) (*Server, error) {
-	ports, err := freePorts(8)
+	ports, err := testport.Free(8)
 	if err != nil {
 		return nil, err
 	}
@@ -311,40 +310,4 @@ func (s *Server) Corrupt(ctx context.Context, key string) error {
 // Remove deletes object key.
 func (s *Server) Remove(ctx context.Context, key string) error {
 	return s.Client.RemoveObject(ctx, s.Bucket, key, minio.RemoveObjectOptions{})
-}
-
-// freePorts returns n distinct loopback ports free at the time of the
-// call, below the kernel's ephemeral range: a port from that range, once
-// released, is soon the source port of some outgoing connection (weed
-// makes many), and weed's bind then fails. All listeners stay open until
-// every port is picked, so no port comes twice.
-func freePorts(n int) ([]int, error) {
-	lo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
-				lo = v
-			}
-		}
-	}
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			return nil, fmt.Errorf("s3test: no %d free ports in 10000-%d", n, lo-1)
-		}
-		port := 10000 + rand.IntN(lo-10000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, port)
-	}
-	return ports, nil
 }

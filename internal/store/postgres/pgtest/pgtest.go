@@ -53,6 +53,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"substrate.dev/ate/internal/testport"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -518,12 +519,12 @@ func (s *Server) logTail() string {
 	return string(b)
 }
 
-// freePort returns a loopback TCP port free at the time of the call.
+// freePort returns a TCP port free now, below the kernel's ephemeral
+// range (testport).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testport.Free(1)
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: pick a port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }

@@ -114,6 +114,20 @@ func writeFiles(t *testing.T, dir string) {
 	file("a/b/c/deep.txt", "deep", 0o600)
 	file("ro/inside", "kept", 0o444)
 	must(os.Chmod(filepath.Join(dir, "ro"), 0o555))
+	// Without root, t.TempDir's removal cannot empty a 0555 directory:
+	// before it, every directory under the test's temporary root is
+	// made writable again. Callers put dir in one t.TempDir(); the root
+	// above it also holds the other t.TempDir()s, where the caches the
+	// tests unpack these files into live.
+	root := filepath.Dir(filepath.Dir(dir))
+	t.Cleanup(func() {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(p, 0o700)
+			}
+			return nil
+		})
+	})
 	must(os.Mkdir(filepath.Join(dir, "tmp"), 0o755))
 	must(os.Chmod(filepath.Join(dir, "tmp"), 0o777|fs.ModeSticky))
 	must(os.Symlink("tool", filepath.Join(dir, "bin/rel-link")))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -44,21 +45,7 @@ func TestLookalikeReservedHeadersDoNotReachActor(t *testing.T) {
 				// As sent: net/http would canonicalise Set's key.
 				req.Header[k] = []string{"forged"}
 			}
-			got := send(srv, req)
-			if got.err != nil || got.status != 200 {
-				t.Fatalf("got %d %q (%v), want 200", got.status, got.body, got.err)
-			}
-			var seen http.Header
-			if err := json.Unmarshal([]byte(got.body), &seen); err != nil {
-				t.Fatalf("tunnel's answer %q: %v", got.body, err)
-			}
-			for k, vs := range seen {
-				for _, v := range vs {
-					if strings.Contains(v, "forged") {
-						t.Errorf("actor received %s: %q, a client's forgery", k, v)
-					}
-				}
-			}
+			seen := sendForged(t, srv, req)
 			if got := seen.Get(tunnelproto.HeaderWorker); got != "w1" {
 				t.Errorf("actor received %s %q, want the router's w1", tunnelproto.HeaderWorker, got)
 			}
@@ -119,6 +106,19 @@ func TestReservedTrailersDoNotReachActor(t *testing.T) {
 	for _, k := range []string{"Ate-Ingress-Subject", "Ate_Ingress_Subject", "X-Forwarded-For", "Ate-Worker"} {
 		req.Trailer[k] = []string{"forged"}
 	}
+	seen := sendForged(t, srv, req)
+	for _, k := range []string{"Ate-Ingress-Subject", "Ate_ingress_subject", "X-Forwarded-For", "Ate-Worker"} {
+		if _, ok := seen[k]; ok {
+			t.Errorf("actor's trailers %v name the reserved %s", seen, k)
+		}
+	}
+}
+
+// sendForged sends req, whose forged values say "forged", through srv to
+// a tunnel that answers with what it received as JSON (headers or
+// trailers), fails t for every forged value among them, and returns them.
+func sendForged(t *testing.T, srv *httptest.Server, req *http.Request) http.Header {
+	t.Helper()
 	got := send(srv, req)
 	if got.err != nil || got.status != 200 {
 		t.Fatalf("got %d %q (%v), want 200", got.status, got.body, got.err)
@@ -130,13 +130,9 @@ func TestReservedTrailersDoNotReachActor(t *testing.T) {
 	for k, vs := range seen {
 		for _, v := range vs {
 			if strings.Contains(v, "forged") {
-				t.Errorf("actor received trailer %s: %q, a client's forgery", k, v)
+				t.Errorf("actor received %s: %q, a client's forgery", k, v)
 			}
 		}
 	}
-	for _, k := range []string{"Ate-Ingress-Subject", "Ate_ingress_subject", "X-Forwarded-For", "Ate-Worker"} {
-		if _, ok := seen[k]; ok {
-			t.Errorf("actor's trailers %v name the reserved %s", seen, k)
-		}
-	}
+	return seen
 }

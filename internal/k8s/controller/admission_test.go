@@ -47,7 +47,8 @@ func TestPermitted(t *testing.T) {
 // operator did not opt in or naming an image the controller does not
 // run, gets no Deployment (so no privileged Pod) and a Degraded pool
 // saying why; a pool whose namespace loses the label has its Deployment
-// scaled to zero.
+// scaled to zero at once (the controller watches namespaces' labels),
+// and back when the label returns.
 func TestPoolNotPermitted(t *testing.T) {
 	plain := namespaceLabelled(t, nil)
 	opted := namespace(t)
@@ -92,4 +93,14 @@ func TestPoolNotPermitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, "the canary Deployment scaled to zero", func() bool { return replicasOf(deployment(t, opted, "canary")) == 0 })
+
+	// Opted in again: the pool runs again, with no change to it.
+	if err := testEnv.Client.Get(t.Context(), client.ObjectKey{Name: opted}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels[PoolNamespaceLabel] = PoolNamespaceAllowed
+	if err := testEnv.Client.Update(t.Context(), &ns); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the canary Deployment scaled back to 1", func() bool { return replicasOf(deployment(t, opted, "canary")) == 1 })
 }

@@ -23,9 +23,10 @@ func RBACRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 		// patch: the deletion-cost annotation.
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
-		// get namespaces: a pool runs only in a namespace labelled
-		// ate.substrate.dev/worker-pools=allowed (admission.go).
-		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		// namespaces: a pool runs only in a namespace labelled
+		// ate.substrate.dev/worker-pools=allowed (admission.go); the
+		// watch scales a withdrawn namespace's pools to zero at once.
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		// The leader election's events (controller-runtime records them).
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -69,7 +70,7 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*sup
 	poolCache, poolClient := newPath()
 	pools := &poolReconciler{client: poolClient, live: mgr.GetAPIReader(), settings: c.cfg.Workers, log: c.log,
 		events: mgr.GetEventRecorder(FieldManager)}
-	poolPath := sup(poolController, poolCache, []client.Object{&atek8s.WorkerPool{}, &appsv1.Deployment{}}, []string{"workerpools", "deployments"},
+	poolPath := sup(poolController, poolCache, []client.Object{&atek8s.WorkerPool{}, &appsv1.Deployment{}, &corev1.Namespace{}}, []string{"workerpools", "deployments", "namespaces"},
 		func() (controller.Controller, error) {
 			ctl, err := controller.NewUnmanaged(poolController, opts(pools))
 			if err != nil {
@@ -92,6 +93,7 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*sup
 				source.Kind(poolCache, &appsv1.Deployment{}, handler.TypedEnqueueRequestForOwner[*appsv1.Deployment](
 					mgr.GetScheme(), mgr.GetRESTMapper(), &atek8s.WorkerPool{}, handler.OnlyControllerOwner())),
 				source.Channel(nudge, allPools),
+				source.Kind(poolCache, &corev1.Namespace{}, namespaceEvents(poolClient, c.log)),
 			} {
 				if err := ctl.Watch(s); err != nil {
 					return nil, err
@@ -140,6 +142,33 @@ func (c *Controller) paths(mgr manager.Manager, api atev1.ControlClient) ([]*sup
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	return []*supervised{poolPath, nodesPath, configPath}, nil
+}
+
+// namespaceEvents queues a namespace's pools when its opt-in label
+// (PoolNamespaceLabel) changes: a namespace the operator withdraws has
+// its pools' Deployments scaled to zero at once, and one opted in runs
+// its waiting pools, rather than whenever each pool next changes.
+// Other namespace changes queue nothing.
+func namespaceEvents(pools client.Reader, log *slog.Logger) handler.TypedEventHandler[*corev1.Namespace, reconcile.Request] {
+	queue := func(ctx context.Context, ns string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		var list atek8s.WorkerPoolList
+		if err := pools.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			log.Warn("namespace label change not passed on to its pools; they see it at their next change", "namespace", ns, "err", err)
+			return
+		}
+		for i := range list.Items {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return handler.TypedFuncs[*corev1.Namespace, reconcile.Request]{
+		// Create (also each namespace listed at start): the pools'
+		// own create events reconcile them then; nothing to add.
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Namespace], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld.Labels[PoolNamespaceLabel] != e.ObjectNew.Labels[PoolNamespaceLabel] {
+				queue(ctx, e.ObjectNew.Name, q)
+			}
+		},
+	}
 }
 
 // podEvents maps a worker Pod's events to its pool's key, and remembers

@@ -120,7 +120,7 @@ var (
 	helmCustom = rendering{name: "helm/substrate custom", chart: "helm/substrate", helmArgs: []string{"--set", fmt.Sprintf(
 		"router.drainDelaySeconds=%d,router.drainTimeoutSeconds=%d,router.terminationMarginSeconds=%d,apiserver.replicas=3,"+
 			"postgres.url=postgres://ate:secret@db:5432/ate,controller.watchNamespace=team-a,image.tag=1.2.3,"+
-			"router.service.type=LoadBalancer,sandboxConfig.enabled=true", customDrainDelay, customDrainTimeout, customMargin)}}
+			"router.service.type=LoadBalancer,sandboxConfig.enabled=true,registryCredentials.secret=ate-registry-credentials", customDrainDelay, customDrainTimeout, customMargin)}}
 	helmMinimal = rendering{name: "helm/substrate minimal", chart: "helm/substrate", helmArgs: []string{"--set",
 		"apiserver.replicas=1,router.replicas=1,controller.replicas=1,workerPool.enabled=false"}}
 	helmCRDs = rendering{name: "helm/substrate-crds", chart: "helm/substrate-crds"}
@@ -419,6 +419,44 @@ func TestComponents(t *testing.T) {
 					sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 					t.Errorf("%s: container may escalate privileges or write its root filesystem", tc.deployment)
 				}
+			}
+		})
+	}
+}
+
+// TestRegistryCredentials: registry pulls are anonymous unless the
+// operator names a Secret of per-atespace credentials; then the API
+// server (which inspects templates' images) and the worker Pods (which
+// pull them) both read it, as a read-only directory.
+func TestRegistryCredentials(t *testing.T) {
+	for _, r := range componentRenderings {
+		t.Run(r.name, func(t *testing.T) {
+			objs := r.render(t)
+			api := deployment(t, objs, "ate-apiserver").Spec.Template.Spec
+			ctl := deployment(t, objs, "ate-controller").Spec.Template.Spec.Containers[0]
+			has := func(args []string, prefix string) bool {
+				return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, prefix) })
+			}
+			if r.name != helmCustom.name {
+				if has(api.Containers[0].Args, "--registry-credentials") || has(ctl.Args, "--worker-registry-credentials-secret") {
+					t.Errorf("registry credentials configured without a Secret: %q %q", api.Containers[0].Args, ctl.Args)
+				}
+				return
+			}
+			if got := flag(t, ctl.Args, "worker-registry-credentials-secret"); got != "ate-registry-credentials" {
+				t.Errorf("controller --worker-registry-credentials-secret=%s", got)
+			}
+			dir := flag(t, api.Containers[0].Args, "registry-credentials")
+			i := slices.IndexFunc(api.Volumes, func(v corev1.Volume) bool {
+				return v.Secret != nil && v.Secret.SecretName == "ate-registry-credentials"
+			})
+			if i < 0 {
+				t.Fatalf("API server has no volume of Secret ate-registry-credentials: %+v", api.Volumes)
+			}
+			if !slices.ContainsFunc(api.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == api.Volumes[i].Name && m.MountPath == dir && m.ReadOnly
+			}) {
+				t.Errorf("API server mounts %+v, want %s read-only at %s", api.Containers[0].VolumeMounts, api.Volumes[i].Name, dir)
 			}
 		})
 	}

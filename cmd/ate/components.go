@@ -96,6 +96,7 @@ func apiserverCommand() *cobra.Command {
 			identityFlags(f, &cfg.Identity)
 			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
 			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultImageRoot}, imageRootHelp)
+			f.StringVar(&cfg.RegistryCredentials, "registry-credentials", up.DefaultRegistryCredentials, registryCredentialsHelp)
 			cfg.Ceilings = &up.CeilingsConfig{}
 			ceilingFlags(f, cfg.Ceilings)
 			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
@@ -133,6 +134,12 @@ func pprofFlag(f *pflag.FlagSet, addr *string) {
 const imageRootHelp = "directory oci: and oci-archive: template images may be read from, relative paths against the working directory " +
 	"(repeatable; a path outside every root is refused; --image-root= allows none, only registry references)"
 
+// registryCredentialsHelp is --registry-credentials' help on every
+// command that reads images; the API server and the nodes should be
+// given the same.
+const registryCredentialsHelp = "whose credentials registry pulls use: anonymous (public images only), node (this machine's Docker login, for every atespace: " +
+	"one team only), or an absolute directory holding <atespace>.json, a Docker config.json per atespace (inline auths only; an atespace without one pulls anonymously)"
+
 // apiFlagHelp is the --api help of every component that dials the API
 // server (internal/apidial reads the forms).
 const apiFlagHelp = "the API server's gRPC address (required): host:port, a comma-separated list of replicas, dns:///name:port, " +
@@ -163,6 +170,7 @@ func nodeCommand() *cobra.Command {
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
 			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultImageRoot}, imageRootHelp)
+			f.StringVar(&cfg.RegistryCredentials, "registry-credentials", up.DefaultRegistryCredentials, registryCredentialsHelp)
 			cfg.Ceilings = &up.CeilingsConfig{}
 			egressCeilingFlags(f, cfg.Ceilings)
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
@@ -211,6 +219,8 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringArrayVar(&cfg.Workers.AllowedImages, "worker-allowed-image", nil, "an image WorkerPools may name besides the default worker image (repeatable); a pool naming another runs no Pod")
 			f.StringVar(&cfg.Workers.ServiceAccount, "worker-service-account", controller.DefaultWorkerServiceAccount, "ServiceAccount of worker Pods whose WorkerPool names none (it needs the k8s:/// resolver's permissions when --worker-api is k8s:///)")
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
+			f.StringVar(&cfg.Workers.RegistryCredentialsSecret, "worker-registry-credentials-secret", "",
+				"Secret in each pool's namespace whose <atespace>.json keys are each atespace's registry credentials (Docker config.json), for worker Pods' ate node --registry-credentials; empty: anonymous pulls")
 			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this or --worker-cert-issuer is required)")
 			f.StringVar(&cfg.Workers.TrustDomain, "worker-trust-domain", "", "worker Pods' ate node --trust-domain (default: this controller's --trust-domain)")
 			f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")

@@ -82,6 +82,7 @@ flag is an error.`,
 			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
 			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
 			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultUpImageRoot}, imageRootHelp)
+			f.StringVar(&cfg.RegistryCredentials, "registry-credentials", up.DefaultRegistryCredentials, registryCredentialsHelp)
 			cfg.Ceilings = &up.CeilingsConfig{}
 			ceilingFlags(f, cfg.Ceilings)
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")

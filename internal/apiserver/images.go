@@ -15,7 +15,7 @@ import (
 // (image.Cache.Inspect), so a template naming an image that does not exist
 // is refused at creation rather than FAILED by its golden build.
 type ImageInspector interface {
-	Inspect(ctx context.Context, ref string) (image.Config, error)
+	Inspect(ctx context.Context, atespace, ref string) (image.Config, error)
 }
 
 // inspectTimeout bounds reading an image's manifest and configuration
@@ -32,18 +32,21 @@ var errImageUnreadable = errors.New("image could not be read")
 // template -o yaml` shows where traffic goes. Errors wrap errInvalid (no
 // such image, no port anywhere, a probe on another port) or
 // errImageUnreadable.
-func imageDefaults(ctx context.Context, images ImageInspector, spec *atev1.ActorTemplateSpec) error {
+func imageDefaults(ctx context.Context, images ImageInspector, atespace string, spec *atev1.ActorTemplateSpec) error {
 	if images == nil {
 		return nil
 	}
 	c := spec.GetContainers()[0]
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	cfg, err := images.Inspect(ctx, c.GetImage())
+	cfg, err := images.Inspect(ctx, atespace, c.GetImage())
 	switch {
 	case errors.Is(err, image.ErrNotFound), errors.Is(err, image.ErrBadRef), errors.Is(err, image.ErrAmbiguous), errors.Is(err, fs.ErrNotExist),
 		errors.Is(err, image.ErrPathNotAllowed):
 		return fmt.Errorf("%w: containers[0].image %q: %w", errInvalid, c.GetImage(), err)
+	case errors.Is(err, image.ErrUnauthorized):
+		return fmt.Errorf("%w: containers[0].image %q: %w; the registry credentials the operator gave atespace %s (--registry-credentials) cannot read it",
+			errInvalid, c.GetImage(), err, atespace)
 	case err != nil:
 		return fmt.Errorf("%w: containers[0].image %q: %w", errImageUnreadable, c.GetImage(), err)
 	}

@@ -19,9 +19,11 @@ import (
 // and one mapped to nil config fails like an unreachable registry.
 type fakeImages map[string]*image.Config
 
-func (f fakeImages) Inspect(_ context.Context, ref string) (image.Config, error) {
+func (f fakeImages) Inspect(_ context.Context, _, ref string) (image.Config, error) {
 	cfg, ok := f[ref]
 	switch {
+	case ref == "registry.example/private":
+		return image.Config{}, fmt.Errorf("%w: registry.example/private: UNAUTHORIZED", image.ErrUnauthorized)
 	case !ok:
 		return image.Config{}, fmt.Errorf("%w: no OCI image layout at %s", image.ErrNotFound, strings.TrimPrefix(ref, "oci:"))
 	case cfg == nil:
@@ -63,11 +65,13 @@ func TestImageDefaults(t *testing.T) {
 			code: codes.InvalidArgument, want: "/images/gone"},
 		{name: "unreadable registry", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "registry.example/app" },
 			code: codes.Unavailable, want: "connection refused"},
+		{name: "registry refuses the atespace's credentials", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "registry.example/private" },
+			code: codes.InvalidArgument, want: "the registry credentials the operator gave atespace team (--registry-credentials) cannot read it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()
 			tc.mutate(spec)
-			err := imageDefaults(context.Background(), images, spec)
+			err := imageDefaults(context.Background(), images, "team", spec)
 			if tc.code == codes.OK {
 				if err != nil {
 					t.Fatal(err)
@@ -94,7 +98,7 @@ func TestImageOutsideRoots(t *testing.T) {
 	for _, ref := range []string{"oci:/etc", "oci:/etc/ate-no-such-dir", "oci-archive:/etc/passwd", "oci-archive:/etc/ate-no-such-file"} {
 		spec := validSpec()
 		spec.Containers[0].Image = ref
-		st := status.Convert(toStatus(imageDefaults(context.Background(), images, spec)))
+		st := status.Convert(toStatus(imageDefaults(context.Background(), images, "team", spec)))
 		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "not under an image root") {
 			t.Errorf("%s: %v, want InvalidArgument saying the path is not under an image root", ref, st)
 			continue

@@ -176,7 +176,7 @@ func (s *Server) CreateActorTemplate(ctx context.Context, req *atev1.CreateActor
 		return nil, toStatus(err)
 	}
 	spec := proto.CloneOf(in.GetSpec())
-	if err := imageDefaults(ctx, s.images, spec); err != nil {
+	if err := imageDefaults(ctx, s.images, in.GetAtespace(), spec); err != nil {
 		return nil, toStatus(err)
 	}
 	t := &store.Template{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(),

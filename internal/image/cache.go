@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
@@ -72,7 +73,10 @@ type Cache struct {
 	flight coalesce.Group
 	// resolve opens an image; the package's resolve over roots except in
 	// tests.
-	resolve func(context.Context, Ref) (v1.Image, io.Closer, error)
+	resolve func(context.Context, Ref, authn.Keychain) (v1.Image, io.Closer, error)
+	// creds chooses each atespace's registry credentials
+	// (RegistryCredentials); anonymous by default.
+	creds Credentials
 	// roots bounds local image paths (LocalRoots).
 	roots localRoots
 	// hits maps a manifest digest to its *Image once seen complete.
@@ -88,11 +92,13 @@ func NewCache(dir string, logger *slog.Logger, opts ...Option) *Cache {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{dir: dir, logger: logger, flight: coalesce.Group{Timeout: unpackTimeout}}
+	c := &Cache{dir: dir, logger: logger, flight: coalesce.Group{Timeout: unpackTimeout}, creds: anonymous{}}
 	for _, o := range opts {
 		o(c)
 	}
-	c.resolve = func(ctx context.Context, r Ref) (v1.Image, io.Closer, error) { return resolve(ctx, r, c.roots) }
+	c.resolve = func(ctx context.Context, r Ref, auth authn.Keychain) (v1.Image, io.Closer, error) {
+		return resolve(ctx, r, c.roots, auth)
+	}
 	return c
 }
 
@@ -112,9 +118,15 @@ func NewCache(dir string, logger *slog.Logger, opts ...Option) *Cache {
 // ErrDigestMismatch (ref changed between resolving it and the shared unpack
 // opening it), coalesce.ErrExpired (the unpack ran out of unpackTimeout),
 // or the underlying I/O or registry error. On error nothing is left under the
-// final rootfs name.
+// final rootfs name. A registry image is pulled as no atespace (see
+// EnsurePinned for an atespace's).
 func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
-	r, digest, cfg, err := c.inspect(ctx, ref)
+	return c.ensure(ctx, "", ref)
+}
+
+// ensure is Ensure with atespace's registry credentials.
+func (c *Cache) ensure(ctx context.Context, atespace, ref string) (*Image, error) {
+	r, auth, digest, cfg, err := c.inspect(ctx, atespace, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +150,7 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("unpack %s: %w", r, context.Cause(ctx))
 	}
-	if err := c.unpackShared(ctx, r, digest, out.RootFS); err != nil {
+	if err := c.unpackShared(ctx, r, auth, digest, out.RootFS); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -148,41 +160,53 @@ func (c *Cache) Ensure(ctx context.Context, ref string) (*Image, error) {
 // unpacking anything: how the API server checks, when a template is
 // created, that its image exists and which ports it exposes. Errors are
 // Ensure's, before any unpack: a missing oci: layout or oci-archive wraps
-// ErrNotFound and names the path.
-func (c *Cache) Inspect(ctx context.Context, ref string) (Config, error) {
-	_, _, cfg, err := c.inspect(ctx, ref)
+// ErrNotFound and names the path. A registry image is read with
+// atespace's credentials; one they may not read wraps ErrUnauthorized.
+func (c *Cache) Inspect(ctx context.Context, atespace, ref string) (Config, error) {
+	_, _, _, cfg, err := c.inspect(ctx, atespace, ref)
 	return cfg, err
 }
 
-// inspect parses and resolves ref and reads its digest and configuration,
-// closing what it opened.
-func (c *Cache) inspect(ctx context.Context, ref string) (Ref, v1.Hash, Config, error) {
+// inspect parses and resolves ref with atespace's credentials and reads
+// its digest and configuration, closing what it opened. It returns the
+// credentials, for the unpack that follows.
+func (c *Cache) inspect(ctx context.Context, atespace, ref string) (Ref, authn.Keychain, v1.Hash, Config, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
-		return Ref{}, v1.Hash{}, Config{}, err
+		return Ref{}, nil, v1.Hash{}, Config{}, err
 	}
-	img, closer, err := c.resolve(ctx, r)
+	var auth authn.Keychain = anonymousKeychain{}
+	if r.Transport == TransportRegistry {
+		if auth, err = c.creds.Keychain(atespace); err != nil {
+			return Ref{}, nil, v1.Hash{}, Config{}, err
+		}
+	}
+	img, closer, err := c.resolve(ctx, r, auth)
 	if err != nil {
-		return Ref{}, v1.Hash{}, Config{}, err
+		return Ref{}, nil, v1.Hash{}, Config{}, err
 	}
 	defer func() { _ = closer.Close() }()
 	digest, err := img.Digest()
 	if err != nil {
-		return Ref{}, v1.Hash{}, Config{}, fmt.Errorf("digest of %s: %w", r, err)
+		return Ref{}, nil, v1.Hash{}, Config{}, fmt.Errorf("digest of %s: %w", r, err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return Ref{}, v1.Hash{}, Config{}, fmt.Errorf("config of %s: %w", r, err)
+		return Ref{}, nil, v1.Hash{}, Config{}, fmt.Errorf("config of %s: %w", r, err)
 	}
-	return r, digest, c.config(cf, digest), nil
+	return r, auth, digest, c.config(cf, digest), nil
 }
 
 // unpackShared unpacks image digest of r into root, joining an unpack of
 // the same digest already in flight instead of starting a second one, and
 // waits for it or for ctx to end.
-func (c *Cache) unpackShared(ctx context.Context, r Ref, digest v1.Hash, root string) error {
+//
+// Callers of other atespaces may join one unpack, which pulls with the
+// first one's credentials: each of them already read the digest with
+// its own (inspect), so none gains an image it could not read.
+func (c *Cache) unpackShared(ctx context.Context, r Ref, auth authn.Keychain, digest v1.Hash, root string) error {
 	_, _, err := c.flight.Do(ctx, filepath.Base(root), func(ctx context.Context) (any, error) {
-		return nil, c.unpack(ctx, r, digest, root)
+		return nil, c.unpack(ctx, r, auth, digest, root)
 	})
 	if err != nil && ctx.Err() != nil && err == context.Cause(ctx) {
 		// We stopped waiting; the unpack goes on without us.
@@ -195,7 +219,7 @@ func (c *Cache) unpackShared(ctx context.Context, r Ref, digest v1.Hash, root st
 // flattened layers into a temporary directory next to root and renames that
 // to root. It runs at most once at a time per digest, on the shared
 // unpack's detached ctx, and closes what it opened before returning.
-func (c *Cache) unpack(ctx context.Context, r Ref, digest v1.Hash, root string) (err error) {
+func (c *Cache) unpack(ctx context.Context, r Ref, auth authn.Keychain, digest v1.Hash, root string) (err error) {
 	// A previous flight may have finished between Ensure's check and ours.
 	if done, err := isDir(root); err != nil || done {
 		return err
@@ -206,7 +230,7 @@ func (c *Cache) unpack(ctx context.Context, r Ref, digest v1.Hash, root string) 
 	if r.Transport == TransportRegistry {
 		r.Remote = r.Remote.Context().Digest(digest.String())
 	}
-	img, closer, err := c.resolve(ctx, r)
+	img, closer, err := c.resolve(ctx, r, auth)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -482,8 +483,8 @@ func TestEnsureSharedUnpackOutlivesCaller(t *testing.T) {
 	ref := "oci:" + dir
 	c := NewCache(t.TempDir(), nil)
 	st := &stall{started: make(chan struct{}), release: make(chan struct{})}
-	c.resolve = func(ctx context.Context, r Ref) (v1.Image, io.Closer, error) {
-		img, closer, err := resolve(ctx, r, localRoots{})
+	c.resolve = func(ctx context.Context, r Ref, _ authn.Keychain) (v1.Image, io.Closer, error) {
+		img, closer, err := resolve(ctx, r, localRoots{}, nil)
 		if err != nil {
 			return nil, nil, err
 		}

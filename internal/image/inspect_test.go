@@ -21,7 +21,7 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache := NewCache(filepath.Join(tmp, "cache"), nil)
-	cfg, err := cache.Inspect(context.Background(), "oci:"+out)
+	cfg, err := cache.Inspect(context.Background(), "", "oci:"+out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestInspect(t *testing.T) {
 		t.Errorf("Inspect wrote into the cache dir: %v", err)
 	}
 	for _, ref := range []string{"oci:" + filepath.Join(tmp, "nope"), "oci-archive:" + filepath.Join(tmp, "nope.tar"), "oci:" + src} {
-		_, err := cache.Inspect(context.Background(), ref)
+		_, err := cache.Inspect(context.Background(), "", ref)
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), tmp) {
 			t.Errorf("Inspect(%s) = %v, want ErrNotFound naming the path", ref, err)
 		}

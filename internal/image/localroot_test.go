@@ -33,7 +33,7 @@ func TestLocalRootsRefuseOutside(t *testing.T) {
 	ctx := context.Background()
 
 	for _, ref := range []string{"oci:" + filepath.Join(root, "ok"), "oci-archive:" + filepath.Join(root, "ok.tar")} {
-		if _, err := c.Inspect(ctx, ref); err != nil {
+		if _, err := c.Inspect(ctx, "", ref); err != nil {
 			t.Errorf("Inspect(%s) under the root: %v", ref, err)
 		}
 	}
@@ -51,7 +51,7 @@ func TestLocalRootsRefuseOutside(t *testing.T) {
 	}
 	var texts []string
 	for ref, p := range outsideRefs {
-		_, err := c.Inspect(ctx, ref)
+		_, err := c.Inspect(ctx, "", ref)
 		if !errors.Is(err, ErrPathNotAllowed) {
 			t.Errorf("Inspect(%s) = %v, want ErrPathNotAllowed", ref, err)
 			continue
@@ -74,7 +74,7 @@ func TestLocalRootsRefuseOutside(t *testing.T) {
 
 	// No roots: no local image at all.
 	none := NewCache(filepath.Join(tmp, "cache2"), nil, LocalRoots(nil))
-	if _, err := none.Inspect(ctx, "oci:"+filepath.Join(root, "ok")); !errors.Is(err, ErrPathNotAllowed) || !strings.Contains(err.Error(), "allowed: none") {
+	if _, err := none.Inspect(ctx, "", "oci:"+filepath.Join(root, "ok")); !errors.Is(err, ErrPathNotAllowed) || !strings.Contains(err.Error(), "allowed: none") {
 		t.Errorf("Inspect with no roots = %v, want ErrPathNotAllowed saying none is allowed", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestLocalFIFODoesNotHang(t *testing.T) {
 	for _, ref := range []string{"oci-archive:" + fifo, "oci:" + fifo, "oci:" + layoutDir} {
 		done := make(chan error, 1)
 		go func() {
-			_, err := NewCache(filepath.Join(tmp, "cache"), nil).Inspect(context.Background(), ref)
+			_, err := NewCache(filepath.Join(tmp, "cache"), nil).Inspect(context.Background(), "", ref)
 			done <- err
 		}()
 		select {

@@ -21,15 +21,18 @@ var ErrDigestMismatch = errors.New("image changed since the template was built")
 // (so moving or rebuilding the source layout cannot break actors that were
 // built from it), and a ref that now resolves to other content fails with
 // ErrDigestMismatch instead of restoring a checkpoint onto a different
-// binary. An empty digest means no pin: plain Ensure. The returned Image
-// may be shared; callers must not modify it.
-func (c *Cache) EnsurePinned(ctx context.Context, ref, digest string) (*Image, error) {
+// binary. An empty digest means no pin: plain Ensure. A registry image is
+// pulled with atespace's credentials (RegistryCredentials); a cached
+// digest is served without them, as the atespace's template read that
+// digest with them when it was built. The returned Image may be shared;
+// callers must not modify it.
+func (c *Cache) EnsurePinned(ctx context.Context, atespace, ref, digest string) (*Image, error) {
 	if digest != "" {
 		if img, ok := c.cached(digest); ok {
 			return img, nil
 		}
 	}
-	img, err := c.Ensure(ctx, ref)
+	img, err := c.ensure(ctx, atespace, ref)
 	if err != nil {
 		return nil, err
 	}

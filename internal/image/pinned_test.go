@@ -26,7 +26,7 @@ func TestEnsurePinned(t *testing.T) {
 	layout := filepath.Join(t.TempDir(), "layout")
 	packFile(t, layout, "v1")
 	c := NewCache(t.TempDir(), nil)
-	img, err := c.EnsurePinned(ctx, "oci:"+layout, "")
+	img, err := c.EnsurePinned(ctx, "", "oci:"+layout, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestEnsurePinned(t *testing.T) {
 	// The same cache answers from memory; another one on the same
 	// directory (another process) from the recorded config.
 	for name, c := range map[string]*Cache{"same cache": c, "new cache": NewCache(c.dir, nil)} {
-		got, err := c.EnsurePinned(ctx, "oci:"+layout, img.Digest)
+		got, err := c.EnsurePinned(ctx, "", "oci:"+layout, img.Digest)
 		if err != nil || got.RootFS != img.RootFS || got.Config.Entrypoint[0] != "/hello" {
 			t.Fatalf("%s: pinned image after its layout was removed: %+v, %v", name, got, err)
 		}
@@ -46,7 +46,7 @@ func TestEnsurePinned(t *testing.T) {
 	// the pinned digest refuses instead of using the new content.
 	packFile(t, layout, "v2")
 	fresh := NewCache(t.TempDir(), nil)
-	if _, err := fresh.EnsurePinned(ctx, "oci:"+layout, img.Digest); !errors.Is(err, ErrDigestMismatch) {
+	if _, err := fresh.EnsurePinned(ctx, "", "oci:"+layout, img.Digest); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("EnsurePinned of a changed image = %v, want ErrDigestMismatch", err)
 	}
 }
@@ -62,7 +62,7 @@ func TestEnsurePinnedConcurrently(t *testing.T) {
 	errs := make(chan error, 8)
 	for range 8 {
 		wg.Go(func() {
-			_, err := c.EnsurePinned(context.Background(), "oci:"+layout, "")
+			_, err := c.EnsurePinned(context.Background(), "", "oci:"+layout, "")
 			errs <- err
 		})
 	}

@@ -2,13 +2,20 @@ package image
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -18,14 +25,7 @@ import (
 // distribution server on 127.0.0.1 (plain HTTP, as go-containerregistry
 // uses for loopback registries) and unpacks it by tag and by digest.
 func TestEnsureRegistry(t *testing.T) {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(func() {
-		srv.Close()
-		// remote keeps idle keep-alive connections; goleak would see
-		// their goroutines.
-		remote.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	host := strings.TrimPrefix(srv.URL, "http://")
+	host := serveRegistry(t, func(h http.Handler) http.Handler { return h })
 
 	src, out := packed(t, CompressionGzip)
 	img, _ := onlyImage(t, out)
@@ -58,5 +58,150 @@ func TestEnsureRegistry(t *testing.T) {
 
 	if _, err := c.Ensure(ctx, host+"/missing:latest"); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("unknown repository: %v, want an error naming it", err)
+	}
+}
+
+// TestRegistryCredentialsPerAtespace is a tenant naming a private image:
+// its pulls use only its own atespace's credentials, never the
+// machine's Docker login (which here could read everything) nor another
+// atespace's.
+func TestRegistryCredentialsPerAtespace(t *testing.T) {
+	// The registry lets "ops" read and write everything and "team-a"
+	// read its own repository only; anyone else is refused.
+	users := map[string]string{"ops": "ops-secret", "team-a": "a-secret"}
+	var mu sync.Mutex
+	seen := map[string]bool{} // users whose requests the registry answered
+	host := serveRegistry(t, func(reg http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u, p, ok := r.BasicAuth()
+			if !ok || users[u] != p || (u != "ops" && r.URL.Path != "/v2/" && !strings.HasPrefix(r.URL.Path, "/v2/"+u+"/")) {
+				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"no"}]}`, http.StatusUnauthorized)
+				return
+			}
+			mu.Lock()
+			seen[u] = true
+			mu.Unlock()
+			reg.ServeHTTP(w, r)
+		})
+	})
+	_, out := packed(t, CompressionGzip)
+	img, _ := onlyImage(t, out)
+	for _, repo := range []string{"team-a/app", "ops/private"} {
+		tag, err := name.NewTag(host + "/" + repo + ":1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(tag, img, remote.WithAuth(&authn.Basic{Username: "ops", Password: "ops-secret"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	clear(seen) // the pushes
+	mu.Unlock()
+	// The machine's own login is the operator's, which reads everything.
+	docker := t.TempDir()
+	t.Setenv("DOCKER_CONFIG", docker)
+	writeDockerConfig(t, filepath.Join(docker, "config.json"), host, "ops", "ops-secret", "")
+	dir := t.TempDir()
+	// A credential helper named in an atespace's file is never run (it
+	// does not exist: running it would fail the pull).
+	writeDockerConfig(t, filepath.Join(dir, "team-a.json"), host, "team-a", "a-secret", "ate-test-no-such-helper")
+	// team-b's file names team-a's key for another registry only.
+	writeDockerConfig(t, filepath.Join(dir, "team-b.json"), "elsewhere.example", "team-a", "a-secret", "")
+	creds, err := ParseCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perAtespace := NewCache(t.TempDir(), nil, RegistryCredentials(creds))
+	ctx := context.Background()
+
+	if _, err := perAtespace.Inspect(ctx, "team-a", host+"/team-a/app:1"); err != nil {
+		t.Fatalf("team-a reading its own image: %v", err)
+	}
+	for _, tc := range []struct{ atespace, ref string }{
+		{"team-a", host + "/ops/private:1"},   // its key, another's repository
+		{"team-b", host + "/team-a/app:1"},    // no key for this registry
+		{"team-c", host + "/team-a/app:1"},    // no file at all
+		{"", host + "/team-a/app:1"},          // no atespace
+		{"../team-a", host + "/team-a/app:1"}, // a name leaving the directory
+	} {
+		if _, err := perAtespace.Inspect(ctx, tc.atespace, tc.ref); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("atespace %q reading %s: %v, want ErrUnauthorized", tc.atespace, tc.ref, err)
+		}
+		if _, err := perAtespace.EnsurePinned(ctx, tc.atespace, tc.ref, ""); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("atespace %q unpacking %s: %v, want ErrUnauthorized", tc.atespace, tc.ref, err)
+		}
+	}
+	// Without the option, pulls are anonymous: the machine's login is
+	// not lent to whoever writes a template.
+	if _, err := NewCache(t.TempDir(), nil).Inspect(ctx, "team-a", host+"/ops/private:1"); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("default credentials reading ops/private: %v, want ErrUnauthorized", err)
+	}
+	mu.Lock()
+	if seen["ops"] {
+		t.Errorf("a tenant's pull was answered with the operator's login")
+	}
+	mu.Unlock()
+
+	// "node" is the operator's explicit choice to lend it.
+	node, err := ParseCredentials(CredentialsNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewCache(t.TempDir(), nil, RegistryCredentials(node)).EnsurePinned(ctx, "team-b", host+"/ops/private:1", ""); err != nil {
+		t.Errorf("--registry-credentials=node: %v", err)
+	}
+}
+
+// serveRegistry runs an in-process OCI distribution server, behind
+// wrap, on 127.0.0.1 (plain HTTP, as go-containerregistry uses for
+// loopback registries) and returns its host:port.
+func serveRegistry(t *testing.T, wrap func(http.Handler) http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(wrap(registry.New(registry.Logger(log.New(io.Discard, "", 0)))))
+	t.Cleanup(func() {
+		srv.Close()
+		// remote keeps idle keep-alive connections; goleak would see
+		// their goroutines.
+		remote.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// writeDockerConfig writes a Docker config.json holding user's key for
+// host and, unless empty, a credential helper for every registry.
+func writeDockerConfig(t *testing.T, path, host, user, password, helper string) {
+	t.Helper()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	cfg := fmt.Sprintf(`{"auths":{%q:{"auth":%q}},"credsStore":%q}`, host, auth, helper)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseCredentials(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"", CredentialsAnonymous},
+		{"anonymous", CredentialsAnonymous},
+		{"node", CredentialsNode},
+		{"relative/dir", "want anonymous, node or an absolute directory"},
+		{"/no/such/ate-dir", "no such file"},
+		{file, "not a directory"},
+	} {
+		c, err := ParseCredentials(tc.in)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = c.String()
+		}
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("ParseCredentials(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

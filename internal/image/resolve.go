@@ -24,21 +24,25 @@ const annotationRefName = "org.opencontainers.image.ref.name"
 // resolved to the linux image for the host's architecture.
 var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 
-// resolve opens the image r points to, a local one only under roots. The
+// resolve opens the image r points to, a local one only under roots, a
+// registry one with auth's credentials. The
 // returned closer releases files the image reads lazily (the layout
 // directory's root, the oci-archive tar) and must be called once the
 // image's blobs are no longer read; it is never nil on success. For
 // registry references ctx also bounds every later blob download of the
 // image.
-func resolve(ctx context.Context, r Ref, roots localRoots) (v1.Image, io.Closer, error) {
+func resolve(ctx context.Context, r Ref, roots localRoots, auth authn.Keychain) (v1.Image, io.Closer, error) {
 	switch r.Transport {
 	case TransportOCI, TransportOCIArchive:
 		return resolveLocal(r, roots)
 	case TransportRegistry:
 		img, err := remote.Image(r.Remote,
 			remote.WithContext(ctx),
-			remote.WithAuthFromKeychain(authn.DefaultKeychain),
+			remote.WithAuthFromKeychain(auth),
 			remote.WithPlatform(platform))
+		if refused(err) {
+			return nil, nil, fmt.Errorf("%w: %s: %w", ErrUnauthorized, r.Remote.Name(), err)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("fetch %s: %w", r.Remote.Name(), err)
 		}

@@ -38,6 +38,6 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}
-	n.offerTemplate(spec, digest)
+	n.offerTemplate(atespace, spec, digest)
 	return ref, digest, nil
 }

@@ -43,7 +43,7 @@ var ErrStartFailed = errors.New("start failed")
 // Images resolves image references to unpacked root filesystems; a
 // non-empty digest pins the content (image.Cache.EnsurePinned).
 type Images interface {
-	EnsurePinned(ctx context.Context, ref, digest string) (*image.Image, error)
+	EnsurePinned(ctx context.Context, atespace, ref, digest string) (*image.Image, error)
 }
 
 // SlotSetup prepares the sandbox slot (network namespaces) of worker name.

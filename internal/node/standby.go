@@ -36,6 +36,9 @@ import (
 type standbyTemplate struct {
 	spec        *atev1.ActorTemplateSpec
 	imageDigest string
+	// atespace is whose registry credentials pull the image if it is not
+	// unpacked; not part of key (a digest is the same content for all).
+	atespace string
 }
 
 // key identifies t's spec and image: equal keys, equal containers.
@@ -257,7 +260,7 @@ func (n *Node) refillOp(s *slot) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), refillTimeout)
 	defer cancel()
 	c := tpl.spec.GetContainers()[0]
-	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), tpl.imageDigest)
+	img, err := n.cfg.Images.EnsurePinned(ctx, tpl.atespace, c.GetImage(), tpl.imageDigest)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", c.GetImage(), err)
 	}
@@ -292,10 +295,10 @@ func (n *Node) StopStandbys() { n.standbys.off.Store(true) }
 
 // offerTemplate gives a freshly built template to every worker that has
 // hosted no actor yet, so even the first actors start into a standby.
-func (n *Node) offerTemplate(spec *atev1.ActorTemplateSpec, imageDigest string) {
+func (n *Node) offerTemplate(atespace string, spec *atev1.ActorTemplateSpec, imageDigest string) {
 	for _, name := range n.order {
 		s := n.slots[name]
-		if s.standby.offer(&standbyTemplate{spec: spec, imageDigest: imageDigest}) {
+		if s.standby.offer(&standbyTemplate{spec: spec, imageDigest: imageDigest, atespace: atespace}) {
 			n.refill(s)
 		}
 	}

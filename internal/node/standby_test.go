@@ -17,10 +17,15 @@ import (
 )
 
 // stubImages serves one unpacked image for every reference: the fake
-// sandbox never reads the root filesystem.
+// sandbox never reads the root filesystem. A pull of no atespace fails:
+// every start, golden build and standby pulls with its atespace's
+// registry credentials.
 type stubImages struct{ rootfs string }
 
-func (s stubImages) EnsurePinned(_ context.Context, ref, _ string) (*image.Image, error) {
+func (s stubImages) EnsurePinned(_ context.Context, atespace, ref, _ string) (*image.Image, error) {
+	if atespace == "" {
+		return nil, fmt.Errorf("image %s pulled as no atespace", ref)
+	}
 	return &image.Image{Digest: "sha256:" + ref, RootFS: s.rootfs, Config: image.Config{Cmd: []string{"/counter"}}}, nil
 }
 

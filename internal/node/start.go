@@ -115,7 +115,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	if ci, ok := n.cfg.Images.(interface{ Cached(digest string) bool }); ok && req.ImageDigest != "" {
 		n.cfg.Metrics.ImageCache(ci.Cached(req.ImageDigest))
 	}
-	img, err := n.cfg.Images.EnsurePinned(ctx, c.GetImage(), req.ImageDigest)
+	img, err := n.cfg.Images.EnsurePinned(ctx, req.Atespace, c.GetImage(), req.ImageDigest)
 	if err != nil {
 		return "", "", fmt.Errorf("image %s: %w", c.GetImage(), err)
 	}
@@ -220,7 +220,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 			return "", "", err
 		}
 	}
-	s.standby.hosted(&standbyTemplate{spec: spec, imageDigest: img.Digest})
+	s.standby.hosted(&standbyTemplate{spec: spec, imageDigest: img.Digest, atespace: req.Atespace})
 	s.gate.open(req.ActorUID, sspec.ID, port)
 	return sspec.ID, img.Digest, nil
 }

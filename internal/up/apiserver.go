@@ -83,6 +83,10 @@ type APIServerConfig struct {
 	// images may be read from (--image-root, image.LocalRoots); nil
 	// allows any path, an empty list none.
 	ImageRoots []string
+	// RegistryCredentials are whose credentials registry pulls use
+	// (--registry-credentials, image.ParseCredentials): anonymous, the
+	// machine's own, or a directory of one config.json per atespace.
+	RegistryCredentials string
 	// Auth is who may call (docs/security.md).
 	Auth AuthConfig
 	// MaxStreamsPerCaller bounds the watches and log follows one caller
@@ -211,7 +215,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if err := lc.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, log)
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,10 @@ type Config struct {
 	// images may be read from (--image-root, image.LocalRoots); nil
 	// allows any path (`ate up` defaults it to DefaultUpImageRoot), an empty list none.
 	ImageRoots []string
+	// RegistryCredentials are whose credentials registry pulls use
+	// (--registry-credentials, image.ParseCredentials): anonymous, the
+	// machine's own, or a directory of one config.json per atespace.
+	RegistryCredentials string
 	API        APIConfig
 	// Node is the local node agent. From here Run takes Workers (default
 	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two

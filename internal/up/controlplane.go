@@ -63,6 +63,10 @@ type ControlPlaneConfig struct {
 	// images may be read from (--image-root, image.LocalRoots); nil
 	// allows any path, an empty list none.
 	ImageRoots []string
+	// RegistryCredentials are whose credentials registry pulls use
+	// (--registry-credentials, image.ParseCredentials): anonymous, the
+	// machine's own, or a directory of one config.json per atespace.
+	RegistryCredentials string
 	Logger     *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
@@ -165,7 +169,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if err != nil {
 		return nil, err
 	}
-	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, log)
 	if err != nil {
 		return nil, err
 	}

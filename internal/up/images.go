@@ -17,14 +17,23 @@ const (
 	// DefaultImageRoot is `ate apiserver`'s and `ate node`'s: where the
 	// ate container image carries the example images.
 	DefaultImageRoot = "/images"
+	// DefaultRegistryCredentials (--registry-credentials): pulls are
+	// anonymous unless the operator says whose credentials to use.
+	DefaultRegistryCredentials = image.CredentialsAnonymous
 )
 
 // newImageCache is the image cache under dataDir/images, reading local
 // images only under roots (made absolute against the working directory),
 // or anywhere when roots is nil (tests and embedders; the commands always
-// pass their --image-root).
-func newImageCache(dataDir string, roots []string, log *slog.Logger) (*image.Cache, error) {
-	var opts []image.Option
+// pass their --image-root), pulling from registries with creds'
+// credentials (image.ParseCredentials).
+func newImageCache(dataDir string, roots []string, creds string, log *slog.Logger) (*image.Cache, error) {
+	rc, err := image.ParseCredentials(creds)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("registry credentials", "credentials", rc.String())
+	opts := []image.Option{image.RegistryCredentials(rc)}
 	if roots != nil {
 		abs, err := image.AbsRoots(roots)
 		if err != nil {

@@ -64,6 +64,10 @@ type NodeAgentConfig struct {
 	// images may be read from (--image-root, image.LocalRoots); nil
 	// allows any path, an empty list none.
 	ImageRoots []string
+	// RegistryCredentials are whose credentials registry pulls use
+	// (--registry-credentials, image.ParseCredentials): anonymous, the
+	// machine's own, or a directory of one config.json per atespace.
+	RegistryCredentials string
 	// ManagementAddr serves /healthz, /readyz (ready once registered)
 	// and /metrics; empty means none.
 	ManagementAddr string
@@ -140,7 +144,7 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	}
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
-	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, log)
 	if err != nil {
 		return err
 	}

@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopPprof()
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
-	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms, ImageRoots: cfg.ImageRoots, Ceilings: cfg.Ceilings,
+	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
 		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: tr.api.HTTPClientConfig(auth.ComponentNode)})
 	if err != nil {
 		return err

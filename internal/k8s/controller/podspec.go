@@ -36,6 +36,9 @@ const (
 	tunnelPort     = 7071
 	managementPort = 9090
 	dataDir        = "/var/lib/ate"
+	// registryCredentialsDir is where RegistryCredentialsSecret is
+	// mounted.
+	registryCredentialsDir = "/etc/ate/registry-credentials"
 	// drainMargin is taken off the Pod's grace period for ate node's
 	// --drain-timeout, so the node reports LOST ("left") and exits before
 	// the kubelet's SIGKILL.
@@ -60,6 +63,11 @@ type WorkerSettings struct {
 	// keys become the node container's environment (S3 credentials);
 	// empty: none.
 	EnvSecret string
+	// RegistryCredentialsSecret names an optional Secret in the pool's
+	// namespace holding <atespace>.json keys, Docker config.jsons with
+	// each atespace's registry credentials, mounted for ate node
+	// --registry-credentials; empty: pulls are anonymous.
+	RegistryCredentialsSecret string
 	// ServiceAccount is the worker Pods' ServiceAccount when the pool's
 	// template names none (DefaultWorkerServiceAccount, which the
 	// manifests give the k8s:/// resolver's permissions): the
@@ -257,6 +265,14 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 	if tlsVolume != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume.Name, MountPath: tlsDir, ReadOnly: true})
 		volumes = append(volumes, *tlsVolume)
+	}
+	if s := w.RegistryCredentialsSecret; s != "" {
+		// Optional: without the Secret the directory is empty and every
+		// atespace pulls anonymously, as the API server would.
+		args = append(args, "--registry-credentials="+registryCredentialsDir)
+		mounts = append(mounts, corev1.VolumeMount{Name: "registry-credentials", MountPath: registryCredentialsDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "registry-credentials", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: s, Optional: ptr.To(true), DefaultMode: ptr.To[int32](0o400)}}})
 	}
 	var envFrom []corev1.EnvFromSource
 	if w.EnvSecret != "" {

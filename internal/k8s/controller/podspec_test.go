@@ -303,3 +303,31 @@ func TestWorkerTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerDeploymentRegistryCredentials: with the operator's Secret of
+// per-atespace registry credentials the node gets them as a read-only
+// directory for --registry-credentials; without, no flag (anonymous
+// pulls) and no volume.
+func TestWorkerDeploymentRegistryCredentials(t *testing.T) {
+	pool := &atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team", UID: "u"}}
+	w := WorkerSettings{API: "api:7070", Image: "ate:default", Insecure: true}
+	c := workerDeployment(pool, w, nil).Spec.Template.Spec.Containers[0]
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--registry-credentials") }) {
+		t.Errorf("no Secret, yet args %q", c.Args)
+	}
+	w.RegistryCredentialsSecret = "ate-registry-credentials"
+	p := workerDeployment(pool, w, nil).Spec.Template.Spec
+	c = p.Containers[0]
+	if !slices.Contains(c.Args, "--registry-credentials=/etc/ate/registry-credentials") {
+		t.Errorf("args %q lack --registry-credentials", c.Args)
+	}
+	i := slices.IndexFunc(p.Volumes, func(v corev1.Volume) bool { return v.Secret != nil })
+	if i < 0 || p.Volumes[i].Secret.SecretName != "ate-registry-credentials" || !*p.Volumes[i].Secret.Optional || *p.Volumes[i].Secret.DefaultMode != 0o400 {
+		t.Fatalf("volumes %+v", p.Volumes)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == p.Volumes[i].Name && m.MountPath == "/etc/ate/registry-credentials" && m.ReadOnly
+	}) {
+		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+}

@@ -1,0 +1,170 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/docker/cli/cli/config/configfile"
+	"github.com/docker/cli/cli/config/types"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// ErrUnauthorized marks a registry that refused a pull (401 or 403): the
+// atespace has no credentials for it, or not ones that may read that
+// repository. Retrying does not help; the operator's credentials for the
+// atespace (Credentials) must change.
+var ErrUnauthorized = errors.New("registry refused the pull")
+
+// Credentials chooses the registry credentials of each atespace's pulls.
+// Whoever writes a template names the registry image; pulling it with
+// the machine's own credentials (~/.docker/config.json) would let any
+// tenant read every private image the operator's login can, and one
+// tenant's credentials must not serve another's pulls. The API server
+// (Inspect, when a template is created) and the nodes (unpacking) use
+// the same choice, so a template one of them may not read is refused at
+// creation.
+type Credentials interface {
+	// Keychain returns the credentials for atespace's pulls ("" for
+	// pulls of no atespace).
+	Keychain(atespace string) (authn.Keychain, error)
+	// String names the choice for logs, never a secret.
+	String() string
+}
+
+// Credential choices, as ParseCredentials reads them (--registry-credentials).
+const (
+	// CredentialsAnonymous pulls without credentials: public images only.
+	// The default.
+	CredentialsAnonymous = "anonymous"
+	// CredentialsNode pulls every atespace's images with the machine's
+	// own Docker credentials ($DOCKER_CONFIG or ~/.docker/config.json):
+	// for an installation whose every tenant may read whatever that
+	// login can (one team, `ate up` on a workstation).
+	CredentialsNode = "node"
+)
+
+// ParseCredentials reads a --registry-credentials value: "anonymous"
+// (or empty), "node", or an absolute directory holding one Docker
+// config.json per atespace, named <atespace>.json (CredentialsDir). A
+// directory must exist.
+func ParseCredentials(s string) (Credentials, error) {
+	switch s {
+	case "", CredentialsAnonymous:
+		return anonymous{}, nil
+	case CredentialsNode:
+		return nodeCredentials{}, nil
+	}
+	if !filepath.IsAbs(s) {
+		return nil, fmt.Errorf("registry credentials %q: want %s, %s or an absolute directory of <atespace>.json files", s, CredentialsAnonymous, CredentialsNode)
+	}
+	fi, err := os.Stat(s)
+	if err != nil {
+		return nil, fmt.Errorf("registry credentials: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("registry credentials %s: not a directory", s)
+	}
+	return CredentialsDir(s), nil
+}
+
+// RegistryCredentials sets whose credentials the cache's registry pulls
+// use. Without it pulls are anonymous.
+func RegistryCredentials(c Credentials) Option {
+	return func(cache *Cache) {
+		if c != nil {
+			cache.creds = c
+		}
+	}
+}
+
+type anonymous struct{}
+
+func (anonymous) Keychain(string) (authn.Keychain, error) { return anonymousKeychain{}, nil }
+func (anonymous) String() string                          { return CredentialsAnonymous }
+
+type anonymousKeychain struct{}
+
+func (anonymousKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
+	return authn.Anonymous, nil
+}
+
+type nodeCredentials struct{}
+
+func (nodeCredentials) Keychain(string) (authn.Keychain, error) { return authn.DefaultKeychain, nil }
+func (nodeCredentials) String() string                          { return CredentialsNode }
+
+// CredentialsDir reads atespace A's credentials from DIR/A.json, a
+// Docker config.json of which only the inline "auths" entries count:
+// credential helpers ("credsStore", "credHelpers") are ignored, so the
+// file never makes the API server or a node run a program. The file is
+// read at every pull, so the operator rotates a key by rewriting it (on
+// Kubernetes: a Secret with one key per atespace, mounted as a volume).
+// An atespace without a file pulls anonymously; pulls of no atespace
+// always do.
+type CredentialsDir string
+
+func (d CredentialsDir) String() string { return "per-atespace files in " + string(d) }
+
+func (d CredentialsDir) Keychain(atespace string) (authn.Keychain, error) {
+	// Atespace names are DNS labels (validated at the API's edge); a
+	// name that could leave the directory is refused here too.
+	if atespace == "" || strings.ContainsAny(atespace, `/\`) || strings.HasPrefix(atespace, ".") {
+		return anonymousKeychain{}, nil
+	}
+	root, err := os.OpenRoot(string(d))
+	if err != nil {
+		return nil, fmt.Errorf("registry credentials: %w", err)
+	}
+	defer root.Close()
+	f, err := root.Open(atespace + ".json")
+	if errors.Is(err, fs.ErrNotExist) {
+		return anonymousKeychain{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry credentials of atespace %s: %w", atespace, err)
+	}
+	defer f.Close()
+	cf := configfile.New("")
+	if err := cf.LoadFromReader(f); err != nil {
+		// The decoder's message may quote the file; the file holds
+		// secrets, so only the kind of mistake is given.
+		return nil, fmt.Errorf("registry credentials of atespace %s: %s is not a Docker config.json", atespace, filepath.Join(string(d), atespace+".json"))
+	}
+	return configKeychain{auths: cf.AuthConfigs}, nil
+}
+
+// configKeychain answers from a config.json's inline auths only.
+type configKeychain struct {
+	auths map[string]types.AuthConfig
+}
+
+// Resolve looks the registry up as Docker does: by the repository's
+// name, then by the registry's, Docker Hub under its historical key.
+func (k configKeychain) Resolve(target authn.Resource) (authn.Authenticator, error) {
+	for _, key := range []string{target.String(), target.RegistryStr()} {
+		if key == name.DefaultRegistry {
+			key = authn.DefaultAuthKey
+		}
+		for _, candidate := range []string{key, "https://" + key, "http://" + key} {
+			if a, ok := k.auths[candidate]; ok && (a.Username != "" || a.Password != "" || a.IdentityToken != "" || a.RegistryToken != "") {
+				return authn.FromConfig(authn.AuthConfig{Username: a.Username, Password: a.Password,
+					IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}), nil
+			}
+		}
+	}
+	return authn.Anonymous, nil
+}
+
+// refused reports whether err is a registry's refusal of the caller's
+// credentials.
+func refused(err error) bool {
+	var te *transport.Error
+	return errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden)
+}

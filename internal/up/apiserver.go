@@ -87,6 +87,7 @@ type APIServerConfig struct {
 	// (--registry-credentials, image.ParseCredentials): anonymous, the
 	// machine's own, or a directory of one config.json per atespace.
 	RegistryCredentials string
+
 	// Auth is who may call (docs/security.md).
 	Auth AuthConfig
 	// MaxStreamsPerCaller bounds the watches and log follows one caller

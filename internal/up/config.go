@@ -66,7 +66,8 @@ type Config struct {
 	// (--registry-credentials, image.ParseCredentials): anonymous, the
 	// machine's own, or a directory of one config.json per atespace.
 	RegistryCredentials string
-	API        APIConfig
+
+	API APIConfig
 	// Node is the local node agent. From here Run takes Workers (default
 	// DefaultWorkers), WorkerPrefix (default derived from DataDir, so two
 	// installations never collide), SandboxClass (gvisor, the default,

@@ -67,7 +67,8 @@ type ControlPlaneConfig struct {
 	// (--registry-credentials, image.ParseCredentials): anonymous, the
 	// machine's own, or a directory of one config.json per atespace.
 	RegistryCredentials string
-	Logger     *slog.Logger
+
+	Logger *slog.Logger
 	// Metrics, if set, receives the node's and the lifecycle's metrics.
 	Metrics *metrics.Metrics
 	// Identity configures actor identity; an empty IssuerURL may be set

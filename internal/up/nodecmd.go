@@ -68,6 +68,7 @@ type NodeAgentConfig struct {
 	// (--registry-credentials, image.ParseCredentials): anonymous, the
 	// machine's own, or a directory of one config.json per atespace.
 	RegistryCredentials string
+
 	// ManagementAddr serves /healthz, /readyz (ready once registered)
 	// and /metrics; empty means none.
 	ManagementAddr string

@@ -125,7 +125,7 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 		pol := tpl.Spec.GetEviction()
 		c := candidate{actor: a, worker: w, policy: pol, streams: sp, priority: m.evictLimits.priority(a.Atespace, pol),
 			last: act.Last, action: idleAction(tpl.Spec)}
-		if _, capped := m.evictLimits.MaxPinned.For(a.Atespace); capped && pinned(pol) {
+		if _, capped := m.evictLimits.MaxPinned.For(a.Atespace); capped && (pinned(pol) || heldByMinRun(pol, act, now)) {
 			// Counted whether or not it could go now: every pinned
 			// actor holds its worker.
 			pins[a.Atespace] = append(pins[a.Atespace], pinnedActor{c: c, eligible: evictable(unpinned(pol), sp, act, now)})

@@ -132,6 +132,8 @@ func TestVictimChoice(t *testing.T) {
 		// aListeners of aStreams are listening streams.
 		aListeners int
 		aFresh     bool // a has answered nothing since a resume just now
+		// aUnserved: a has answered nothing since a resume this long ago.
+		aUnserved time.Duration
 		limits     EvictionLimits
 		want       string
 		aOutcome   store.ActorState
@@ -166,6 +168,14 @@ func TestVictimChoice(t *testing.T) {
 		{name: "minimum run time protects a fresh actor", aSpec: &atev1.ActorTemplateSpec{}, aFresh: true, want: "default/b"},
 		{name: "minimum run time 0", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{MinRunSeconds: ptr[int32](0)}},
 			aFresh: true, want: "default/a", aOutcome: store.Suspended},
+		// A long minRunSeconds holds a worker like evictable: false
+		// does, so the pin cap bounds it; the default length never is.
+		{name: "long minimum run time beyond the pin cap does not hold", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{MinRunSeconds: ptr[int32](86400)}},
+			aUnserved: time.Minute, limits: EvictionLimits{MaxPinned: Limit{Set: true, Default: 0}}, want: "default/a", aOutcome: store.Suspended},
+		{name: "long minimum run time within the pin cap holds", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{MinRunSeconds: ptr[int32](86400)}},
+			aUnserved: time.Minute, limits: EvictionLimits{MaxPinned: Limit{Set: true, Default: 1}}, want: "default/b"},
+		{name: "default minimum run time is not a pin", aSpec: &atev1.ActorTemplateSpec{Eviction: &atev1.EvictionPolicy{MinRunSeconds: ptr[int32](86400)}},
+			aUnserved: 2 * time.Second, limits: EvictionLimits{MaxPinned: Limit{Set: true, Default: 0}}, want: "default/b"},
 		{name: "idle action pause", aSpec: &atev1.ActorTemplateSpec{Idle: &atev1.IdlePolicy{After: "1h", Action: "pause"}},
 			want: "default/a", aOutcome: store.Paused},
 	} {
@@ -180,7 +190,11 @@ func TestVictimChoice(t *testing.T) {
 			e.resume(t, "a")
 			e.resume(t, "b")
 			now := time.Now()
-			if !tc.aFresh {
+			switch {
+			case tc.aUnserved > 0:
+				w := e.actor(t, "a")
+				e.node.setActivity(w.Worker, node.Activity{ActorUID: w.UID, Started: now.Add(-tc.aUnserved), Last: now.Add(-tc.aUnserved)})
+			case !tc.aFresh:
 				e.streaming(t, "a", now.Add(-2*time.Second), tc.aFlight, tc.aStreams, tc.aListeners)
 			}
 			// b was active after a, whose resume (fresh or not) came first.

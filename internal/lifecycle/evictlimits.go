@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
 )
 
 // ErrBeyondLimit marks a template asking more than the operator's
@@ -81,10 +83,28 @@ func (l EvictionLimits) priority(atespace string, p *atev1.EvictionPolicy) int32
 
 func pinned(p *atev1.EvictionPolicy) bool { return p != nil && p.Evictable != nil && !p.GetEvictable() }
 
-// unpinned is p without evictable: false.
+// heldByMinRun: p's minRunSeconds, longer than DefaultMinRun, is what
+// protects the actor now (it has answered nothing, and the default would
+// have let it go). That is a pin too: else a tenant could hold workers
+// for up to a day each, past the cap, by resuming actors of a template
+// with a long minRunSeconds and never sending them a request.
+func heldByMinRun(p *atev1.EvictionPolicy, act node.Activity, now time.Time) bool {
+	if p == nil || p.MinRunSeconds == nil || act.Served > 0 {
+		return false
+	}
+	minRun := time.Duration(p.GetMinRunSeconds()) * time.Second
+	ran := now.Sub(act.Started)
+	return minRun > DefaultMinRun && ran >= DefaultMinRun && ran < minRun
+}
+
+// unpinned is p without what the pin cap bounds: evictable: false and a
+// minRunSeconds longer than DefaultMinRun.
 func unpinned(p *atev1.EvictionPolicy) *atev1.EvictionPolicy {
 	q := proto.CloneOf(p)
 	q.Evictable = nil
+	if q.MinRunSeconds != nil && time.Duration(q.GetMinRunSeconds())*time.Second > DefaultMinRun {
+		q.MinRunSeconds = nil
+	}
 	return q
 }
 

@@ -103,7 +103,7 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	id, vols := s.stop()
 	if opts.Scope == snapshot.ScopeData {
 		// Volumes only: the container just stops.
-		n.destroy(ctx, s.sb, id)
+		n.destroy(ctx, s, id)
 	} else {
 		if err := n.cfg.Runtime.Checkpoint(ctx, s.sb, id, st.Dir); err != nil {
 			_ = store.Abort(st)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,14 +265,39 @@ func (n *Node) slot(worker string) (*slot, error) {
 // goBackground runs f on a goroutine Shutdown waits for.
 func (n *Node) goBackground(f func()) { n.bg.Go(f) }
 
-func (n *Node) destroy(ctx context.Context, sb sandbox.Slot, id string) {
+func (n *Node) destroy(ctx context.Context, s *slot, id string) {
 	// Cleanup must run even when the caller's context has ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := n.cfg.Runtime.Destroy(ctx, sb, id); err != nil {
-		n.log.WarnContext(ctx, "destroy container", "worker", sb.Name, "container", id, "err", err)
+	if err := n.cfg.Runtime.Destroy(ctx, s.sb, id); err != nil {
+		// Its sandbox may still run, in the worker's network namespaces
+		// and with the worker's volume directories mounted: the next
+		// actor placed here would share them. Fail closed: the worker
+		// hosts nothing until a retry destroys it (clearOp).
+		n.log.ErrorContext(ctx, "destroy container failed; the worker hosts nothing until it is gone", "worker", s.name, "container", id, "err", err)
+		s.leftovers = append(s.leftovers, id)
+		n.open.closeAll(id)
+		return
 	}
 	n.containerGone(id)
+}
+
+// errLeftover: a worker's earlier sandbox could not be destroyed, so
+// nothing may start on it.
+var errLeftover = errors.New("the worker's previous sandbox could not be destroyed")
+
+// retryLeftovers destroys again the containers of s whose destroy failed
+// and returns errLeftover while any remains. s.opMu must be held.
+func (n *Node) retryLeftovers(ctx context.Context, s *slot) error {
+	ids := s.leftovers
+	s.leftovers = nil
+	for _, id := range ids {
+		n.destroy(ctx, s, id)
+	}
+	if len(s.leftovers) > 0 {
+		return fmt.Errorf("%w (containers %s); see the node's log", errLeftover, strings.Join(s.leftovers, ", "))
+	}
+	return nil
 }
 
 // containerGone drops what the node kept for container id once it no
@@ -294,8 +320,9 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	n.endExecs(s)
 	id, vols := s.stop()
 	if id != "" {
-		n.destroy(ctx, s.sb, id)
+		n.destroy(ctx, s, id)
 	}
+	_ = n.retryLeftovers(ctx, s) // logged; starts check again
 	for _, v := range vols {
 		if err := snapshot.EmptyDir(v.hostDir); err != nil {
 			n.log.WarnContext(ctx, "empty volume directory", "worker", s.name, "dir", v.hostDir, "err", err)

@@ -62,6 +62,10 @@ type slot struct {
 	// Both guarded by opMu.
 	capture *actorlog.Capture
 	stopWhy string
+
+	// leftovers are containers whose destroy failed; while any remains
+	// the worker hosts nothing (Node.destroy). Guarded by opMu.
+	leftovers []string
 }
 
 // running records that container id, with volumes vols, is starting or

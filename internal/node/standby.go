@@ -155,7 +155,7 @@ func (n *Node) takeStandby(ctx context.Context, s *slot, want sandbox.Spec) *san
 		return nil
 	}
 	if !sameContainer(*sb, want) {
-		n.destroy(ctx, s.sb, sb.ID)
+		n.destroy(ctx, s, sb.ID)
 		return nil
 	}
 	return sb
@@ -251,7 +251,7 @@ func (n *Node) otherStandbyReady(s *slot) bool {
 func (n *Node) refillOp(s *slot) error {
 	// opMu keeps both from changing between the two reads.
 	tpl, busy := s.standby.current(), s.busy() || s.standby.held()
-	if busy || tpl == nil || !n.standbys.enabled() {
+	if busy || tpl == nil || !n.standbys.enabled() || len(s.leftovers) > 0 {
 		return nil
 	}
 	// Not cancelled by Shutdown: killing `runsc create` midway would
@@ -307,6 +307,6 @@ func (n *Node) offerTemplate(atespace string, spec *atev1.ActorTemplateSpec, ima
 // dropStandby destroys s's standby, if any. s.opMu must be held.
 func (n *Node) dropStandby(ctx context.Context, s *slot) {
 	if sb := n.standbys.take(s.name, &s.standby); sb != nil {
-		n.destroy(ctx, s.sb, sb.ID)
+		n.destroy(ctx, s, sb.ID)
 	}
 }

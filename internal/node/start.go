@@ -82,6 +82,9 @@ func (n *Node) Start(ctx context.Context, req StartRequest) (err error) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	n.clearOp(ctx, s)
+	if len(s.leftovers) > 0 {
+		return fmt.Errorf("%w: actor %s on worker %s: %w", ErrStartFailed, req.Key(), req.Worker, errLeftover)
+	}
 	began := time.Now()
 	id, _, err := n.startIn(ctx, s, req)
 	n.cfg.Metrics.Start(req.Snapshot != "", time.Since(began), err)
@@ -166,6 +169,9 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	}
 	port := trafficPort(c, img)
 	sb := n.takeStandby(ctx, s, sspec)
+	if len(s.leftovers) > 0 { // the standby that did not fit outlived its destroy
+		return "", "", errLeftover
+	}
 	if sb != nil {
 		sspec.ID, sspec.BundleDir, sspec.Prepared = sb.ID, sb.BundleDir, true
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,11 @@ type OIDCConfig struct {
 	IssuerURL string
 	// ClientID is the audience a token must carry.
 	ClientID string
+	// OtherAudiences are audiences a token must not also carry: those of
+	// the other credential the same issuer serves (the API's and the
+	// router's ingress audience), so that one token never stands for
+	// both. Set by the command wiring, not a flag.
+	OtherAudiences []string
 	// UsernameClaim names the user (default "sub"); UsernamePrefix is
 	// put before it. As in kube-apiserver, a claim other than "email"
 	// with no prefix given is prefixed "<issuer>#"; "-" means no prefix.
@@ -159,6 +165,11 @@ func (o *OIDC) Authenticate(ctx context.Context, token string) (*Principal, erro
 	idt, err := v.Verify(ctx, token)
 	if err != nil {
 		return nil, err
+	}
+	for _, a := range idt.Audience {
+		if slices.Contains(o.cfg.OtherAudiences, a) {
+			return nil, fmt.Errorf("JWT: audience %q is another credential's besides %q; ask the issuer for a token of one audience", a, o.cfg.ClientID)
+		}
 	}
 	var claims map[string]json.RawMessage
 	if err := idt.Claims(&claims); err != nil {

@@ -249,6 +249,9 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if tr != nil {
 		authc.TrustDomain = tr.TrustDomain
 	}
+	if err := checkIssuers(authc, cfg.Identity); err != nil {
+		return err
+	}
 	authz, err := newAuthorizer(authc, st, log)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package up
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"log/slog"
 
 	"google.golang.org/grpc"
@@ -76,7 +77,11 @@ func newAuthorizer(c AuthConfig, st store.Store, log *slog.Logger) (*auth.Author
 		chain = append(chain, s)
 	}
 	if c.OIDC.IssuerURL != "" {
-		o, err := auth.NewOIDC(c.OIDC)
+		oc := c.OIDC
+		if c.IngressClientID != "" {
+			oc.OtherAudiences = []string{c.IngressClientID}
+		}
+		o, err := auth.NewOIDC(oc)
 		if err != nil {
 			return nil, err
 		}
@@ -122,12 +127,28 @@ func newIngressAuthenticator(c AuthConfig) (auth.TokenAuthenticator, error) {
 		return nil, fmt.Errorf("--oidc-ingress-client-id %q: must differ from --oidc-client-id, or every API token would open actors", c.IngressClientID)
 	}
 	oc := c.OIDC
-	oc.ClientID = c.IngressClientID
+	oc.ClientID, oc.OtherAudiences = c.IngressClientID, []string{c.OIDC.ClientID}
 	o, err := auth.NewOIDC(oc)
 	if err != nil {
 		return nil, fmt.Errorf("--oidc-ingress-client-id: %w", err)
 	}
 	return o, nil
+}
+
+// checkIssuers refuses an OIDC issuer that is this API server's own
+// actor-identity issuer: every actor mints tokens of that issuer for any
+// audience it names, so each could make itself API and ingress
+// credentials.
+func checkIssuers(c AuthConfig, id IdentityConfig) error {
+	if c.OIDC.IssuerURL == "" || id.IssuerURL == "" {
+		return nil
+	}
+	norm := func(s string) string { return strings.ToLower(strings.TrimSuffix(s, "/")) }
+	if norm(c.OIDC.IssuerURL) == norm(id.IssuerURL) {
+		return fmt.Errorf("--oidc-issuer-url %s is this API server's own --issuer-url, whose tokens every actor may mint: "+
+			"name the identity provider your users sign in with", c.OIDC.IssuerURL)
+	}
+	return nil
 }
 
 // wireAuth makes api's role binding changes apply at once, and lets the

@@ -587,6 +587,9 @@ func TestIngressReviewOfUserTokens(t *testing.T) {
 	it, err := e.client(t, adminTok).CreateIngressToken(ctx, &atev1.CreateIngressTokenRequest{Atespace: "a", Name: "web"})
 	must(t, err)
 	apiJWT, ingressJWT := is.sign(t, "olga", "ate"), is.sign(t, "olga", "ate-ingress")
+	// Issuers with audience mappers (a Kubernetes TokenRequest with two
+	// audiences) may put both in one token: it is neither credential.
+	bothJWT := is.sign(t, "olga", "ate", "ate-ingress")
 	router := e.client(t, routerTok)
 	for _, c := range []struct {
 		name, token, atespace string
@@ -598,6 +601,7 @@ func TestIngressReviewOfUserTokens(t *testing.T) {
 		{"ingress-audience JWT of a viewer of a, in a", ingressJWT, "a", true, "olga"},
 		{"ingress-audience JWT of a viewer of a, in b", ingressJWT, "b", false, ""},
 		{"API-audience JWT of a viewer of a", apiJWT, "a", false, ""},
+		{"JWT of both audiences", bothJWT, "a", false, ""},
 		{"JWT of another audience", is.sign(t, "olga", "someone-else"), "a", false, ""},
 		{"static token of a viewer of a", viewerTok, "a", false, ""},
 		{"static token of an editor of a", editorTok, "a", false, ""},
@@ -622,10 +626,33 @@ func TestIngressReviewOfUserTokens(t *testing.T) {
 	if _, err := e.client(t, ingressJWT).ListActors(ctx, &atev1.ListActorsRequest{Atespace: "a"}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("ingress-audience JWT on the API: %v, want UNAUTHENTICATED", err)
 	}
+	if _, err := e.client(t, bothJWT).ListActors(ctx, &atev1.ListActorsRequest{Atespace: "a"}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("JWT of both audiences on the API: %v, want UNAUTHENTICATED", err)
+	}
 	// Users may not ask the router's question themselves (an oracle for
 	// guessing tokens).
 	if _, err := e.client(t, adminTok).ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: "a", Token: viewerTok}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("admin calls ReviewIngressToken: %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestIssuerChecks: users' OIDC issuer may not be the API server's own
+// actor-identity issuer, whose tokens any actor mints.
+func TestIssuerChecks(t *testing.T) {
+	for _, c := range []struct {
+		oidc, identity string
+		refused        bool
+	}{
+		{"https://idp.example", "https://ate.example", false},
+		{"https://idp.example", "", false},
+		{"", "https://ate.example", false},
+		{"https://ate.example", "https://ate.example", true},
+		{"https://ATE.example/", "https://ate.example", true},
+	} {
+		err := checkIssuers(AuthConfig{OIDC: auth.OIDCConfig{IssuerURL: c.oidc}}, IdentityConfig{IssuerURL: c.identity})
+		if (err != nil) != c.refused || (err != nil && !strings.Contains(err.Error(), "every actor may mint")) {
+			t.Errorf("--oidc-issuer-url %q, --issuer-url %q: %v, want refused %v", c.oidc, c.identity, err, c.refused)
+		}
 	}
 }
 

@@ -41,8 +41,12 @@ func newTestIssuer(t *testing.T) *testIssuer {
 }
 
 // sign mints a JWT for subject sub with audience aud, valid for an hour.
-func (is *testIssuer) sign(t *testing.T, sub, aud string) string {
+func (is *testIssuer) sign(t *testing.T, sub string, auds ...string) string {
 	t.Helper()
+	var aud any = auds // several: a list, as RFC 7519 allows
+	if len(auds) == 1 {
+		aud = auds[0]
+	}
 	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: is.key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
 	if err != nil {
 		t.Fatal(err)

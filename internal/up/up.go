@@ -130,6 +130,9 @@ func Run(ctx context.Context, cfg Config) error {
 	ac := cfg.API.Auth
 	ac.TrustDomain = tr.api.TrustDomain
 	ac.extra = []auth.StaticToken{auth.AdminToken(adminToken)}
+	if err := checkIssuers(ac, cfg.Identity); err != nil {
+		return err
+	}
 	authz, err := newAuthorizer(ac, cp.Store, log)
 	if err != nil {
 		return err

@@ -134,9 +134,9 @@ func TestVictimChoice(t *testing.T) {
 		aFresh     bool // a has answered nothing since a resume just now
 		// aUnserved: a has answered nothing since a resume this long ago.
 		aUnserved time.Duration
-		limits     EvictionLimits
-		want       string
-		aOutcome   store.ActorState
+		limits    EvictionLimits
+		want      string
+		aOutcome  store.ActorState
 	}{
 		{name: "lru", aSpec: &atev1.ActorTemplateSpec{}, want: "default/a", aOutcome: store.Suspended},
 		{name: "in flight is never the victim", aSpec: &atev1.ActorTemplateSpec{}, aFlight: 1, want: "default/b"},

@@ -3,8 +3,8 @@ package up
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/grpc"
 

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
@@ -207,7 +208,10 @@ func (n *Node) CopyOut(ctx context.Context, worker, actorUID, p string, w io.Wri
 		return 0, err
 	}
 	defer root.Close()
-	f, err := root.Open(rel)
+	// O_NONBLOCK: the actor may have made p a FIFO, whose blocking open
+	// would hold this goroutine until a writer came, which the actor
+	// decides; the type is checked on the opened descriptor below.
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("%q: %w", p, ErrNoFile)
 	}

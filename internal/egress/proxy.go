@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
 )
 
 // DialTimeout bounds the proxy's connect to an allowed destination.
@@ -108,7 +109,20 @@ type Proxy struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+
+	// refusals samples the log of refused and failed connections: an
+	// actor may open them as fast as it likes, and each would otherwise
+	// be a line in the node's log. suppressed counts those not logged
+	// since the last line, which names the count.
+	refusals   *rate.Limiter
+	suppressed atomic.Int64
 }
+
+// Refusal log sampling: a burst, then one line a second per worker.
+const (
+	refusalLogRate  = rate.Limit(1)
+	refusalLogBurst = 10
+)
 
 // NewProxy serves on ln (a listener on the gateway's ProxyPort inside the
 // outer namespace, netns.Listen) until Close. It allows nothing until Set.
@@ -116,7 +130,8 @@ func NewProxy(ln net.Listener, deny *Deny, log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{ln: ln, deny: deny, log: log, conns: map[net.Conn]struct{}{}, slots: make(chan struct{}, MaxConns)}
+	p := &Proxy{ln: ln, deny: deny, log: log, conns: map[net.Conn]struct{}{}, slots: make(chan struct{}, MaxConns),
+		refusals: rate.NewLimiter(refusalLogRate, refusalLogBurst)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Go(p.serve)
 	return p
@@ -184,6 +199,19 @@ func (p *Proxy) track(cs ...net.Conn) func() {
 	}
 }
 
+// logRefusal logs a refused or failed connection unless the sampling
+// says to count it only.
+func (p *Proxy) logRefusal(msg string, args ...any) {
+	if !p.refusals.Allow() {
+		p.suppressed.Add(1)
+		return
+	}
+	if n := p.suppressed.Swap(0); n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	p.log.Info(msg, args...)
+}
+
 func (p *Proxy) relay(in net.Conn) {
 	defer in.Close()
 	a := p.allow.Load()
@@ -193,11 +221,11 @@ func (p *Proxy) relay(in net.Conn) {
 		return
 	}
 	if deny, why := p.deny.Denies(dst.Addr()); deny {
-		p.log.Info("egress refused", "dst", dst, "why", why)
+		p.logRefusal("egress refused", "dst", dst, "why", why)
 		return
 	}
 	if !a.Permits(dst) {
-		p.log.Info("egress refused", "dst", dst, "why", "not in the template's allow-list")
+		p.logRefusal("egress refused", "dst", dst, "why", "not in the template's allow-list")
 		return
 	}
 	untrack := p.track(in)
@@ -207,7 +235,7 @@ func (p *Proxy) relay(in net.Conn) {
 	cancel()
 	if err != nil {
 		untrack()
-		p.log.Info("egress dial failed", "dst", dst, "err", err)
+		p.logRefusal("egress dial failed", "dst", dst, "err", err)
 		return
 	}
 	defer out.Close()

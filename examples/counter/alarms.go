@@ -18,12 +18,17 @@ import (
 //	                       arrival order
 //
 // The record lives in memory, so it is part of every Full checkpoint.
-func registerAlarms(mux *http.ServeMux) {
+//
+// /set-alarm only with setAlarm (a test endpoint: whoever reaches the
+// actor would spend its alarm budget and wake it at will).
+func registerAlarms(mux *http.ServeMux, setAlarm bool) {
 	var mu sync.Mutex
 	received := []map[string]string{}
-	mux.HandleFunc("POST /set-alarm", func(w http.ResponseWriter, r *http.Request) {
-		relaySelfService(w, "/v1/alarms", io.LimitReader(r.Body, 8<<10))
-	})
+	if setAlarm {
+		mux.HandleFunc("POST /set-alarm", func(w http.ResponseWriter, r *http.Request) {
+			relaySelfService(w, "/v1/alarms", io.LimitReader(r.Body, 8<<10))
+		})
+	}
 	mux.HandleFunc("POST /alarm/{name...}", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		received = append(received, map[string]string{

@@ -106,10 +106,12 @@ func run(ctx context.Context, addr string) error {
 }
 
 // testEndpointsEnv set to 1 turns on the endpoints only tests may have:
-// the file API (/files, /ask) and /mint. Anyone who reaches the actor
-// through the router reaches them, and they read and write any file in
-// the sandbox (the identity files under /run/ate among them) and mint
-// the actor's identity tokens; the demo `ate up --demo` runs has none.
+// the file API (/files, /ask), /mint, /dial, /set-alarm, /log and
+// /sleep. Anyone who reaches the actor through the router reaches them:
+// they read and write any file in the sandbox (the identity files under
+// /run/ate among them), mint the actor's identity tokens, probe what the
+// sandbox can reach, spend its alarm budget, forge lines of its log and
+// hold it busy; the demo `ate up --demo` runs has none.
 const testEndpointsEnv = "COUNTER_TEST_ENDPOINTS"
 
 // newHandler returns the counter's routes; each handler has its own count.
@@ -122,25 +124,26 @@ func newHandler(wu *warmup, testEndpoints bool) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintf(w, "count=%d\n", count.Add(1))
 	})
-	// POST /log prints the request body as one line on stdout, for tests
-	// of `ate logs` (what an actor writes there is its log).
-	mux.HandleFunc("POST /log", func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		fmt.Println(strings.TrimSpace(string(b)))
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, "logged\n")
-	})
 	if testEndpoints {
+		// POST /log prints the request body as one line on stdout, for
+		// tests of `ate logs` (what an actor writes there is its log).
+		mux.HandleFunc("POST /log", func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			fmt.Println(strings.TrimSpace(string(b)))
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprint(w, "logged\n")
+		})
 		registerFiles(mux)
 		registerIdentity(mux)
+		registerDial(mux)
+		registerSleep(mux)
 	}
-	registerAlarms(mux)
+	registerAlarms(mux, testEndpoints)
 	registerStreams(mux)
-	registerDial(mux)
 	wu.register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

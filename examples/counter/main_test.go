@@ -52,6 +52,10 @@ func TestTestEndpointsOff(t *testing.T) {
 		{http.MethodPut, "/files" + planted},
 		{http.MethodGet, "/mint"},
 		{http.MethodPost, "/ask?action=suspend"},
+		{http.MethodGet, "/dial?addr=127.0.0.1:1"},
+		{http.MethodPost, "/set-alarm"},
+		{http.MethodPost, "/log"},
+		{http.MethodGet, "/sleep?ms=0&mark=" + planted},
 	} {
 		req, err := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader("x"))
 		if err != nil {

@@ -17,15 +17,22 @@ import (
 //	                      "data: event i" for i in 1..N, flushed one by
 //	                      one, MS apart — or slow MS before every K-th
 //	GET  /ws              WebSocket echo
-//	GET  /sleep?ms=N&tag=T&mark=P  answers "slept N ms tag=T" after N ms
-//	                      (or not at all if the client leaves first); with
-//	                      mark, first writes the file P (e.g. in a volume,
-//	                      so a test sees the request arrive)
 //	POST /echo            streams the request body back as it arrives,
 //	                      both ways at once (full duplex)
 func registerStreams(mux *http.ServeMux) {
 	mux.HandleFunc("GET /sse", serveSSE)
 	mux.HandleFunc("GET /ws", serveWS)
+	mux.HandleFunc("POST /echo", serveEcho)
+}
+
+// registerSleep adds a test endpoint (it writes any file and holds the
+// actor busy):
+//
+//	GET  /sleep?ms=N&tag=T&mark=P  answers "slept N ms tag=T" after N ms
+//	                      (or not at all if the client leaves first); with
+//	                      mark, first writes the file P (e.g. in a volume,
+//	                      so a test sees the request arrive)
+func registerSleep(mux *http.ServeMux) {
 	mux.HandleFunc("GET /sleep", func(w http.ResponseWriter, r *http.Request) {
 		ms := intParam(r, "ms", 0)
 		if mark := r.URL.Query().Get("mark"); mark != "" {
@@ -40,7 +47,6 @@ func registerStreams(mux *http.ServeMux) {
 		}
 		fmt.Fprintf(w, "slept %d ms tag=%s\n", ms, r.URL.Query().Get("tag"))
 	})
-	mux.HandleFunc("POST /echo", serveEcho)
 }
 
 // serveWS echoes every WebSocket message back as a message of the same

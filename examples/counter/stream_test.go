@@ -13,7 +13,7 @@ import (
 )
 
 func TestStreams(t *testing.T) {
-	srv := httptest.NewServer(newHandler(nil, false))
+	srv := httptest.NewServer(newHandler(nil, true)) // /sleep is a test endpoint
 	t.Cleanup(srv.Close)
 
 	t.Run("sse", func(t *testing.T) {

@@ -118,6 +118,7 @@ containers:
 - name: counter
   image: oci:%s
   ports: [8080]
+  env: {COUNTER_TEST_ENDPOINTS: "1"} # GET /dial
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
 newActors: golden

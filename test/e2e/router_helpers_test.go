@@ -18,18 +18,17 @@ import (
 )
 
 // counterTemplate creates template name running the counter example with
-// env, plus extra top-level template YAML (e.g. "idle: {after: 2s}"), and
-// waits until its golden snapshot is READY.
+// its test endpoints (COUNTER_TEST_ENDPOINTS: /sleep, /log, /set-alarm…)
+// and env, plus extra top-level template YAML (e.g. "idle: {after: 2s}"),
+// and waits until its golden snapshot is READY.
 func (in *installation) counterTemplate(name string, env map[string]string, extra string) {
 	in.t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "name: %s\ncontainers:\n- name: counter\n  image: oci:%s\n  ports: [8080]\n",
 		name, filepath.Join(repoDir, "build/images/counter"))
-	if len(env) > 0 {
-		b.WriteString("  env:\n")
-		for k, v := range env {
-			fmt.Fprintf(&b, "    %s: %q\n", k, v)
-		}
+	b.WriteString("  env:\n    COUNTER_TEST_ENDPOINTS: \"1\"\n")
+	for k, v := range env {
+		fmt.Fprintf(&b, "    %s: %q\n", k, v)
 	}
 	// The counter keeps no secrets in memory: its new actors may restore
 	// the golden snapshot, as examples/counter/template.yaml says.

@@ -22,6 +22,7 @@ import (
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/runtimeasset"
+	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/up"
 )
 
@@ -175,6 +176,7 @@ func nodeCommand() *cobra.Command {
 			egressCeilingFlags(f, cfg.Ceilings)
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 			selfServiceFlags(f, &cfg.Node.SelfService)
+			volumeLimitFlags(f, &cfg.Node.VolumeLimits)
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
 			tlsFlags(f, &cfg.TLS, "node (named --name)")
 		},
@@ -326,4 +328,13 @@ func ceilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
 	f.IntVar(&c.MaxPinnedActors, "max-pinned-actors", up.DefaultMaxPinnedActors,
 		"how many RUNNING actors of an atespace eviction.evictable: false keeps from eviction at once (beyond it, the least recently active are evictable; 0 refuses the setting)")
 	f.StringToIntVar(&c.MaxPinnedActorsFor, "max-pinned-actors-for", nil, "ATESPACE=N,…: --max-pinned-actors for these atespaces")
+}
+
+// volumeLimitFlags bound each volume a node copies out of a sandbox
+// (node.Config.VolumeLimits).
+func volumeLimitFlags(f *pflag.FlagSet, lim *snapshot.Limits) {
+	f.Int64Var(&lim.Bytes, "max-volume-bytes", node.DefaultMaxVolumeBytes,
+		"bytes one volume may hold when checkpointed (a sparse file counts its size); a larger volume fails the checkpoint, and a suspend leaves the actor CRASHED at its last snapshot (0: no limit)")
+	f.Int64Var(&lim.Entries, "max-volume-entries", node.DefaultMaxVolumeEntries,
+		"files, directories and symlinks one volume may hold when checkpointed (0: no limit)")
 }

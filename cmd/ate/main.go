@@ -87,6 +87,7 @@ flag is an error.`,
 			ceilingFlags(f, cfg.Ceilings)
 			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 			selfServiceFlags(f, &cfg.Node.SelfService)
+			volumeLimitFlags(f, &cfg.Node.VolumeLimits)
 			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",
 				"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
 			f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -117,9 +118,9 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	s.gate.containerGone()
 	// The container has stopped, so the volumes are quiescent.
 	for _, v := range vols {
-		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {
+		if err := n.copyVolumeOut(st.Dir, v); err != nil {
 			_ = store.Abort(st)
-			return "", fmt.Errorf("copy volume %s: %w", v.name, err)
+			return "", err
 		}
 	}
 	if n.cfg.Metrics != nil {
@@ -164,4 +165,20 @@ func (n *Node) ForgetActor(actorUID string) {
 	if n.actorLogs != nil {
 		n.actorLogs.Forget(actorUID)
 	}
+}
+
+// copyVolumeOut copies volume v into the snapshot staged at stageDir,
+// within the node's VolumeLimits: what an actor keeps in its volume
+// costs the node's disk and the snapshot store, so one actor may not
+// fill them.
+func (n *Node) copyVolumeOut(stageDir string, v volume) error {
+	err := snapshot.CopyTreeWithin(filepath.Join(stageDir, snapshot.VolumesDir, v.name), v.hostDir, n.cfg.VolumeLimits)
+	if errors.Is(err, snapshot.ErrTooLarge) {
+		return fmt.Errorf("volume %s is larger than this node keeps (--max-volume-bytes %d, --max-volume-entries %d): %w",
+			v.name, n.cfg.VolumeLimits.Bytes, n.cfg.VolumeLimits.Entries, err)
+	}
+	if err != nil {
+		return fmt.Errorf("copy volume %s: %w", v.name, err)
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
@@ -49,9 +48,9 @@ func (n *Node) checkpointLive(ctx context.Context, s *slot, actorUID string, opt
 		}
 	}
 	for _, v := range vols {
-		if err := snapshot.CopyTree(filepath.Join(st.Dir, snapshot.VolumesDir, v.name), v.hostDir, nil); err != nil {
+		if err := n.copyVolumeOut(st.Dir, v); err != nil {
 			_ = n.cfg.Snapshots.Abort(st)
-			return "", fmt.Errorf("copy volume %s: %w", v.name, err)
+			return "", err
 		}
 	}
 	ref, err := n.cfg.Snapshots.Commit(ctx, st, opts.Scope)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,5 +58,38 @@ func TestCheckpointLeaveRunning(t *testing.T) {
 	defer o.Close()
 	if o.Manifest.Scope != snapshot.ScopeFull {
 		t.Fatalf("scope %v", o.Manifest.Scope)
+	}
+}
+
+// TestVolumeLimit: an actor that makes its volume huge (a 1 TiB sparse
+// file costs it one ftruncate) fails its checkpoints, live or not, with
+// an error naming the node's limit, and leaves nothing staged behind.
+func TestVolumeLimit(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	n.cfg.VolumeLimits = snapshot.Limits{Bytes: 1 << 20, Entries: 100}
+	ctx := t.Context()
+	w := n.order[0]
+	vol := n.workerDir(n.slots[w], "volumes", "data")
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vol, "huge"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(vol, "huge"), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []CheckpointOptions{{LeaveRunning: true, Owner: "tag-uid"}, {Scope: snapshot.ScopeFull}} {
+		_, err := n.Checkpoint(ctx, w, "a", opts)
+		if !errors.Is(err, snapshot.ErrTooLarge) || !strings.Contains(err.Error(), "--max-volume-bytes 1048576") {
+			t.Fatalf("checkpoint %+v of a 1 TiB volume: %v, want ErrTooLarge naming --max-volume-bytes", opts, err)
+		}
+	}
+	// newTestNodeWith's stores live beside the state directory.
+	for _, store := range []string{"snapshots", "paused"} {
+		if got := snapshot.TreeSize(filepath.Join(filepath.Dir(n.cfg.StateDir), store)); got > 1<<20 {
+			t.Errorf("%s holds %d bytes after the refused checkpoints", store, got)
+		}
 	}
 }

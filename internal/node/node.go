@@ -102,11 +102,24 @@ type Config struct {
 	// EgressDNS is a DNS server (host:port) that resolves allowed egress
 	// host names instead of the node's resolver (--egress-dns).
 	EgressDNS string
+	// VolumeLimits bound each volume a checkpoint copies out of a
+	// sandbox (snapshot.CopyTreeWithin); a volume beyond them fails the
+	// checkpoint (a suspend leaves the actor CRASHED at its last
+	// snapshot). Zero fields do not bound.
+	VolumeLimits snapshot.Limits
 	// SelfService bounds what each worker's actor may consume through
 	// its self-service endpoint (selfservicelimits.go); zero fields take
 	// the defaults.
 	SelfService SelfServiceLimits
 }
+
+// Default volume limits of the commands (--max-volume-bytes,
+// --max-volume-entries): generous for a coding sandbox's checkout and
+// dependencies, far below what fills a node's disk.
+const (
+	DefaultMaxVolumeBytes   = 10 << 30
+	DefaultMaxVolumeEntries = 1_000_000
+)
 
 // Node is the node agent. Safe for concurrent use. It is a composition of
 // parts, each owning its own state and lock, so that the tunnel and the

@@ -41,12 +41,35 @@ const changeRetries = 3
 // out, as if deleted just before. src and dst themselves are the caller's
 // paths and are resolved as given.
 func CopyTree(dst, src string, skip func(rel string) bool) error {
-	return copyTree(dst, src, skip, nil)
+	return copyTree(dst, src, skip, Limits{}, nil)
+}
+
+// ErrTooLarge: a tree holds more bytes or entries than the copy's Limits
+// allow.
+var ErrTooLarge = errors.New("tree exceeds its size limit")
+
+// Limits bound what one copy writes; zero fields do not bound.
+type Limits struct {
+	// Bytes bounds the sum of the regular files' sizes, as they read
+	// (a sparse file counts its holes: they would be written out).
+	Bytes int64
+	// Entries bounds the files, directories and symlinks.
+	Entries int64
+}
+
+// CopyTreeWithin is CopyTree of a whole tree bounded by lim: a tree
+// whose entries or bytes exceed them stops the copy with ErrTooLarge, a
+// file larger than what is left of the budget before a byte of it is
+// written. It is how a node copies a volume out of a sandbox: the actor
+// decides what the volume holds (a 16 TiB sparse file costs it one
+// ftruncate), the node's disk and the snapshot store pay for it.
+func CopyTreeWithin(dst, src string, lim Limits) error {
+	return copyTree(dst, src, nil, lim, nil)
 }
 
 // copyTree is CopyTree; beforeOpen, if not nil, runs between the look at
 // each entry and its open (tests race the copy there).
-func copyTree(dst, src string, skip func(rel string) bool, beforeOpen func(rel string)) error {
+func copyTree(dst, src string, skip func(rel string) bool, lim Limits, beforeOpen func(rel string)) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -67,7 +90,7 @@ func copyTree(dst, src string, skip func(rel string) bool, beforeOpen func(rel s
 		return err
 	}
 	defer out.Close()
-	c := treeCopier{skip: skip, beforeOpen: beforeOpen}
+	c := treeCopier{skip: skip, beforeOpen: beforeOpen, lim: lim}
 	if err := c.dir(out, in, ""); err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
@@ -78,6 +101,30 @@ func copyTree(dst, src string, skip func(rel string) bool, beforeOpen func(rel s
 type treeCopier struct {
 	skip       func(rel string) bool
 	beforeOpen func(rel string)
+	// lim bounds the copy; bytes and entries are what it wrote so far.
+	lim            Limits
+	bytes, entries int64
+}
+
+// count charges one entry of size bytes (0 for all but regular files)
+// against the limits, before it is copied.
+func (c *treeCopier) count(size int64) error {
+	c.entries++
+	if c.lim.Entries > 0 && c.entries > c.lim.Entries {
+		return fmt.Errorf("%w: more than %d files, directories and symlinks", ErrTooLarge, c.lim.Entries)
+	}
+	if c.lim.Bytes > 0 && c.bytes+size > c.lim.Bytes {
+		return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, c.lim.Bytes)
+	}
+	return nil
+}
+
+// fileBudget is how many bytes one more file may hold (-1: unbounded).
+func (c *treeCopier) fileBudget() int64 {
+	if c.lim.Bytes <= 0 {
+		return -1
+	}
+	return c.lim.Bytes - c.bytes
 }
 
 // dir copies the entries of the open directory in (at rel, "" for the
@@ -145,6 +192,13 @@ func (c *treeCopier) entry(out, in *os.File, name, rel string) error {
 	if c.beforeOpen != nil {
 		c.beforeOpen(rel)
 	}
+	var size int64
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		size = st.Size
+	}
+	if err := c.count(size); err != nil {
+		return err
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		target, err := readlinkat(ifd, name)
@@ -182,7 +236,9 @@ func (c *treeCopier) entry(out, in *os.File, name, rel string) error {
 			return gone(err)
 		}
 		defer f.Close()
-		return copyFileAt(ofd, name, f, perm)
+		n, err := copyFileAt(ofd, name, f, perm, c.fileBudget())
+		c.bytes += n
+		return err
 	default:
 		return nil // devices, sockets, fifos are not data
 	}
@@ -216,18 +272,28 @@ func openAt(dirfd int, name string, flags int, typ uint32) (*os.File, uint32, er
 
 // copyFileAt writes the contents of in to name in directory dirfd,
 // created with permission bits perm or truncated, never through a
-// symlink (nor blocking on a FIFO found there).
-func copyFileAt(dirfd int, name string, in *os.File, perm uint32) error {
+// symlink (nor blocking on a FIFO found there), and returns the bytes
+// written. budget >= 0 bounds them (the file may grow while it is
+// copied): a file longer fails with ErrTooLarge.
+func copyFileAt(dirfd int, name string, in *os.File, perm uint32, budget int64) (int64, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	out := os.NewFile(uintptr(fd), name)
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	var r io.Reader = in
+	if budget >= 0 {
+		r = io.LimitReader(in, budget+1)
 	}
-	return out.Close()
+	n, err := io.Copy(out, r)
+	if err == nil && budget >= 0 && n > budget {
+		err = fmt.Errorf("%w: the files grow past the byte limit while being copied", ErrTooLarge)
+	}
+	if err != nil {
+		out.Close()
+		return n, err
+	}
+	return n, out.Close()
 }
 
 // readlinkat returns the target of symlink name in directory dirfd.

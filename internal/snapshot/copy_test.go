@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -149,7 +150,7 @@ func TestCopyTreeEntryChangesBetweenLookAndOpen(t *testing.T) {
 			writeFiles(t, src, map[string]string{"a": "mine", "d/x": "mine"})
 			p := filepath.Join(src, tc.entry)
 			looks := 0
-			err := copyTree(dst, src, nil, func(rel string) {
+			err := copyTree(dst, src, nil, Limits{}, func(rel string) {
 				if rel != tc.entry || (!tc.always && looks > 0) {
 					return
 				}
@@ -318,5 +319,47 @@ func BenchmarkCopyTree(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// TestCopyTreeWithin: an actor's volume bounds what the node copies out
+// of it. A 1 TiB sparse file (one ftruncate for the actor) fails the copy
+// before a byte of it is written, and so do more entries than allowed;
+// a tree within the limits copies whole.
+func TestCopyTreeWithin(t *testing.T) {
+	src := t.TempDir()
+	for i := range 4 {
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("f%d", i)), make([]byte, 1000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := CopyTreeWithin(filepath.Join(t.TempDir(), "ok"), src, Limits{Bytes: 4000, Entries: 4}); err != nil {
+		t.Fatalf("a tree of exactly the limits: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		lim  Limits
+	}{
+		{"bytes", Limits{Bytes: 3999}},
+		{"entries", Limits{Entries: 3}},
+	} {
+		if err := CopyTreeWithin(filepath.Join(t.TempDir(), tc.name), src, tc.lim); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%s one over the limit: %v, want ErrTooLarge", tc.name, err)
+		}
+	}
+
+	sparse := filepath.Join(src, "zz-sparse")
+	if err := os.WriteFile(sparse, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(sparse, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "sparse")
+	if err := CopyTreeWithin(dst, src, Limits{Bytes: 1 << 20}); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "zz-sparse") {
+		t.Fatalf("a 1 TiB sparse file under a 1 MiB limit: %v, want ErrTooLarge naming it", err)
+	}
+	if got := TreeSize(dst); got > 1<<20 {
+		t.Errorf("the failed copy wrote %d bytes, more than the limit", got)
 	}
 }

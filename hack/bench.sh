@@ -30,6 +30,7 @@ fi
 	go test -run XXX -bench 'RouterPerCore' -benchtime 1x ./test/e2e/ ./internal/router/
 	go test -run XXX -bench 'Workloads' -benchtime 20x -timeout 30m ./test/e2e/
 	go test -run XXX -bench 'SecurityOverhead' -benchtime 50x -timeout 30m ./test/e2e/
+	go test -run XXX -bench 'ForkRunning' -benchtime 20x ./test/e2e/
 	go test -run XXX -bench 'Wakeups|Ceilings|Scale|Workers' -benchtime 2s ./internal/bench/
 	go test -run XXX -bench 'NodeProtocol' -benchtime 2s ./internal/bench/
 } 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'

@@ -132,7 +132,7 @@ func otherValue(f *pflag.Flag) string {
 		return "false"
 	case f.Value.Type() == "bool":
 		return "true"
-	case f.Value.Type() == "int":
+	case f.Value.Type() == "int", f.Value.Type() == "int64":
 		return "7"
 	case f.Value.Type() == "duration":
 		return "3s"

@@ -45,7 +45,7 @@ func imageDefaults(ctx context.Context, images ImageInspector, atespace string, 
 		errors.Is(err, image.ErrPathNotAllowed):
 		return fmt.Errorf("%w: containers[0].image %q: %w", errInvalid, c.GetImage(), err)
 	case errors.Is(err, image.ErrUnauthorized):
-		return fmt.Errorf("%w: containers[0].image %q: %w; the registry credentials the operator gave atespace %s (--registry-credentials) cannot read it",
+		return fmt.Errorf("%w: containers[0].image %q: %w; an operator gives atespace %s registry credentials with --registry-credentials",
 			errInvalid, c.GetImage(), err, atespace)
 	case err != nil:
 		return fmt.Errorf("%w: containers[0].image %q: %w", errImageUnreadable, c.GetImage(), err)

@@ -66,7 +66,7 @@ func TestImageDefaults(t *testing.T) {
 		{name: "unreadable registry", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "registry.example/app" },
 			code: codes.Unavailable, want: "connection refused"},
 		{name: "registry refuses the atespace's credentials", mutate: func(s *atev1.ActorTemplateSpec) { s.Containers[0].Image = "registry.example/private" },
-			code: codes.InvalidArgument, want: "the registry credentials the operator gave atespace team (--registry-credentials) cannot read it"},
+			code: codes.InvalidArgument, want: "an operator gives atespace team registry credentials with --registry-credentials"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()

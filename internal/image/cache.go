@@ -182,6 +182,9 @@ func (c *Cache) inspect(ctx context.Context, atespace, ref string) (Ref, authn.K
 		}
 	}
 	img, closer, err := c.resolve(ctx, r, auth)
+	if errors.Is(err, ErrUnauthorized) {
+		return Ref{}, nil, v1.Hash{}, Config{}, fmt.Errorf("%w; pulled %s", err, c.creds.Describe(atespace))
+	}
 	if err != nil {
 		return Ref{}, nil, v1.Hash{}, Config{}, err
 	}

@@ -34,6 +34,9 @@ type Credentials interface {
 	// Keychain returns the credentials for atespace's pulls ("" for
 	// pulls of no atespace).
 	Keychain(atespace string) (authn.Keychain, error)
+	// Describe says whose credentials atespace's pulls carry, for an
+	// error a registry's refusal gets; never a secret.
+	Describe(atespace string) string
 	// String names the choice for logs, never a secret.
 	String() string
 }
@@ -88,6 +91,9 @@ type anonymous struct{}
 
 func (anonymous) Keychain(string) (authn.Keychain, error) { return anonymousKeychain{}, nil }
 func (anonymous) String() string                          { return CredentialsAnonymous }
+func (anonymous) Describe(string) string {
+	return "anonymously (--registry-credentials anonymous: public images only)"
+}
 
 type anonymousKeychain struct{}
 
@@ -99,6 +105,9 @@ type nodeCredentials struct{}
 
 func (nodeCredentials) Keychain(string) (authn.Keychain, error) { return authn.DefaultKeychain, nil }
 func (nodeCredentials) String() string                          { return CredentialsNode }
+func (nodeCredentials) Describe(string) string {
+	return "with this machine's Docker login (--registry-credentials node)"
+}
 
 // CredentialsDir reads atespace A's credentials from DIR/A.json, a
 // Docker config.json of which only the inline "auths" entries count:
@@ -111,6 +120,16 @@ func (nodeCredentials) String() string                          { return Credent
 type CredentialsDir string
 
 func (d CredentialsDir) String() string { return "per-atespace files in " + string(d) }
+
+func (d CredentialsDir) Describe(atespace string) string {
+	p := filepath.Join(string(d), atespace+".json")
+	if kc, err := d.Keychain(atespace); err == nil {
+		if _, anon := kc.(anonymousKeychain); anon {
+			return "anonymously (no " + p + ")"
+		}
+	}
+	return "with the key in " + p
+}
 
 func (d CredentialsDir) Keychain(atespace string) (authn.Keychain, error) {
 	// Atespace names are DNS labels (validated at the API's edge); a

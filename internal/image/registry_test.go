@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -128,6 +129,9 @@ func TestRegistryCredentialsPerAtespace(t *testing.T) {
 	} {
 		if _, err := perAtespace.Inspect(ctx, tc.atespace, tc.ref); !errors.Is(err, ErrUnauthorized) {
 			t.Errorf("atespace %q reading %s: %v, want ErrUnauthorized", tc.atespace, tc.ref, err)
+		} else if want := map[string]string{"team-a": "with the key in " + filepath.Join(dir, "team-a.json"),
+			"team-c": "anonymously (no " + filepath.Join(dir, "team-c.json") + ")"}[tc.atespace]; !strings.Contains(err.Error(), want) {
+			t.Errorf("atespace %q reading %s: %v, want it to say it pulled %s", tc.atespace, tc.ref, err, want)
 		}
 		if _, err := perAtespace.EnsurePinned(ctx, tc.atespace, tc.ref, ""); !errors.Is(err, ErrUnauthorized) {
 			t.Errorf("atespace %q unpacking %s: %v, want ErrUnauthorized", tc.atespace, tc.ref, err)
@@ -135,8 +139,9 @@ func TestRegistryCredentialsPerAtespace(t *testing.T) {
 	}
 	// Without the option, pulls are anonymous: the machine's login is
 	// not lent to whoever writes a template.
-	if _, err := NewCache(t.TempDir(), nil).Inspect(ctx, "team-a", host+"/ops/private:1"); !errors.Is(err, ErrUnauthorized) {
-		t.Errorf("default credentials reading ops/private: %v, want ErrUnauthorized", err)
+	if _, err := NewCache(t.TempDir(), nil).Inspect(ctx, "team-a", host+"/ops/private:1"); !errors.Is(err, ErrUnauthorized) ||
+		!strings.Contains(err.Error(), "pulled anonymously (--registry-credentials anonymous") {
+		t.Errorf("default credentials reading ops/private: %v, want ErrUnauthorized saying it pulled anonymously", err)
 	}
 	mu.Lock()
 	if seen["ops"] {
@@ -203,5 +208,19 @@ func TestParseCredentials(t *testing.T) {
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("ParseCredentials(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestRegistryHostMissing: a registry host that does not exist is the
+// template author's mistake (ErrNotFound), and the error does not name
+// this machine's DNS resolver.
+func TestRegistryHostMissing(t *testing.T) {
+	_, err := NewCache(t.TempDir(), nil).Inspect(context.Background(), "team", "registry.invalid/app:1")
+	var dns *net.DNSError
+	if !errors.As(err, &dns) {
+		t.Fatalf("Inspect of registry.invalid: %v, want a DNS error (does this machine resolve names?)", err)
+	}
+	if !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), " on ") {
+		t.Errorf("Inspect of registry.invalid: %v, want ErrNotFound without the resolver's address", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -42,6 +43,15 @@ func resolve(ctx context.Context, r Ref, roots localRoots, auth authn.Keychain) 
 			remote.WithPlatform(platform))
 		if refused(err) {
 			return nil, nil, fmt.Errorf("%w: %s: %w", ErrUnauthorized, r.Remote.Name(), err)
+		}
+		var dns *net.DNSError
+		if errors.As(err, &dns) {
+			// The resolver's address is this machine's business, not the
+			// template author's.
+			dns.Server = ""
+			if dns.IsNotFound {
+				return nil, nil, fmt.Errorf("%w: registry host %s does not exist (%w)", ErrNotFound, r.Remote.Context().RegistryStr(), err)
+			}
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("fetch %s: %w", r.Remote.Name(), err)

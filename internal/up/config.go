@@ -182,6 +182,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("data dir: %w", err)
 	}
 	c.DataDir = dataDir
+	if err := checkImageSources(c.RegistryCredentials, c.Node.VolumeLimits); err != nil {
+		return c, err
+	}
 	c.API.Addr = orDefault(c.API.Addr, DefaultAPIAddr)
 	if c.API.MaxStreamsPerCaller < 0 {
 		return c, fmt.Errorf("max streams per caller %d is negative", c.API.MaxStreamsPerCaller)

@@ -8,6 +8,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
@@ -50,6 +51,9 @@ func TestConfigWithDefaults(t *testing.T) {
 	}{
 		{"negative workers", Config{DataDir: dir, Node: nodeConfig(-1, "")}, "workers: -1 is negative"},
 		{"demo without loader", Config{DataDir: dir, Demo: DemoConfig{Enabled: true}}, "demo: no template loader"},
+		// Refused before Run writes anything to the data dir.
+		{"relative registry credentials", Config{DataDir: dir, RegistryCredentials: "relative-dir"}, "--registry-credentials: registry credentials \"relative-dir\": want anonymous, node or an absolute directory"},
+		{"negative volume limit", Config{DataDir: dir, Node: node.Config{VolumeLimits: snapshot.Limits{Bytes: -1}}}, "want 0 (no limit) or more"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := tc.cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {

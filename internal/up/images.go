@@ -1,10 +1,12 @@
 package up
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
 
 	"substrate.dev/ate/internal/image"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // Default image roots (--image-root): the only directories oci: and
@@ -43,4 +45,17 @@ func newImageCache(dataDir string, roots []string, creds string, log *slog.Logge
 		log.Info("image roots", "roots", abs)
 	}
 	return image.NewCache(filepath.Join(dataDir, "images"), log, opts...), nil
+}
+
+// checkImageSources refuses, before anything is written, a
+// --registry-credentials value image.ParseCredentials would refuse and
+// negative volume limits.
+func checkImageSources(creds string, lim snapshot.Limits) error {
+	if _, err := image.ParseCredentials(creds); err != nil {
+		return fmt.Errorf("--registry-credentials: %w", err)
+	}
+	if lim.Bytes < 0 || lim.Entries < 0 {
+		return fmt.Errorf("--max-volume-bytes %d, --max-volume-entries %d: want 0 (no limit) or more", lim.Bytes, lim.Entries)
+	}
+	return nil
 }

@@ -262,6 +262,9 @@ func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
 	if c.API == "" {
 		return c, errors.New("--api: the API server's address is required")
 	}
+	if err := checkImageSources(c.RegistryCredentials, c.Node.VolumeLimits); err != nil {
+		return c, err
+	}
 	if c.DataDir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {

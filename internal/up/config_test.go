@@ -66,3 +66,24 @@ func TestConfigWithDefaults(t *testing.T) {
 func nodeConfig(workers int, prefix string) node.Config {
 	return node.Config{Workers: workers, WorkerPrefix: prefix}
 }
+
+// TestCLIFor: the demo banner's commands work as printed, with the data
+// dir ate up was given.
+func TestCLIFor(t *testing.T) {
+	env := func(home, cfg string) func(string) string {
+		return func(k string) string { return map[string]string{"HOME": home, "ATE_CONFIG": cfg}[k] }
+	}
+	for _, tc := range []struct {
+		path string
+		env  func(string) string
+		want string
+	}{
+		{"/home/u/.ate/config.yaml", env("/home/u", ""), "bin/ate"},
+		{"/srv/ate/config.yaml", env("/home/u", ""), "bin/ate --config /srv/ate/config.yaml"},
+		{"/srv/ate/config.yaml", env("/home/u", "/srv/ate/config.yaml"), "bin/ate"},
+	} {
+		if got := cliFor(tc.path, tc.env); got != tc.want {
+			t.Errorf("cliFor(%s) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}

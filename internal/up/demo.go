@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/ateconfig"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -38,8 +39,18 @@ Substrate is up. Actor default/%[1]s (template %[2]s) answers at:
   curl -s -H 'Host: %[1]s.default.actors.localhost' http://%[3]s/
   curl -s -H 'ate-target-actor: default/%[1]s' http://%[3]s/
 Suspend it and watch the next request resume it:
-  bin/ate suspend actor %[1]s && bin/ate get actor %[1]s
+  %[5]s suspend actor %[1]s && %[5]s get actor %[1]s
 (client config: %[4]s)
-`, DemoActor, tpl.Name, info.RouterAddr, info.ConfigPath)
+`, DemoActor, tpl.Name, info.RouterAddr, info.ConfigPath, cliFor(info.ConfigPath, os.Getenv))
 	return nil
+}
+
+// cliFor is how to run the CLI against the client config at path: plain
+// when the CLI finds that file by itself ($ATE_CONFIG, else
+// ~/.ate/config.yaml), else with --config (ate up --data-dir DIR).
+func cliFor(path string, getenv func(string) string) string {
+	if found, err := ateconfig.Path("", getenv); err == nil && found == path {
+		return "bin/ate"
+	}
+	return "bin/ate --config " + path
 }

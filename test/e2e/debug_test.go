@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -88,6 +89,8 @@ func TestExecActor(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "True True") || !strings.Contains(out, "tty-err") || errOut != "" {
 		t.Fatalf("exec -t: code %d, stdout %q, stderr %q; want a terminal on stdin and stdout, stderr in stdout", code, out, errOut)
 	}
+
+	in.execEnvNotOnCommandLines("dbg-1")
 
 	_, errOut, code = in.ateRun(nil, "exec", "actor", "dbg-1", "--", "/no/such/program")
 	if code != 127 || !strings.Contains(errOut, "/no/such/program") {
@@ -236,5 +239,42 @@ func TestExecCpCluster(t *testing.T) {
 	}
 	if out, err := in.ateErr("cp", "actor/dbg-1:/data/../etc/passwd", dst); err == nil || !strings.Contains(out, "not inside one of the actor's volumes") {
 		t.Fatalf("cp of an escaping path through the node protocol: %v %q; want it refused", err, out)
+	}
+}
+
+// execEnvNotOnCommandLines runs a long exec in actor with a secret in
+// `ate exec -e`: the process sees it, and no host process but the CLI
+// itself has it on its command line, which every local user may read
+// (/proc/PID/cmdline, ps).
+func (in *installation) execEnvNotOnCommandLines(actor string) {
+	t := in.t
+	t.Helper()
+	secret := fmt.Sprintf("exec-secret-%x", sha256.Sum256([]byte(t.Name()+time.Now().String())))[:40]
+	cmd := exec.Command(ateBin, "exec", "actor", actor, "-e", "EXEC_SECRET="+secret, "--", "python3", "-u", "-c",
+		"import os, time; print(os.environ['EXEC_SECRET']); time.sleep(600)")
+	cmd.Dir = repoDir
+	cmd.Env = append(os.Environ(), "ATE_CONFIG="+filepath.Join(in.dataDir, "config.yaml"))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != secret+"\n" {
+		t.Fatalf("exec -e: first line %q, %v; want the secret", line, err)
+	}
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p == fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid) {
+			continue // the CLI's own, on the caller's machine
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the exec's -e value: %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		}
 	}
 }

@@ -3,12 +3,14 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/runsc/container"
 
 	"substrate.dev/ate/internal/sandbox"
 )
@@ -51,14 +55,11 @@ func (r *Runtime) Exec(ctx context.Context, slot sandbox.Slot, id string, p sand
 	}
 	defer os.RemoveAll(dir)
 	pidFile := filepath.Join(dir, "pid")
-	args := []string{"exec", "--internal-pid-file=" + pidFile}
-	if p.Cwd != "" {
-		args = append(args, "--cwd="+p.Cwd)
+	process, err := r.processFile(ctx, id, dir, p)
+	if err != nil {
+		return 0, fmt.Errorf("gvisor: exec in %s: %w", id, err)
 	}
-	for _, e := range p.Env {
-		args = append(args, "--env="+e)
-	}
-	args = append(append(args, id), p.Args...)
+	args := []string{"exec", "--internal-pid-file=" + pidFile, "--process=" + process, id}
 	cmd := exec.Command(r.runsc, append(r.globalArgs(), args...)...)
 	cmd.WaitDelay = execOutputGrace
 
@@ -112,6 +113,77 @@ func (r *Runtime) Exec(ctx context.Context, slot sandbox.Slot, id string, p sand
 		return 0, fmt.Errorf("%w: %s", sandbox.ErrExecStart, msg)
 	}
 	return code, nil
+}
+
+// processFile writes, for `runsc exec --process`, the container's own
+// process (user, capabilities, environment, working directory) with p's
+// command, p's environment after the container's, p's working directory
+// if set and a terminal if p asks for one: what `runsc exec --env=K=V
+// --cwd=D ID ARGS…` would run, without the environment on runsc's
+// command line, where every local user's ps reads it (an `ate exec -e`
+// value is often a secret). The file is 0600 in dir, the caller's
+// private temporary directory.
+func (r *Runtime) processFile(ctx context.Context, id, dir string, p sandbox.Process) (string, error) {
+	spec, err := r.containerSpec(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if spec.Process == nil {
+		return "", fmt.Errorf("container %s has no process in its spec", id)
+	}
+	proc := *spec.Process
+	proc.Args = p.Args
+	proc.Env = append(slices.Clone(proc.Env), p.Env...)
+	if p.Cwd != "" {
+		proc.Cwd = p.Cwd
+	}
+	proc.Terminal, proc.ConsoleSize = p.TTY, nil
+	b, err := json.Marshal(&proc)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "process.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// containerSpec returns the OCI spec container id runs: the library
+// reads it from runsc's state, the command from the bundle `runsc state`
+// names.
+func (r *Runtime) containerSpec(ctx context.Context, id string) (*specs.Spec, error) {
+	if r.lib != nil {
+		var spec *specs.Spec
+		err := r.lib.call(ctx, "state", id, container.LoadOpts{SkipCheck: true}, false, func(c *container.Container) error {
+			spec = c.Spec
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if spec == nil {
+			return nil, fmt.Errorf("container %s has no spec", id)
+		}
+		return spec, nil
+	}
+	out, err := r.command(ctx, "state", id)
+	if err != nil {
+		return nil, err
+	}
+	var st specs.State
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("runsc state %s: %w", id, err)
+	}
+	b, err := os.ReadFile(filepath.Join(st.Bundle, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("bundle of %s: %w", id, err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("bundle of %s: %w", id, err)
+	}
+	return &spec, nil
 }
 
 // killExec kills the exec'd process inside the sandbox, whose pid runsc

@@ -174,8 +174,8 @@ func (n *Node) ForgetActor(actorUID string) {
 func (n *Node) copyVolumeOut(stageDir string, v volume) error {
 	err := snapshot.CopyTreeWithin(filepath.Join(stageDir, snapshot.VolumesDir, v.name), v.hostDir, n.cfg.VolumeLimits)
 	if errors.Is(err, snapshot.ErrTooLarge) {
-		return fmt.Errorf("volume %s is larger than this node keeps (--max-volume-bytes %d, --max-volume-entries %d): %w",
-			v.name, n.cfg.VolumeLimits.Bytes, n.cfg.VolumeLimits.Entries, err)
+		return fmt.Errorf("volume %s exceeds what this node keeps (--max-volume-bytes %d, --max-volume-entries %d, at most %d directory levels and %d-byte paths): %w",
+			v.name, n.cfg.VolumeLimits.Bytes, n.cfg.VolumeLimits.Entries, snapshot.MaxTreeDepth, snapshot.MaxTreePathBytes, err)
 	}
 	if err != nil {
 		return fmt.Errorf("copy volume %s: %w", v.name, err)

@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +42,7 @@ const changeRetries = 3
 // out, as if deleted just before. src and dst themselves are the caller's
 // paths and are resolved as given.
 func CopyTree(dst, src string, skip func(rel string) bool) error {
-	return copyTree(dst, src, skip, Limits{}, nil)
+	return copyTree(dst, src, src, skip, Limits{}, nil)
 }
 
 // ErrTooLarge: a tree holds more bytes or entries than the copy's Limits
@@ -55,21 +56,37 @@ type Limits struct {
 	Bytes int64
 	// Entries bounds the files, directories and symlinks.
 	Entries int64
+	// shape applies MaxTreeDepth and MaxTreePathBytes.
+	shape bool
 }
+
+// Shape bounds of CopyTreeWithin, whatever its Limits: the copy holds two
+// descriptors per directory level (a tree 12,000 levels deep exhausted
+// a node's open files), and a path longer than the kernel's PATH_MAX
+// (4096, with the snapshot's own directories in front) copies by
+// descriptors but can never be opened by path again at restore.
+const (
+	MaxTreeDepth     = 256
+	MaxTreePathBytes = 2048
+)
 
 // CopyTreeWithin is CopyTree of a whole tree bounded by lim: a tree
 // whose entries or bytes exceed them stops the copy with ErrTooLarge, a
 // file larger than what is left of the budget before a byte of it is
-// written. It is how a node copies a volume out of a sandbox: the actor
-// decides what the volume holds (a 16 TiB sparse file costs it one
-// ftruncate), the node's disk and the snapshot store pay for it.
+// written; so does a tree deeper than MaxTreeDepth or with a path longer
+// than MaxTreePathBytes. It is how a node copies a volume out of a
+// sandbox: the actor decides what the volume holds (a 16 TiB sparse file
+// costs it one ftruncate), the node's disk and the snapshot store pay
+// for it. Errors name the tree by its last element (the volume's name),
+// not by the host path, since they reach the actor's owner.
 func CopyTreeWithin(dst, src string, lim Limits) error {
-	return copyTree(dst, src, nil, lim, nil)
+	lim.shape = true
+	return copyTree(dst, src, filepath.Base(src), nil, lim, nil)
 }
 
 // copyTree is CopyTree; beforeOpen, if not nil, runs between the look at
 // each entry and its open (tests race the copy there).
-func copyTree(dst, src string, skip func(rel string) bool, lim Limits, beforeOpen func(rel string)) error {
+func copyTree(dst, src, name string, skip func(rel string) bool, lim Limits, beforeOpen func(rel string)) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -80,7 +97,7 @@ func copyTree(dst, src string, skip func(rel string) bool, lim Limits, beforeOpe
 		return err
 	}
 	if !info.IsDir() {
-		return fmt.Errorf("copy %s: not a directory", src)
+		return fmt.Errorf("copy %s: not a directory", name)
 	}
 	if err := os.MkdirAll(dst, info.Mode().Perm()|0o700); err != nil {
 		return err
@@ -92,7 +109,7 @@ func copyTree(dst, src string, skip func(rel string) bool, lim Limits, beforeOpe
 	defer out.Close()
 	c := treeCopier{skip: skip, beforeOpen: beforeOpen, lim: lim}
 	if err := c.dir(out, in, ""); err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
+		return fmt.Errorf("copy %s: %w", name, err)
 	}
 	return nil
 }
@@ -106,9 +123,17 @@ type treeCopier struct {
 	bytes, entries int64
 }
 
-// count charges one entry of size bytes (0 for all but regular files)
-// against the limits, before it is copied.
-func (c *treeCopier) count(size int64) error {
+// count charges one entry at rel of size bytes (0 for all but regular
+// files) against the limits, before it is copied.
+func (c *treeCopier) count(rel string, size int64) error {
+	if c.lim.shape {
+		if len(rel) > MaxTreePathBytes {
+			return fmt.Errorf("%w: a path longer than %d bytes", ErrTooLarge, MaxTreePathBytes)
+		}
+		if strings.Count(rel, "/") >= MaxTreeDepth {
+			return fmt.Errorf("%w: directories nested deeper than %d levels", ErrTooLarge, MaxTreeDepth)
+		}
+	}
 	c.entries++
 	if c.lim.Entries > 0 && c.entries > c.lim.Entries {
 		return fmt.Errorf("%w: more than %d files, directories and symlinks", ErrTooLarge, c.lim.Entries)
@@ -196,7 +221,7 @@ func (c *treeCopier) entry(out, in *os.File, name, rel string) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
 		size = st.Size
 	}
-	if err := c.count(size); err != nil {
+	if err := c.count(rel, size); err != nil {
 		return err
 	}
 	switch st.Mode & unix.S_IFMT {

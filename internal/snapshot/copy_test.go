@@ -150,7 +150,7 @@ func TestCopyTreeEntryChangesBetweenLookAndOpen(t *testing.T) {
 			writeFiles(t, src, map[string]string{"a": "mine", "d/x": "mine"})
 			p := filepath.Join(src, tc.entry)
 			looks := 0
-			err := copyTree(dst, src, nil, Limits{}, func(rel string) {
+			err := copyTree(dst, src, src, nil, Limits{}, func(rel string) {
 				if rel != tc.entry || (!tc.always && looks > 0) {
 					return
 				}
@@ -361,5 +361,40 @@ func TestCopyTreeWithin(t *testing.T) {
 	}
 	if got := TreeSize(dst); got > 1<<20 {
 		t.Errorf("the failed copy wrote %d bytes, more than the limit", got)
+	}
+	if err := os.Remove(sparse); err != nil {
+		t.Fatal(err)
+	}
+
+	// Shape: each directory level holds two descriptors during the copy,
+	// and a path past PATH_MAX copies but never opens again at restore.
+	deep := src
+	for range MaxTreeDepth + 1 {
+		deep = filepath.Join(deep, "d")
+	}
+	long := src
+	for range MaxTreePathBytes/200 + 1 {
+		long = filepath.Join(long, strings.Repeat("n", 199))
+	}
+	for _, tc := range []struct{ name, dir, want string }{
+		{"deep", deep, "deeper than"},
+		{"long", long, "longer than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.MkdirAll(tc.dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			top, _, _ := strings.Cut(strings.TrimPrefix(tc.dir, src+"/"), "/")
+			defer os.RemoveAll(filepath.Join(src, top))
+			err := CopyTreeWithin(filepath.Join(t.TempDir(), "v"), src, Limits{})
+			if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("a tree %s: %v, want ErrTooLarge %q", tc.name, err, tc.want)
+			}
+			// The error reaches the actor's owner: the volume, not the
+			// host path.
+			if strings.Contains(err.Error(), filepath.Dir(src)) {
+				t.Errorf("error names the host path %s: %v", src, err)
+			}
+		})
 	}
 }

@@ -103,18 +103,19 @@ func reapWorkerPrefix(t testing.TB, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	root := filepath.Join("/run/ate", prefix)
-	if _, err := os.Stat(root); err == nil {
-		rt, err := gvisor.New(gvisor.Config{RootDir: root, ForceCLI: true})
-		if err != nil {
-			t.Errorf("reap worker prefix %s: %v", prefix, err)
-			return
-		}
-		if err := rt.DestroyAll(ctx); err != nil {
-			t.Errorf("reap worker prefix %s: %v", prefix, err)
-		}
-		if err := rt.Close(); err != nil {
-			t.Errorf("reap worker prefix %s: %v", prefix, err)
-		}
+	// Even without a root yet: a runsc command the node had started (a
+	// standby's create) runs on without it and may make one; DestroyAll
+	// ends those first.
+	rt, err := gvisor.New(gvisor.Config{RootDir: root, ForceCLI: true})
+	if err != nil {
+		t.Errorf("reap worker prefix %s: %v", prefix, err)
+		return
+	}
+	if err := rt.DestroyAll(ctx); err != nil {
+		t.Errorf("reap worker prefix %s: %v", prefix, err)
+	}
+	if err := rt.Close(); err != nil {
+		t.Errorf("reap worker prefix %s: %v", prefix, err)
 	}
 	_ = os.Remove(root + ".lock")
 	entries, _ := os.ReadDir(netns.RunDir)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"syscall"
 	"time"
 
 	"go.uber.org/goleak"
@@ -666,4 +667,44 @@ func TestPreparedRestoreHonoursCancelledContext(t *testing.T) {
 	if got := mustGet(t, r, w, "/"); got != "2" {
 		t.Fatalf("counter after restore = %s, want 2", got)
 	}
+}
+
+// TestDestroyAllEndsPredecessorsCommands: a node killed while a runsc
+// command of its own ran (a standby's create) leaves that command
+// running, and it would make a container after the next start-up's
+// DestroyAll listed them. DestroyAll ends every process of its root
+// first, and none of another root.
+func TestDestroyAllEndsPredecessorsCommands(t *testing.T) {
+	r := newRuntime(t)
+	start := func(root string) *exec.Cmd {
+		// A stand-in for `runsc --root ROOT create …` that never ends:
+		// the shell itself waits (read is a builtin) on a pipe no one
+		// writes, so no child outlives it.
+		cmd := exec.Command("sh", "-c", "read x", "runsc", "--root", root, "create")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = stdin.Close() })
+		return cmd
+	}
+	mine, other := start(r.rootDir), start(r.rootDir+"-other")
+	exited := make(chan error, 1)
+	go func() { exited <- mine.Wait() }()
+	if err := r.DestroyAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a process of the root still runs after DestroyAll")
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("a process of another root was ended: %v", err)
+	}
+	_ = other.Process.Kill()
+	_ = other.Wait()
 }

@@ -324,8 +324,15 @@ func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) err
 }
 
 // DestroyAll force-deletes every container under RootDir: what a
-// previous process left running when it died without cleaning up.
+// previous process left running when it died without cleaning up. It
+// first kills every process still running with RootDir (a runsc command
+// the dead process started, a create or restore, runs on without it and
+// would make a container after the list below), so call it only while
+// nothing else uses RootDir (the node's start-up, under its prefix lock).
 func (r *Runtime) DestroyAll(ctx context.Context) error {
+	if err := killRootProcesses(ctx, r.rootDir); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
 	out, err := r.command(ctx, "list", "-quiet")
 	if err != nil {
 		return fmt.Errorf("gvisor: list containers: %w", err)
@@ -333,6 +340,50 @@ func (r *Runtime) DestroyAll(ctx context.Context) error {
 	for _, id := range strings.Fields(string(out)) {
 		if err := r.Destroy(ctx, sandbox.Slot{Name: "?"}, id); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// killRootProcesses SIGKILLs every process whose command line names runsc
+// root (--root=ROOT or --root ROOT: runsc commands, sandboxes, gofers)
+// and waits until each is gone or a zombie (they are not our children:
+// their reaper collects them).
+func killRootProcesses(ctx context.Context, root string) error {
+	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, p := range cmdlines {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(string(b), "\x00")
+		for i, a := range args {
+			if a == "--root="+root || (a == "--root" && i+1 < len(args) && args[i+1] == root) {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+					pids = append(pids, pid)
+				}
+				break
+			}
+		}
+	}
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	for _, pid := range pids {
+		for {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			if err != nil || strings.Contains(string(b), ") Z ") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("process %d of %s did not end after SIGKILL: %w", pid, root, context.Cause(ctx))
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	return nil

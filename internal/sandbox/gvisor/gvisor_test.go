@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"syscall"
+	"testing"
 	"time"
 
 	"go.uber.org/goleak"

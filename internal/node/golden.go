@@ -29,9 +29,6 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 	defer s.opMu.Unlock()
 	n.clearOp(ctx, s)
 	defer n.clearOp(ctx, s)
-	if len(s.leftovers) > 0 {
-		return "", "", fmt.Errorf("golden build: %w", errLeftover)
-	}
 	_, digest, err = n.startIn(ctx, s, StartRequest{ActorUID: tplUID, Atespace: atespace, Name: tplName, Spec: spec})
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)

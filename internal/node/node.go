@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -297,20 +296,16 @@ func (n *Node) destroy(ctx context.Context, s *slot, id string) {
 
 // errLeftover: a worker's earlier sandbox could not be destroyed, so
 // nothing may start on it.
-var errLeftover = errors.New("the worker's previous sandbox could not be destroyed")
+var errLeftover = errors.New("the worker's previous sandbox could not be destroyed; see the node's log")
 
-// retryLeftovers destroys again the containers of s whose destroy failed
-// and returns errLeftover while any remains. s.opMu must be held.
-func (n *Node) retryLeftovers(ctx context.Context, s *slot) error {
+// retryLeftovers destroys again the containers of s whose destroy
+// failed; those that fail again stay in s.leftovers. s.opMu must be held.
+func (n *Node) retryLeftovers(ctx context.Context, s *slot) {
 	ids := s.leftovers
 	s.leftovers = nil
 	for _, id := range ids {
 		n.destroy(ctx, s, id)
 	}
-	if len(s.leftovers) > 0 {
-		return fmt.Errorf("%w (containers %s); see the node's log", errLeftover, strings.Join(s.leftovers, ", "))
-	}
-	return nil
 }
 
 // containerGone drops what the node kept for container id once it no
@@ -335,7 +330,7 @@ func (n *Node) clearOp(ctx context.Context, s *slot) {
 	if id != "" {
 		n.destroy(ctx, s, id)
 	}
-	_ = n.retryLeftovers(ctx, s) // logged; starts check again
+	n.retryLeftovers(ctx, s)
 	for _, v := range vols {
 		if err := snapshot.EmptyDir(v.hostDir); err != nil {
 			n.log.WarnContext(ctx, "empty volume directory", "worker", s.name, "dir", v.hostDir, "err", err)

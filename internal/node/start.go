@@ -82,9 +82,6 @@ func (n *Node) Start(ctx context.Context, req StartRequest) (err error) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	n.clearOp(ctx, s)
-	if len(s.leftovers) > 0 {
-		return fmt.Errorf("%w: actor %s on worker %s: %w", ErrStartFailed, req.Key(), req.Worker, errLeftover)
-	}
 	began := time.Now()
 	id, _, err := n.startIn(ctx, s, req)
 	n.cfg.Metrics.Start(req.Snapshot != "", time.Since(began), err)
@@ -114,6 +111,11 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		return "", "", fmt.Errorf("template must have exactly one container, has %d", len(spec.GetContainers()))
 	}
 	c := spec.GetContainers()[0]
+	// Before anything is written to the worker's volume directories,
+	// which a sandbox that outlived its destroy may still mount.
+	if len(s.leftovers) > 0 {
+		return "", "", errLeftover
+	}
 	progress(ctx, PhaseImage)
 	if ci, ok := n.cfg.Images.(interface{ Cached(digest string) bool }); ok && req.ImageDigest != "" {
 		n.cfg.Metrics.ImageCache(ci.Cached(req.ImageDigest))

@@ -42,7 +42,7 @@ const changeRetries = 3
 // out, as if deleted just before. src and dst themselves are the caller's
 // paths and are resolved as given.
 func CopyTree(dst, src string, skip func(rel string) bool) error {
-	return copyTree(dst, src, src, skip, Limits{}, nil)
+	return copyTree(dst, src, src, skip, nil, nil)
 }
 
 // ErrTooLarge: a tree holds more bytes or entries than the copy's Limits
@@ -56,8 +56,14 @@ type Limits struct {
 	Bytes int64
 	// Entries bounds the files, directories and symlinks.
 	Entries int64
-	// shape applies MaxTreeDepth and MaxTreePathBytes.
-	shape bool
+}
+
+// Validate refuses negative limits.
+func (l Limits) Validate() error {
+	if l.Bytes < 0 || l.Entries < 0 {
+		return fmt.Errorf("limits of %d bytes and %d entries: want 0 (no limit) or more", l.Bytes, l.Entries)
+	}
+	return nil
 }
 
 // Shape bounds of CopyTreeWithin, whatever its Limits: the copy holds two
@@ -80,13 +86,13 @@ const (
 // for it. Errors name the tree by its last element (the volume's name),
 // not by the host path, since they reach the actor's owner.
 func CopyTreeWithin(dst, src string, lim Limits) error {
-	lim.shape = true
-	return copyTree(dst, src, filepath.Base(src), nil, lim, nil)
+	return copyTree(dst, src, filepath.Base(src), nil, &lim, nil)
 }
 
-// copyTree is CopyTree; beforeOpen, if not nil, runs between the look at
+// copyTree is CopyTree, or CopyTreeWithin when lim is set; errors name
+// the tree as name. beforeOpen, if not nil, runs between the look at
 // each entry and its open (tests race the copy there).
-func copyTree(dst, src, name string, skip func(rel string) bool, lim Limits, beforeOpen func(rel string)) error {
+func copyTree(dst, src, name string, skip func(rel string) bool, lim *Limits, beforeOpen func(rel string)) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -118,21 +124,23 @@ func copyTree(dst, src, name string, skip func(rel string) bool, lim Limits, bef
 type treeCopier struct {
 	skip       func(rel string) bool
 	beforeOpen func(rel string)
-	// lim bounds the copy; bytes and entries are what it wrote so far.
-	lim            Limits
+	// lim, if set, bounds the copy (CopyTreeWithin); bytes and entries
+	// are what it wrote so far.
+	lim            *Limits
 	bytes, entries int64
 }
 
 // count charges one entry at rel of size bytes (0 for all but regular
 // files) against the limits, before it is copied.
 func (c *treeCopier) count(rel string, size int64) error {
-	if c.lim.shape {
-		if len(rel) > MaxTreePathBytes {
-			return fmt.Errorf("%w: a path longer than %d bytes", ErrTooLarge, MaxTreePathBytes)
-		}
-		if strings.Count(rel, "/") >= MaxTreeDepth {
-			return fmt.Errorf("%w: directories nested deeper than %d levels", ErrTooLarge, MaxTreeDepth)
-		}
+	if c.lim == nil {
+		return nil
+	}
+	if len(rel) > MaxTreePathBytes {
+		return fmt.Errorf("%w: a path longer than %d bytes", ErrTooLarge, MaxTreePathBytes)
+	}
+	if strings.Count(rel, "/") >= MaxTreeDepth {
+		return fmt.Errorf("%w: directories nested deeper than %d levels", ErrTooLarge, MaxTreeDepth)
 	}
 	c.entries++
 	if c.lim.Entries > 0 && c.entries > c.lim.Entries {
@@ -146,7 +154,7 @@ func (c *treeCopier) count(rel string, size int64) error {
 
 // fileBudget is how many bytes one more file may hold (-1: unbounded).
 func (c *treeCopier) fileBudget() int64 {
-	if c.lim.Bytes <= 0 {
+	if c.lim == nil || c.lim.Bytes <= 0 {
 		return -1
 	}
 	return c.lim.Bytes - c.bytes

@@ -150,7 +150,7 @@ func TestCopyTreeEntryChangesBetweenLookAndOpen(t *testing.T) {
 			writeFiles(t, src, map[string]string{"a": "mine", "d/x": "mine"})
 			p := filepath.Join(src, tc.entry)
 			looks := 0
-			err := copyTree(dst, src, src, nil, Limits{}, func(rel string) {
+			err := copyTree(dst, src, src, nil, nil, func(rel string) {
 				if rel != tc.entry || (!tc.always && looks > 0) {
 					return
 				}

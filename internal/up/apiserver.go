@@ -26,7 +26,6 @@ import (
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/pki"
-	"substrate.dev/ate/internal/snapshot"
 	snapurl "substrate.dev/ate/internal/snapshot/storeurl"
 	"substrate.dev/ate/internal/store"
 	storeurl "substrate.dev/ate/internal/store/storeurl"
@@ -114,8 +113,7 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if cfg.MaxStreamsPerCaller < 0 {
 		return fmt.Errorf("max streams per caller %d is negative", cfg.MaxStreamsPerCaller)
 	}
-	// The API server copies no volume: no limits to check.
-	if err := checkImageSources(cfg.RegistryCredentials, snapshot.Limits{}); err != nil {
+	if err := checkRegistryCredentials(cfg.RegistryCredentials); err != nil {
 		return err
 	}
 	flushTraces, err := startTracing(ctx, "ate-apiserver", log)

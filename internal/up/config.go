@@ -182,7 +182,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("data dir: %w", err)
 	}
 	c.DataDir = dataDir
-	if err := checkImageSources(c.RegistryCredentials, c.Node.VolumeLimits); err != nil {
+	if err := checkNodeSettings(c.RegistryCredentials, c.Node); err != nil {
 		return c, err
 	}
 	c.API.Addr = orDefault(c.API.Addr, DefaultAPIAddr)

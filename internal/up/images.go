@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"substrate.dev/ate/internal/image"
-	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/node"
 )
 
 // Default image roots (--image-root): the only directories oci: and
@@ -47,15 +47,23 @@ func newImageCache(dataDir string, roots []string, creds string, log *slog.Logge
 	return image.NewCache(filepath.Join(dataDir, "images"), log, opts...), nil
 }
 
-// checkImageSources refuses, before anything is written, a
-// --registry-credentials value image.ParseCredentials would refuse and
-// negative volume limits.
-func checkImageSources(creds string, lim snapshot.Limits) error {
+// checkRegistryCredentials refuses, before anything is written, a
+// --registry-credentials value image.ParseCredentials would refuse.
+func checkRegistryCredentials(creds string) error {
 	if _, err := image.ParseCredentials(creds); err != nil {
 		return fmt.Errorf("--registry-credentials: %w", err)
 	}
-	if lim.Bytes < 0 || lim.Entries < 0 {
-		return fmt.Errorf("--max-volume-bytes %d, --max-volume-entries %d: want 0 (no limit) or more", lim.Bytes, lim.Entries)
+	return nil
+}
+
+// checkNodeSettings is checkRegistryCredentials and the volume limits
+// (--max-volume-bytes, --max-volume-entries) of a node's settings.
+func checkNodeSettings(creds string, nc node.Config) error {
+	if err := checkRegistryCredentials(creds); err != nil {
+		return err
+	}
+	if err := nc.VolumeLimits.Validate(); err != nil {
+		return fmt.Errorf("--max-volume-bytes, --max-volume-entries: %w", err)
 	}
 	return nil
 }

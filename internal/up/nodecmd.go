@@ -262,7 +262,7 @@ func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
 	if c.API == "" {
 		return c, errors.New("--api: the API server's address is required")
 	}
-	if err := checkImageSources(c.RegistryCredentials, c.Node.VolumeLimits); err != nil {
+	if err := checkNodeSettings(c.RegistryCredentials, c.Node); err != nil {
 		return c, err
 	}
 	if c.DataDir == "" {

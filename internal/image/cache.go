@@ -175,15 +175,15 @@ func (c *Cache) inspect(ctx context.Context, atespace, ref string) (Ref, authn.K
 	if err != nil {
 		return Ref{}, nil, v1.Hash{}, Config{}, err
 	}
-	var auth authn.Keychain = anonymousKeychain{}
+	auth, whose := anonymousKeychain, ""
 	if r.Transport == TransportRegistry {
-		if auth, err = c.creds.Keychain(atespace); err != nil {
+		if auth, whose, err = c.creds.Keychain(atespace); err != nil {
 			return Ref{}, nil, v1.Hash{}, Config{}, err
 		}
 	}
 	img, closer, err := c.resolve(ctx, r, auth)
 	if errors.Is(err, ErrUnauthorized) {
-		return Ref{}, nil, v1.Hash{}, Config{}, fmt.Errorf("%w; pulled %s", err, c.creds.Describe(atespace))
+		return Ref{}, nil, v1.Hash{}, Config{}, fmt.Errorf("%w; pulled %s", err, whose)
 	}
 	if err != nil {
 		return Ref{}, nil, v1.Hash{}, Config{}, err

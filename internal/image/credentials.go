@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/docker/cli/cli/config/configfile"
-	"github.com/docker/cli/cli/config/types"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -32,11 +31,9 @@ var ErrUnauthorized = errors.New("registry refused the pull")
 // creation.
 type Credentials interface {
 	// Keychain returns the credentials for atespace's pulls ("" for
-	// pulls of no atespace).
-	Keychain(atespace string) (authn.Keychain, error)
-	// Describe says whose credentials atespace's pulls carry, for an
-	// error a registry's refusal gets; never a secret.
-	Describe(atespace string) string
+	// pulls of no atespace) and says whose they are, for the error a
+	// registry's refusal gets (never a secret).
+	Keychain(atespace string) (kc authn.Keychain, whose string, err error)
 	// String names the choice for logs, never a secret.
 	String() string
 }
@@ -87,27 +84,23 @@ func RegistryCredentials(c Credentials) Option {
 	}
 }
 
+// anonymousKeychain answers every registry with authn.Anonymous (a
+// multi-keychain of none does).
+var anonymousKeychain = authn.NewMultiKeychain()
+
 type anonymous struct{}
 
-func (anonymous) Keychain(string) (authn.Keychain, error) { return anonymousKeychain{}, nil }
-func (anonymous) String() string                          { return CredentialsAnonymous }
-func (anonymous) Describe(string) string {
-	return "anonymously (--registry-credentials anonymous: public images only)"
+func (anonymous) Keychain(string) (authn.Keychain, string, error) {
+	return anonymousKeychain, "anonymously (--registry-credentials anonymous: public images only)", nil
 }
-
-type anonymousKeychain struct{}
-
-func (anonymousKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
-	return authn.Anonymous, nil
-}
+func (anonymous) String() string { return CredentialsAnonymous }
 
 type nodeCredentials struct{}
 
-func (nodeCredentials) Keychain(string) (authn.Keychain, error) { return authn.DefaultKeychain, nil }
-func (nodeCredentials) String() string                          { return CredentialsNode }
-func (nodeCredentials) Describe(string) string {
-	return "with this machine's Docker login (--registry-credentials node)"
+func (nodeCredentials) Keychain(string) (authn.Keychain, string, error) {
+	return authn.DefaultKeychain, "with this machine's Docker login (--registry-credentials node)", nil
 }
+func (nodeCredentials) String() string { return CredentialsNode }
 
 // CredentialsDir reads atespace A's credentials from DIR/A.json, a
 // Docker config.json of which only the inline "auths" entries count:
@@ -121,61 +114,58 @@ type CredentialsDir string
 
 func (d CredentialsDir) String() string { return "per-atespace files in " + string(d) }
 
-func (d CredentialsDir) Describe(atespace string) string {
+func (d CredentialsDir) Keychain(atespace string) (authn.Keychain, string, error) {
 	p := filepath.Join(string(d), atespace+".json")
-	if kc, err := d.Keychain(atespace); err == nil {
-		if _, anon := kc.(anonymousKeychain); anon {
-			return "anonymously (no " + p + ")"
-		}
-	}
-	return "with the key in " + p
-}
-
-func (d CredentialsDir) Keychain(atespace string) (authn.Keychain, error) {
+	anonymously := "anonymously (no " + p + ")"
 	// Atespace names are DNS labels (validated at the API's edge); a
 	// name that could leave the directory is refused here too.
 	if atespace == "" || strings.ContainsAny(atespace, `/\`) || strings.HasPrefix(atespace, ".") {
-		return anonymousKeychain{}, nil
+		return anonymousKeychain, "anonymously (pulls of no atespace)", nil
 	}
 	root, err := os.OpenRoot(string(d))
 	if err != nil {
-		return nil, fmt.Errorf("registry credentials: %w", err)
+		return nil, "", fmt.Errorf("registry credentials: %w", err)
 	}
 	defer root.Close()
 	f, err := root.Open(atespace + ".json")
 	if errors.Is(err, fs.ErrNotExist) {
-		return anonymousKeychain{}, nil
+		return anonymousKeychain, anonymously, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("registry credentials of atespace %s: %w", atespace, err)
+		return nil, "", fmt.Errorf("registry credentials of atespace %s: %w", atespace, err)
 	}
 	defer f.Close()
 	cf := configfile.New("")
 	if err := cf.LoadFromReader(f); err != nil {
 		// The decoder's message may quote the file; the file holds
 		// secrets, so only the kind of mistake is given.
-		return nil, fmt.Errorf("registry credentials of atespace %s: %s is not a Docker config.json", atespace, filepath.Join(string(d), atespace+".json"))
+		return nil, "", fmt.Errorf("registry credentials of atespace %s: %s is not a Docker config.json", atespace, p)
 	}
-	return configKeychain{auths: cf.AuthConfigs}, nil
+	// Inline auths only: a helper named here would make the API server
+	// or a node run a program.
+	cf.CredentialsStore, cf.CredentialHelpers = "", nil
+	return configKeychain{cf}, "with the key in " + p, nil
 }
 
-// configKeychain answers from a config.json's inline auths only.
-type configKeychain struct {
-	auths map[string]types.AuthConfig
-}
+// configKeychain answers from one config.json (helpers removed).
+type configKeychain struct{ cf *configfile.ConfigFile }
 
-// Resolve looks the registry up as Docker does: by the repository's
-// name, then by the registry's, Docker Hub under its historical key.
+// Resolve looks the registry up as authn.DefaultKeychain does in the
+// machine's config.json: by the repository's name, then by the
+// registry's, Docker Hub under its historical key; the config file's own
+// lookup matches "https://host" entries to "host".
 func (k configKeychain) Resolve(target authn.Resource) (authn.Authenticator, error) {
 	for _, key := range []string{target.String(), target.RegistryStr()} {
 		if key == name.DefaultRegistry {
 			key = authn.DefaultAuthKey
 		}
-		for _, candidate := range []string{key, "https://" + key, "http://" + key} {
-			if a, ok := k.auths[candidate]; ok && (a.Username != "" || a.Password != "" || a.IdentityToken != "" || a.RegistryToken != "") {
-				return authn.FromConfig(authn.AuthConfig{Username: a.Username, Password: a.Password,
-					IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}), nil
-			}
+		a, err := k.cf.GetAuthConfig(key)
+		if err != nil {
+			return nil, err
+		}
+		if a.Username != "" || a.Password != "" || a.IdentityToken != "" || a.RegistryToken != "" {
+			return authn.FromConfig(authn.AuthConfig{Username: a.Username, Password: a.Password,
+				IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}), nil
 		}
 	}
 	return authn.Anonymous, nil

@@ -120,6 +120,12 @@ func TestRegistryCredentialsPerAtespace(t *testing.T) {
 	if _, err := perAtespace.Inspect(ctx, "team-a", host+"/team-a/app:1"); err != nil {
 		t.Fatalf("team-a reading its own image: %v", err)
 	}
+	// A key filed under the registry's URL, as `docker login` may write
+	// it, counts for the host.
+	writeDockerConfig(t, filepath.Join(dir, "team-d.json"), "http://"+host, "team-a", "a-secret", "")
+	if _, err := perAtespace.Inspect(ctx, "team-d", host+"/team-a/app:1"); err != nil {
+		t.Fatalf("a key filed under http://%s: %v", host, err)
+	}
 	for _, tc := range []struct{ atespace, ref string }{
 		{"team-a", host + "/ops/private:1"},   // its key, another's repository
 		{"team-b", host + "/team-a/app:1"},    // no key for this registry

@@ -162,3 +162,29 @@ func TestClusterForkAcrossNodes(t *testing.T) {
 	c.in.ate("suspend", "actor", "fork-a")
 	c.in.mustCount("default/fork-b", 7)
 }
+
+// TestVolumeLimit: an actor that writes more into its volume than the
+// node keeps (--max-volume-bytes) cannot have it tagged or forked: the
+// request fails naming the flag, the actor runs on untouched, and once
+// the actor shrinks its volume the same tag succeeds.
+func TestVolumeLimit(t *testing.T) {
+	in := startUp(t, 2, "--max-volume-bytes", "4000000")
+	in.createTemplate("test/e2e/testdata/durable.yaml", "durable")
+	in.ate("create", "actor", "big", "--template", "durable")
+	in.mustCount("default/big", 1)
+	// What the actor does inside its sandbox: 5 MB in /data.
+	in.put("default/big", "/data/blob", strings.Repeat("x", 5_000_000))
+	for _, args := range [][]string{
+		{"tag", "actor", "big", "too-big"},
+		{"create", "actor", "big-fork", "--from-actor", "big"},
+	} {
+		out, err := in.ateErr(args...)
+		if err == nil || !strings.Contains(out, "--max-volume-bytes 4000000") {
+			t.Fatalf("ate %s of a 5 MB volume: %v %q, want a failure naming --max-volume-bytes", strings.Join(args, " "), err, out)
+		}
+	}
+	in.wantState("big", atev1.ActorState_RUNNING)
+	in.mustCount("default/big", 2)
+	in.put("default/big", "/data/blob", "small now")
+	in.ate("tag", "actor", "big", "small")
+}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -99,23 +98,11 @@ func TestExecActor(t *testing.T) {
 
 	// A suspend while an exec runs ends the exec with a clear error and
 	// completes; the exec'd process is not in the snapshot.
-	cmd := exec.Command(ateBin, "exec", "actor", "dbg-1", "--", "python3", "-u", "-c",
-		"import time; print('ready'); time.sleep(600)")
-	cmd.Dir = repoDir
-	cmd.Env = append(os.Environ(), "ATE_CONFIG="+filepath.Join(in.dataDir, "config.yaml"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var execErr bytes.Buffer
-	cmd.Stderr = &execErr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("long exec: first line %q, %v", line, err)
+	cmd, line := in.ateStarted(&execErr, "exec", "actor", "dbg-1", "--", "python3", "-u", "-c",
+		"import time; print('ready'); time.sleep(600)")
+	if line != "ready\n" {
+		t.Fatalf("long exec: first line %q", line)
 	}
 	in.ate("suspend", "actor", "dbg-1")
 	done := make(chan error, 1)
@@ -249,21 +236,11 @@ func TestExecCpCluster(t *testing.T) {
 func (in *installation) execEnvNotOnCommandLines(actor string) {
 	t := in.t
 	t.Helper()
-	secret := fmt.Sprintf("exec-secret-%x", sha256.Sum256([]byte(t.Name()+time.Now().String())))[:40]
-	cmd := exec.Command(ateBin, "exec", "actor", actor, "-e", "EXEC_SECRET="+secret, "--", "python3", "-u", "-c",
+	secret := "EXEC-SECRET-" + rand.Text()
+	cmd, line := in.ateStarted(nil, "exec", "actor", actor, "-e", "EXEC_SECRET="+secret, "--", "python3", "-u", "-c",
 		"import os, time; print(os.environ['EXEC_SECRET']); time.sleep(600)")
-	cmd.Dir = repoDir
-	cmd.Env = append(os.Environ(), "ATE_CONFIG="+filepath.Join(in.dataDir, "config.yaml"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != secret+"\n" {
-		t.Fatalf("exec -e: first line %q, %v; want the secret", line, err)
+	if line != secret+"\n" {
+		t.Fatalf("exec -e: first line %q; want the secret", line)
 	}
 	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {

@@ -325,11 +325,38 @@ func (in *installation) ate(args ...string) string {
 
 // ateErr runs the CLI and returns its combined output and error.
 func (in *installation) ateErr(args ...string) (string, error) {
+	out, err := in.ateCommand(args...).CombinedOutput()
+	return string(out), err
+}
+
+// ateCommand is the CLI with args against this installation, not started.
+func (in *installation) ateCommand(args ...string) *exec.Cmd {
 	cmd := exec.Command(ateBin, args...)
 	cmd.Dir = repoDir
 	cmd.Env = append(os.Environ(), "ATE_CONFIG="+filepath.Join(in.dataDir, "config.yaml"))
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return cmd
+}
+
+// ateStarted starts the CLI with args in the background (a long `ate
+// exec`), its stderr to stderr if not nil, and returns it once its first
+// line of stdout came, with that line; the test's cleanup kills it.
+func (in *installation) ateStarted(stderr io.Writer, args ...string) (*exec.Cmd, string) {
+	in.t.Helper()
+	cmd := in.ateCommand(args...)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		in.t.Fatal(err)
+	}
+	in.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		in.t.Fatalf("ate %s: no first line (%q): %v", strings.Join(args, " "), line, err)
+	}
+	return cmd, line
 }
 
 // get sends GET / for actor "<atespace>/<name>" through the router using

@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"crypto/rand"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,22 +71,8 @@ func TestForkOfARunningActorNeverCopiesAHostFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	loop := exec.Command(ateBin, "exec", "actor", "dbg-1", "--", "python3", "-u", "-c", swapLoop, secret)
-	loop.Dir = repoDir
-	loop.Env = append(os.Environ(), "ATE_CONFIG="+filepath.Join(in.dataDir, "config.yaml"))
-	stdout, err := loop.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := loop.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = loop.Process.Kill()
-		_ = loop.Wait()
-	})
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("swap loop: first line %q, %v", line, err)
+	if _, line := in.ateStarted(nil, "exec", "actor", "dbg-1", "--", "python3", "-u", "-c", swapLoop, secret); line != "ready\n" {
+		t.Fatalf("swap loop: first line %q", line)
 	}
 
 	// Two forks, as the attack needed; each copies the volume

@@ -41,24 +41,31 @@ func resolve(ctx context.Context, r Ref, roots localRoots, auth authn.Keychain) 
 			remote.WithContext(ctx),
 			remote.WithAuthFromKeychain(auth),
 			remote.WithPlatform(platform))
-		if refused(err) {
-			return nil, nil, fmt.Errorf("%w: %s: %w", ErrUnauthorized, r.Remote.Name(), err)
-		}
-		var dns *net.DNSError
-		if errors.As(err, &dns) {
-			// The resolver's address is this machine's business, not the
-			// template author's.
-			dns.Server = ""
-			if dns.IsNotFound {
-				return nil, nil, fmt.Errorf("%w: registry host %s does not exist (%w)", ErrNotFound, r.Remote.Context().RegistryStr(), err)
-			}
-		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("fetch %s: %w", r.Remote.Name(), err)
+			return nil, nil, registryError(r, err)
 		}
 		return img, noClose{}, nil
 	}
 	return nil, nil, fmt.Errorf("%w: unknown transport %q", ErrBadRef, r.Transport)
+}
+
+// registryError classifies a failed registry fetch of r: a refusal of
+// the credentials (ErrUnauthorized), a host that does not exist
+// (ErrNotFound: the template author's mistake), else a fetch error
+// worth retrying. A DNS error loses its resolver's address, which is
+// this machine's business, not the template author's.
+func registryError(r Ref, err error) error {
+	if refused(err) {
+		return fmt.Errorf("%w: %s: %w", ErrUnauthorized, r.Remote.Name(), err)
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		dns.Server = ""
+		if dns.IsNotFound {
+			return fmt.Errorf("%w: registry host %s does not exist (%w)", ErrNotFound, r.Remote.Context().RegistryStr(), err)
+		}
+	}
+	return fmt.Errorf("fetch %s: %w", r.Remote.Name(), err)
 }
 
 // noClose is the closer of images that hold nothing open.

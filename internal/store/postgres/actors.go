@@ -126,7 +126,7 @@ func (s *Store) UpdateActor(ctx context.Context, a *store.Actor) (out *store.Act
 		return nil, err
 	}
 	if freed != nil {
-		s.view.put(freedName, *freed)
+		s.changed(freedName, *freed)
 	}
 	return out, nil
 }
@@ -157,7 +157,7 @@ func (s *Store) DeleteActor(ctx context.Context, a *store.Actor) error {
 		return err
 	}
 	if freed != nil {
-		s.view.put(freedName, *freed)
+		s.changed(freedName, *freed)
 	}
 	return nil
 }

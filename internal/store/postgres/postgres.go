@@ -27,7 +27,9 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +55,13 @@ type Options struct {
 	// worker view's listener losing and regaining its connection. Nil
 	// discards them.
 	Logger *slog.Logger
+	// ViewResync is how often the worker view is reloaded whole, which
+	// bounds how long a lost announcement of another replica's change
+	// can keep it stale (view.go); 0 means 30 s.
+	ViewResync time.Duration
+
+	// tracer, if set, sees every statement of the pool (tests).
+	tracer pgx.QueryTracer
 }
 
 // defaultConnectTimeout bounds each connection attempt when the URL sets
@@ -79,9 +88,18 @@ type Store struct {
 	// view is the in-memory view of the workers that ClaimWorker picks
 	// candidates from (view.go).
 	view *view
-	// stop ends the view's listener; done is closed once it has.
-	stop context.CancelFunc
-	done chan struct{}
+	// id names this Store in its announcements, so its listener skips
+	// its own.
+	id string
+	// resync is Options.ViewResync with its default.
+	resync time.Duration
+	// announcer holds this Store's worker changes to announce (view.go).
+	announcer announcer
+	// stop ends the view's listener and the announcer; done and
+	// announced are closed once each has.
+	stop      context.CancelFunc
+	done      chan struct{}
+	announced chan struct{}
 	// observer, if set, is told of every transaction tx commits.
 	observer atomic.Pointer[store.CommitObserver]
 }
@@ -128,6 +146,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if !strings.Contains(rawURL, "pool_max_conns=") {
 		cfg.MaxConns = defaultMaxConns
 	}
+	if opts.tracer != nil {
+		cfg.ConnConfig.Tracer = opts.tracer
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ate"
 	}
@@ -136,9 +157,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		addr: net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
-		log:  log.With("store", "postgres"),
-		done: make(chan struct{}),
+		addr:      net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
+		log:       log.With("store", "postgres"),
+		id:        rand.Text(),
+		resync:    cmp.Or(opts.ViewResync, defaultViewResync),
+		announcer: announcer{kick: make(chan struct{}, 1)},
+		done:      make(chan struct{}),
+		announced: make(chan struct{}),
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
@@ -172,6 +197,7 @@ func (s *Store) open(ctx context.Context, cfg *pgxpool.Config) error {
 	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
 	go s.follow(lctx, cfg.ConnConfig, conn)
+	go s.announceLoop(lctx)
 	return nil
 }
 
@@ -180,6 +206,7 @@ func (s *Store) open(ctx context.Context, cfg *pgxpool.Config) error {
 func (s *Store) Close() error {
 	s.stop()
 	<-s.done
+	<-s.announced
 	s.pool.Close()
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +18,26 @@ import (
 // The worker view: each Store keeps the workers' names, nodes, labels and
 // free-or-held in memory, so ClaimWorker can name its candidates instead
 // of searching the table. It is loaded at Open and kept current without
-// polling: a trigger NOTIFYs every change of a workers row (with its
-// revision, migrations/00001_initial.sql), one dedicated connection per
-// Store LISTENs and re-reads the changed rows, and this Store's own
-// writes update it as they commit. When the listener's connection is
-// lost it reconnects with backoff and reloads the view whole, since
-// notifications sent meanwhile are lost.
+// polling: every Store announces each change it commits to a workers row
+// (name, revision, deleted) on a NOTIFY channel, batched, after the
+// commit and outside the writing transaction (announce); one dedicated
+// connection per Store LISTENs and re-reads the rows other Stores
+// announce, and this Store's own writes update its view as they commit.
+//
+// Why not a trigger inside the write, as before migration 00008: a
+// transaction that has issued NOTIFY takes one lock on the whole
+// database cluster at commit and holds it through its WAL flush, so
+// every claim and release committed one at a time behind every other
+// (issue 33). Sent after the commit, a round of announcements costs one
+// small transaction for every change committed meanwhile.
+//
+// An announcement sent after the commit can be lost where a trigger's
+// could not: the writing process dies between the two, or the database
+// is unreachable longer than the announcer keeps what it holds. And when
+// the listener's connection is lost, notifications sent meanwhile are
+// lost too. So the listener reloads the view whole when it reconnects
+// and every Options.ViewResync (30 s by default) in any case: that bounds
+// how long any change can stay unheard.
 //
 // The view is a hint, never the truth: ClaimWorker locks and re-checks
 // every candidate under its row lock and, when the view offers none that
@@ -180,7 +195,10 @@ const (
 	listenBackoffMax = 5 * time.Second
 )
 
-// follow applies notifications from conn to the view until ctx ends,
+// defaultViewResync is Options.ViewResync's default.
+const defaultViewResync = 30 * time.Second
+
+// follow applies announcements from conn to the view until ctx ends,
 // reconnecting (and reloading) whenever the connection fails. It closes
 // s.done when it returns.
 func (s *Store) follow(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn) {
@@ -217,39 +235,60 @@ func (s *Store) follow(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn)
 	}
 }
 
-// notification is the payload of a workers notification.
+// notification is one announced change of a workers row.
 type notification struct {
 	Name    string `json:"name"`
 	Rev     int64  `json:"rev"`
-	Deleted bool   `json:"deleted"`
+	Deleted bool   `json:"deleted,omitempty"`
 }
 
-// maxBatch bounds how many notifications one refresh query covers.
+// announcement is the payload of one NOTIFY: changes one Store
+// committed, From naming the Store (its listener skips its own).
+type announcement struct {
+	From    string         `json:"from"`
+	Changes []notification `json:"changes"`
+}
+
+// maxBatch bounds how many changes one refresh query covers.
 const maxBatch = 256
 
-// apply waits for notifications on conn and applies them, until the
-// connection fails or ctx ends.
+// apply waits for announcements on conn and applies them, until the
+// connection fails or ctx ends, reloading the view whole every
+// s.resync.
 func (s *Store) apply(ctx context.Context, conn *pgx.Conn) error {
 	// WaitForNotification on a done context returns a notification the
 	// connection has already received, or fails at once without touching
 	// the connection: a way to take what has arrived without waiting.
 	done, cancel := context.WithCancel(ctx)
 	cancel()
+	resyncAt := time.Now().Add(s.resync)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		// A wait that reaches its deadline leaves the connection usable:
+		// pgconn's default context handler sets a read deadline, and a
+		// timeout does not close the connection.
+		wait, cancel := context.WithDeadline(ctx, resyncAt)
+		n, err := conn.WaitForNotification(wait)
+		cancel()
+		if err != nil && ctx.Err() == nil && wait.Err() != nil {
+			if err := s.load(ctx, conn); err != nil {
+				return err
+			}
+			resyncAt = time.Now().Add(s.resync)
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		batch := []*notification{}
+		var batch []notification
 		for n != nil && len(batch) < maxBatch {
-			var p notification
-			if err := codec.Unmarshal([]byte(n.Payload), &p); err != nil {
-				s.log.Error("worker view: bad notification, reloading", "payload", n.Payload, "err", err)
+			var a announcement
+			if err := codec.Unmarshal([]byte(n.Payload), &a); err != nil {
+				s.log.Error("worker view: bad announcement, reloading", "payload", n.Payload, "err", err)
 				if err := s.load(ctx, conn); err != nil {
 					return err
 				}
-			} else {
-				batch = append(batch, &p)
+			} else if a.From != s.id {
+				batch = append(batch, a.Changes...)
 			}
 			n, _ = conn.WaitForNotification(done)
 		}
@@ -259,10 +298,10 @@ func (s *Store) apply(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// refresh applies a batch of notifications: deletions as they say, and
+// refresh applies a batch of changes: deletions as they say, and
 // changes by re-reading the rows (a row not found was deleted since, and
-// its own notification follows).
-func (s *Store) refresh(ctx context.Context, conn *pgx.Conn, batch []*notification) error {
+// its own announcement follows).
+func (s *Store) refresh(ctx context.Context, conn *pgx.Conn, batch []notification) error {
 	var changed []string
 	for _, n := range batch {
 		if n.Deleted {
@@ -287,4 +326,149 @@ func (s *Store) refresh(ctx context.Context, conn *pgx.Conn, batch []*notificati
 		s.view.put(name, e)
 	}
 	return rows.Err()
+}
+
+// changed records in this Store's view a change it committed to worker
+// name's row, and announces it to the others.
+func (s *Store) changed(name string, e viewEntry) {
+	s.view.put(name, e)
+	s.announce(notification{Name: name, Rev: e.rev})
+}
+
+// removed records in this Store's view its deletion of worker name's
+// row of revision rev, and announces it to the others.
+func (s *Store) removed(name string, rev int64) {
+	s.view.remove(name, rev)
+	s.announce(notification{Name: name, Rev: rev, Deleted: true})
+}
+
+// announcer holds the changes this Store committed and has not yet
+// announced.
+type announcer struct {
+	mu      sync.Mutex
+	pending []notification // guarded by mu
+	kick    chan struct{}  // capacity 1: a send round is wanted
+}
+
+// maxPending bounds the changes held while announcements fail (the
+// database unreachable): past it the oldest are dropped, and the other
+// Stores' resync (Options.ViewResync) brings what they said.
+const maxPending = 100_000
+
+// maxPayload bounds one NOTIFY payload; PostgreSQL refuses 8000 bytes.
+const maxPayload = 7000
+
+// announce queues n for the next round.
+func (s *Store) announce(n notification) {
+	a := &s.announcer
+	a.mu.Lock()
+	if len(a.pending) >= maxPending {
+		a.pending = a.pending[1:]
+	}
+	a.pending = append(a.pending, n)
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// announceLoop sends the pending changes, one statement per round, until
+// ctx ends, then sends what is left once (bounded by a second). Changes
+// committed while a round is in flight go in the next: the rounds batch
+// themselves as the write rate grows. It closes s.announced when it
+// returns.
+func (s *Store) announceLoop(ctx context.Context) {
+	defer close(s.announced)
+	delay := listenBackoffMin
+	for {
+		select {
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			if err := s.sendPending(last); err != nil {
+				s.log.Debug("worker view: last announcements not sent", "err", s.unavailable(err))
+			}
+			cancel()
+			return
+		case <-s.announcer.kick:
+		}
+		if err := s.sendPending(ctx); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			s.log.Warn("worker view: announcing worker changes failed; retrying", "err", s.unavailable(err), "retry", delay)
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay): // retry pacing, not synchronisation
+			}
+			delay = min(2*delay, listenBackoffMax)
+			select {
+			case s.announcer.kick <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		delay = listenBackoffMin
+	}
+}
+
+// sendPending announces every pending change in one statement (one
+// NOTIFY per payload of at most maxPayload bytes); on failure the
+// changes stay pending.
+func (s *Store) sendPending(ctx context.Context) error {
+	a := &s.announcer
+	a.mu.Lock()
+	batch := a.pending
+	a.pending = nil
+	a.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	payloads, err := s.payloads(batch)
+	if err == nil {
+		_, err = s.pool.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, notifyChannel, payloads)
+	}
+	if err != nil {
+		a.mu.Lock()
+		a.pending = append(batch, a.pending...)
+		if over := len(a.pending) - maxPending; over > 0 {
+			a.pending = a.pending[over:]
+		}
+		a.mu.Unlock()
+		return fmt.Errorf("announce %d worker changes: %w", len(batch), err)
+	}
+	return nil
+}
+
+// payloads encodes changes as announcements of at most maxPayload bytes.
+// A change too large for any (a worker name of kilobytes) is left out
+// and logged: the other Stores' resync brings it.
+func (s *Store) payloads(changes []notification) ([]string, error) {
+	var out []string
+	var cur []string // encoded changes of the payload being built
+	size := 0
+	head := len(`{"from":"","changes":[]}`) + len(s.id)
+	flush := func() {
+		if len(cur) > 0 {
+			out = append(out, `{"from":"`+s.id+`","changes":[`+strings.Join(cur, ",")+`]}`)
+			cur, size = nil, 0
+		}
+	}
+	for _, n := range changes {
+		b, err := codec.Marshal(n)
+		if err != nil {
+			return nil, err
+		}
+		if head+len(b) > maxPayload {
+			s.log.Warn("worker view: a change too large to announce; other API servers learn it at their next resync", "worker", n.Name)
+			continue
+		}
+		if head+size+len(b)+1 > maxPayload {
+			flush()
+		}
+		cur = append(cur, string(b))
+		size += len(b) + 1
+	}
+	flush()
+	return out, nil
 }

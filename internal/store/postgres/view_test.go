@@ -3,7 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/store"
@@ -67,31 +72,27 @@ func TestViewFollowsOtherStore(t *testing.T) {
 	}
 }
 
+// insertUnannounced inserts worker name on node as no Store does: by
+// SQL, so no announcement is ever sent for it.
+func insertUnannounced(t *testing.T, url, name, node string) {
+	t.Helper()
+	if _, err := connect(t, url).Exec(context.Background(),
+		`INSERT INTO workers (name, node, tunnel_addr, sandbox_class) VALUES ($1, $2, '', '')`, name, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFallbackClaimsUnheardWorker: a worker the view has not heard of
-// (inserted with triggers off, so no notification is ever sent) is still
-// claimed, by the fallback query.
+// (inserted by SQL, so never announced) is still claimed, by the
+// fallback query.
 func TestFallbackClaimsUnheardWorker(t *testing.T) {
 	ctx := context.Background()
 	url := srv.NewDatabase(t)
 	s := openStore(t, url)
 	a := seedActor(t, s, "a")
-	tx, err := connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// replica mode fires no ordinary triggers: no NOTIFY (superuser only;
-	// pgtest's is).
-	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO workers (name, node, tunnel_addr, sandbox_class) VALUES ('ghost', 'n', '', '')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	insertUnannounced(t, url, "ghost", "n")
 	if _, ok := s.view.get("ghost"); ok {
-		t.Fatal("the view heard of a worker inserted without notification")
+		t.Fatal("the view heard of a worker inserted without announcement")
 	}
 	_, w, err := s.ClaimWorker(ctx, a, "n")
 	if err != nil || w.Name != "ghost" || w.ActorUID != a.UID {
@@ -99,6 +100,137 @@ func TestFallbackClaimsUnheardWorker(t *testing.T) {
 	}
 	if e, ok := s.view.get("ghost"); !ok || e.free {
 		t.Fatalf("after its claim, the view has ghost as %+v, %v; want held", e, ok)
+	}
+}
+
+// TestViewResyncBoundsLostAnnouncements: a change no one announced (its
+// writer died between commit and announcement) reaches the view by the
+// periodic reload, and a deletion no one announced leaves it too.
+func TestViewResyncBoundsLostAnnouncements(t *testing.T) {
+	url := srv.NewDatabase(t)
+	s, err := Open(context.Background(), url, Options{Logger: testLogger(), ViewResync: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	insertUnannounced(t, url, "ghost", "n")
+	waitFor(t, "the unannounced worker in the view", func() bool {
+		e, ok := s.view.get("ghost")
+		return ok && e.free && e.node == "n"
+	})
+	if _, err := connect(t, url).Exec(context.Background(), `DELETE FROM workers WHERE name = 'ghost'`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unannounced deletion in the view", func() bool {
+		_, ok := s.view.get("ghost")
+		return !ok
+	})
+}
+
+// txRecorder is a pgx tracer that records each statement a connection
+// sends inside a transaction (between its BEGIN and COMMIT or ROLLBACK).
+type txRecorder struct {
+	mu   sync.Mutex
+	inTx map[*pgx.Conn]bool
+	sent []string // statements sent inside transactions
+}
+
+func (r *txRecorder) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch sql := strings.ToLower(strings.TrimSpace(d.SQL)); {
+	case strings.HasPrefix(sql, "begin"):
+		r.inTx[conn] = true
+	case sql == "commit" || sql == "rollback":
+		delete(r.inTx, conn)
+	case r.inTx[conn]:
+		r.sent = append(r.sent, sql)
+	}
+	return ctx
+}
+
+func (r *txRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestNoNotifyInsideWrites: no transaction that writes workers or
+// actors issues a NOTIFY, neither by a statement of the Store nor by a
+// trigger of the schema. A transaction that has issued NOTIFY commits
+// under one lock on the whole database cluster, held through its WAL
+// flush, so one inside each claim and release serialised them all
+// (issue 33). Announcements go after the commit; and they still reach
+// the other replica.
+func TestNoNotifyInsideWrites(t *testing.T) {
+	ctx := context.Background()
+	url := srv.NewDatabase(t)
+	rec := &txRecorder{inTx: map[*pgx.Conn]bool{}}
+	s, err := Open(ctx, url, Options{Logger: testLogger(), tracer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rec.mu.Lock()
+	rec.sent = nil // the migrations' statements
+	rec.mu.Unlock()
+	other := openStore(t, url)
+
+	// Every write path that changes a worker's row.
+	if err := s.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := s.ClaimWorker(ctx, seedActor(t, s, "a"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseWorker(ctx, "w0", a.UID); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err = s.ClaimWorker(ctx, a, ""); err != nil {
+		t.Fatal(err)
+	}
+	n := *a
+	n.State, n.Worker = store.Suspended, ""
+	if a, err = s.UpdateActor(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err = s.ClaimWorker(ctx, a, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteActor(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other replica hears w0 freed", func() bool {
+		e, ok := other.view.get("w0")
+		return ok && e.free
+	})
+	if err := s.DeleteWorker(ctx, "w0"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other replica hears w0 deleted", func() bool {
+		_, ok := other.view.get("w0")
+		return !ok
+	})
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.sent) == 0 {
+		t.Fatal("the tracer saw no statement inside a transaction: it proves nothing")
+	}
+	for _, sql := range rec.sent {
+		if strings.Contains(sql, "notify") {
+			t.Errorf("a statement inside a write's transaction notifies:\n%s", sql)
+		}
+	}
+	rows, err := connect(t, url).Query(ctx, `SELECT t.tgrelid::regclass::text || '.' || t.tgname
+		FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+		WHERE NOT t.tgisinternal AND p.prosrc ILIKE '%notify%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	triggers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(triggers) > 0 {
+		t.Errorf("triggers that notify inside the writing transaction: %v", triggers)
 	}
 }
 

@@ -114,7 +114,7 @@ func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, pr
 	if err != nil {
 		return nil, nil, err
 	}
-	s.view.put(outW.Name, entry)
+	s.changed(outW.Name, entry)
 	return outA, outW, nil
 }
 
@@ -203,7 +203,7 @@ func (s *Store) PutWorker(ctx context.Context, w *store.Worker) error {
 		return fmt.Errorf("put worker %s: %w", w.Name, err)
 	}
 	if name != "" {
-		s.view.put(name, e)
+		s.changed(name, e)
 	}
 	return nil
 }
@@ -256,7 +256,7 @@ func (s *Store) ReleaseWorker(ctx context.Context, name, actorUID string) error 
 		return err
 	}
 	if freed != nil {
-		s.view.put(name, *freed)
+		s.changed(name, *freed)
 	}
 	return nil
 }
@@ -276,7 +276,7 @@ func (s *Store) DeleteWorker(ctx context.Context, name string) error {
 		return fmt.Errorf("delete worker %s: %w", name, err)
 	}
 	if rev != 0 {
-		s.view.remove(name, rev)
+		s.removed(name, rev)
 	}
 	return nil
 }

@@ -1,16 +1,21 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"substrate.dev/ate/internal/testport"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"substrate.dev/ate/internal/testport"
 )
 
 // protoCounts are the cluster's counters BenchmarkNodeProtocol reports
@@ -128,4 +133,170 @@ func (c *protoCounts) readPG(ctx context.Context, url string) error {
 	c.xacts += xacts
 	c.walSyncs += syncs
 	return nil
+}
+
+// waitSampler samples what the benchmark database's active backends are
+// waiting on (pg_stat_activity's wait_event_type and wait_event; "CPU"
+// when on none) every waitSampleEvery while a run lasts: the evidence
+// for where a wake-up's time goes inside PostgreSQL.
+type waitSampler struct {
+	stop    context.CancelFunc
+	done    chan struct{}
+	samples map[string]int // by "type:event"; written by the sampler until done
+	rounds  int
+	err     error
+}
+
+const waitSampleEvery = 10 * time.Millisecond
+
+// sampleWaits starts sampling url's database; end stops it.
+func sampleWaits(url string) *waitSampler {
+	ctx, stop := context.WithCancel(context.Background())
+	w := &waitSampler{stop: stop, done: make(chan struct{}), samples: map[string]int{}}
+	go func() {
+		defer close(w.done)
+		// From the postgres database, so that the sampler's own
+		// statements are not counted as the benchmark database's.
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			w.err = err
+			return
+		}
+		db := cfg.Database
+		cfg.Database = "postgres"
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			w.err = err
+			return
+		}
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(waitSampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rows, err := conn.Query(ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')
+				FROM pg_stat_activity
+				WHERE datname = $1 AND state = 'active' AND backend_type = 'client backend'`, db)
+			if err != nil {
+				if ctx.Err() == nil {
+					w.err = err
+				}
+				return
+			}
+			events, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				if ctx.Err() == nil {
+					w.err = err
+				}
+				return
+			}
+			w.rounds++
+			for _, e := range events {
+				w.samples[e]++
+			}
+		}
+	}()
+	return w
+}
+
+// end stops the sampler and reports: pg-active-backends (the mean
+// number of backends running a statement) and pg-lock-wait-share (the
+// share of those samples waiting on a heavyweight lock) as metrics, and
+// every wait event's share in the log.
+func (w *waitSampler) end(b *testing.B) {
+	w.stop()
+	<-w.done
+	if w.err != nil {
+		b.Fatalf("sampling pg_stat_activity: %v", w.err)
+	}
+	if w.rounds == 0 {
+		return
+	}
+	total, locks := 0, 0
+	type share struct {
+		event string
+		n     int
+	}
+	var shares []share
+	for e, n := range w.samples {
+		total += n
+		if strings.HasPrefix(e, "Lock:") {
+			locks += n
+		}
+		shares = append(shares, share{e, n})
+	}
+	b.ReportMetric(float64(total)/float64(w.rounds), "pg-active-backends")
+	if total == 0 {
+		return
+	}
+	b.ReportMetric(float64(locks)/float64(total), "pg-lock-wait-share")
+	slices.SortFunc(shares, func(x, y share) int { return y.n - x.n })
+	var sb strings.Builder
+	for _, s := range shares {
+		fmt.Fprintf(&sb, " %s %.1f%%", s.event, 100*float64(s.n)/float64(total))
+	}
+	b.Logf("pg wait events over %d samples of %d rounds:%s", total, w.rounds, sb.String())
+}
+
+// stmtStats are one statement's pg_stat_statements counters.
+type stmtStats struct{ calls, ms float64 }
+
+// pgStatements reads pg_stat_statements' calls and execution time of
+// url's database by statement text.
+func pgStatements(ctx context.Context, url string) (map[string]stmtStats, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT s.query, sum(s.calls)::float8, sum(s.total_exec_time)::float8
+		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+		WHERE d.datname = current_database() GROUP BY s.query`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]stmtStats{}
+	for rows.Next() {
+		var q string
+		var st stmtStats
+		if err := rows.Scan(&q, &st.calls, &st.ms); err != nil {
+			return nil, err
+		}
+		out[q] = st
+	}
+	return out, rows.Err()
+}
+
+// logStatements logs, per wake-up of n, the statements run between two
+// pgStatements readings, most frequent first, with the mean time the
+// server spent executing each: what a wake-up costs the database,
+// statement by statement.
+func logStatements(b *testing.B, before, after map[string]stmtStats, n int) {
+	type stmt struct {
+		q         string
+		calls, ms float64
+	}
+	var ss []stmt
+	for q, st := range after {
+		if d := st.calls - before[q].calls; d > 0 {
+			ss = append(ss, stmt{strings.Join(strings.Fields(q), " "), d / float64(n), (st.ms - before[q].ms) / d})
+		}
+	}
+	slices.SortFunc(ss, func(x, y stmt) int { return cmp.Compare(y.calls, x.calls) })
+	var sb strings.Builder
+	for _, s := range ss {
+		if s.calls < 0.05 {
+			break
+		}
+		q := s.q
+		if len(q) > 100 {
+			q = q[:100] + "…"
+		}
+		fmt.Fprintf(&sb, "\n  %5.2f × %6.3f ms  %s", s.calls, s.ms, q)
+	}
+	b.Logf("statements per wake-up (calls × mean execution time):%s", sb.String())
 }

@@ -204,26 +204,29 @@ type protoCluster struct {
 	replicas []*apiReplica
 	nodes    []*nodeProc
 	actors   []string
+	// workers is how many workers the nodes have between them.
+	workers int
 	// pgURL is the PostgreSQL database's URL; empty over bbolt.
 	pgURL string
 }
 
 // nodesPerCluster is how many fake node processes a protoCluster runs;
-// their workers add up to maxClients.
+// their workers add up to the cluster's.
 const nodesPerCluster = 2
 
 // startProtoCluster starts replicas API servers over store ("" for a
-// bbolt file on disk), nodesPerCluster node processes with maxClients
-// workers between them, the counter template and the actors. Node data
+// bbolt file on disk), nodesPerCluster node processes with workers
+// workers between them, the counter template and actorsPerClient actors
+// per worker. Node data
 // and the shared snapshot directory are on tmpfs: the nodes' fsync'd
 // snapshot commits are not what this measures (BenchmarkCeilings does).
-func startProtoCluster(b *testing.B, replicas int, store string) *protoCluster {
+func startProtoCluster(b *testing.B, replicas int, store string, workers int) *protoCluster {
 	b.Helper()
 	dir := b.TempDir()
 	ref, _ := layout(b, dir)
 	shm := mediumDir(b, "tmpfs")
 	snaps := filepath.Join(shm, "snapshots")
-	c := &protoCluster{pgURL: store}
+	c := &protoCluster{pgURL: store, workers: workers}
 	b.Cleanup(func() { c.close(b) })
 	for i := range replicas {
 		st := store
@@ -238,17 +241,17 @@ func startProtoCluster(b *testing.B, replicas int, store string) *protoCluster {
 	}
 	for i := range nodesPerCluster {
 		c.nodes = append(c.nodes, startNode(b, nodeSpec{Name: fmt.Sprintf("node%d", i), API: strings.Join(addrs, ","),
-			DataDir: filepath.Join(shm, fmt.Sprintf("node%d", i)), Snapshots: snaps, Workers: maxClients / nodesPerCluster}))
+			DataDir: filepath.Join(shm, fmt.Sprintf("node%d", i)), Snapshots: snaps, Workers: workers / nodesPerCluster}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := waitNodes(ctx, c.replicas[0].client, nodesPerCluster, maxClients); err != nil {
+	if err := waitNodes(ctx, c.replicas[0].client, nodesPerCluster, int32(workers)); err != nil {
 		b.Fatal(err)
 	}
 	if err := CreateTemplate(ctx, c.replicas[0].client, templateName, ref); err != nil {
 		b.Fatal(err)
 	}
-	c.actors = createActors(b, c.replicas[0].client, maxClients*actorsPerClient)
+	c.actors = createActors(b, c.replicas[0].client, workers*actorsPerClient)
 	if store != "" {
 		if err := execPG(ctx, store, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 			b.Fatal(err)
@@ -347,8 +350,12 @@ func (c *protoCluster) nodesCPU(b *testing.B) time.Duration {
 // worker) in a cluster as `ate apiserver` and `ate node` run it: the API
 // server(s), wired by up.RunAPIServer as the command wires them, in this
 // process; two fake-sandbox nodes (up.RunNode, the fake class) as child
-// processes speaking the node gRPC protocol over loopback, with maxClients
-// workers between them. Stores: bbolt on disk (one API server), and a
+// processes speaking the node gRPC protocol over loopback, with as many
+// workers between them as the most clients of the sweep, so that a
+// client never waits for capacity: the control plane is what is
+// measured. The sweep is every power of two from 1 to 1024 clients
+// (ATE_BENCH_SCALE=full), or 1, 64 and 256 (make test's one iteration,
+// which keeps the harness from rotting), or ATE_BENCH_CLIENTS's list. Stores: bbolt on disk (one API server), and a
 // private PostgreSQL with its durability defaults (fsync and
 // synchronous_commit on, data on disk) with one API server and with two
 // replicas, client i calling replica i mod n. The nodes' data and the
@@ -362,11 +369,28 @@ func (c *protoCluster) nodesCPU(b *testing.B) time.Duration {
 // Metrics: wakeups/s (resumes completed per second of wall time),
 // p50/p99-ms of ResumeActor as the client sees it, cycle-p50/p99-ms of
 // the resume and suspend, api-cpu-ms/wakeup (this process: API servers
-// and clients) and node-cpu-ms/wakeup (both node processes).
+// and clients) and node-cpu-ms/wakeup (both node processes); over
+// PostgreSQL also pg-active-backends and pg-lock-wait-share, with every
+// wait event's share in the log (waitSampler).
 func BenchmarkNodeProtocol(b *testing.B) {
-	counts := []int{1, 16}
+	counts := []int{1, 64, 256}
 	if fullBench() {
-		counts = clientCounts
+		counts = nil
+		for n := 1; n <= 1024; n *= 2 {
+			counts = append(counts, n)
+		}
+	}
+	if env := os.Getenv("ATE_BENCH_CLIENTS"); env != "" {
+		// A sweep of one's own ("16,64"), for a closer look at some
+		// concurrencies; the workers follow its largest.
+		counts = nil
+		for f := range strings.SplitSeq(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("ATE_BENCH_CLIENTS=%q: want client counts like 16,64", env)
+			}
+			counts = append(counts, n)
+		}
 	}
 	var pg *pgtest.Server
 	for _, tc := range storeSetups {
@@ -388,7 +412,7 @@ func BenchmarkNodeProtocol(b *testing.B) {
 							}
 							url = pg.NewDatabase(outer)
 						}
-						c = startProtoCluster(outer, tc.replicas, url)
+						c = startProtoCluster(outer, tc.replicas, url, slices.Max(counts))
 					}
 					runProtoWakeups(b, c, clients)
 				})
@@ -409,6 +433,15 @@ func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 	resumes := make([][]time.Duration, clients)
 	counts0 := c.counts(b)
 	cpu0, node0 := processCPU(b), c.nodesCPU(b)
+	var waits *waitSampler
+	var stmts0 map[string]stmtStats
+	if c.pgURL != "" {
+		var err error
+		if stmts0, err = pgStatements(ctx, c.pgURL); err != nil {
+			b.Fatal(err)
+		}
+		waits = sampleWaits(c.pgURL)
+	}
 	cycles, elapsed := runParallel(b, clients, func(i, n int) error {
 		cl := c.replicas[i%len(c.replicas)].client
 		name := c.actors[i*actorsPerClient+n%actorsPerClient]
@@ -421,6 +454,14 @@ func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 		return err
 	})
 	cpu, nodeCPU := processCPU(b)-cpu0, c.nodesCPU(b)-node0
+	if waits != nil {
+		waits.end(b)
+		stmts, err := pgStatements(ctx, c.pgURL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		logStatements(b, stmts0, stmts, b.N)
+	}
 	c.counts(b).minus(counts0).report(b, b.N, c.pgURL != "")
 	// Every suspend freed its worker.
 	nodes, err := c.replicas[0].client.ListNodes(ctx, &atev1.ListNodesRequest{})
@@ -431,8 +472,8 @@ func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 	for _, nd := range nodes.GetNodes() {
 		free += nd.GetFreeWorkers()
 	}
-	if free != maxClients {
-		b.Fatalf("%d of %d workers free after every wake-up was suspended", free, maxClients)
+	if free != int32(c.workers) {
+		b.Fatalf("%d of %d workers free after every wake-up was suspended", free, c.workers)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "wakeups/s")
 	b.ReportMetric(latency.Ms(cpu)/float64(b.N), "api-cpu-ms/wakeup")

@@ -16,6 +16,9 @@ import (
 // transaction's start), so the replicas' clocks play no part. A TTL is
 // rounded up to whole microseconds, the database's resolution.
 
+// Lease writes go to the async pool: committed without waiting for the
+// WAL flush, which a crash may undo safely (Store.async).
+
 // micros is ttl in microseconds, rounded up.
 func micros(ttl time.Duration) int64 {
 	return int64((ttl + time.Microsecond - 1) / time.Microsecond)
@@ -25,7 +28,7 @@ func micros(ttl time.Duration) int64 {
 // if it is absent, expired or holder's, with a token from the
 // lease_tokens sequence.
 func (s *Store) AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
-	err = s.do(ctx, func(q querier) error {
+	err = s.doAsync(ctx, func(q querier) error {
 		l := &store.Lease{Key: key, Holder: holder}
 		err := q.QueryRow(ctx, `
 			INSERT INTO leases AS l (key, holder, token, expiry)
@@ -52,7 +55,7 @@ func (s *Store) AcquireLease(ctx context.Context, key, holder string, ttl time.D
 
 // RenewLease implements store.Store.
 func (s *Store) RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (out *store.Lease, err error) {
-	err = s.do(ctx, func(q querier) error {
+	err = s.doAsync(ctx, func(q querier) error {
 		l := &store.Lease{Key: key, Holder: holder, Token: token}
 		err := q.QueryRow(ctx, `
 			UPDATE leases SET expiry = clock_timestamp() + $4 * interval '1 microsecond'
@@ -73,7 +76,7 @@ func (s *Store) RenewLease(ctx context.Context, key, holder string, token int64,
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, key, holder string) error {
-	return s.do(ctx, func(q querier) error {
+	return s.doAsync(ctx, func(q querier) error {
 		_, err := q.Exec(ctx, `DELETE FROM leases WHERE key = $1 AND holder = $2`, key, holder)
 		return err
 	})

@@ -75,6 +75,11 @@ const defaultConnectTimeout = 10 * time.Second
 // Record stores).
 const defaultMaxConns = 32
 
+// asyncConnsShare: the async pool (Store.async) has this fraction of
+// the main pool's connections; its statements are short and never wait
+// for an fsync.
+const asyncConnsShare = 4
+
 // maxAttempts bounds how often one operation runs when its failure left
 // nothing done (a pooled connection found dead before anything was sent,
 // a serialization failure or deadlock).
@@ -83,6 +88,16 @@ const maxAttempts = 3
 // Store is a PostgreSQL-backed store.Store. Safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	// async is a second, smaller pool whose sessions commit without
+	// waiting for the WAL flush (synchronous_commit off), for the writes
+	// a crash may lose safely: leases (a lost acquisition fails its
+	// holder's next fenced write, ErrFenced; a lost release delays other
+	// replicas by one lease term after a database crash; and any durable
+	// commit after them flushes them too, the WAL being one sequence)
+	// and the worker view's announcements (the view's resync bounds a
+	// lost one). Each such write waited for an fsync of its own: four of
+	// a wake-up's nine (BENCHMARKS.md, The PostgreSQL control plane).
+	async *pgxpool.Pool
 	addr string // "host:port" of the server, for errors and logs
 	log  *slog.Logger
 	// view is the in-memory view of the workers that ClaimWorker picks
@@ -123,8 +138,9 @@ func (s *Store) SetCommitObserver(o store.CommitObserver) {
 // postgresql://…, with libpq's parameters: sslmode, connect_timeout,
 // pool_max_conns, …), applies the embedded migrations, loads the worker
 // view and starts its listener. Defaults: connect_timeout 10 s;
-// pool_max_conns defaultMaxConns (32); one more connection, outside the
-// pool, listens for worker changes.
+// pool_max_conns defaultMaxConns (32); beside that pool, a quarter as
+// many connections commit what a crash may lose (Store.async), and one
+// more listens for worker changes.
 //
 // Errors: store.ErrUnavailable (naming host:port) when the server cannot
 // be reached within ctx or the connect timeout, for the caller to retry
@@ -168,8 +184,17 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
+	acfg := cfg.Copy()
+	acfg.MaxConns = max(1, cfg.MaxConns/asyncConnsShare)
+	acfg.MinConns = min(acfg.MinConns, acfg.MaxConns)
+	acfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if s.async, err = pgxpool.NewWithConfig(ctx, acfg); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
 	if err := s.open(ctx, cfg); err != nil {
 		s.pool.Close()
+		s.async.Close()
 		if mode := u.Query().Get("sslmode"); strings.HasPrefix(mode, "verify-") || mode == "require" {
 			if strings.Contains(err.Error(), "server refused TLS connection") {
 				// A configuration error, not an outage to wait out.
@@ -208,6 +233,7 @@ func (s *Store) Close() error {
 	<-s.done
 	<-s.announced
 	s.pool.Close()
+	s.async.Close()
 	return nil
 }
 
@@ -226,9 +252,19 @@ type querier interface {
 // store.ErrUnavailable. fn may run more than once and must set its
 // results anew each time.
 func (s *Store) do(ctx context.Context, fn func(q querier) error) error {
+	return s.doOn(ctx, s.pool, fn)
+}
+
+// doAsync is do on the async pool, for writes a crash may lose
+// (Store.async).
+func (s *Store) doAsync(ctx context.Context, fn func(q querier) error) error {
+	return s.doOn(ctx, s.async, fn)
+}
+
+func (s *Store) doOn(ctx context.Context, pool *pgxpool.Pool, fn func(q querier) error) error {
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		if err = fn(s.pool); err == nil || !retryable(err) || ctx.Err() != nil {
+		if err = fn(pool); err == nil || !retryable(err) || ctx.Err() != nil {
 			break
 		}
 	}

@@ -1,14 +1,13 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/btree"
 	"github.com/jackc/pgx/v5"
 
 	"substrate.dev/ate/internal/codec"
@@ -69,9 +68,37 @@ type viewEntry struct {
 type view struct {
 	mu      sync.Mutex
 	workers map[string]viewEntry // by name; guarded by mu
+	// free indexes the free workers by (node, name), the order claims try
+	// them in, so that a claim reads its few candidates without walking
+	// every worker: flat from a thousand workers to a hundred thousand.
+	// Guarded by mu.
+	free *btree.BTreeG[freeKey]
 }
 
-func newView() *view { return &view{workers: map[string]viewEntry{}} }
+// freeKey is a free worker's place in view.free.
+type freeKey struct{ node, name string }
+
+func (a freeKey) less(b freeKey) bool {
+	return a.node < b.node || (a.node == b.node && a.name < b.name)
+}
+
+// freeDegree is view.free's B-tree degree.
+const freeDegree = 32
+
+func newView() *view {
+	return &view{workers: map[string]viewEntry{}, free: btree.NewG(freeDegree, freeKey.less)}
+}
+
+// set makes e worker name's entry, keeping free in step; v.mu is held.
+func (v *view) set(name string, e viewEntry) {
+	if cur, ok := v.workers[name]; ok && cur.free && !cur.gone {
+		v.free.Delete(freeKey{cur.node, name})
+	}
+	v.workers[name] = e
+	if e.free && !e.gone {
+		v.free.ReplaceOrInsert(freeKey{e.node, name})
+	}
+}
 
 // put records a worker's row as read or written, unless the view holds a
 // newer revision (or the same one, from a read of the same row).
@@ -81,7 +108,7 @@ func (v *view) put(name string, e viewEntry) {
 	if cur, ok := v.workers[name]; ok && cur.rev >= e.rev {
 		return
 	}
-	v.workers[name] = e
+	v.set(name, e)
 }
 
 // remove records the deletion of a worker's row of revision rev, unless
@@ -92,14 +119,20 @@ func (v *view) remove(name string, rev int64) {
 	if cur, ok := v.workers[name]; ok && cur.rev > rev {
 		return
 	}
-	v.workers[name] = viewEntry{rev: rev, gone: true}
+	v.set(name, viewEntry{rev: rev, gone: true})
 }
 
 // replace makes m the whole view (a reload).
 func (v *view) replace(m map[string]viewEntry) {
+	free := btree.NewG(freeDegree, freeKey.less)
+	for name, e := range m {
+		if e.free && !e.gone {
+			free.ReplaceOrInsert(freeKey{e.node, name})
+		}
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.workers = m
+	v.workers, v.free = m, free
 }
 
 // get returns what the view knows of worker name.
@@ -112,24 +145,23 @@ func (v *view) get(name string) (viewEntry, bool) {
 
 // candidates returns up to limit names of workers the view believes free,
 // on node (any node if empty) and matching selector, in (node, name)
-// order, the order of the fallback query and of bolt. It walks every
-// entry: cheap for the thousands of workers a deployment has; index by
-// node when that stops being so.
+// order, the order of the fallback query and of bolt. It walks the free
+// workers in that order until it has limit: a few for a claim without a
+// selector, however many workers there are; with a selector few workers
+// match, as many as it takes.
 func (v *view) candidates(node string, selector map[string]string, limit int) []string {
-	type cand struct{ node, name string }
-	var cs []cand
+	var out []string
 	v.mu.Lock()
-	for name, e := range v.workers {
-		if e.free && !e.gone && (node == "" || e.node == node) && store.MatchLabels(selector, e.labels) {
-			cs = append(cs, cand{e.node, name})
+	defer v.mu.Unlock()
+	v.free.AscendGreaterOrEqual(freeKey{node: node}, func(k freeKey) bool {
+		if node != "" && k.node != node {
+			return false
 		}
-	}
-	v.mu.Unlock()
-	slices.SortFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.name, b.name)) })
-	out := make([]string, 0, min(limit, len(cs)))
-	for _, c := range cs[:min(limit, len(cs))] {
-		out = append(out, c.name)
-	}
+		if store.MatchLabels(selector, v.workers[k.name].labels) {
+			out = append(out, k.name)
+		}
+		return len(out) < limit
+	})
 	return out
 }
 
@@ -426,7 +458,7 @@ func (s *Store) sendPending(ctx context.Context) error {
 	}
 	payloads, err := s.payloads(batch)
 	if err == nil {
-		_, err = s.pool.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, notifyChannel, payloads)
+		_, err = s.async.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, notifyChannel, payloads)
 	}
 	if err != nil {
 		a.mu.Lock()

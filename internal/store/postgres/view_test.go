@@ -267,3 +267,42 @@ func TestStaleViewNeverMisclaims(t *testing.T) {
 		t.Fatalf("w0 = %+v, %v; want still a's", got, err)
 	}
 }
+
+// TestViewCandidates: the free-worker index gives candidates in (node,
+// name) order, on one node or any, matching the selector, at most limit,
+// and follows every change of an entry: claimed, freed, moved to another
+// node, deleted, and a whole reload.
+func TestViewCandidates(t *testing.T) {
+	v := newView()
+	put := func(name, node string, free bool, rev int64, labels map[string]string) {
+		v.put(name, viewEntry{node: node, free: free, rev: rev, labels: labels})
+	}
+	put("b1", "nb", true, 1, nil)
+	put("a2", "na", true, 2, map[string]string{"gpu": "yes"})
+	put("a1", "na", true, 3, nil)
+	put("c1", "nc", false, 4, nil)
+	check := func(what, node string, sel map[string]string, limit int, want ...string) {
+		t.Helper()
+		if got := v.candidates(node, sel, limit); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: candidates(%q, %v, %d) = %v, want %v", what, node, sel, limit, got, want)
+		}
+	}
+	check("all", "", nil, 10, "a1", "a2", "b1")
+	check("limit", "", nil, 2, "a1", "a2")
+	check("one node", "na", nil, 10, "a1", "a2")
+	check("node without free workers", "nc", nil, 10)
+	check("node unknown", "nz", nil, 10)
+	check("selector", "", map[string]string{"gpu": "yes"}, 10, "a2")
+	put("a1", "na", false, 5, nil) // claimed
+	check("after a claim", "", nil, 10, "a2", "b1")
+	put("a1", "na", true, 4, nil) // an older read: ignored
+	check("after an older read", "", nil, 10, "a2", "b1")
+	put("c1", "nc", true, 6, nil) // freed
+	put("b1", "nd", true, 7, nil) // moved
+	check("after a release and a move", "", nil, 10, "a2", "c1", "b1")
+	check("moved worker's old node", "nb", nil, 10)
+	v.remove("a2", 8)
+	check("after a delete", "", nil, 10, "c1", "b1")
+	v.replace(map[string]viewEntry{"z9": {node: "na", free: true, rev: 9}, "y1": {node: "na", rev: 10}})
+	check("after a reload", "", nil, 10, "z9")
+}

@@ -32,7 +32,8 @@ fi
 	go test -run XXX -bench 'SecurityOverhead' -benchtime 50x -timeout 30m ./test/e2e/
 	go test -run XXX -bench 'ForkRunning' -benchtime 20x ./test/e2e/
 	go test -run XXX -bench 'Wakeups|Ceilings|Scale|Workers' -benchtime 2s ./internal/bench/
-	go test -run XXX -bench 'NodeProtocol' -benchtime 2s ./internal/bench/
+	go test -run XXX -bench 'NodeProtocol' -benchtime 2000x -timeout 30m ./internal/bench/
+	go test -run XXX -bench 'ClaimScale' -benchtime 2000x -timeout 30m ./internal/store/postgres/
 } 2>&1 | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)'
 go run ./hack/benchtable -file BENCHMARKS.md \
 	-method "Activation and runtime rows: 30 iterations each, p50/p95/p99 of one GET from send to full response; control-plane rows: the fake sandbox, 2 s each." < "$out"

@@ -184,7 +184,7 @@ stage need-postgres need postgres
 # The stores' conformance suite (concurrent claimers, leases, fencing)
 # under the race detector, on both backends (~20 s).
 stage stores-race go test -vet=off -race -count=1 "${race_packages[@]}"
-stage bench-control-plane go test -vet=off -run XXX -bench . -benchtime 1x ./internal/bench/
+stage bench-control-plane go test -vet=off -run XXX -bench . -benchtime 1x ./internal/bench/ ./internal/store/postgres/
 stage need-seaweedfs need seaweedfs
 stage components go test -vet=off -count=1 -p 1 -timeout 30m "${component_packages[@]}"
 stage need-kube-control need kube-control

@@ -206,7 +206,7 @@ func sampleWaits(url string) *waitSampler {
 // end stops the sampler and reports: pg-active-backends (the mean
 // number of backends running a statement) and pg-lock-wait-share (the
 // share of those samples waiting on a heavyweight lock) as metrics, and
-// every wait event's share in the log.
+// every wait event's share in the log (with -v).
 func (w *waitSampler) end(b *testing.B) {
 	w.stop()
 	<-w.done
@@ -234,6 +234,9 @@ func (w *waitSampler) end(b *testing.B) {
 		return
 	}
 	b.ReportMetric(float64(locks)/float64(total), "pg-lock-wait-share")
+	if !testing.Verbose() {
+		return // the metrics only; -v adds the detail
+	}
 	slices.SortFunc(shares, func(x, y share) int { return y.n - x.n })
 	var sb strings.Builder
 	for _, s := range shares {
@@ -271,11 +274,14 @@ func pgStatements(ctx context.Context, url string) (map[string]stmtStats, error)
 	return out, rows.Err()
 }
 
-// logStatements logs, per wake-up of n, the statements run between two
+// logStatements logs (with -v), per wake-up of n, the statements run between two
 // pgStatements readings, most frequent first, with the mean time the
 // server spent executing each: what a wake-up costs the database,
 // statement by statement.
 func logStatements(b *testing.B, before, after map[string]stmtStats, n int) {
+	if !testing.Verbose() {
+		return
+	}
 	type stmt struct {
 		q         string
 		calls, ms float64

@@ -370,8 +370,9 @@ func (c *protoCluster) nodesCPU(b *testing.B) time.Duration {
 // p50/p99-ms of ResumeActor as the client sees it, cycle-p50/p99-ms of
 // the resume and suspend, api-cpu-ms/wakeup (this process: API servers
 // and clients) and node-cpu-ms/wakeup (both node processes); over
-// PostgreSQL also pg-active-backends and pg-lock-wait-share, with every
-// wait event's share in the log (waitSampler).
+// PostgreSQL also pg-active-backends and pg-lock-wait-share, and with -v
+// every wait event's share and the statements per wake-up in the log
+// (waitSampler, logStatements).
 func BenchmarkNodeProtocol(b *testing.B) {
 	counts := []int{1, 64, 256}
 	if fullBench() {

@@ -16,8 +16,11 @@ import (
 // transaction's start), so the replicas' clocks play no part. A TTL is
 // rounded up to whole microseconds, the database's resolution.
 
-// Lease writes go to the async pool: committed without waiting for the
-// WAL flush, which a crash may undo safely (Store.async).
+// Acquiring and releasing a lease go to the async pool: committed
+// without waiting for the WAL flush, which a crash may undo safely
+// (Store.async). A renewal waits for it: it is also the check a workflow
+// makes before acting outside the store (stopping a sandbox), and it is
+// off the wake-up's path.
 
 // micros is ttl in microseconds, rounded up.
 func micros(ttl time.Duration) int64 {
@@ -53,9 +56,9 @@ func (s *Store) AcquireLease(ctx context.Context, key, holder string, ttl time.D
 	return out, err
 }
 
-// RenewLease implements store.Store.
+// RenewLease implements store.Store, durably (above).
 func (s *Store) RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (out *store.Lease, err error) {
-	err = s.doAsync(ctx, func(q querier) error {
+	err = s.do(ctx, func(q querier) error {
 		l := &store.Lease{Key: key, Holder: holder, Token: token}
 		err := q.QueryRow(ctx, `
 			UPDATE leases SET expiry = clock_timestamp() + $4 * interval '1 microsecond'

@@ -90,16 +90,18 @@ type Store struct {
 	pool *pgxpool.Pool
 	// async is a second, smaller pool whose sessions commit without
 	// waiting for the WAL flush (synchronous_commit off), for the writes
-	// a crash may lose safely: leases (a lost acquisition fails its
-	// holder's next fenced write, ErrFenced; a lost release delays other
-	// replicas by one lease term after a database crash; and any durable
-	// commit after them flushes them too, the WAL being one sequence)
-	// and the worker view's announcements (the view's resync bounds a
-	// lost one). Each such write waited for an fsync of its own: four of
-	// a wake-up's nine (BENCHMARKS.md, The PostgreSQL control plane).
+	// a crash may lose safely: acquiring and releasing leases (a lost
+	// acquisition fails its holder's next fenced write, ErrFenced; a
+	// lost release delays other replicas by one lease term after a
+	// database crash; any durable commit after them flushes them too,
+	// the WAL being one sequence; an alarm's lease lost so may deliver
+	// it twice, which alarms allow: at least once) and the worker view's
+	// announcements (the view's resync bounds a lost one). Each such
+	// write waited for an fsync of its own: four of a wake-up's nine
+	// durable commits (BENCHMARKS.md, The PostgreSQL control plane).
 	async *pgxpool.Pool
-	addr string // "host:port" of the server, for errors and logs
-	log  *slog.Logger
+	addr  string // "host:port" of the server, for errors and logs
+	log   *slog.Logger
 	// view is the in-memory view of the workers that ClaimWorker picks
 	// candidates from (view.go).
 	view *view

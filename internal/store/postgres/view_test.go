@@ -15,7 +15,7 @@ import (
 )
 
 // seedActor creates atespace default, template tpl and actor name on s.
-func seedActor(t *testing.T, s store.Store, name string) *store.Actor {
+func seedActor(t testing.TB, s store.Store, name string) *store.Actor {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := s.GetAtespace(ctx, "default"); errors.Is(err, store.ErrNotFound) {

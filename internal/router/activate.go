@@ -474,7 +474,7 @@ func (a *activator) acquireAdmitted(ctx context.Context, key names.ActorKey, lis
 // admitCold checks a request for key, which has no cached target,
 // against the actor's ingress policy before it may park: the policy
 // remembered from the last Lookup or resume within the guard's TTL, or
-// else one looked up now (shared with held streams' looks, without a
+// else one looked up now (one at a time per actor, admissionLookup; without a
 // parking slot). A RUNNING actor that look finds is stored and acquired
 // as if it had been cached (ok). Refused requests so never park, nor
 // lead a resume; the resume they would have led checks again, on the
@@ -488,7 +488,7 @@ func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bo
 		if err := a.awaitAway(ctx, key); err != nil {
 			return Target{}, false, IngressReview{}, nil, err
 		}
-		l, err := a.lookup(ctx, key)
+		l, err := a.admissionLookup(ctx, key)
 		if err != nil && retryable(err) && ctx.Err() == nil {
 			// A control plane restarting or failing over: park, as
 			// before the policy was looked up here, and retry within
@@ -499,12 +499,16 @@ func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bo
 		if err != nil {
 			return Target{}, false, IngressReview{}, nil, err
 		}
-		if l.running {
+		switch {
+		case l.policyOnly:
+			p = l.target.Policy
+		case l.running:
 			a.store(key, l.target)
 			t, ok, rv, err := a.acquireAdmitted(ctx, key, listen, cred)
 			return t, ok, rv, nil, err
+		default:
+			p, pre = l.target.Policy, &l
 		}
-		p, pre = l.target.Policy, &l
 	}
 	if _, err := cred.check(ctx, p); err != nil {
 		return Target{}, false, IngressReview{}, nil, err
@@ -512,8 +516,35 @@ func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bo
 	return Target{}, false, IngressReview{}, pre, nil
 }
 
-// lookup runs one Lookup of key at a time for held streams and
-// admitCold, remembering the policy it returns.
+// admissionLookup is admitCold's Lookup of key, one at a time per key
+// like lookup, except that a look which starts after another look has
+// remembered key's policy makes none and returns that policy alone
+// (lookup.policyOnly): a request of a
+// burst that found the policy unknown just before the first look ended
+// would otherwise ask the control plane a second time (seen as a flaky
+// TestConcurrentColdRequestsShareOneResume). The guard's check runs
+// inside the shared call, after the previous one has ended, so no
+// request of the burst can miss it.
+func (a *activator) admissionLookup(ctx context.Context, key names.ActorKey) (lookup, error) {
+	v, _, err := a.looks.Do(ctx, "admit/"+key.String(), func(ctx context.Context) (any, error) {
+		if p, known := a.guard.policy(key); known {
+			return lookup{target: Target{Policy: p}, policyOnly: true}, nil
+		}
+		t, running, err := a.res.Lookup(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		a.guard.remember(key, t.Policy)
+		return lookup{target: t, running: running}, nil
+	})
+	if err != nil {
+		return lookup{}, fmt.Errorf("look up %s: %w", key, err)
+	}
+	return v.(lookup), nil
+}
+
+// lookup runs one Lookup of key at a time for held streams,
+// remembering the policy it returns.
 func (a *activator) lookup(ctx context.Context, key names.ActorKey) (lookup, error) {
 	v, _, err := a.looks.Do(ctx, key.String(), func(ctx context.Context) (any, error) {
 		t, running, err := a.res.Lookup(ctx, key)

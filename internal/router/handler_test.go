@@ -130,8 +130,12 @@ func TestConcurrentColdRequestsShareOneResume(t *testing.T) {
 	if count["resumed"] != 1 || count["joined"] != n-1 {
 		t.Errorf("activations = %v, want 1 resumed and %d joined", count, n-1)
 	}
-	if l, r := res.lookups.Load(), res.resumes.Load(); l != 1 || r != 1 {
-		t.Errorf("Lookup called %d times, Resume %d times; want 1 and 1", l, r)
+	// The burst's admission checks share one Lookup (admissionLookup);
+	// the shared resume makes a second only when its leader is a request
+	// that came after that Lookup had remembered the policy, and so
+	// brought none of its own (pre) — a matter of scheduling.
+	if l, r := res.lookups.Load(), res.resumes.Load(); l < 1 || l > 2 || r != 1 {
+		t.Errorf("Lookup called %d times, Resume %d times; want 1 or 2, and 1", l, r)
 	}
 	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.activation != "warm" || got.header.Get(HeaderActivationMs) != "" {
 		t.Errorf("after the resume: activation %q, %s %q; want warm without it", got.activation,

@@ -92,6 +92,9 @@ func (a *activator) hold(ctx context.Context, key names.ActorKey, cred credentia
 type lookup struct {
 	target  Target
 	running bool
+	// policyOnly: no Lookup was made, target holds only the policy the
+	// guard had remembered (admissionLookup).
+	policyOnly bool
 }
 
 // awaitAway waits for this router's own pause or suspend of key, if one

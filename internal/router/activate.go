@@ -516,37 +516,35 @@ func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bo
 	return Target{}, false, IngressReview{}, pre, nil
 }
 
-// admissionLookup is admitCold's Lookup of key, one at a time per key
-// like lookup, except that a look which starts after another look has
-// remembered key's policy makes none and returns that policy alone
-// (lookup.policyOnly): a request of a
-// burst that found the policy unknown just before the first look ended
-// would otherwise ask the control plane a second time (seen as a flaky
-// TestConcurrentColdRequestsShareOneResume). The guard's check runs
-// inside the shared call, after the previous one has ended, so no
-// request of the burst can miss it.
-func (a *activator) admissionLookup(ctx context.Context, key names.ActorKey) (lookup, error) {
-	v, _, err := a.looks.Do(ctx, "admit/"+key.String(), func(ctx context.Context) (any, error) {
-		if p, known := a.guard.policy(key); known {
-			return lookup{target: Target{Policy: p}, policyOnly: true}, nil
-		}
-		t, running, err := a.res.Lookup(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		a.guard.remember(key, t.Policy)
-		return lookup{target: t, running: running}, nil
-	})
-	if err != nil {
-		return lookup{}, fmt.Errorf("look up %s: %w", key, err)
-	}
-	return v.(lookup), nil
-}
-
 // lookup runs one Lookup of key at a time for held streams,
 // remembering the policy it returns.
 func (a *activator) lookup(ctx context.Context, key names.ActorKey) (lookup, error) {
-	v, _, err := a.looks.Do(ctx, key.String(), func(ctx context.Context) (any, error) {
+	return a.sharedLookup(ctx, key, false)
+}
+
+// admissionLookup is admitCold's lookup, except that a look which starts
+// after another look has remembered key's policy makes none and returns
+// that policy alone (lookup.policyOnly): a request of a burst that found
+// the policy unknown just before the first look ended would otherwise
+// ask the control plane again, and such looks could chain (seen as a
+// flaky TestConcurrentColdRequestsShareOneResume). The guard's check
+// runs inside the shared call, after the previous one has ended, so no
+// request of the burst can miss it. Its calls are shared apart from
+// lookup's, whose callers need the actor's state.
+func (a *activator) admissionLookup(ctx context.Context, key names.ActorKey) (lookup, error) {
+	return a.sharedLookup(ctx, key, true)
+}
+
+// sharedLookup is lookup (admission false) and admissionLookup.
+func (a *activator) sharedLookup(ctx context.Context, key names.ActorKey, admission bool) (lookup, error) {
+	flight := key.String()
+	if admission {
+		flight = "admit/" + flight
+	}
+	v, _, err := a.looks.Do(ctx, flight, func(ctx context.Context) (any, error) {
+		if p, known := a.guard.policy(key); admission && known {
+			return lookup{target: Target{Policy: p}, policyOnly: true}, nil
+		}
 		t, running, err := a.res.Lookup(ctx, key)
 		if err != nil {
 			return nil, err

@@ -18,7 +18,6 @@ import (
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/node"
-	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/runtimeasset"
@@ -83,8 +82,13 @@ func apiserverCommand() *cobra.Command {
 	var cfg up.APIServerConfig
 	return componentCommand("apiserver", "Run the API server alone: the Control API and the node registry over the record store", "",
 		func(f *pflag.FlagSet) {
+			cfg.Ceilings = &up.CeilingsConfig{}
+			apiserverFlags(f, apiserverFields{Store: &cfg.Store, StoreFile: &cfg.StoreFile, Identity: &cfg.Identity, Auth: &cfg.Auth, Ceilings: cfg.Ceilings,
+				MaxStreamsPerCaller: &cfg.MaxStreamsPerCaller, ExpiryInterval: &cfg.ExpiryInterval, Heartbeat: &cfg.Heartbeat, LostAfter: &cfg.LostAfter})
+			workloadFlags(f, workloadFields{SandboxClass: &cfg.SandboxClass, ImageRoots: &cfg.ImageRoots, RegistryCredentials: &cfg.RegistryCredentials,
+				Ceilings: cfg.Ceilings}, up.DefaultImageRoot)
+			// Only a separate API server has these.
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
-			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db, or postgres://user@host:port/database shared by several API server replicas", "<data-dir>/ate.db")
 			f.DurationVar(&cfg.Leases.Duration, "lease-duration", lifecycle.DefaultLeaseDuration,
 				"with a shared store: life of an actor's workflow lease unrenewed; an actor whose API server died mid-workflow is taken over after this")
 			f.DurationVar(&cfg.Leases.RenewEvery, "lease-renew-interval", 0, "with a shared store: how often a running workflow renews its lease (default lease-duration/3)")
@@ -93,22 +97,10 @@ func apiserverCommand() *cobra.Command {
 			f.StringVar(&cfg.Addr, "listen", up.DefaultAPIAddr, "gRPC listen address (Control API and node registry)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
 			pprofFlag(f, &cfg.PprofAddr)
-			f.StringVar(&cfg.HTTPAddr, "http-addr", "", "HTTP listen address of the web dashboard at / (keep it on loopback or a private network; empty: none)")
-			identityFlags(f, &cfg.Identity)
-			f.StringVar(&cfg.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class the nodes' workers run")
-			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultImageRoot}, imageRootHelp)
-			f.StringVar(&cfg.RegistryCredentials, "registry-credentials", up.DefaultRegistryCredentials, registryCredentialsHelp)
-			cfg.Ceilings = &up.CeilingsConfig{}
-			ceilingFlags(f, cfg.Ceilings)
+			f.StringVar(&cfg.HTTPAddr, "http-addr", "", httpAddrHelp)
 			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
 				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")
-			f.DurationVar(&cfg.ExpiryInterval, "expiry-interval", lifecycle.DefaultExpiryInterval,
-				"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
-			f.DurationVar(&cfg.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
-			f.DurationVar(&cfg.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
 			tlsFlags(f, &cfg.TLS, "apiserver")
-			authFlags(f, &cfg.Auth)
-			maxStreamsFlag(f, &cfg.MaxStreamsPerCaller)
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger = log
@@ -116,19 +108,15 @@ func apiserverCommand() *cobra.Command {
 		})
 }
 
-// storeFlags defines --store and --store-file (storeurl.Resolve); forms
-// says what URLs the component takes, def what it uses given none.
-func storeFlags(f *pflag.FlagSet, store, file *string, forms, def string) {
-	f.StringVar(store, "store", "", "record store URL: "+forms+
-		"; a password here shows in ps, so give such a URL with --store-file or $ATE_STORE (neither: "+def+")")
-	f.StringVar(file, "store-file", "", "file holding the record store URL, password included (e.g. a mounted Secret); instead of --store")
-}
-
 // pprofFlag defines --pprof-addr (httpserve.NewPprof).
 func pprofFlag(f *pflag.FlagSet, addr *string) {
 	f.StringVar(addr, "pprof-addr", "", "loopback listen address of net/http/pprof's /debug/pprof/, e.g. 127.0.0.1:6060; pprof has no authentication, so "+
 		"a non-loopback address is refused: reach it with ssh -L or kubectl port-forward (empty: none)")
 }
+
+// httpAddrHelp is --http-addr's help on `ate apiserver` and `ate up`,
+// whose defaults differ.
+const httpAddrHelp = "the API server's HTTP listen address: the web dashboard at / (keep it on loopback or a private network; empty: none)"
 
 // imageRootHelp is --image-root's help on every command that reads
 // images.
@@ -149,39 +137,30 @@ const apiFlagHelp = "the API server's gRPC address (required): host:port, a comm
 
 func nodeCommand() *cobra.Command {
 	var cfg up.NodeAgentConfig
-	var labels map[string]string
 	var runscAssets []string
 	return componentCommand("node", "Run a node agent: gVisor workers, the worker tunnel and the NodeAgent service, registered with an API server", "",
 		func(f *pflag.FlagSet) {
+			nodeFlags(f, &cfg.Node, &cfg.Gvisor)
+			cfg.Ceilings = &up.CeilingsConfig{}
+			workloadFlags(f, workloadFields{SandboxClass: &cfg.Node.SandboxClass, ImageRoots: &cfg.ImageRoots, RegistryCredentials: &cfg.RegistryCredentials,
+				Ceilings: cfg.Ceilings}, up.DefaultImageRoot)
+			// Only a separate node has these.
 			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for images, paused checkpoints, the snapshot cache and worker state (default $HOME/.ate-node)")
 			f.StringVar(&cfg.Node.Name, "name", "", "node name, unique in the cluster (default the host name)")
 			f.StringVar(&cfg.Advertise, "advertise", "127.0.0.1", "address the API server and routers reach this node at; the agent and tunnel listen on it")
 			f.IntVar(&cfg.AgentPort, "agent-port", 0, "NodeAgent gRPC port (0 picks one)")
 			f.IntVar(&cfg.TunnelPort, "tunnel-port", 0, "worker tunnel port (0 picks one)")
-			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of gVisor workers")
-			f.StringToStringVar(&labels, "labels", nil, "worker labels, key=value,… (templates' worker selectors match them)")
 			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: the same URL the API server was given (it refuses a node on another; default <data-dir>/snapshots)")
 			f.Int64Var(&cfg.CacheBytes, "snapshot-cache-bytes", 0, "bound of the local cache of downloaded snapshots in bytes (default 10 GiB)")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
 			pprofFlag(f, &cfg.PprofAddr)
-			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "gvisor, or fake (in-process stand-ins)")
-			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc)")
 			f.StringArrayVar(&runscAssets, "runsc-asset", nil, "ARCH=SHA256@URL (repeatable, one per architecture): fetch runsc from an https://, http:// or file:// URL into <data-dir>/runtime, verify its sha256 and run it instead of --runsc; the value for this machine's architecture is used")
-			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --name and --data-dir)")
-			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys", "keep a sandbox created ahead on each free worker for the template it ran last")
-			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultImageRoot}, imageRootHelp)
-			f.StringVar(&cfg.RegistryCredentials, "registry-credentials", up.DefaultRegistryCredentials, registryCredentialsHelp)
-			cfg.Ceilings = &up.CeilingsConfig{}
-			egressCeilingFlags(f, cfg.Ceilings)
-			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
-			selfServiceFlags(f, &cfg.Node.SelfService)
-			volumeLimitFlags(f, &cfg.Node.VolumeLimits)
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
 			tlsFlags(f, &cfg.TLS, "node (named --name)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {
-			cfg.Logger, cfg.Node.Labels = log, labels
+			cfg.Logger = log
 			var err error
 			if cfg.RunscAssets, err = runtimeasset.ParseFlags("runsc", runscAssets); err != nil {
 				return fmt.Errorf("--runsc-asset %w", err)
@@ -194,15 +173,12 @@ func routerCommand() *cobra.Command {
 	var cfg up.RouterRunConfig
 	return componentCommand("router", "Run the HTTP router alone, in front of an API server and its nodes' worker tunnels", "",
 		func(f *pflag.FlagSet) {
+			routerFlags(f, &cfg.Router)
+			// Only a separate router has these.
 			f.StringVar(&cfg.API, "api", "", apiFlagHelp)
 			f.StringVar(&cfg.Router.Addr, "listen", up.DefaultRouterAddr, "HTTP listen address")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
 			pprofFlag(f, &cfg.PprofAddr)
-			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
-			f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
-			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
-			f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay, "on SIGTERM, how long the router keeps serving with /readyz answering 503")
-			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout, "on SIGTERM, how long in-flight and parked requests may take to finish")
 			tlsFlags(f, &cfg.TLS, "router")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return up.RunRouter(ctx, cfg) })
@@ -288,7 +264,7 @@ func maxStreamsFlag(f *pflag.FlagSet, n *int) {
 func tlsFlags(f *pflag.FlagSet, s *pki.Settings, whose string) {
 	f.StringVar(&s.Dir, "tls-dir", "", "directory holding ca.crt, tls.crt and tls.key (a kubernetes.io/tls Secret, cert-manager, or `ate certs issue`): this "+whose+"'s certificate, re-read when the files change")
 	f.BoolVar(&s.Insecure, "insecure", false, "no TLS between components: plaintext gRPC and HTTP (only on a network nobody else reaches)")
-	f.StringVar(&s.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the components' certificate identities (spiffe://<domain>/ate/<component>/<name>)")
+	trustDomainFlag(f, &s.TrustDomain)
 }
 
 // authFlags are the API server's authentication and authorisation flags
@@ -318,10 +294,9 @@ func egressCeilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
 		"prefix or address templates' egress may never reach, e.g. the cluster's Pod and Service CIDRs and the nodes' addresses (the record and snapshot stores' are denied already; repeatable, or comma-separated)")
 }
 
-// ceilingFlags are every operator ceiling on templates: egress and
-// eviction.
-func ceilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
-	egressCeilingFlags(f, c)
+// evictionCeilingFlags are the operator's eviction ceiling, which the
+// API server enforces.
+func evictionCeilingFlags(f *pflag.FlagSet, c *up.CeilingsConfig) {
 	f.IntVar(&c.MaxEvictionPriority, "max-eviction-priority", up.DefaultMaxEvictionPriority,
 		"highest eviction.priority a template may set (higher priorities make other tenants' actors evicted first)")
 	f.StringToIntVar(&c.MaxEvictionPriorityFor, "max-eviction-priority-for", nil, "ATESPACE=N,…: --max-eviction-priority for these atespaces")

@@ -14,11 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/cli"
-	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/pki"
-	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/up"
 )
 
@@ -53,46 +50,27 @@ below without their dashes, with the values the flags take, e.g.
 A flag given on the command line overrides the file; a key that is not a
 flag is an error.`,
 		func(f *pflag.FlagSet) {
-			f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs and the client config")
-			storeFlags(f, &cfg.Store, &cfg.StoreFile, "bolt:///path/ate.db, or postgres://user@host:port/database", "<data-dir>/ate.db")
-			f.IntVar(&cfg.Node.Workers, "workers", up.DefaultWorkers, "number of local gVisor workers")
+			// Every component's flags (componentflags.go), each once.
+			cfg.Ceilings = &up.CeilingsConfig{}
+			apiserverFlags(f, apiserverFields{Store: &cfg.Store, StoreFile: &cfg.StoreFile, Identity: &cfg.Identity, Auth: &cfg.API.Auth, Ceilings: cfg.Ceilings,
+				MaxStreamsPerCaller: &cfg.API.MaxStreamsPerCaller, ExpiryInterval: &cfg.API.ExpiryInterval, Heartbeat: &cfg.API.Heartbeat, LostAfter: &cfg.API.LostAfter})
+			workloadFlags(f, workloadFields{SandboxClass: &cfg.Node.SandboxClass, ImageRoots: &cfg.ImageRoots, RegistryCredentials: &cfg.RegistryCredentials,
+				Ceilings: cfg.Ceilings}, up.DefaultUpImageRoot)
+			nodeFlags(f, &cfg.Node, &cfg.Gvisor)
+			routerFlags(f, &cfg.Router)
+			pprofFlag(f, &cfg.Metrics.PprofAddr)
+			trustDomainFlag(f, &cfg.PKI.TrustDomain)
+			// ate up's own: its listeners (the components' are --listen and
+			// the like), its data directory, its CA, the demo.
+			f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(home, ".ate"), "directory for the store, snapshots, images, logs, the components' CA (pki/) and the client config")
 			f.StringVar(&cfg.API.Addr, "api-addr", up.DefaultAPIAddr, "gRPC Control API listen address")
-			authFlags(f, &cfg.API.Auth)
-			maxStreamsFlag(f, &cfg.API.MaxStreamsPerCaller)
-			f.DurationVar(&cfg.API.ExpiryInterval, "expiry-interval", lifecycle.DefaultExpiryInterval,
-				"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
 			f.StringVar(&cfg.Router.Addr, "router-addr", up.DefaultRouterAddr, "HTTP router listen address")
 			f.StringVar(&cfg.Tunnel.Addr, "tunnel-addr", up.DefaultTunnelAddr, "worker tunnel listen address")
 			f.StringVar(&cfg.Metrics.Addr, "metrics-addr", up.DefaultMetricsAddr,
 				"management listen address: Prometheus /metrics (keep it on loopback or a private network; empty disables)")
-			pprofFlag(f, &cfg.Metrics.PprofAddr)
-			f.StringVar(&cfg.HTTP.Addr, "http-addr", up.DefaultHTTPAddr,
-				"the API server's HTTP listen address: the web dashboard at / (keep it on loopback or a private network; empty disables)")
-			identityFlags(f, &cfg.Identity)
-			f.StringVar(&cfg.Router.Handler.ActorDomain, "actor-domain", router.DefaultActorDomain, "DNS suffix: <name>.<atespace>.<actor-domain> addresses an actor")
-			f.IntVar(&cfg.Router.Handler.ParkMax, "park-max", router.DefaultParkMax, "most requests waiting for a resume at once")
-			f.DurationVar(&cfg.Router.Handler.ParkBudget, "park-budget", router.DefaultParkBudget, "longest a request waits for its actor to resume")
-			f.DurationVar(&cfg.Router.Handler.ParkGrace, "park-grace", router.DefaultParkGrace,
-				"extra wait for a request whose budget ran out while its actor was already being restored on a worker")
-			f.DurationVar(&cfg.Router.DrainDelay, "drain-delay", up.DefaultDrainDelay,
-				"on SIGTERM, how long the router keeps serving with /readyz answering 503 before it stops accepting")
-			f.DurationVar(&cfg.Router.DrainTimeout, "drain-timeout", router.DefaultDrainTimeout,
-				"on SIGTERM, how long in-flight and parked requests may take to finish once the router stops accepting")
-			f.StringVar(&cfg.Node.SandboxClass, "sandbox-class", up.DefaultSandboxClass, "sandbox class of the workers: gvisor, or fake (in-process stand-ins emulating the counter example, for trying the control plane)")
-			f.StringVar(&cfg.Gvisor.RunscPath, "runsc", "", "runsc binary (default $ATE_CACHE/bin/runsc, as installed by hack/install-runsc.sh)")
-			f.StringVar(&cfg.Node.WorkerPrefix, "worker-prefix", "", "prefix of worker and network namespace names (default: derived from --data-dir)")
-			f.StringArrayVar(&cfg.ImageRoots, "image-root", []string{up.DefaultUpImageRoot}, imageRootHelp)
-			f.StringVar(&cfg.RegistryCredentials, "registry-credentials", up.DefaultRegistryCredentials, registryCredentialsHelp)
-			cfg.Ceilings = &up.CeilingsConfig{}
-			ceilingFlags(f, cfg.Ceilings)
-			f.StringVar(&cfg.Node.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
-			selfServiceFlags(f, &cfg.Node.SelfService)
-			volumeLimitFlags(f, &cfg.Node.VolumeLimits)
-			negatedBoolVar(f, &cfg.Node.NoStandbys, "standbys",
-				"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
+			f.StringVar(&cfg.HTTP.Addr, "http-addr", up.DefaultHTTPAddr, httpAddrHelp)
 			f.BoolVar(&cfg.Demo.Enabled, "demo", false, "create template counter and actor counter-1")
 			f.StringVar(&cfg.Demo.Template, "demo-template", up.DefaultDemoTemplate, "template file used by --demo")
-			f.StringVar(&cfg.PKI.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the components' certificates (its CA is <data-dir>/pki)")
 			f.DurationVar(&cfg.PKI.LeafTTL, "cert-ttl", pki.DefaultLeafTTL, "life of the components' certificates, renewed at two thirds of it")
 			_ = f.MarkHidden("cert-ttl") // for rotation tests
 		},

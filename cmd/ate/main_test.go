@@ -140,6 +140,8 @@ func otherValue(f *pflag.Flag) string {
 		return "0.5"
 	case f.Value.Type() == "stringToInt":
 		return "team=7"
+	case f.Value.Type() == "stringToString":
+		return "team=blue"
 	default:
 		return "other-" + f.Name
 	}

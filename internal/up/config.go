@@ -109,6 +109,10 @@ type APIConfig struct {
 	// may hold open at once (apiserver.Server.SetMaxStreamsPerCaller);
 	// 0 means apiserver.DefaultMaxStreamsPerCaller.
 	MaxStreamsPerCaller int
+	// Heartbeat and LostAfter: nodeagent.RegistryConfig (zero: its
+	// defaults), as APIServerConfig's. Run does not read them yet: its
+	// node is not in a registry.
+	Heartbeat, LostAfter time.Duration
 }
 
 // PKIConfig configures `ate up`'s mutual TLS between its components

@@ -50,6 +50,9 @@ type Config struct {
 	// Clusters over one PostgreSQL database are API server replicas:
 	// give each its own NodeName and WorkerPrefix and one SnapshotsDir.
 	Store, NodeName, WorkerPrefix, SnapshotsDir string
+	// Heartbeat and LostAfter are the node registry's
+	// (up.ControlPlaneConfig); zero for its defaults.
+	Heartbeat, LostAfter time.Duration
 }
 
 // Cluster is a running all-in-one installation over the fake sandbox
@@ -103,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 	c.Runtime = fake.New(cfg.Fake)
 	c.ControlPlane, err = up.NewControlPlane(ctx, up.ControlPlaneConfig{
-		DataDir: cfg.Dir, Logger: log, Store: cfg.Store, SnapshotsDir: cfg.SnapshotsDir,
+		DataDir: cfg.Dir, Logger: log, Store: cfg.Store, SnapshotsDir: cfg.SnapshotsDir, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter,
 		Node: node.Config{
 			Name:    cfg.NodeName,
 			Workers: cfg.Workers, WorkerPrefix: cmp.Or(cfg.WorkerPrefix, "bench"), SandboxClass: fake.Class,

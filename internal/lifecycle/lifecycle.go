@@ -406,14 +406,19 @@ func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Ac
 	return out, true, nil
 }
 
-// Recover repairs state after this node restarted: every actor holding a
-// worker has lost its sandbox, so it becomes CRASHED at its last snapshot
-// (resumable), staging leftovers are removed, and unfinished golden builds
-// start again. It reads the workers and templates, never every actor, so
-// start-up does not grow with the number of actors; CollectGarbage, which
-// does, runs afterwards while the API serves.
-func (m *Manager) Recover(ctx context.Context) error {
-	if err := m.recoverWorkers(ctx); err != nil {
+// Recover repairs state after the API server restarted together with
+// node, the one node in its process (`ate up`), before that node
+// registers: every actor holding one of its workers has lost its
+// sandbox, so it becomes CRASHED at its last snapshot (resumable),
+// staging leftovers are removed, and unfinished golden builds start
+// again. (The node's registration would find the same, but only once
+// it is welcomed, and for actors whose record is older than a clock
+// margin: see ClaimsNotHosted.) It reads the workers and templates,
+// never every actor, so start-up does not grow with the number of
+// actors; CollectGarbage, which does, runs afterwards while the API
+// serves.
+func (m *Manager) Recover(ctx context.Context, node string) error {
+	if err := m.recoverWorkers(ctx, node); err != nil {
 		return err
 	}
 	return m.RecoverStore(ctx)
@@ -434,21 +439,17 @@ func (m *Manager) RecoverStore(ctx context.Context) error {
 	return m.resumeGoldenBuilds(ctx)
 }
 
-// recoverWorkers marks every actor that holds a worker of this
-// manager's nodes CRASHED at its last snapshot: its sandbox died with the
-// previous process. Workers of other nodes (over a shared store, other
-// `ate up` installations') are not ours to judge.
-func (m *Manager) recoverWorkers(ctx context.Context) error {
+// recoverWorkers marks every actor that holds a worker of node CRASHED
+// at its last snapshot: its sandbox died with the previous process.
+// Workers of other nodes (over a shared store, other `ate up`
+// installations') are not ours to judge.
+func (m *Manager) recoverWorkers(ctx context.Context, node string) error {
 	workers, err := m.store.ListWorkers(ctx)
 	if err != nil {
 		return err
 	}
-	ours := map[string]bool{}
-	for _, n := range m.nodes.All() {
-		ours[n.Name()] = true
-	}
 	for _, w := range workers {
-		if w.Free() || !ours[w.Node] {
+		if w.Free() || w.Node != node {
 			continue
 		}
 		if err := m.crashHolder(ctx, w, "node restarted: memory since the last snapshot was lost"); err != nil {

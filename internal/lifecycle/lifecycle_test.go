@@ -160,7 +160,7 @@ func newEnv(t *testing.T) *env {
 // testNodes answers for every node in live with the one fake node, as
 // if each were registered.
 type testNodes struct {
-	n    *fakeNode
+	n    Node
 	live []string
 }
 
@@ -390,13 +390,13 @@ func TestGarbageCollection(t *testing.T) {
 	must(t, err)
 	// Over a shared store (a holder given) other replicas may be staging:
 	// staging is left alone. The only API server over its store clears it.
-	must(t, e.m.Recover(ctx))
+	must(t, e.m.Recover(ctx, "n1"))
 	if _, err := os.Stat(leftover.Dir); err != nil {
 		t.Fatalf("Recover with a lease holder removed staging other replicas may be writing: %v", err)
 	}
 	alone := New(e.st, testNodes{n: e.node, live: []string{"n1"}}, e.snaps, "", nil)
 	t.Cleanup(alone.Close)
-	must(t, alone.Recover(ctx))
+	must(t, alone.Recover(ctx, "n1"))
 	if _, err := os.Stat(leftover.Dir); !os.IsNotExist(err) {
 		t.Fatalf("staging leftover survived Recover: %v", err)
 	}
@@ -576,7 +576,7 @@ func TestRecoverLeavesOtherNodesActors(t *testing.T) {
 	claimed.State = store.Running
 	_, err = e.st.UpdateActor(ctx, claimed)
 	must(t, err)
-	must(t, e.m.Recover(ctx))
+	must(t, e.m.Recover(ctx, "n1"))
 	if a := e.get(t); a.State != store.Crashed {
 		t.Fatalf("actor on this node after Recover: %s, want CRASHED", a.State)
 	}

@@ -11,9 +11,9 @@ import (
 	"substrate.dev/ate/internal/store"
 )
 
-// Nodes finds the node agents workflows run on: the one in-process node of
-// `ate up` (OneNode) or the nodes registered with the API server
-// (internal/nodeagent.Registry). Implementations are safe for concurrent
+// Nodes finds the node agents workflows run on: the nodes registered
+// with the API server (internal/nodeagent.Registry), `ate up`'s
+// in-process node among them. Implementations are safe for concurrent
 // use.
 type Nodes interface {
 	// Get returns the live node named name; ok is false when no node of
@@ -33,18 +33,6 @@ type Nodes interface {
 // ErrNodeUnavailable: the node a workflow step needs is not registered
 // (lost, or never joined).
 var ErrNodeUnavailable = errors.New("node unavailable")
-
-// OneNode is the Nodes of a single node that is always live.
-func OneNode(n Node) Nodes { return oneNode{n} }
-
-type oneNode struct{ n Node }
-
-func (o oneNode) Get(name string) (Node, bool) { return o.n, name == o.n.Name() }
-
-// ForWorker is always the one node: every registered worker is its.
-func (o oneNode) ForWorker(string) (Node, bool) { return o.n, true }
-func (o oneNode) ByLoad() []string              { return []string{o.n.Name()} }
-func (o oneNode) All() []Node                   { return []Node{o.n} }
 
 // nodeOf returns the node owning worker, or ErrNodeUnavailable.
 func (m *Manager) nodeOf(worker string) (Node, error) {

@@ -27,7 +27,7 @@ func (b *blockingBuildNode) BuildGolden(ctx context.Context, _, _, _ string, _ *
 func TestCloseLeavesGoldenBuildForRecover(t *testing.T) {
 	e := newEnv(t)
 	n := &blockingBuildNode{fakeNode: e.node, started: make(chan struct{})}
-	m := New(e.st, OneNode(n), e.snaps, "test", nil)
+	m := New(e.st, testNodes{n: n, live: []string{"n1"}}, e.snaps, "test", nil)
 	ctx := t.Context()
 	tpl := &store.Template{Atespace: "default", Name: "building", UID: "building-uid", Phase: store.TemplateBuilding,
 		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}

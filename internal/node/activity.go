@@ -46,6 +46,25 @@ func (n *Node) WorkerActivity(worker string) (Activity, bool) {
 	return s.gate.activity()
 }
 
+// ViewChanged is signalled (one signal may stand for several) when
+// something changed that an API server learning of this node from
+// heartbeats (nodeagent) must hear of at once rather than at the next
+// one: a standby became ready, so the resume right after a suspend
+// prefers the worker it freed (BENCHMARKS.md, Activation latency); or an
+// actor with no request in flight got one, so eviction does not pick it
+// as idle. (The way back to idle is reported at once too: the idle
+// handler.)
+func (n *Node) ViewChanged() <-chan struct{} { return n.viewChanged }
+
+// signal sends on c without blocking: c has room for one signal, and one
+// pending is enough.
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
 // SetIdleHandler sets who is told, with the worker's name, each time the
 // actor a worker hosts has no request in flight left but streams: the
 // moment it may become an eviction victim. f runs on the request's

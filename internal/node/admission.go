@@ -112,6 +112,8 @@ type admission struct {
 	// release must be called when the request ends; it reports whether
 	// the actor then has no request in flight but streams.
 	release func() (idle bool)
+	// busied: the actor had no request in flight before this one.
+	busied bool
 }
 
 // enter admits one request for actorUID: a stream if stream, a
@@ -128,6 +130,7 @@ func (g *gate) enter(actorUID string, stream, listen bool) (adm admission, ok bo
 	// counter even after the gate moves on to another actor.
 	act := g.act
 	act.inflight++
+	adm.busied = act.inflight == 1
 	act.last = time.Now()
 	if stream {
 		act.streams++
@@ -237,6 +240,9 @@ func (n *Node) enter(worker, actorUID string, r *http.Request) (t tunnelTarget, 
 	adm, ok := s.gate.enter(actorUID, isStream(r), streams.IsListen(r))
 	if !ok {
 		return tunnelTarget{}, nil, nil, false
+	}
+	if adm.busied {
+		signal(n.viewChanged)
 	}
 	return tunnelTarget{worker: worker, container: adm.container, port: adm.port, sb: s.sb}, adm.ending, func() {
 		if idle := adm.release(); idle {

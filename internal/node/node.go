@@ -147,7 +147,9 @@ type Node struct {
 
 	golden   goldenBuilder
 	standbys standbys
-	ids      identityWriter
+	// viewChanged: ViewChanged.
+	viewChanged chan struct{}
+	ids         identityWriter
 	// actorLogs keeps each actor's output across its runs (actorlogs.go).
 	actorLogs *actorlog.Dir
 
@@ -194,8 +196,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.EgressResolver == nil && cfg.EgressDNS != "" {
 		cfg.EgressResolver = egress.DNSResolver(cfg.EgressDNS)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}, ids: identityWriter{stateDir: cfg.StateDir}}
-	n.standbys.init(cfg.Runtime, cfg.NoStandbys)
+	n := &Node{cfg: cfg, log: cfg.Logger, slots: map[string]*slot{}, ids: identityWriter{stateDir: cfg.StateDir},
+		viewChanged: make(chan struct{}, 1)}
+	n.standbys.init(cfg.Runtime, cfg.NoStandbys, n.viewChanged)
 	n.conns = n.newSandboxTransport()
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, d := range []string{"bundles", "logs", "workers"} {

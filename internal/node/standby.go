@@ -100,11 +100,15 @@ type standbys struct {
 	off atomic.Bool
 	// ready is the workers holding a standby, by template key.
 	ready keyedSet[string]
+	// readied gets a signal (never blocking) whenever a standby becomes
+	// ready: the node's viewChanged.
+	readied chan<- struct{}
 }
 
-func (st *standbys) init(rt sandbox.Runtime, off bool) {
+func (st *standbys) init(rt sandbox.Runtime, off bool, readied chan<- struct{}) {
 	st.prep, _ = rt.(sandbox.Preparer)
 	st.off.Store(off)
+	st.readied = readied
 }
 
 // enabled reports whether free workers should prepare standbys.
@@ -121,6 +125,7 @@ func (st *standbys) set(worker string, slot *standbySlot, sb *sandbox.Spec, key 
 	slot.spec, slot.key = sb, key
 	if sb != nil {
 		st.ready.add(key, worker)
+		signal(st.readied)
 	}
 }
 

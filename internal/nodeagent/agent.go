@@ -108,10 +108,14 @@ type link struct {
 	lostAfter time.Duration
 	live      bool
 	wake      chan struct{}
-	drained   chan *atev1.Drained
+	// beat asks for a heartbeat now (a standby became ready).
+	beat    chan struct{}
+	drained chan *atev1.Drained
 }
 
-// NewAgent returns an agent for cfg.Node; call Run.
+// NewAgent returns an agent for cfg.Node and makes it the node's
+// handler of exits, idle workers and actors' self-service alarms and
+// calls, which it forwards to the API server; call Run.
 func NewAgent(cfg AgentConfig) *Agent {
 	log := cfg.Logger
 	if log == nil {
@@ -120,7 +124,13 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if cfg.ResolveEvery <= 0 {
 		cfg.ResolveEvery = 10 * time.Second
 	}
-	return &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), links: map[string]*link{}, resolveNow: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), links: map[string]*link{}, resolveNow: make(chan struct{}, 1)}
+	n := cfg.Node
+	n.SetExitHandler(a.Exited)
+	n.SetIdleHandler(a.Idle)
+	n.SetSelfAlarmHandler(a.SelfAlarm)
+	n.SetSelfCallHandler(a.SelfCall)
+	return a
 }
 
 // current returns the links now.
@@ -193,6 +203,7 @@ func (a *Agent) Run(ctx context.Context, first chan<- error) error {
 			_ = l.conn.Close()
 		}
 	}()
+	go a.beatOnChange(ctx)
 	// Until the replicas are first found (a headless Service with no
 	// ready Pod yet resolves to nothing), ask every second.
 	for resolved := false; ; {
@@ -225,6 +236,37 @@ func (a *Agent) Run(ctx context.Context, first chan<- error) error {
 		}
 	}
 }
+
+// beatOnChange asks every session for a heartbeat whenever the node's
+// view changed in a way the API server must hear of at once
+// (node.ViewChanged: a standby ready, an idle actor busy again), at most
+// one per beatSpacing, until ctx ends.
+func (a *Agent) beatOnChange(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.cfg.Node.ViewChanged():
+		}
+		for _, l := range a.current() {
+			select {
+			case l.beat <- struct{}{}:
+			default:
+			}
+		}
+		// A heartbeat lists every worker: a busy node's requests must
+		// not turn into a stream of them.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(beatSpacing):
+		}
+	}
+}
+
+// beatSpacing is the least time between two heartbeats beatOnChange asks
+// for.
+const beatSpacing = 10 * time.Millisecond
 
 // follow starts a link for every address in addrs without one and ends
 // the links of addresses no longer there.
@@ -261,7 +303,7 @@ func (a *Agent) follow(ctx context.Context, addrs []string, first func(error)) e
 		}
 		lctx, cancel := context.WithCancel(ctx)
 		l := &link{addr: addr, conn: conn, cancel: cancel, done: make(chan struct{}),
-			wake: make(chan struct{}, 1), drained: make(chan *atev1.Drained, 1)}
+			wake: make(chan struct{}, 1), beat: make(chan struct{}, 1), drained: make(chan *atev1.Drained, 1)}
 		a.links[addr] = l
 		go func() {
 			defer close(l.done)
@@ -403,6 +445,10 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 		case err := <-recvErr:
 			return true, err
 		case <-l.wake:
+		case <-l.beat:
+			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
+				return true, err
+			}
 		case <-tick.C:
 			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
 				return true, err

@@ -536,6 +536,8 @@ func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1
 			// next session and hears then.
 			_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
 		}()
+	case atev1.NodeEvent_BUILD_PROGRESS:
+		m.remote.buildProgress(ev.GetTemplateUid(), ev.GetPhase())
 	case atev1.NodeEvent_LEAVE:
 		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
 	}

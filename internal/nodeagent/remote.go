@@ -27,11 +27,14 @@ type Remote struct {
 	mu       sync.Mutex
 	activity map[string]node.Activity
 	standbys map[string][]string
+	// builds are the golden builds under way here, by template uid: each
+	// one's phases, reported as events, queue for its BuildGolden call.
+	builds map[string]chan string
 }
 
 func newRemote(name string, conn *grpc.ClientConn) *Remote {
 	return &Remote{name: name, conn: conn, client: atev1.NewNodeAgentClient(conn),
-		activity: map[string]node.Activity{}, standbys: map[string][]string{}}
+		activity: map[string]node.Activity{}, standbys: map[string][]string{}, builds: map[string]chan string{}}
 }
 
 // Name implements lifecycle.Node.
@@ -66,10 +69,43 @@ func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
 	return fromStatus(r.name, err)
 }
 
-// BuildGolden implements lifecycle.Node.
+// BuildGolden implements lifecycle.Node. The phases the node reports
+// while it builds (BUILD_PROGRESS events, on the registration stream)
+// reach ctx's node.ProgressFunc in order, on a goroutine of their own,
+// so a slow listener never holds up the stream's heartbeats; those that
+// arrive after the build returned are dropped.
 func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (string, string, error) {
+	phases := make(chan string, 8)
+	r.mu.Lock()
+	r.builds[tplUID] = phases
+	r.mu.Unlock()
+	told := make(chan struct{})
+	go func() {
+		defer close(told)
+		for p := range phases {
+			node.Progress(ctx, p)
+		}
+	}()
+	defer func() {
+		r.mu.Lock()
+		delete(r.builds, tplUID)
+		r.mu.Unlock()
+		close(phases)
+		<-told
+	}()
 	resp, err := r.client.BuildGolden(ctx, &atev1.BuildGoldenRequest{TemplateUid: tplUID, Atespace: atespace, Template: tplName, Spec: spec, SnapshotId: snapshotID})
 	return resp.GetSnapshot(), resp.GetImageDigest(), fromStatus(r.name, err)
+}
+
+// buildProgress queues phase for the BuildGolden call building tplUID;
+// nothing when none runs (or its queue is full: a progress line lost).
+func (r *Remote) buildProgress(tplUID, phase string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case r.builds[tplUID] <- phase:
+	default:
+	}
 }
 
 // Upload implements lifecycle.Node.

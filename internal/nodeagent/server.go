@@ -16,10 +16,13 @@ import (
 type Server struct {
 	atev1.UnimplementedNodeAgentServer
 	n *node.Node
+	// report sends an event to the API server replicas (Agent.Report).
+	report func(*atev1.NodeEvent)
 }
 
-// NewServer serves n.
-func NewServer(n *node.Node) *Server { return &Server{n: n} }
+// NewServer serves n, whose agent a reports what long calls are doing
+// (a golden build's phases) to the API server.
+func NewServer(n *node.Node, a *Agent) *Server { return &Server{n: n, report: a.Report} }
 
 // CheckpointTimeout bounds a checkpoint once begun: it runs to the end
 // even when the API server that asked goes away, so a sandbox is never
@@ -56,6 +59,11 @@ func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*ate
 
 // BuildGolden implements atev1.NodeAgentServer.
 func (s *Server) BuildGolden(ctx context.Context, r *atev1.BuildGoldenRequest) (*atev1.BuildGoldenResponse, error) {
+	// Each phase goes out as an event on the registration streams, which
+	// the caller's Remote hands to its own progress listener.
+	ctx = node.WithProgress(ctx, func(phase string) {
+		s.report(&atev1.NodeEvent{Kind: atev1.NodeEvent_BUILD_PROGRESS, TemplateUid: r.GetTemplateUid(), Phase: phase})
+	})
 	ref, digest, err := s.n.BuildGolden(ctx, r.GetTemplateUid(), r.GetAtespace(), r.GetTemplate(), r.GetSpec(), r.GetSnapshotId())
 	return &atev1.BuildGoldenResponse{Snapshot: ref, ImageDigest: digest}, toStatus(err)
 }

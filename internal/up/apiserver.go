@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -26,6 +25,7 @@ import (
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/pki"
+	"substrate.dev/ate/internal/runner"
 	snapurl "substrate.dev/ate/internal/snapshot/storeurl"
 	"substrate.dev/ate/internal/store"
 	storeurl "substrate.dev/ate/internal/store/storeurl"
@@ -303,16 +303,6 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 		}
 		dashURL = dash.URL()
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	// Watches and log follows would hold the graceful stop to its end.
-	context.AfterFunc(gctx, api.EndStreams)
-	g.Go(func() error { return serveGRPC(gctx, gs, ln) })
-	if dash != nil {
-		g.Go(func() error { return dash.Start(gctx) })
-	}
-	g.Go(func() error { return reg.Run(gctx) })
-	g.Go(func() error { return alarms.Run(gctx) })
-	g.Go(func() error { return issuer.Run(gctx) })
 	// Over a shared store other replicas' workflows are under way: a
 	// snapshot one of them staged before our start may not be recorded
 	// yet. None can still be unrecorded orphanWindow after it was staged
@@ -322,18 +312,29 @@ func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	if opened.Shared {
 		cutoff = recovered.Add(-orphanWindow)
 	}
-	g.Go(func() error { return collectOrphans(gctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
-	g.Go(func() error { return lc.RunExpiry(gctx, cfg.ExpiryInterval) })
-	g.Go(func() error { runActorCounts(gctx, st, ms, log); return nil })
+	r := runner.New(log)
+	r.Add("api", func(ctx context.Context) error {
+		// Watches and log follows would hold the graceful stop to its end.
+		defer context.AfterFunc(ctx, api.EndStreams)()
+		return serveGRPC(ctx, gs, ln)
+	})
+	// The node sessions end before the graceful stop above begins: it
+	// waits for every call, and they never end by themselves. The nodes
+	// retry until an API server is back.
+	r.Add("node registry", reg.Run)
+	if dash != nil {
+		r.Add("dashboard", dash.Start)
+	}
+	r.Add("alarms", alarms.Run)
+	r.Add("identity keys", issuer.Run)
+	r.Add("snapshot collection", func(ctx context.Context) error { return collectOrphans(ctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
+	r.Add("expiry", func(ctx context.Context) error { return lc.RunExpiry(ctx, cfg.ExpiryInterval) })
+	r.Add("actor counts", func(ctx context.Context) error { runActorCounts(ctx, st, ms, log); return nil })
 	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots, "dashboard", dashURL)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}
-	err = g.Wait()
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
+	return r.Run(ctx)
 }
 
 // openStore opens the record store, retrying with backoff (up to 5 s

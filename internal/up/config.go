@@ -110,8 +110,8 @@ type APIConfig struct {
 	// 0 means apiserver.DefaultMaxStreamsPerCaller.
 	MaxStreamsPerCaller int
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig (zero: its
-	// defaults), as APIServerConfig's. Run does not read them yet: its
-	// node is not in a registry.
+	// defaults), as APIServerConfig's: the in-process node is subject to
+	// them as any node.
 	Heartbeat, LostAfter time.Duration
 }
 

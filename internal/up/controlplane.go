@@ -23,6 +23,7 @@ import (
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	storeurl "substrate.dev/ate/internal/store/storeurl"
@@ -78,13 +79,21 @@ type ControlPlaneConfig struct {
 	// AlarmTunnelTLS, if set, is the TLS config alarm deliveries reach
 	// the worker tunnel with (alarm.Config.TunnelTLS).
 	AlarmTunnelTLS *tls.Config
+	// Heartbeat and LostAfter are the node registry's
+	// (nodeagent.RegistryConfig), which the in-process node is subject
+	// to as any node is.
+	Heartbeat, LostAfter time.Duration
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
-// store, the snapshot stores, the node agent with its workers registered,
-// the lifecycle manager (recovered) and the API server implementation.
-// `ate up` and the control-plane benchmarks build it the same way:
-// NewControlPlane, then Start for its background work, then Close.
+// store, the snapshot stores, the node registry, the node agent
+// registered with it, the lifecycle manager (recovered) and the API
+// server implementation. The node reaches the registry as a node in a
+// cluster does — its Agent, the node protocol, heartbeats, the loss
+// deadline, fencing, drain — over an in-process transport
+// (nodeagent.InProcess), and the workflows reach the node through the
+// registry. `ate up` and the control-plane benchmarks build it the same
+// way: NewControlPlane, then Start for its background work, then Close.
 type ControlPlane struct {
 	// installation renews the installation lease (Exclusive) until the
 	// background work stops; nil without one.
@@ -94,6 +103,8 @@ type ControlPlane struct {
 	Store     store.Store
 	Snapshots *snapshot.Local
 	Node      *node.Node
+	// Registry is the node registry the in-process node registers with.
+	Registry  *nodeagent.Registry
 	Lifecycle *lifecycle.Manager
 	API       *apiserver.Server
 	// Alarms fires scheduled wake-ups (Start runs it).
@@ -120,6 +131,13 @@ type ControlPlane struct {
 	expiryInterval time.Duration
 	// metrics is ControlPlaneConfig.Metrics.
 	metrics *metrics.Metrics
+	// nodePath carries the node protocol in process; stopNodePath ends
+	// it (the transport, the registry's loss checks, the agent's
+	// sessions, the node's self-service endpoint) and nodePathDone waits
+	// for it: in Close, after the workflows that call the node.
+	nodePath     *nodeagent.InProcess
+	stopNodePath context.CancelFunc
+	nodePathDone sync.WaitGroup
 }
 
 // DBName is the store file in the data directory.
@@ -193,10 +211,13 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if cp.Node, err = node.New(ctx, nc); err != nil {
 		return nil, err
 	}
-	for _, w := range cp.Node.Workers() {
-		if err := cp.Store.PutWorker(ctx, w); err != nil {
-			return nil, fmt.Errorf("register worker %s: %w", w.Name, err)
-		}
+	// Until the registry welcomes it, the node serves nothing it was not
+	// given, as any node (RunNode).
+	cp.Node.Fence(true)
+	cp.nodePath = nodeagent.NewInProcess()
+	if cp.Registry, err = nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: cp.Store, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter,
+		Dial: cp.nodePath.DialNode, Shared: opened.Shared, SandboxClass: nc.SandboxClass, Logger: log}); err != nil {
+		return nil, err
 	}
 	// The embedded store has exactly one API server (bbolt's file lock
 	// sees to that), so it needs no store leases: the in-process lock
@@ -207,65 +228,71 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	if opened.Shared {
 		holder = replicaName()
 	}
-	cp.Lifecycle = lifecycle.New(cp.Store, lifecycle.OneNode(cp.Node), cp.Snapshots, holder, log)
+	cp.Lifecycle = lifecycle.New(cp.Store, cp.Registry, cp.Snapshots, holder, log)
 	cp.Lifecycle.SetEvictionLimits(ceilings.Eviction)
 	if cfg.Metrics != nil {
 		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
 	}
-	cp.Node.SetExitHandler(cp.Lifecycle.WorkerExited)
-	cp.Node.SetIdleHandler(cp.Lifecycle.WorkerIdle)
+	cp.Registry.SetWorkflows(cp.Lifecycle)
 	cp.recovered = time.Now()
-	if err := cp.Lifecycle.Recover(cp.background); err != nil {
+	// Before the node registers: its sandboxes died with the previous
+	// process, whatever the store says.
+	if err := cp.Lifecycle.Recover(cp.background, nc.Name); err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
-	}
-	// After Recover, which put every actor that held a worker back to
-	// its last snapshot: a worker an earlier run registered and this one
-	// does not have (fewer --workers, another prefix) would otherwise be
-	// handed to resumes that then fail on it, forever.
-	if err := unregisterGone(ctx, cp.Store, cp.Node.Name(), cp.Node.Workers(), log); err != nil {
-		return nil, fmt.Errorf("unregister workers of an earlier run: %w", err)
 	}
 	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
 	cp.API.SetCeilings(ceilings)
-	cp.API.SetNodes(localNodes{name: nc.Name, tunnel: nc.TunnelAddr, store: cp.Store})
+	cp.API.SetNodes(cp.Registry)
 	ac := alarm.Config{Holder: orDefault(holder, "ate-up"), TunnelTLS: cfg.AlarmTunnelTLS}
 	if cfg.Metrics != nil {
 		ac.Metrics = cfg.Metrics.Alarms
 	}
 	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, log)
 	cp.API.SetAlarms(cp.Alarms)
-	cp.Node.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
+	cp.Registry.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
 	cp.Identity = cfg.Identity.newIssuer(cp.Store, log)
-	cp.Node.SetSelfCallHandler(selfCalls(cp.Identity, cp.Lifecycle))
+	cp.Registry.SetSelfCallHandler(selfCalls(cp.Identity, cp.Lifecycle))
+	if err := cp.startNodePath(ctx, nc, log); err != nil {
+		return nil, err
+	}
 	return cp, nil
 }
 
-// unregisterGone deletes from st the workers of node that are not in
-// current, releasing any still marked claimed.
-func unregisterGone(ctx context.Context, st store.Store, node string, current []*store.Worker, log *slog.Logger) error {
-	have := make(map[string]bool, len(current))
-	for _, w := range current {
-		have[w.Name] = true
-	}
-	all, err := st.ListWorkers(ctx)
-	if err != nil {
-		return err
-	}
-	for _, w := range all {
-		if w.Node != node || have[w.Name] {
-			continue
-		}
-		if !w.Free() {
-			if err := st.ReleaseWorker(ctx, w.Name, w.ActorUID); err != nil {
-				return err
+// startNodePath serves the node protocol in process and registers the
+// node with the registry through its agent, returning once the
+// registry has welcomed it (its registration re-registers its workers
+// and unregisters those an earlier run had and this one has not:
+// nodeagent.Registry.reconcile). It runs until Close.
+func (cp *ControlPlane) startNodePath(ctx context.Context, nc node.Config, log *slog.Logger) error {
+	var nodeCtx context.Context
+	nodeCtx, cp.stopNodePath = context.WithCancel(context.WithoutCancel(ctx))
+	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: cp.Node, Replicas: cp.nodePath.Replicas, Dial: cp.nodePath.DialRegistry,
+		Address: nodeagent.InProcessAddress, TunnelAddr: nc.TunnelAddr, SandboxClass: nc.SandboxClass, Logger: log})
+	registered := make(chan error, 1)
+	for _, run := range []func(context.Context) error{
+		func(ctx context.Context) error {
+			return cp.nodePath.Serve(ctx, cp.Registry, nodeagent.NewServer(cp.Node, agent))
+		},
+		cp.Registry.Run,
+		func(ctx context.Context) error { return agent.Run(ctx, registered) },
+		// Actors' requests for their own suspension.
+		func(ctx context.Context) error { return cp.Node.ServeSelfService(ctx, agent.SelfRequest) },
+	} {
+		cp.nodePathDone.Go(func() {
+			if err := run(nodeCtx); err != nil && nodeCtx.Err() == nil {
+				log.Error("in-process node path stopped", "err", err)
 			}
-		}
-		if err := st.DeleteWorker(ctx, w.Name); err != nil {
-			return err
-		}
-		log.Info("unregistered a worker this node no longer has", "worker", w.Name)
+		})
 	}
-	return nil
+	select {
+	case err := <-registered:
+		if err != nil {
+			return fmt.Errorf("register the in-process node: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Start runs the control plane's background work and blocks until ctx
@@ -386,6 +413,12 @@ func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName 
 	return nil
 }
 
+// PartitionNode, while cut, holds everything the in-process node sends
+// the registry (nodeagent.InProcess.Partition): a test hook for a node
+// that stands still or is cut off, which the registry must treat as it
+// treats a remote one.
+func (cp *ControlPlane) PartitionNode(cut bool) { cp.nodePath.Partition(cut) }
+
 // NewGRPCServer returns a gRPC server serving cp's Control API
 // (newAPIGRPCServer) with opts (the authorisation interceptors).
 func (cp *ControlPlane) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
@@ -427,6 +460,13 @@ func (cp *ControlPlane) Close() error {
 	}
 	if cp.Lifecycle != nil {
 		cp.Lifecycle.Close()
+	}
+	if cp.stopNodePath != nil {
+		cp.stopNodePath()
+		cp.nodePathDone.Wait()
+	}
+	if cp.Registry != nil {
+		cp.Registry.Close()
 	}
 	if cp.Node != nil {
 		cp.Node.Shutdown(context.Background())

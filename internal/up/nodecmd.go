@@ -1,7 +1,6 @@
 package up
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/auth"
@@ -24,6 +21,7 @@ import (
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/pki"
+	"substrate.dev/ate/internal/runner"
 	"substrate.dev/ate/internal/runtimeasset"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot"
@@ -179,83 +177,71 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: componentDialer(ms, tr, auth.ComponentAPIServer),
 		Replicas: replicas.List, Address: agentLn.Addr().String(),
 		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
-	n.SetExitHandler(agent.Exited)
-	n.SetIdleHandler(agent.Idle)
-	n.SetSelfAlarmHandler(agent.SelfAlarm)
-	n.SetSelfCallHandler(agent.SelfCall)
 	// Only the API server calls the node agent: a router's or another
 	// node's certificate is refused (PermissionDenied).
 	gs, initMetrics := grpcServer(ms, append(tr.ServerOptions(pki.ClientCertRequired), tr.RequireComponents(auth.ComponentAPIServer)...)...)
-	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n))
+	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n, agent))
 	initMetrics()
 
 	registered := make(chan error, 1)
 	var welcomed atomic.Bool
-	readyFn := func() error {
+	r := runner.New(log)
+	r.ReadyWhen("registration", func() error {
 		if !welcomed.Load() {
 			return errors.New("not registered with the API server yet")
 		}
 		return nil
-	}
-	var mgmt *httpserve.Management
+	})
 	if cfg.ManagementAddr != "" {
-		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, readyFn); err != nil {
+		mgmt, err := newManagementServer(cfg.ManagementAddr, ms, r.Ready)
+		if err != nil {
 			return err
 		}
 		defer mgmt.Close()
+		r.Add("management", mgmt.Serve)
 	}
 	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
 	if err != nil {
 		return err
 	}
 	defer stopPprof()
-
-	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServices()
-	services, sctx := errgroup.WithContext(base)
-	services.Go(func() error { return serveGRPC(sctx, gs, agentLn) })
-	services.Go(func() error { return ts.Start(sctx) })
-	services.Go(func() error { return n.ServeSelfService(sctx, agent.SelfRequest) })
-	services.Go(func() error { return agent.Run(sctx, registered) })
-	if mgmt != nil {
-		services.Go(func() error { return mgmt.Serve(sctx) })
-	}
-	select {
-	case err := <-registered:
-		if err != nil {
-			stopServices()
-			_ = services.Wait()
-			return fmt.Errorf("register with the API server at %s: %w", cfg.API, err)
+	r.Add("node agent", func(ctx context.Context) error { return serveGRPC(ctx, gs, agentLn) })
+	r.Add("worker tunnel", ts.Start)
+	r.Add("self-service", func(ctx context.Context) error { return n.ServeSelfService(ctx, agent.SelfRequest) })
+	r.Add("registration", func(ctx context.Context) error { return agent.Run(ctx, registered) })
+	// On shutdown, while the agent's sessions, the NodeAgent service and
+	// the tunnel still serve: the API server puts away what this node
+	// has, then we leave. A node never welcomed hosts nothing and has
+	// nobody to tell. A drain that left actors behind is a failed stop,
+	// not a clean one.
+	r.AddStop("drain", func(ctx context.Context) error {
+		n.StopStandbys()
+		if !welcomed.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
+		defer cancel()
+		if err := agent.Drain(ctx); err != nil {
+			log.Error("drain failed: what is left on this node is lost with it", "err", err)
+			return err
+		}
+		return nil
+	})
+	r.Add("welcome", func(ctx context.Context) error {
+		select {
+		case err := <-registered:
+			if err != nil {
+				return fmt.Errorf("register with the API server at %s: %w", cfg.API, err)
+			}
+		case <-ctx.Done():
+			return nil
 		}
 		welcomed.Store(true)
 		log.Info("ate node ready", "node", nc.Name, "api", cfg.API, "agent", agentLn.Addr().String(),
 			"tunnel", ts.Addr(), "workers", nc.Workers, "snapshots", cfg.Snapshots)
-		select {
-		case <-ctx.Done():
-		case <-sctx.Done():
-		}
-	case <-ctx.Done():
-	case <-sctx.Done():
-	}
-	n.StopStandbys()
-	var drainErr error
-	if welcomed.Load() {
-		// The API server puts away what this node has (through its agent
-		// and tunnel, which keep serving), then we leave. A node never
-		// welcomed hosts nothing and has nobody to tell.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.DrainTimeout)
-		defer cancel()
-		if drainErr = agent.Drain(dctx); drainErr != nil {
-			log.Error("drain failed: what is left on this node is lost with it", "err", drainErr)
-		}
-	}
-	stopServices()
-	err = services.Wait()
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	// A drain that left actors behind is a failed stop, not a clean one.
-	return cmp.Or(drainErr, err)
+		return nil
+	})
+	return r.Run(ctx)
 }
 
 func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 
-	"golang.org/x/sync/errgroup"
-
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/runner"
 )
 
 // RouterRunConfig configures `ate router`: the HTTP router alone, asking
@@ -65,7 +64,45 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 		return fmt.Errorf("--api: %w", err)
 	}
 	defer conn.Close()
-	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
+	parts, err := newRouter(rc, atev1.NewControlClient(conn), tr, ms, log)
+	if err != nil {
+		return err
+	}
+	r := runner.New(log)
+	if ms != nil {
+		mgmt, err := newManagementServer(cfg.ManagementAddr, ms, parts.handler.Ready)
+		if err != nil {
+			return err
+		}
+		defer mgmt.Close()
+		// First in, last out: it outlives the drain, so the drain can be
+		// watched.
+		r.Add("management", mgmt.Serve)
+	}
+	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
+	parts.add(r)
+	log.Info("ate router ready", "router", parts.server.Addr(), "api", cfg.API)
+	if cfg.Ready != nil {
+		cfg.Ready(parts.server.Addr())
+	}
+	return r.Run(ctx)
+}
+
+// routerParts is the router as `ate up` and `ate router` both run it.
+type routerParts struct {
+	handler *router.Handler
+	server  *httpserve.Server
+}
+
+// newRouter assembles the router of rc over the Control API client c:
+// its handler (as the API's router component, through tr, which may be
+// nil for plaintext) and its drainable server, listening. ms may be nil.
+func newRouter(rc RouterConfig, c atev1.ControlClient, tr *pki.Transport, ms *metrics.Metrics, log *slog.Logger) (routerParts, error) {
+	res := router.NewControlResolver(c, log)
 	hc := rc.Handler
 	hc.Idler, hc.Activity = res, res
 	hc.TunnelTLS = tr.HTTPClientConfig(auth.ComponentNode)
@@ -78,46 +115,17 @@ func RunRouter(ctx context.Context, cfg RouterRunConfig) error {
 		hc.Metrics = ms.Router
 	}
 	rh := router.NewHandler(hc, res, log)
-	var mgmt *httpserve.Management
-	if ms != nil {
-		// The management /readyz is what a readiness probe asks: it says
-		// draining as the router's own /readyz does.
-		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, rh.Ready); err != nil {
-			return err
-		}
-		defer mgmt.Close()
-	}
-	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
-	if err != nil {
-		return err
-	}
-	defer stopPprof()
 	rs := httpserve.NewServer("router", rc.Addr, rh, log)
 	rs.DrainDelay, rs.DrainTimeout = rc.DrainDelay, rc.DrainTimeout
 	if err := rs.Listen(); err != nil {
-		return err
+		return routerParts{}, err
 	}
-	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopLoop()
-	loopDone := make(chan error, 1)
-	go func() { loopDone <- rh.Start(loopCtx) }()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return rs.Start(gctx) })
-	// The management listener outlives the drain, so it can be watched.
-	mctx, stopMgmt := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopMgmt()
-	if mgmt != nil {
-		go func() { _ = mgmt.Serve(mctx) }()
-	}
-	log.Info("ate router ready", "router", rs.Addr(), "api", cfg.API)
-	if cfg.Ready != nil {
-		cfg.Ready(rs.Addr())
-	}
-	err = g.Wait()
-	stopLoop()
-	<-loopDone
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
+	return routerParts{handler: rh, server: rs}, nil
+}
+
+// add adds the router to r: its idle loop, then its server, which stops
+// (drains) first.
+func (p routerParts) add(r *runner.Runner) {
+	r.Add("router idle loop", p.handler.Start)
+	r.Add("router", p.server.Start)
 }

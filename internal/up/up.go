@@ -6,7 +6,7 @@ package up
 import (
 	"context"
 	"crypto/x509"
-	"errors"
+
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
-	"golang.org/x/sync/errgroup"
+
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -27,7 +27,7 @@ import (
 	"substrate.dev/ate/internal/netns"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/pki"
-	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/runner"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/sandbox/gvisor"
@@ -109,7 +109,8 @@ func Run(ctx context.Context, cfg Config) error {
 	nc := cfg.Node
 	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
-		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: tr.api.HTTPClientConfig(auth.ComponentNode)})
+		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: tr.api.HTTPClientConfig(auth.ComponentNode),
+		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter})
 	if err != nil {
 		return err
 	}
@@ -148,22 +149,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer conn.Close()
-	res := router.NewControlResolver(atev1.NewControlClient(conn), log)
-	hc := cfg.Router.Handler
-	hc.Idler, hc.Activity = res, res
-	hc.TunnelTLS = tr.router.HTTPClientConfig(auth.ComponentNode)
-	if nt := tr.router.NewNodeTransport(router.NewTunnelTransport()); nt != nil {
-		// Each worker's tunnel must be its own node's.
-		hc.Transport = nt
-	}
-	hc.Loopback = router.LoopbackAddr(cfg.Router.Addr)
-	if ms != nil {
-		hc.Metrics = ms.Router
-	}
-	rh := router.NewHandler(hc, res, log)
-	rs := httpserve.NewServer("router", cfg.Router.Addr, rh, log)
-	rs.DrainDelay, rs.DrainTimeout = cfg.Router.DrainDelay, cfg.Router.DrainTimeout
-	if err := rs.Listen(); err != nil {
+	rp, err := newRouter(cfg.Router, atev1.NewControlClient(conn), tr.router, ms, log)
+	if err != nil {
 		return err
 	}
 	tunnel = cp.Node.NewTunnel()
@@ -196,7 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rs.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
+	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rp.server.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
 	if mgmt != nil {
 		info.MetricsAddr = mgmt.Addr()
 	}
@@ -208,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rs, routes: rh, cp: cp, mgmt: mgmt, dash: dash, log: log}
+	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rp, cp: cp, mgmt: mgmt, dash: dash, log: log}
 	return parts.serve(ctx, func(ctx context.Context) error {
 		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Node.Workers,
 			"metrics", info.MetricsAddr, "dataDir", cfg.DataDir, "config", info.ConfigPath, "dashboard", info.DashboardURL)
@@ -238,8 +225,7 @@ type serving struct {
 	api    *grpc.Server
 	apiLn  net.Listener
 	tunnel *httpserve.Server
-	router *httpserve.Server
-	routes *router.Handler
+	router routerParts
 	cp     *ControlPlane
 	// mgmt is the management listener; nil when there is none.
 	mgmt *httpserve.Management
@@ -248,77 +234,48 @@ type serving struct {
 	log  *slog.Logger
 }
 
-// serve runs every server and the control plane's background work
-// (ControlPlane.Start) until ctx ends (or one fails), then shuts down in
-// order: the router drains first, and the background work (golden
-// builds, snapshot collection) stops, while the API server, the node and
-// its tunnel keep working — parked requests still need resumes, other
-// clients may suspend actors meanwhile, and the router's idle loop keeps
-// freeing workers; then every running actor is suspended; then the API
-// server and the tunnel stop. ready runs once all serve; an error from it
-// stops everything.
+// serve runs every part until ctx ends (or one fails), then stops them
+// in reverse order (runner.Runner): the router drains first, and the
+// control plane's background work (golden builds, snapshot collection,
+// alarms) stops, while the API server, the node and its tunnel keep
+// working — parked requests still need resumes, other clients may
+// suspend actors meanwhile, and the router's idle loop keeps freeing
+// workers; then every running actor is suspended; then the dashboard,
+// the API server, the tunnel and the management listener stop. ready
+// runs once all serve; an error from it stops everything.
 func (s serving) serve(ctx context.Context, ready func(context.Context) error) error {
-	base, stopServices := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServices()
-	services, svcCtx := errgroup.WithContext(base)
-	// Watches and log follows would hold the graceful stop to its end.
-	context.AfterFunc(svcCtx, s.cp.API.EndStreams)
-	services.Go(func() error { return serveGRPC(svcCtx, s.api, s.apiLn) })
-	services.Go(func() error { return s.tunnel.Start(svcCtx) })
+	r := runner.New(s.log)
 	if s.mgmt != nil {
 		// Up until the very end, so the shutdown itself can be watched.
-		services.Go(func() error { return s.mgmt.Serve(svcCtx) })
+		r.Add("management", s.mgmt.Serve)
 	}
+	r.Add("worker tunnel", s.tunnel.Start)
+	r.Add("api", func(ctx context.Context) error {
+		// Watches and log follows would hold the graceful stop to its end.
+		defer context.AfterFunc(ctx, s.cp.API.EndStreams)()
+		return serveGRPC(ctx, s.api, s.apiLn)
+	})
 	if s.dash != nil {
 		// Up with the API it calls, so shutdown's suspends show on it.
-		services.Go(func() error { return s.dash.Start(svcCtx) })
+		r.Add("dashboard", s.dash.Start)
 	}
-	// Actors' requests for their own suspension.
-	services.Go(func() error { return s.cp.Node.ServeSelfService(svcCtx, s.cp.Lifecycle.SelfRequest) })
-
-	// The router stops when ctx ends or a service fails.
-	rctx, stopRouter := context.WithCancel(ctx)
-	defer stopRouter()
-	stopAfter := context.AfterFunc(svcCtx, stopRouter)
-	defer stopAfter()
-	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
-	loopDone := make(chan error, 1)
-	go func() { loopDone <- s.routes.Start(loopCtx) }()
+	r.AddStop("suspend every actor", func(ctx context.Context) error {
+		// Traffic has stopped; checkpoint what runs so a restart loses
+		// nothing. Workers freed now need no standby.
+		s.cp.Node.StopStandbys()
+		ctx, cancel := context.WithTimeout(ctx, shutdownSuspendTimeout)
+		defer cancel()
+		if err := s.cp.Lifecycle.SuspendAll(ctx); err != nil {
+			s.log.Warn("suspend on shutdown", "err", err)
+		}
+		return nil
+	})
 	// Background golden builds and the snapshot collection end with the
 	// front, as new work is no longer wanted.
-	cpCtx, stopCP := context.WithCancel(rctx)
-	defer stopCP()
-	cpDone := make(chan error, 1)
-	go func() { cpDone <- s.cp.Start(cpCtx) }()
-	front, fctx := errgroup.WithContext(rctx)
-	front.Go(func() error { return s.router.Start(fctx) })
-	front.Go(func() error { return ready(fctx) })
-	err := front.Wait()
-	stopCP()
-	stopLoop()
-	if cerr := <-cpDone; err == nil {
-		err = cerr
-	}
-	if lerr := <-loopDone; err == nil {
-		err = lerr
-	}
-
-	// Traffic has stopped; checkpoint what runs so a restart loses
-	// nothing. Workers freed now need no standby.
-	s.cp.Node.StopStandbys()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownSuspendTimeout)
-	defer cancel()
-	if serr := s.cp.Lifecycle.SuspendAll(sctx); serr != nil {
-		s.log.Warn("suspend on shutdown", "err", serr)
-	}
-	stopServices()
-	if serr := services.Wait(); err == nil {
-		err = serr
-	}
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
+	r.Add("control plane", s.cp.Start)
+	s.router.add(r)
+	r.Add("ready", ready)
+	return r.Run(ctx)
 }
 
 // shutdownSuspendTimeout bounds suspending running actors on shutdown; a

@@ -44,6 +44,9 @@ const (
 	NodeEvent_DRAIN NodeEvent_Kind = 4
 	// The node is leaving now (after a drain): its workers leave the pool.
 	NodeEvent_LEAVE NodeEvent_Kind = 5
+	// A golden build the API server asked for (BuildGolden, still
+	// running) began phase (node.PhaseImage, …) for template_uid.
+	NodeEvent_BUILD_PROGRESS NodeEvent_Kind = 6
 )
 
 // Enum value maps for NodeEvent_Kind.
@@ -55,6 +58,7 @@ var (
 		3: "SELF_REQUEST",
 		4: "DRAIN",
 		5: "LEAVE",
+		6: "BUILD_PROGRESS",
 	}
 	NodeEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -63,6 +67,7 @@ var (
 		"SELF_REQUEST":     3,
 		"DRAIN":            4,
 		"LEAVE":            5,
+		"BUILD_PROGRESS":   6,
 	}
 )
 
@@ -1396,6 +1401,8 @@ type NodeEvent struct {
 	Worker        string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
 	ActorUid      string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
 	Action        string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	TemplateUid   string                 `protobuf:"bytes,5,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
+	Phase         string                 `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1454,6 +1461,20 @@ func (x *NodeEvent) GetActorUid() string {
 func (x *NodeEvent) GetAction() string {
 	if x != nil {
 		return x.Action
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetTemplateUid() string {
+	if x != nil {
+		return x.TemplateUid
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetPhase() string {
+	if x != nil {
+		return x.Phase
 	}
 	return ""
 }
@@ -2335,12 +2356,14 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\tsnapshots\x18\a \x01(\tR\tsnapshots\"p\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
-	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xe0\x01\n" +
+	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xad\x02\n" +
 	"\tNodeEvent\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.ate.v1.NodeEvent.KindR\x04kind\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12\x16\n" +
-	"\x06action\x18\x04 \x01(\tR\x06action\"Z\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12!\n" +
+	"\ftemplate_uid\x18\x05 \x01(\tR\vtemplateUid\x12\x14\n" +
+	"\x05phase\x18\x06 \x01(\tR\x05phase\"n\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2348,7 +2371,8 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04IDLE\x10\x02\x12\x10\n" +
 	"\fSELF_REQUEST\x10\x03\x12\t\n" +
 	"\x05DRAIN\x10\x04\x12\t\n" +
-	"\x05LEAVE\x10\x05\"\xa1\x01\n" +
+	"\x05LEAVE\x10\x05\x12\x12\n" +
+	"\x0eBUILD_PROGRESS\x10\x06\"\xa1\x01\n" +
 	"\vNodeMessage\x12)\n" +
 	"\x05hello\x18\x01 \x01(\v2\x11.ate.v1.NodeHelloH\x00R\x05hello\x125\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x15.ate.v1.NodeHeartbeatH\x00R\theartbeat\x12)\n" +

@@ -5,6 +5,11 @@
 // (node self-service); the router, the lifecycle workflows, the API server
 // and the node all speak this one type.
 //
+// It also names the other way back (Source): what a resume restores, a
+// checkpoint one of the actions left or none. The lifecycle workflows
+// decide it and metrics counts by it; metrics cannot import lifecycle,
+// which imports metrics, and both already import this package.
+//
 // It is a package of its own, importing nothing of Substrate's, so that
 // the router (which must not import lifecycle or store) and the lifecycle
 // workflows share it without a new dependency between them. internal/names

@@ -11,7 +11,6 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
-	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/snapshot"
@@ -72,8 +71,8 @@ type source struct {
 	// volumes is the durable snapshot whose volumes the start restores
 	// instead of ref's: the actor's own, after a template move.
 	volumes string
-	// kind is the metrics' source label (metrics.Source*).
-	kind string
+	// kind is what the resume restores (ref, or nothing when cold).
+	kind checkpoint.Source
 }
 
 // resumeLocked runs Resume holding the actor's lock; r learns what the
@@ -100,7 +99,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		return nil, err
 	}
 	prev := a.State
-	span.SetAttributes(attribute.String("ate.source", src.kind))
+	span.SetAttributes(attribute.String("ate.source", src.kind.String()))
 	cctx, claimSpan := tracing.Span(ctx, "lifecycle.claim")
 	a, w, evicted, err := m.claim(cctx, a, src.node, m.standbyWorkers(tpl.Spec, tpl.ImageDigest))
 	tracing.End(claimSpan, err)
@@ -189,7 +188,7 @@ func (m *Manager) sourceFor(ctx context.Context, a *store.Actor, tpl *store.Temp
 		// resume scans no workers (BENCHMARKS.md, Control plane: Registered
 		// workers).
 		if _, alive := m.nodes.Get(a.Node); alive {
-			return source{ref: a.PausedSnapshot, paused: true, node: a.Node, kind: metrics.SourcePaused}, nil
+			return source{ref: a.PausedSnapshot, paused: true, node: a.Node, kind: checkpoint.SourcePaused}, nil
 		}
 		src := m.durableSource(a, tpl)
 		src.note = fmt.Sprintf("node %s holding the paused checkpoint is gone: resumed from the last durable snapshot; work since then was lost", a.Node)
@@ -249,11 +248,11 @@ func NewActorsOf(spec *atev1.ActorTemplateSpec) string {
 // of it would, with its own snapshot's volumes.
 func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 	if a.Snapshot != "" && !a.VolumesOnly {
-		return source{ref: a.Snapshot, kind: metrics.SourceDurable}
+		return source{ref: a.Snapshot, kind: checkpoint.SourceDurable}
 	}
-	src := source{kind: metrics.SourceCold}
+	src := source{kind: checkpoint.SourceCold}
 	if tpl.Phase == store.TemplateReady && NewActorsOf(tpl.Spec) == NewActorsGolden {
-		src = source{ref: tpl.GoldenSnapshot, kind: metrics.SourceGolden}
+		src = source{ref: tpl.GoldenSnapshot, kind: checkpoint.SourceGolden}
 	}
 	if a.VolumesOnly {
 		src.volumes = a.Snapshot

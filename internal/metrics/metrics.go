@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"substrate.dev/ate/internal/activation"
 	"substrate.dev/ate/internal/checkpoint"
 )
 
@@ -66,19 +67,10 @@ func NewRegistry(m *Metrics) (*prometheus.Registry, error) {
 	return reg, nil
 }
 
-// Label values. Activation values are the router's Ate-Activation tokens.
+// Label values. An activation label is an activation.Kind's String (the
+// router's Ate-Activation token, or "none"), a source label a
+// checkpoint.Source's.
 const (
-	ActivationWarm    = "warm"
-	ActivationResumed = "resumed"
-	ActivationJoined  = "joined"
-	// ActivationNone: the request failed before it found its actor.
-	ActivationNone = "none"
-
-	SourcePaused  = "paused"
-	SourceDurable = "durable"
-	SourceGolden  = "golden"
-	SourceCold    = "cold"
-
 	OutcomeOK     = "ok"
 	OutcomeFailed = "failed"
 	// OutcomeSkipped: an eviction that found its victim busy or no
@@ -95,9 +87,9 @@ var FailureReasons = []string{
 }
 
 var (
-	activations = []string{ActivationWarm, ActivationResumed, ActivationJoined, ActivationNone}
+	activations = []activation.Kind{activation.Warm, activation.Resumed, activation.Joined, activation.None}
 	codeClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx"}
-	sources     = []string{SourcePaused, SourceDurable, SourceGolden, SourceCold}
+	sources     = []checkpoint.Source{checkpoint.SourcePaused, checkpoint.SourceDurable, checkpoint.SourceGolden, checkpoint.SourceCold}
 	outcomes    = []string{OutcomeOK, OutcomeFailed}
 	actions     = []string{checkpoint.Suspend.String(), checkpoint.Pause.String()}
 	reasons     = []string{"requested", "idle", "evicted", "self_requested"}
@@ -145,11 +137,11 @@ func newRouter() *Router {
 	r.requestsBy = make([][]prometheus.Counter, len(activations))
 	for i, a := range activations {
 		for _, c := range codeClasses {
-			r.requestsBy[i] = append(r.requestsBy[i], r.requests.WithLabelValues(a, c))
+			r.requestsBy[i] = append(r.requestsBy[i], r.requests.WithLabelValues(a.String(), c))
 		}
 	}
-	for _, a := range []string{ActivationResumed, ActivationJoined} {
-		r.activationWait.WithLabelValues(a)
+	for _, a := range []activation.Kind{activation.Resumed, activation.Joined} {
+		r.activationWait.WithLabelValues(a.String())
 	}
 	for _, reason := range FailureReasons {
 		r.failures.WithLabelValues(reason)
@@ -158,8 +150,8 @@ func newRouter() *Router {
 }
 
 // Request counts a request answered with status after activation how
-// (Activation*).
-func (r *Router) Request(how string, status int) {
+// (activation.None when it failed before finding its actor).
+func (r *Router) Request(how activation.Kind, status int) {
 	if r == nil {
 		return
 	}
@@ -170,16 +162,16 @@ func (r *Router) Request(how string, status int) {
 			return
 		}
 	}
-	r.requests.WithLabelValues(how, codeClasses[class]).Inc()
+	r.requests.WithLabelValues(how.String(), codeClasses[class]).Inc()
 }
 
 // ActivationWait records that a request parked for d and then resumed or
-// joined.
-func (r *Router) ActivationWait(how string, d time.Duration) {
+// joined (how).
+func (r *Router) ActivationWait(how activation.Kind, d time.Duration) {
 	if r == nil {
 		return
 	}
-	r.activationWait.WithLabelValues(how).Observe(d.Seconds())
+	r.activationWait.WithLabelValues(how.String()).Observe(d.Seconds())
 }
 
 // Parked adds delta to the parked requests.
@@ -250,9 +242,9 @@ func newLifecycle() *Lifecycle {
 		}),
 	}
 	for _, s := range sources {
-		l.resumeSeconds.WithLabelValues(s)
+		l.resumeSeconds.WithLabelValues(s.String())
 		for _, o := range outcomes {
-			l.resumes.WithLabelValues(s, o)
+			l.resumes.WithLabelValues(s.String(), o)
 		}
 	}
 	for _, a := range actions {
@@ -268,15 +260,15 @@ func newLifecycle() *Lifecycle {
 	return l
 }
 
-// Resume records a resume from source (Source*) that took d, failed if
-// err is set.
-func (l *Lifecycle) Resume(source string, d time.Duration, err error) {
+// Resume records a resume from source that took d, failed if err is
+// set.
+func (l *Lifecycle) Resume(source checkpoint.Source, d time.Duration, err error) {
 	if l == nil {
 		return
 	}
-	l.resumes.WithLabelValues(source, outcome(err)).Inc()
+	l.resumes.WithLabelValues(source.String(), outcome(err)).Inc()
 	if err == nil {
-		l.resumeSeconds.WithLabelValues(source).Observe(d.Seconds())
+		l.resumeSeconds.WithLabelValues(source.String()).Observe(d.Seconds())
 	}
 }
 

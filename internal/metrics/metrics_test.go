@@ -1,12 +1,18 @@
 package metrics
 
 import (
+	"context"
+	"errors"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"substrate.dev/ate/internal/activation"
+	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/store"
 )
 
 // TestDocumented: docs/observability.md's metric table lists exactly the
@@ -58,12 +64,12 @@ func TestDocumented(t *testing.T) {
 // TestNilSafe: components without metrics pass nil.
 func TestNilSafe(t *testing.T) {
 	var r *Router
-	r.Request(ActivationWarm, 200)
+	r.Request(activation.Warm, 200)
 	r.Parked(1)
 	r.Failure("stale")
-	r.ActivationWait(ActivationResumed, 0)
+	r.ActivationWait(activation.Resumed, 0)
 	var l *Lifecycle
-	l.Resume(SourceCold, 0, nil)
+	l.Resume(checkpoint.SourceCold, 0, nil)
 	l.Checkpoint("suspend", "IDLE", nil)
 	l.Eviction(OutcomeOK)
 	l.Waiters(1)
@@ -74,6 +80,7 @@ func TestNilSafe(t *testing.T) {
 	var a *Alarms
 	a.Attempt(AlarmDelivered, time.Second)
 	r.ParkOutcome(ParkBudget)
+	r.ParkActivated(activation.Joined)
 	r.Open(1)
 	l.CheckpointDuration("suspend", time.Second, nil)
 	l.LeaseConflict()
@@ -92,6 +99,109 @@ func TestCodeClass(t *testing.T) {
 	for status, want := range map[int]string{101: "1xx", 200: "2xx", 302: "3xx", 404: "4xx", 499: "4xx", 503: "5xx", 0: "5xx", 700: "5xx"} {
 		if got := codeClass(status); got != want {
 			t.Errorf("codeClass(%d) = %s, want %s", status, got, want)
+		}
+	}
+}
+
+// TestLabelValues: the label values of the typed words (activation
+// kinds, restore sources, actor states) are the ones dashboards and
+// alerts already match, exported at zero from the start.
+func TestLabelValues(t *testing.T) {
+	reg, err := NewRegistry(New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				k := f.GetName() + "/" + l.GetName()
+				if !slices.Contains(got[k], l.GetValue()) {
+					got[k] = append(got[k], l.GetValue())
+				}
+			}
+		}
+	}
+	for k, want := range map[string][]string{
+		"ate_router_requests_total/activation":          {"joined", "none", "resumed", "warm"},
+		"ate_router_activation_wait_seconds/activation": {"joined", "resumed"},
+		"ate_router_park_outcomes_total/outcome":        {"budget", "client_gone", "failed", "grace", "joined", "resumed", "warm"},
+		"ate_lifecycle_resumes_total/source":            {"cold", "durable", "golden", "paused"},
+		"ate_lifecycle_resume_seconds/source":           {"cold", "durable", "golden", "paused"},
+		"ate_lifecycle_actors/state":                    {"crashed", "deleting", "paused", "pausing", "resuming", "running", "suspended", "suspending"},
+	} {
+		slices.Sort(got[k])
+		if !slices.Equal(got[k], want) {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+}
+
+// TestTypedWordsCounted: the typed values land on their label values.
+func TestTypedWordsCounted(t *testing.T) {
+	m := New()
+	m.Router.Request(activation.Resumed, 201)
+	m.Router.Request(activation.None, 503)
+	m.Router.ParkActivated(activation.Joined)
+	m.Lifecycle.Resume(checkpoint.SourceGolden, time.Millisecond, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	err := m.Lifecycle.RunActorCounts(ctx, func(context.Context) (map[store.ActorState]int, error) {
+		cancel()
+		return map[store.ActorState]int{store.Paused: 3, store.Running: 2}, nil
+	}, time.Hour, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunActorCounts = %v", err)
+	}
+	reg, err := NewRegistry(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+		metric:
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if labels[l.GetName()] != l.GetValue() {
+						continue metric
+					}
+				}
+				switch {
+				case m.GetCounter() != nil:
+					return m.GetCounter().GetValue()
+				case m.GetGauge() != nil:
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		t.Fatalf("no %s%v", name, labels)
+		return 0
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"ate_router_requests_total", map[string]string{"activation": "resumed", "code": "2xx"}, 1},
+		{"ate_router_requests_total", map[string]string{"activation": "none", "code": "5xx"}, 1},
+		{"ate_router_park_outcomes_total", map[string]string{"outcome": "joined"}, 1},
+		{"ate_lifecycle_resumes_total", map[string]string{"source": "golden", "outcome": "ok"}, 1},
+		{"ate_lifecycle_actors", map[string]string{"state": "paused"}, 3},
+		{"ate_lifecycle_actors", map[string]string{"state": "running"}, 2},
+		{"ate_lifecycle_actors", map[string]string{"state": "crashed"}, 0},
+	} {
+		if got := value(tc.name, tc.labels); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
 		}
 	}
 }

@@ -3,12 +3,16 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+
+	"substrate.dev/ate/internal/activation"
+	"substrate.dev/ate/internal/store"
 )
 
 // Collectors added for issue 19 (router parking and streams, workflow
@@ -17,8 +21,9 @@ import (
 // builds them.
 
 // Park outcomes (ate_router_park_outcomes_total's outcome): how a parked
-// request's wait ended. Resumed, joined and warm are the activation
-// tokens; warm here means the lookup found the actor running after all.
+// request's wait ended. Besides these, an activation.Kind's String
+// (ParkActivated): resumed, joined, or warm, the lookup having found the
+// actor running after all.
 const (
 	ParkBudget     = "budget"
 	ParkGrace      = "grace"
@@ -26,11 +31,12 @@ const (
 	ParkFailed     = "failed"
 )
 
-var parkOutcomes = []string{ActivationResumed, ActivationJoined, ActivationWarm, ParkBudget, ParkGrace, ParkClientGone, ParkFailed}
+var parkOutcomes = []string{activation.Resumed.String(), activation.Joined.String(), activation.Warm.String(),
+	ParkBudget, ParkGrace, ParkClientGone, ParkFailed}
 
-// ActorStates are the values of ate_lifecycle_actors's state: the
-// store's actor states, lower case.
-var ActorStates = []string{"suspended", "resuming", "running", "suspending", "pausing", "paused", "crashed", "deleting"}
+// actorState is the value of ate_lifecycle_actors's state for s: the
+// store's state, lower case.
+func actorState(s store.ActorState) string { return strings.ToLower(string(s)) }
 
 // Worker states of ate_node_workers: free (no actor), busy (hosting or
 // starting one).
@@ -64,13 +70,20 @@ func newRouterMore() routerMore {
 	return m
 }
 
-// ParkOutcome counts a park that ended with outcome (an Activation* token
-// or Park*).
+// ParkOutcome counts a park that failed with outcome (Park*).
 func (r *Router) ParkOutcome(outcome string) {
 	if r == nil {
 		return
 	}
 	r.parkOutcomes.WithLabelValues(outcome).Inc()
+}
+
+// ParkActivated counts a park that ended with its actor found, how.
+func (r *Router) ParkActivated(how activation.Kind) {
+	if r == nil {
+		return
+	}
+	r.parkOutcomes.WithLabelValues(how.String()).Inc()
 }
 
 // Open adds delta to the requests being proxied.
@@ -113,8 +126,8 @@ func newLifecycleMore() lifecycleMore {
 			m.checkpointSeconds.WithLabelValues(a, o)
 		}
 	}
-	for _, s := range ActorStates {
-		m.actors.WithLabelValues(s)
+	for _, s := range store.ActorStates() {
+		m.actors.WithLabelValues(actorState(s))
 	}
 	return m
 }
@@ -149,11 +162,11 @@ func (l *Lifecycle) CASRetry() {
 // (bbolt) per interval, whatever the scrape rate.
 const ActorsRefresh = 5 * time.Second
 
-// RunActorCounts sets ate_lifecycle_actors from count (actors by
-// ActorStates value) now and then every every (ActorsRefresh if 0) until
-// ctx ends; failures are logged at debug and leave the last values.
-// Returns ctx's error.
-func (l *Lifecycle) RunActorCounts(ctx context.Context, count func(context.Context) (map[string]int, error), every time.Duration, log *slog.Logger) error {
+// RunActorCounts sets ate_lifecycle_actors from count (actors by state,
+// store.ActorCounter's CountActors) now and then every every
+// (ActorsRefresh if 0) until ctx ends; failures are logged at debug and
+// leave the last values. Returns ctx's error.
+func (l *Lifecycle) RunActorCounts(ctx context.Context, count func(context.Context) (map[store.ActorState]int, error), every time.Duration, log *slog.Logger) error {
 	if l == nil {
 		<-ctx.Done()
 		return ctx.Err()
@@ -166,8 +179,8 @@ func (l *Lifecycle) RunActorCounts(ctx context.Context, count func(context.Conte
 	for {
 		counts, err := count(ctx)
 		if err == nil {
-			for _, s := range ActorStates {
-				l.actors.WithLabelValues(s).Set(float64(counts[s]))
+			for _, s := range store.ActorStates() {
+				l.actors.WithLabelValues(actorState(s)).Set(float64(counts[s]))
 			}
 		} else if ctx.Err() == nil && log != nil {
 			log.Debug("count actors for metrics", "err", err)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"substrate.dev/ate/internal/activation"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/tracing"
 )
@@ -40,7 +41,7 @@ func IsAccessRecord(r slog.Record) bool {
 type access struct {
 	start    time.Time
 	key      names.ActorKey
-	how      activation
+	how      activation.Kind
 	wait     time.Duration
 	upstream time.Duration
 	in       countingBody
@@ -52,10 +53,6 @@ func (a *access) log(logger *slog.Logger, r *http.Request, rid string) {
 	if !logger.Enabled(r.Context(), slog.LevelInfo) {
 		return
 	}
-	how := string(a.how)
-	if how == "" {
-		how = "none"
-	}
 	attrs := make([]slog.Attr, 0, 12)
 	attrs = append(attrs, slog.String("request_id", rid))
 	if a.key.Name != "" {
@@ -64,7 +61,7 @@ func (a *access) log(logger *slog.Logger, r *http.Request, rid string) {
 	attrs = append(attrs,
 		slog.String("method", r.Method),
 		slog.Int("status", a.out.status),
-		slog.String("activation", how),
+		slog.String("activation", a.how.String()),
 		slog.Int64("wait_ms", a.wait.Milliseconds()),
 		slog.Int64("upstream_ms", a.upstream.Milliseconds()),
 		slog.Int64("ms", time.Since(a.start).Milliseconds()),

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"substrate.dev/ate/internal/activation"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/coalesce"
 	"substrate.dev/ate/internal/metrics"
@@ -18,22 +19,10 @@ import (
 	"substrate.dev/ate/internal/tracing"
 )
 
-// activation says how a request found its actor; it is sent to the client
-// in the Ate-Activation response header.
-type activation string
-
-const (
-	// activationWarm: the actor was already running.
-	activationWarm activation = "warm"
-	// activationResumed: this request triggered the resume.
-	activationResumed activation = "resumed"
-	// activationJoined: this request waited on another request's resume.
-	activationJoined activation = "joined"
-)
-
 // activated is how one request got its actor, for the activation headers.
 type activated struct {
-	how activation
+	// how is sent to the client in the Ate-Activation response header.
+	how activation.Kind
 	// waited is how long the request was parked; 0 when warm.
 	waited time.Duration
 	// evicted is the actor the resume checkpointed to free a worker;
@@ -50,9 +39,9 @@ type activated struct {
 // anyone who reaches the router, and the actor may be another tenant's.
 func (a activated) header() string {
 	if a.evicted.IsZero() {
-		return string(a.how)
+		return a.how.String()
 	}
-	return string(a.how) + ";evicted"
+	return a.how.String() + ";evicted"
 }
 
 // Tuning of the park loop.
@@ -177,7 +166,7 @@ func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool,
 		return Target{}, activated{}, err
 	}
 	if ok {
-		return t, activated{how: activationWarm, subject: rv.Subject}, nil
+		return t, activated{how: activation.Warm, subject: rv.Subject}, nil
 	}
 	if listen {
 		t, act, held, err := a.hold(ctx, key, cred)
@@ -188,7 +177,7 @@ func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool,
 	}
 	t, ok, rv, pre, err := a.admitCold(ctx, key, listen, cred)
 	if err != nil || ok {
-		return t, activated{how: activationWarm, subject: rv.Subject}, err
+		return t, activated{how: activation.Warm, subject: rv.Subject}, err
 	}
 	n, ok := a.admit()
 	if !ok {
@@ -212,16 +201,16 @@ func (a *activator) target(ctx context.Context, key names.ActorKey, listen bool,
 		return Target{}, activated{waited: time.Since(start)}, fmt.Errorf("wait for %s: %w", key, err)
 	}
 	a.acquire(key, listen)
-	act := activated{how: activationJoined, waited: time.Since(start), evicted: r.evicted, subject: rv.Subject}
+	act := activated{how: activation.Joined, waited: time.Since(start), evicted: r.evicted, subject: rv.Subject}
 	switch {
 	case !r.resumed:
-		act.how = activationWarm
+		act.how = activation.Warm
 	case leader:
-		act.how = activationResumed
+		act.how = activation.Resumed
 	}
-	a.metrics.ParkOutcome(string(act.how))
-	if act.how != activationWarm {
-		a.metrics.ActivationWait(string(act.how), act.waited)
+	a.metrics.ParkActivated(act.how)
+	if act.how != activation.Warm {
+		a.metrics.ActivationWait(act.how, act.waited)
 	}
 	return r.target, act, nil
 }

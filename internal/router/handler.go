@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"substrate.dev/ate/internal/activation"
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/streams"
 	"substrate.dev/ate/internal/tracing"
@@ -149,7 +149,7 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Loopback && !loopbackHost(r.Host, h.cfg.ActorDomain) {
 		rec := &access{start: time.Now(), out: countingWriter{ResponseWriter: w}}
 		defer rec.log(h.logger, r, rid)
-		h.fail(&rec.out, names.ActorKey{}, Target{}, "", rid, fmt.Errorf("host %q: %w", r.Host, errForeignHost))
+		h.fail(&rec.out, names.ActorKey{}, Target{}, activation.None, rid, fmt.Errorf("host %q: %w", r.Host, errForeignHost))
 		return
 	}
 	key, err := selectActor(r, h.cfg.ActorDomain)
@@ -167,7 +167,7 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer rec.log(h.logger, r, rid)
 	w = &rec.out
 	if err != nil {
-		h.fail(w, key, Target{}, "", rid, err)
+		h.fail(w, key, Target{}, activation.None, rid, err)
 		return
 	}
 	if hasBody(r) {
@@ -268,14 +268,15 @@ func (h *Handler) requestLog(key names.ActorKey, t Target, rid string) *slog.Log
 // to w, and t is dropped from the cache unless the client left or the
 // actor is still where it was (it was slow, or its app did not answer);
 // t is the target tried, zero when activation failed, and how its
-// activation ("" when it failed). cred are the request's credentials,
-// checked against the actor's ingress policy before anything else.
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string, rec *access, cred credentials) (Target, activation, error) {
+// activation (activation.None when it failed). cred are the request's
+// credentials, checked against the actor's ingress policy before
+// anything else.
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.ActorKey, rid string, rec *access, cred credentials) (Target, activation.Kind, error) {
 	listen := streams.IsListen(r)
 	t, act, err := h.act.target(r.Context(), key, listen, cred)
 	rec.wait += act.waited
 	if err != nil {
-		return Target{}, "", err
+		return Target{}, activation.None, err
 	}
 	rec.how = act.how
 	// Deferred: a stream cut mid-way ends the handler with a panic
@@ -307,17 +308,14 @@ func appFailed(err error) bool {
 }
 
 // fail answers err, for request rid to key that failed on t (zero when
-// activation failed, how then ""), as classify says, counts it, and logs it once with the full
-// cause: a client that left at debug; the client's own mistakes (no
-// actor addressed, an invalid name, an unknown actor) at info, as anyone
-// can send those in bulk; the router's, the control plane's and the
-// actor's troubles at warn.
-func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, how activation, rid string, err error) {
+// activation failed, how then activation.None), as classify says, counts
+// it, and logs it once with the full cause: a client that left at debug;
+// the client's own mistakes (no actor addressed, an invalid name, an
+// unknown actor) at info, as anyone can send those in bulk; the
+// router's, the control plane's and the actor's troubles at warn.
+func (h *Handler) fail(w http.ResponseWriter, key names.ActorKey, t Target, how activation.Kind, rid string, err error) {
 	f := classify(err, key, h.cfg)
-	if how == "" {
-		how = metrics.ActivationNone
-	}
-	h.cfg.Metrics.Request(string(how), f.status)
+	h.cfg.Metrics.Request(how, f.status)
 	h.cfg.Metrics.Failure(f.reason)
 	rlog := h.requestLog(key, t, rid)
 	switch {

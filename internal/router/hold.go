@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"substrate.dev/ate/internal/activation"
 	"substrate.dev/ate/internal/names"
 )
 
@@ -62,9 +63,9 @@ func (a *activator) hold(ctx context.Context, key names.ActorKey, cred credentia
 				return Target{}, activated{}, true, err
 			}
 			if ok {
-				act := activated{how: activationWarm, subject: rv.Subject}
+				act := activated{how: activation.Warm, subject: rv.Subject}
 				if held {
-					act = activated{how: activationJoined, waited: time.Since(start), subject: rv.Subject}
+					act = activated{how: activation.Joined, waited: time.Since(start), subject: rv.Subject}
 				}
 				return t, act, true, nil
 			}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"substrate.dev/ate/internal/activation"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/tunnelproto"
 )
@@ -154,8 +155,8 @@ func (a *proxyAttempt) modifyResponse(res *http.Response) error {
 	}
 	a.values[3] = a.act.header()
 	res.Header[HeaderActivation] = a.values[3:4:4]
-	a.h.cfg.Metrics.Request(string(a.act.how), res.StatusCode)
-	if a.act.how != activationWarm {
+	a.h.cfg.Metrics.Request(a.act.how, res.StatusCode)
+	if a.act.how != activation.Warm {
 		res.Header.Set(HeaderActivationMs, strconv.FormatInt(a.act.waited.Milliseconds(), 10))
 	}
 	return nil

@@ -1,6 +1,7 @@
-// Package sandbox defines the interface every sandbox class (gvisor, fake)
-// implements for the node agent. A Runtime drives sandboxes in worker slots;
-// one slot hosts at most one container at a time.
+// Package sandbox defines the interface every sandbox class (gvisor,
+// fake) implements for the node agent, and the classes' names (Class).
+// A Runtime drives sandboxes in worker slots; one slot hosts at most one
+// container at a time.
 package sandbox
 
 import (

@@ -86,6 +86,12 @@ const (
 	Deleting   ActorState = "DELETING"
 )
 
+// ActorStates returns every actor state, in atev1.ActorState's order: a
+// new slice each call.
+func ActorStates() []ActorState {
+	return []ActorState{Suspended, Resuming, Running, Suspending, Pausing, Paused, Crashed, Deleting}
+}
+
 // Atespace is a tenant namespace.
 type Atespace struct {
 	Name       string    `json:"name"`

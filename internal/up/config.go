@@ -13,6 +13,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/router"
+	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 )
 
@@ -29,7 +30,7 @@ const (
 	// workers record whatever it is, nobody types it.
 	DefaultTunnelAddr   = "127.0.0.1:0"
 	DefaultWorkers      = 4
-	DefaultSandboxClass = "gvisor"
+	DefaultSandboxClass = string(sandbox.DefaultClass)
 	DefaultDemoTemplate = "examples/counter/template.yaml"
 	// DefaultNodeName names the one node of `ate up`.
 	DefaultNodeName = "local"

@@ -23,6 +23,7 @@ import (
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/runner"
 	"substrate.dev/ate/internal/runtimeasset"
+	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/sandbox/gvisor"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/storeurl"
@@ -292,7 +293,7 @@ func resolveRunsc(ctx context.Context, cfg NodeAgentConfig, log *slog.Logger) (g
 	if len(cfg.RunscAssets) == 0 {
 		return gc, nil
 	}
-	if cfg.Node.SandboxClass != "gvisor" {
+	if cfg.Node.SandboxClass != sandbox.ClassGvisor.String() {
 		log.Info("--runsc-asset not fetched: the sandbox class runs no runsc", "sandbox_class", cfg.Node.SandboxClass)
 		return gc, nil
 	}

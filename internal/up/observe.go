@@ -3,7 +3,6 @@ package up
 import (
 	"context"
 	"log/slog"
-	"strings"
 
 	"google.golang.org/grpc"
 
@@ -73,14 +72,7 @@ func runActorCounts(ctx context.Context, st store.Store, ms *metrics.Metrics, lo
 		<-ctx.Done()
 		return
 	}
-	_ = ms.Lifecycle.RunActorCounts(ctx, func(ctx context.Context) (map[string]int, error) {
-		counts, err := c.CountActors(ctx)
-		out := make(map[string]int, len(counts))
-		for s, n := range counts {
-			out[strings.ToLower(string(s))] = n
-		}
-		return out, err
-	}, 0, log)
+	_ = ms.Lifecycle.RunActorCounts(ctx, c.CountActors, 0, log)
 }
 
 // startTracing starts tracing for the process's component service

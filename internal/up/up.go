@@ -303,8 +303,12 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener) error {
 
 // sandboxClass builds the runtime of nc.SandboxClass and its slot setup.
 func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.Runtime, node.SlotSetup, node.SlotTeardown, func(), error) {
-	switch nc.SandboxClass {
-	case "gvisor":
+	class, err := sandbox.ParseClass(nc.SandboxClass)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	switch class {
+	case sandbox.ClassGvisor:
 		gc.RootDir, gc.Logger = filepath.Join("/run/ate", nc.WorkerPrefix), log
 		// The worker prefix names this node's runsc root and network
 		// namespaces on the machine; the node's start-up clears both of
@@ -331,13 +335,14 @@ func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.R
 		// that locked the removed file in between sees (lockIsPath) that
 		// its file is no longer the path's and refuses to start.
 		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close(); _ = os.Remove(lock.Path()); _ = lock.Unlock() }, nil
-	case fake.Class:
+	case sandbox.ClassFake:
 		// In-process stand-ins that emulate the counter: for trying the
 		// control plane without root or runsc, and for benchmarks.
 		rt := fake.New(fake.Config{})
 		return rt, fake.Setup, nil, func() { _ = rt.Close() }, nil
 	default:
-		return nil, nil, nil, nil, fmt.Errorf("unknown sandbox class %q: use gvisor or fake", nc.SandboxClass)
+		// ParseClass accepts only the classes above.
+		return nil, nil, nil, nil, fmt.Errorf("sandbox class %s: no runtime", class)
 	}
 }
 

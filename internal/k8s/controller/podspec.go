@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/sandbox"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -232,10 +233,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		image = w.Image
 	}
 	workers := max(pool.Spec.WorkersPerPod, 1)
-	class := pool.Spec.SandboxClass
-	if class == "" {
-		class = "gvisor"
-	}
+	class := sandbox.ClassOf(pool.Spec.SandboxClass)
 	// The image's entrypoint is `ate` (as for every other component's
 	// manifest in deploy/), so the arguments start with the subcommand.
 	args := []string{
@@ -245,7 +243,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		"--advertise=$(POD_IP)",
 		fmt.Sprintf("--workers=%d", workers),
 		"--labels=" + workerLabelsArg(pool),
-		"--sandbox-class=" + class,
+		"--sandbox-class=" + class.String(),
 		fmt.Sprintf("--agent-port=%d", agentPort),
 		fmt.Sprintf("--tunnel-port=%d", tunnelPort),
 		fmt.Sprintf("--management-addr=:%d", managementPort),

@@ -40,8 +40,9 @@ import (
 	"substrate.dev/ate/internal/sandbox"
 )
 
-// Class is the sandbox class name workers of this runtime report.
-const Class = "fake"
+// Class is the sandbox class name workers of this runtime report
+// (sandbox.ClassFake's name).
+const Class = string(sandbox.ClassFake)
 
 // StateFile is the file Checkpoint writes into the image directory.
 const StateFile = "fake-state.json"

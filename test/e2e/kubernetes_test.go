@@ -108,9 +108,11 @@ func (kc *kubeCluster) startWorkerPod(name string) {
 func (kc *kubeCluster) checkWorkerTLS() {
 	kc.t.Helper()
 	var d appsv1.Deployment
-	if err := kc.kube.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: kubePool + "-workers"}, &d); err != nil {
-		kc.t.Fatal(err)
-	}
+	// The pool's ready count comes from its Pods' path, its Deployment
+	// from the pool path: under load the count can be seen first.
+	waitFor(kc.t, "the worker Deployment", 30*time.Second, func() bool {
+		return kc.kube.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: kubePool + "-workers"}, &d) == nil
+	})
 	spec := d.Spec.Template.Spec
 	var csi map[string]string
 	for _, v := range spec.Volumes {

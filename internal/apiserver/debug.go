@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 
 	"google.golang.org/grpc"
@@ -12,26 +11,15 @@ import (
 	"substrate.dev/ate/internal/execio"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
-
-// DebugNode is what `ate exec` and `ate cp` need of the node hosting an
-// actor; *node.Node (in `ate up`) and the node protocol's client
-// (nodeagent.Remote) implement it.
-type DebugNode interface {
-	Exec(ctx context.Context, req node.ExecRequest) (int, error)
-	CopyIn(ctx context.Context, worker, actorUID, path string, mode fs.FileMode, r io.Reader) (int64, error)
-	CopyOut(ctx context.Context, worker, actorUID, path string, w io.Writer) (int64, error)
-}
-
-var _ DebugNode = (*node.Node)(nil)
 
 // runningActor returns the RUNNING actor key names and the node hosting
 // it. An actor in any other state is refused (FAILED_PRECONDITION): exec
 // and cp never resume one, since a debugging command should not be what
 // changes the state it looks at, nor take a worker from a real request.
-func (s *Server) runningActor(ctx context.Context, atespace, name string) (*store.Actor, DebugNode, error) {
+func (s *Server) runningActor(ctx context.Context, atespace, name string) (*store.Actor, nodeapi.Node, error) {
 	key := names.ActorKey{Atespace: atespace, Name: name}
 	if err := key.Validate(); err != nil {
 		return nil, nil, err
@@ -48,11 +36,7 @@ func (s *Server) runningActor(ctx context.Context, atespace, name string) (*stor
 	if err != nil {
 		return nil, nil, err
 	}
-	dn, ok := n.(DebugNode)
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: node %s does not serve exec or cp", errUnimplemented, n.Name())
-	}
-	return a, dn, nil
+	return a, n, nil
 }
 
 // ExecActor implements atev1.ControlServer.
@@ -74,7 +58,7 @@ func (s *Server) ExecActor(stream grpc.BidiStreamingServer[atev1.ExecActorReques
 		return toStatus(err)
 	}
 	p := execio.Serve(start, stream.Recv, stream.Send)
-	code, err := n.Exec(ctx, node.ExecRequest{Worker: a.Worker, ActorUID: a.UID, Process: p})
+	code, err := n.Exec(ctx, nodeapi.ExecRequest{Worker: a.Worker, ActorUID: a.UID, Process: p})
 	if err != nil {
 		return toStatus(err)
 	}

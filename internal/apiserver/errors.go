@@ -13,8 +13,7 @@ import (
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
@@ -31,18 +30,18 @@ func toStatus(err error) error {
 	}
 	code, reason := codes.Internal, "INTERNAL"
 	switch {
-	case errors.Is(err, sandbox.ErrExecStart):
+	case errors.Is(err, nodeapi.ErrExecStart):
 		code, reason = codes.FailedPrecondition, "EXEC_START_FAILED"
-	case errors.Is(err, node.ErrExecEnded):
+	case errors.Is(err, nodeapi.ErrExecEnded):
 		code, reason = codes.FailedPrecondition, "EXEC_ENDED"
-	case errors.Is(err, node.ErrStale):
+	case errors.Is(err, nodeapi.ErrStale):
 		// The actor moved or was put away between our read and the call.
 		code, reason = codes.FailedPrecondition, "FAILED_PRECONDITION"
-	case errors.Is(err, node.ErrNoFile):
+	case errors.Is(err, nodeapi.ErrNoFile):
 		code, reason = codes.NotFound, "NOT_FOUND"
-	case errors.Is(err, node.ErrExecUnsupported):
+	case errors.Is(err, nodeapi.ErrExecUnsupported):
 		code, reason = codes.Unimplemented, "UNIMPLEMENTED"
-	case errors.Is(err, node.ErrBadPath), errors.Is(err, node.ErrTooLarge):
+	case errors.Is(err, nodeapi.ErrBadPath), errors.Is(err, nodeapi.ErrTooLarge):
 		code, reason = codes.InvalidArgument, "INVALID_ARGUMENT"
 	case errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid), errors.Is(err, image.ErrBadRef), errors.Is(err, alarm.ErrInvalid):
 		code, reason = codes.InvalidArgument, "INVALID_ARGUMENT"

@@ -1,6 +1,7 @@
 // Package archtest checks the boundaries and vocabulary rules of
 // docs/architecture.md that the compiler does not: which package may
-// import which, and where the domain words may be spelled as literals.
+// depend on which (the layer table, layers_test.go), which files may
+// import gRPC, and where the domain words may be spelled as literals.
 package archtest
 
 import (
@@ -8,7 +9,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,34 +18,6 @@ import (
 
 // repo is the module root, relative to this package.
 const repo = "../.."
-
-// TestNodeDoesNotImportRouter: the worker tunnel's protocol lives in
-// tunnelproto, so the node agent can leave the router's process.
-func TestNodeDoesNotImportRouter(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "substrate.dev/ate/internal/node").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if dep == "substrate.dev/ate/internal/router" {
-			t.Fatal("internal/node depends on internal/router")
-		}
-	}
-}
-
-// TestBinaryHasNoTestControlPlane: the controller's test control plane
-// (k8stest, controller-runtime's envtest) stays out of the ate binary.
-func TestBinaryHasNoTestControlPlane(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "substrate.dev/ate/cmd/ate").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if dep == "substrate.dev/ate/internal/k8s/k8stest" || strings.HasPrefix(dep, "sigs.k8s.io/controller-runtime/pkg/envtest") {
-			t.Errorf("cmd/ate depends on %s", dep)
-		}
-	}
-}
 
 // TestRouterCoreIsTransportFree: only the router's gRPC adapter imports
 // gRPC; the core, its error map and its fakes speak router errors.
@@ -94,8 +66,8 @@ var wordRules = []wordRule{
 		use: "checkpoint.Action", dirs: everywhere},
 	{name: "snapshot scope", words: []string{"Full", "Data"}, enum: "internal/snapshot/snapshot.go",
 		use: "snapshot.Scope", dirs: everywhere},
-	{name: "sandbox class", words: []string{"gvisor", "fake"}, enum: "internal/sandbox/class.go",
-		use: "sandbox.Class", dirs: everywhere,
+	{name: "sandbox class", words: []string{"gvisor", "fake"}, enum: "internal/nodeapi/class.go",
+		use: "nodeapi.Class", dirs: everywhere,
 		allow: []allowed{{"internal/sandbox/fake/pipe.go", "fake", "String",
 			"the network name of the fake runtime's in-memory connections (net.Addr), not a class"}}},
 	{name: "activation kind", words: []string{"warm", "resumed", "joined"}, enum: "internal/activation/activation.go",

@@ -16,7 +16,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/execio"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // ExitCodeError makes Main exit with Code without printing anything: the
@@ -90,7 +90,7 @@ func (a *app) exec(cmd *cobra.Command, arg string, command []string, opts execOp
 	if opts.stdin {
 		stdin = cmd.InOrStdin()
 	}
-	var resize chan sandbox.WindowSize
+	var resize chan nodeapi.WindowSize
 	if opts.tty {
 		restore, sizes, size := terminal(ctx, cmd.InOrStdin(), cmd.OutOrStdout(), opts.stdin)
 		defer restore()
@@ -118,7 +118,7 @@ func (a *app) exec(cmd *cobra.Command, arg string, command []string, opts execOp
 // will be passed (a remote terminal echoes and edits for itself), and
 // reports the local window size now and on every SIGWINCH. restore
 // undoes both.
-func terminal(ctx context.Context, in io.Reader, out io.Writer, passStdin bool) (restore func(), sizes chan sandbox.WindowSize, size *atev1.TerminalSize) {
+func terminal(ctx context.Context, in io.Reader, out io.Writer, passStdin bool) (restore func(), sizes chan nodeapi.WindowSize, size *atev1.TerminalSize) {
 	restore = func() {}
 	sizeOf := func() (*atev1.TerminalSize, bool) {
 		f, ok := out.(*os.File)
@@ -137,7 +137,7 @@ func terminal(ctx context.Context, in io.Reader, out io.Writer, passStdin bool) 
 			restore = func() { _ = term.Restore(int(f.Fd()), old) }
 		}
 	}
-	sizes = make(chan sandbox.WindowSize, 1)
+	sizes = make(chan nodeapi.WindowSize, 1)
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	go func() {
@@ -149,7 +149,7 @@ func terminal(ctx context.Context, in io.Reader, out io.Writer, passStdin bool) 
 			case <-winch:
 				if sz, ok := sizeOf(); ok {
 					select {
-					case sizes <- sandbox.WindowSize{Rows: uint16(sz.Rows), Cols: uint16(sz.Cols)}:
+					case sizes <- nodeapi.WindowSize{Rows: uint16(sz.Rows), Cols: uint16(sz.Cols)}:
 					default:
 					}
 				}

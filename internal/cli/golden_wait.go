@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/lifecycle"
 )
 
 // goldenPoll paces waitGolden: a build's phases take from milliseconds
@@ -18,8 +17,9 @@ const goldenPoll = 200 * time.Millisecond
 
 // waitGolden polls template atespace/name until its golden build is
 // READY (nil) or FAILED (an error with the build's message), printing
-// each phase the build reports (its status message while BUILDING,
-// lifecycle.buildProgress) to stderr with the time since the wait began.
+// each phase the build reports (its status message while BUILDING: the
+// phases joined by atev1.BuildPhaseSeparator) to stderr with the time
+// since the wait began.
 func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) error {
 	out := cmd.ErrOrStderr()
 	begin := a.now()
@@ -41,7 +41,7 @@ func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) 
 			return fmt.Errorf("golden build of template %s/%s FAILED after %s: %s", atespace, name, elapsed, st.GetMessage())
 		}
 		if m := st.GetMessage(); m != "" {
-			phases := strings.Split(m, lifecycle.BuildPhaseSeparator)
+			phases := strings.Split(m, atev1.BuildPhaseSeparator)
 			for _, p := range phases[min(printed, len(phases)):] {
 				fmt.Fprintf(out, "  %s (%s)\n", p, elapsed)
 			}

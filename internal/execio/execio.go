@@ -1,5 +1,5 @@
 // Package execio carries `ate exec` and `ate cp` over gRPC streams: the
-// serving end turns an ExecActorRequest stream into a sandbox.Process's
+// serving end turns an ExecActorRequest stream into a nodeapi.Process's
 // input and its output into ExecActorResponse messages (Serve), the
 // calling end does the reverse for a local process's stdio (Call), and
 // both ends of a file copy move data in ChunkSize messages. The API
@@ -14,7 +14,7 @@ import (
 	"sync"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // ChunkSize is the largest data field one stream message carries, in
@@ -22,12 +22,12 @@ import (
 // that per-message cost is small.
 const ChunkSize = 256 << 10
 
-// Serve returns the sandbox.Process for start whose input comes from
+// Serve returns the nodeapi.Process for start whose input comes from
 // recv (the requests after the start) and whose output goes to send.
 // Requests are read on a goroutine that ends when recv fails (the call
 // ended); send is serialised, since stdout and stderr write concurrently.
-func Serve(start *atev1.ExecStart, recv func() (*atev1.ExecActorRequest, error), send func(*atev1.ExecActorResponse) error) sandbox.Process {
-	p := sandbox.Process{Args: start.GetCommand(), Env: start.GetEnv(), Cwd: start.GetWorkingDir(), TTY: start.GetTty()}
+func Serve(start *atev1.ExecStart, recv func() (*atev1.ExecActorRequest, error), send func(*atev1.ExecActorResponse) error) nodeapi.Process {
+	p := nodeapi.Process{Args: start.GetCommand(), Env: start.GetEnv(), Cwd: start.GetWorkingDir(), TTY: start.GetTty()}
 	var mu sync.Mutex
 	out := func(stderr bool) io.Writer {
 		return writerFunc(func(b []byte) (int, error) {
@@ -50,11 +50,11 @@ func Serve(start *atev1.ExecStart, recv func() (*atev1.ExecActorRequest, error),
 		r, stdin = io.Pipe()
 		p.Stdin = r
 	}
-	var resize chan sandbox.WindowSize
+	var resize chan nodeapi.WindowSize
 	if start.GetTty() {
-		resize = make(chan sandbox.WindowSize, 4)
+		resize = make(chan nodeapi.WindowSize, 4)
 		if sz := start.GetSize(); sz != nil {
-			resize <- sandbox.WindowSize{Rows: uint16(sz.GetRows()), Cols: uint16(sz.GetCols())}
+			resize <- nodeapi.WindowSize{Rows: uint16(sz.GetRows()), Cols: uint16(sz.GetCols())}
 		}
 		p.Resize = resize
 	}
@@ -82,7 +82,7 @@ func Serve(start *atev1.ExecStart, recv func() (*atev1.ExecActorRequest, error),
 				stdin = nil
 			case m.GetResize() != nil && resize != nil:
 				select {
-				case resize <- sandbox.WindowSize{Rows: uint16(m.GetResize().GetRows()), Cols: uint16(m.GetResize().GetCols())}:
+				case resize <- nodeapi.WindowSize{Rows: uint16(m.GetResize().GetRows()), Cols: uint16(m.GetResize().GetCols())}:
 				default: // a later size follows; never block input behind it
 				}
 			}
@@ -97,7 +97,7 @@ func Serve(start *atev1.ExecStart, recv func() (*atev1.ExecActorRequest, error),
 // error comes back as recv returns it (the caller maps it). stdin and
 // resize may be nil.
 func Call(ctx context.Context, send func(*atev1.ExecActorRequest) error, recv func() (*atev1.ExecActorResponse, error),
-	stdin io.Reader, resize <-chan sandbox.WindowSize, stdout, stderr io.Writer) (int, error) {
+	stdin io.Reader, resize <-chan nodeapi.WindowSize, stdout, stderr io.Writer) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex // send is not safe for concurrent use

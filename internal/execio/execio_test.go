@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // pipe is one direction of a stream: a channel of messages closed by the
@@ -54,11 +54,11 @@ func TestServeResize(t *testing.T) {
 		func(*atev1.ExecActorResponse) error { return nil })
 	reqs <- &atev1.ExecActorRequest{Msg: &atev1.ExecActorRequest_Resize{Resize: &atev1.TerminalSize{Rows: 50, Cols: 120}}}
 	close(reqs)
-	var got []sandbox.WindowSize
+	var got []nodeapi.WindowSize
 	for sz := range p.Resize {
 		got = append(got, sz)
 	}
-	want := []sandbox.WindowSize{{Rows: 24, Cols: 80}, {Rows: 50, Cols: 120}}
+	want := []nodeapi.WindowSize{{Rows: 24, Cols: 80}, {Rows: 50, Cols: 120}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("sizes %v, want %v", got, want)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/testwait"
 )
@@ -48,7 +48,7 @@ func TestEventsOfWorkflows(t *testing.T) {
 	if _, err := e.m.Suspend(ctx, key("a")); err != nil {
 		t.Fatal(err)
 	}
-	e.node.onStart = func(node.StartRequest) error { return errors.New("injected restore failure") }
+	e.node.onStart = func(nodeapi.StartRequest) error { return errors.New("injected restore failure") }
 	if _, err := e.m.Resume(ctx, key("a")); !errors.Is(err, ErrResumeFailed) {
 		t.Fatalf("Resume = %v, want ErrResumeFailed", err)
 	}

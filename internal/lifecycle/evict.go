@@ -10,7 +10,7 @@ import (
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/streams"
 )
@@ -148,7 +148,7 @@ func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []can
 
 // evictable applies p's rules, and sp's to listening streams, to what
 // the tunnel saw of the actor.
-func evictable(p *atev1.EvictionPolicy, sp streams.Policy, act node.Activity, now time.Time) bool {
+func evictable(p *atev1.EvictionPolicy, sp streams.Policy, act nodeapi.Activity, now time.Time) bool {
 	if p != nil && p.Evictable != nil && !p.GetEvictable() {
 		return false
 	}
@@ -263,7 +263,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKe
 			// The waiters it was for gave up meanwhile: keep the actor.
 			return nil
 		}
-		var act node.Activity
+		var act nodeapi.Activity
 		n, ok := m.nodes.Get(c.worker.Node)
 		if ok {
 			act, ok = n.WorkerActivity(c.worker.Name)

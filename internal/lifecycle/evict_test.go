@@ -12,7 +12,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/testwait"
 )
@@ -25,9 +25,9 @@ type evictEnv struct {
 
 func newEvictEnv(t *testing.T) evictEnv {
 	e := newEnv(t)
-	e.node.onStart = func(req node.StartRequest) error {
+	e.node.onStart = func(req nodeapi.StartRequest) error {
 		now := time.Now()
-		e.node.setActivity(req.Worker, node.Activity{ActorUID: req.ActorUID, Started: now, Last: now})
+		e.node.setActivity(req.Worker, nodeapi.Activity{ActorUID: req.ActorUID, Started: now, Last: now})
 		return nil
 	}
 	return evictEnv{e}
@@ -68,7 +68,7 @@ func (e evictEnv) streaming(t *testing.T, name string, last time.Time, inFlight,
 		t.Errorf("%s holds no worker: %+v", name, a)
 		return
 	}
-	e.node.setActivity(a.Worker, node.Activity{ActorUID: a.UID, Served: 1, InFlight: inFlight, Streams: streams, Listeners: listeners,
+	e.node.setActivity(a.Worker, nodeapi.Activity{ActorUID: a.UID, Served: 1, InFlight: inFlight, Streams: streams, Listeners: listeners,
 		Started: last.Add(-time.Second), Last: last})
 }
 
@@ -193,7 +193,7 @@ func TestVictimChoice(t *testing.T) {
 			switch {
 			case tc.aUnserved > 0:
 				w := e.actor(t, "a")
-				e.node.setActivity(w.Worker, node.Activity{ActorUID: w.UID, Started: now.Add(-tc.aUnserved), Last: now.Add(-tc.aUnserved)})
+				e.node.setActivity(w.Worker, nodeapi.Activity{ActorUID: w.UID, Started: now.Add(-tc.aUnserved), Last: now.Add(-tc.aUnserved)})
 			case !tc.aFresh:
 				e.streaming(t, "a", now.Add(-2*time.Second), tc.aFlight, tc.aStreams, tc.aListeners)
 			}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // ErrBeyondLimit marks a template asking more than the operator's
@@ -88,7 +88,7 @@ func pinned(p *atev1.EvictionPolicy) bool { return p != nil && p.Evictable != ni
 // have let it go). That is a pin too: else a tenant could hold workers
 // for up to a day each, past the cap, by resuming actors of a template
 // with a long minRunSeconds and never sending them a request.
-func heldByMinRun(p *atev1.EvictionPolicy, act node.Activity, now time.Time) bool {
+func heldByMinRun(p *atev1.EvictionPolicy, act nodeapi.Activity, now time.Time) bool {
 	if p == nil || p.MinRunSeconds == nil || act.Served > 0 {
 		return false
 	}

@@ -18,36 +18,13 @@ import (
 	"sync"
 	"time"
 
-	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
-
-// Node is what workflows need from a node agent.
-type Node interface {
-	Name() string
-	Start(ctx context.Context, req node.StartRequest) error
-	Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error)
-	Stop(ctx context.Context, worker, actorUID string) error
-	BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (ref, digest string, err error)
-	Upload(ctx context.Context, pausedRef, owner, snapshotID string, scope snapshot.Scope) (string, error)
-	DeletePaused(ref string) error
-	ForgetActor(actorUID string)
-	// StandbyWorkers lists the node's free workers holding a sandbox
-	// prepared for spec (from image imageDigest); claims prefer them.
-	StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string
-	// WorkerActivity is what the worker tunnel saw of the actor worker
-	// hosts (ok false when none); eviction picks victims by it.
-	WorkerActivity(worker string) (node.Activity, bool)
-	// ReadActorLogs returns the lines of the actor's log the node keeps
-	// after the cursor, in order, at most limit (0: all).
-	ReadActorLogs(ctx context.Context, actorUID string, after actorlog.Cursor, limit int) ([]actorlog.Line, error)
-}
 
 // Snapshots is the durable snapshot store as workflows use it.
 type Snapshots interface {
@@ -120,7 +97,7 @@ const (
 // Manager runs workflows. Safe for concurrent use.
 type Manager struct {
 	store  store.Store
-	nodes  Nodes
+	nodes  nodeapi.Nodes
 	snaps  Snapshots
 	holder string
 	log    *slog.Logger
@@ -152,7 +129,7 @@ type Manager struct {
 // embedded store, whose file lock guarantees it): workflows are then
 // serialised by the in-process per-actor lock alone, which saves two
 // fsync'd store writes per workflow (BENCHMARKS.md, control plane).
-func New(s store.Store, n Nodes, snaps Snapshots, holder string, logger *slog.Logger) *Manager {
+func New(s store.Store, n nodeapi.Nodes, snaps Snapshots, holder string, logger *slog.Logger) *Manager {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +23,7 @@ import (
 	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
@@ -37,16 +39,16 @@ type fakeNode struct {
 	starts atomic.Int64
 	stops  atomic.Int64
 	// onStart, if set, runs inside Start and its error is Start's.
-	onStart func(req node.StartRequest) error
+	onStart func(req nodeapi.StartRequest) error
 	// onCheckpoint, if set, runs inside Checkpoint.
 	onCheckpoint func()
 	// reportRef, if set, is the reference Checkpoint reports, whatever
 	// it was asked to write (a compromised node's answer).
 	reportRef string
 	mu        sync.Mutex
-	last      node.StartRequest
+	last      nodeapi.StartRequest
 	// lastCheckpoint is what Checkpoint was last asked.
-	lastCheckpoint node.CheckpointOptions
+	lastCheckpoint nodeapi.CheckpointOptions
 	// standbys is what StandbyWorkers answers; standbyFor and
 	// standbyDigest are what it was last asked.
 	standbys      []string
@@ -54,11 +56,11 @@ type fakeNode struct {
 	standbyDigest string
 	// activity is what WorkerActivity answers, by worker; a worker
 	// missing from it hosts nothing the tunnel saw.
-	activity map[string]node.Activity
+	activity map[string]nodeapi.Activity
 }
 
 func (f *fakeNode) Name() string { return f.name }
-func (f *fakeNode) Start(_ context.Context, req node.StartRequest) error {
+func (f *fakeNode) Start(_ context.Context, req nodeapi.StartRequest) error {
 	f.starts.Add(1)
 	f.mu.Lock()
 	f.last = req
@@ -68,7 +70,7 @@ func (f *fakeNode) Start(_ context.Context, req node.StartRequest) error {
 	}
 	return nil
 }
-func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o node.CheckpointOptions) (string, error) {
+func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.CheckpointOptions) (string, error) {
 	if f.onCheckpoint != nil {
 		f.onCheckpoint()
 	}
@@ -95,7 +97,22 @@ func (f *fakeNode) ForgetActor(string)        {}
 func (f *fakeNode) ReadActorLogs(context.Context, string, actorlog.Cursor, int) ([]actorlog.Line, error) {
 	return nil, nil
 }
-func (f *fakeNode) WorkerActivity(worker string) (node.Activity, bool) {
+
+// The workflows never exec or copy (the API server does, through
+// Manager.NodeOf).
+func (f *fakeNode) Exec(context.Context, nodeapi.ExecRequest) (int, error) {
+	return 0, nodeapi.ErrExecUnsupported
+}
+func (f *fakeNode) CopyIn(context.Context, string, string, string, fs.FileMode, io.Reader) (int64, error) {
+	return 0, nodeapi.ErrExecUnsupported
+}
+func (f *fakeNode) CopyOut(context.Context, string, string, string, io.Writer) (int64, error) {
+	return 0, nodeapi.ErrExecUnsupported
+}
+
+var _ nodeapi.Node = (*fakeNode)(nil)
+
+func (f *fakeNode) WorkerActivity(worker string) (nodeapi.Activity, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, ok := f.activity[worker]
@@ -103,11 +120,11 @@ func (f *fakeNode) WorkerActivity(worker string) (node.Activity, bool) {
 }
 
 // setActivity sets what WorkerActivity answers for worker.
-func (f *fakeNode) setActivity(worker string, a node.Activity) {
+func (f *fakeNode) setActivity(worker string, a nodeapi.Activity) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.activity == nil {
-		f.activity = map[string]node.Activity{}
+		f.activity = map[string]nodeapi.Activity{}
 	}
 	f.activity[worker] = a
 }
@@ -160,14 +177,14 @@ func newEnv(t *testing.T) *env {
 // testNodes answers for every node in live with the one fake node, as
 // if each were registered.
 type testNodes struct {
-	n    Node
+	n    nodeapi.Node
 	live []string
 }
 
-func (t testNodes) Get(name string) (Node, bool)  { return t.n, slices.Contains(t.live, name) }
-func (t testNodes) ForWorker(string) (Node, bool) { return t.n, true }
-func (t testNodes) ByLoad() []string              { return t.live }
-func (t testNodes) All() []Node                   { return []Node{t.n} }
+func (t testNodes) Get(name string) (nodeapi.Node, bool)  { return t.n, slices.Contains(t.live, name) }
+func (t testNodes) ForWorker(string) (nodeapi.Node, bool) { return t.n, true }
+func (t testNodes) ByLoad() []string                      { return t.live }
+func (t testNodes) All() []nodeapi.Node                   { return []nodeapi.Node{t.n} }
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -225,7 +242,7 @@ func TestResumeCoalesces(t *testing.T) {
 
 func TestFailedStartLeavesActorResumable(t *testing.T) {
 	e := newEnv(t)
-	e.node.onStart = func(node.StartRequest) error { return errors.New("injected restore failure") }
+	e.node.onStart = func(nodeapi.StartRequest) error { return errors.New("injected restore failure") }
 	_, err := e.m.Resume(context.Background(), key("a"))
 	if !errors.Is(err, ErrResumeFailed) {
 		t.Fatalf("Resume = %v, want ErrResumeFailed", err)
@@ -249,7 +266,7 @@ func TestFailedStartLeavesActorResumable(t *testing.T) {
 func TestWorkerLostBetweenRestoreAndRunning(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.node.onStart = func(req node.StartRequest) error {
+	e.node.onStart = func(req nodeapi.StartRequest) error {
 		return e.st.DeleteWorker(ctx, req.Worker)
 	}
 	_, err := e.m.Resume(ctx, key("a"))
@@ -274,7 +291,7 @@ func TestWorkerLostBetweenRestoreAndRunning(t *testing.T) {
 func TestLateFinisherDoesNotOverwrite(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.node.onStart = func(node.StartRequest) error {
+	e.node.onStart = func(nodeapi.StartRequest) error {
 		a, err := e.st.GetActor(ctx, key("a"))
 		if err != nil {
 			return err
@@ -466,7 +483,7 @@ func TestPausedMovesOnlyAfterUpload(t *testing.T) {
 	// RUNNING write must merge with that, not fail with the paused copy
 	// already gone.
 	at := time.Now().UTC()
-	e.node.onStart = func(node.StartRequest) error {
+	e.node.onStart = func(nodeapi.StartRequest) error {
 		return e.st.RecordActivity(ctx, []names.Activity{{Actor: key("a"), Last: at}})
 	}
 	out, err := e.m.Resume(ctx, key("a"))
@@ -523,12 +540,12 @@ func TestIdleSuspendRefusedWhileTunnelBusy(t *testing.T) {
 	idle := Why{Reason: store.ReasonIdle}
 	for _, tc := range []struct {
 		name string
-		act  node.Activity
+		act  nodeapi.Activity
 		ok   bool
 	}{
-		{"request open", node.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now().Add(-time.Hour)}, false},
-		{"traffic 2s ago", node.Activity{ActorUID: "b-uid", Last: time.Now().Add(-2 * time.Second)}, false},
-		{"another incarnation's traffic", node.Activity{ActorUID: "old-uid", InFlight: 3, Last: time.Now()}, true},
+		{"request open", nodeapi.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now().Add(-time.Hour)}, false},
+		{"traffic 2s ago", nodeapi.Activity{ActorUID: "b-uid", Last: time.Now().Add(-2 * time.Second)}, false},
+		{"another incarnation's traffic", nodeapi.Activity{ActorUID: "old-uid", InFlight: 3, Last: time.Now()}, true},
 	} {
 		e.node.setActivity(b.Worker, tc.act)
 		_, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, idle)
@@ -547,13 +564,13 @@ func TestIdleSuspendRefusedWhileTunnelBusy(t *testing.T) {
 			t.Fatalf("%s: refused idle suspend left the actor %s", tc.name, got.State)
 		}
 	}
-	e.node.setActivity(b.Worker, node.Activity{ActorUID: "b-uid", Last: time.Now().Add(-11 * time.Second)})
+	e.node.setActivity(b.Worker, nodeapi.Activity{ActorUID: "b-uid", Last: time.Now().Add(-11 * time.Second)})
 	if _, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, idle); err != nil {
 		t.Fatalf("idle suspend after 11s of quiet with idle.after 10s = %v", err)
 	}
 	b, err = e.m.Resume(ctx, key("b"))
 	must(t, err)
-	e.node.setActivity(b.Worker, node.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now()})
+	e.node.setActivity(b.Worker, nodeapi.Activity{ActorUID: "b-uid", InFlight: 1, Last: time.Now()})
 	if _, err := e.m.PutAway(ctx, key("b"), checkpoint.Suspend, Why{Reason: store.ReasonRequested}); err != nil {
 		t.Fatalf("requested suspend of a busy actor = %v, want it done", err)
 	}
@@ -652,7 +669,7 @@ func TestFencedWorkflowLeavesTheNodeAlone(t *testing.T) {
 	m := New(st, testNodes{n: e.node, live: []string{"n1"}}, e.snaps, "stalled-replica", nil)
 	t.Cleanup(m.Close)
 	m.SetLeases(LeaseConfig{Duration: 100 * time.Millisecond})
-	e.node.onStart = func(node.StartRequest) error {
+	e.node.onStart = func(nodeapi.StartRequest) error {
 		st.stalled.Store(true)
 		defer st.stalled.Store(false)
 		testwait.Until(t, "the stalled lease taken over", func() bool {
@@ -738,12 +755,12 @@ func TestIdleSuspendListeningStreams(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		streams *atev1.StreamPolicy
-		act     node.Activity
+		act     nodeapi.Activity
 		ok      bool
 	}{
-		{"default counts the stream", nil, node.Activity{InFlight: 1, Streams: 1, Listeners: 1}, false},
-		{"ignore", &atev1.StreamPolicy{Idle: "ignore"}, node.Activity{InFlight: 1, Streams: 1, Listeners: 1}, true},
-		{"ignore leaves other requests", &atev1.StreamPolicy{Idle: "ignore"}, node.Activity{InFlight: 2, Streams: 1, Listeners: 1}, false},
+		{"default counts the stream", nil, nodeapi.Activity{InFlight: 1, Streams: 1, Listeners: 1}, false},
+		{"ignore", &atev1.StreamPolicy{Idle: "ignore"}, nodeapi.Activity{InFlight: 1, Streams: 1, Listeners: 1}, true},
+		{"ignore leaves other requests", &atev1.StreamPolicy{Idle: "ignore"}, nodeapi.Activity{InFlight: 2, Streams: 1, Listeners: 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

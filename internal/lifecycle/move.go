@@ -9,7 +9,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -122,8 +122,8 @@ func SameData(from, to *atev1.ActorTemplateSpec) error {
 	return errors.New("the templates' data differ: " + strings.Join(diffs, "; ") + " (a move keeps volumes, so both templates must declare and mount the same ones)")
 }
 
-func sandboxClass(s *atev1.ActorTemplateSpec) sandbox.Class {
-	return sandbox.ClassOf(s.GetSandboxClass())
+func sandboxClass(s *atev1.ActorTemplateSpec) nodeapi.Class {
+	return nodeapi.ClassOf(s.GetSandboxClass())
 }
 
 func volumeNames(s *atev1.ActorTemplateSpec) []string {

@@ -8,34 +8,20 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
-// Nodes finds the node agents workflows run on: the nodes registered
-// with the API server (internal/nodeagent.Registry), `ate up`'s
-// in-process node among them. Implementations are safe for concurrent
-// use.
-type Nodes interface {
-	// Get returns the live node named name; ok is false when no node of
-	// that name is registered and heartbeating.
-	Get(name string) (n Node, ok bool)
-	// ForWorker returns the live node that owns worker.
-	ForWorker(worker string) (n Node, ok bool)
-	// ByLoad returns the names of the live nodes that take new actors
-	// (not draining), the least loaded
-	// (fewest actors hosted per worker) first: the order new actors are
-	// placed in.
-	ByLoad() []string
-	// All returns every live node.
-	All() []Node
-}
+// The workflows find their nodes through a nodeapi.Nodes (New) and are
+// told what the nodes report through nodeapi.Events.
+var _ nodeapi.Events = (*Manager)(nil)
 
 // ErrNodeUnavailable: the node a workflow step needs is not registered
 // (lost, or never joined).
 var ErrNodeUnavailable = errors.New("node unavailable")
 
 // nodeOf returns the node owning worker, or ErrNodeUnavailable.
-func (m *Manager) nodeOf(worker string) (Node, error) {
+func (m *Manager) nodeOf(worker string) (nodeapi.Node, error) {
 	n, ok := m.nodes.ForWorker(worker)
 	if !ok {
 		return nil, fmt.Errorf("%w: no live node owns worker %s", ErrNodeUnavailable, worker)
@@ -44,7 +30,7 @@ func (m *Manager) nodeOf(worker string) (Node, error) {
 }
 
 // nodeNamed returns the live node called name, or ErrNodeUnavailable.
-func (m *Manager) nodeNamed(name string) (Node, error) {
+func (m *Manager) nodeNamed(name string) (nodeapi.Node, error) {
 	n, ok := m.nodes.Get(name)
 	if !ok {
 		return nil, fmt.Errorf("%w: node %s is not registered", ErrNodeUnavailable, name)
@@ -143,4 +129,4 @@ func (m *Manager) ReadActorLogs(ctx context.Context, actorUID string, after acto
 // NodeOf returns the live node owning worker, or an error wrapping
 // ErrNodeUnavailable: for calls that reach a running actor's node
 // outside a workflow (`ate exec`, `ate cp`).
-func (m *Manager) NodeOf(worker string) (Node, error) { return m.nodeOf(worker) }
+func (m *Manager) NodeOf(worker string) (nodeapi.Node, error) { return m.nodeOf(worker) }

@@ -12,7 +12,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/tracing"
@@ -150,7 +150,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
-	err = on.Start(nctx, node.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
+	err = on.Start(nctx, nodeapi.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
 		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest, VolumesFrom: src.volumes,
 		LogRun: a.Version})
 	if err != nil {

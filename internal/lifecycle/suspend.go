@@ -14,7 +14,7 @@ import (
 
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/tracing"
@@ -155,7 +155,7 @@ func (m *Manager) busy(ctx context.Context, a *store.Actor) error {
 // checkpointOptionsFor returns the checkpoint options for action on a,
 // from its template (the defaults if the template cannot be read), and
 // the template's idle.after.
-func (m *Manager) checkpointOptionsFor(ctx context.Context, a *store.Actor, action checkpoint.Action) (node.CheckpointOptions, string) {
+func (m *Manager) checkpointOptionsFor(ctx context.Context, a *store.Actor, action checkpoint.Action) (nodeapi.CheckpointOptions, string) {
 	var spec *atev1.ActorTemplateSpec // nil: the defaults
 	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
 		spec = tpl.Spec
@@ -166,14 +166,14 @@ func (m *Manager) checkpointOptionsFor(ctx context.Context, a *store.Actor, acti
 // checkpointOptions returns the checkpoint options spec asks for on
 // action: its snapshotPolicy's scope for it (Full when unset or, since
 // the API validated it, unreadable) and its drain grace.
-func checkpointOptions(spec *atev1.ActorTemplateSpec, action checkpoint.Action) node.CheckpointOptions {
+func checkpointOptions(spec *atev1.ActorTemplateSpec, action checkpoint.Action) nodeapi.CheckpointOptions {
 	paused := action == checkpoint.Pause
 	field := spec.GetSnapshotPolicy().GetOnSuspend()
 	if paused {
 		field = spec.GetSnapshotPolicy().GetOnPause()
 	}
 	scope, _ := snapshot.ParseScope(field)
-	return node.CheckpointOptions{Paused: paused, Scope: scope,
+	return nodeapi.CheckpointOptions{Paused: paused, Scope: scope,
 		Grace: time.Duration(spec.GetDrainGraceSeconds()) * time.Second}
 }
 
@@ -188,7 +188,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	}()
 	paused := action == checkpoint.Pause
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
-	// Snapshot ids carry the API server's clock (node.CheckpointOptions.ID).
+	// Snapshot ids carry the API server's clock (nodeapi.CheckpointOptions.ID).
 	opts.ID = snapshot.NewID()
 	ing := *a
 	ing.State = store.Suspending

@@ -151,7 +151,7 @@ func sameTemplate(a *store.Actor, template, source string) error {
 
 // snapshotFor writes a new durable snapshot of a's current state owned
 // by owner and returns its reference, leaving a as it is: RUNNING, a
-// checkpoint that leaves it running (node.CheckpointOptions.LeaveRunning,
+// checkpoint that leaves it running (nodeapi.CheckpointOptions.LeaveRunning,
 // scope from its template's onSuspend); PAUSED, an upload of its paused
 // copy; SUSPENDED or CRASHED, a clone of its latest durable snapshot.
 // The caller holds a's lock and lease, so no workflow moves or deletes

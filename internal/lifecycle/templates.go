@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"substrate.dev/ate/internal/node"
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
@@ -27,7 +28,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	ref, digest := "", ""
 	n, err := m.builder(ctx)
 	if err == nil {
-		ref, digest, err = n.BuildGolden(node.WithProgress(ctx, m.buildProgress(ctx, t)), t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
+		ref, digest, err = n.BuildGolden(nodeapi.WithProgress(ctx, m.buildProgress(ctx, t)), t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
 	}
 	if err == nil && ref != "" {
 		ref, err = reportedRef(ref, t.UID)
@@ -58,11 +59,11 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 
 // buildProgress returns the ProgressFunc of t's golden build: while it is
 // BUILDING, the template's status message lists the phases begun so far,
-// oldest first, joined by BuildPhaseSeparator, so a client polling it
-// (`ate create template --wait`) misses none begun before its last poll
-// of the BUILDING template (READY clears the list). A failed write only
+// oldest first, joined by atev1.BuildPhaseSeparator, so a client polling
+// it (`ate create template --wait`) misses none begun before its last
+// poll of the BUILDING template (READY clears the list). A failed write only
 // loses a progress line.
-func (m *Manager) buildProgress(ctx context.Context, t *store.Template) node.ProgressFunc {
+func (m *Manager) buildProgress(ctx context.Context, t *store.Template) nodeapi.ProgressFunc {
 	return func(phase string) {
 		cur, err := m.store.GetTemplate(ctx, t.Atespace, t.Name)
 		if err != nil || cur.UID != t.UID || cur.Phase != store.TemplateBuilding {
@@ -71,17 +72,13 @@ func (m *Manager) buildProgress(ctx context.Context, t *store.Template) node.Pro
 		if cur.Message == "" {
 			cur.Message = phase
 		} else {
-			cur.Message += BuildPhaseSeparator + phase
+			cur.Message += atev1.BuildPhaseSeparator + phase
 		}
 		if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil {
 			m.log.DebugContext(ctx, "record golden build phase", "template", t.Name, "phase", phase, "err", err)
 		}
 	}
 }
-
-// BuildPhaseSeparator joins the phases in a BUILDING template's status
-// message.
-const BuildPhaseSeparator = "; "
 
 // resumeGoldenBuilds restarts builds that a previous process did not finish.
 func (m *Manager) resumeGoldenBuilds(ctx context.Context) error {
@@ -107,7 +104,7 @@ func (m *Manager) DeleteTemplateSnapshots(ctx context.Context, t *store.Template
 // builder returns the least loaded live node to build on, waiting (until
 // ctx ends) while none is registered: a template created before any node
 // joined builds once one does.
-func (m *Manager) builder(ctx context.Context) (Node, error) {
+func (m *Manager) builder(ctx context.Context) (nodeapi.Node, error) {
 	for {
 		for _, name := range m.nodes.ByLoad() {
 			if n, ok := m.nodes.Get(name); ok {

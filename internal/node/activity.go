@@ -6,26 +6,6 @@ import (
 	"time"
 )
 
-// Activity is what the worker tunnel saw of one actor incarnation on a
-// worker: the capacity manager's view of whether it is idle and since
-// when. It covers traffic through every router, since all of it passes
-// the tunnel.
-type Activity struct {
-	// ActorUID is the incarnation hosted; Activity of another incarnation
-	// is never reported for it.
-	ActorUID string
-	// InFlight counts requests being proxied now, Streams those of them
-	// that are streams (WebSocket upgrades, Server-Sent Events), and
-	// Listeners those streams that are listening streams
-	// (streams.IsListen: a GET for Server-Sent Events).
-	InFlight, Streams, Listeners int
-	// Served counts requests that ended since the actor started here.
-	Served uint64
-	// Started is when the actor started (or was restored) on the worker;
-	// Last is when a request last started or ended, Started if none did.
-	Started, Last time.Time
-}
-
 // actorActivity is the live counter behind Activity; guarded by its
 // slot's gate. A request keeps the one it entered under, so one still
 // running on a container that is gone never counts against the worker's

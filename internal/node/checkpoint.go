@@ -18,28 +18,6 @@ import (
 // checkpoint cuts them off, when the template sets none.
 const DefaultDrainGrace = 10 * time.Second
 
-// CheckpointOptions say where a checkpoint goes and what it holds.
-type CheckpointOptions struct {
-	// Paused keeps the checkpoint in the node's paused store instead of
-	// the durable snapshot store.
-	Paused bool
-	// Scope is what the checkpoint holds.
-	Scope snapshot.Scope
-	// Grace bounds the wait for in-flight requests; 0 means
-	// DefaultDrainGrace.
-	Grace time.Duration
-	// ID is the snapshot's id (snapshot.NewID's form), minted by the
-	// workflow that will record it so that its time is the API server's
-	// clock, which garbage collection compares; empty means a new one.
-	ID string
-	// LeaveRunning checkpoints without stopping the actor (CheckpointLive):
-	// no drain, the worker goes on hosting it. Not with Paused.
-	LeaveRunning bool
-	// Owner owns the new snapshot (a tag's or a fork's uid); empty means
-	// the actor's uid.
-	Owner string
-}
-
 // Checkpoint drains the worker (new requests are refused with 421 so the
 // router holds them; in-flight ones get up to opts.Grace), writes a
 // snapshot of the actor and empties the worker. It returns the committed

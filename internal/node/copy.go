@@ -17,25 +17,9 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
-// MaxCopyBytes bounds one file `ate cp` copies into or out of an actor's
-// volumes: 1 GiB. Volumes are copied into every snapshot of the actor,
-// so a file far larger belongs in object storage, not in a volume.
-const MaxCopyBytes int64 = 1 << 30
-
-// ErrBadPath: an `ate cp` path is not a file inside one of the actor's
-// durable volumes (not absolute, has a ".." element, lies outside every
-// volume's mount path, or leads out of the volume through a symlink).
-var ErrBadPath = errors.New("path is not inside one of the actor's volumes")
-
-// ErrTooLarge: a file to copy exceeds MaxCopyBytes.
-var ErrTooLarge = fmt.Errorf("file exceeds the %d-byte copy limit", MaxCopyBytes)
-
 // ErrNotRegular: the path names a directory or other non-regular file;
 // `ate cp` copies single regular files. It wraps ErrBadPath.
 var ErrNotRegular = fmt.Errorf("%w: not a regular file", ErrBadPath)
-
-// ErrNoFile: the file to copy out does not exist.
-var ErrNoFile = errors.New("no such file in the actor's volumes")
 
 // mountPaths returns where spec's containers mount volume name.
 func mountPaths(spec *atev1.ActorTemplateSpec, name string) []string {

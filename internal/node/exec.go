@@ -2,27 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"substrate.dev/ate/internal/sandbox"
 )
-
-// ErrExecEnded ends an `ate exec` whose actor is being checkpointed or
-// stopped: its process is killed so that it never enters a snapshot and
-// never holds the checkpoint up.
-var ErrExecEnded = errors.New("the actor is being suspended, paused or stopped; the exec'd process was killed")
-
-// ErrExecUnsupported: the node's sandbox class cannot run processes in a
-// running container.
-var ErrExecUnsupported = errors.New("this node's sandbox class does not support exec")
-
-// ExecRequest is one `ate exec`: Process to run in the container of the
-// actor incarnation ActorUID on Worker.
-type ExecRequest struct {
-	Worker, ActorUID string
-	Process          sandbox.Process
-}
 
 // execEntry is one running exec, ended by end.
 type execEntry struct{ end context.CancelCauseFunc }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 )
 
@@ -22,7 +23,7 @@ type goldenBuilder struct {
 // snapshot and the digest of the image it ran, which the template pins;
 // snapshotID names the snapshot as CheckpointOptions.ID does. Builds are
 // serialised; they never use a worker. Each phase is told to ctx's
-// ProgressFunc (WithProgress) as it begins.
+// ProgressFunc (nodeapi.WithProgress) as it begins.
 func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (ref, digest string, err error) {
 	s := n.golden.slot
 	s.opMu.Lock()
@@ -33,7 +34,7 @@ func (n *Node) BuildGolden(ctx context.Context, tplUID, atespace, tplName string
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)
 	}
-	progress(ctx, PhaseCheckpoint)
+	nodeapi.Progress(ctx, nodeapi.PhaseCheckpoint)
 	ref, err = n.checkpointOp(ctx, s, tplUID, CheckpointOptions{Scope: snapshot.ScopeFull, ID: snapshotID})
 	if err != nil {
 		return "", "", fmt.Errorf("golden build: %w", err)

@@ -29,17 +29,6 @@ import (
 	"substrate.dev/ate/internal/store"
 )
 
-// ErrStale: the worker does not host the actor the caller expects (it was
-// suspended, moved or never started there).
-var ErrStale = errors.New("worker does not host this actor")
-
-// ErrUnknownWorker: no worker of that name on this node.
-var ErrUnknownWorker = errors.New("unknown worker")
-
-// ErrStartFailed wraps any failure to bring a sandbox to ready (image,
-// boot, restore, wakeup probe). The slot is empty again when it is returned.
-var ErrStartFailed = errors.New("start failed")
-
 // Images resolves image references to unpacked root filesystems; a
 // non-empty digest pins the content (image.Cache.EnsurePinned).
 type Images interface {

@@ -16,7 +16,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
-	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/tracing"
@@ -28,35 +28,6 @@ import (
 // bytes, hex); none has a trailing newline. All are in place before
 // every boot and restore, before the wakeup probe (docs/restore.md).
 const IdentityDir = "/run/ate"
-
-// StartRequest asks a worker to host an actor.
-type StartRequest struct {
-	Worker   string
-	ActorUID string
-	Atespace string
-	Name     string
-	Spec     *atev1.ActorTemplateSpec
-	// Snapshot is the reference to restore; empty means a cold boot.
-	// Paused says it is in the node's paused store, not the durable one.
-	Snapshot string
-	Paused   bool
-	// VolumesFrom, when set, is a durable snapshot whose volumes fill
-	// the actor's volumes instead of Snapshot's, which then gives only
-	// the memory (another template's golden snapshot) or is empty (a cold
-	// boot): how an actor moved to another template keeps its data
-	// (docs/actors.md).
-	VolumesFrom string
-	// ImageDigest pins the image content (the template's); empty means
-	// whatever the reference names now.
-	ImageDigest string
-	// LogRun numbers this start in the actor's log (actorlog.Line.Run):
-	// larger for every later resume of the actor. 0 keeps no actor log
-	// (golden builds).
-	LogRun int64
-}
-
-// Key names the actor the request starts.
-func (r StartRequest) Key() names.ActorKey { return names.ActorKey{Atespace: r.Atespace, Name: r.Name} }
 
 type volume struct {
 	name, hostDir string
@@ -116,7 +87,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	if len(s.leftovers) > 0 {
 		return "", "", errLeftover
 	}
-	progress(ctx, PhaseImage)
+	nodeapi.Progress(ctx, nodeapi.PhaseImage)
 	if ci, ok := n.cfg.Images.(interface{ Cached(digest string) bool }); ok && req.ImageDigest != "" {
 		n.cfg.Metrics.ImageCache(ci.Cached(req.ImageDigest))
 	}
@@ -191,7 +162,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		}
 		n.ids.logStart(s, req, sspec.ID, gen)
 		n.beginActorLog(ctx, s, req, restore)
-		progress(ctx, PhaseBoot)
+		nodeapi.Progress(ctx, nodeapi.PhaseBoot)
 		rctx, span := tracing.Span(ctx, "node.boot", attribute.Bool("ate.standby", sspec.Prepared))
 		if restore {
 			span.SetName("node.restore")
@@ -202,7 +173,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		tracing.End(span, err)
 		started := err == nil
 		if started {
-			progress(ctx, PhaseProbe)
+			nodeapi.Progress(ctx, nodeapi.PhaseProbe)
 			pctx, span := tracing.Span(ctx, "node.wakeup_probe")
 			err = n.probe(pctx, s.sb, sspec.ID, spec, port)
 			tracing.End(span, err)

@@ -11,11 +11,11 @@ import (
 // Drain is DrainNode (the Kubernetes controller's call for a terminating
 // worker Pod): the node gets no new actors, and its running actors are
 // suspended and its paused checkpoints uploaded in the background
-// (Workflows.SuspendNode), as when the node drains itself on SIGTERM. The
-// drain sticks to the name: a node that re-registers (its stream broke)
-// comes back DRAINING and is drained again, until Remove. It returns the
-// node as ListNodes shows it; store.ErrNotFound (wrapped) for a node this
-// registry does not know.
+// (nodeapi.Events.SuspendNode), as when the node drains itself on
+// SIGTERM. The drain sticks to the name: a node that re-registers (its
+// stream broke) comes back DRAINING and is drained again, until Remove.
+// It returns the node as ListNodes shows it; store.ErrNotFound (wrapped)
+// for a node this registry does not know.
 //
 // Only this replica's registry learns the drain; other API server
 // replicas keep placing on the node until it drains itself (its Pod's
@@ -59,9 +59,9 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 // worker Pod): the node is declared lost now instead of at the heartbeat
 // deadline, so its actors become CRASHED at their last durable snapshot
 // and resume elsewhere at their next request, and every worker record of
-// the node leaves the store (Workflows.WorkersLost), also those of a node
-// this replica never heard from. The name is forgotten: ListNodes no
-// longer shows it. Removing an unknown node succeeds.
+// the node leaves the store (nodeapi.Events.WorkersLost), also those of
+// a node this replica never heard from. The name is forgotten: ListNodes
+// no longer shows it. Removing an unknown node succeeds.
 func (r *Registry) Remove(ctx context.Context, name, reason string) error {
 	why := "removed: " + reason
 	r.declareLost(ctx, name, 0, why)

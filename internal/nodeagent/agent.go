@@ -19,6 +19,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // AgentConfig configures an Agent.
@@ -489,7 +490,7 @@ func (l *link) requeue(evs []*atev1.NodeEvent) {
 
 func (a *Agent) stop(ctx context.Context, o *atev1.StopOrder) {
 	a.log.Info("stopping a sandbox the API server does not give this node", "worker", o.GetWorker(), "actorUid", o.GetActorUid())
-	if err := a.cfg.Node.Stop(ctx, o.GetWorker(), o.GetActorUid()); err != nil && !errors.Is(err, node.ErrStale) {
+	if err := a.cfg.Node.Stop(ctx, o.GetWorker(), o.GetActorUid()); err != nil && !errors.Is(err, nodeapi.ErrStale) {
 		a.log.Warn("stop order", "worker", o.GetWorker(), "err", err)
 	}
 }

@@ -10,19 +10,19 @@ import (
 	"google.golang.org/grpc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/execio"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // The node protocol's side of `ate exec` and `ate cp`: the API server's
 // Remote opens a stream to the node hosting the actor and relays what its
-// own Control stream carries; the Server runs it on the node.Node.
+// own Control stream carries; the Server runs it on the nodeapi.Node it
+// serves.
 
-var _ apiserver.DebugNode = (*Remote)(nil)
+var _ nodeapi.Node = (*Remote)(nil)
 
-// Exec implements apiserver.DebugNode over NodeAgent.ExecActor.
-func (r *Remote) Exec(ctx context.Context, req node.ExecRequest) (int, error) {
+// Exec implements nodeapi.Node over NodeAgent.ExecActor.
+func (r *Remote) Exec(ctx context.Context, req nodeapi.ExecRequest) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := r.client.ExecActor(ctx)
@@ -40,7 +40,7 @@ func (r *Remote) Exec(ctx context.Context, req node.ExecRequest) (int, error) {
 	return code, fromStatus(r.name, err)
 }
 
-// CopyIn implements apiserver.DebugNode over NodeAgent.CopyToActor.
+// CopyIn implements nodeapi.Node over NodeAgent.CopyToActor.
 func (r *Remote) CopyIn(ctx context.Context, worker, actorUID, path string, mode fs.FileMode, src io.Reader) (int64, error) {
 	stream, err := r.client.CopyToActor(ctx)
 	if err != nil {
@@ -63,7 +63,7 @@ func (r *Remote) CopyIn(ctx context.Context, worker, actorUID, path string, mode
 	return resp.GetSize(), fromStatus(r.name, err)
 }
 
-// CopyOut implements apiserver.DebugNode over NodeAgent.CopyFromActor.
+// CopyOut implements nodeapi.Node over NodeAgent.CopyFromActor.
 func (r *Remote) CopyOut(ctx context.Context, worker, actorUID, path string, w io.Writer) (int64, error) {
 	stream, err := r.client.CopyFromActor(ctx, &atev1.NodeCopyFromRequest{Worker: worker, ActorUid: actorUID, Target: &atev1.CopyTarget{Path: path}})
 	if err != nil {
@@ -91,7 +91,7 @@ func (s *Server) ExecActor(stream grpc.BidiStreamingServer[atev1.NodeExecRequest
 		return m.GetReq(), err
 	}
 	p := execio.Serve(start, recv, stream.Send)
-	code, err := s.n.Exec(stream.Context(), node.ExecRequest{Worker: first.GetWorker(), ActorUID: first.GetActorUid(), Process: p})
+	code, err := s.n.Exec(stream.Context(), nodeapi.ExecRequest{Worker: first.GetWorker(), ActorUID: first.GetActorUid(), Process: p})
 	if err != nil {
 		return toStatus(err)
 	}
@@ -106,7 +106,7 @@ func (s *Server) CopyToActor(stream grpc.ClientStreamingServer[atev1.NodeCopyToR
 	}
 	t := first.GetReq().GetTarget()
 	if t == nil {
-		return toStatus(fmt.Errorf("%w: the first CopyToActor request must carry target", node.ErrBadPath))
+		return toStatus(fmt.Errorf("%w: the first CopyToActor request must carry target", nodeapi.ErrBadPath))
 	}
 	r := execio.NewRecvReader(func() ([]byte, error) {
 		m, err := stream.Recv()

@@ -9,8 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/node"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 )
 
@@ -28,18 +27,18 @@ var codeOf = []struct {
 	code   codes.Code
 	reason string
 }{
-	{sandbox.ErrExecStart, codes.FailedPrecondition, "EXEC_START_FAILED"},
-	{node.ErrExecEnded, codes.FailedPrecondition, "EXEC_ENDED"},
-	{node.ErrNoFile, codes.NotFound, "NO_SUCH_FILE"},
-	{node.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
+	{nodeapi.ErrExecStart, codes.FailedPrecondition, "EXEC_START_FAILED"},
+	{nodeapi.ErrExecEnded, codes.FailedPrecondition, "EXEC_ENDED"},
+	{nodeapi.ErrNoFile, codes.NotFound, "NO_SUCH_FILE"},
+	{nodeapi.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
 	{snapshot.ErrTreeChanged, codes.Aborted, "TREE_CHANGED"},
-	{node.ErrUnknownWorker, codes.NotFound, ""},
-	{node.ErrStale, codes.FailedPrecondition, ""},
+	{nodeapi.ErrUnknownWorker, codes.NotFound, ""},
+	{nodeapi.ErrStale, codes.FailedPrecondition, ""},
 	{snapshot.ErrCorrupt, codes.DataLoss, ""},
 	{snapshot.ErrNotFound, codes.OutOfRange, ""},
-	{node.ErrStartFailed, codes.Aborted, ""},
-	{node.ErrBadPath, codes.InvalidArgument, ""},
-	{node.ErrExecUnsupported, codes.Unimplemented, ""},
+	{nodeapi.ErrStartFailed, codes.Aborted, ""},
+	{nodeapi.ErrBadPath, codes.InvalidArgument, ""},
+	{nodeapi.ErrExecUnsupported, codes.Unimplemented, ""},
 }
 
 func toStatus(err error) error {

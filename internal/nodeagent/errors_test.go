@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 )
 
@@ -20,11 +20,11 @@ func TestErrorsCrossTheWire(t *testing.T) {
 		err  error
 		want error
 	}{
-		{fmt.Errorf("%w: w9", node.ErrUnknownWorker), node.ErrUnknownWorker},
-		{fmt.Errorf("worker w1: %w", node.ErrStale), node.ErrStale},
+		{fmt.Errorf("%w: w9", nodeapi.ErrUnknownWorker), nodeapi.ErrUnknownWorker},
+		{fmt.Errorf("worker w1: %w", nodeapi.ErrStale), nodeapi.ErrStale},
 		{fmt.Errorf("%w: object a/b/pages.img.zst: sha256 1234 != 5678", snapshot.ErrCorrupt), snapshot.ErrCorrupt},
 		{fmt.Errorf("%w: a/b", snapshot.ErrNotFound), snapshot.ErrNotFound},
-		{fmt.Errorf("%w: image x", node.ErrStartFailed), node.ErrStartFailed},
+		{fmt.Errorf("%w: image x", nodeapi.ErrStartFailed), nodeapi.ErrStartFailed},
 		{fmt.Errorf("copy volume data: copy /v: v01: %w", snapshot.ErrTreeChanged), snapshot.ErrTreeChanged},
 	} {
 		got := fromStatus("n1", toStatus(tc.err))

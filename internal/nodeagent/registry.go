@@ -18,24 +18,11 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
-	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
-
-// Workflows is what the registry tells the lifecycle manager
-// (*lifecycle.Manager).
-type Workflows interface {
-	WorkerExited(worker, actorUID string)
-	WorkerIdle(worker string)
-	SelfRequest(worker, actorUID string, action checkpoint.Action)
-	WorkersLost(ctx context.Context, workers []*store.Worker, why string) error
-	// ClaimsNotHosted: the node's hello, received at seen, shows these
-	// claimed workers not hosting the actor the store gives them.
-	ClaimsNotHosted(ctx context.Context, workers []*store.Worker, why string, seen time.Time) error
-	SuspendNode(ctx context.Context, node string) error
-}
 
 // Defaults for RegistryConfig.
 const (
@@ -80,22 +67,24 @@ type RegistryConfig struct {
 }
 
 // Registry is the API server's side of the node protocol: the
-// NodeRegistry service nodes register with, and the lifecycle.Nodes the
-// workflows find them through. A node is live from its welcome until it
-// leaves or is declared lost (no heartbeat for LostAfter); a lost node's
-// workers leave the pool and its actors go CRASHED at their last durable
-// snapshot (Workflows.WorkersLost). A node that registers again with a
-// new epoch is a new process: whatever the store said it hosted is gone.
-// Sandboxes a node reports hosting that the store does not give it are
-// stopped (stop orders), so a node back from a partition never serves an
-// actor that moved on.
+// NodeRegistry service nodes register with, the nodeapi.Nodes the
+// workflows find them through, and the caller of the workflows'
+// nodeapi.Events with what the nodes report. A node is live from its
+// welcome until it leaves or is declared lost (no heartbeat for
+// LostAfter); a lost node's workers leave the pool and its actors go
+// CRASHED at their last durable snapshot (Events.WorkersLost). A node
+// that registers again with a new epoch is a new process: whatever the
+// store said it hosted is gone. Sandboxes a node reports hosting that
+// the store does not give it are stopped (stop orders), so a node back
+// from a partition never serves an actor that moved on.
 type Registry struct {
 	atev1.UnimplementedNodeRegistryServer
 	cfg RegistryConfig
 	log *slog.Logger
 
 	mu sync.Mutex
-	wf Workflows
+	// wf are the workflows told what the nodes report (SetWorkflows).
+	wf nodeapi.Events
 	// selfAlarm answers SetSelfAlarm (selfalarm.go); nil: UNIMPLEMENTED.
 	selfAlarm node.SelfAlarmFunc
 	// selfCall answers SelfCall (selfcall.go); nil: UNIMPLEMENTED.
@@ -128,7 +117,7 @@ type member struct {
 
 // drain starts m's drain (once: SuspendNode of its actors) and returns a
 // channel closed when it has finished; m.drainErr is then its error.
-func (r *Registry) drain(ctx context.Context, m *member, wf Workflows, reason string) <-chan struct{} {
+func (r *Registry) drain(ctx context.Context, m *member, wf nodeapi.Events, reason string) <-chan struct{} {
 	m.drainOnce.Do(func() {
 		m.drainDone = make(chan struct{})
 		r.log.InfoContext(ctx, "node draining", "node", m.name, "reason", reason)
@@ -182,22 +171,25 @@ func NewRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	return r, nil
 }
 
-// SetWorkflows connects the registry to the lifecycle manager, which is
-// built with the registry as its Nodes.
-func (r *Registry) SetWorkflows(wf Workflows) {
+// SetWorkflows connects the registry to the workflows
+// (*lifecycle.Manager, built with the registry as its nodeapi.Nodes),
+// which it tells what the nodes report.
+func (r *Registry) SetWorkflows(wf nodeapi.Events) {
 	r.mu.Lock()
 	r.wf = wf
 	r.mu.Unlock()
 }
 
-func (r *Registry) workflows() Workflows {
+func (r *Registry) workflows() nodeapi.Events {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.wf
 }
 
-// Get implements lifecycle.Nodes: READY and DRAINING nodes are live.
-func (r *Registry) Get(name string) (lifecycle.Node, bool) {
+var _ nodeapi.Nodes = (*Registry)(nil)
+
+// Get implements nodeapi.Nodes: READY and DRAINING nodes are live.
+func (r *Registry) Get(name string) (nodeapi.Node, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.members[name]
@@ -207,8 +199,8 @@ func (r *Registry) Get(name string) (lifecycle.Node, bool) {
 	return m.remote, true
 }
 
-// ForWorker implements lifecycle.Nodes.
-func (r *Registry) ForWorker(worker string) (lifecycle.Node, bool) {
+// ForWorker implements nodeapi.Nodes.
+func (r *Registry) ForWorker(worker string) (nodeapi.Node, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.members[r.byWorker[worker]]
@@ -218,7 +210,7 @@ func (r *Registry) ForWorker(worker string) (lifecycle.Node, bool) {
 	return m.remote, true
 }
 
-// ByLoad implements lifecycle.Nodes: READY nodes by hosted actors per
+// ByLoad implements nodeapi.Nodes: READY nodes by hosted actors per
 // worker, fewest first, then by name.
 func (r *Registry) ByLoad() []string {
 	r.mu.Lock()
@@ -241,11 +233,11 @@ func (r *Registry) ByLoad() []string {
 	return out
 }
 
-// All implements lifecycle.Nodes.
-func (r *Registry) All() []lifecycle.Node {
+// All implements nodeapi.Nodes.
+func (r *Registry) All() []nodeapi.Node {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []lifecycle.Node
+	var out []nodeapi.Node
 	for _, m := range r.members {
 		if m.live() {
 			out = append(out, m.remote)
@@ -502,7 +494,7 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 // event acts on one of m's events. stream is m's, for the one message
 // sent after the welcome: the answer to a drain, from the drain's own
 // goroutine (the Register loop only receives by then).
-func (r *Registry) event(ctx context.Context, m *member, wf Workflows, ev *atev1.NodeEvent, stream atev1.NodeRegistry_RegisterServer) {
+func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *atev1.NodeEvent, stream atev1.NodeRegistry_RegisterServer) {
 	if wf == nil {
 		return
 	}

@@ -10,11 +10,12 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 )
 
-// Remote is a registered node as lifecycle workflows use it
-// (lifecycle.Node): each step is a NodeAgent call; what the node's
+// Remote is a registered node as the control plane uses it
+// (nodeapi.Node): each step is a NodeAgent call; what the node's
 // heartbeats report (each worker's activity, its standbys) is kept here,
 // at most a heartbeat interval stale, so that claims and eviction read
 // memory, not the network. The drain before every checkpoint covers a
@@ -25,7 +26,7 @@ type Remote struct {
 	conn   *grpc.ClientConn
 
 	mu       sync.Mutex
-	activity map[string]node.Activity
+	activity map[string]nodeapi.Activity
 	standbys map[string][]string
 	// builds are the golden builds under way here, by template uid: each
 	// one's phases, reported as events, queue for its BuildGolden call.
@@ -34,14 +35,14 @@ type Remote struct {
 
 func newRemote(name string, conn *grpc.ClientConn) *Remote {
 	return &Remote{name: name, conn: conn, client: atev1.NewNodeAgentClient(conn),
-		activity: map[string]node.Activity{}, standbys: map[string][]string{}, builds: map[string]chan string{}}
+		activity: map[string]nodeapi.Activity{}, standbys: map[string][]string{}, builds: map[string]chan string{}}
 }
 
-// Name implements lifecycle.Node.
+// Name implements nodeapi.Node.
 func (r *Remote) Name() string { return r.name }
 
-// Start implements lifecycle.Node.
-func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
+// Start implements nodeapi.Node.
+func (r *Remote) Start(ctx context.Context, req nodeapi.StartRequest) error {
 	_, err := r.client.StartActor(ctx, &atev1.StartActorRequest{Worker: req.Worker, ActorUid: req.ActorUID,
 		Atespace: req.Atespace, Name: req.Name, Spec: req.Spec, Snapshot: req.Snapshot, Paused: req.Paused,
 		ImageDigest: req.ImageDigest, VolumesFrom: req.VolumesFrom, LogRun: req.LogRun})
@@ -51,8 +52,8 @@ func (r *Remote) Start(ctx context.Context, req node.StartRequest) error {
 	return fromStatus(r.name, err)
 }
 
-// Checkpoint implements lifecycle.Node.
-func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts node.CheckpointOptions) (string, error) {
+// Checkpoint implements nodeapi.Node.
+func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts nodeapi.CheckpointOptions) (string, error) {
 	resp, err := r.client.CheckpointActor(ctx, &atev1.CheckpointActorRequest{Worker: worker, ActorUid: actorUID,
 		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds(), SnapshotId: opts.ID,
 		LeaveRunning: opts.LeaveRunning, Owner: opts.Owner})
@@ -62,16 +63,16 @@ func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts n
 	return resp.GetSnapshot(), fromStatus(r.name, err)
 }
 
-// Stop implements lifecycle.Node.
+// Stop implements nodeapi.Node.
 func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
 	_, err := r.client.StopActor(ctx, &atev1.StopActorRequest{Worker: worker, ActorUid: actorUID})
 	r.clearActivity(worker, actorUID)
 	return fromStatus(r.name, err)
 }
 
-// BuildGolden implements lifecycle.Node. The phases the node reports
+// BuildGolden implements nodeapi.Node. The phases the node reports
 // while it builds (BUILD_PROGRESS events, on the registration stream)
-// reach ctx's node.ProgressFunc in order, on a goroutine of their own,
+// reach ctx's nodeapi.ProgressFunc in order, on a goroutine of their own,
 // so a slow listener never holds up the stream's heartbeats; those that
 // arrive after the build returned are dropped.
 func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (string, string, error) {
@@ -83,7 +84,7 @@ func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName stri
 	go func() {
 		defer close(told)
 		for p := range phases {
-			node.Progress(ctx, p)
+			nodeapi.Progress(ctx, p)
 		}
 	}()
 	defer func() {
@@ -108,7 +109,7 @@ func (r *Remote) buildProgress(tplUID, phase string) {
 	}
 }
 
-// Upload implements lifecycle.Node.
+// Upload implements nodeapi.Node.
 func (r *Remote) Upload(ctx context.Context, pausedRef, owner, snapshotID string, scope snapshot.Scope) (string, error) {
 	resp, err := r.client.UploadPaused(ctx, &atev1.UploadPausedRequest{PausedSnapshot: pausedRef, Owner: owner, Scope: scope.String(), SnapshotId: snapshotID})
 	return resp.GetSnapshot(), fromStatus(r.name, err)
@@ -118,7 +119,7 @@ func (r *Remote) Upload(ctx context.Context, pausedRef, owner, snapshotID string
 // paused copy or cache entry): they must not hold a workflow long.
 const callTimeout = 10 * time.Second
 
-// DeletePaused implements lifecycle.Node.
+// DeletePaused implements nodeapi.Node.
 func (r *Remote) DeletePaused(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -126,14 +127,14 @@ func (r *Remote) DeletePaused(ref string) error {
 	return fromStatus(r.name, err)
 }
 
-// ForgetActor implements lifecycle.Node.
+// ForgetActor implements nodeapi.Node.
 func (r *Remote) ForgetActor(actorUID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	_, _ = r.client.ForgetActor(ctx, &atev1.ForgetActorRequest{ActorUid: actorUID})
 }
 
-// ReadActorLogs implements lifecycle.Node.
+// ReadActorLogs implements nodeapi.Node.
 func (r *Remote) ReadActorLogs(ctx context.Context, actorUID string, after actorlog.Cursor, limit int) ([]actorlog.Line, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -148,15 +149,15 @@ func (r *Remote) ReadActorLogs(ctx context.Context, actorUID string, after actor
 	return out, nil
 }
 
-// StandbyWorkers implements lifecycle.Node from the last heartbeat.
+// StandbyWorkers implements nodeapi.Node from the last heartbeat.
 func (r *Remote) StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.standbys[node.StandbyKey(spec, imageDigest)]...)
 }
 
-// WorkerActivity implements lifecycle.Node from the last heartbeat.
-func (r *Remote) WorkerActivity(worker string) (node.Activity, bool) {
+// WorkerActivity implements nodeapi.Node from the last heartbeat.
+func (r *Remote) WorkerActivity(worker string) (nodeapi.Activity, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a, ok := r.activity[worker]
@@ -175,7 +176,7 @@ func (r *Remote) hosted() int {
 func (r *Remote) hosts(worker, actorUID string) {
 	now := time.Now()
 	r.mu.Lock()
-	r.activity[worker] = node.Activity{ActorUID: actorUID, Started: now, Last: now}
+	r.activity[worker] = nodeapi.Activity{ActorUID: actorUID, Started: now, Last: now}
 	r.mu.Unlock()
 }
 
@@ -189,9 +190,9 @@ func (r *Remote) clearActivity(worker, actorUID string) {
 
 // heard takes in a heartbeat.
 func (r *Remote) heard(hb *atev1.NodeHeartbeat) {
-	act := make(map[string]node.Activity, len(hb.GetActivity()))
+	act := make(map[string]nodeapi.Activity, len(hb.GetActivity()))
 	for _, a := range hb.GetActivity() {
-		act[a.GetWorker()] = node.Activity{ActorUID: a.GetActorUid(), InFlight: int(a.GetInFlight()),
+		act[a.GetWorker()] = nodeapi.Activity{ActorUID: a.GetActorUid(), InFlight: int(a.GetInFlight()),
 			Streams: int(a.GetStreams()), Listeners: int(a.GetListeners()), Served: a.GetServed(), Started: a.GetStarted().AsTime(), Last: a.GetLast().AsTime()}
 	}
 	sb := make(map[string][]string, len(hb.GetStandbys()))

@@ -6,23 +6,24 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 )
 
 // Server is the NodeAgent gRPC service: the API server's calls on one
-// node agent, each a workflow step of internal/lifecycle run by the
-// node.Node it wraps.
+// node agent, each a step of the control plane's workflows (or an exec
+// or copy) run by the nodeapi.Node it serves, the node's *node.Node;
+// Remote is that Node on the API server's side.
 type Server struct {
 	atev1.UnimplementedNodeAgentServer
-	n *node.Node
+	n nodeapi.Node
 	// report sends an event to the API server replicas (Agent.Report).
 	report func(*atev1.NodeEvent)
 }
 
 // NewServer serves n, whose agent a reports what long calls are doing
 // (a golden build's phases) to the API server.
-func NewServer(n *node.Node, a *Agent) *Server { return &Server{n: n, report: a.Report} }
+func NewServer(n nodeapi.Node, a *Agent) *Server { return &Server{n: n, report: a.Report} }
 
 // CheckpointTimeout bounds a checkpoint once begun: it runs to the end
 // even when the API server that asked goes away, so a sandbox is never
@@ -32,7 +33,7 @@ const CheckpointTimeout = 2 * time.Minute
 
 // StartActor implements atev1.NodeAgentServer.
 func (s *Server) StartActor(ctx context.Context, r *atev1.StartActorRequest) (*atev1.StartActorResponse, error) {
-	err := s.n.Start(ctx, node.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
+	err := s.n.Start(ctx, nodeapi.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
 		Name: r.GetName(), Spec: r.GetSpec(), Snapshot: r.GetSnapshot(), Paused: r.GetPaused(), ImageDigest: r.GetImageDigest(),
 		VolumesFrom: r.GetVolumesFrom(), LogRun: r.GetLogRun()})
 	return &atev1.StartActorResponse{}, toStatus(err)
@@ -46,7 +47,7 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckpointTimeout)
 	defer cancel()
-	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), node.CheckpointOptions{
+	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), nodeapi.CheckpointOptions{
 		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond, ID: r.GetSnapshotId(),
 		LeaveRunning: r.GetLeaveRunning(), Owner: r.GetOwner()})
 	return &atev1.CheckpointActorResponse{Snapshot: ref}, toStatus(err)
@@ -61,7 +62,7 @@ func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*ate
 func (s *Server) BuildGolden(ctx context.Context, r *atev1.BuildGoldenRequest) (*atev1.BuildGoldenResponse, error) {
 	// Each phase goes out as an event on the registration streams, which
 	// the caller's Remote hands to its own progress listener.
-	ctx = node.WithProgress(ctx, func(phase string) {
+	ctx = nodeapi.WithProgress(ctx, func(phase string) {
 		s.report(&atev1.NodeEvent{Kind: atev1.NodeEvent_BUILD_PROGRESS, TemplateUid: r.GetTemplateUid(), Phase: phase})
 	})
 	ref, digest, err := s.n.BuildGolden(ctx, r.GetTemplateUid(), r.GetAtespace(), r.GetTemplate(), r.GetSpec(), r.GetSnapshotId())

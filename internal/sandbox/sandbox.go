@@ -1,13 +1,13 @@
-// Package sandbox defines the interface every sandbox class (gvisor,
-// fake) implements for the node agent, and the classes' names (Class).
-// A Runtime drives sandboxes in worker slots; one slot hosts at most one
-// container at a time.
+// Package sandbox defines the interface every sandbox class
+// (internal/sandbox/gvisor, internal/sandbox/fake; their names are
+// nodeapi.Class) implements for the node agent. A Runtime drives
+// sandboxes in worker slots; one slot hosts at most one container at a
+// time.
 package sandbox
 
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 )
 
@@ -116,30 +116,6 @@ type Preparer interface {
 // image or the restore itself; the slot is empty again afterwards.
 var ErrRestoreFailed = errors.New("restore failed")
 
-// Process is one command to run in a running container beside its main
-// process (Execer.Exec).
-type Process struct {
-	// Args is argv[0..]; argv[0] is looked up in the container's PATH.
-	// Env (KEY=VALUE) is added to the container's own environment; Cwd
-	// defaults to the container's working directory.
-	Args []string
-	Env  []string
-	Cwd  string
-	// TTY runs the process on a pseudo-terminal: Stdin feeds its input,
-	// Stdout receives its output (stderr included, as on any terminal),
-	// Stderr is unused, and Resize, if not nil, carries window sizes.
-	TTY    bool
-	Resize <-chan WindowSize
-	// Stdin, when not nil, is copied to the process's standard input,
-	// which is closed at Stdin's EOF; nil gives it an empty input.
-	Stdin io.Reader
-	// Stdout and Stderr receive the process's output; nil discards it.
-	Stdout, Stderr io.Writer
-}
-
-// WindowSize is a terminal's size in character cells.
-type WindowSize struct{ Rows, Cols uint16 }
-
 // Execer is implemented by sandbox classes that can run further processes
 // in a running container (`ate exec`).
 type Execer interface {
@@ -150,6 +126,3 @@ type Execer interface {
 	// ctx's error returned.
 	Exec(ctx context.Context, slot Slot, id string, p Process) (exitCode int, err error)
 }
-
-// ErrExecStart marks an Exec whose process never started.
-var ErrExecStart = errors.New("could not start the process")

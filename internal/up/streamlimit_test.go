@@ -19,6 +19,7 @@ import (
 	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/lifecycle"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
 	"substrate.dev/ate/internal/testwait"
@@ -27,13 +28,13 @@ import (
 // logNodes is a cluster of one node whose every actor logged one line.
 type logNodes struct{ n logNode }
 
-func (c logNodes) Get(string) (lifecycle.Node, bool)       { return c.n, true }
-func (c logNodes) ForWorker(string) (lifecycle.Node, bool) { return c.n, true }
-func (c logNodes) ByLoad() []string                        { return []string{c.n.Name()} }
-func (c logNodes) All() []lifecycle.Node                   { return []lifecycle.Node{c.n} }
+func (c logNodes) Get(string) (nodeapi.Node, bool)       { return c.n, true }
+func (c logNodes) ForWorker(string) (nodeapi.Node, bool) { return c.n, true }
+func (c logNodes) ByLoad() []string                      { return []string{c.n.Name()} }
+func (c logNodes) All() []nodeapi.Node                   { return []nodeapi.Node{c.n} }
 
 // logNode answers log reads only; anything else would panic.
-type logNode struct{ lifecycle.Node }
+type logNode struct{ nodeapi.Node }
 
 func (logNode) Name() string { return "n1" }
 

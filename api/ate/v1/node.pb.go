@@ -45,7 +45,7 @@ const (
 	// The node is leaving now (after a drain): its workers leave the pool.
 	NodeEvent_LEAVE NodeEvent_Kind = 5
 	// A golden build the API server asked for (BuildGolden, still
-	// running) began phase (node.PhaseImage, …) for template_uid.
+	// running) began phase (nodeapi.PhaseImage, …) for template_uid.
 	NodeEvent_BUILD_PROGRESS NodeEvent_Kind = 6
 )
 

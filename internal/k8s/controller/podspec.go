@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"substrate.dev/ate/internal/auth"
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -233,7 +233,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		image = w.Image
 	}
 	workers := max(pool.Spec.WorkersPerPod, 1)
-	class := sandbox.ClassOf(pool.Spec.SandboxClass)
+	class := nodeapi.ClassOf(pool.Spec.SandboxClass)
 	// The image's entrypoint is `ate` (as for every other component's
 	// manifest in deploy/), so the arguments start with the subcommand.
 	args := []string{

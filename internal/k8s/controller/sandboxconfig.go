@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/nodeapi"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -46,7 +46,7 @@ var errSandboxConfigNotFound = errors.New("sandbox config not found")
 // conflictError: several SandboxConfigs claim to be the default of a
 // class, so none is.
 type conflictError struct {
-	class sandbox.Class
+	class nodeapi.Class
 	names []string
 }
 
@@ -56,10 +56,10 @@ func (e *conflictError) Error() string {
 
 // defaultsOf returns the names of configs that claim default for class,
 // sorted.
-func defaultsOf(configs []atek8s.SandboxConfig, class sandbox.Class) []string {
+func defaultsOf(configs []atek8s.SandboxConfig, class nodeapi.Class) []string {
 	var names []string
 	for _, c := range configs {
-		if c.Spec.Default && sandbox.ClassOf(c.Spec.SandboxClass) == class {
+		if c.Spec.Default && nodeapi.ClassOf(c.Spec.SandboxClass) == class {
 			names = append(names, c.Name)
 		}
 	}
@@ -80,7 +80,7 @@ func resolveSandboxConfig(pool *atek8s.WorkerPool, configs []atek8s.SandboxConfi
 		}
 		return nil, fmt.Errorf("SandboxConfig %s: %w", name, errSandboxConfigNotFound)
 	}
-	class := sandbox.ClassOf(pool.Spec.SandboxClass)
+	class := nodeapi.ClassOf(pool.Spec.SandboxClass)
 	switch d := defaultsOf(configs, class); len(d) {
 	case 0:
 		return nil, nil
@@ -118,9 +118,9 @@ func (r *sandboxConfigReconciler) Reconcile(ctx context.Context, _ reconcile.Req
 		cond := metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted,
 			Message: "assets in use by pools that name this SandboxConfig or, if default, by its class", ObservedGeneration: sc.Generation}
 		if sc.Spec.Default {
-			if d := defaultsOf(list.Items, sandbox.ClassOf(sc.Spec.SandboxClass)); len(d) > 1 {
+			if d := defaultsOf(list.Items, nodeapi.ClassOf(sc.Spec.SandboxClass)); len(d) > 1 {
 				cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
-				cond.Message = (&conflictError{class: sandbox.ClassOf(sc.Spec.SandboxClass), names: d}).Error()
+				cond.Message = (&conflictError{class: nodeapi.ClassOf(sc.Spec.SandboxClass), names: d}).Error()
 			}
 		}
 		conds := append([]metav1.Condition(nil), sc.Status.Conditions...)

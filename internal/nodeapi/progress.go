@@ -1,4 +1,4 @@
-package node
+package nodeapi
 
 import "context"
 
@@ -23,12 +23,10 @@ func WithProgress(ctx context.Context, f ProgressFunc) context.Context {
 	return context.WithValue(ctx, progressKey{}, f)
 }
 
-// Progress tells ctx's ProgressFunc, if any, that phase begins: for a
-// caller relaying a remote node's phases (nodeagent.Remote).
-func Progress(ctx context.Context, phase string) { progress(ctx, phase) }
-
-// progress tells ctx's ProgressFunc, if any, that phase begins.
-func progress(ctx context.Context, phase string) {
+// Progress tells ctx's ProgressFunc, if any, that phase begins: called
+// by the node as it builds, and by a caller relaying a remote node's
+// phases (nodeagent.Remote).
+func Progress(ctx context.Context, phase string) {
 	if f, ok := ctx.Value(progressKey{}).(ProgressFunc); ok && f != nil {
 		f(phase)
 	}

@@ -1,14 +1,14 @@
-package sandbox
+package nodeapi
 
 import "fmt"
 
-// Class names a sandbox implementation, as a template's sandboxClass, a
-// WorkerPool's and a SandboxConfig's, a worker's and `--sandbox-class`
-// spell it; on the wire it is its String. The classes this binary runs
-// are ClassGvisor and ClassFake, but a Kubernetes object may name
-// another (the field is any DNS label, and the controller only matches
-// them), so Class is a string: ParseClass is for a node about to run
-// one, ClassOf for everyone else.
+// Class names a sandbox implementation (an internal/sandbox Runtime),
+// as a template's sandboxClass, a WorkerPool's and a SandboxConfig's, a
+// worker's and `--sandbox-class` spell it; on the wire it is its
+// String. The classes this binary runs are ClassGvisor and ClassFake,
+// but a Kubernetes object may name another (the field is any DNS label,
+// and the controller only matches them), so Class is a string:
+// ParseClass is for a node about to run one, ClassOf for everyone else.
 type Class string
 
 const (

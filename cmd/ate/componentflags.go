@@ -57,7 +57,7 @@ func nodeFlags(f *pflag.FlagSet, n *node.Config, g *gvisor.Config) {
 type apiserverFields struct {
 	Store, StoreFile     *string
 	Identity             *up.IdentityConfig
-	Auth                 *up.AuthConfig
+	Auth                 *auth.Config
 	Ceilings             *up.CeilingsConfig
 	MaxStreamsPerCaller  *int
 	ExpiryInterval       *time.Duration

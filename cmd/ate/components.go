@@ -98,7 +98,7 @@ func apiserverCommand() *cobra.Command {
 			f.StringVar(&cfg.ManagementAddr, "management-addr", "", "listen address of /healthz, /readyz and /metrics (empty: none)")
 			pprofFlag(f, &cfg.PprofAddr)
 			f.StringVar(&cfg.HTTPAddr, "http-addr", "", httpAddrHelp)
-			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", up.DefaultSnapshotGCInterval,
+			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", lifecycle.DefaultOrphanInterval,
 				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")
 			tlsFlags(f, &cfg.TLS, "apiserver")
 		},
@@ -270,7 +270,7 @@ func tlsFlags(f *pflag.FlagSet, s *pki.Settings, whose string) {
 // authFlags are the API server's authentication and authorisation flags
 // (kube-apiserver's names; docs/security.md), on `ate apiserver` and
 // `ate up`.
-func authFlags(f *pflag.FlagSet, c *up.AuthConfig) {
+func authFlags(f *pflag.FlagSet, c *auth.Config) {
 	f.StringVar(&c.TokenAuthFile, "token-auth-file", "", "static bearer tokens: a CSV file of token,user,uid[,\"group1,group2\"] lines (Kubernetes' format)")
 	f.StringVar(&c.OIDC.IssuerURL, "oidc-issuer-url", "", "accept JWTs of this OIDC issuer (https; discovery and JWKS are read from it), e.g. a Kubernetes cluster's ServiceAccount issuer")
 	f.StringVar(&c.OIDC.ClientID, "oidc-client-id", "", "the audience an OIDC JWT must carry (required with --oidc-issuer-url)")

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/latency"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
@@ -170,7 +171,7 @@ func startAPIServer(tb testing.TB, dataDir, store, snapshots string) *apiReplica
 	r := &apiReplica{cancel: cancel, done: make(chan error, 1), mgmt: freeAddr(tb)}
 	ready := make(chan string, 1)
 	go func() {
-		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{TLS: pki.Settings{Insecure: true}, Auth: up.AuthConfig{Insecure: true}, DataDir: dataDir, Store: store, Snapshots: snapshots,
+		r.done <- up.RunAPIServer(ctx, up.APIServerConfig{TLS: pki.Settings{Insecure: true}, Auth: auth.Config{Insecure: true}, DataDir: dataDir, Store: store, Snapshots: snapshots,
 			Addr: "127.0.0.1:0", ManagementAddr: r.mgmt, SandboxClass: fake.Class, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {

@@ -193,6 +193,24 @@ func (l *Lifecycle) RunActorCounts(ctx context.Context, count func(context.Conte
 	}
 }
 
+// RunActorCounts keeps ate_lifecycle_actors at st's counts
+// (Lifecycle.RunActorCounts, every ActorsRefresh) until ctx ends, then
+// returns nil. Without metrics (a nil m), or over a store that cannot
+// count (not a store.ActorCounter, which is logged), it only waits for
+// ctx.
+func (m *Metrics) RunActorCounts(ctx context.Context, st store.Store, log *slog.Logger) error {
+	c, ok := st.(store.ActorCounter)
+	if m == nil || !ok {
+		if m != nil && log != nil {
+			log.Warn("the record store cannot count actors; ate_lifecycle_actors stays 0")
+		}
+		<-ctx.Done()
+		return nil
+	}
+	_ = m.Lifecycle.RunActorCounts(ctx, c.CountActors, 0, log)
+	return nil
+}
+
 type nodeMore struct {
 	workers           *workersCollector
 	restoreSeconds    *prometheus.HistogramVec

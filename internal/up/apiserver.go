@@ -21,6 +21,7 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
@@ -67,9 +68,10 @@ type APIServerConfig struct {
 	// SandboxClass is the class the nodes' workers run (templates naming
 	// another are refused); default DefaultSandboxClass.
 	SandboxClass string
-	// SnapshotGCInterval is how often, in the first orphanWindow after
-	// start-up, unreferenced snapshots of a predecessor are collected
-	// (default DefaultSnapshotGCInterval).
+	// SnapshotGCInterval is how often, in the window after start-up in
+	// which a predecessor's snapshots may still appear, unreferenced ones
+	// are collected (lifecycle.OrphanCollection.Interval; default
+	// lifecycle.DefaultOrphanInterval).
 	SnapshotGCInterval time.Duration
 	// ExpiryInterval is how often the expiry sweep deletes actors unused
 	// past their template's ttl (lifecycle.RunExpiry; default
@@ -89,7 +91,7 @@ type APIServerConfig struct {
 	RegistryCredentials string
 
 	// Auth is who may call (docs/security.md).
-	Auth AuthConfig
+	Auth auth.Config
 	// MaxStreamsPerCaller bounds the watches and log follows one caller
 	// may hold open on this replica at once; 0 means
 	// apiserver.DefaultMaxStreamsPerCaller.
@@ -109,255 +111,288 @@ type APIServerConfig struct {
 // store. Nodes keep their actors running across its restart: their
 // registrations reconcile them.
 func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
-	log := orDiscard(cfg.Logger)
-	if cfg.MaxStreamsPerCaller < 0 {
-		return fmt.Errorf("max streams per caller %d is negative", cfg.MaxStreamsPerCaller)
-	}
-	if err := checkRegistryCredentials(cfg.RegistryCredentials); err != nil {
+	s := &apiServerAssembly{cfg: cfg, log: orDiscard(cfg.Logger)}
+	defer s.done.run()
+	if err := assemble(ctx, s.configure, s.serveManagement, s.openStore, s.newWorkflows, s.newAPI, s.listen, s.newDashboard); err != nil {
 		return err
 	}
-	flushTraces, err := startTracing(ctx, "ate-apiserver", log)
+	return s.run(ctx)
+}
+
+// apiServerAssembly is RunAPIServer's parts, built in its steps' order.
+type apiServerAssembly struct {
+	cfg APIServerConfig
+	log *slog.Logger
+	// done closes what the steps opened, when RunAPIServer returns.
+	done cleanups
+
+	tr *pki.Transport
+	// ms records metrics; nil when nothing serves them.
+	ms *metrics.Metrics
+	// storeReady is set once the store is open (/readyz).
+	storeReady atomic.Bool
+	st         store.Store
+	// shared is storeurl.Opened.Shared; storeName its Description.
+	shared    bool
+	storeName string
+	reg       *nodeagent.Registry
+	lc        *lifecycle.Manager
+	// holder names this replica in the store's leases; "" over bolt.
+	holder   string
+	ceilings apiserver.Ceilings
+	// recovered is when store recovery began (OrphanCollection.Since).
+	recovered time.Time
+	api       *apiserver.Server
+	alarms    *alarm.Scheduler
+	issuer    *identity.Issuer
+	ln        net.Listener
+	gs        *grpc.Server
+	authz     *auth.Authorizer
+	// dash is the dashboard's listener; nil when there is none.
+	dash *dashboardServer
+}
+
+// configure checks the settings, starts tracing, loads the TLS
+// settings and settles the data dir and the record store's URL.
+func (s *apiServerAssembly) configure(ctx context.Context) error {
+	if s.cfg.MaxStreamsPerCaller < 0 {
+		return fmt.Errorf("max streams per caller %d is negative", s.cfg.MaxStreamsPerCaller)
+	}
+	if err := checkRegistryCredentials(s.cfg.RegistryCredentials); err != nil {
+		return err
+	}
+	flushTraces, err := startTracing(ctx, "ate-apiserver", s.log)
 	if err != nil {
 		return err
 	}
-	defer flushTraces()
-	tr, err := cfg.TLS.Load(ctx, auth.ComponentAPIServer, log)
-	if err != nil {
+	s.done.add(flushTraces)
+	if s.tr, err = s.cfg.TLS.Load(ctx, auth.ComponentAPIServer, s.log); err != nil {
 		return err
 	}
-	if cfg.DataDir == "" {
+	if s.cfg.DataDir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
 			return err
 		}
-		cfg.DataDir = filepath.Join(home, ".ate-apiserver")
+		s.cfg.DataDir = filepath.Join(home, ".ate-apiserver")
 	}
-	if cfg.Store, err = resolveStore(cfg.Store, cfg.StoreFile, log); err != nil {
+	if s.cfg.Store, err = resolveStore(s.cfg.Store, s.cfg.StoreFile, s.log); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	// The management server answers before the store is reached, so an
-	// orchestrator sees /readyz 503 (not a dead port) while the database
-	// is still coming up.
-	var (
-		ms         *metrics.Metrics
-		mgmt       *httpserve.Management
-		storeReady atomic.Bool
-	)
-	if cfg.ManagementAddr != "" || cfg.HTTPAddr != "" {
-		ms = metrics.New()
+	return nil
+}
+
+// serveManagement starts the management listener and pprof. The
+// management server answers before the store is reached, so an
+// orchestrator sees /readyz 503 (not a dead port) while the database is
+// still coming up.
+func (s *apiServerAssembly) serveManagement(ctx context.Context) error {
+	if s.cfg.ManagementAddr != "" || s.cfg.HTTPAddr != "" {
+		s.ms = metrics.New()
 	}
-	if cfg.ManagementAddr != "" {
-		if mgmt, err = newManagementServer(cfg.ManagementAddr, ms, func() error {
-			if !storeReady.Load() {
+	if s.cfg.ManagementAddr != "" {
+		mgmt, err := newManagementServer(s.cfg.ManagementAddr, s.ms, func() error {
+			if !s.storeReady.Load() {
 				return errors.New("record store not reached yet")
 			}
 			return nil
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
-		defer mgmt.Close()
+		s.done.add(mgmt.Close)
 		go func() { _ = mgmt.Serve(ctx) }()
 	}
-	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
+	stopPprof, err := httpserve.StartPprof(ctx, s.cfg.PprofAddr)
 	if err != nil {
 		return err
 	}
-	defer stopPprof()
-	opened, err := openStore(ctx, cfg.Store, storeurl.Options{DefaultPath: filepath.Join(cfg.DataDir, DBName), Logger: log}, log)
+	s.done.add(stopPprof)
+	return nil
+}
+
+// openStore opens the record store, waiting for a database that is not
+// up yet (storeurl.OpenRetrying), and makes the default atespace.
+func (s *apiServerAssembly) openStore(ctx context.Context) error {
+	opened, err := storeurl.OpenRetrying(ctx, s.cfg.Store, storeurl.Options{DefaultPath: filepath.Join(s.cfg.DataDir, DBName), Logger: s.log})
 	if err != nil {
-		return err
+		return fmt.Errorf("record store: %w", err)
 	}
-	st := opened.Store
-	observeCommits(st, ms)
-	defer st.Close()
-	storeReady.Store(true)
-	if err := apiserver.EnsureDefaultAtespace(ctx, st); err != nil {
-		return err
-	}
-	cfg.Snapshots = orDefault(cfg.Snapshots, filepath.Join(cfg.DataDir, "snapshots"))
-	snaps, err := snapurl.Open(ctx, cfg.Snapshots,
-		snapurl.Options{CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), Logger: log})
+	s.st, s.shared, s.storeName = opened.Store, opened.Shared, opened.Description
+	observeCommits(s.st, s.ms)
+	s.done.add(func() { _ = s.st.Close() })
+	s.storeReady.Store(true)
+	return apiserver.EnsureDefaultAtespace(ctx, s.st)
+}
+
+// newWorkflows opens the snapshot store, builds the node registry and
+// the lifecycle manager over it and the record store, and recovers the
+// workflows a predecessor left.
+func (s *apiServerAssembly) newWorkflows(ctx context.Context) error {
+	s.cfg.Snapshots = orDefault(s.cfg.Snapshots, filepath.Join(s.cfg.DataDir, "snapshots"))
+	snaps, err := snapurl.Open(ctx, s.cfg.Snapshots,
+		snapurl.Options{CacheDir: filepath.Join(s.cfg.DataDir, "snapshot-cache"), Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	reg, err := nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: st, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: nodeDialer(ms, tr), Snapshots: cfg.Snapshots, Shared: opened.Shared,
-		SandboxClass: orDefault(cfg.SandboxClass, DefaultSandboxClass), Logger: log})
-	if err != nil {
+	if s.reg, err = nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: s.st, Heartbeat: s.cfg.Heartbeat, LostAfter: s.cfg.LostAfter, Dial: nodeDialer(s.ms, s.tr),
+		Snapshots: s.cfg.Snapshots, Shared: s.shared, SandboxClass: orDefault(s.cfg.SandboxClass, DefaultSandboxClass), Logger: s.log}); err != nil {
 		return err
 	}
 	// Node connections close last: after the graceful stop let in-flight
-	// calls finish, and after the lifecycle's own workflows (deferred
+	// calls finish, and after the lifecycle's own workflows (closed
 	// later, so run first).
-	defer reg.Close()
+	s.done.add(s.reg.Close)
 	// bbolt's file lock makes this the only API server over its store, so
 	// workflows need no store leases (lifecycle.New); over a shared store
 	// each replica holds leases under a name of its own.
-	holder := ""
-	if opened.Shared {
-		holder = replicaName()
+	if s.shared {
+		s.holder = replicaName()
 	}
-	ceilings, err := cfg.Ceilings.apiCeilings(ctx, log, cfg.Store, cfg.Snapshots)
-	if err != nil {
+	if s.ceilings, err = s.cfg.Ceilings.apiCeilings(ctx, s.log, s.cfg.Store, s.cfg.Snapshots); err != nil {
 		return err
 	}
-	lc := lifecycle.New(st, reg, snaps, holder, log)
-	lc.SetLeases(cfg.Leases)
-	lc.SetEvictionLimits(ceilings.Eviction)
-	if ms != nil {
-		lc.SetMetrics(ms.Lifecycle)
+	s.lc = lifecycle.New(s.st, s.reg, snaps, s.holder, s.log)
+	s.lc.SetLeases(s.cfg.Leases)
+	s.lc.SetEvictionLimits(s.ceilings.Eviction)
+	if s.ms != nil {
+		s.lc.SetMetrics(s.ms.Lifecycle)
 	}
-	defer lc.Close()
-	reg.SetWorkflows(lc)
-	// Only snapshots staged before this moment can be orphans of a
-	// predecessor's workflows (snapshot.StagedBefore, to the millisecond;
-	// node clocks are assumed to agree with ours to well under that
-	// margin's use: a later id is never collected).
-	recovered := time.Now()
-	if err := lc.RecoverStore(ctx); err != nil {
+	s.done.add(s.lc.Close)
+	s.reg.SetWorkflows(s.lc)
+	s.recovered = time.Now()
+	if err := s.lc.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, log)
+	return nil
+}
+
+// newAPI builds the Control API server, its alarm scheduler and the
+// actor identity issuer, and gives the registry their self-service
+// calls.
+func (s *apiServerAssembly) newAPI(context.Context) error {
+	images, err := newImageCache(s.cfg.DataDir, s.cfg.ImageRoots, s.cfg.RegistryCredentials, s.log)
 	if err != nil {
 		return err
 	}
-	api := apiserver.New(st, lc, orDefault(cfg.SandboxClass, DefaultSandboxClass), images, log)
-	api.SetNodes(reg)
-	api.SetMaxStreamsPerCaller(cfg.MaxStreamsPerCaller)
-	api.SetCeilings(ceilings)
-	ac := alarm.Config{Holder: orDefault(holder, "ate-apiserver"), TunnelTLS: tr.HTTPClientConfig(auth.ComponentNode)}
-	if nt := tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
+	s.api = apiserver.New(s.st, s.lc, orDefault(s.cfg.SandboxClass, DefaultSandboxClass), images, s.log)
+	s.api.SetNodes(s.reg)
+	s.api.SetMaxStreamsPerCaller(s.cfg.MaxStreamsPerCaller)
+	s.api.SetCeilings(s.ceilings)
+	ac := alarm.Config{Holder: orDefault(s.holder, "ate-apiserver"), TunnelTLS: s.tr.HTTPClientConfig(auth.ComponentNode)}
+	if nt := s.tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
 		ac.Transport = nt
 	}
-	if ms != nil {
-		ac.Metrics = ms.Alarms
+	if s.ms != nil {
+		ac.Metrics = s.ms.Alarms
 	}
-	alarms := alarm.New(st, lc, ac, log)
-	api.SetAlarms(alarms)
-	reg.SetSelfAlarmHandler(alarms.ServeSelf)
-	issuer := cfg.Identity.newIssuer(st, log)
-	reg.SetSelfCallHandler(selfCalls(issuer, lc))
+	s.alarms = alarm.New(s.st, s.lc, ac, s.log)
+	s.api.SetAlarms(s.alarms)
+	s.reg.SetSelfAlarmHandler(s.alarms.ServeSelf)
+	s.issuer = s.cfg.Identity.newIssuer(s.st, s.log)
+	s.reg.SetSelfCallHandler(selfCalls(s.issuer, s.lc))
+	return nil
+}
 
-	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAPIAddr))
-	if err != nil {
+// listen opens the API's listener and its gRPC server: Control and
+// NodeRegistry behind the authorisation interceptors.
+func (s *apiServerAssembly) listen(context.Context) error {
+	var err error
+	if s.ln, err = net.Listen("tcp", orDefault(s.cfg.Addr, DefaultAPIAddr)); err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	// Users come without certificates (bearer tokens); components with.
 	// Without TLS (--insecure) the API may run with no authenticator, and
 	// then checks nothing.
-	authc := cfg.Auth
-	authc.Insecure = tr == nil
-	if tr != nil {
-		authc.TrustDomain = tr.TrustDomain
+	ac := s.cfg.Auth
+	ac.Insecure = s.tr == nil
+	if s.tr != nil {
+		ac.TrustDomain = s.tr.TrustDomain
 	}
-	if err := checkIssuers(authc, cfg.Identity); err != nil {
+	if s.authz, err = authorize(s.api, ac, s.cfg.Identity.IssuerURL, s.st, s.log); err != nil {
 		return err
 	}
-	authz, err := newAuthorizer(authc, st, log)
-	if err != nil {
-		return err
-	}
-	if err := wireAuth(api, authz, authc); err != nil {
-		return err
-	}
-	gs, initMetrics := newAPIGRPCServer(ms, append(tr.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
-	atev1.RegisterControlServer(gs, api)
-	atev1.RegisterNodeRegistryServer(gs, reg)
+	gs, initMetrics := newAPIGRPCServer(s.ms, append(s.tr.ServerOptions(pki.ClientCertOptional), s.authz.ServerOptions()...)...)
+	atev1.RegisterControlServer(gs, s.api)
+	atev1.RegisterNodeRegistryServer(gs, s.reg)
 	initMetrics()
+	s.gs = gs
+	return nil
+}
 
-	var dash *dashboardServer
-	dashURL := ""
-	if cfg.HTTPAddr != "" {
-		// Through a gRPC client of this very server, so every check the
-		// API makes applies to the dashboard's buttons too.
-		// As a client of the config file does (ateconfig.DialOptions),
-		// trusting the CA of --tls-dir.
-		dc := ateconfig.Config{Server: ln.Addr().String()}
-		if tr != nil {
-			dc.CertificateAuthority = filepath.Join(cfg.TLS.Dir, pki.CAFile)
-		}
-		opts, err := ateconfig.DialOptions(dc)
-		if err != nil {
-			return fmt.Errorf("dashboard: %w", err)
-		}
-		conn, err := grpc.NewClient(dc.Server, opts...)
-		if err != nil {
-			return fmt.Errorf("dashboard: %w", err)
-		}
-		defer conn.Close()
-		// No router runs here: only the resume latency is recorded.
-		var resume []dashboard.LatencySeries
-		for _, s := range dashboard.DefaultLatencySeries() {
-			if s.Metric == dashboard.MetricResume {
-				resume = append(resume, s)
-			}
-		}
-		if dash, err = newDashboardServer(cfg.HTTPAddr, atev1.NewControlClient(conn), ms, resume, authz != nil, issuer, log); err != nil {
-			_ = ln.Close()
-			return err
-		}
-		if cfg.Identity.IssuerURL == "" {
-			issuer.SetIssuerURL(issuerURLFor(dash.srv.Addr()))
-		}
-		dashURL = dash.URL()
+// newDashboard listens for the dashboard on HTTPAddr, if set, and
+// defaults the identity issuer's URL to its address (where discovery is
+// then served).
+func (s *apiServerAssembly) newDashboard(context.Context) error {
+	if s.cfg.HTTPAddr == "" {
+		return nil
 	}
-	// Over a shared store other replicas' workflows are under way: a
-	// snapshot one of them staged before our start may not be recorded
-	// yet. None can still be unrecorded orphanWindow after it was staged
-	// (node operations are bounded by nodeagent.CheckpointTimeout), so
-	// only older ones are collected, in one pass.
-	cutoff := recovered
-	if opened.Shared {
-		cutoff = recovered.Add(-orphanWindow)
+	// Through a gRPC client of this very server, so every check the API
+	// makes applies to the dashboard's buttons too. As a client of the
+	// config file does (ateconfig.DialOptions), trusting the CA of
+	// --tls-dir.
+	dc := ateconfig.Config{Server: s.ln.Addr().String()}
+	if s.tr != nil {
+		dc.CertificateAuthority = filepath.Join(s.cfg.TLS.Dir, pki.CAFile)
 	}
-	r := runner.New(log)
+	opts, err := ateconfig.DialOptions(dc)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	conn, err := grpc.NewClient(dc.Server, opts...)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	s.done.add(func() { _ = conn.Close() })
+	// No router runs here: only the resume latency is recorded.
+	var resume []dashboard.LatencySeries
+	for _, series := range dashboard.DefaultLatencySeries() {
+		if series.Metric == dashboard.MetricResume {
+			resume = append(resume, series)
+		}
+	}
+	if s.dash, err = newDashboardServer(s.cfg.HTTPAddr, atev1.NewControlClient(conn), s.ms, resume, s.authz != nil, s.issuer, s.log); err != nil {
+		_ = s.ln.Close()
+		return err
+	}
+	if s.cfg.Identity.IssuerURL == "" {
+		s.issuer.SetIssuerURL(issuerURLFor(s.dash.srv.Addr()))
+	}
+	return nil
+}
+
+// run serves every part until ctx ends (or one fails), then stops them
+// in reverse order (runner.Runner).
+func (s *apiServerAssembly) run(ctx context.Context) error {
+	r := runner.New(s.log)
 	r.Add("api", func(ctx context.Context) error {
 		// Watches and log follows would hold the graceful stop to its end.
-		defer context.AfterFunc(ctx, api.EndStreams)()
-		return serveGRPC(ctx, gs, ln)
+		defer context.AfterFunc(ctx, s.api.EndStreams)()
+		return serveGRPC(ctx, s.gs, s.ln)
 	})
 	// The node sessions end before the graceful stop above begins: it
 	// waits for every call, and they never end by themselves. The nodes
 	// retry until an API server is back.
-	r.Add("node registry", reg.Run)
-	if dash != nil {
-		r.Add("dashboard", dash.Start)
+	r.Add("node registry", s.reg.Run)
+	dashURL := ""
+	if s.dash != nil {
+		r.Add("dashboard", s.dash.Start)
+		dashURL = s.dash.URL()
 	}
-	r.Add("alarms", alarms.Run)
-	r.Add("identity keys", issuer.Run)
-	r.Add("snapshot collection", func(ctx context.Context) error { return collectOrphans(ctx, lc, cutoff, cfg.SnapshotGCInterval, log) })
-	r.Add("expiry", func(ctx context.Context) error { return lc.RunExpiry(ctx, cfg.ExpiryInterval) })
-	r.Add("actor counts", func(ctx context.Context) error { runActorCounts(ctx, st, ms, log); return nil })
-	log.Info("ate apiserver ready", "api", ln.Addr().String(), "store", opened.Description, "replica", holder, "snapshots", cfg.Snapshots, "dashboard", dashURL)
-	if cfg.Ready != nil {
-		cfg.Ready(ln.Addr().String())
+	r.Add("alarms", s.alarms.Run)
+	r.Add("identity keys", s.issuer.Run)
+	orphans := lifecycle.OrphanCollection{Since: s.recovered, Shared: s.shared, CheckpointTimeout: nodeagent.CheckpointTimeout, Interval: s.cfg.SnapshotGCInterval}
+	r.Add("snapshot collection", func(ctx context.Context) error { return s.lc.CollectOrphans(ctx, orphans) })
+	r.Add("expiry", func(ctx context.Context) error { return s.lc.RunExpiry(ctx, s.cfg.ExpiryInterval) })
+	r.Add("actor counts", func(ctx context.Context) error { return s.ms.RunActorCounts(ctx, s.st, s.log) })
+	s.log.Info("ate apiserver ready", "api", s.ln.Addr().String(), "store", s.storeName, "replica", s.holder, "snapshots", s.cfg.Snapshots, "dashboard", dashURL)
+	if s.cfg.Ready != nil {
+		s.cfg.Ready(s.ln.Addr().String())
 	}
 	return r.Run(ctx)
-}
-
-// openStore opens the record store, retrying with backoff (up to 5 s
-// apart) while it is unreachable — a database that starts after us, or
-// restarts — and logging each failure; other errors end start-up.
-func openStore(ctx context.Context, u string, opts storeurl.Options, log *slog.Logger) (*storeurl.Opened, error) {
-	backoff := 200 * time.Millisecond
-	for {
-		opened, err := storeurl.Open(ctx, u, opts)
-		if err == nil {
-			return opened, nil
-		}
-		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
-			return nil, fmt.Errorf("record store: %w", err)
-		}
-		log.Warn("record store unreachable; retrying", "store", storeurl.Redact(u), "retryIn", backoff, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("record store: %w", err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
 }
 
 // resolveStore returns the record store's URL (storeurl.Resolve), warning
@@ -384,38 +419,4 @@ func replicaName() string {
 		host = "apiserver"
 	}
 	return fmt.Sprintf("%s-%08x", host, rand.Uint32())
-}
-
-// DefaultSnapshotGCInterval is APIServerConfig.SnapshotGCInterval's
-// default.
-const DefaultSnapshotGCInterval = 30 * time.Second
-
-// orphanWindow is how long after start-up a snapshot of a predecessor's
-// workflow may still appear: a node finishes a checkpoint whose caller
-// died (nodeagent.CheckpointTimeout), and only then uploads its manifest.
-const orphanWindow = nodeagent.CheckpointTimeout + time.Minute
-
-// collectOrphans deletes the unreferenced snapshots staged before cutoff
-// (this process's start: they belong to dead workflows) at once and then
-// every interval until orphanWindow has passed, since nodes may still be
-// finishing such snapshots; later ones are this process's own, which its
-// workflows record or drop themselves. Failures are logged; the next pass
-// or start retries.
-func collectOrphans(ctx context.Context, lc *lifecycle.Manager, cutoff time.Time, interval time.Duration, log *slog.Logger) error {
-	if interval <= 0 {
-		interval = DefaultSnapshotGCInterval
-	}
-	for {
-		if err := lc.CollectGarbage(ctx, cutoff); err != nil && ctx.Err() == nil {
-			log.Warn("snapshot garbage collection", "err", err)
-		}
-		if time.Since(cutoff) > orphanWindow {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(interval):
-		}
-	}
 }

@@ -56,9 +56,9 @@ func startAuthEnv(t *testing.T) *authEnv {
 }
 
 // startAuthEnvWith is startAuthEnv with configure (if not nil) changing
-// the API server's AuthConfig last. The policy file also makes olga (an
+// the API server's auth.Config last. The policy file also makes olga (an
 // OIDC user, without prefix) a viewer of a.
-func startAuthEnvWith(t *testing.T, configure func(*AuthConfig)) *authEnv {
+func startAuthEnvWith(t *testing.T, configure func(*auth.Config)) *authEnv {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -85,19 +85,18 @@ func startAuthEnvWith(t *testing.T, configure func(*AuthConfig)) *authEnv {
 	must(t, os.WriteFile(policy, []byte("- name: vera-views-a\n  atespace: a\n  role: viewer\n  users: [vera]\n"+
 		"- name: olga-views-a\n  atespace: a\n  role: viewer\n  users: [olga]\n"), 0o600))
 
-	ac := AuthConfig{TokenAuthFile: tokens, PolicyFile: policy}
+	ac := auth.Config{TokenAuthFile: tokens, PolicyFile: policy}
 	// As ate up's in-process router: a token standing for the component.
-	ac.extra = []auth.StaticToken{{Token: routerTok, Component: &auth.Identity{Component: auth.ComponentRouter, Name: "up"}}}
+	ac.Extra = []auth.StaticToken{{Token: routerTok, Component: &auth.Identity{Component: auth.ComponentRouter, Name: "up"}}}
 	if configure != nil {
 		configure(&ac)
 	}
-	authz, err := newAuthorizer(ac, st, nil)
+	api := apiserver.New(st, nil, DefaultSandboxClass, nil, nil)
+	authz, err := authorize(api, ac, "", st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := apiserver.New(st, nil, DefaultSandboxClass, nil, nil)
-	must(t, wireAuth(api, authz, ac))
-	gs := grpc.NewServer(authServerOptions(authz)...)
+	gs := grpc.NewServer(authz.ServerOptions()...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, atev1.UnimplementedNodeRegistryServer{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -424,23 +423,6 @@ func TestEditorListsOnlyItsAtespace(t *testing.T) {
 	}
 }
 
-// TestNoAuthenticator: an API server with no user authenticator still
-// admits components by certificate (the Helm chart's default, found on a
-// real cluster to refuse to start before); no user token is accepted.
-// Only --insecure with no authenticator checks nothing.
-func TestNoAuthenticator(t *testing.T) {
-	a, err := newAuthorizer(AuthConfig{}, nil, nil)
-	if err != nil || a == nil {
-		t.Fatalf("no authenticator, TLS: %v, %v; want components-only checks", a, err)
-	}
-	if _, err := a.Authn.Authenticate(context.Background(), "any-token"); !errors.Is(err, auth.ErrUnauthenticated) {
-		t.Errorf("a user token with no authenticator: %v, want ErrUnauthenticated", err)
-	}
-	if a, err := newAuthorizer(AuthConfig{Insecure: true}, nil, nil); a != nil || err != nil {
-		t.Errorf("no authenticator, insecure: %v, %v; want no checks", a, err)
-	}
-}
-
 func metadataCtx(ctx context.Context, kv ...string) context.Context {
 	return grpcmd.AppendToOutgoingContext(ctx, kv...)
 }
@@ -579,7 +561,7 @@ func TestEvictionNamesOnlyToReaders(t *testing.T) {
 // for actors opens no API call.
 func TestIngressReviewOfUserTokens(t *testing.T) {
 	is := newTestIssuer(t)
-	e := startAuthEnvWith(t, func(c *AuthConfig) {
+	e := startAuthEnvWith(t, func(c *auth.Config) {
 		c.OIDC = auth.OIDCConfig{IssuerURL: is.srv.URL, ClientID: "ate", UsernamePrefix: "-", Client: is.srv.Client()}
 		c.IngressClientID = "ate-ingress"
 	})
@@ -633,51 +615,5 @@ func TestIngressReviewOfUserTokens(t *testing.T) {
 	// guessing tokens).
 	if _, err := e.client(t, adminTok).ReviewIngressToken(ctx, &atev1.ReviewIngressTokenRequest{Atespace: "a", Token: viewerTok}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("admin calls ReviewIngressToken: %v, want PERMISSION_DENIED", err)
-	}
-}
-
-// TestIssuerChecks: users' OIDC issuer may not be the API server's own
-// actor-identity issuer, whose tokens any actor mints.
-func TestIssuerChecks(t *testing.T) {
-	for _, c := range []struct {
-		oidc, identity string
-		refused        bool
-	}{
-		{"https://idp.example", "https://ate.example", false},
-		{"https://idp.example", "", false},
-		{"", "https://ate.example", false},
-		{"https://ate.example", "https://ate.example", true},
-		{"https://ATE.example/", "https://ate.example", true},
-	} {
-		err := checkIssuers(AuthConfig{OIDC: auth.OIDCConfig{IssuerURL: c.oidc}}, IdentityConfig{IssuerURL: c.identity})
-		if (err != nil) != c.refused || (err != nil && !strings.Contains(err.Error(), "every actor may mint")) {
-			t.Errorf("--oidc-issuer-url %q, --issuer-url %q: %v, want refused %v", c.oidc, c.identity, err, c.refused)
-		}
-	}
-}
-
-// TestIngressAudienceChecks: the ingress audience needs an issuer and
-// must not be the API's own, or every API token would open actors.
-func TestIngressAudienceChecks(t *testing.T) {
-	oidc := auth.OIDCConfig{IssuerURL: "https://issuer.example", ClientID: "ate"}
-	for _, c := range []struct {
-		name    string
-		cfg     AuthConfig
-		wantErr string
-	}{
-		{"unset", AuthConfig{OIDC: oidc}, ""},
-		{"own audience", AuthConfig{OIDC: oidc, IngressClientID: "ate-ingress"}, ""},
-		{"the API's audience", AuthConfig{OIDC: oidc, IngressClientID: "ate"}, "must differ from --oidc-client-id"},
-		{"no issuer", AuthConfig{IngressClientID: "ate-ingress"}, "needs --oidc-issuer-url"},
-	} {
-		a, err := newIngressAuthenticator(c.cfg)
-		switch {
-		case c.wantErr == "" && err != nil:
-			t.Errorf("%s: %v", c.name, err)
-		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
-			t.Errorf("%s: err %v, want one saying %q", c.name, err, c.wantErr)
-		case c.wantErr == "" && (a == nil) != (c.cfg.IngressClientID == ""):
-			t.Errorf("%s: authenticator %v", c.name, a)
-		}
 	}
 }

@@ -3,11 +3,6 @@ package up
 import (
 	"context"
 	"log/slog"
-	"net"
-	"net/netip"
-	"net/url"
-	"slices"
-	"time"
 
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/egress"
@@ -58,60 +53,7 @@ func (c *CeilingsConfig) egress(ctx context.Context, log *slog.Logger, component
 	if err != nil {
 		return nil, err
 	}
-	return ceil.WithComponents(componentPrefixes(ctx, log, componentURLs...)), nil
-}
-
-// componentResolveTimeout bounds resolving the components' host names at
-// start-up.
-const componentResolveTimeout = 10 * time.Second
-
-// componentPrefixes resolves the hosts of store URLs
-// (postgres://user@host:port/db, s3://bucket?endpoint=http://host:port)
-// to /32s and /128s. Others (bolt, directories, S3 without an endpoint)
-// name no address; a host that does not resolve is logged and left out,
-// as the API server's own addresses are (apiServerPrefixes).
-func componentPrefixes(ctx context.Context, log *slog.Logger, urls ...string) []netip.Prefix {
-	ctx, cancel := context.WithTimeout(ctx, componentResolveTimeout)
-	defer cancel()
-	var out []netip.Prefix
-	for _, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil {
-			continue
-		}
-		host := ""
-		switch u.Scheme {
-		case "postgres", "postgresql":
-			host = u.Hostname()
-		case "s3":
-			if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil {
-				host = ep.Hostname()
-			}
-		}
-		if host == "" {
-			continue
-		}
-		out = appendHostPrefixes(ctx, log, out, host, "egress: cannot resolve a component to deny it to sandboxes")
-	}
-	return out
-}
-
-// appendHostPrefixes resolves host and appends each of its addresses not
-// yet in out as a /32 or /128; a failure is logged with msg and adds
-// nothing.
-func appendHostPrefixes(ctx context.Context, log *slog.Logger, out []netip.Prefix, host, msg string) []netip.Prefix {
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		log.Warn(msg, "host", host, "err", err)
-		return out
-	}
-	for _, a := range addrs {
-		a = a.Unmap()
-		if p := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	return out
+	return ceil.WithComponents(egress.ComponentPrefixes(ctx, log, componentURLs...)), nil
 }
 
 // eviction returns the eviction limits; a nil c bounds nothing.

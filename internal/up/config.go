@@ -11,6 +11,7 @@ import (
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/router"
 	"substrate.dev/ate/internal/sandbox"
@@ -105,7 +106,7 @@ type APIConfig struct {
 	ExpiryInterval time.Duration
 	// Auth adds token files, OIDC and a policy file to the admin token
 	// `ate up` always accepts (<data-dir>/admin-token).
-	Auth AuthConfig
+	Auth auth.Config
 	// MaxStreamsPerCaller bounds the watches and log follows one caller
 	// may hold open at once (apiserver.Server.SetMaxStreamsPerCaller);
 	// 0 means apiserver.DefaultMaxStreamsPerCaller.

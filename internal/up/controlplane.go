@@ -20,6 +20,7 @@ import (
 	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/apiserver"
 	"substrate.dev/ate/internal/identity"
+	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
@@ -95,10 +96,11 @@ type ControlPlaneConfig struct {
 // registry. `ate up` and the control-plane benchmarks build it the same
 // way: NewControlPlane, then Start for its background work, then Close.
 type ControlPlane struct {
-	// installation renews the installation lease (Exclusive) until the
-	// background work stops; nil without one.
-	installation       *sync.WaitGroup
-	installationHolder string
+	// installation is the installation lease (Exclusive), renewed until
+	// the background work stops (installationDone) and released at
+	// Close; nil without one.
+	installation     *store.Installation
+	installationDone sync.WaitGroup
 
 	Store     store.Store
 	Snapshots *snapshot.Local
@@ -147,10 +149,7 @@ const DBName = "ate.db"
 // building only. Golden builds that recovery restarts run on, owned by
 // the lifecycle manager, until Close. Errors leave nothing open.
 func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPlane, err error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := orDiscard(cfg.Logger)
 	// A local, not the named result: `return nil, err` clears the result
 	// before the deferred Close runs.
 	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{}), expiryInterval: cfg.ExpiryInterval, metrics: cfg.Metrics}
@@ -165,43 +164,80 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 			cp.Close()
 		}
 	}()
-	opened, err := openStore(ctx, cfg.Store, storeurl.Options{DefaultPath: filepath.Join(cfg.DataDir, DBName), Logger: log}, log)
+	a := &controlPlaneAssembly{cp: cp, cfg: cfg, log: log}
+	if err := assemble(ctx, a.openStore, a.newNode, a.newWorkflows, a.newAPI,
+		func(ctx context.Context) error { return cp.startNodePath(ctx, a.nc, log) }); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// controlPlaneAssembly is what NewControlPlane's steps pass on to each
+// other besides the control plane's own fields.
+type controlPlaneAssembly struct {
+	cp  *ControlPlane
+	cfg ControlPlaneConfig
+	log *slog.Logger
+	// shared is storeurl.Opened.Shared.
+	shared   bool
+	nc       node.Config
+	images   *image.Cache
+	ceilings apiserver.Ceilings
+	// holder names this API server in the store's leases; "" over bolt.
+	holder string
+}
+
+// openStore opens the record store, waiting for a database that is not
+// up yet (storeurl.OpenRetrying), takes the installation lease when
+// Exclusive over a shared store, and makes the default atespace.
+func (a *controlPlaneAssembly) openStore(ctx context.Context) error {
+	cp := a.cp
+	opened, err := storeurl.OpenRetrying(ctx, a.cfg.Store, storeurl.Options{DefaultPath: filepath.Join(a.cfg.DataDir, DBName), Logger: a.log})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("record store: %w", err)
 	}
-	cp.Store = opened.Store
-	observeCommits(cp.Store, cfg.Metrics)
-	if opened.Shared && cfg.Exclusive {
-		if err := cp.takeInstallation(ctx, cfg.DataDir, orDefault(cfg.Node.Name, DefaultNodeName)); err != nil {
-			return nil, err
+	cp.Store, a.shared = opened.Store, opened.Shared
+	observeCommits(cp.Store, a.cfg.Metrics)
+	if a.shared && a.cfg.Exclusive {
+		// This data dir on this host: a restarted `ate up` takes its
+		// lease back at once.
+		host, _ := os.Hostname()
+		in, err := store.TakeInstallation(ctx, cp.Store, host+":"+a.cfg.DataDir, orDefault(a.cfg.Node.Name, DefaultNodeName))
+		if err != nil {
+			return err
 		}
+		cp.installation = in
+		cp.installationDone.Go(func() { in.Renew(cp.background, cp.log) })
 	}
-	if err := apiserver.EnsureDefaultAtespace(ctx, cp.Store); err != nil {
-		return nil, err
-	}
+	return apiserver.EnsureDefaultAtespace(ctx, cp.Store)
+}
+
+// newNode opens the snapshot stores and the image cache, and builds the
+// node agent over them, fenced until the registry welcomes it.
+func (a *controlPlaneAssembly) newNode(ctx context.Context) error {
+	cp, cfg := a.cp, a.cfg
+	var err error
 	if cp.Snapshots, err = snapshot.NewLocalWith(orDefault(cfg.SnapshotsDir, filepath.Join(cfg.DataDir, "snapshots")), snapshot.LocalOptions{Compress: true}); err != nil {
-		return nil, err
+		return err
 	}
 	// Paused checkpoints stay on this node's disk, apart from the
 	// durable snapshot store (which would be S3 or shared storage in a cluster).
 	paused, err := snapshot.NewLocal(filepath.Join(cfg.DataDir, "node", "paused"))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, log)
-	if err != nil {
-		return nil, err
+	if a.images, err = newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, a.log); err != nil {
+		return err
 	}
-	ceilings, err := cfg.Ceilings.apiCeilings(ctx, log, cfg.Store)
-	if err != nil {
-		return nil, err
+	if a.ceilings, err = cfg.Ceilings.apiCeilings(ctx, a.log, cfg.Store); err != nil {
+		return err
 	}
 	nc := cfg.Node
 	nc.Name = orDefault(nc.Name, DefaultNodeName)
-	nc.EgressCeiling = ceilings.Egress
-	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = images, cp.Snapshots, paused, filepath.Join(cfg.DataDir, "node")
+	nc.EgressCeiling = a.ceilings.Egress
+	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = a.images, cp.Snapshots, paused, filepath.Join(cfg.DataDir, "node")
 	if nc.Logger == nil {
-		nc.Logger = log
+		nc.Logger = a.log
 	}
 	if cfg.Metrics != nil {
 		nc.Metrics = cfg.Metrics.Node
@@ -209,53 +245,66 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	// The node detaches its own background work (exit watchers) from
 	// ctx and ends it at Shutdown (Close).
 	if cp.Node, err = node.New(ctx, nc); err != nil {
-		return nil, err
+		return err
 	}
 	// Until the registry welcomes it, the node serves nothing it was not
 	// given, as any node (RunNode).
 	cp.Node.Fence(true)
+	a.nc = nc
+	return nil
+}
+
+// newWorkflows builds the node registry, over the in-process transport,
+// and the lifecycle manager, and recovers: the actors holding the node's
+// workers crash (its sandboxes died with the previous process, whatever
+// the store says) before the node registers.
+func (a *controlPlaneAssembly) newWorkflows(ctx context.Context) error {
+	cp, cfg := a.cp, a.cfg
 	cp.nodePath = nodeagent.NewInProcess()
+	var err error
 	if cp.Registry, err = nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: cp.Store, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter,
-		Dial: cp.nodePath.DialNode, Shared: opened.Shared, SandboxClass: nc.SandboxClass, Logger: log}); err != nil {
-		return nil, err
+		Dial: cp.nodePath.DialNode, Shared: a.shared, SandboxClass: a.nc.SandboxClass, Logger: a.log}); err != nil {
+		return err
 	}
 	// The embedded store has exactly one API server (bbolt's file lock
 	// sees to that), so it needs no store leases: the in-process lock
 	// serialises workflows, and a restarted process never waits out a
 	// dead predecessor's lease. A shared store (PostgreSQL) may have
 	// other API servers: leases fence them.
-	holder := ""
-	if opened.Shared {
-		holder = replicaName()
+	if a.shared {
+		a.holder = replicaName()
 	}
-	cp.Lifecycle = lifecycle.New(cp.Store, cp.Registry, cp.Snapshots, holder, log)
-	cp.Lifecycle.SetEvictionLimits(ceilings.Eviction)
+	cp.Lifecycle = lifecycle.New(cp.Store, cp.Registry, cp.Snapshots, a.holder, a.log)
+	cp.Lifecycle.SetEvictionLimits(a.ceilings.Eviction)
 	if cfg.Metrics != nil {
 		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
 	}
 	cp.Registry.SetWorkflows(cp.Lifecycle)
 	cp.recovered = time.Now()
-	// Before the node registers: its sandboxes died with the previous
-	// process, whatever the store says.
-	if err := cp.Lifecycle.Recover(cp.background, nc.Name); err != nil {
-		return nil, fmt.Errorf("recover: %w", err)
+	if err := cp.Lifecycle.Recover(cp.background, a.nc.Name); err != nil {
+		return fmt.Errorf("recover: %w", err)
 	}
-	cp.API = apiserver.New(cp.Store, cp.Lifecycle, nc.SandboxClass, images, log)
-	cp.API.SetCeilings(ceilings)
+	return nil
+}
+
+// newAPI builds the Control API server, its alarm scheduler and the
+// actor identity issuer, and gives the registry their self-service
+// calls.
+func (a *controlPlaneAssembly) newAPI(context.Context) error {
+	cp, cfg := a.cp, a.cfg
+	cp.API = apiserver.New(cp.Store, cp.Lifecycle, a.nc.SandboxClass, a.images, a.log)
+	cp.API.SetCeilings(a.ceilings)
 	cp.API.SetNodes(cp.Registry)
-	ac := alarm.Config{Holder: orDefault(holder, "ate-up"), TunnelTLS: cfg.AlarmTunnelTLS}
+	ac := alarm.Config{Holder: orDefault(a.holder, "ate-up"), TunnelTLS: cfg.AlarmTunnelTLS}
 	if cfg.Metrics != nil {
 		ac.Metrics = cfg.Metrics.Alarms
 	}
-	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, log)
+	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, a.log)
 	cp.API.SetAlarms(cp.Alarms)
 	cp.Registry.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
-	cp.Identity = cfg.Identity.newIssuer(cp.Store, log)
+	cp.Identity = cfg.Identity.newIssuer(cp.Store, a.log)
 	cp.Registry.SetSelfCallHandler(selfCalls(cp.Identity, cp.Lifecycle))
-	if err := cp.startNodePath(ctx, nc, log); err != nil {
-		return nil, err
-	}
-	return cp, nil
+	return nil
 }
 
 // startNodePath serves the node protocol in process and registers the
@@ -339,7 +388,7 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	countsDone := make(chan struct{})
 	go func() {
 		defer close(countsDone)
-		runActorCounts(gcCtx, cp.Store, cp.metrics, cp.log)
+		_ = cp.metrics.RunActorCounts(gcCtx, cp.Store, cp.log)
 	}()
 	select {
 	case <-ctx.Done():
@@ -351,65 +400,6 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	<-alarmsDone
 	<-identityDone
 	<-countsDone
-	return nil
-}
-
-// installationLease is the store lease an Exclusive control plane holds,
-// renewed every installationTTL/3.
-const (
-	installationLease = "installation/ate-up"
-	installationTTL   = 15 * time.Second
-)
-
-// takeInstallation takes the installation lease for this data dir on
-// this host (so a restarted `ate up` takes it back at once) and renews it
-// until the control plane's background work stops. A database holding
-// workers of nodes other than ours (nodeName) belongs to `ate apiserver`
-// replicas and is refused too.
-func (cp *ControlPlane) takeInstallation(ctx context.Context, dataDir, nodeName string) error {
-	host, _ := os.Hostname()
-	holder := host + ":" + dataDir
-	lease, err := cp.Store.AcquireLease(ctx, installationLease, holder, installationTTL)
-	if errors.Is(err, store.ErrLeaseHeld) {
-		return fmt.Errorf("another `ate up` uses this database (%w): `ate up` keeps its snapshots in its own data dir, so two cannot share a store; "+
-			"run `ate apiserver` replicas over it instead (docs/ha.md)", err)
-	}
-	if err != nil {
-		return fmt.Errorf("take the installation lease: %w", err)
-	}
-	release := func() { _ = cp.Store.ReleaseLease(context.WithoutCancel(ctx), installationLease, holder) }
-	workers, err := cp.Store.ListWorkers(ctx)
-	if err != nil {
-		release()
-		return err
-	}
-	for _, w := range workers {
-		if w.Node != nodeName {
-			release()
-			return fmt.Errorf("this database holds workers of node %s: it is used by `ate apiserver` replicas, and `ate up` needs a database of its own", w.Node)
-		}
-	}
-	cp.installation, cp.installationHolder = &sync.WaitGroup{}, holder
-	cp.installation.Go(func() {
-		tick := time.NewTicker(installationTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-cp.background.Done():
-				return
-			case <-tick.C:
-			}
-			_, err := cp.Store.RenewLease(cp.background, installationLease, holder, lease.Token, installationTTL)
-			switch {
-			case err == nil, cp.background.Err() != nil:
-			case errors.Is(err, store.ErrFenced):
-				cp.log.Error("installation lease lost: another `ate up` may have taken this database over", "err", err)
-				return
-			default:
-				cp.log.Warn("installation lease not renewed; retrying", "err", err)
-			}
-		}
-	})
 	return nil
 }
 
@@ -452,8 +442,8 @@ func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCD
 func (cp *ControlPlane) Close() error {
 	cp.stopBackground()
 	if cp.installation != nil {
-		cp.installation.Wait()
-		_ = cp.Store.ReleaseLease(context.Background(), installationLease, cp.installationHolder)
+		cp.installationDone.Wait()
+		_ = cp.installation.Release(context.Background())
 	}
 	if cp.started.Load() {
 		<-cp.snapshotGCDone

@@ -52,7 +52,7 @@ func TestAPIServerServesDashboard(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunAPIServer(ctx, APIServerConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: httpAddr,
-			SandboxClass: "fake", TLS: tlsDir, Auth: AuthConfig{TokenAuthFile: tokens}, Ready: func(addr string) { ready <- addr }})
+			SandboxClass: "fake", TLS: tlsDir, Auth: auth.Config{TokenAuthFile: tokens}, Ready: func(addr string) { ready <- addr }})
 	}()
 	select {
 	case <-ready:

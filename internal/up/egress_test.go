@@ -32,16 +32,3 @@ func TestAPIServerPrefixes(t *testing.T) {
 		t.Errorf("unresolvable: %v", got)
 	}
 }
-
-// TestComponentPrefixes: the record store's and the object store's hosts
-// become prefixes the egress ceiling denies; URLs naming no host give
-// none.
-func TestComponentPrefixes(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	got := componentPrefixes(t.Context(), log, "postgres://ate:pw@192.0.2.9:5432/ate", "s3://bucket/p?endpoint=http://192.0.2.10:8333&region=r",
-		"bolt:///var/ate.db", "/var/snapshots", "s3://bucket/p", "postgres://ate@192.0.2.9:5433/other")
-	want := []netip.Prefix{netip.MustParsePrefix("192.0.2.9/32"), netip.MustParsePrefix("192.0.2.10/32")}
-	if !slices.Equal(got, want) {
-		t.Errorf("componentPrefixes = %v, want %v", got, want)
-	}
-}

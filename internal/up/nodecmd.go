@@ -13,9 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/egress"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
@@ -88,30 +91,70 @@ type NodeAgentConfig struct {
 // fails with the API server's reason when it refuses the registration
 // (a name live elsewhere, workers another node registered).
 func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
-	log := orDiscard(cfg.Logger)
-	flushTraces, err := startTracing(ctx, "ate-node", log)
+	s := &nodeAssembly{cfg: cfg, log: orDiscard(cfg.Logger), registered: make(chan error, 1)}
+	defer s.done.run()
+	if err := assemble(ctx, s.configure, s.open, s.newNode, s.newAgent); err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+// nodeAssembly is RunNode's parts, built in its steps' order.
+type nodeAssembly struct {
+	cfg NodeAgentConfig
+	log *slog.Logger
+	// done closes what the steps opened, when RunNode returns.
+	done cleanups
+
+	tr *pki.Transport
+	// tunnel listens from the start; serveTunnel gives it the node's
+	// handler once the node exists.
+	tunnel      *httpserve.Server
+	serveTunnel func(http.Handler)
+	agentLn     net.Listener
+	// ms records metrics; nil without a management listener.
+	ms    *metrics.Metrics
+	n     *node.Node
+	agent *nodeagent.Agent
+	gs    *grpc.Server
+	// registered receives the outcome of the first registration;
+	// welcomed is set once it succeeded.
+	registered chan error
+	welcomed   atomic.Bool
+}
+
+// configure starts tracing, defaults and checks the settings (the TLS
+// certificate must be this node's), makes the data dir and fetches
+// runsc, before anything else is opened.
+func (s *nodeAssembly) configure(ctx context.Context) error {
+	flushTraces, err := startTracing(ctx, "ate-node", s.log)
 	if err != nil {
 		return err
 	}
-	defer flushTraces()
-	if cfg, err = cfg.withDefaults(); err != nil {
+	s.done.add(flushTraces)
+	if s.cfg, err = s.cfg.withDefaults(); err != nil {
 		return err
 	}
-	tr, err := cfg.TLS.Load(ctx, auth.ComponentNode, log)
-	if err != nil {
+	cfg := s.cfg
+	if s.tr, err = cfg.TLS.Load(ctx, auth.ComponentNode, s.log); err != nil {
 		return err
 	}
-	if id, ok := tr.Identity(); ok && id.Name != cfg.Node.Name {
+	if id, ok := s.tr.Identity(); ok && id.Name != cfg.Node.Name {
 		return fmt.Errorf("--tls-dir: the certificate is node %s's, this node is %s (the API server would refuse it): issue one with `ate certs issue --component node --name %s`", id.Name, cfg.Node.Name, cfg.Node.Name)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	if cfg.Gvisor, err = resolveRunsc(ctx, cfg, log); err != nil {
-		return err
-	}
+	s.cfg.Gvisor, err = resolveRunsc(ctx, cfg, s.log)
+	return err
+}
+
+// open opens the snapshot stores and the workers' runtime, and listens
+// for the worker tunnel and the node agent.
+func (s *nodeAssembly) open(ctx context.Context) error {
+	cfg := s.cfg
 	snaps, err := storeurl.Open(ctx, cfg.Snapshots, storeurl.Options{
-		CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), CacheBytes: cfg.CacheBytes, Logger: log})
+		CacheDir: filepath.Join(cfg.DataDir, "snapshot-cache"), CacheBytes: cfg.CacheBytes, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
@@ -119,130 +162,148 @@ func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	if err != nil {
 		return err
 	}
-	rt, setup, teardown, closeRT, err := sandboxClass(cfg.Node, cfg.Gvisor, log)
+	rt, setup, teardown, closeRT, err := sandboxClass(cfg.Node, cfg.Gvisor, s.log)
 	if err != nil {
 		return err
 	}
-	defer closeRT()
-
-	var tunnel http.Handler
-	ts := httpserve.NewServer("worker-tunnel", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.TunnelPort)),
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tunnel.ServeHTTP(w, r) }), log)
-	// Routers proxy to it, the API server's alarm scheduler delivers
-	// through it; nobody else.
-	ts.TLS = tr.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer)
-	if err := ts.Listen(); err != nil {
-		return fmt.Errorf("tunnel: %w", err)
+	s.done.add(closeRT)
+	// Routers proxy to the tunnel, the API server's alarm scheduler
+	// delivers through it; nobody else.
+	if s.tunnel, s.serveTunnel, err = listenTunnel(net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.TunnelPort)),
+		s.tr.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer), s.log); err != nil {
+		return err
 	}
-	agentLn, err := net.Listen("tcp", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.AgentPort)))
-	if err != nil {
+	if s.agentLn, err = net.Listen("tcp", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.AgentPort))); err != nil {
 		return fmt.Errorf("node agent listen: %w", err)
 	}
-	var ms *metrics.Metrics
 	if cfg.ManagementAddr != "" {
-		ms = metrics.New()
+		s.ms = metrics.New()
 	}
+	s.cfg.Node.Runtime, s.cfg.Node.Setup, s.cfg.Node.Teardown, s.cfg.Node.TunnelAddr = rt, setup, teardown, s.tunnel.Addr()
+	s.cfg.Node.Snapshots, s.cfg.Node.Paused = snaps, paused
+	return nil
+}
+
+// newNode builds the node, fenced until the API server welcomes it, and
+// has the tunnel serve it.
+func (s *nodeAssembly) newNode(ctx context.Context) error {
+	cfg := s.cfg
 	nc := cfg.Node
-	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
-	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, log)
+	images, err := newImageCache(cfg.DataDir, cfg.ImageRoots, cfg.RegistryCredentials, s.log)
 	if err != nil {
 		return err
 	}
-	nc.Images, nc.Snapshots, nc.Paused, nc.StateDir = images, snaps, paused, filepath.Join(cfg.DataDir, "node")
-	nc.Logger = log
-	if ms != nil {
-		nc.Metrics = ms.Node
+	nc.Images, nc.StateDir = images, filepath.Join(cfg.DataDir, "node")
+	nc.Logger = s.log
+	if s.ms != nil {
+		nc.Metrics = s.ms.Node
 	}
 	// Sandboxes reach the API server only through their gateway's
 	// endpoints, whatever their template allows.
-	nc.EgressDeny = append(nc.EgressDeny, apiServerPrefixes(ctx, cfg.API, log)...)
-	if nc.EgressCeiling, err = cfg.Ceilings.egress(ctx, log, cfg.Snapshots); err != nil {
+	nc.EgressDeny = append(nc.EgressDeny, apiServerPrefixes(ctx, cfg.API, s.log)...)
+	if nc.EgressCeiling, err = cfg.Ceilings.egress(ctx, s.log, cfg.Snapshots); err != nil {
 		return err
 	}
-	n, err := node.New(ctx, nc)
-	if err != nil {
+	if s.n, err = node.New(ctx, nc); err != nil {
 		return err
 	}
-	defer n.Shutdown(context.Background())
+	s.done.add(func() { s.n.Shutdown(context.Background()) })
 	// Until the API server welcomes us, nothing it did not place here is
 	// served.
-	n.Fence(true)
-	tunnel = n.NewTunnel()
+	s.n.Fence(true)
+	s.serveTunnel(s.n.NewTunnel())
+	s.cfg.Node = nc
+	return nil
+}
 
-	// One session per API server replica (nodeagent.Agent says why).
+// newAgent builds the node's agent, with one session per API server
+// replica (nodeagent.Agent says why), and the NodeAgent service's gRPC
+// server.
+func (s *nodeAssembly) newAgent(context.Context) error {
+	cfg := s.cfg
 	replicas, err := apidial.NewReplicaLister(cfg.API)
 	if err != nil {
 		return fmt.Errorf("--api: %w", err)
 	}
-	defer replicas.Close()
-	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: n, Dial: componentDialer(ms, tr, auth.ComponentAPIServer),
-		Replicas: replicas.List, Address: agentLn.Addr().String(),
-		TunnelAddr: ts.Addr(), SandboxClass: nc.SandboxClass, Snapshots: cfg.Snapshots, Logger: log})
+	s.done.add(replicas.Close)
+	s.agent = nodeagent.NewAgent(nodeagent.AgentConfig{Node: s.n, Dial: componentDialer(s.ms, s.tr, auth.ComponentAPIServer),
+		Replicas: replicas.List, Address: s.agentLn.Addr().String(),
+		TunnelAddr: s.tunnel.Addr(), SandboxClass: cfg.Node.SandboxClass, Snapshots: cfg.Snapshots, Logger: s.log})
 	// Only the API server calls the node agent: a router's or another
 	// node's certificate is refused (PermissionDenied).
-	gs, initMetrics := grpcServer(ms, append(tr.ServerOptions(pki.ClientCertRequired), tr.RequireComponents(auth.ComponentAPIServer)...)...)
-	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(n, agent))
+	gs, initMetrics := grpcServer(s.ms, append(s.tr.ServerOptions(pki.ClientCertRequired), s.tr.RequireComponents(auth.ComponentAPIServer)...)...)
+	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(s.n, s.agent))
 	initMetrics()
+	s.gs = gs
+	return nil
+}
 
-	registered := make(chan error, 1)
-	var welcomed atomic.Bool
-	r := runner.New(log)
+// run serves every part until ctx ends (or one fails), then stops them
+// in reverse order (runner.Runner), draining the node on the way.
+func (s *nodeAssembly) run(ctx context.Context) error {
+	r := runner.New(s.log)
 	r.ReadyWhen("registration", func() error {
-		if !welcomed.Load() {
+		if !s.welcomed.Load() {
 			return errors.New("not registered with the API server yet")
 		}
 		return nil
 	})
-	if cfg.ManagementAddr != "" {
-		mgmt, err := newManagementServer(cfg.ManagementAddr, ms, r.Ready)
+	if s.cfg.ManagementAddr != "" {
+		mgmt, err := newManagementServer(s.cfg.ManagementAddr, s.ms, r.Ready)
 		if err != nil {
 			return err
 		}
-		defer mgmt.Close()
+		s.done.add(mgmt.Close)
 		r.Add("management", mgmt.Serve)
 	}
-	stopPprof, err := httpserve.StartPprof(ctx, cfg.PprofAddr)
+	stopPprof, err := httpserve.StartPprof(ctx, s.cfg.PprofAddr)
 	if err != nil {
 		return err
 	}
-	defer stopPprof()
-	r.Add("node agent", func(ctx context.Context) error { return serveGRPC(ctx, gs, agentLn) })
-	r.Add("worker tunnel", ts.Start)
-	r.Add("self-service", func(ctx context.Context) error { return n.ServeSelfService(ctx, agent.SelfRequest) })
-	r.Add("registration", func(ctx context.Context) error { return agent.Run(ctx, registered) })
-	// On shutdown, while the agent's sessions, the NodeAgent service and
-	// the tunnel still serve: the API server puts away what this node
-	// has, then we leave. A node never welcomed hosts nothing and has
-	// nobody to tell. A drain that left actors behind is a failed stop,
-	// not a clean one.
-	r.AddStop("drain", func(ctx context.Context) error {
-		n.StopStandbys()
-		if !welcomed.Load() {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
-		defer cancel()
-		if err := agent.Drain(ctx); err != nil {
-			log.Error("drain failed: what is left on this node is lost with it", "err", err)
-			return err
-		}
-		return nil
-	})
-	r.Add("welcome", func(ctx context.Context) error {
-		select {
-		case err := <-registered:
-			if err != nil {
-				return fmt.Errorf("register with the API server at %s: %w", cfg.API, err)
-			}
-		case <-ctx.Done():
-			return nil
-		}
-		welcomed.Store(true)
-		log.Info("ate node ready", "node", nc.Name, "api", cfg.API, "agent", agentLn.Addr().String(),
-			"tunnel", ts.Addr(), "workers", nc.Workers, "snapshots", cfg.Snapshots)
-		return nil
-	})
+	s.done.add(stopPprof)
+	r.Add("node agent", func(ctx context.Context) error { return serveGRPC(ctx, s.gs, s.agentLn) })
+	r.Add("worker tunnel", s.tunnel.Start)
+	r.Add("self-service", func(ctx context.Context) error { return s.n.ServeSelfService(ctx, s.agent.SelfRequest) })
+	r.Add("registration", func(ctx context.Context) error { return s.agent.Run(ctx, s.registered) })
+	r.AddStop("drain", s.drain)
+	r.Add("welcome", s.welcome)
 	return r.Run(ctx)
+}
+
+// drain runs on shutdown, while the agent's sessions, the NodeAgent
+// service and the tunnel still serve: the API server puts away what this
+// node has, then we leave. A node never welcomed hosts nothing and has
+// nobody to tell. A drain that left actors behind is a failed stop, not
+// a clean one.
+func (s *nodeAssembly) drain(ctx context.Context) error {
+	s.n.StopStandbys()
+	if !s.welcomed.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	if err := s.agent.Drain(ctx); err != nil {
+		s.log.Error("drain failed: what is left on this node is lost with it", "err", err)
+		return err
+	}
+	return nil
+}
+
+// welcome waits for the first registration's outcome: a refusal ends
+// RunNode with the API server's reason; a welcome makes the node ready.
+func (s *nodeAssembly) welcome(ctx context.Context) error {
+	select {
+	case err := <-s.registered:
+		if err != nil {
+			return fmt.Errorf("register with the API server at %s: %w", s.cfg.API, err)
+		}
+	case <-ctx.Done():
+		return nil
+	}
+	s.welcomed.Store(true)
+	s.log.Info("ate node ready", "node", s.cfg.Node.Name, "api", s.cfg.API, "agent", s.agentLn.Addr().String(),
+		"tunnel", s.tunnel.Addr(), "workers", s.cfg.Node.Workers, "snapshots", s.cfg.Snapshots)
+	return nil
 }
 
 func (c NodeAgentConfig) withDefaults() (NodeAgentConfig, error) {
@@ -317,13 +378,5 @@ func apiServerPrefixes(ctx context.Context, target string, log *slog.Logger) []n
 		log.Warn("egress: cannot list the API server's addresses to deny them to sandboxes", "api", target, "err", err)
 		return nil
 	}
-	var out []netip.Prefix
-	for _, rep := range reps {
-		host, _, err := net.SplitHostPort(rep)
-		if err != nil {
-			host = rep
-		}
-		out = appendHostPrefixes(ctx, log, out, host, "egress: cannot resolve an API server replica to deny it to sandboxes")
-	}
-	return out
+	return egress.HostPrefixes(ctx, log, "an API server replica", reps...)
 }

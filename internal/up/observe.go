@@ -60,21 +60,6 @@ func inProcessDialOptions(ms *metrics.Metrics) []grpc.DialOption {
 	return append(tracing.DialOptions(), grpcMetrics(ms).DialOptions()...)
 }
 
-// runActorCounts keeps ate_lifecycle_actors at st's counts
-// (metrics.ActorsRefresh) until ctx ends; without metrics, or over a
-// store that cannot count, it only waits for ctx.
-func runActorCounts(ctx context.Context, st store.Store, ms *metrics.Metrics, log *slog.Logger) {
-	c, ok := st.(store.ActorCounter)
-	if ms == nil || !ok {
-		if ms != nil {
-			log.Warn("the record store cannot count actors; ate_lifecycle_actors stays 0")
-		}
-		<-ctx.Done()
-		return
-	}
-	_ = ms.Lifecycle.RunActorCounts(ctx, c.CountActors, 0, log)
-}
-
 // startTracing starts tracing for the process's component service
 // (tracing.Start) and returns its flush, which logs a failure.
 func startTracing(ctx context.Context, service string, log *slog.Logger) (func(), error) {

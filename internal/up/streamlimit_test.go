@@ -18,6 +18,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/apiserver"
+	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
@@ -68,7 +69,7 @@ func startStreamEnv(t *testing.T, maxStreams int) *authEnv {
 	must(t, os.WriteFile(tokens, []byte(adminTok+",root,1,\"ate:admins\"\n"+viewerTok+",vera,2\n"), 0o600))
 	policy := filepath.Join(dir, "policy.yaml")
 	must(t, os.WriteFile(policy, []byte("- name: vera-views-a\n  atespace: a\n  role: viewer\n  users: [vera]\n"), 0o600))
-	authz, err := newAuthorizer(AuthConfig{TokenAuthFile: tokens, PolicyFile: policy}, st, nil)
+	authz, err := auth.NewAuthorizer(auth.Config{TokenAuthFile: tokens, PolicyFile: policy}, st, apiserver.AlarmAtespace(st), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func startStreamEnv(t *testing.T, maxStreams int) *authEnv {
 	t.Cleanup(lc.Close)
 	api := apiserver.New(st, lc, DefaultSandboxClass, nil, nil)
 	api.SetMaxStreamsPerCaller(maxStreams)
-	gs := grpc.NewServer(authServerOptions(authz)...)
+	gs := grpc.NewServer(authz.ServerOptions()...)
 	atev1.RegisterControlServer(gs, api)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

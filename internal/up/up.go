@@ -6,7 +6,7 @@ package up
 import (
 	"context"
 	"crypto/x509"
-
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,8 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/gofrs/flock"
 
 	"google.golang.org/grpc"
 
@@ -54,170 +52,234 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	log := cfg.Logger
-	if cfg.Store, err = resolveStore(cfg.Store, cfg.StoreFile, log); err != nil {
+	u := &upAssembly{cfg: cfg, log: cfg.Logger}
+	defer u.done.run()
+	if err := assemble(ctx, u.configure, u.serveManagement, u.newControlPlane, u.listenAPI, u.newRouter, u.newDashboard, u.writeClientConfig); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	parts := serving{api: u.gs, apiLn: u.apiLn, tunnel: u.tunnel, router: u.router, cp: u.cp, mgmt: u.mgmt, dash: u.dash, log: u.log}
+	return parts.serve(ctx, u.ready)
+}
+
+// upAssembly is Run's parts, built in its steps' order.
+type upAssembly struct {
+	cfg Config
+	log *slog.Logger
+	// done closes what the steps opened, when Run returns.
+	done cleanups
+
+	// node is cfg.Node with the workers' runtime and the tunnel's
+	// address.
+	node node.Config
+	tr   upTransports
+	// tunnel listens from the start; serveTunnel gives it the node's
+	// handler once the node exists.
+	tunnel      *httpserve.Server
+	serveTunnel func(http.Handler)
+	// ms records metrics; nil when nothing serves them. mgmt is the
+	// management listener; nil when there is none.
+	ms    *metrics.Metrics
+	mgmt  *httpserve.Management
+	cp    *ControlPlane
+	apiLn net.Listener
+	gs    *grpc.Server
+	// adminToken is the operator's (<DataDir>/admin-token).
+	adminToken string
+	router     routerParts
+	// client is how the dashboard and the demo reach the API: as a
+	// client of the config file does.
+	client ateconfig.Config
+	// dash is the dashboard's listener; nil when there is none.
+	dash *dashboardServer
+	info Info
+}
+
+// configure settles the record store's URL and the data dir, starts
+// tracing, builds the workers' runtime and the components' TLS, and
+// listens for the worker tunnel.
+func (u *upAssembly) configure(ctx context.Context) error {
+	var err error
+	if u.cfg.Store, err = resolveStore(u.cfg.Store, u.cfg.StoreFile, u.log); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(u.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	flushTraces, err := startTracing(ctx, "ate-up", log)
+	flushTraces, err := startTracing(ctx, "ate-up", u.log)
 	if err != nil {
 		return err
 	}
-	defer flushTraces()
-	rt, setup, teardown, closeRT, err := sandboxClass(cfg.Node, cfg.Gvisor, log)
+	u.done.add(flushTraces)
+	rt, setup, teardown, closeRT, err := sandboxClass(u.cfg.Node, u.cfg.Gvisor, u.log)
 	if err != nil {
 		return err
 	}
-	defer closeRT()
+	u.done.add(closeRT)
+	if u.tr, err = newUpTransports(ctx, u.cfg, u.log); err != nil {
+		return err
+	}
+	// The router proxies to the tunnel and the alarm scheduler delivers
+	// through it.
+	if u.tunnel, u.serveTunnel, err = listenTunnel(u.cfg.Tunnel.Addr, u.tr.node.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer), u.log); err != nil {
+		return err
+	}
+	u.node = u.cfg.Node
+	u.node.Runtime, u.node.Setup, u.node.Teardown, u.node.TunnelAddr = rt, setup, teardown, u.tunnel.Addr()
+	return nil
+}
 
-	tr, err := newUpTransports(ctx, cfg, log)
-	if err != nil {
-		return err
+// serveManagement makes the metrics, the management listener and pprof.
+// Metrics are recorded only when something serves them: the management
+// listener, or the dashboard's latency chart.
+func (u *upAssembly) serveManagement(ctx context.Context) error {
+	if u.cfg.Metrics.Addr != "" || u.cfg.HTTP.Addr != "" {
+		u.ms = metrics.New()
 	}
-
-	// The tunnel must listen before the node exists (workers record its
-	// address) and serve the node's handler once it does.
-	var tunnel http.Handler
-	ts := httpserve.NewServer("worker-tunnel", cfg.Tunnel.Addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tunnel.ServeHTTP(w, r)
-	}), log)
-	// The router proxies to it and the alarm scheduler delivers through it.
-	ts.TLS = tr.node.HTTPServerConfig(auth.ComponentRouter, auth.ComponentAPIServer)
-	if err := ts.Listen(); err != nil {
-		return fmt.Errorf("tunnel: %w", err)
-	}
-	// Metrics are recorded only when something serves them: the
-	// management listener, or the dashboard's latency chart.
-	var ms *metrics.Metrics
-	var mgmt *httpserve.Management
-	if cfg.Metrics.Addr != "" || cfg.HTTP.Addr != "" {
-		ms = metrics.New()
-	}
-	if cfg.Metrics.Addr != "" {
-		if mgmt, err = newManagementServer(cfg.Metrics.Addr, ms, nil); err != nil {
+	if u.cfg.Metrics.Addr != "" {
+		var err error
+		if u.mgmt, err = newManagementServer(u.cfg.Metrics.Addr, u.ms, nil); err != nil {
 			return err
 		}
-		defer mgmt.Close()
+		u.done.add(u.mgmt.Close)
 	}
-	stopPprof, err := httpserve.StartPprof(ctx, cfg.Metrics.PprofAddr)
+	stopPprof, err := httpserve.StartPprof(ctx, u.cfg.Metrics.PprofAddr)
 	if err != nil {
 		return err
 	}
-	defer stopPprof()
-	nc := cfg.Node
-	nc.Runtime, nc.Setup, nc.Teardown, nc.TunnelAddr = rt, setup, teardown, ts.Addr()
-	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: nc, Logger: log, Metrics: ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
-		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: tr.api.HTTPClientConfig(auth.ComponentNode),
+	u.done.add(stopPprof)
+	return nil
+}
+
+// newControlPlane builds the control plane, the only one over its
+// store, and has the tunnel serve its node.
+func (u *upAssembly) newControlPlane(ctx context.Context) error {
+	cfg := u.cfg
+	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: u.node, Logger: u.log, Metrics: u.ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
+		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: u.tr.api.HTTPClientConfig(auth.ComponentNode),
 		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter})
 	if err != nil {
 		return err
 	}
-	defer cp.Close()
+	u.cp = cp
+	u.done.add(func() { _ = cp.Close() })
+	u.serveTunnel(cp.Node.NewTunnel())
+	return nil
+}
 
-	apiLn, err := net.Listen("tcp", cfg.API.Addr)
-	if err != nil {
+// listenAPI opens the API's listener and its gRPC server behind the
+// authorisation interceptors.
+func (u *upAssembly) listenAPI(context.Context) error {
+	var err error
+	if u.apiLn, err = net.Listen("tcp", u.cfg.API.Addr); err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
 	// The API always checks callers: components by their certificates
 	// (the in-process router's is tr.router's), users by the admin token
-	// (written into the client config below) and whatever cfg.API.Auth
-	// adds.
-	adminToken, err := auth.EnsureAdminToken(cfg.DataDir)
+	// (written into the client config, writeClientConfig) and whatever
+	// cfg.API.Auth adds.
+	if u.adminToken, err = auth.EnsureAdminToken(u.cfg.DataDir); err != nil {
+		return err
+	}
+	ac := u.cfg.API.Auth
+	ac.TrustDomain = u.tr.api.TrustDomain
+	ac.Extra = []auth.StaticToken{auth.AdminToken(u.adminToken)}
+	authz, err := authorize(u.cp.API, ac, u.cfg.Identity.IssuerURL, u.cp.Store, u.log)
 	if err != nil {
 		return err
 	}
-	ac := cfg.API.Auth
-	ac.TrustDomain = tr.api.TrustDomain
-	ac.extra = []auth.StaticToken{auth.AdminToken(adminToken)}
-	if err := checkIssuers(ac, cfg.Identity); err != nil {
-		return err
-	}
-	authz, err := newAuthorizer(ac, cp.Store, log)
-	if err != nil {
-		return err
-	}
-	if err := wireAuth(cp.API, authz, ac); err != nil {
-		return err
-	}
-	cp.API.SetMaxStreamsPerCaller(cfg.API.MaxStreamsPerCaller)
-	gs := cp.NewGRPCServer(append(tr.api.ServerOptions(pki.ClientCertOptional), authServerOptions(authz)...)...)
+	u.cp.API.SetMaxStreamsPerCaller(u.cfg.API.MaxStreamsPerCaller)
+	u.gs = u.cp.NewGRPCServer(append(u.tr.api.ServerOptions(pki.ClientCertOptional), authz.ServerOptions()...)...)
+	return nil
+}
 
-	conn, err := grpc.NewClient(apiLn.Addr().String(), append(inProcessDialOptions(ms), tr.router.DialOption(auth.ComponentAPIServer))...)
+// newRouter builds the router over a connection to the API as the
+// router component.
+func (u *upAssembly) newRouter(context.Context) error {
+	conn, err := grpc.NewClient(u.apiLn.Addr().String(), append(inProcessDialOptions(u.ms), u.tr.router.DialOption(auth.ComponentAPIServer))...)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	rp, err := newRouter(cfg.Router, atev1.NewControlClient(conn), tr.router, ms, log)
+	u.done.add(func() { _ = conn.Close() })
+	u.router, err = newRouter(u.cfg.Router, atev1.NewControlClient(conn), u.tr.router, u.ms, u.log)
+	return err
+}
+
+// dialAs connects to the API as a client of the config file does
+// (ateconfig.DialOptions), not as the router, with token: the dashboard
+// with each page's user's token (dashboard.RequireLogin), the demo with
+// the admin token, so every check the API makes applies to them.
+func (u *upAssembly) dialAs(token string) (*grpc.ClientConn, error) {
+	c := u.client
+	c.Token = token
+	opts, err := ateconfig.DialOptions(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tunnel = cp.Node.NewTunnel()
-	// The dashboard and the demo call the API as a client of the config
-	// file does (ateconfig.DialOptions), not as the router: the dashboard
-	// with each page's user's token (dashboard.RequireLogin), the demo
-	// with the admin token, so every check the API makes applies to them.
-	clientConfig := ateconfig.Config{Server: apiLn.Addr().String(), CertificateAuthority: tr.authority.CAFile()}
-	dialAs := func(token string) (*grpc.ClientConn, error) {
-		c := clientConfig
-		c.Token = token
-		opts, err := ateconfig.DialOptions(c)
-		if err != nil {
-			return nil, err
-		}
-		return grpc.NewClient(c.Server, append(inProcessDialOptions(ms), opts...)...)
-	}
-	var dash *dashboardServer
-	if cfg.HTTP.Addr != "" {
-		dconn, err := dialAs("")
-		if err != nil {
-			return err
-		}
-		defer dconn.Close()
-		if dash, err = newDashboardServer(cfg.HTTP.Addr, atev1.NewControlClient(dconn), ms, nil, true, cp.Identity, log); err != nil {
-			return err
-		}
-		if cfg.Identity.IssuerURL == "" {
-			cp.Identity.SetIssuerURL(issuerURLFor(dash.srv.Addr()))
-		}
-	}
+	return grpc.NewClient(c.Server, append(inProcessDialOptions(u.ms), opts...)...)
+}
 
-	info := Info{APIAddr: apiLn.Addr().String(), RouterAddr: rp.server.Addr(), ConfigPath: filepath.Join(cfg.DataDir, ClientConfigName)}
-	if mgmt != nil {
-		info.MetricsAddr = mgmt.Addr()
-	}
-	if dash != nil {
-		info.DashboardURL = dash.URL()
-	}
-	clientConfig.Token = adminToken
-	if err := ateconfig.Write(info.ConfigPath, clientConfig); err != nil {
-		return err
-	}
-
-	parts := serving{api: gs, apiLn: apiLn, tunnel: ts, router: rp, cp: cp, mgmt: mgmt, dash: dash, log: log}
-	return parts.serve(ctx, func(ctx context.Context) error {
-		log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", cfg.Node.Workers,
-			"metrics", info.MetricsAddr, "dataDir", cfg.DataDir, "config", info.ConfigPath, "dashboard", info.DashboardURL)
-		if info.DashboardURL != "" {
-			fmt.Fprintf(os.Stdout, "Dashboard: %s\n", info.DashboardURL)
-		}
-		if cfg.Demo.Enabled {
-			// The demo acts as the operator would, with the admin token.
-			aconn, err := dialAs(adminToken)
-			if err != nil {
-				return err
-			}
-			defer aconn.Close()
-			if err := demo(ctx, atev1.NewControlClient(aconn), cfg.Demo, info, log); err != nil {
-				return fmt.Errorf("demo: %w", err)
-			}
-		}
-		if cfg.Ready != nil {
-			cfg.Ready(info)
-		}
+// newDashboard listens for the dashboard on cfg.HTTP.Addr, if set, and
+// defaults the identity issuer's URL to its address (where discovery is
+// then served).
+func (u *upAssembly) newDashboard(context.Context) error {
+	u.client = ateconfig.Config{Server: u.apiLn.Addr().String(), CertificateAuthority: u.tr.authority.CAFile()}
+	if u.cfg.HTTP.Addr == "" {
 		return nil
-	})
+	}
+	dconn, err := u.dialAs("")
+	if err != nil {
+		return err
+	}
+	u.done.add(func() { _ = dconn.Close() })
+	if u.dash, err = newDashboardServer(u.cfg.HTTP.Addr, atev1.NewControlClient(dconn), u.ms, nil, true, u.cp.Identity, u.log); err != nil {
+		return err
+	}
+	if u.cfg.Identity.IssuerURL == "" {
+		u.cp.Identity.SetIssuerURL(issuerURLFor(u.dash.srv.Addr()))
+	}
+	return nil
+}
+
+// writeClientConfig writes the client config (the API's address, the
+// CA, the admin token) into the data dir, and gathers where everything
+// listens.
+func (u *upAssembly) writeClientConfig(context.Context) error {
+	u.info = Info{APIAddr: u.apiLn.Addr().String(), RouterAddr: u.router.server.Addr(), ConfigPath: filepath.Join(u.cfg.DataDir, ClientConfigName)}
+	if u.mgmt != nil {
+		u.info.MetricsAddr = u.mgmt.Addr()
+	}
+	if u.dash != nil {
+		u.info.DashboardURL = u.dash.URL()
+	}
+	c := u.client
+	c.Token = u.adminToken
+	return ateconfig.Write(u.info.ConfigPath, c)
+}
+
+// ready runs once every part serves: it says so, runs the demo if asked
+// and calls cfg.Ready.
+func (u *upAssembly) ready(ctx context.Context) error {
+	info := u.info
+	u.log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", u.cfg.Node.Workers,
+		"metrics", info.MetricsAddr, "dataDir", u.cfg.DataDir, "config", info.ConfigPath, "dashboard", info.DashboardURL)
+	if info.DashboardURL != "" {
+		fmt.Fprintf(os.Stdout, "Dashboard: %s\n", info.DashboardURL)
+	}
+	if u.cfg.Demo.Enabled {
+		// The demo acts as the operator would, with the admin token.
+		aconn, err := u.dialAs(u.adminToken)
+		if err != nil {
+			return err
+		}
+		defer aconn.Close()
+		if err := demo(ctx, atev1.NewControlClient(aconn), u.cfg.Demo, info, u.log); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	if u.cfg.Ready != nil {
+		u.cfg.Ready(info)
+	}
+	return nil
 }
 
 // serving is what Run starts once everything is built.
@@ -312,29 +374,20 @@ func sandboxClass(nc node.Config, gc gvisor.Config, log *slog.Logger) (sandbox.R
 		gc.RootDir, gc.Logger = filepath.Join("/run/ate", nc.WorkerPrefix), log
 		// The worker prefix names this node's runsc root and network
 		// namespaces on the machine; the node's start-up clears both of
-		// what a dead predecessor left. A second process with the same
-		// prefix (the same node started twice) would clear a live one's.
-		lock := flock.New(gc.RootDir + ".lock")
-		if err := os.MkdirAll(filepath.Dir(gc.RootDir), 0o700); err != nil {
-			return nil, nil, nil, nil, err
-		}
-		if ok, err := lock.TryLock(); err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("lock worker prefix %s: %w", nc.WorkerPrefix, err)
-		} else if !ok || !lockIsPath(lock) {
-			_ = lock.Unlock()
+		// what a dead predecessor left (gvisor.LockRoot).
+		unlock, err := gvisor.LockRoot(gc.RootDir)
+		if errors.Is(err, gvisor.ErrRootInUse) {
 			return nil, nil, nil, nil, fmt.Errorf("worker prefix %s is in use by another ate process on this machine (the same --data-dir and --name, or the same --worker-prefix)", nc.WorkerPrefix)
+		}
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("lock worker prefix %s: %w", nc.WorkerPrefix, err)
 		}
 		rt, err := gvisor.New(gc)
 		if err != nil {
-			_ = os.Remove(lock.Path())
-			_ = lock.Unlock()
+			unlock()
 			return nil, nil, nil, nil, err
 		}
-		// The lock file goes with the node, so a clean exit leaves nothing
-		// under /run/ate; it is removed while still held, and a process
-		// that locked the removed file in between sees (lockIsPath) that
-		// its file is no longer the path's and refuses to start.
-		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close(); _ = os.Remove(lock.Path()); _ = lock.Unlock() }, nil
+		return rt, netns.Ensure, netns.Remove, func() { _ = rt.Close(); unlock() }, nil
 	case sandbox.ClassFake:
 		// In-process stand-ins that emulate the counter: for trying the
 		// control plane without root or runsc, and for benchmarks.
@@ -385,16 +438,4 @@ func newUpTransports(ctx context.Context, cfg Config, log *slog.Logger) (upTrans
 		*c.t = t
 	}
 	return tr, nil
-}
-
-// lockIsPath reports whether the file lock holds is still the one at its
-// path: the owner removes the file on exit while holding it, so a lock
-// won on a removed file is no lock at all.
-func lockIsPath(lock *flock.Flock) bool {
-	held, err := lock.Stat()
-	if err != nil {
-		return false
-	}
-	onDisk, err := os.Stat(lock.Path())
-	return err == nil && os.SameFile(held, onDisk)
 }

@@ -69,6 +69,42 @@ func Open(ctx context.Context, u string, opts Options) (*Opened, error) {
 	return &Opened{Store: st, Description: "bolt://" + path}, nil
 }
 
+// Backoff between OpenRetrying's attempts: retryFirst, doubling up to
+// retryMax, so a database that comes up is reached within seconds while
+// one that stays down is asked every few.
+const (
+	retryFirst = 200 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
+
+// OpenRetrying is Open, retried with backoff while the store cannot be
+// reached (store.ErrUnavailable) — a database that starts after us, or
+// restarts — each failure logged to opts.Logger. Errors: Open's other
+// errors at once, or its last one when ctx ends.
+func OpenRetrying(ctx context.Context, u string, opts Options) (*Opened, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	backoff := retryFirst
+	for {
+		opened, err := Open(ctx, u, opts)
+		if err == nil {
+			return opened, nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return nil, err
+		}
+		log.Warn("record store unreachable; retrying", "store", Redact(u), "retryIn", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
 // boltPath returns the file of a bolt:// store URL (or a plain path);
 // empty means def.
 func boltPath(u, def string) (string, error) {

@@ -1,10 +1,18 @@
 package storeurl
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"substrate.dev/ate/internal/store"
 )
 
 func TestRedact(t *testing.T) {
@@ -61,6 +69,45 @@ func TestResolve(t *testing.T) {
 			}
 			if err != nil && strings.Contains(err.Error(), "s3cret") {
 				t.Fatalf("error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+// TestOpenRetrying: an unreachable database is retried, each failure
+// logged, until the context ends; any other error ends at once.
+func TestOpenRetrying(t *testing.T) {
+	// A port nobody listens on: connection refused, store.ErrUnavailable.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close()
+	for _, c := range []struct {
+		name            string
+		url             string
+		wantUnavailable bool
+		minRetries      int
+	}{
+		{name: "unreachable", url: "postgres://ate:s3cret@" + closed + "/ate?connect_timeout=1", wantUnavailable: true, minRetries: 2},
+		{name: "not a store URL", url: "mysql://db/ate"},
+		{name: "relative bolt path", url: "bolt://ate.db"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			_, err := OpenRetrying(ctx, c.url, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err == nil || errors.Is(err, store.ErrUnavailable) != c.wantUnavailable {
+				t.Fatalf("OpenRetrying: %v, want an error, store.ErrUnavailable %v", err, c.wantUnavailable)
+			}
+			retries := strings.Count(logs.String(), "record store unreachable; retrying")
+			if retries < c.minRetries || (c.minRetries == 0 && retries > 0) {
+				t.Errorf("%d retries logged, want at least %d (none when not unreachable):\n%s", retries, c.minRetries, logs.String())
+			}
+			if strings.Contains(logs.String(), "s3cret") {
+				t.Errorf("the password is logged:\n%s", logs.String())
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/tracing"
 )
 
 // InProcessAddress is the address an in-process node announces: the
@@ -43,7 +44,9 @@ const inProcessBuffer = 1 << 20
 // NewInProcess returns the transport; its Dial functions may be handed
 // out at once, and connect once Serve runs.
 func NewInProcess() *InProcess {
-	p := &InProcess{ln: bufconn.Listen(inProcessBuffer), srv: grpc.NewServer()}
+	// Traced as the protocol is between processes, so a node's spans
+	// join the workflow's trace the same way (docs/observability.md).
+	p := &InProcess{ln: bufconn.Listen(inProcessBuffer), srv: grpc.NewServer(tracing.ServerOptions()...)}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -81,7 +84,7 @@ func (p *InProcess) Replicas(context.Context) ([]string, error) {
 }
 
 func (p *InProcess) dial(gated bool) (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///"+InProcessAddress,
+	return grpc.NewClient("passthrough:///"+InProcessAddress, append(tracing.DialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			c, err := p.ln.DialContext(ctx)
@@ -89,7 +92,7 @@ func (p *InProcess) dial(gated bool) (*grpc.ClientConn, error) {
 				return c, err
 			}
 			return &gatedConn{Conn: c, p: p}, nil
-		}))
+		}))...)
 }
 
 // Partition, while cut, holds everything the node sends to the registry

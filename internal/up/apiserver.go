@@ -113,7 +113,7 @@ type APIServerConfig struct {
 func RunAPIServer(ctx context.Context, cfg APIServerConfig) error {
 	s := &apiServerAssembly{cfg: cfg, log: orDiscard(cfg.Logger)}
 	defer s.done.run()
-	if err := assemble(ctx, s.configure, s.serveManagement, s.openStore, s.newWorkflows, s.newAPI, s.listen, s.newDashboard); err != nil {
+	if err := assemble(ctx, s.configure, s.serveManagement, s.openStore, s.newAPI, s.listen, s.newDashboard); err != nil {
 		return err
 	}
 	return s.run(ctx)
@@ -228,72 +228,45 @@ func (s *apiServerAssembly) openStore(ctx context.Context) error {
 	return apiserver.EnsureDefaultAtespace(ctx, s.st)
 }
 
-// newWorkflows opens the snapshot store, builds the node registry and
-// the lifecycle manager over it and the record store, and recovers the
-// workflows a predecessor left.
-func (s *apiServerAssembly) newWorkflows(ctx context.Context) error {
+// newAPI opens the snapshot store and builds the API server's parts
+// (newAPICore) over it, then recovers the workflows: nodes run apart and
+// outlive us, so their actors are left to their registrations
+// (lifecycle.Manager.RecoverStore).
+func (s *apiServerAssembly) newAPI(ctx context.Context) error {
 	s.cfg.Snapshots = orDefault(s.cfg.Snapshots, filepath.Join(s.cfg.DataDir, "snapshots"))
 	snaps, err := snapurl.Open(ctx, s.cfg.Snapshots,
 		snapurl.Options{CacheDir: filepath.Join(s.cfg.DataDir, "snapshot-cache"), Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	if s.reg, err = nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: s.st, Heartbeat: s.cfg.Heartbeat, LostAfter: s.cfg.LostAfter, Dial: nodeDialer(s.ms, s.tr),
-		Snapshots: s.cfg.Snapshots, Shared: s.shared, SandboxClass: orDefault(s.cfg.SandboxClass, DefaultSandboxClass), Logger: s.log}); err != nil {
-		return err
-	}
-	// Node connections close last: after the graceful stop let in-flight
-	// calls finish, and after the lifecycle's own workflows (closed
-	// later, so run first).
-	s.done.add(s.reg.Close)
-	// bbolt's file lock makes this the only API server over its store, so
-	// workflows need no store leases (lifecycle.New); over a shared store
-	// each replica holds leases under a name of its own.
-	if s.shared {
-		s.holder = replicaName()
-	}
 	if s.ceilings, err = s.cfg.Ceilings.apiCeilings(ctx, s.log, s.cfg.Store, s.cfg.Snapshots); err != nil {
 		return err
 	}
-	s.lc = lifecycle.New(s.st, s.reg, snaps, s.holder, s.log)
-	s.lc.SetLeases(s.cfg.Leases)
-	s.lc.SetEvictionLimits(s.ceilings.Eviction)
-	if s.ms != nil {
-		s.lc.SetMetrics(s.ms.Lifecycle)
-	}
-	s.done.add(s.lc.Close)
-	s.reg.SetWorkflows(s.lc)
-	s.recovered = time.Now()
-	if err := s.lc.RecoverStore(ctx); err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
-	return nil
-}
-
-// newAPI builds the Control API server, its alarm scheduler and the
-// actor identity issuer, and gives the registry their self-service
-// calls.
-func (s *apiServerAssembly) newAPI(context.Context) error {
 	images, err := newImageCache(s.cfg.DataDir, s.cfg.ImageRoots, s.cfg.RegistryCredentials, s.log)
 	if err != nil {
 		return err
 	}
-	s.api = apiserver.New(s.st, s.lc, orDefault(s.cfg.SandboxClass, DefaultSandboxClass), images, s.log)
-	s.api.SetNodes(s.reg)
-	s.api.SetMaxStreamsPerCaller(s.cfg.MaxStreamsPerCaller)
-	s.api.SetCeilings(s.ceilings)
-	ac := alarm.Config{Holder: orDefault(s.holder, "ate-apiserver"), TunnelTLS: s.tr.HTTPClientConfig(auth.ComponentNode)}
+	ac := alarm.Config{TunnelTLS: s.tr.HTTPClientConfig(auth.ComponentNode)}
 	if nt := s.tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
 		ac.Transport = nt
 	}
-	if s.ms != nil {
-		ac.Metrics = s.ms.Alarms
+	core, err := newAPICore(ctx, apiCoreConfig{Store: s.st, Shared: s.shared, Snapshots: snaps,
+		Registry: nodeagent.RegistryConfig{Heartbeat: s.cfg.Heartbeat, LostAfter: s.cfg.LostAfter, Dial: nodeDialer(s.ms, s.tr), Snapshots: s.cfg.Snapshots},
+		Leases:   s.cfg.Leases, Ceilings: s.ceilings, SandboxClass: orDefault(s.cfg.SandboxClass, DefaultSandboxClass), Images: images,
+		MaxStreamsPerCaller: s.cfg.MaxStreamsPerCaller, Alarm: ac, AlarmHolder: "ate-apiserver", Identity: s.cfg.Identity, Metrics: s.ms, Logger: s.log})
+	if err != nil {
+		return err
 	}
-	s.alarms = alarm.New(s.st, s.lc, ac, s.log)
-	s.api.SetAlarms(s.alarms)
-	s.reg.SetSelfAlarmHandler(s.alarms.ServeSelf)
-	s.issuer = s.cfg.Identity.newIssuer(s.st, s.log)
-	s.reg.SetSelfCallHandler(selfCalls(s.issuer, s.lc))
+	s.reg, s.lc, s.api, s.alarms, s.issuer, s.holder = core.registry, core.lifecycle, core.api, core.alarms, core.issuer, core.holder
+	// Node connections close last: after the graceful stop let in-flight
+	// calls finish, and after the lifecycle's own workflows (closed
+	// later, so run first).
+	s.done.add(s.reg.Close)
+	s.done.add(s.lc.Close)
+	s.recovered = time.Now()
+	if err := s.lc.RecoverStore(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
 	return nil
 }
 

@@ -21,10 +21,14 @@ type cleanups []func()
 // add appends f, to run before everything added earlier.
 func (c *cleanups) add(f func()) { *c = append(*c, f) }
 
-// run runs them, last added first.
-func (c cleanups) run() {
-	for i := len(c) - 1; i >= 0; i-- {
-		c[i]()
+// run runs them, last added first. A pointer receiver: `defer c.run()`
+// must see what is added after the defer statement, not the empty list
+// it held then (a value receiver is copied when the defer is evaluated:
+// ate up once exited leaving its sandboxes, network namespaces and store
+// open).
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeagent"
+	"substrate.dev/ate/internal/runner"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	storeurl "substrate.dev/ate/internal/store/storeurl"
@@ -165,8 +166,8 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 		}
 	}()
 	a := &controlPlaneAssembly{cp: cp, cfg: cfg, log: log}
-	if err := assemble(ctx, a.openStore, a.newNode, a.newWorkflows, a.newAPI,
-		func(ctx context.Context) error { return cp.startNodePath(ctx, a.nc, log) }); err != nil {
+	if err := assemble(ctx, a.openStore, a.newNode, a.newAPI,
+		func(ctx context.Context) error { return cp.startNodePath(ctx, a.node, log) }); err != nil {
 		return nil, err
 	}
 	return cp, nil
@@ -181,10 +182,9 @@ type controlPlaneAssembly struct {
 	// shared is storeurl.Opened.Shared.
 	shared   bool
 	nc       node.Config
+	node     nodeParts
 	images   *image.Cache
 	ceilings apiserver.Ceilings
-	// holder names this API server in the store's leases; "" over bolt.
-	holder string
 }
 
 // openStore opens the record store, waiting for a database that is not
@@ -242,68 +242,35 @@ func (a *controlPlaneAssembly) newNode(ctx context.Context) error {
 	if cfg.Metrics != nil {
 		nc.Metrics = cfg.Metrics.Node
 	}
-	// The node detaches its own background work (exit watchers) from
-	// ctx and ends it at Shutdown (Close).
-	if cp.Node, err = node.New(ctx, nc); err != nil {
+	cp.nodePath = nodeagent.NewInProcess()
+	if a.node, err = newNodeParts(ctx, nc, nodeagent.AgentConfig{Replicas: cp.nodePath.Replicas, Dial: cp.nodePath.DialRegistry,
+		Address: nodeagent.InProcessAddress}); err != nil {
 		return err
 	}
-	// Until the registry welcomes it, the node serves nothing it was not
-	// given, as any node (RunNode).
-	cp.Node.Fence(true)
+	cp.Node = a.node.node
 	a.nc = nc
 	return nil
 }
 
-// newWorkflows builds the node registry, over the in-process transport,
-// and the lifecycle manager, and recovers: the actors holding the node's
-// workers crash (its sandboxes died with the previous process, whatever
-// the store says) before the node registers.
-func (a *controlPlaneAssembly) newWorkflows(ctx context.Context) error {
+// newAPI builds the API server's parts (newAPICore), its registry
+// reaching the node over the in-process transport, then recovers the
+// workflows: the node and this API server are one process, so before
+// the node registers, the actors holding its workers go back to their
+// last snapshot (lifecycle.Manager.Recover).
+func (a *controlPlaneAssembly) newAPI(ctx context.Context) error {
 	cp, cfg := a.cp, a.cfg
-	cp.nodePath = nodeagent.NewInProcess()
-	var err error
-	if cp.Registry, err = nodeagent.NewRegistry(ctx, nodeagent.RegistryConfig{Store: cp.Store, Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter,
-		Dial: cp.nodePath.DialNode, Shared: a.shared, SandboxClass: a.nc.SandboxClass, Logger: a.log}); err != nil {
+	core, err := newAPICore(ctx, apiCoreConfig{Store: cp.Store, Shared: a.shared, Snapshots: cp.Snapshots,
+		Registry: nodeagent.RegistryConfig{Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: cp.nodePath.DialNode},
+		Ceilings: a.ceilings, SandboxClass: a.nc.SandboxClass, Images: a.images,
+		Alarm: alarm.Config{TunnelTLS: cfg.AlarmTunnelTLS}, AlarmHolder: "ate-up", Identity: cfg.Identity, Metrics: cfg.Metrics, Logger: a.log})
+	if err != nil {
 		return err
 	}
-	// The embedded store has exactly one API server (bbolt's file lock
-	// sees to that), so it needs no store leases: the in-process lock
-	// serialises workflows, and a restarted process never waits out a
-	// dead predecessor's lease. A shared store (PostgreSQL) may have
-	// other API servers: leases fence them.
-	if a.shared {
-		a.holder = replicaName()
-	}
-	cp.Lifecycle = lifecycle.New(cp.Store, cp.Registry, cp.Snapshots, a.holder, a.log)
-	cp.Lifecycle.SetEvictionLimits(a.ceilings.Eviction)
-	if cfg.Metrics != nil {
-		cp.Lifecycle.SetMetrics(cfg.Metrics.Lifecycle)
-	}
-	cp.Registry.SetWorkflows(cp.Lifecycle)
+	cp.Registry, cp.Lifecycle, cp.API, cp.Alarms, cp.Identity = core.registry, core.lifecycle, core.api, core.alarms, core.issuer
 	cp.recovered = time.Now()
 	if err := cp.Lifecycle.Recover(cp.background, a.nc.Name); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	return nil
-}
-
-// newAPI builds the Control API server, its alarm scheduler and the
-// actor identity issuer, and gives the registry their self-service
-// calls.
-func (a *controlPlaneAssembly) newAPI(context.Context) error {
-	cp, cfg := a.cp, a.cfg
-	cp.API = apiserver.New(cp.Store, cp.Lifecycle, a.nc.SandboxClass, a.images, a.log)
-	cp.API.SetCeilings(a.ceilings)
-	cp.API.SetNodes(cp.Registry)
-	ac := alarm.Config{Holder: orDefault(a.holder, "ate-up"), TunnelTLS: cfg.AlarmTunnelTLS}
-	if cfg.Metrics != nil {
-		ac.Metrics = cfg.Metrics.Alarms
-	}
-	cp.Alarms = alarm.New(cp.Store, cp.Lifecycle, ac, a.log)
-	cp.API.SetAlarms(cp.Alarms)
-	cp.Registry.SetSelfAlarmHandler(cp.Alarms.ServeSelf)
-	cp.Identity = cfg.Identity.newIssuer(cp.Store, a.log)
-	cp.Registry.SetSelfCallHandler(selfCalls(cp.Identity, cp.Lifecycle))
 	return nil
 }
 
@@ -312,27 +279,19 @@ func (a *controlPlaneAssembly) newAPI(context.Context) error {
 // registry has welcomed it (its registration re-registers its workers
 // and unregisters those an earlier run had and this one has not:
 // nodeagent.Registry.reconcile). It runs until Close.
-func (cp *ControlPlane) startNodePath(ctx context.Context, nc node.Config, log *slog.Logger) error {
+func (cp *ControlPlane) startNodePath(ctx context.Context, p nodeParts, log *slog.Logger) error {
 	var nodeCtx context.Context
 	nodeCtx, cp.stopNodePath = context.WithCancel(context.WithoutCancel(ctx))
-	agent := nodeagent.NewAgent(nodeagent.AgentConfig{Node: cp.Node, Replicas: cp.nodePath.Replicas, Dial: cp.nodePath.DialRegistry,
-		Address: nodeagent.InProcessAddress, TunnelAddr: nc.TunnelAddr, SandboxClass: nc.SandboxClass, Logger: log})
 	registered := make(chan error, 1)
-	for _, run := range []func(context.Context) error{
-		func(ctx context.Context) error {
-			return cp.nodePath.Serve(ctx, cp.Registry, nodeagent.NewServer(cp.Node, agent))
-		},
-		cp.Registry.Run,
-		func(ctx context.Context) error { return agent.Run(ctx, registered) },
-		// Actors' requests for their own suspension.
-		func(ctx context.Context) error { return cp.Node.ServeSelfService(ctx, agent.SelfRequest) },
-	} {
-		cp.nodePathDone.Go(func() {
-			if err := run(nodeCtx); err != nil && nodeCtx.Err() == nil {
-				log.Error("in-process node path stopped", "err", err)
-			}
-		})
-	}
+	r := runner.New(log)
+	r.Add("in-process node protocol", func(ctx context.Context) error { return cp.nodePath.Serve(ctx, cp.Registry, p.service) })
+	r.Add("node registry", cp.Registry.Run)
+	p.add(r, registered)
+	cp.nodePathDone.Go(func() {
+		if err := r.Run(nodeCtx); err != nil {
+			log.Error("in-process node path stopped", "err", err)
+		}
+	})
 	select {
 	case err := <-registered:
 		if err != nil {
@@ -357,50 +316,28 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 		return errors.New("control plane started twice")
 	}
 	defer cp.stopBackground()
-	gcCtx, stopGC := context.WithCancel(ctx)
-	defer stopGC()
-	go func() {
+	// Close ends it too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(cp.background, cancel)()
+	r := runner.New(cp.log)
+	r.Add("snapshot collection", func(ctx context.Context) error {
 		defer close(cp.snapshotGCDone)
 		start := time.Now()
-		if err := cp.Lifecycle.CollectGarbage(gcCtx, cp.recovered); err != nil && gcCtx.Err() == nil {
+		if err := cp.Lifecycle.CollectGarbage(ctx, cp.recovered); err != nil && ctx.Err() == nil {
 			cp.log.Warn("snapshot garbage collection", "err", err)
-			return
+			return nil
 		}
 		cp.log.Debug("snapshot garbage collection done", "duration", time.Since(start))
-	}()
-	expiryDone := make(chan struct{})
-	go func() {
-		defer close(expiryDone)
-		_ = cp.Lifecycle.RunExpiry(gcCtx, cp.expiryInterval)
-	}()
+		return nil
+	})
+	r.Add("expiry", func(ctx context.Context) error { _ = cp.Lifecycle.RunExpiry(ctx, cp.expiryInterval); return nil })
 	// Alarms fire while the API serves and stop with the front, before
 	// shutdown suspends every actor, so none is woken during it.
-	alarmsDone := make(chan struct{})
-	go func() {
-		defer close(alarmsDone)
-		_ = cp.Alarms.Run(gcCtx)
-	}()
-	identityDone := make(chan struct{})
-	go func() {
-		defer close(identityDone)
-		_ = cp.Identity.Run(gcCtx)
-	}()
-	countsDone := make(chan struct{})
-	go func() {
-		defer close(countsDone)
-		_ = cp.metrics.RunActorCounts(gcCtx, cp.Store, cp.log)
-	}()
-	select {
-	case <-ctx.Done():
-	case <-cp.background.Done(): // Close
-	}
-	stopGC()
-	<-cp.snapshotGCDone
-	<-expiryDone
-	<-alarmsDone
-	<-identityDone
-	<-countsDone
-	return nil
+	r.Add("alarms", func(ctx context.Context) error { _ = cp.Alarms.Run(ctx); return nil })
+	r.Add("identity keys", func(ctx context.Context) error { _ = cp.Identity.Run(ctx); return nil })
+	r.Add("actor counts", func(ctx context.Context) error { _ = cp.metrics.RunActorCounts(ctx, cp.Store, cp.log); return nil })
+	return r.Run(ctx)
 }
 
 // PartitionNode, while cut, holds everything the in-process node sends

@@ -93,7 +93,7 @@ type NodeAgentConfig struct {
 func RunNode(ctx context.Context, cfg NodeAgentConfig) error {
 	s := &nodeAssembly{cfg: cfg, log: orDiscard(cfg.Logger), registered: make(chan error, 1)}
 	defer s.done.run()
-	if err := assemble(ctx, s.configure, s.open, s.newNode, s.newAgent); err != nil {
+	if err := assemble(ctx, s.configure, s.open, s.newNode); err != nil {
 		return err
 	}
 	return s.run(ctx)
@@ -114,8 +114,7 @@ type nodeAssembly struct {
 	agentLn     net.Listener
 	// ms records metrics; nil without a management listener.
 	ms    *metrics.Metrics
-	n     *node.Node
-	agent *nodeagent.Agent
+	parts nodeParts
 	gs    *grpc.Server
 	// registered receives the outcome of the first registration;
 	// welcomed is set once it succeeded.
@@ -184,8 +183,9 @@ func (s *nodeAssembly) open(ctx context.Context) error {
 	return nil
 }
 
-// newNode builds the node, fenced until the API server welcomes it, and
-// has the tunnel serve it.
+// newNode builds the node and its agent (newNodeParts), with one
+// session per API server replica, has the tunnel serve the node, and
+// makes the NodeAgent service's gRPC server.
 func (s *nodeAssembly) newNode(ctx context.Context) error {
 	cfg := s.cfg
 	nc := cfg.Node
@@ -204,37 +204,25 @@ func (s *nodeAssembly) newNode(ctx context.Context) error {
 	if nc.EgressCeiling, err = cfg.Ceilings.egress(ctx, s.log, cfg.Snapshots); err != nil {
 		return err
 	}
-	if s.n, err = node.New(ctx, nc); err != nil {
-		return err
-	}
-	s.done.add(func() { s.n.Shutdown(context.Background()) })
-	// Until the API server welcomes us, nothing it did not place here is
-	// served.
-	s.n.Fence(true)
-	s.serveTunnel(s.n.NewTunnel())
-	s.cfg.Node = nc
-	return nil
-}
-
-// newAgent builds the node's agent, with one session per API server
-// replica (nodeagent.Agent says why), and the NodeAgent service's gRPC
-// server.
-func (s *nodeAssembly) newAgent(context.Context) error {
-	cfg := s.cfg
 	replicas, err := apidial.NewReplicaLister(cfg.API)
 	if err != nil {
 		return fmt.Errorf("--api: %w", err)
 	}
 	s.done.add(replicas.Close)
-	s.agent = nodeagent.NewAgent(nodeagent.AgentConfig{Node: s.n, Dial: componentDialer(s.ms, s.tr, auth.ComponentAPIServer),
-		Replicas: replicas.List, Address: s.agentLn.Addr().String(),
-		TunnelAddr: s.tunnel.Addr(), SandboxClass: cfg.Node.SandboxClass, Snapshots: cfg.Snapshots, Logger: s.log})
+	// One session per API server replica (nodeagent.Agent says why).
+	if s.parts, err = newNodeParts(ctx, nc, nodeagent.AgentConfig{Dial: componentDialer(s.ms, s.tr, auth.ComponentAPIServer),
+		Replicas: replicas.List, Address: s.agentLn.Addr().String(), Snapshots: cfg.Snapshots}); err != nil {
+		return err
+	}
+	s.done.add(func() { s.parts.node.Shutdown(context.Background()) })
+	s.serveTunnel(s.parts.node.NewTunnel())
 	// Only the API server calls the node agent: a router's or another
 	// node's certificate is refused (PermissionDenied).
 	gs, initMetrics := grpcServer(s.ms, append(s.tr.ServerOptions(pki.ClientCertRequired), s.tr.RequireComponents(auth.ComponentAPIServer)...)...)
-	atev1.RegisterNodeAgentServer(gs, nodeagent.NewServer(s.n, s.agent))
+	atev1.RegisterNodeAgentServer(gs, s.parts.service)
 	initMetrics()
 	s.gs = gs
+	s.cfg.Node = nc
 	return nil
 }
 
@@ -263,8 +251,7 @@ func (s *nodeAssembly) run(ctx context.Context) error {
 	s.done.add(stopPprof)
 	r.Add("node agent", func(ctx context.Context) error { return serveGRPC(ctx, s.gs, s.agentLn) })
 	r.Add("worker tunnel", s.tunnel.Start)
-	r.Add("self-service", func(ctx context.Context) error { return s.n.ServeSelfService(ctx, s.agent.SelfRequest) })
-	r.Add("registration", func(ctx context.Context) error { return s.agent.Run(ctx, s.registered) })
+	s.parts.add(r, s.registered)
 	r.AddStop("drain", s.drain)
 	r.Add("welcome", s.welcome)
 	return r.Run(ctx)
@@ -276,13 +263,13 @@ func (s *nodeAssembly) run(ctx context.Context) error {
 // nobody to tell. A drain that left actors behind is a failed stop, not
 // a clean one.
 func (s *nodeAssembly) drain(ctx context.Context) error {
-	s.n.StopStandbys()
+	s.parts.node.StopStandbys()
 	if !s.welcomed.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
 	defer cancel()
-	if err := s.agent.Drain(ctx); err != nil {
+	if err := s.parts.agent.Drain(ctx); err != nil {
 		s.log.Error("drain failed: what is left on this node is lost with it", "err", err)
 		return err
 	}

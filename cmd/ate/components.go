@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -185,7 +184,7 @@ func routerCommand() *cobra.Command {
 }
 
 // controllerCommand returns `ate controller`: its flags make the
-// controller.Config that run (runController outside tests) gets.
+// controller.Config that run (controller.Run outside tests) gets.
 func controllerCommand(run func(context.Context, controller.Config) error) *cobra.Command {
 	var cfg controller.Config
 	return componentCommand("controller", "Run the Kubernetes controller: WorkerPools become Deployments of worker Pods running ate node, and worker Pods' lives are told to the API server", "",
@@ -213,23 +212,6 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			tlsFlags(f, &cfg.TLS, "controller")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return run(ctx, cfg) })
-}
-
-// runController runs the controller until ctx ends.
-func runController(ctx context.Context, cfg controller.Config) error {
-	controller.SetProcessLoggers(cfg.Logger)
-	var err error
-	if cfg.Transport, err = cfg.TLS.Load(ctx, auth.ComponentController, cfg.Logger); err != nil {
-		return err
-	}
-	// Worker Pods' nodes talk to the same API server, so they share the
-	// controller's trust domain unless --worker-trust-domain says otherwise.
-	cfg.Workers.TrustDomain = cmp.Or(cfg.Workers.TrustDomain, cfg.TLS.TrustDomain)
-	c, err := controller.New(cfg)
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
 }
 
 // identityFlags are the actor identity flags of `ate up` and `ate

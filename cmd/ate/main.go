@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/cli"
+	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/up"
 )
@@ -22,7 +23,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := cli.NewRootCommand()
-	root.AddCommand(upCommand(up.Run), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(runController), certsCommand())
+	root.AddCommand(upCommand(up.Run), apiserverCommand(), nodeCommand(), routerCommand(), controllerCommand(controller.Run), certsCommand())
 	code := cli.Main(ctx, root)
 	stop()
 	os.Exit(code)

@@ -9,6 +9,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +45,7 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/httpserve"
 	"substrate.dev/ate/internal/pki"
+	"substrate.dev/ate/internal/runner"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -205,15 +206,38 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	defer stopPprof()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return c.mgmt.Serve(gctx) })
-	g.Go(func() error {
-		if err := c.mgr.Start(gctx); err != nil {
+	// The same runner as every other component's (internal/runner): the
+	// management listener first, so it outlives the manager's stop and
+	// /readyz can be watched while the reconcilers finish.
+	r := runner.New(c.log)
+	r.Add("management", c.mgmt.Serve)
+	r.Add("manager", func(ctx context.Context) error {
+		if err := c.mgr.Start(ctx); err != nil {
 			return fmt.Errorf("controller: %w", err)
 		}
 		return nil
 	})
-	return g.Wait()
+	return r.Run(ctx)
+}
+
+// Run is `ate controller`'s one assembly: it loads cfg.TLS into
+// cfg.Transport, gives worker Pods the controller's trust domain unless
+// cfg says otherwise, points controller-runtime's and client-go's logs
+// at cfg.Logger, and runs the controller until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	SetProcessLoggers(cfg.Logger)
+	var err error
+	if cfg.Transport, err = cfg.TLS.Load(ctx, auth.ComponentController, cfg.Logger); err != nil {
+		return err
+	}
+	// Worker Pods' nodes talk to the same API server, so they share the
+	// controller's trust domain unless --worker-trust-domain says otherwise.
+	cfg.Workers.TrustDomain = cmp.Or(cfg.Workers.TrustDomain, cfg.TLS.TrustDomain)
+	c, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
 }
 
 // newManager builds the controller-runtime manager: leader election

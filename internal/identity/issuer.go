@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -31,11 +32,10 @@ const SubjectPrefix = "actor:"
 // MaxAudience bounds a requested audience, in bytes.
 const MaxAudience = 256
 
-// Errors Mint returns; callers match them with errors.Is.
+// Errors Mint returns besides nodeapi.ErrNotHosted (the worker does
+// not host that actor incarnation now: nothing minted); callers match
+// them with errors.Is.
 var (
-	// ErrNotHosted: the worker does not host that actor incarnation now
-	// (it moved, was suspended, deleted or re-created): nothing minted.
-	ErrNotHosted = errors.New("the worker does not host this actor now")
 	// ErrInvalid: a bad request (audience).
 	ErrInvalid = errors.New("invalid token request")
 	// ErrNoIssuer: no issuer URL is configured (ate apiserver without
@@ -110,7 +110,7 @@ func (i *Issuer) Run(ctx context.Context) error { return i.ring.Run(ctx) }
 // It first checks in the record store that worker is assigned to
 // actorUID and the actor (same uid) points back at worker, RESUMING or
 // RUNNING: the assignment, not where the request came from, names the
-// subject. Errors: ErrNotHosted, ErrInvalid, ErrNoIssuer, the store's.
+// subject. Errors: nodeapi.ErrNotHosted, ErrInvalid, ErrNoIssuer, the store's.
 func (i *Issuer) Mint(ctx context.Context, worker, actorUID, audience string) (*Token, error) {
 	iss := i.IssuerURL()
 	if iss == "" {
@@ -158,33 +158,33 @@ func (i *Issuer) Mint(ctx context.Context, worker, actorUID, audience string) (*
 // HostedActor returns the actor worker hosts if it is the incarnation
 // actorUID and the assignment holds both ways (worker → actor uid, actor
 // → worker) in the record store, with the actor RESUMING or RUNNING.
-// Errors: ErrNotHosted, the store's (ErrUnavailable …).
+// Errors: nodeapi.ErrNotHosted, the store's (ErrUnavailable …).
 func HostedActor(ctx context.Context, st store.Store, worker, actorUID string) (*store.Actor, error) {
 	if worker == "" || actorUID == "" {
-		return nil, fmt.Errorf("worker %q, actor uid %q: %w", worker, actorUID, ErrNotHosted)
+		return nil, fmt.Errorf("worker %q, actor uid %q: %w", worker, actorUID, nodeapi.ErrNotHosted)
 	}
 	w, err := st.GetWorker(ctx, worker)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("worker %s is not registered: %w", worker, ErrNotHosted)
+		return nil, fmt.Errorf("worker %s is not registered: %w", worker, nodeapi.ErrNotHosted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read worker %s: %w", worker, err)
 	}
 	if w.ActorUID != actorUID || w.Actor.IsZero() {
-		return nil, fmt.Errorf("worker %s no longer hosts actor uid %s: %w", worker, actorUID, ErrNotHosted)
+		return nil, fmt.Errorf("worker %s no longer hosts actor uid %s: %w", worker, actorUID, nodeapi.ErrNotHosted)
 	}
 	act, err := st.GetActor(ctx, w.Actor)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("actor %s is gone: %w", w.Actor, ErrNotHosted)
+		return nil, fmt.Errorf("actor %s is gone: %w", w.Actor, nodeapi.ErrNotHosted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read actor %s: %w", w.Actor, err)
 	}
 	if act.UID != actorUID || act.Worker != worker {
-		return nil, fmt.Errorf("actor %s (uid %s) is not on worker %s now: %w", w.Actor, actorUID, worker, ErrNotHosted)
+		return nil, fmt.Errorf("actor %s (uid %s) is not on worker %s now: %w", w.Actor, actorUID, worker, nodeapi.ErrNotHosted)
 	}
 	if act.State != store.Running && act.State != store.Resuming {
-		return nil, fmt.Errorf("actor %s is %s: %w", w.Actor, act.State, ErrNotHosted)
+		return nil, fmt.Errorf("actor %s is %s: %w", w.Actor, act.State, nodeapi.ErrNotHosted)
 	}
 	return act, nil
 }
@@ -229,7 +229,7 @@ func (i *Issuer) ServeSelf(ctx context.Context, worker, actorUID string, body []
 	switch {
 	case errors.Is(err, ErrInvalid):
 		status = http.StatusBadRequest
-	case errors.Is(err, ErrNotHosted):
+	case errors.Is(err, nodeapi.ErrNotHosted):
 		status = http.StatusConflict
 	case errors.Is(err, ErrNoIssuer), errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusServiceUnavailable

@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -141,7 +142,7 @@ func TestMintVerifiesWithOIDC(t *testing.T) {
 	if _, err := s.UpdateActor(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := iss.Mint(ctx, "w1", act.UID, ""); !errors.Is(err, ErrNotHosted) {
+	if _, err := iss.Mint(ctx, "w1", act.UID, ""); !errors.Is(err, nodeapi.ErrNotHosted) {
 		t.Errorf("Mint through the old worker after the move: %v, want ErrNotHosted", err)
 	}
 	if _, err := iss.Mint(ctx, "w2", act.UID, ""); err != nil {

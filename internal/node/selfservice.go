@@ -13,6 +13,7 @@ import (
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // SelfServiceAddr is the well-known address an actor calls, from inside
@@ -56,11 +57,6 @@ type SelfAlarmFunc func(ctx context.Context, worker, actorUID string, body []byt
 // worker's assignment in the record store (409 when it no longer holds).
 // It may block on the record store, never on the actor's checkpoint.
 type SelfCallFunc func(ctx context.Context, worker, actorUID, call string, body []byte) (status int, answer []byte)
-
-// Self-service calls a SelfCallFunc answers.
-const (
-	SelfCallToken = "token"
-)
 
 // SetSelfCallHandler makes POST /v1/token, /v1/suspend and /v1/pause on
 // the self-service endpoint call f; without one /v1/token answers 501
@@ -172,7 +168,7 @@ func (ss *selfService) handler(s *slot) http.Handler {
 			http.Error(w, "identity tokens are not available from this node's self-service endpoint", http.StatusNotImplemented)
 			return
 		}
-		ss.relay(w, r, s, http.StatusOK, ss.caller(SelfCallToken))
+		ss.relay(w, r, s, http.StatusOK, ss.caller(nodeapi.SelfCallToken))
 	})
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
 		action, err := checkpoint.ParseAction(r.PathValue("action"))

@@ -11,6 +11,7 @@ import (
 	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -54,7 +55,7 @@ func issuerURLFor(addr string) string {
 // assignment in the record store. An unknown call answers 404.
 func selfCalls(iss *identity.Issuer, lc *lifecycle.Manager) node.SelfCallFunc {
 	return func(ctx context.Context, worker, actorUID, call string, body []byte) (int, []byte) {
-		if call == node.SelfCallToken {
+		if call == nodeapi.SelfCallToken {
 			return iss.ServeSelf(ctx, worker, actorUID, body)
 		}
 		action, err := checkpoint.ParseAction(call)

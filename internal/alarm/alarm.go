@@ -625,7 +625,7 @@ func (s *Scheduler) deliverHTTP(ctx context.Context, a *store.Alarm, attempt int
 	return nil
 }
 
-// ServeSelf is the self-service endpoint's alarm call (node.SelfAlarmFunc):
+// ServeSelf is the self-service endpoint's alarm call (the alarms call):
 // the actor incarnation actorUID on worker sent body, a Request. It
 // answers 201 with {"id": …, "time": RFC 3339} on success, 400 for an
 // invalid request, 409 when the worker no longer hosts the actor, 429 at

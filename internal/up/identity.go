@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"substrate.dev/ate/internal/alarm"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/lifecycle"
@@ -50,12 +51,16 @@ func issuerURLFor(addr string) string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
-// selfCalls answers the self-service calls the API server checks: token
-// by iss, suspend and pause by lc; each after checking the worker's
-// assignment in the record store. An unknown call answers 404.
-func selfCalls(iss *identity.Issuer, lc *lifecycle.Manager) node.SelfCallFunc {
+// selfCalls answers the self-service calls the API server checks: alarms
+// by alarms, token by iss, suspend and pause by lc; each after checking
+// the worker's assignment in the record store. An unknown call answers
+// 404.
+func selfCalls(alarms *alarm.Scheduler, iss *identity.Issuer, lc *lifecycle.Manager) node.SelfCallFunc {
 	return func(ctx context.Context, worker, actorUID, call string, body []byte) (int, []byte) {
-		if call == nodeapi.SelfCallToken {
+		switch call {
+		case nodeapi.SelfCallAlarms:
+			return alarms.ServeSelf(ctx, worker, actorUID, body)
+		case nodeapi.SelfCallToken:
 			return iss.ServeSelf(ctx, worker, actorUID, body)
 		}
 		action, err := checkpoint.ParseAction(call)

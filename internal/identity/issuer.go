@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -202,42 +203,19 @@ func validAudience(a string) error {
 	return nil
 }
 
-// ServeSelf is the self-service endpoint's token call
-// (node.SelfTokenFunc): the actor incarnation actorUID on worker sent
-// body, a TokenRequest (may be empty). It answers 200 with a Token as
-// JSON, 400 for a bad request, 409 when the worker no longer hosts the
-// actor (nothing minted), 503 when the store cannot be reached or no
-// issuer is configured, each with a message saying why.
-func (i *Issuer) ServeSelf(ctx context.Context, worker, actorUID string, body []byte) (status int, answer []byte) {
+// MintSelf is the self-service token call: the actor incarnation
+// actorUID on worker sent body, a TokenRequest (may be empty). Errors as
+// Mint; ErrInvalid also for a body that is not a TokenRequest.
+func (i *Issuer) MintSelf(ctx context.Context, worker, actorUID string, body []byte) (*Token, error) {
 	var req TokenRequest
-	var err error
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if derr := dec.Decode(&req); derr != nil {
-			err = fmt.Errorf("token request body: %v (want {\"audience\": \"...\"} or nothing): %w", derr, ErrInvalid)
+		if err := dec.Decode(&req); err != nil {
+			return nil, fmt.Errorf("token request body: %v (want {\"audience\": \"...\"} or nothing): %w", err, ErrInvalid)
 		}
 	}
-	var tok *Token
-	if err == nil {
-		tok, err = i.Mint(ctx, worker, actorUID, req.Audience)
-	}
-	if err == nil {
-		b, _ := json.Marshal(tok)
-		return http.StatusOK, append(b, '\n')
-	}
-	switch {
-	case errors.Is(err, ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, nodeapi.ErrNotHosted):
-		status = http.StatusConflict
-	case errors.Is(err, ErrNoIssuer), errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		status = http.StatusServiceUnavailable
-	default:
-		status = http.StatusInternalServerError
-		i.cfg.Logger.WarnContext(ctx, "self-service token", "worker", worker, "err", err)
-	}
-	return status, []byte(err.Error() + "\n")
+	return i.Mint(ctx, worker, actorUID, req.Audience)
 }
 
 // Discovery is the OpenID Connect Discovery 1.0 document the issuer

@@ -100,6 +100,6 @@ func newAPICore(ctx context.Context, c apiCoreConfig) (*apiCore, error) {
 	core.alarms = alarm.New(c.Store, core.lifecycle, ac, c.Logger)
 	core.api.SetAlarms(core.alarms)
 	core.issuer = c.Identity.newIssuer(c.Store, c.Logger)
-	core.registry.SetSelfCallHandler(selfCalls(core.alarms, core.issuer, core.lifecycle))
+	core.registry.SetSelfCallHandler(apiserver.NewSelfService(core.alarms, core.issuer, core.lifecycle, c.Logger).Answer)
 	return core, nil
 }

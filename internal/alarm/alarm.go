@@ -30,6 +30,7 @@ import (
 
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/tunnelproto"
 )
@@ -215,29 +216,51 @@ func (s *Scheduler) Set(ctx context.Context, key names.ActorKey, at time.Time, p
 	return s.create(ctx, act, at, path, now)
 }
 
+// SetSelf is the self-service alarms call: the actor incarnation
+// actorUID on worker sent body, a Request (ParseRequest). Errors as
+// SetFor; ErrInvalid also for a body that is not a Request.
+func (s *Scheduler) SetSelf(ctx context.Context, worker, actorUID string, body []byte) (*store.Alarm, error) {
+	at, path, err := ParseRequest(s.now(), body)
+	if err != nil {
+		return nil, err
+	}
+	return s.SetFor(ctx, worker, actorUID, at, path)
+}
+
 // SetFor schedules an alarm for the actor incarnation actorUID hosted by
-// worker (the self-service endpoint's caller). Errors as Set;
-// store.ErrNotFound also when worker no longer hosts actorUID.
+// worker (the self-service endpoint's caller). Errors: ErrInvalid,
+// nodeapi.ErrNotHosted when worker does not host actorUID now (either
+// record is gone, or another incarnation holds the worker),
+// store.ErrTooMany, the store's.
 func (s *Scheduler) SetFor(ctx context.Context, worker, actorUID string, at time.Time, path string) (*store.Alarm, error) {
 	now := s.now()
 	if err := Validate(now, at, path); err != nil {
 		return nil, err
 	}
 	w, err := s.st.GetWorker(ctx, worker)
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("set alarm: worker %s is not registered: %w", worker, nodeapi.ErrNotHosted)
+	case err != nil:
 		return nil, fmt.Errorf("set alarm: worker %s: %w", worker, err)
-	}
-	if w.ActorUID != actorUID || w.Actor.IsZero() {
-		return nil, fmt.Errorf("set alarm: worker %s no longer hosts actor %s: %w", worker, actorUID, store.ErrNotFound)
+	case w.ActorUID != actorUID || w.Actor.IsZero():
+		return nil, fmt.Errorf("set alarm: worker %s no longer hosts actor %s: %w", worker, actorUID, nodeapi.ErrNotHosted)
 	}
 	act, err := s.st.GetActor(ctx, w.Actor)
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("set alarm: actor %s is gone: %w", w.Actor, nodeapi.ErrNotHosted)
+	case err != nil:
 		return nil, fmt.Errorf("set alarm: %w", err)
+	case act.UID != actorUID:
+		return nil, fmt.Errorf("set alarm: actor %s is another incarnation now: %w", w.Actor, nodeapi.ErrNotHosted)
 	}
-	if act.UID != actorUID {
-		return nil, fmt.Errorf("set alarm: actor %s is another incarnation now: %w", w.Actor, store.ErrNotFound)
+	a, err := s.create(ctx, act, at, path, now)
+	if errors.Is(err, store.ErrNotFound) {
+		// Deleted since it was read.
+		return nil, fmt.Errorf("set alarm: actor %s is gone: %w", w.Actor, nodeapi.ErrNotHosted)
 	}
-	return s.create(ctx, act, at, path, now)
+	return a, err
 }
 
 func (s *Scheduler) create(ctx context.Context, act *store.Actor, at time.Time, path string, now time.Time) (*store.Alarm, error) {
@@ -623,34 +646,4 @@ func (s *Scheduler) deliverHTTP(ctx context.Context, a *store.Alarm, attempt int
 		return fmt.Errorf("actor answered %s", res.Status)
 	}
 	return nil
-}
-
-// ServeSelf is the self-service endpoint's alarm call (node.SelfAlarmFunc):
-// the actor incarnation actorUID on worker sent body, a Request. It
-// answers 201 with {"id": …, "time": RFC 3339} on success, 400 for an
-// invalid request, 409 when the worker no longer hosts the actor, 429 at
-// the pending-alarm limit, 503 when the store cannot be reached, each
-// with a message saying what to change.
-func (s *Scheduler) ServeSelf(ctx context.Context, worker, actorUID string, body []byte) (status int, answer []byte) {
-	at, path, err := ParseRequest(s.now(), body)
-	if err == nil {
-		var a *store.Alarm
-		if a, err = s.SetFor(ctx, worker, actorUID, at, path); err == nil {
-			return http.StatusCreated, fmt.Appendf(nil, "{\"id\":%q,\"time\":%q}\n", a.ID, a.At.Format(time.RFC3339Nano))
-		}
-	}
-	switch {
-	case errors.Is(err, ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, store.ErrNotFound):
-		status = http.StatusConflict
-	case errors.Is(err, store.ErrTooMany):
-		status = http.StatusTooManyRequests
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		status = http.StatusServiceUnavailable
-	default:
-		status = http.StatusInternalServerError
-		s.log.WarnContext(ctx, "self-service alarm", "worker", worker, "err", err)
-	}
-	return status, []byte(err.Error() + "\n")
 }

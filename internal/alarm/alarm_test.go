@@ -15,6 +15,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/store/bolt"
 	"substrate.dev/ate/internal/testwait"
@@ -358,8 +359,9 @@ func TestDeliverHTTP(t *testing.T) {
 	}
 }
 
-// TestServeSelf: the self-service answers, by status.
-func TestServeSelf(t *testing.T) {
+// TestSetSelf: the self-service alarms call's verdicts, by error (the
+// self-service's statuses for them are internal/apiserver's).
+func TestSetSelf(t *testing.T) {
 	st := newStore(t, "a")
 	ctx := context.Background()
 	must(t, st.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n", TunnelAddr: "x"}))
@@ -371,18 +373,26 @@ func TestServeSelf(t *testing.T) {
 	s := New(st, nil, Config{MaxPending: 1}, nil)
 	for _, tc := range []struct {
 		name, worker, uid, body string
-		status                  int
+		err                     error // nil: set
 		want                    string
 	}{
-		{"created", "w1", "uid-a", `{"in": "10m", "path": "/tick"}`, http.StatusCreated, `"id":`},
-		{"limit", "w1", "uid-a", `{"in": "10m", "path": "/tick"}`, http.StatusTooManyRequests, "at most 1"},
-		{"invalid", "w1", "uid-a", `{"in": "10m", "path": "tick"}`, http.StatusBadRequest, "must start with '/'"},
-		{"stale", "w1", "uid-old", `{"in": "10m", "path": "/tick"}`, http.StatusConflict, "no longer hosts"},
+		{"created", "w1", "uid-a", `{"in": "10m", "path": "/tick"}`, nil, ""},
+		{"limit", "w1", "uid-a", `{"in": "10m", "path": "/tick"}`, store.ErrTooMany, "at most 1"},
+		{"invalid", "w1", "uid-a", `{"in": "10m", "path": "tick"}`, ErrInvalid, "must start with '/'"},
+		{"not JSON", "w1", "uid-a", `in=10m`, ErrInvalid, "body is not"},
+		{"stale", "w1", "uid-old", `{"in": "10m", "path": "/tick"}`, nodeapi.ErrNotHosted, "no longer hosts"},
+		{"unknown worker", "w9", "uid-a", `{"in": "10m", "path": "/tick"}`, nodeapi.ErrNotHosted, "not registered"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := s.ServeSelf(ctx, tc.worker, tc.uid, []byte(tc.body))
-			if status != tc.status || !strings.Contains(string(body), tc.want) {
-				t.Fatalf("ServeSelf = %d %q, want %d saying %q", status, body, tc.status, tc.want)
+			a, err := s.SetSelf(ctx, tc.worker, tc.uid, []byte(tc.body))
+			if tc.err == nil {
+				if err != nil || a.ID == "" || a.ActorUID != "uid-a" || a.Path != "/tick" {
+					t.Fatalf("SetSelf = %+v, %v; want the alarm set", a, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("SetSelf = %v, want %v saying %q", err, tc.err, tc.want)
 			}
 		})
 	}

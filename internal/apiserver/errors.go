@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"errors"
+	"net/http"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -10,6 +11,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
+	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
@@ -17,6 +19,10 @@ import (
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
+
+// The domain's errors become transport codes here, and only here: gRPC
+// codes for the Control API (toStatus), HTTP statuses for the actors'
+// self-service calls (selfStatus).
 
 // toStatus maps the domain's error contract to gRPC codes: the one place
 // where that happens. The message is the wrapped error's text, which names
@@ -96,3 +102,26 @@ var errInvalid = errors.New("invalid argument")
 
 // errUnimplemented: this API server does not serve the call.
 var errUnimplemented = errors.New("not implemented")
+
+// selfStatus maps the domain's error contract to the HTTP status an
+// actor's self-service call is answered with (SelfService.Answer; the
+// node relays it as is): the one place where that happens. The answer's
+// body is the error's text, which says what to change.
+func selfStatus(err error) int {
+	switch {
+	case errors.Is(err, alarm.ErrInvalid), errors.Is(err, identity.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, errUnknownCall):
+		return http.StatusNotFound
+	case errors.Is(err, nodeapi.ErrNotHosted):
+		// The actor moved, was put away, deleted or re-created since
+		// its node's gate admitted the call: nothing was done.
+		return http.StatusConflict
+	case errors.Is(err, store.ErrTooMany):
+		return http.StatusTooManyRequests
+	case errors.Is(err, identity.ErrNoIssuer), errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		// The actor retries later.
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

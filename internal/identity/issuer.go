@@ -1,14 +1,13 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -16,13 +15,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
-)
-
-// Paths the discovery handler serves, below the issuer URL's path.
-const (
-	DiscoveryPath = "/.well-known/openid-configuration"
-	JWKSPath      = "/openid/v1/jwks"
 )
 
 // SubjectPrefix starts every token's sub: "actor:<atespace>/<name>".
@@ -31,11 +25,10 @@ const SubjectPrefix = "actor:"
 // MaxAudience bounds a requested audience, in bytes.
 const MaxAudience = 256
 
-// Errors Mint returns; callers match them with errors.Is.
+// Errors Mint returns besides nodeapi.ErrNotHosted (the worker does
+// not host that actor incarnation now: nothing minted); callers match
+// them with errors.Is.
 var (
-	// ErrNotHosted: the worker does not host that actor incarnation now
-	// (it moved, was suspended, deleted or re-created): nothing minted.
-	ErrNotHosted = errors.New("the worker does not host this actor now")
 	// ErrInvalid: a bad request (audience).
 	ErrInvalid = errors.New("invalid token request")
 	// ErrNoIssuer: no issuer URL is configured (ate apiserver without
@@ -110,7 +103,7 @@ func (i *Issuer) Run(ctx context.Context) error { return i.ring.Run(ctx) }
 // It first checks in the record store that worker is assigned to
 // actorUID and the actor (same uid) points back at worker, RESUMING or
 // RUNNING: the assignment, not where the request came from, names the
-// subject. Errors: ErrNotHosted, ErrInvalid, ErrNoIssuer, the store's.
+// subject. Errors: nodeapi.ErrNotHosted, ErrInvalid, ErrNoIssuer, the store's.
 func (i *Issuer) Mint(ctx context.Context, worker, actorUID, audience string) (*Token, error) {
 	iss := i.IssuerURL()
 	if iss == "" {
@@ -158,33 +151,33 @@ func (i *Issuer) Mint(ctx context.Context, worker, actorUID, audience string) (*
 // HostedActor returns the actor worker hosts if it is the incarnation
 // actorUID and the assignment holds both ways (worker → actor uid, actor
 // → worker) in the record store, with the actor RESUMING or RUNNING.
-// Errors: ErrNotHosted, the store's (ErrUnavailable …).
+// Errors: nodeapi.ErrNotHosted, the store's (ErrUnavailable …).
 func HostedActor(ctx context.Context, st store.Store, worker, actorUID string) (*store.Actor, error) {
 	if worker == "" || actorUID == "" {
-		return nil, fmt.Errorf("worker %q, actor uid %q: %w", worker, actorUID, ErrNotHosted)
+		return nil, fmt.Errorf("worker %q, actor uid %q: %w", worker, actorUID, nodeapi.ErrNotHosted)
 	}
 	w, err := st.GetWorker(ctx, worker)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("worker %s is not registered: %w", worker, ErrNotHosted)
+		return nil, fmt.Errorf("worker %s is not registered: %w", worker, nodeapi.ErrNotHosted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read worker %s: %w", worker, err)
 	}
 	if w.ActorUID != actorUID || w.Actor.IsZero() {
-		return nil, fmt.Errorf("worker %s no longer hosts actor uid %s: %w", worker, actorUID, ErrNotHosted)
+		return nil, fmt.Errorf("worker %s no longer hosts actor uid %s: %w", worker, actorUID, nodeapi.ErrNotHosted)
 	}
 	act, err := st.GetActor(ctx, w.Actor)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("actor %s is gone: %w", w.Actor, ErrNotHosted)
+		return nil, fmt.Errorf("actor %s is gone: %w", w.Actor, nodeapi.ErrNotHosted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read actor %s: %w", w.Actor, err)
 	}
 	if act.UID != actorUID || act.Worker != worker {
-		return nil, fmt.Errorf("actor %s (uid %s) is not on worker %s now: %w", w.Actor, actorUID, worker, ErrNotHosted)
+		return nil, fmt.Errorf("actor %s (uid %s) is not on worker %s now: %w", w.Actor, actorUID, worker, nodeapi.ErrNotHosted)
 	}
 	if act.State != store.Running && act.State != store.Resuming {
-		return nil, fmt.Errorf("actor %s is %s: %w", w.Actor, act.State, ErrNotHosted)
+		return nil, fmt.Errorf("actor %s is %s: %w", w.Actor, act.State, nodeapi.ErrNotHosted)
 	}
 	return act, nil
 }
@@ -202,104 +195,17 @@ func validAudience(a string) error {
 	return nil
 }
 
-// ServeSelf is the self-service endpoint's token call
-// (node.SelfTokenFunc): the actor incarnation actorUID on worker sent
-// body, a TokenRequest (may be empty). It answers 200 with a Token as
-// JSON, 400 for a bad request, 409 when the worker no longer hosts the
-// actor (nothing minted), 503 when the store cannot be reached or no
-// issuer is configured, each with a message saying why.
-func (i *Issuer) ServeSelf(ctx context.Context, worker, actorUID string, body []byte) (status int, answer []byte) {
+// MintSelf is the self-service token call: the actor incarnation
+// actorUID on worker sent body, a TokenRequest (may be empty). Errors as
+// Mint; ErrInvalid also for a body that is not a TokenRequest.
+func (i *Issuer) MintSelf(ctx context.Context, worker, actorUID string, body []byte) (*Token, error) {
 	var req TokenRequest
-	var err error
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if derr := dec.Decode(&req); derr != nil {
-			err = fmt.Errorf("token request body: %v (want {\"audience\": \"...\"} or nothing): %w", derr, ErrInvalid)
+		if err := dec.Decode(&req); err != nil {
+			return nil, fmt.Errorf("token request body: %v (want {\"audience\": \"...\"} or nothing): %w", err, ErrInvalid)
 		}
 	}
-	var tok *Token
-	if err == nil {
-		tok, err = i.Mint(ctx, worker, actorUID, req.Audience)
-	}
-	if err == nil {
-		b, _ := json.Marshal(tok)
-		return http.StatusOK, append(b, '\n')
-	}
-	switch {
-	case errors.Is(err, ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, ErrNotHosted):
-		status = http.StatusConflict
-	case errors.Is(err, ErrNoIssuer), errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		status = http.StatusServiceUnavailable
-	default:
-		status = http.StatusInternalServerError
-		i.cfg.Logger.WarnContext(ctx, "self-service token", "worker", worker, "err", err)
-	}
-	return status, []byte(err.Error() + "\n")
-}
-
-// Discovery is the OpenID Connect Discovery 1.0 document the issuer
-// serves (the fields a verifier of ID tokens reads).
-type Discovery struct {
-	Issuer                           string   `json:"issuer"`
-	JWKSURI                          string   `json:"jwks_uri"`
-	ResponseTypesSupported           []string `json:"response_types_supported"`
-	SubjectTypesSupported            []string `json:"subject_types_supported"`
-	IDTokenSigningAlgValuesSupported []string `json:"id_token_signing_alg_values_supported"`
-	ClaimsSupported                  []string `json:"claims_supported"`
-}
-
-// Handler serves GET <issuer path>/.well-known/openid-configuration and
-// GET <issuer path>/openid/v1/jwks; other paths 404. The JWKS may be
-// cached for min(Rotation/4, TokenTTL/2, 1 minute): keys are published
-// well before they sign. 503 while no issuer URL is set or the store
-// cannot be read.
-func (i *Issuer) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
-		iss := i.IssuerURL()
-		if iss == "" {
-			http.Error(w, ErrNoIssuer.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		u, err := url.Parse(iss)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("issuer URL %q: %v", iss, err), http.StatusInternalServerError)
-			return
-		}
-		base := strings.TrimSuffix(u.Path, "/")
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case base + DiscoveryPath:
-			_ = json.NewEncoder(w).Encode(Discovery{Issuer: iss, JWKSURI: iss + JWKSPath,
-				ResponseTypesSupported: []string{"id_token"}, SubjectTypesSupported: []string{"public"},
-				IDTokenSigningAlgValuesSupported: []string{string(Algorithm)},
-				ClaimsSupported:                  []string{"iss", "sub", "aud", "exp", "iat", "nbf", "jti", "uid", "template"}})
-		case base + JWKSPath:
-			set, err := i.ring.JWKS(r.Context())
-			if err != nil {
-				http.Error(w, "signing keys: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			w.Header().Set("Cache-Control", fmt.Sprintf("public, max-age=%d", int(i.cfg.refreshEvery().Seconds())))
-			w.Header().Set("Content-Type", "application/jwk-set+json")
-			_ = json.NewEncoder(w).Encode(set)
-		default:
-			w.Header().Del("Content-Type")
-			http.NotFound(w, r)
-		}
-	})
-	return mux
-}
-
-// Patterns are the http.ServeMux patterns Handler answers at the issuer
-// URL's path now (at the root while none is set).
-func (i *Issuer) Patterns() []string {
-	base := ""
-	if u, err := url.Parse(i.IssuerURL()); err == nil {
-		base = strings.TrimSuffix(u.Path, "/")
-	}
-	return []string{"GET " + base + DiscoveryPath, "GET " + base + JWKSPath}
+	return i.Mint(ctx, worker, actorUID, req.Audience)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -67,28 +68,27 @@ func TestMintVerifiesWithOIDC(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, body string
-		status     int
+		err        error // nil: minted
 		aud        string
 	}{
-		{"default audience", ``, http.StatusOK, srv.URL},
-		{"empty object", `{}`, http.StatusOK, srv.URL},
-		{"audience", `{"audience": "https://vault.example"}`, http.StatusOK, "https://vault.example"},
-		{"unknown field", `{"aud": "x"}`, http.StatusBadRequest, ""},
-		{"not JSON", `aud=x`, http.StatusBadRequest, ""},
-		{"audience too long", `{"audience": "` + strings.Repeat("a", MaxAudience+1) + `"}`, http.StatusBadRequest, ""},
-		{"control character", `{"audience": "a\nb"}`, http.StatusBadRequest, ""},
+		{"default audience", ``, nil, srv.URL},
+		{"empty object", `{}`, nil, srv.URL},
+		{"audience", `{"audience": "https://vault.example"}`, nil, "https://vault.example"},
+		{"unknown field", `{"aud": "x"}`, ErrInvalid, ""},
+		{"not JSON", `aud=x`, ErrInvalid, ""},
+		{"audience too long", `{"audience": "` + strings.Repeat("a", MaxAudience+1) + `"}`, ErrInvalid, ""},
+		{"control character", `{"audience": "a\nb"}`, ErrInvalid, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, answer := iss.ServeSelf(ctx, "w1", act.UID, []byte(tc.body))
-			if code != tc.status {
-				t.Fatalf("status %d (%s), want %d", code, answer, tc.status)
-			}
-			if code != http.StatusOK {
+			tok, err := iss.MintSelf(ctx, "w1", act.UID, []byte(tc.body))
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("MintSelf = %v, want %v", err, tc.err)
+				}
 				return
 			}
-			var tok Token
-			if err := json.Unmarshal(answer, &tok); err != nil {
-				t.Fatal(err)
+			if err != nil {
+				t.Fatalf("MintSelf: %v", err)
 			}
 			idt, err := provider.Verifier(&oidc.Config{ClientID: tc.aud}).Verify(ctx, tok.Token)
 			if err != nil {
@@ -123,8 +123,8 @@ func TestMintVerifiesWithOIDC(t *testing.T) {
 	// Not hosted: another uid, an unknown or free worker, and the actor
 	// after it moved to w2 (asked through w1, its old worker).
 	for _, tc := range []struct{ worker, uid string }{{"w1", "uid-other"}, {"w9", act.UID}, {"w2", act.UID}, {"w1", ""}} {
-		if code, answer := iss.ServeSelf(ctx, tc.worker, tc.uid, nil); code != http.StatusConflict {
-			t.Errorf("ServeSelf(%s, %q) = %d %s, want 409", tc.worker, tc.uid, code, answer)
+		if _, err := iss.MintSelf(ctx, tc.worker, tc.uid, nil); !errors.Is(err, nodeapi.ErrNotHosted) {
+			t.Errorf("MintSelf(%s, %q) = %v, want ErrNotHosted", tc.worker, tc.uid, err)
 		}
 	}
 	moved := *act
@@ -141,7 +141,7 @@ func TestMintVerifiesWithOIDC(t *testing.T) {
 	if _, err := s.UpdateActor(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := iss.Mint(ctx, "w1", act.UID, ""); !errors.Is(err, ErrNotHosted) {
+	if _, err := iss.Mint(ctx, "w1", act.UID, ""); !errors.Is(err, nodeapi.ErrNotHosted) {
 		t.Errorf("Mint through the old worker after the move: %v, want ErrNotHosted", err)
 	}
 	if _, err := iss.Mint(ctx, "w2", act.UID, ""); err != nil {

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -518,12 +517,14 @@ func (m *Manager) selfPutAway(ctx context.Context, key names.ActorKey, worker, a
 	}
 }
 
-// ServeSelfCheckpoint is SelfRequest answering the actor: 409 with a
-// message when the record store does not assign worker to actorUID (and
-// the actor, RUNNING, to worker) now — nothing is done; else 202 and the
-// checkpoint runs in the background, bound to that assignment; 503 when
-// the store cannot be read.
-func (m *Manager) ServeSelfCheckpoint(ctx context.Context, worker, actorUID string, action checkpoint.Action) (status int, answer []byte) {
+// RequestSelfCheckpoint is SelfRequest with a verdict for the actor:
+// nil when the record store assigns worker to actorUID and the actor,
+// RUNNING, to worker now — the checkpoint then runs in the background,
+// bound to that assignment, since the caller is the actor being
+// checkpointed; nodeapi.ErrNotHosted when it does not, and nothing is
+// done; the store's error (store.ErrUnavailable …) when it cannot be
+// read.
+func (m *Manager) RequestSelfCheckpoint(ctx context.Context, worker, actorUID string, action checkpoint.Action) error {
 	w, err := m.store.GetWorker(ctx, worker)
 	var act *store.Actor
 	if err == nil && w.ActorUID == actorUID && actorUID != "" && !w.Actor.IsZero() {
@@ -531,9 +532,9 @@ func (m *Manager) ServeSelfCheckpoint(ctx context.Context, worker, actorUID stri
 	}
 	switch {
 	case err != nil && !errors.Is(err, store.ErrNotFound):
-		return http.StatusServiceUnavailable, fmt.Appendf(nil, "%s not requested: %v; retry later\n", action, err)
+		return fmt.Errorf("%s not requested: %w; retry later", action, err)
 	case act == nil || act.UID != actorUID || act.Worker != worker || act.State != store.Running:
-		return http.StatusConflict, fmt.Appendf(nil, "%s refused: worker %s does not host actor uid %s now\n", action, worker, actorUID)
+		return fmt.Errorf("%s refused: worker %s, actor uid %s: %w", action, worker, actorUID, nodeapi.ErrNotHosted)
 	}
 	key := act.Key()
 	m.goOwned(func(ctx context.Context) {
@@ -541,7 +542,7 @@ func (m *Manager) ServeSelfCheckpoint(ctx context.Context, worker, actorUID stri
 		defer cancel()
 		m.selfPutAway(ctx, key, worker, actorUID, action)
 	})
-	return http.StatusAccepted, []byte(action.String() + " requested\n")
+	return nil
 }
 
 // WorkerExited is the node's report that an actor's sandbox died on its

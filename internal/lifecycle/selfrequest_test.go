@@ -2,10 +2,12 @@ package lifecycle
 
 import (
 	"context"
-	"net/http"
+	"errors"
+	"fmt"
 	"testing"
 
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/testwait"
 )
@@ -13,7 +15,8 @@ import (
 // TestSelfCheckpointBoundToAssignment: a self-requested suspend acts
 // only on the actor the record store assigns to the worker it came
 // through. After the actor moved to another worker, a request naming
-// its old worker is refused (409) and leaves it RUNNING; nor does a
+// its old worker is refused (nodeapi.ErrNotHosted; the self-service
+// answers 409) and leaves it RUNNING; nor does a
 // stale request reach the worker's new holder; PutAway re-checks the
 // assignment under the actor's lock.
 func TestSelfCheckpointBoundToAssignment(t *testing.T) {
@@ -41,17 +44,14 @@ func TestSelfCheckpointBoundToAssignment(t *testing.T) {
 		t.Fatalf("actor a on %q (%s), want RUNNING on the other worker than %s", a.Worker, a.State, first)
 	}
 
-	for _, tc := range []struct {
-		name, worker, uid string
-		status            int
-	}{
-		{"old worker, moved actor's uid", first, a.UID, http.StatusConflict},
-		{"unknown worker", "w9", a.UID, http.StatusConflict},
-		{"current worker, another uid", a.Worker, "b-uid", http.StatusConflict},
-		{"no uid", a.Worker, "", http.StatusConflict},
+	for _, tc := range []struct{ name, worker, uid string }{
+		{"old worker, moved actor's uid", first, a.UID},
+		{"unknown worker", "w9", a.UID},
+		{"current worker, another uid", a.Worker, "b-uid"},
+		{"no uid", a.Worker, ""},
 	} {
-		if code, answer := e.m.ServeSelfCheckpoint(ctx, tc.worker, tc.uid, checkpoint.Suspend); code != tc.status {
-			t.Errorf("%s: %d %q, want %d", tc.name, code, answer, tc.status)
+		if err := e.m.RequestSelfCheckpoint(ctx, tc.worker, tc.uid, checkpoint.Suspend); !errors.Is(err, nodeapi.ErrNotHosted) {
+			t.Errorf("%s: %v, want ErrNotHosted", tc.name, err)
 		}
 	}
 	// The fire-and-forget path (older nodes' events) drops it too.
@@ -66,11 +66,37 @@ func TestSelfCheckpointBoundToAssignment(t *testing.T) {
 	}
 
 	// Through its current worker: accepted and done.
-	if code, answer := e.m.ServeSelfCheckpoint(ctx, a.Worker, a.UID, checkpoint.Suspend); code != http.StatusAccepted {
-		t.Fatalf("self-suspend through the current worker: %d %q", code, answer)
+	if err := e.m.RequestSelfCheckpoint(ctx, a.Worker, a.UID, checkpoint.Suspend); err != nil {
+		t.Fatalf("self-suspend through the current worker: %v", err)
 	}
 	testwait.Until(t, "actor a SUSPENDED at its own request", func() bool {
 		got := e.get(t)
 		return got.State == store.Suspended && got.Reason == store.ReasonSelfRequested
 	})
+}
+
+// unreachableStore fails every worker read, as a record store that
+// cannot be reached.
+type unreachableStore struct{ store.Store }
+
+func (unreachableStore) GetWorker(context.Context, string) (*store.Worker, error) {
+	return nil, fmt.Errorf("%w: connection refused", store.ErrUnavailable)
+}
+
+// TestSelfCheckpointStoreUnreachable: a self-requested checkpoint the
+// record store cannot check is not requested, and says it is the
+// store's failure (the self-service answers 503), not a refusal.
+func TestSelfCheckpointStoreUnreachable(t *testing.T) {
+	e := newEnv(t)
+	e.resume(t)
+	a := e.get(t)
+	m := New(unreachableStore{e.st}, testNodes{n: e.node, live: []string{"n1"}}, e.snaps, "test", nil)
+	t.Cleanup(m.Close)
+	err := m.RequestSelfCheckpoint(context.Background(), a.Worker, a.UID, checkpoint.Pause)
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, nodeapi.ErrNotHosted) {
+		t.Fatalf("RequestSelfCheckpoint over an unreachable store: %v, want ErrUnavailable", err)
+	}
+	if got := e.get(t); got.State != store.Running {
+		t.Fatalf("actor a is %s, want RUNNING", got.State)
+	}
 }

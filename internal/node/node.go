@@ -154,11 +154,9 @@ type Node struct {
 
 	exitMu sync.Mutex
 	onExit ExitFunc
-	// selfAlarm serves POST /v1/alarms on the self-service endpoint
-	// (SetSelfAlarmHandler); nil answers 501.
-	selfAlarm SelfAlarmFunc
-	// selfCall answers token, suspend and pause on the self-service
-	// endpoint (SetSelfCallHandler); nil: token 501, checkpoints unchecked.
+	// selfCall answers alarms, token, suspend and pause on the
+	// self-service endpoint (SetSelfCallHandler); nil: alarms and token
+	// 501, checkpoints unchecked.
 	selfCall SelfCallFunc
 	// onIdle is told when a worker's last request other than streams
 	// ends (admission.go); nil when nobody listens.

@@ -13,6 +13,7 @@ import (
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/netns"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // SelfServiceAddr is the well-known address an actor calls, from inside
@@ -43,38 +44,28 @@ const SelfServiceAddr = "169.254.17.1:80"
 // block on the checkpoint itself.
 type SelfFunc func(worker, actorUID string, action checkpoint.Action)
 
-// SelfAlarmFunc sets an alarm for the actor incarnation actorUID hosted
-// by worker from body, the JSON the actor sent (alarm.Request), and
-// returns the HTTP status and body to answer with (alarm.Scheduler's
-// ServeSelf). It may block on the record store, not on the actor.
-type SelfAlarmFunc func(ctx context.Context, worker, actorUID string, body []byte) (status int, answer []byte)
-
 // SelfCallFunc answers a self-service call for the actor incarnation
-// actorUID hosted by worker: call is "token", "suspend" or "pause", body
-// what the actor sent (at most maxSelfAlarmBody bytes). It returns the
-// HTTP status and body to answer with, after the API server checked the
-// worker's assignment in the record store (409 when it no longer holds).
-// It may block on the record store, never on the actor's checkpoint.
+// actorUID hosted by worker: call is nodeapi.SelfCallAlarms,
+// nodeapi.SelfCallToken or a checkpoint action's name, body what the
+// actor sent (at most maxSelfBody bytes). It returns the HTTP status and
+// body to answer with, after the API server checked the worker's
+// assignment in the record store (409 when it no longer holds). It may
+// block on the record store, never on the actor's checkpoint. It is
+// the one shape of the self-service up-call on both sides of the node
+// protocol: the node agent's forwarding (nodeagent.Agent.SelfCall) is
+// one, the API server's answer the node registry calls another.
 type SelfCallFunc func(ctx context.Context, worker, actorUID, call string, body []byte) (status int, answer []byte)
 
-// Self-service calls a SelfCallFunc answers.
-const (
-	SelfCallToken = "token"
-)
-
-// SetSelfCallHandler makes POST /v1/token, /v1/suspend and /v1/pause on
-// the self-service endpoint call f; without one /v1/token answers 501
-// and suspend and pause go to ServeSelfService's SelfFunc unchecked.
-// Call it before ServeSelfService.
+// SetSelfCallHandler makes POST /v1/alarms, /v1/token, /v1/suspend and
+// /v1/pause on the self-service endpoint call f; without one alarms and
+// token answer 501 and suspend and pause go to ServeSelfService's
+// SelfFunc unchecked. Call it before ServeSelfService.
 func (n *Node) SetSelfCallHandler(f SelfCallFunc) { n.selfCall = f }
 
-// maxSelfAlarmBody bounds an alarm request's body: a path of at most
-// 1 KiB and a time fit well within it.
-const maxSelfAlarmBody = 4 << 10
-
-// SetSelfAlarmHandler makes POST /v1/alarms on the self-service endpoint
-// call f; without one it answers 501. Call it before ServeSelfService.
-func (n *Node) SetSelfAlarmHandler(f SelfAlarmFunc) { n.selfAlarm = f }
+// maxSelfBody bounds a self-service call's body: an alarm's path of at
+// most 1 KiB and its time, or a token's audience of at most 256 bytes,
+// fit well within it.
+const maxSelfBody = 4 << 10
 
 // ServeSelfService listens on SelfServiceAddr in every worker's outer
 // namespace and serves the self-service API until ctx ends; it returns
@@ -82,7 +73,7 @@ func (n *Node) SetSelfAlarmHandler(f SelfAlarmFunc) { n.selfAlarm = f }
 // Sandbox classes without namespaces (fake) have nothing to serve and
 // wait for ctx alone.
 func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	ss := selfService{log: n.log, f: f, alarm: n.selfAlarm, call: n.selfCall, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService},
+	ss := selfService{log: n.log, f: f, call: n.selfCall, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService},
 		metrics: n.cfg.Metrics}
 	defer ss.close()
 	for _, name := range n.order {
@@ -107,7 +98,6 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 type selfService struct {
 	log    *slog.Logger
 	f      SelfFunc
-	alarm  SelfAlarmFunc
 	call   SelfCallFunc
 	limits selfServiceLimits
 	// metrics counts refusals; nil counts none. Refusals are not logged:
@@ -161,18 +151,18 @@ func (ss *selfService) close() {
 func (ss *selfService) handler(s *slot) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/alarms", func(w http.ResponseWriter, r *http.Request) {
-		if ss.alarm == nil {
+		if ss.call == nil {
 			http.Error(w, "alarms are not available from this node's self-service endpoint; set them with the Control API (ate alarm)", http.StatusNotImplemented)
 			return
 		}
-		ss.relay(w, r, s, http.StatusCreated, ss.alarm)
+		ss.relay(w, r, s, http.StatusCreated, nodeapi.SelfCallAlarms)
 	})
 	mux.HandleFunc("POST /v1/token", func(w http.ResponseWriter, r *http.Request) {
 		if ss.call == nil {
 			http.Error(w, "identity tokens are not available from this node's self-service endpoint", http.StatusNotImplemented)
 			return
 		}
-		ss.relay(w, r, s, http.StatusOK, ss.caller(SelfCallToken))
+		ss.relay(w, r, s, http.StatusOK, nodeapi.SelfCallToken)
 	})
 	mux.HandleFunc("POST /v1/{action}", func(w http.ResponseWriter, r *http.Request) {
 		action, err := checkpoint.ParseAction(r.PathValue("action"))
@@ -181,7 +171,7 @@ func (ss *selfService) handler(s *slot) http.Handler {
 			return
 		}
 		if ss.call != nil {
-			ss.relay(w, r, s, -1, ss.caller(action.String()))
+			ss.relay(w, r, s, -1, action.String())
 			return
 		}
 		uid := s.gate.hosted()
@@ -196,25 +186,18 @@ func (ss *selfService) handler(s *slot) http.Handler {
 	return limitCalls(s, ss.limits.withDefaults(), func() { ss.metrics.SelfServiceRefused(metrics.SelfRefusedRate) }, mux)
 }
 
-// caller is ss.call for one call.
-func (ss *selfService) caller(call string) SelfAlarmFunc {
-	return func(ctx context.Context, worker, actorUID string, body []byte) (int, []byte) {
-		return ss.call(ctx, worker, actorUID, call, body)
-	}
-}
-
-// relay answers r with f's verdict for the actor s's gate admits (409
-// when none), given the request's body; the answer is JSON when its
-// status is jsonOK, plain text otherwise.
-func (ss *selfService) relay(w http.ResponseWriter, r *http.Request, s *slot, jsonOK int, f SelfAlarmFunc) {
+// relay answers r with ss.call's verdict on call for the actor s's gate
+// admits (409 when none), given the request's body; the answer is JSON
+// when its status is jsonOK, plain text otherwise.
+func (ss *selfService) relay(w http.ResponseWriter, r *http.Request, s *slot, jsonOK int, call string) {
 	uid := s.gate.hosted()
 	if uid == "" {
 		http.Error(w, "this worker hosts no actor", http.StatusConflict)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfAlarmBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSelfBody))
 	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		http.Error(w, fmt.Sprintf("request body: %v (at most %d bytes)", err, maxSelfAlarmBody), http.StatusRequestEntityTooLarge)
+		http.Error(w, fmt.Sprintf("request body: %v (at most %d bytes)", err, maxSelfBody), http.StatusRequestEntityTooLarge)
 		return
 	}
 	if err != nil {
@@ -222,7 +205,7 @@ func (ss *selfService) relay(w http.ResponseWriter, r *http.Request, s *slot, js
 		http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
 		return
 	}
-	status, answer := f(r.Context(), s.name, uid, body)
+	status, answer := ss.call(r.Context(), s.name, uid, call, body)
 	if status == jsonOK {
 		w.Header().Set("Content-Type", "application/json")
 	} else {

@@ -10,17 +10,17 @@ import (
 )
 
 // TestSelfServiceAlarms: POST /v1/alarms hands the hosted actor's worker,
-// uid and body to the alarm handler and relays its answer; without a
-// handler, or without an actor, it says why.
+// uid and body to the call handler as the alarms call and relays its
+// answer; without a handler, or without an actor, it says why.
 func TestSelfServiceAlarms(t *testing.T) {
-	var got struct{ worker, uid, body string }
-	handler := func(_ context.Context, worker, uid string, body []byte) (int, []byte) {
-		got.worker, got.uid, got.body = worker, uid, string(body)
+	var got struct{ worker, uid, call, body string }
+	handler := func(_ context.Context, worker, uid, call string, body []byte) (int, []byte) {
+		got.worker, got.uid, got.call, got.body = worker, uid, call, string(body)
 		return http.StatusCreated, []byte(`{"id":"a1"}`)
 	}
 	for _, tc := range []struct {
 		name    string
-		alarm   SelfAlarmFunc
+		handler SelfCallFunc
 		hosted  string
 		body    string
 		status  int
@@ -30,15 +30,15 @@ func TestSelfServiceAlarms(t *testing.T) {
 		{"set", handler, "uid-1", `{"in":"1m","path":"/t"}`, http.StatusCreated, `{"id":"a1"}`, true},
 		{"no handler", nil, "uid-1", `{}`, http.StatusNotImplemented, "Control API", false},
 		{"no actor", handler, "", `{}`, http.StatusConflict, "hosts no actor", false},
-		{"body too large", handler, "uid-1", strings.Repeat("x", maxSelfAlarmBody+1), http.StatusRequestEntityTooLarge, "at most", false},
+		{"body too large", handler, "uid-1", strings.Repeat("x", maxSelfBody+1), http.StatusRequestEntityTooLarge, "at most", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got.worker, got.uid, got.body = "", "", ""
+			got.worker, got.uid, got.call, got.body = "", "", "", ""
 			s := &slot{name: "w3"}
 			if tc.hosted != "" {
 				s.gate.open(tc.hosted, "c", 8080)
 			}
-			ss := &selfService{log: slog.New(slog.DiscardHandler), alarm: tc.alarm}
+			ss := &selfService{log: slog.New(slog.DiscardHandler), call: tc.handler}
 			rec := httptest.NewRecorder()
 			ss.handler(s).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/alarms", strings.NewReader(tc.body)))
 			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.answer) {
@@ -47,7 +47,7 @@ func TestSelfServiceAlarms(t *testing.T) {
 			if handled := got.worker != ""; handled != tc.handled {
 				t.Fatalf("handler called: %v, want %v", handled, tc.handled)
 			}
-			if tc.handled && (got.worker != "w3" || got.uid != tc.hosted || got.body != tc.body) {
+			if tc.handled && (got.worker != "w3" || got.uid != tc.hosted || got.call != "alarms" || got.body != tc.body) {
 				t.Fatalf("handler got %+v", got)
 			}
 		})

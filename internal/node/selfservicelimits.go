@@ -30,7 +30,7 @@ const (
 	DefaultSelfServiceBurst = 50
 )
 
-// The endpoint's timeouts. Requests are small (at most maxSelfAlarmBody
+// The endpoint's timeouts. Requests are small (at most maxSelfBody
 // bytes) and answers smaller, so a client that takes longer is not
 // sending a request: it holds a connection of the cap.
 const (
@@ -162,7 +162,7 @@ func refuse(c net.Conn, answer []byte) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(c, maxSelfAlarmBody+8<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, maxSelfBody+8<<10))
 }
 
 // cappedConn gives its place in the cap back when closed.

@@ -129,7 +129,6 @@ func NewAgent(cfg AgentConfig) *Agent {
 	n := cfg.Node
 	n.SetExitHandler(a.Exited)
 	n.SetIdleHandler(a.Idle)
-	n.SetSelfAlarmHandler(a.SelfAlarm)
 	n.SetSelfCallHandler(a.SelfCall)
 	return a
 }

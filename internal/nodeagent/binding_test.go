@@ -20,7 +20,7 @@ import (
 // only its own workers; other components cannot call the registry.
 func TestNodeIdentityBinding(t *testing.T) {
 	r, _, st := newTestRegistry(t)
-	r.SetSelfAlarmHandler(func(context.Context, string, string, []byte) (int, []byte) { return 201, nil })
+	r.SetSelfCallHandler(func(context.Context, string, string, string, []byte) (int, []byte) { return 201, nil })
 	if err := st.PutWorker(t.Context(), &store.Worker{Name: "w2", Node: "n2"}); err != nil {
 		t.Fatal(err)
 	}

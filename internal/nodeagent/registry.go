@@ -85,9 +85,8 @@ type Registry struct {
 	mu sync.Mutex
 	// wf are the workflows told what the nodes report (SetWorkflows).
 	wf nodeapi.Events
-	// selfAlarm answers SetSelfAlarm (selfalarm.go); nil: UNIMPLEMENTED.
-	selfAlarm node.SelfAlarmFunc
-	// selfCall answers SelfCall (selfcall.go); nil: UNIMPLEMENTED.
+	// selfCall answers SelfCall and SetSelfAlarm (selfcall.go,
+	// selfalarm.go); nil: UNIMPLEMENTED.
 	selfCall node.SelfCallFunc
 
 	members  map[string]*member

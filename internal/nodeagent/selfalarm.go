@@ -11,43 +11,29 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
-	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 )
 
-// SetSelfAlarmHandler makes SetSelfAlarm answer with f (the API server's
-// alarm.Scheduler.ServeSelf); without one it answers UNIMPLEMENTED. Call
-// it before serving.
-func (r *Registry) SetSelfAlarmHandler(f node.SelfAlarmFunc) {
-	r.mu.Lock()
-	r.selfAlarm = f
-	r.mu.Unlock()
-}
-
-// SetSelfAlarm implements atev1.NodeRegistryServer: the worker must be
-// the calling node's in the record store; f checks that it hosts the
-// actor.
+// SetSelfAlarm implements atev1.NodeRegistryServer: the alarms call,
+// answered as SelfCall answers the others (the self-call handler checks
+// that the worker hosts the actor). It is an RPC of its own because it
+// came first; nodes still send alarms this way.
 func (r *Registry) SetSelfAlarm(ctx context.Context, req *atev1.SetSelfAlarmRequest) (*atev1.SetSelfAlarmResponse, error) {
-	r.mu.Lock()
-	f := r.selfAlarm
-	r.mu.Unlock()
-	if f == nil {
-		return nil, status.Error(codes.Unimplemented, "this API server runs no alarm scheduler")
-	}
-	if err := r.ownWorker(ctx, req.GetNode(), req.GetWorker()); err != nil {
+	code, answer, err := r.answerSelf(ctx, req.GetNode(), req.GetWorker(), req.GetActorUid(), nodeapi.SelfCallAlarms, req.GetBody())
+	if err != nil {
 		return nil, err
 	}
-	code, answer := f(ctx, req.GetWorker(), req.GetActorUid(), req.GetBody())
 	return &atev1.SetSelfAlarmResponse{Status: int32(code), Answer: answer}, nil
 }
 
 // selfAlarmTimeout bounds a forwarded alarm request per replica tried.
 const selfAlarmTimeout = 10 * time.Second
 
-// SelfAlarm implements node.SelfAlarmFunc: it forwards the actor's alarm
+// selfAlarm is SelfCall's alarms call: it forwards the actor's alarm
 // request to a replica with a welcomed session (the next one if that
 // replica cannot be reached) and relays its answer; 503 when none
 // answers, so the actor retries.
-func (a *Agent) SelfAlarm(ctx context.Context, worker, actorUID string, body []byte) (int, []byte) {
+func (a *Agent) selfAlarm(ctx context.Context, worker, actorUID string, body []byte) (int, []byte) {
 	req := &atev1.SetSelfAlarmRequest{Node: a.cfg.Node.Name(), Worker: worker, ActorUid: actorUID, Body: body}
 	var resp *atev1.SetSelfAlarmResponse
 	last := a.forwardSelf(ctx, func(ctx context.Context, c atev1.NodeRegistryClient) (err error) {

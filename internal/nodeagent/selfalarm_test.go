@@ -14,7 +14,8 @@ import (
 )
 
 // TestSetSelfAlarm: the registry relays a node's forwarded alarm request
-// to its handler only for the node's own workers.
+// to its self-call handler, as the alarms call, only for the node's own
+// workers.
 func TestSetSelfAlarm(t *testing.T) {
 	ctx := context.Background()
 	r, _, st := newTestRegistry(t)
@@ -26,8 +27,8 @@ func TestSetSelfAlarm(t *testing.T) {
 		t.Fatalf("without a handler: %v, want Unimplemented", err)
 	}
 	var got string
-	r.SetSelfAlarmHandler(func(_ context.Context, worker, uid string, body []byte) (int, []byte) {
-		got = worker + " " + uid + " " + string(body)
+	r.SetSelfCallHandler(func(_ context.Context, worker, uid, call string, body []byte) (int, []byte) {
+		got = worker + " " + uid + " " + call + " " + string(body)
 		return http.StatusCreated, []byte(`{"id":"a1"}`)
 	})
 	for _, tc := range []struct {
@@ -45,7 +46,7 @@ func TestSetSelfAlarm(t *testing.T) {
 			if status.Code(err) != tc.code {
 				t.Fatalf("SetSelfAlarm = %v, want %s", err, tc.code)
 			}
-			if tc.code == codes.OK && (resp.GetStatus() != http.StatusCreated || string(resp.GetAnswer()) != `{"id":"a1"}` || got != "w1 uid-1 b") {
+			if tc.code == codes.OK && (resp.GetStatus() != http.StatusCreated || string(resp.GetAnswer()) != `{"id":"a1"}` || got != "w1 uid-1 alarms b") {
 				t.Fatalf("answer %d %q, handler got %q", resp.GetStatus(), resp.GetAnswer(), got)
 			}
 			if tc.code != codes.OK && got != "" {

@@ -12,12 +12,14 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
 
-// SetSelfCallHandler makes SelfCall answer with f (the API server's
-// token and checkpoint calls, which check the worker's assignment);
-// without one it answers UNIMPLEMENTED. Call it before serving.
+// SetSelfCallHandler makes SelfCall and SetSelfAlarm answer with f (the
+// API server's self-service calls, which check the worker's assignment
+// and map their verdicts to HTTP statuses); without one they answer
+// UNIMPLEMENTED. Call it before serving.
 func (r *Registry) SetSelfCallHandler(f node.SelfCallFunc) {
 	r.mu.Lock()
 	r.selfCall = f
@@ -29,17 +31,28 @@ func (r *Registry) SetSelfCallHandler(f node.SelfCallFunc) {
 // node's certificate identity, the node must be the one named — before
 // f, which checks the worker's assignment, answers.
 func (r *Registry) SelfCall(ctx context.Context, req *atev1.SelfCallRequest) (*atev1.SelfCallResponse, error) {
+	code, answer, err := r.answerSelf(ctx, req.GetNode(), req.GetWorker(), req.GetActorUid(), req.GetCall(), req.GetBody())
+	if err != nil {
+		return nil, err
+	}
+	return &atev1.SelfCallResponse{Status: int32(code), Answer: answer}, nil
+}
+
+// answerSelf is the self-call handler's answer to call from the actor
+// incarnation actorUID on worker, once the worker is the calling node's;
+// a gRPC error when there is no handler or the worker is not the node's.
+func (r *Registry) answerSelf(ctx context.Context, nodeName, worker, actorUID, call string, body []byte) (int, []byte, error) {
 	r.mu.Lock()
 	f := r.selfCall
 	r.mu.Unlock()
 	if f == nil {
-		return nil, status.Error(codes.Unimplemented, "this API server answers no self-service calls")
+		return 0, nil, status.Error(codes.Unimplemented, "this API server answers no self-service calls")
 	}
-	if err := r.ownWorker(ctx, req.GetNode(), req.GetWorker()); err != nil {
-		return nil, err
+	if err := r.ownWorker(ctx, nodeName, worker); err != nil {
+		return 0, nil, err
 	}
-	code, answer := f(ctx, req.GetWorker(), req.GetActorUid(), req.GetCall(), req.GetBody())
-	return &atev1.SelfCallResponse{Status: int32(code), Answer: answer}, nil
+	code, answer := f(ctx, worker, actorUID, call, body)
+	return code, answer, nil
 }
 
 // ownWorker returns nil if the record store registers worker as node's;
@@ -66,8 +79,12 @@ func (r *Registry) ownWorker(ctx context.Context, nodeName, worker string) error
 // retries, 501 when the API server answers no such calls — except a
 // suspend or pause, which an API server from before SelfCall gets as the
 // SELF_REQUEST event it checks on its own (202), so a rolling upgrade
-// keeps self-service working.
+// keeps self-service working. The alarms call goes as SetSelfAlarm, which
+// API servers from before SelfCall answer too.
 func (a *Agent) SelfCall(ctx context.Context, worker, actorUID, call string, body []byte) (int, []byte) {
+	if call == nodeapi.SelfCallAlarms {
+		return a.selfAlarm(ctx, worker, actorUID, body)
+	}
 	req := &atev1.SelfCallRequest{Node: a.cfg.Node.Name(), Worker: worker, ActorUid: actorUID, Call: call, Body: body}
 	var resp *atev1.SelfCallResponse
 	err := a.forwardSelf(ctx, func(ctx context.Context, c atev1.NodeRegistryClient) (err error) {

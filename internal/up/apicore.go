@@ -99,8 +99,7 @@ func newAPICore(ctx context.Context, c apiCoreConfig) (*apiCore, error) {
 	}
 	core.alarms = alarm.New(c.Store, core.lifecycle, ac, c.Logger)
 	core.api.SetAlarms(core.alarms)
-	core.registry.SetSelfAlarmHandler(core.alarms.ServeSelf)
 	core.issuer = c.Identity.newIssuer(c.Store, c.Logger)
-	core.registry.SetSelfCallHandler(selfCalls(core.issuer, core.lifecycle))
+	core.registry.SetSelfCallHandler(apiserver.NewSelfService(core.alarms, core.issuer, core.lifecycle, c.Logger).Answer)
 	return core, nil
 }

@@ -1,16 +1,12 @@
 package up
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
-	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/identity"
-	"substrate.dev/ate/internal/lifecycle"
-	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -47,22 +43,6 @@ func issuerURLFor(addr string) string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
-}
-
-// selfCalls answers the self-service calls the API server checks: token
-// by iss, suspend and pause by lc; each after checking the worker's
-// assignment in the record store. An unknown call answers 404.
-func selfCalls(iss *identity.Issuer, lc *lifecycle.Manager) node.SelfCallFunc {
-	return func(ctx context.Context, worker, actorUID, call string, body []byte) (int, []byte) {
-		if call == node.SelfCallToken {
-			return iss.ServeSelf(ctx, worker, actorUID, body)
-		}
-		action, err := checkpoint.ParseAction(call)
-		if err != nil {
-			return http.StatusNotFound, []byte(err.Error() + "\n")
-		}
-		return lc.ServeSelfCheckpoint(ctx, worker, actorUID, action)
-	}
 }
 
 // withIdentity serves iss's discovery document and JWKS beside h (the

@@ -68,7 +68,7 @@ var errUnknownCall = errors.New("unknown self-service call")
 
 // Answer answers call (nodeapi.SelfCallAlarms, nodeapi.SelfCallToken or
 // a checkpoint action's name) from the actor incarnation actorUID on
-// worker, with the body it sent; it is a node.SelfCallFunc, which the
+// worker, with the body it sent; it is a nodeapi.SelfCallFunc, which the
 // node registry calls. Accepted calls answer 201 with the alarm's
 // {"id", "time"}, 200 with the token as JSON, or 202 "<action>
 // requested"; refusals answer selfStatus's status with the error's

@@ -45,12 +45,6 @@ func signal(c chan<- struct{}) {
 	}
 }
 
-// SetIdleHandler sets who is told, with the worker's name, each time the
-// actor a worker hosts has no request in flight left but streams: the
-// moment it may become an eviction victim. f runs on the request's
-// goroutine and must not block.
-func (n *Node) SetIdleHandler(f func(worker string)) { n.onIdle.Store(&f) }
-
 // isStream reports whether r opens a long-lived exchange: a protocol
 // upgrade (WebSocket) or a request for Server-Sent Events.
 func isStream(r *http.Request) bool {

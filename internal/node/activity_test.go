@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -32,8 +33,8 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatalf("after one request: %+v", act)
 	}
 
-	var idle []string
-	n.SetIdleHandler(func(worker string) { idle = append(idle, worker) })
+	up := &recordingUplink{}
+	n.SetUplink(up)
 	_, wsEnding, releaseStream, ok := n.enter(w, "a", wsRequest())
 	if !ok || wsEnding != nil {
 		t.Fatal("stream not admitted")
@@ -44,15 +45,15 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatalf("with a stream and two requests open: %+v", act)
 	}
 	releasePlain()
-	if len(idle) != 0 {
-		t.Fatalf("idle reported with a request still open: %v", idle)
+	if len(up.idle) != 0 {
+		t.Fatalf("idle reported with a request still open: %v", up.idle)
 	}
 	releasePlain2()
 	if act, _ = n.WorkerActivity(w); act.InFlight != 1 || act.Streams != 1 || act.Served != 3 {
 		t.Fatalf("with the stream open: %+v", act)
 	}
-	if len(idle) != 1 || idle[0] != w {
-		t.Fatalf("idle reports %v, want one for %s once only the stream is open", idle, w)
+	if len(up.idle) != 1 || up.idle[0] != w {
+		t.Fatalf("idle reports %v, want one for %s once only the stream is open", up.idle, w)
 	}
 	// A listening stream is a stream too, counted apart, and told when a
 	// drain starts; a WebSocket is not.
@@ -61,10 +62,10 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatalf("with a WebSocket and a listening stream open: %+v (ending %v)", act, ending)
 	}
 	releaseListen()
-	if act, _ = n.WorkerActivity(w); act.Listeners != 0 || len(idle) != 2 {
-		t.Fatalf("after the listening stream: %+v, idle reports %v (want a second one)", act, idle)
+	if act, _ = n.WorkerActivity(w); act.Listeners != 0 || len(up.idle) != 2 {
+		t.Fatalf("after the listening stream: %+v, idle reports %v (want a second one)", act, up.idle)
 	}
-	idle = idle[:1]
+	up.idle = up.idle[:1]
 
 	if err := n.Stop(t.Context(), w, "a"); err != nil {
 		t.Fatal(err)
@@ -76,8 +77,8 @@ func TestWorkerActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	releaseStream() // a's stream ends after b started
-	if len(idle) != 1 {
-		t.Fatalf("a's late stream reported b's worker idle: %v", idle)
+	if len(up.idle) != 1 {
+		t.Fatalf("a's late stream reported b's worker idle: %v", up.idle)
 	}
 	if act, _ = n.WorkerActivity(w); act.ActorUID != "b" || act.InFlight != 0 || act.Streams != 0 || act.Served != 0 {
 		t.Fatalf("b's activity after a's late stream ended: %+v", act)
@@ -102,4 +103,14 @@ func listenRequest() *http.Request {
 	r := httptest.NewRequest(http.MethodGet, "/sse", nil)
 	r.Header.Set("Accept", "text/event-stream")
 	return r
+}
+
+// recordingUplink is a node's control plane that records what it is
+// told and answers no self-service call.
+type recordingUplink struct{ idle []string }
+
+func (u *recordingUplink) WorkerExited(string, string) {}
+func (u *recordingUplink) WorkerIdle(worker string)    { u.idle = append(u.idle, worker) }
+func (u *recordingUplink) SelfCall(context.Context, string, string, string, []byte) (int, []byte) {
+	return http.StatusNotImplemented, nil
 }

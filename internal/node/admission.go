@@ -246,8 +246,8 @@ func (n *Node) enter(worker, actorUID string, r *http.Request) (t tunnelTarget, 
 	}
 	return tunnelTarget{worker: worker, container: adm.container, port: adm.port, sb: s.sb}, adm.ending, func() {
 		if idle := adm.release(); idle {
-			if f := n.onIdle.Load(); f != nil {
-				(*f)(worker)
+			if u := n.up(); u != nil {
+				u.WorkerIdle(worker)
 			}
 		}
 	}, true

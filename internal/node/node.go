@@ -24,6 +24,7 @@ import (
 	"substrate.dev/ate/internal/egress"
 	"substrate.dev/ate/internal/image"
 	"substrate.dev/ate/internal/metrics"
+	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/sandbox"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -40,10 +41,6 @@ type SlotSetup func(ctx context.Context, name string) (sandbox.Slot, error)
 
 // SlotTeardown removes what SlotSetup made.
 type SlotTeardown func(ctx context.Context, slot sandbox.Slot) error
-
-// ExitFunc is told when the sandbox of actorUID on worker exited on its
-// own (not by checkpoint or stop). The worker is already empty.
-type ExitFunc func(worker, actorUID string)
 
 // Config configures a Node.
 type Config struct {
@@ -152,15 +149,10 @@ type Node struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
-	exitMu sync.Mutex
-	onExit ExitFunc
-	// selfCall answers alarms, token, suspend and pause on the
-	// self-service endpoint (SetSelfCallHandler); nil: alarms and token
-	// 501, checkpoints unchecked.
-	selfCall SelfCallFunc
-	// onIdle is told when a worker's last request other than streams
-	// ends (admission.go); nil when nobody listens.
-	onIdle atomic.Pointer[func(worker string)]
+	// uplink is told of exits and idle workers and answers self-service
+	// calls (SetUplink); nil until set. Atomic: exits and requests read
+	// it on their own goroutines.
+	uplink atomic.Pointer[nodeapi.Uplink]
 	// fenced refuses all tunnel traffic (Fence).
 	fenced atomic.Bool
 
@@ -239,11 +231,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// SetExitHandler sets who is told about sandboxes that exit on their own.
-func (n *Node) SetExitHandler(f ExitFunc) {
-	n.exitMu.Lock()
-	defer n.exitMu.Unlock()
-	n.onExit = f
+// SetUplink sets what the node tells its control plane: sandboxes that
+// exit on their own, workers that become idle, and actors' self-service
+// calls. Set it before ServeSelfService.
+func (n *Node) SetUplink(u nodeapi.Uplink) { n.uplink.Store(&u) }
+
+// up returns the uplink, nil when none is set.
+func (n *Node) up() nodeapi.Uplink {
+	if u := n.uplink.Load(); u != nil {
+		return *u
+	}
+	return nil
 }
 
 // Workers describes this node's workers for registration in the store.
@@ -394,10 +392,7 @@ func (n *Node) watch(s *slot, id, actorUID string) {
 		n.refill(s)
 	}
 	s.opMu.Unlock()
-	n.exitMu.Lock()
-	f := n.onExit
-	n.exitMu.Unlock()
-	if still && f != nil {
-		f(s.name, actorUID)
+	if u := n.up(); still && u != nil {
+		u.WorkerExited(s.name, actorUID)
 	}
 }

@@ -40,28 +40,6 @@ import (
 // 429 with Retry-After, and slow or idle connections are closed.
 const SelfServiceAddr = "169.254.17.1:80"
 
-// SelfFunc is asked to act on the actor hosted by worker; it must not
-// block on the checkpoint itself.
-type SelfFunc func(worker, actorUID string, action checkpoint.Action)
-
-// SelfCallFunc answers a self-service call for the actor incarnation
-// actorUID hosted by worker: call is nodeapi.SelfCallAlarms,
-// nodeapi.SelfCallToken or a checkpoint action's name, body what the
-// actor sent (at most maxSelfBody bytes). It returns the HTTP status and
-// body to answer with, after the API server checked the worker's
-// assignment in the record store (409 when it no longer holds). It may
-// block on the record store, never on the actor's checkpoint. It is
-// the one shape of the self-service up-call on both sides of the node
-// protocol: the node agent's forwarding (nodeagent.Agent.SelfCall) is
-// one, the API server's answer the node registry calls another.
-type SelfCallFunc func(ctx context.Context, worker, actorUID, call string, body []byte) (status int, answer []byte)
-
-// SetSelfCallHandler makes POST /v1/alarms, /v1/token, /v1/suspend and
-// /v1/pause on the self-service endpoint call f; without one alarms and
-// token answer 501 and suspend and pause go to ServeSelfService's
-// SelfFunc unchecked. Call it before ServeSelfService.
-func (n *Node) SetSelfCallHandler(f SelfCallFunc) { n.selfCall = f }
-
 // maxSelfBody bounds a self-service call's body: an alarm's path of at
 // most 1 KiB and its time, or a token's audience of at most 256 bytes,
 // fit well within it.
@@ -72,8 +50,12 @@ const maxSelfBody = 4 << 10
 // once every listener is closed and its server goroutine has ended.
 // Sandbox classes without namespaces (fake) have nothing to serve and
 // wait for ctx alone.
-func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
-	ss := selfService{log: n.log, f: f, call: n.selfCall, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService},
+func (n *Node) ServeSelfService(ctx context.Context) error {
+	var call nodeapi.SelfCallFunc
+	if u := n.up(); u != nil {
+		call = u.SelfCall
+	}
+	ss := selfService{log: n.log, call: call, limits: selfServiceLimits{SelfServiceLimits: n.cfg.SelfService},
 		metrics: n.cfg.Metrics}
 	defer ss.close()
 	for _, name := range n.order {
@@ -90,15 +72,15 @@ func (n *Node) ServeSelfService(ctx context.Context, f SelfFunc) error {
 }
 
 // selfService is the self-service endpoint of a node's workers: one HTTP
-// server per worker, in its outer namespace, asking f to act on the actor
+// server per worker, in its outer namespace, asking call about the actor
 // the worker's gate admits, each bounded by limits on its own (a worker
 // that floods its endpoint is refused, the others are not). It reads
 // nothing else of the node. Not safe for concurrent use:
 // ServeSelfService owns it.
 type selfService struct {
-	log    *slog.Logger
-	f      SelfFunc
-	call   SelfCallFunc
+	log *slog.Logger
+	// call answers every call (the node's Uplink); nil answers 501.
+	call   nodeapi.SelfCallFunc
 	limits selfServiceLimits
 	// metrics counts refusals; nil counts none. Refusals are not logged:
 	// a flood would flood the log.
@@ -170,18 +152,11 @@ func (ss *selfService) handler(s *slot) http.Handler {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
-		if ss.call != nil {
-			ss.relay(w, r, s, -1, action.String())
+		if ss.call == nil {
+			http.Error(w, action.String()+" is not available from this node's self-service endpoint; use the Control API (ate "+action.String()+")", http.StatusNotImplemented)
 			return
 		}
-		uid := s.gate.hosted()
-		if uid == "" {
-			http.Error(w, "this worker hosts no actor", http.StatusConflict)
-			return
-		}
-		ss.f(s.name, uid, action)
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = w.Write([]byte(action.String() + " requested\n"))
+		ss.relay(w, r, s, -1, action.String())
 	})
 	return limitCalls(s, ss.limits.withDefaults(), func() { ss.metrics.SelfServiceRefused(metrics.SelfRefusedRate) }, mux)
 }

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"substrate.dev/ate/internal/nodeapi"
 )
 
 // TestSelfServiceAlarms: POST /v1/alarms hands the hosted actor's worker,
@@ -20,7 +22,7 @@ func TestSelfServiceAlarms(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		handler SelfCallFunc
+		handler nodeapi.SelfCallFunc
 		hosted  string
 		body    string
 		status  int
@@ -57,12 +59,12 @@ func TestSelfServiceAlarms(t *testing.T) {
 // TestSelfServiceCalls: token, suspend and pause hand the hosted actor's
 // worker, uid, call and body to the call handler (the API server, which
 // checks the assignment) and relay its verdict, a refusal included; no
-// actor means 409 without asking; no handler: token 501, checkpoints
-// through the unchecked SelfFunc.
+// actor means 409 without asking; no handler (no uplink): 501, nothing
+// done.
 func TestSelfServiceCalls(t *testing.T) {
 	type call struct{ worker, uid, call, body string }
 	var got call
-	verdict := func(status int, answer string) SelfCallFunc {
+	verdict := func(status int, answer string) nodeapi.SelfCallFunc {
 		return func(_ context.Context, worker, uid, c string, body []byte) (int, []byte) {
 			got = call{worker, uid, c, string(body)}
 			return status, []byte(answer)
@@ -70,7 +72,7 @@ func TestSelfServiceCalls(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, path, body, hosted string
-		handler                  SelfCallFunc
+		handler                  nodeapi.SelfCallFunc
 		status                   int
 		answer                   string
 		want                     call
@@ -83,6 +85,7 @@ func TestSelfServiceCalls(t *testing.T) {
 		{"token no actor", "/v1/token", ``, "", verdict(200, "x"), 409, "hosts no actor", call{}, ""},
 		{"suspend", "/v1/suspend", ``, "uid-1", verdict(202, "suspend requested"), 202, "suspend requested", call{"w3", "uid-1", "suspend", ""}, ""},
 		{"pause refused", "/v1/pause", ``, "uid-1", verdict(409, "not on worker"), 409, "not on worker", call{"w3", "uid-1", "pause", ""}, ""},
+		{"suspend no handler", "/v1/suspend", ``, "uid-1", nil, 501, "not available", call{}, ""},
 		{"unknown action", "/v1/explode", ``, "uid-1", verdict(202, "x"), 404, "", call{}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -127,9 +127,7 @@ func NewAgent(cfg AgentConfig) *Agent {
 	}
 	a := &Agent{cfg: cfg, log: log, epoch: time.Now().UnixNano(), links: map[string]*link{}, resolveNow: make(chan struct{}, 1)}
 	n := cfg.Node
-	n.SetExitHandler(a.Exited)
-	n.SetIdleHandler(a.Idle)
-	n.SetSelfCallHandler(a.SelfCall)
+	n.SetUplink(a)
 	return a
 }
 
@@ -162,20 +160,24 @@ func (l *link) report(ev *atev1.NodeEvent) {
 	}
 }
 
-// Exited, Idle and SelfRequest are the node's handlers
-// (node.SetExitHandler, SetIdleHandler, ServeSelfService) forwarding to
-// the API server.
-func (a *Agent) Exited(worker, actorUID string) {
+// The Agent is its node's Uplink: what the node tells the control plane
+// goes to the API server replicas, as events (WorkerExited, WorkerIdle)
+// or calls (SelfCall).
+var _ nodeapi.Uplink = (*Agent)(nil)
+
+// WorkerExited implements nodeapi.Uplink.
+func (a *Agent) WorkerExited(worker, actorUID string) {
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_EXITED, Worker: worker, ActorUid: actorUID})
 }
 
-// Idle implements the node's idle handler.
-func (a *Agent) Idle(worker string) {
+// WorkerIdle implements nodeapi.Uplink.
+func (a *Agent) WorkerIdle(worker string) {
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_IDLE, Worker: worker})
 }
 
-// SelfRequest implements node.SelfFunc.
-func (a *Agent) SelfRequest(worker, actorUID string, action checkpoint.Action) {
+// selfRequest reports a self-requested checkpoint as an event, unchecked:
+// the way of API servers from before the SelfCall RPC.
+func (a *Agent) selfRequest(worker, actorUID string, action checkpoint.Action) {
 	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_SELF_REQUEST, Worker: worker, ActorUid: actorUID, Action: action.String()})
 }
 

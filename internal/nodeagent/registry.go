@@ -19,7 +19,6 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
-	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
@@ -87,7 +86,7 @@ type Registry struct {
 	wf nodeapi.Events
 	// selfCall answers SelfCall and SetSelfAlarm (selfcall.go,
 	// selfalarm.go); nil: UNIMPLEMENTED.
-	selfCall node.SelfCallFunc
+	selfCall nodeapi.SelfCallFunc
 
 	members  map[string]*member
 	byWorker map[string]string // worker → node, live members only

@@ -11,7 +11,6 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
-	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/store"
 )
@@ -20,7 +19,7 @@ import (
 // API server's self-service calls, which check the worker's assignment
 // and map their verdicts to HTTP statuses); without one they answer
 // UNIMPLEMENTED. Call it before serving.
-func (r *Registry) SetSelfCallHandler(f node.SelfCallFunc) {
+func (r *Registry) SetSelfCallHandler(f nodeapi.SelfCallFunc) {
 	r.mu.Lock()
 	r.selfCall = f
 	r.mu.Unlock()
@@ -73,7 +72,7 @@ func (r *Registry) ownWorker(ctx context.Context, nodeName, worker string) error
 	return nil
 }
 
-// SelfCall implements node.SelfCallFunc: it forwards the actor's call to
+// SelfCall implements nodeapi.SelfCallFunc: it forwards the actor's call to
 // a replica with a welcomed session (the next one if that replica cannot
 // be reached) and relays its answer; 503 when none answers, so the actor
 // retries, 501 when the API server answers no such calls — except a
@@ -97,7 +96,7 @@ func (a *Agent) SelfCall(ctx context.Context, worker, actorUID, call string, bod
 	code := http.StatusServiceUnavailable
 	if st, ok := status.FromError(errors.Unwrap(err)); ok && st.Code() == codes.Unimplemented {
 		if action, perr := checkpoint.ParseAction(call); perr == nil {
-			a.SelfRequest(worker, actorUID, action)
+			a.selfRequest(worker, actorUID, action)
 			return http.StatusAccepted, []byte(action.String() + " requested\n")
 		}
 		code = http.StatusNotImplemented

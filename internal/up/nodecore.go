@@ -43,6 +43,6 @@ func newNodeParts(ctx context.Context, nc node.Config, ac nodeagent.AgentConfig)
 // self-service endpoint and the registration (the agent's sessions,
 // first's receiving the first one's outcome).
 func (p nodeParts) add(r *runner.Runner, first chan<- error) {
-	r.Add("self-service", func(ctx context.Context) error { return p.node.ServeSelfService(ctx, p.agent.SelfRequest) })
+	r.Add("self-service", func(ctx context.Context) error { return p.node.ServeSelfService(ctx) })
 	r.Add("registration", func(ctx context.Context) error { return p.agent.Run(ctx, first) })
 }

@@ -33,12 +33,12 @@ func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) 
 		}
 		elapsed := a.now().Sub(begin).Round(100 * time.Millisecond)
 		st := t.GetStatus()
-		switch st.GetPhase() {
-		case "READY":
-			fmt.Fprintf(out, "template %s/%s READY after %s\n", atespace, name, elapsed)
+		switch phase := st.PhaseOrName(); phase {
+		case atev1.ActorTemplateStatus_READY:
+			fmt.Fprintf(out, "template %s/%s %s after %s\n", atespace, name, phase, elapsed)
 			return nil
-		case "FAILED":
-			return fmt.Errorf("golden build of template %s/%s FAILED after %s: %s", atespace, name, elapsed, st.GetMessage())
+		case atev1.ActorTemplateStatus_FAILED:
+			return fmt.Errorf("golden build of template %s/%s %s after %s: %s", atespace, name, phase, elapsed, st.GetMessage())
 		}
 		if m := st.GetMessage(); m != "" {
 			phases := strings.Split(m, atev1.BuildPhaseSeparator)

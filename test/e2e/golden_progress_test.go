@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
 // TestCreateTemplateWaitShowsPhases: `ate create template --wait` prints
@@ -39,7 +41,7 @@ func TestCreateTemplateWaitShowsPhases(t *testing.T) {
 	bad := "name: broken\ncontainers:\n- name: c\n  image: oci:" + filepath.Join(repoDir, "build/images/counter") +
 		"\n  command: [\"/no/such/program\"]\n  ports: [8080]\nwakeupProbe:\n  httpGet: {path: /healthz, port: 8080}\n"
 	_, errOut, code = in.ateRun(strings.NewReader(bad), "create", "template", "-f", "-", "--wait")
-	if code != 1 || !strings.Contains(errOut, "FAILED") || !strings.Contains(errOut, "/no/such/program") {
+	if code != 1 || !strings.Contains(errOut, atev1.ActorTemplateStatus_FAILED.String()) || !strings.Contains(errOut, "/no/such/program") {
 		t.Fatalf("create template --wait of a failing build: exit %d, stderr %q; want 1 and FAILED with the reason", code, errOut)
 	}
 }

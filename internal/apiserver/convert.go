@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -26,9 +27,11 @@ func templateToProto(t *store.Template) *atev1.ActorTemplate {
 
 // templateStatusToProto is t's status: its phase as the enum and, for
 // clients older than it, as the deprecated phase_name (the store's
-// phases are the enum's names).
+// phases are the enum's names); its build phases, and for clients older
+// than those, the message that joins their text.
 func templateStatusToProto(t *store.Template) *atev1.ActorTemplateStatus {
-	st := &atev1.ActorTemplateStatus{Message: t.Message, GoldenSnapshot: t.GoldenSnapshot, ImageDigest: t.ImageDigest}
+	st := &atev1.ActorTemplateStatus{Message: t.Message, GoldenSnapshot: t.GoldenSnapshot, ImageDigest: t.ImageDigest,
+		BuildPhases: slices.Clone(t.BuildPhases)}
 	st.FillPhase(atev1.ActorTemplateStatus_Phase(atev1.ActorTemplateStatus_Phase_value[string(t.Phase)]))
 	return st
 }

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -12,17 +13,18 @@ import (
 
 // TestTemplateStatusToProto: every template phase the store keeps goes
 // out as the enum and, for clients older than it, as the deprecated
-// phase_name (which alone must name the same phase); the message goes out
-// as kept.
+// phase_name (which alone must name the same phase); the build phases,
+// and the message that joins their text, go out as kept.
 func TestTemplateStatusToProto(t *testing.T) {
+	building := []atev1.BuildPhase{atev1.BuildPhase_IMAGE, atev1.BuildPhase_BOOT}
 	for _, tc := range []struct {
 		tpl  store.Template
 		want atev1.ActorTemplateStatus_Phase
 	}{
-		{store.Template{Phase: store.TemplateBuilding, Message: "pulling and unpacking the image; booting the sandbox"},
-			atev1.ActorTemplateStatus_BUILDING},
+		{store.Template{Phase: store.TemplateBuilding, BuildPhases: building,
+			Message: "pulling and unpacking the image; booting the sandbox"}, atev1.ActorTemplateStatus_BUILDING},
 		{store.Template{Phase: store.TemplateReady, GoldenSnapshot: "t/golden"}, atev1.ActorTemplateStatus_READY},
-		{store.Template{Phase: store.TemplateFailed, Message: "boom"}, atev1.ActorTemplateStatus_FAILED},
+		{store.Template{Phase: store.TemplateFailed, Message: "boom", BuildPhases: building[:1]}, atev1.ActorTemplateStatus_FAILED},
 	} {
 		t.Run(string(tc.tpl.Phase), func(t *testing.T) {
 			got := templateStatusToProto(&tc.tpl)
@@ -35,8 +37,8 @@ func TestTemplateStatusToProto(t *testing.T) {
 			if p := older.PhaseOrName(); p != tc.want {
 				t.Errorf("phase_name names %v, want %v", p, tc.want)
 			}
-			if got.GetMessage() != tc.tpl.Message {
-				t.Errorf("message %q, want %q", got.GetMessage(), tc.tpl.Message)
+			if !slices.Equal(got.GetBuildPhases(), tc.tpl.BuildPhases) || got.GetMessage() != tc.tpl.Message {
+				t.Errorf("build phases %v, message %q; want %v, %q", got.GetBuildPhases(), got.GetMessage(), tc.tpl.BuildPhases, tc.tpl.Message)
 			}
 		})
 	}

@@ -9,10 +9,20 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
-// TestCreateTemplateWait: from an API server older than the phase enum
-// (phase_name only), `ate create template --wait` still ends at READY
-// (exit 0) or FAILED (exit 1 with the message).
+// TestCreateTemplateWait: `ate create template --wait` prints each phase
+// of the golden build once, in order, from the status's build_phases,
+// and ends at READY (exit 0) or FAILED (exit 1 with the message). From
+// an API server older than the enums (phase_name only, no build_phases)
+// it still ends at READY or FAILED, without progress lines.
 func TestCreateTemplateWait(t *testing.T) {
+	const (
+		image = atev1.BuildPhase_IMAGE
+		boot  = atev1.BuildPhase_BOOT
+		probe = atev1.BuildPhase_PROBE
+	)
+	building := func(phases ...atev1.BuildPhase) *atev1.ActorTemplateStatus {
+		return &atev1.ActorTemplateStatus{Phase: atev1.ActorTemplateStatus_BUILDING, BuildPhases: phases}
+	}
 	for _, tc := range []struct {
 		name     string
 		statuses []*atev1.ActorTemplateStatus // the template's, poll by poll
@@ -20,11 +30,24 @@ func TestCreateTemplateWait(t *testing.T) {
 		stdout   string
 		stderr   string
 	}{
+		{name: "phases then READY",
+			statuses: []*atev1.ActorTemplateStatus{building(), building(), building(image), building(image, boot, probe),
+				building(image, boot, probe), {Phase: atev1.ActorTemplateStatus_READY}},
+			stdout: "template default/web created (golden snapshot building)\n",
+			stderr: "  pulling and unpacking the image (0s)\n  booting the sandbox (0s)\n  waiting for the wakeup probe (0s)\n" +
+				"template default/web READY after 0s\n"},
+		{name: "FAILED keeps the reason",
+			statuses: []*atev1.ActorTemplateStatus{building(), building(image),
+				{Phase: atev1.ActorTemplateStatus_FAILED, Message: "image not found", BuildPhases: []atev1.BuildPhase{image}}},
+			code:   1,
+			stdout: "template default/web created (golden snapshot building)\n",
+			stderr: "  pulling and unpacking the image (0s)\n" +
+				"Error: golden build of template default/web FAILED after 0s: image not found\n"},
 		{name: "older server: phase_name only",
 			statuses: []*atev1.ActorTemplateStatus{older(atev1.ActorTemplateStatus_BUILDING, ""),
-				older(atev1.ActorTemplateStatus_BUILDING, "pulling and unpacking the image"), older(atev1.ActorTemplateStatus_READY, "")},
+				older(atev1.ActorTemplateStatus_BUILDING, image.Text()), older(atev1.ActorTemplateStatus_READY, "")},
 			stdout: "template default/web created (golden snapshot building)\n",
-			stderr: "  pulling and unpacking the image (0s)\ntemplate default/web READY after 0s\n"},
+			stderr: "template default/web READY after 0s\n"},
 		{name: "older server: FAILED",
 			statuses: []*atev1.ActorTemplateStatus{older(atev1.ActorTemplateStatus_BUILDING, ""),
 				older(atev1.ActorTemplateStatus_FAILED, "boom")},

@@ -528,7 +528,9 @@ func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *
 			_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
 		}()
 	case atev1.NodeEvent_BUILD_PROGRESS:
-		m.remote.buildProgress(ev.GetTemplateUid(), ev.GetPhase())
+		if p := ev.BuildPhaseOrText(); p != atev1.BuildPhase_BUILD_PHASE_UNSPECIFIED {
+			m.remote.buildProgress(ev.GetTemplateUid(), nodeapi.BuildPhase(p))
+		}
 	case atev1.NodeEvent_LEAVE:
 		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
 	}

@@ -21,8 +21,10 @@ func TestCreateTemplateWaitShowsPhases(t *testing.T) {
 	// and READY ends it. READY clears the phase list, so the last phases
 	// of a fast build (here a few hundred ms) may go unprinted
 	// (docs/debugging.md).
-	phases := []string{"pulling and unpacking the image", "booting the sandbox", "waiting for the wakeup probe",
-		"checkpointing the golden snapshot"}
+	var phases []string
+	for _, p := range []atev1.BuildPhase{atev1.BuildPhase_IMAGE, atev1.BuildPhase_BOOT, atev1.BuildPhase_PROBE, atev1.BuildPhase_CHECKPOINT} {
+		phases = append(phases, p.Text())
+	}
 	if !strings.Contains(errOut, phases[0]) {
 		t.Fatalf("create template --wait output lacks the first phase %q:\n%s", phases[0], errOut)
 	}

@@ -26,6 +26,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// BuildPhase is a phase of a template's golden build, in the order a
+// build begins them. The comments give each phase's human text, which
+// `ate create template --wait` prints and a BUILDING template's status
+// message joins for clients older than this enum.
+type BuildPhase int32
+
+const (
+	BuildPhase_BUILD_PHASE_UNSPECIFIED BuildPhase = 0
+	// "pulling and unpacking the image"
+	BuildPhase_IMAGE BuildPhase = 1
+	// "booting the sandbox"
+	BuildPhase_BOOT BuildPhase = 2
+	// "waiting for the wakeup probe"
+	BuildPhase_PROBE BuildPhase = 3
+	// "checkpointing the golden snapshot"
+	BuildPhase_CHECKPOINT BuildPhase = 4
+)
+
+// Enum value maps for BuildPhase.
+var (
+	BuildPhase_name = map[int32]string{
+		0: "BUILD_PHASE_UNSPECIFIED",
+		1: "IMAGE",
+		2: "BOOT",
+		3: "PROBE",
+		4: "CHECKPOINT",
+	}
+	BuildPhase_value = map[string]int32{
+		"BUILD_PHASE_UNSPECIFIED": 0,
+		"IMAGE":                   1,
+		"BOOT":                    2,
+		"PROBE":                   3,
+		"CHECKPOINT":              4,
+	}
+)
+
+func (x BuildPhase) Enum() *BuildPhase {
+	p := new(BuildPhase)
+	*p = x
+	return p
+}
+
+func (x BuildPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BuildPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[0].Descriptor()
+}
+
+func (BuildPhase) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[0]
+}
+
+func (x BuildPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BuildPhase.Descriptor instead.
+func (BuildPhase) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
 type ActorState int32
 
 const (
@@ -77,11 +140,11 @@ func (x ActorState) String() string {
 }
 
 func (ActorState) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[0].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[1].Descriptor()
 }
 
 func (ActorState) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[0]
+	return &file_ate_v1_control_proto_enumTypes[1]
 }
 
 func (x ActorState) Number() protoreflect.EnumNumber {
@@ -90,7 +153,7 @@ func (x ActorState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ActorState.Descriptor instead.
 func (ActorState) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
 }
 
 // CheckpointReason is why an actor was suspended or paused.
@@ -137,11 +200,11 @@ func (x CheckpointReason) String() string {
 }
 
 func (CheckpointReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[1].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[2].Descriptor()
 }
 
 func (CheckpointReason) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[1]
+	return &file_ate_v1_control_proto_enumTypes[2]
 }
 
 func (x CheckpointReason) Number() protoreflect.EnumNumber {
@@ -150,7 +213,7 @@ func (x CheckpointReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointReason.Descriptor instead.
 func (CheckpointReason) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 type Alarm_State int32
@@ -188,11 +251,11 @@ func (x Alarm_State) String() string {
 }
 
 func (Alarm_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[2].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[3].Descriptor()
 }
 
 func (Alarm_State) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[2]
+	return &file_ate_v1_control_proto_enumTypes[3]
 }
 
 func (x Alarm_State) Number() protoreflect.EnumNumber {
@@ -244,11 +307,11 @@ func (x ActorTemplateStatus_Phase) String() string {
 }
 
 func (ActorTemplateStatus_Phase) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[3].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[4].Descriptor()
 }
 
 func (ActorTemplateStatus_Phase) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[3]
+	return &file_ate_v1_control_proto_enumTypes[4]
 }
 
 func (x ActorTemplateStatus_Phase) Number() protoreflect.EnumNumber {
@@ -295,11 +358,11 @@ func (x Worker_Phase) String() string {
 }
 
 func (Worker_Phase) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[4].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[5].Descriptor()
 }
 
 func (Worker_Phase) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[4]
+	return &file_ate_v1_control_proto_enumTypes[5]
 }
 
 func (x Worker_Phase) Number() protoreflect.EnumNumber {
@@ -357,11 +420,11 @@ func (x Node_Phase) String() string {
 }
 
 func (Node_Phase) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[5].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[6].Descriptor()
 }
 
 func (Node_Phase) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[5]
+	return &file_ate_v1_control_proto_enumTypes[6]
 }
 
 func (x Node_Phase) Number() protoreflect.EnumNumber {
@@ -2093,13 +2156,20 @@ type ActorTemplateStatus struct {
 	// than the enum). Its JSON name is phaseName; the enum's is phase.
 	//
 	// Deprecated: Marked as deprecated in ate/v1/control.proto.
-	PhaseName      string                    `protobuf:"bytes,1,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
-	Phase          ActorTemplateStatus_Phase `protobuf:"varint,5,opt,name=phase,proto3,enum=ate.v1.ActorTemplateStatus_Phase" json:"phase,omitempty"`
-	Message        string                    `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	GoldenSnapshot string                    `protobuf:"bytes,3,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
+	PhaseName string                    `protobuf:"bytes,1,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
+	Phase     ActorTemplateStatus_Phase `protobuf:"varint,5,opt,name=phase,proto3,enum=ate.v1.ActorTemplateStatus_Phase" json:"phase,omitempty"`
+	// message says why a build FAILED; while BUILDING it joins the human
+	// text of build_phases with "; " (for clients older than build_phases).
+	Message        string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	GoldenSnapshot string `protobuf:"bytes,3,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
 	// image_digest pins the image the golden snapshot was built from; every
 	// start uses exactly that content.
-	ImageDigest   string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	ImageDigest string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// build_phases are the phases of the golden build begun so far, oldest
+	// first, while BUILDING (READY clears them; FAILED keeps them, so they
+	// show how far the build got). A client polling them misses none
+	// begun before its last poll of the BUILDING template.
+	BuildPhases   []BuildPhase `protobuf:"varint,6,rep,packed,name=build_phases,json=buildPhases,proto3,enum=ate.v1.BuildPhase" json:"build_phases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2168,6 +2238,13 @@ func (x *ActorTemplateStatus) GetImageDigest() string {
 		return x.ImageDigest
 	}
 	return ""
+}
+
+func (x *ActorTemplateStatus) GetBuildPhases() []BuildPhase {
+	if x != nil {
+		return x.BuildPhases
+	}
+	return nil
 }
 
 type ActorTemplate struct {
@@ -6525,14 +6602,15 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x12allow_open_streams\x18\x04 \x01(\bR\x10allowOpenStreamsB\f\n" +
 	"\n" +
 	"_evictableB\x12\n" +
-	"\x10_min_run_seconds\"\x9c\x02\n" +
+	"\x10_min_run_seconds\"\xd3\x02\n" +
 	"\x13ActorTemplateStatus\x12!\n" +
 	"\n" +
 	"phase_name\x18\x01 \x01(\tB\x02\x18\x01R\tphaseName\x127\n" +
 	"\x05phase\x18\x05 \x01(\x0e2!.ate.v1.ActorTemplateStatus.PhaseR\x05phase\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
 	"\x0fgolden_snapshot\x18\x03 \x01(\tR\x0egoldenSnapshot\x12!\n" +
-	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\"C\n" +
+	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\x125\n" +
+	"\fbuild_phases\x18\x06 \x03(\x0e2\x12.ate.v1.BuildPhaseR\vbuildPhases\"C\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bBUILDING\x10\x01\x12\t\n" +
@@ -6841,7 +6919,15 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\bbindings\x18\x01 \x03(\v2\x13.ate.v1.RoleBindingR\bbindings\".\n" +
 	"\x18DeleteRoleBindingRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
-	"\x19DeleteRoleBindingResponse*\x97\x01\n" +
+	"\x19DeleteRoleBindingResponse*Y\n" +
+	"\n" +
+	"BuildPhase\x12\x1b\n" +
+	"\x17BUILD_PHASE_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05IMAGE\x10\x01\x12\b\n" +
+	"\x04BOOT\x10\x02\x12\t\n" +
+	"\x05PROBE\x10\x03\x12\x0e\n" +
+	"\n" +
+	"CHECKPOINT\x10\x04*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -6922,277 +7008,279 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 	return file_ate_v1_control_proto_rawDescData
 }
 
-var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_ate_v1_control_proto_goTypes = []any{
-	(ActorState)(0),                     // 0: ate.v1.ActorState
-	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
-	(Alarm_State)(0),                    // 2: ate.v1.Alarm.State
-	(ActorTemplateStatus_Phase)(0),      // 3: ate.v1.ActorTemplateStatus.Phase
-	(Worker_Phase)(0),                   // 4: ate.v1.Worker.Phase
-	(Node_Phase)(0),                     // 5: ate.v1.Node.Phase
-	(*Alarm)(nil),                       // 6: ate.v1.Alarm
-	(*SetAlarmRequest)(nil),             // 7: ate.v1.SetAlarmRequest
-	(*ListAlarmsRequest)(nil),           // 8: ate.v1.ListAlarmsRequest
-	(*ListAlarmsResponse)(nil),          // 9: ate.v1.ListAlarmsResponse
-	(*CancelAlarmRequest)(nil),          // 10: ate.v1.CancelAlarmRequest
-	(*CancelAlarmResponse)(nil),         // 11: ate.v1.CancelAlarmResponse
-	(*Atespace)(nil),                    // 12: ate.v1.Atespace
-	(*CreateAtespaceRequest)(nil),       // 13: ate.v1.CreateAtespaceRequest
-	(*GetAtespaceRequest)(nil),          // 14: ate.v1.GetAtespaceRequest
-	(*ListAtespacesRequest)(nil),        // 15: ate.v1.ListAtespacesRequest
-	(*ListAtespacesResponse)(nil),       // 16: ate.v1.ListAtespacesResponse
-	(*DeleteAtespaceRequest)(nil),       // 17: ate.v1.DeleteAtespaceRequest
-	(*DeleteAtespaceResponse)(nil),      // 18: ate.v1.DeleteAtespaceResponse
-	(*ContainerSpec)(nil),               // 19: ate.v1.ContainerSpec
-	(*VolumeMount)(nil),                 // 20: ate.v1.VolumeMount
-	(*Volume)(nil),                      // 21: ate.v1.Volume
-	(*SnapshotPolicy)(nil),              // 22: ate.v1.SnapshotPolicy
-	(*IdlePolicy)(nil),                  // 23: ate.v1.IdlePolicy
-	(*HTTPGetAction)(nil),               // 24: ate.v1.HTTPGetAction
-	(*Probe)(nil),                       // 25: ate.v1.Probe
-	(*ActorTemplateSpec)(nil),           // 26: ate.v1.ActorTemplateSpec
-	(*NetworkPolicy)(nil),               // 27: ate.v1.NetworkPolicy
-	(*EgressRule)(nil),                  // 28: ate.v1.EgressRule
-	(*IngressPolicy)(nil),               // 29: ate.v1.IngressPolicy
-	(*TTLPolicy)(nil),                   // 30: ate.v1.TTLPolicy
-	(*RestoreHook)(nil),                 // 31: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 32: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 33: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 34: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 35: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 36: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 37: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 38: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 39: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 40: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 41: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 42: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 43: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 44: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 45: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 46: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 47: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 48: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 49: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 50: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 51: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 52: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 53: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 54: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 55: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 56: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 57: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 58: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 59: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 60: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 61: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 62: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 63: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 64: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 65: ate.v1.ListNodesResponse
-	(*StreamPolicy)(nil),                // 66: ate.v1.StreamPolicy
-	(*Tag)(nil),                         // 67: ate.v1.Tag
-	(*TagActorRequest)(nil),             // 68: ate.v1.TagActorRequest
-	(*GetTagRequest)(nil),               // 69: ate.v1.GetTagRequest
-	(*ListTagsRequest)(nil),             // 70: ate.v1.ListTagsRequest
-	(*ListTagsResponse)(nil),            // 71: ate.v1.ListTagsResponse
-	(*DeleteTagRequest)(nil),            // 72: ate.v1.DeleteTagRequest
-	(*DeleteTagResponse)(nil),           // 73: ate.v1.DeleteTagResponse
-	(*Event)(nil),                       // 74: ate.v1.Event
-	(*ListEventsRequest)(nil),           // 75: ate.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 76: ate.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 77: ate.v1.WatchEventsRequest
-	(*ActorLogsRequest)(nil),            // 78: ate.v1.ActorLogsRequest
-	(*ActorLogLine)(nil),                // 79: ate.v1.ActorLogLine
-	(*ExecStart)(nil),                   // 80: ate.v1.ExecStart
-	(*TerminalSize)(nil),                // 81: ate.v1.TerminalSize
-	(*ExecActorRequest)(nil),            // 82: ate.v1.ExecActorRequest
-	(*ExecActorResponse)(nil),           // 83: ate.v1.ExecActorResponse
-	(*CopyTarget)(nil),                  // 84: ate.v1.CopyTarget
-	(*CopyToActorRequest)(nil),          // 85: ate.v1.CopyToActorRequest
-	(*CopyToActorResponse)(nil),         // 86: ate.v1.CopyToActorResponse
-	(*CopyFromActorRequest)(nil),        // 87: ate.v1.CopyFromActorRequest
-	(*CopyFromActorResponse)(nil),       // 88: ate.v1.CopyFromActorResponse
-	(*IngressToken)(nil),                // 89: ate.v1.IngressToken
-	(*CreateIngressTokenRequest)(nil),   // 90: ate.v1.CreateIngressTokenRequest
-	(*ListIngressTokensRequest)(nil),    // 91: ate.v1.ListIngressTokensRequest
-	(*ListIngressTokensResponse)(nil),   // 92: ate.v1.ListIngressTokensResponse
-	(*DeleteIngressTokenRequest)(nil),   // 93: ate.v1.DeleteIngressTokenRequest
-	(*DeleteIngressTokenResponse)(nil),  // 94: ate.v1.DeleteIngressTokenResponse
-	(*ReviewIngressTokenRequest)(nil),   // 95: ate.v1.ReviewIngressTokenRequest
-	(*ReviewIngressTokenResponse)(nil),  // 96: ate.v1.ReviewIngressTokenResponse
-	(*RoleBinding)(nil),                 // 97: ate.v1.RoleBinding
-	(*CreateRoleBindingRequest)(nil),    // 98: ate.v1.CreateRoleBindingRequest
-	(*ListRoleBindingsRequest)(nil),     // 99: ate.v1.ListRoleBindingsRequest
-	(*ListRoleBindingsResponse)(nil),    // 100: ate.v1.ListRoleBindingsResponse
-	(*DeleteRoleBindingRequest)(nil),    // 101: ate.v1.DeleteRoleBindingRequest
-	(*DeleteRoleBindingResponse)(nil),   // 102: ate.v1.DeleteRoleBindingResponse
-	nil,                                 // 103: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 104: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 105: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 106: ate.v1.Actor.LabelsEntry
-	nil,                                 // 107: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 108: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 109: google.protobuf.Timestamp
+	(BuildPhase)(0),                     // 0: ate.v1.BuildPhase
+	(ActorState)(0),                     // 1: ate.v1.ActorState
+	(CheckpointReason)(0),               // 2: ate.v1.CheckpointReason
+	(Alarm_State)(0),                    // 3: ate.v1.Alarm.State
+	(ActorTemplateStatus_Phase)(0),      // 4: ate.v1.ActorTemplateStatus.Phase
+	(Worker_Phase)(0),                   // 5: ate.v1.Worker.Phase
+	(Node_Phase)(0),                     // 6: ate.v1.Node.Phase
+	(*Alarm)(nil),                       // 7: ate.v1.Alarm
+	(*SetAlarmRequest)(nil),             // 8: ate.v1.SetAlarmRequest
+	(*ListAlarmsRequest)(nil),           // 9: ate.v1.ListAlarmsRequest
+	(*ListAlarmsResponse)(nil),          // 10: ate.v1.ListAlarmsResponse
+	(*CancelAlarmRequest)(nil),          // 11: ate.v1.CancelAlarmRequest
+	(*CancelAlarmResponse)(nil),         // 12: ate.v1.CancelAlarmResponse
+	(*Atespace)(nil),                    // 13: ate.v1.Atespace
+	(*CreateAtespaceRequest)(nil),       // 14: ate.v1.CreateAtespaceRequest
+	(*GetAtespaceRequest)(nil),          // 15: ate.v1.GetAtespaceRequest
+	(*ListAtespacesRequest)(nil),        // 16: ate.v1.ListAtespacesRequest
+	(*ListAtespacesResponse)(nil),       // 17: ate.v1.ListAtespacesResponse
+	(*DeleteAtespaceRequest)(nil),       // 18: ate.v1.DeleteAtespaceRequest
+	(*DeleteAtespaceResponse)(nil),      // 19: ate.v1.DeleteAtespaceResponse
+	(*ContainerSpec)(nil),               // 20: ate.v1.ContainerSpec
+	(*VolumeMount)(nil),                 // 21: ate.v1.VolumeMount
+	(*Volume)(nil),                      // 22: ate.v1.Volume
+	(*SnapshotPolicy)(nil),              // 23: ate.v1.SnapshotPolicy
+	(*IdlePolicy)(nil),                  // 24: ate.v1.IdlePolicy
+	(*HTTPGetAction)(nil),               // 25: ate.v1.HTTPGetAction
+	(*Probe)(nil),                       // 26: ate.v1.Probe
+	(*ActorTemplateSpec)(nil),           // 27: ate.v1.ActorTemplateSpec
+	(*NetworkPolicy)(nil),               // 28: ate.v1.NetworkPolicy
+	(*EgressRule)(nil),                  // 29: ate.v1.EgressRule
+	(*IngressPolicy)(nil),               // 30: ate.v1.IngressPolicy
+	(*TTLPolicy)(nil),                   // 31: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 32: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 33: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 34: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 35: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 36: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 37: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 38: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 39: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 40: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 41: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 42: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 43: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 44: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 45: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 46: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 47: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 48: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 49: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 50: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 51: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 52: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 53: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 54: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 55: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 56: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 57: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 58: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 59: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 60: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 61: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 62: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 63: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 64: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 65: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 66: ate.v1.ListNodesResponse
+	(*StreamPolicy)(nil),                // 67: ate.v1.StreamPolicy
+	(*Tag)(nil),                         // 68: ate.v1.Tag
+	(*TagActorRequest)(nil),             // 69: ate.v1.TagActorRequest
+	(*GetTagRequest)(nil),               // 70: ate.v1.GetTagRequest
+	(*ListTagsRequest)(nil),             // 71: ate.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),            // 72: ate.v1.ListTagsResponse
+	(*DeleteTagRequest)(nil),            // 73: ate.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),           // 74: ate.v1.DeleteTagResponse
+	(*Event)(nil),                       // 75: ate.v1.Event
+	(*ListEventsRequest)(nil),           // 76: ate.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 77: ate.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 78: ate.v1.WatchEventsRequest
+	(*ActorLogsRequest)(nil),            // 79: ate.v1.ActorLogsRequest
+	(*ActorLogLine)(nil),                // 80: ate.v1.ActorLogLine
+	(*ExecStart)(nil),                   // 81: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 82: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 83: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 84: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 85: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 86: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 87: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 88: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 89: ate.v1.CopyFromActorResponse
+	(*IngressToken)(nil),                // 90: ate.v1.IngressToken
+	(*CreateIngressTokenRequest)(nil),   // 91: ate.v1.CreateIngressTokenRequest
+	(*ListIngressTokensRequest)(nil),    // 92: ate.v1.ListIngressTokensRequest
+	(*ListIngressTokensResponse)(nil),   // 93: ate.v1.ListIngressTokensResponse
+	(*DeleteIngressTokenRequest)(nil),   // 94: ate.v1.DeleteIngressTokenRequest
+	(*DeleteIngressTokenResponse)(nil),  // 95: ate.v1.DeleteIngressTokenResponse
+	(*ReviewIngressTokenRequest)(nil),   // 96: ate.v1.ReviewIngressTokenRequest
+	(*ReviewIngressTokenResponse)(nil),  // 97: ate.v1.ReviewIngressTokenResponse
+	(*RoleBinding)(nil),                 // 98: ate.v1.RoleBinding
+	(*CreateRoleBindingRequest)(nil),    // 99: ate.v1.CreateRoleBindingRequest
+	(*ListRoleBindingsRequest)(nil),     // 100: ate.v1.ListRoleBindingsRequest
+	(*ListRoleBindingsResponse)(nil),    // 101: ate.v1.ListRoleBindingsResponse
+	(*DeleteRoleBindingRequest)(nil),    // 102: ate.v1.DeleteRoleBindingRequest
+	(*DeleteRoleBindingResponse)(nil),   // 103: ate.v1.DeleteRoleBindingResponse
+	nil,                                 // 104: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 105: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 106: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 107: ate.v1.Actor.LabelsEntry
+	nil,                                 // 108: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 109: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 110: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	109, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
-	2,   // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	109, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	109, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	109, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
-	6,   // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	109, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
-	12,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	103, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
-	20,  // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
-	24,  // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
-	19,  // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
-	25,  // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	104, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	22,  // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
-	21,  // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
-	23,  // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	33,  // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	31,  // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	30,  // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	66,  // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
-	27,  // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
-	29,  // 22: ate.v1.ActorTemplateSpec.ingress:type_name -> ate.v1.IngressPolicy
-	28,  // 23: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
-	32,  // 24: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	3,   // 25: ate.v1.ActorTemplateStatus.phase:type_name -> ate.v1.ActorTemplateStatus.Phase
-	26,  // 26: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	34,  // 27: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	109, // 28: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	35,  // 29: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	35,  // 30: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,   // 31: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	105, // 32: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	109, // 33: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	109, // 34: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	109, // 35: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,   // 36: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	106, // 37: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
-	42,  // 38: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	42,  // 39: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	107, // 40: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,   // 41: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,   // 42: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	109, // 43: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	54,  // 44: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	4,   // 45: ate.v1.Worker.phase:type_name -> ate.v1.Worker.Phase
-	108, // 46: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	57,  // 47: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	5,   // 48: ate.v1.Node.phase:type_name -> ate.v1.Node.Phase
-	109, // 49: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	60,  // 50: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	109, // 51: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
-	67,  // 52: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	109, // 53: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
-	42,  // 54: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
-	74,  // 55: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	109, // 56: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	81,  // 57: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
-	80,  // 58: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
-	81,  // 59: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
-	84,  // 60: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
-	84,  // 61: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	109, // 62: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
-	89,  // 63: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
-	109, // 64: ate.v1.RoleBinding.create_time:type_name -> google.protobuf.Timestamp
-	97,  // 65: ate.v1.CreateRoleBindingRequest.binding:type_name -> ate.v1.RoleBinding
-	97,  // 66: ate.v1.ListRoleBindingsResponse.bindings:type_name -> ate.v1.RoleBinding
-	13,  // 67: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	14,  // 68: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	15,  // 69: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	17,  // 70: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	36,  // 71: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	37,  // 72: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	38,  // 73: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	40,  // 74: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	43,  // 75: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	44,  // 76: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	45,  // 77: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	47,  // 78: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	48,  // 79: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	50,  // 80: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	51,  // 81: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	52,  // 82: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	53,  // 83: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	55,  // 84: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	58,  // 85: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	61,  // 86: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	62,  // 87: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	63,  // 88: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	7,   // 89: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	8,   // 90: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	10,  // 91: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	68,  // 92: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	69,  // 93: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	70,  // 94: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	72,  // 95: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	75,  // 96: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	77,  // 97: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	78,  // 98: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	82,  // 99: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	85,  // 100: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	87,  // 101: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	90,  // 102: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
-	91,  // 103: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
-	93,  // 104: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
-	95,  // 105: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
-	98,  // 106: ate.v1.Control.CreateRoleBinding:input_type -> ate.v1.CreateRoleBindingRequest
-	99,  // 107: ate.v1.Control.ListRoleBindings:input_type -> ate.v1.ListRoleBindingsRequest
-	101, // 108: ate.v1.Control.DeleteRoleBinding:input_type -> ate.v1.DeleteRoleBindingRequest
-	12,  // 109: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	12,  // 110: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	16,  // 111: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	18,  // 112: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	35,  // 113: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	35,  // 114: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	39,  // 115: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	41,  // 116: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	42,  // 117: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	42,  // 118: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	46,  // 119: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	42,  // 120: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	49,  // 121: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	42,  // 122: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	42,  // 123: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	42,  // 124: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	42,  // 125: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	56,  // 126: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	59,  // 127: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	65,  // 128: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	60,  // 129: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	64,  // 130: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	6,   // 131: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	9,   // 132: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	11,  // 133: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	67,  // 134: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	67,  // 135: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	71,  // 136: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	73,  // 137: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	76,  // 138: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	74,  // 139: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	79,  // 140: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	83,  // 141: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	86,  // 142: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	88,  // 143: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	89,  // 144: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
-	92,  // 145: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
-	94,  // 146: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
-	96,  // 147: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
-	97,  // 148: ate.v1.Control.CreateRoleBinding:output_type -> ate.v1.RoleBinding
-	100, // 149: ate.v1.Control.ListRoleBindings:output_type -> ate.v1.ListRoleBindingsResponse
-	102, // 150: ate.v1.Control.DeleteRoleBinding:output_type -> ate.v1.DeleteRoleBindingResponse
-	109, // [109:151] is the sub-list for method output_type
-	67,  // [67:109] is the sub-list for method input_type
-	67,  // [67:67] is the sub-list for extension type_name
-	67,  // [67:67] is the sub-list for extension extendee
-	0,   // [0:67] is the sub-list for field type_name
+	110, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	3,   // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
+	110, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	110, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	110, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	7,   // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
+	110, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	13,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
+	104, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	21,  // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
+	25,  // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
+	20,  // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
+	26,  // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
+	105, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	23,  // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
+	22,  // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
+	24,  // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
+	34,  // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	32,  // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	31,  // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	67,  // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
+	28,  // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
+	30,  // 22: ate.v1.ActorTemplateSpec.ingress:type_name -> ate.v1.IngressPolicy
+	29,  // 23: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
+	33,  // 24: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	4,   // 25: ate.v1.ActorTemplateStatus.phase:type_name -> ate.v1.ActorTemplateStatus.Phase
+	0,   // 26: ate.v1.ActorTemplateStatus.build_phases:type_name -> ate.v1.BuildPhase
+	27,  // 27: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	35,  // 28: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	110, // 29: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	36,  // 30: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	36,  // 31: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	1,   // 32: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	106, // 33: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	110, // 34: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	110, // 35: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	110, // 36: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	2,   // 37: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	107, // 38: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	43,  // 39: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	43,  // 40: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	108, // 41: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	2,   // 42: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	2,   // 43: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	110, // 44: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	55,  // 45: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	5,   // 46: ate.v1.Worker.phase:type_name -> ate.v1.Worker.Phase
+	109, // 47: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	58,  // 48: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	6,   // 49: ate.v1.Node.phase:type_name -> ate.v1.Node.Phase
+	110, // 50: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	61,  // 51: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	110, // 52: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 53: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	110, // 54: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	43,  // 55: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	75,  // 56: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	110, // 57: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	82,  // 58: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	81,  // 59: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	82,  // 60: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	85,  // 61: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	85,  // 62: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	110, // 63: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 64: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
+	110, // 65: ate.v1.RoleBinding.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 66: ate.v1.CreateRoleBindingRequest.binding:type_name -> ate.v1.RoleBinding
+	98,  // 67: ate.v1.ListRoleBindingsResponse.bindings:type_name -> ate.v1.RoleBinding
+	14,  // 68: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	15,  // 69: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	16,  // 70: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	18,  // 71: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	37,  // 72: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	38,  // 73: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	39,  // 74: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	41,  // 75: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	44,  // 76: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	45,  // 77: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	46,  // 78: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	48,  // 79: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	49,  // 80: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	51,  // 81: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	52,  // 82: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	53,  // 83: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	54,  // 84: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	56,  // 85: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	59,  // 86: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	62,  // 87: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	63,  // 88: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	64,  // 89: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	8,   // 90: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	9,   // 91: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	11,  // 92: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	69,  // 93: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	70,  // 94: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	71,  // 95: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	73,  // 96: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	76,  // 97: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	78,  // 98: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	79,  // 99: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	83,  // 100: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	86,  // 101: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	88,  // 102: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	91,  // 103: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
+	92,  // 104: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
+	94,  // 105: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
+	96,  // 106: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
+	99,  // 107: ate.v1.Control.CreateRoleBinding:input_type -> ate.v1.CreateRoleBindingRequest
+	100, // 108: ate.v1.Control.ListRoleBindings:input_type -> ate.v1.ListRoleBindingsRequest
+	102, // 109: ate.v1.Control.DeleteRoleBinding:input_type -> ate.v1.DeleteRoleBindingRequest
+	13,  // 110: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	13,  // 111: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	17,  // 112: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	19,  // 113: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	36,  // 114: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	36,  // 115: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	40,  // 116: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	42,  // 117: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	43,  // 118: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	43,  // 119: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	47,  // 120: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	43,  // 121: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	50,  // 122: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	43,  // 123: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	43,  // 124: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	43,  // 125: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	43,  // 126: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	57,  // 127: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	60,  // 128: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	66,  // 129: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	61,  // 130: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	65,  // 131: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	7,   // 132: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	10,  // 133: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	12,  // 134: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	68,  // 135: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	68,  // 136: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	72,  // 137: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	74,  // 138: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	77,  // 139: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	75,  // 140: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	80,  // 141: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	84,  // 142: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	87,  // 143: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	89,  // 144: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	90,  // 145: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
+	93,  // 146: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
+	95,  // 147: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
+	97,  // 148: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
+	98,  // 149: ate.v1.Control.CreateRoleBinding:output_type -> ate.v1.RoleBinding
+	101, // 150: ate.v1.Control.ListRoleBindings:output_type -> ate.v1.ListRoleBindingsResponse
+	103, // 151: ate.v1.Control.DeleteRoleBinding:output_type -> ate.v1.DeleteRoleBindingResponse
+	110, // [110:152] is the sub-list for method output_type
+	68,  // [68:110] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -7221,7 +7309,7 @@ func file_ate_v1_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -53,3 +53,56 @@ func TestPhaseOrName(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildPhaseOrText: an API server reads a BUILD_PROGRESS event's
+// enum, and the deprecated human text only from a node older than the
+// enum.
+func TestBuildPhaseOrText(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   *NodeEvent
+		want BuildPhase
+	}{
+		{"enum and text", &NodeEvent{BuildPhase: BuildPhase_BOOT, Phase: "booting the sandbox"}, BuildPhase_BOOT},
+		{"enum only", &NodeEvent{BuildPhase: BuildPhase_PROBE}, BuildPhase_PROBE},
+		{"older node: image", &NodeEvent{Phase: "pulling and unpacking the image"}, BuildPhase_IMAGE},
+		{"older node: boot", &NodeEvent{Phase: "booting the sandbox"}, BuildPhase_BOOT},
+		{"older node: probe", &NodeEvent{Phase: "waiting for the wakeup probe"}, BuildPhase_PROBE},
+		{"older node: checkpoint", &NodeEvent{Phase: "checkpointing the golden snapshot"}, BuildPhase_CHECKPOINT},
+		{"older node: unknown text", &NodeEvent{Phase: "reticulating splines"}, BuildPhase_BUILD_PHASE_UNSPECIFIED},
+		{"neither", &NodeEvent{}, BuildPhase_BUILD_PHASE_UNSPECIFIED},
+		{"nil", nil, BuildPhase_BUILD_PHASE_UNSPECIFIED},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.ev.BuildPhaseOrText(); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBuildPhaseText: every phase has its own human text, which parses
+// back to it; a value without one shows its name.
+func TestBuildPhaseText(t *testing.T) {
+	seen := map[string]BuildPhase{}
+	for n := range BuildPhase_name {
+		p := BuildPhase(n)
+		if p == BuildPhase_BUILD_PHASE_UNSPECIFIED {
+			continue
+		}
+		text := p.Text()
+		if text == p.String() {
+			t.Errorf("%v has no human text", p)
+		}
+		if q, dup := seen[text]; dup {
+			t.Errorf("%v and %v share the text %q", p, q, text)
+		}
+		seen[text] = p
+		if got := BuildPhaseOfText(text); got != p {
+			t.Errorf("BuildPhaseOfText(%q) = %v, want %v", text, got, p)
+		}
+	}
+	if got := BuildPhase(99).Text(); got != "99" {
+		t.Errorf("BuildPhase(99).Text() = %q, want its number", got)
+	}
+}

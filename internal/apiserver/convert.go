@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,11 +20,20 @@ func atespaceToProto(a *store.Atespace) *atev1.Atespace {
 
 func templateToProto(t *store.Template) *atev1.ActorTemplate {
 	return &atev1.ActorTemplate{
-		Atespace: t.Atespace, Name: t.Name, Uid: t.UID, Spec: t.Spec,
-		Status: &atev1.ActorTemplateStatus{Phase: string(t.Phase), Message: t.Message, GoldenSnapshot: t.GoldenSnapshot,
-			ImageDigest: t.ImageDigest},
+		Atespace: t.Atespace, Name: t.Name, Uid: t.UID, Spec: t.Spec, Status: templateStatusToProto(t),
 		CreateTime: timestamppb.New(t.CreateTime),
 	}
+}
+
+// templateStatusToProto is t's status: its phase as the enum and, for
+// clients older than it, as the deprecated phase_name (the store's
+// phases are the enum's names); its build phases, and for clients older
+// than those, the message that joins their text.
+func templateStatusToProto(t *store.Template) *atev1.ActorTemplateStatus {
+	st := &atev1.ActorTemplateStatus{Message: t.Message, GoldenSnapshot: t.GoldenSnapshot, ImageDigest: t.ImageDigest,
+		BuildPhases: slices.Clone(t.BuildPhases)}
+	st.FillPhase(atev1.ActorTemplateStatus_Phase(atev1.ActorTemplateStatus_Phase_value[string(t.Phase)]))
+	return st
 }
 
 // actorToProto is a as ctx's caller may see it: the actor an eviction
@@ -52,13 +62,17 @@ func actorToProto(ctx context.Context, a *store.Actor) *atev1.Actor {
 	return out
 }
 
+// workerToProto is w with its phase as the enum and, for clients older
+// than it, as the deprecated phase_name.
 func workerToProto(w *store.Worker) *atev1.Worker {
-	phase := "FREE"
-	if !w.Free() {
-		phase = "CLAIMED"
-	}
-	return &atev1.Worker{Name: w.Name, Node: w.Node, Phase: phase, Actor: keyToProto(w.Actor),
+	out := &atev1.Worker{Name: w.Name, Node: w.Node, Actor: keyToProto(w.Actor),
 		TunnelAddress: w.TunnelAddr, Labels: w.Labels, SandboxClass: w.SandboxClass}
+	if w.Free() {
+		out.FillPhase(atev1.Worker_FREE)
+	} else {
+		out.FillPhase(atev1.Worker_CLAIMED)
+	}
+	return out
 }
 
 // keyToProto is an actor reference's wire form: "<atespace>/<name>", or

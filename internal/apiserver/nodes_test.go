@@ -17,7 +17,7 @@ type recordingNodes struct{ drained, removed []string }
 func (r *recordingNodes) List(context.Context) ([]*atev1.Node, error) { return nil, nil }
 func (r *recordingNodes) Drain(_ context.Context, name, _ string) (*atev1.Node, error) {
 	r.drained = append(r.drained, name)
-	return &atev1.Node{Name: name, Phase: "DRAINING"}, nil
+	return &atev1.Node{Name: name, Phase: atev1.Node_DRAINING}, nil
 }
 func (r *recordingNodes) Remove(_ context.Context, name, _ string) error {
 	r.removed = append(r.removed, name)

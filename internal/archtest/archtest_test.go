@@ -74,6 +74,16 @@ var wordRules = []wordRule{
 		use: "activation.Kind", dirs: everywhere,
 		allow: []allowed{{"internal/cli/lifecycle.go", "resumed", "actorVerbs",
 			"the resume verb's past participle in the CLI's output, not how a request found its actor"}}},
+	// The phases of templates, workers and nodes are the API's enums
+	// (api/ate/v1, outside the dirs walked); clients compare those, and
+	// read an older server's phase_name through atev1's PhaseOrName. Only
+	// the unambiguous names are checked: READY, FAILED, FREE and PENDING
+	// are also other things' words (alarm states, a table's FREE column).
+	{name: "template, worker and node phase", words: []string{"BUILDING", "CLAIMED", "DRAINING", "LOST"},
+		enum: "api/ate/v1/control.pb.go", use: "atev1.ActorTemplateStatus_Phase, atev1.Worker_Phase or atev1.Node_Phase",
+		dirs: everywhere,
+		allow: []allowed{{"internal/store/store.go", "BUILDING", "TemplateBuilding",
+			"the record store's persisted template phase (JSON records), converted to the enum by name in internal/apiserver"}}},
 	// ate_lifecycle_actors's state values are the store's states, lower
 	// case; elsewhere "running" or "suspended" are everyday words.
 	{name: "actor state in metrics", words: []string{"suspended", "resuming", "running", "suspending", "pausing", "paused", "crashed", "deleting",
@@ -94,9 +104,10 @@ var wordRules = []wordRule{
 }
 
 // TestDomainWordsOnlyInTheirEnums: the checkpoint action, the snapshot
-// scope, the sandbox class, the router's activation kind and a resume's
-// restore source are spelled as string literals only in their enums'
-// String and Parse; everything else goes through the types.
+// scope, the sandbox class, the router's activation kind, the phases of
+// templates, workers and nodes, and a resume's restore source are
+// spelled as string literals only in their enums' String and Parse;
+// everything else goes through the types.
 func TestDomainWordsOnlyInTheirEnums(t *testing.T) {
 	for _, r := range wordRules {
 		t.Run(r.name, func(t *testing.T) {

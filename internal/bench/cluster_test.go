@@ -209,7 +209,7 @@ func TestClusterDetectsCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i := slices.IndexFunc(ws.GetWorkers(), func(w *atev1.Worker) bool { return w.GetPhase() != "FREE" }); i >= 0 {
+	if i := slices.IndexFunc(ws.GetWorkers(), func(w *atev1.Worker) bool { return w.GetPhase() != atev1.Worker_FREE }); i >= 0 {
 		t.Fatalf("worker %s still claimed after the crash", ws.GetWorkers()[i].GetName())
 	}
 	a, err = resume(ctx, c.Client, name)

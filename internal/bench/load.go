@@ -81,10 +81,10 @@ func WaitTemplateReady(ctx context.Context, c atev1.ControlClient, name string) 
 		if err != nil {
 			return fmt.Errorf("template %s: %w", name, err)
 		}
-		switch store.TemplatePhase(t.GetStatus().GetPhase()) {
-		case store.TemplateReady:
+		switch t.GetStatus().PhaseOrName() {
+		case atev1.ActorTemplateStatus_READY:
 			return nil
-		case store.TemplateFailed:
+		case atev1.ActorTemplateStatus_FAILED:
 			return fmt.Errorf("template %s: golden build failed: %s", name, t.GetStatus().GetMessage())
 		}
 		select {

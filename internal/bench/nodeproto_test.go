@@ -25,7 +25,6 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/latency"
 	"substrate.dev/ate/internal/node"
-	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/pki"
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/store/postgres/pgtest"
@@ -273,7 +272,7 @@ func waitNodes(ctx context.Context, c atev1.ControlClient, n int, workers int32)
 		}
 		ready, free := 0, int32(0)
 		for _, nd := range resp.GetNodes() {
-			if nd.GetPhase() == nodeagent.PhaseReady {
+			if nd.GetPhase() == atev1.Node_READY {
 				ready++
 				free += nd.GetFreeWorkers()
 			}

@@ -211,8 +211,8 @@ func (a *app) readTemplate(stdin io.Reader, file string) (*atev1.ActorTemplate, 
 }
 
 func phaseOrPending(t *atev1.ActorTemplate) string {
-	if p := t.GetStatus().GetPhase(); p != "" {
-		return strings.ToLower(p)
+	if p := t.GetStatus().PhaseOrName(); p != atev1.ActorTemplateStatus_PHASE_UNSPECIFIED {
+		return strings.ToLower(p.String())
 	}
 	return "pending"
 }

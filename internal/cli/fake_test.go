@@ -49,6 +49,10 @@ type fakeControl struct {
 	stuckPage bool               // ListActors always returns the same next token
 	onGet     func(*atev1.Actor) // called under mu on every successful GetActor
 	noWorkers bool               // ResumeActor blocks until the call's deadline
+	// statuses, if any, script a created template's status: CreateActorTemplate
+	// answers with the first, each GetActorTemplate with the next, the last
+	// repeating.
+	statuses []*atev1.ActorTemplateStatus
 }
 
 var _ atev1.ControlServer = (*fakeControl)(nil)
@@ -68,7 +72,7 @@ func newFake() *fakeControl {
 		Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{
 			Name: "counter", Image: "oci:/images/counter", Ports: []int32{8080},
 		}}},
-		Status: &atev1.ActorTemplateStatus{Phase: "READY", GoldenSnapshot: "g-1"},
+		Status: &atev1.ActorTemplateStatus{Phase: atev1.ActorTemplateStatus_READY, GoldenSnapshot: "g-1"},
 	}
 	f.addActor(&atev1.Actor{Atespace: "default", Name: "counter-0", Template: "counter",
 		State: atev1.ActorState_SUSPENDED, CreateTime: ago(90 * time.Second), Reason: atev1.CheckpointReason_IDLE})
@@ -79,8 +83,8 @@ func newFake() *fakeControl {
 		State: atev1.ActorState_SUSPENDED, Snapshot: "s-2", CreateTime: ago(26 * time.Hour),
 		Reason: atev1.CheckpointReason_EVICTED, EvictedFor: "team/counter-2"})
 	f.workers = []*atev1.Worker{
-		{Name: "w-0", Node: "local", Phase: "CLAIMED", Actor: "default/counter-1"},
-		{Name: "w-1", Node: "local", Phase: "FREE"},
+		{Name: "w-0", Node: "local", Phase: atev1.Worker_CLAIMED, Actor: "default/counter-1"},
+		{Name: "w-1", Node: "local", Phase: atev1.Worker_FREE},
 	}
 	return f
 }
@@ -152,7 +156,10 @@ func (f *fakeControl) CreateActorTemplate(_ context.Context, r *atev1.CreateActo
 	defer f.mu.Unlock()
 	t := proto.Clone(r.GetTemplate()).(*atev1.ActorTemplate)
 	t.Uid, t.CreateTime = "uid-t-new", timestamppb.New(testNow)
-	t.Status = &atev1.ActorTemplateStatus{Phase: "BUILDING"}
+	t.Status = &atev1.ActorTemplateStatus{Phase: atev1.ActorTemplateStatus_BUILDING}
+	if len(f.statuses) > 0 {
+		t.Status = f.statuses[0]
+	}
 	f.templates[t.Atespace+"/"+t.Name] = t
 	return t, nil
 }
@@ -162,6 +169,10 @@ func (f *fakeControl) GetActorTemplate(_ context.Context, r *atev1.GetActorTempl
 	defer f.mu.Unlock()
 	key := r.GetAtespace() + "/" + r.GetName()
 	if t, ok := f.templates[key]; ok {
+		if len(f.statuses) > 1 {
+			f.statuses = f.statuses[1:]
+			t.Status = f.statuses[0]
+		}
 		return t, nil
 	}
 	return nil, notFound("template", key)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,15 +10,16 @@ import (
 )
 
 // goldenPoll paces waitGolden: a build's phases take from milliseconds
-// to minutes, and the message keeps them all, so this only sets how
+// to minutes, and the status keeps them all, so this only sets how
 // late a phase is shown.
 const goldenPoll = 200 * time.Millisecond
 
 // waitGolden polls template atespace/name until its golden build is
 // READY (nil) or FAILED (an error with the build's message), printing
-// each phase the build reports (its status message while BUILDING: the
-// phases joined by atev1.BuildPhaseSeparator) to stderr with the time
-// since the wait began.
+// the human text of each phase the build reports (its status's
+// build_phases while BUILDING) to stderr with the time since the wait
+// began. An API server older than build_phases shows no phases, only
+// the outcome.
 func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) error {
 	out := cmd.ErrOrStderr()
 	begin := a.now()
@@ -33,20 +33,18 @@ func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) 
 		}
 		elapsed := a.now().Sub(begin).Round(100 * time.Millisecond)
 		st := t.GetStatus()
-		switch st.GetPhase() {
-		case "READY":
-			fmt.Fprintf(out, "template %s/%s READY after %s\n", atespace, name, elapsed)
+		switch phase := st.PhaseOrName(); phase {
+		case atev1.ActorTemplateStatus_READY:
+			fmt.Fprintf(out, "template %s/%s %s after %s\n", atespace, name, phase, elapsed)
 			return nil
-		case "FAILED":
-			return fmt.Errorf("golden build of template %s/%s FAILED after %s: %s", atespace, name, elapsed, st.GetMessage())
+		case atev1.ActorTemplateStatus_FAILED:
+			return fmt.Errorf("golden build of template %s/%s %s after %s: %s", atespace, name, phase, elapsed, st.GetMessage())
 		}
-		if m := st.GetMessage(); m != "" {
-			phases := strings.Split(m, atev1.BuildPhaseSeparator)
-			for _, p := range phases[min(printed, len(phases)):] {
-				fmt.Fprintf(out, "  %s (%s)\n", p, elapsed)
-			}
-			printed = max(printed, len(phases))
+		phases := st.GetBuildPhases()
+		for _, p := range phases[min(printed, len(phases)):] {
+			fmt.Fprintf(out, "  %s (%s)\n", p.Text(), elapsed)
 		}
+		printed = max(printed, len(phases))
 		select {
 		case <-cmd.Context().Done():
 			return cmd.Context().Err()

@@ -175,17 +175,29 @@ func templateTable(now time.Time) table[*atev1.ActorTemplate] {
 			for _, c := range x.GetSpec().GetContainers() {
 				images = append(images, c.GetImage())
 			}
-			return []string{x.GetAtespace(), x.GetName(), x.GetStatus().GetPhase(),
+			return []string{x.GetAtespace(), x.GetName(), phaseCell(x.GetStatus().PhaseOrName()),
 				strings.Join(images, ","), age(now, x.GetCreateTime())}
 		},
 	}
+}
+
+// phaseCell is a template's, worker's or node's phase in a table: its
+// name, or empty when the server sent none.
+func phaseCell[P interface {
+	~int32
+	String() string
+}](p P) string {
+	if p == 0 {
+		return ""
+	}
+	return p.String()
 }
 
 func workerTable() table[*atev1.Worker] {
 	return table[*atev1.Worker]{
 		header: []string{"NAME", "NODE", "PHASE", "ACTOR"},
 		row: func(x *atev1.Worker) []string {
-			return []string{x.GetName(), x.GetNode(), x.GetPhase(), x.GetActor()}
+			return []string{x.GetName(), x.GetNode(), phaseCell(x.PhaseOrName()), x.GetActor()}
 		},
 	}
 }
@@ -194,7 +206,7 @@ func nodeTable(now time.Time) table[*atev1.Node] {
 	return table[*atev1.Node]{
 		header: []string{"NAME", "PHASE", "WORKERS", "FREE", "ADDRESS", "HEARTBEAT", "MESSAGE"},
 		row: func(x *atev1.Node) []string {
-			return []string{x.GetName(), x.GetPhase(), fmt.Sprint(x.GetWorkers()), fmt.Sprint(x.GetFreeWorkers()),
+			return []string{x.GetName(), phaseCell(x.PhaseOrName()), fmt.Sprint(x.GetWorkers()), fmt.Sprint(x.GetFreeWorkers()),
 				x.GetAddress(), age(now, x.GetLastHeartbeat()), x.GetMessage()}
 		},
 	}

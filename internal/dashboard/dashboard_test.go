@@ -113,6 +113,15 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 	return rec.Code, rec.Body.String()
 }
 
+// olderStatus is a template status with phase p as an API server older
+// than the phase enum sends it: phase_name alone.
+func olderStatus(p atev1.ActorTemplateStatus_Phase) *atev1.ActorTemplateStatus {
+	st := &atev1.ActorTemplateStatus{}
+	st.FillPhase(p)
+	st.Phase = atev1.ActorTemplateStatus_PHASE_UNSPECIFIED
+	return st
+}
+
 func TestPageShowsEverySection(t *testing.T) {
 	c := &fakeControl{
 		actors: []*atev1.Actor{
@@ -122,10 +131,11 @@ func TestPageShowsEverySection(t *testing.T) {
 				Reason: atev1.CheckpointReason_EVICTED, EvictedFor: "default/counter-1"},
 		},
 		templates: []*atev1.ActorTemplate{{Atespace: "default", Name: "counter",
-			Status: &atev1.ActorTemplateStatus{Phase: "READY", GoldenSnapshot: "golden-0123456789abcdef0123", ImageDigest: "sha256:feedface"}},
-			{Atespace: "default", Name: "broken"}},
-		workers: []*atev1.Worker{{Name: "w-1", Node: "local", Phase: "FREE"}, {Name: "w-0", Node: "local", Phase: "CLAIMED", Actor: "default/counter-1"}},
-		nodes:   []*atev1.Node{{Name: "local", Phase: "READY", Workers: 2, FreeWorkers: 1}},
+			Status: &atev1.ActorTemplateStatus{Phase: atev1.ActorTemplateStatus_READY, GoldenSnapshot: "golden-0123456789abcdef0123", ImageDigest: "sha256:feedface"}},
+			{Atespace: "default", Name: "broken"},
+			{Atespace: "default", Name: "older", Status: olderStatus(atev1.ActorTemplateStatus_FAILED)}},
+		workers: []*atev1.Worker{{Name: "w-1", Node: "local", Phase: atev1.Worker_FREE}, {Name: "w-0", Node: "local", Phase: atev1.Worker_CLAIMED, Actor: "default/counter-1"}},
+		nodes:   []*atev1.Node{{Name: "local", Phase: atev1.Node_READY, Workers: 2, FreeWorkers: 1}},
 	}
 	events := EventListerFunc(func(context.Context, int) ([]Event, error) {
 		return []Event{{Time: testNow.Add(-time.Minute), Type: "ActorResumed", Object: "default/counter-1", Message: "restored from golden"}}, nil
@@ -149,6 +159,10 @@ func TestPageShowsEverySection(t *testing.T) {
 		`data-action="suspend" data-actor="team/idle-1" disabled>Suspend`,
 		`<tr data-template="default/counter">`, `golden-012345678…`, `feedface`, `UNKNOWN`,
 		`<tr data-worker="w-0">`, `<tr data-node="local">`, `2 (1)`,
+		// Each state's and phase's pill.
+		`<span class="pill ok">RUNNING</span>`, `<span class="pill idle">SUSPENDED</span>`,
+		`<span class="pill ok">READY</span>`, `<span class="pill busy">UNKNOWN</span>`, `<span class="pill bad">FAILED</span>`,
+		`<span class="pill ok">FREE</span>`, `<span class="pill busy">CLAIMED</span>`,
 		`ActorResumed`, `restored from golden`,
 		`No metrics are recorded`,
 		`src="static/dashboard.js"`,

@@ -162,19 +162,40 @@ func errText(what string, err error) string {
 	return fmt.Sprintf("Could not list %s: %s (%s)", what, st.Message(), st.Code())
 }
 
-// stateClass is the CSS class of an actor, worker, node or template
-// state.
-func stateClass(state string) string {
-	switch state {
-	case "RUNNING", "READY", "FREE":
-		return "ok"
-	case "CRASHED", "FAILED", "LOST":
-		return "bad"
-	case "SUSPENDED", "PAUSED":
-		return "idle"
-	default:
-		return "busy"
+// stateClass is the CSS class of an actor's state or a template's,
+// worker's or node's phase: "ok", "bad", "idle", or "busy" for the rest
+// (states and phases on their way to another).
+func stateClass(state any) string {
+	switch s := state.(type) {
+	case atev1.ActorState:
+		switch s {
+		case atev1.ActorState_RUNNING:
+			return "ok"
+		case atev1.ActorState_CRASHED:
+			return "bad"
+		case atev1.ActorState_SUSPENDED, atev1.ActorState_PAUSED:
+			return "idle"
+		}
+	case atev1.ActorTemplateStatus_Phase:
+		switch s {
+		case atev1.ActorTemplateStatus_READY:
+			return "ok"
+		case atev1.ActorTemplateStatus_FAILED:
+			return "bad"
+		}
+	case atev1.Worker_Phase:
+		if s == atev1.Worker_FREE {
+			return "ok"
+		}
+	case atev1.Node_Phase:
+		switch s {
+		case atev1.Node_READY:
+			return "ok"
+		case atev1.Node_LOST:
+			return "bad"
+		}
 	}
+	return "busy"
 }
 
 // ago says how long before now t was, coarsely ("12s ago"); "never" for

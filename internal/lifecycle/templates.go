@@ -50,6 +50,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 		log.WarnContext(ctx, "golden build failed", "err", err)
 	} else {
 		cur.Phase, cur.Message, cur.GoldenSnapshot, cur.ImageDigest = store.TemplateReady, "", ref, digest
+		cur.BuildPhases = nil
 		log.InfoContext(ctx, "golden snapshot ready", "snapshot", ref)
 	}
 	if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil && !errors.Is(err, context.Canceled) {
@@ -58,21 +59,23 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 }
 
 // buildProgress returns the ProgressFunc of t's golden build: while it is
-// BUILDING, the template's status message lists the phases begun so far,
-// oldest first, joined by atev1.BuildPhaseSeparator, so a client polling
-// it (`ate create template --wait`) misses none begun before its last
-// poll of the BUILDING template (READY clears the list). A failed write only
-// loses a progress line.
+// BUILDING, the template's BuildPhases list the phases begun so far,
+// oldest first, so a client polling them (`ate create template --wait`)
+// misses none begun before its last poll of the BUILDING template (READY
+// clears the list). For clients older than BuildPhases, the status
+// message lists the same phases' human text, joined by
+// atev1.BuildPhaseSeparator. A failed write only loses a progress line.
 func (m *Manager) buildProgress(ctx context.Context, t *store.Template) nodeapi.ProgressFunc {
-	return func(phase string) {
+	return func(phase nodeapi.BuildPhase) {
 		cur, err := m.store.GetTemplate(ctx, t.Atespace, t.Name)
 		if err != nil || cur.UID != t.UID || cur.Phase != store.TemplateBuilding {
 			return
 		}
+		cur.BuildPhases = append(cur.BuildPhases, atev1.BuildPhase(phase))
 		if cur.Message == "" {
-			cur.Message = phase
+			cur.Message = phase.String()
 		} else {
-			cur.Message += atev1.BuildPhaseSeparator + phase
+			cur.Message += atev1.BuildPhaseSeparator + phase.String()
 		}
 		if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil {
 			m.log.DebugContext(ctx, "record golden build phase", "template", t.Name, "phase", phase, "err", err)

@@ -31,8 +31,8 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 		r.draining = map[string]string{}
 	}
 	r.draining[name] = reason
-	if m.phase == PhaseReady {
-		m.phase = PhaseDraining
+	if m.phase == atev1.Node_READY {
+		m.phase = atev1.Node_DRAINING
 	}
 	live := m.live()
 	wf := r.wf
@@ -46,7 +46,7 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 				msg = "drain (" + reason + ") failed: " + m.drainErr.Error()
 			}
 			r.mu.Lock()
-			if r.members[name] == m && m.phase == PhaseDraining {
+			if r.members[name] == m && m.phase == atev1.Node_DRAINING {
 				m.message = msg
 			}
 			r.mu.Unlock()
@@ -75,7 +75,7 @@ func (r *Registry) Remove(ctx context.Context, name, reason string) error {
 		}
 	}
 	r.mu.Lock()
-	if m := r.members[name]; m != nil && m.phase == PhaseLost {
+	if m := r.members[name]; m != nil && m.phase == atev1.Node_LOST {
 		delete(r.members, name)
 	}
 	delete(r.draining, name)

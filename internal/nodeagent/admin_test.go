@@ -36,7 +36,7 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := r.Drain(ctx, "n1", "pod default/n1 terminating")
-	if err != nil || n.GetPhase() != PhaseDraining {
+	if err != nil || n.GetPhase() != atev1.Node_DRAINING {
 		t.Fatalf("Drain = %v, %v; want n1 DRAINING", n, err)
 	}
 	waitSuspended(t, wf.suspended, "n1")

@@ -29,16 +29,6 @@ const (
 	DefaultLostAfter = 5 * time.Second
 )
 
-// Node phases as ListNodes reports them.
-const (
-	PhaseReady    = "READY"
-	PhaseDraining = "DRAINING"
-	// PhasePending: known from the record store (registered with an
-	// earlier API server process) and not yet back.
-	PhasePending = "PENDING"
-	PhaseLost    = "LOST"
-)
-
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
 	Store store.Store
@@ -99,7 +89,8 @@ type Registry struct {
 type member struct {
 	name, address, tunnel string
 	epoch                 int64
-	phase, message        string
+	phase                 atev1.Node_Phase
+	message               string
 	remote                *Remote
 	workers               []string
 	lastHeard             time.Time
@@ -161,7 +152,7 @@ func NewRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	for _, w := range workers {
 		m := r.members[w.Node]
 		if m == nil {
-			m = &member{name: w.Node, phase: PhasePending, lastHeard: now, tunnel: w.TunnelAddr}
+			m = &member{name: w.Node, phase: atev1.Node_PENDING, lastHeard: now, tunnel: w.TunnelAddr}
 			r.members[w.Node] = m
 		}
 		m.workers = append(m.workers, w.Name)
@@ -218,7 +209,7 @@ func (r *Registry) ByLoad() []string {
 	}
 	var ls []load
 	for _, m := range r.members {
-		if m.phase == PhaseReady && len(m.workers) > 0 {
+		if m.phase == atev1.Node_READY && len(m.workers) > 0 {
 			ls = append(ls, load{m.name, float64(m.remote.hosted()) / float64(len(m.workers))})
 		}
 	}
@@ -244,7 +235,7 @@ func (r *Registry) All() []nodeapi.Node {
 	return out
 }
 
-func (m *member) live() bool { return m.phase == PhaseReady || m.phase == PhaseDraining }
+func (m *member) live() bool { return m.phase == atev1.Node_READY || m.phase == atev1.Node_DRAINING }
 
 // List returns every node the registry knows, by name, for ListNodes;
 // free counts come from the store.
@@ -264,14 +255,22 @@ func (r *Registry) List(ctx context.Context) ([]*atev1.Node, error) {
 	var out []*atev1.Node
 	for _, name := range slices.Sorted(maps.Keys(r.members)) {
 		m := r.members[name]
-		n := &atev1.Node{Name: m.name, Phase: m.phase, Address: m.address, TunnelAddress: m.tunnel, Epoch: m.epoch,
-			Message: m.message, LastHeartbeat: timestamppb.New(m.lastHeard)}
-		if m.phase != PhaseLost {
-			n.Workers, n.FreeWorkers = int32(len(m.workers)), free[m.name]
-		}
-		out = append(out, n)
+		out = append(out, m.toProto(free[m.name]))
 	}
 	return out, nil
+}
+
+// toProto is m as ListNodes reports it, free of its workers free: its
+// phase as the enum and, for clients older than it, as the deprecated
+// phase_name.
+func (m *member) toProto(free int32) *atev1.Node {
+	n := &atev1.Node{Name: m.name, Address: m.address, TunnelAddress: m.tunnel, Epoch: m.epoch, Message: m.message,
+		LastHeartbeat: timestamppb.New(m.lastHeard)}
+	n.FillPhase(m.phase)
+	if m.phase != atev1.Node_LOST {
+		n.Workers, n.FreeWorkers = int32(len(m.workers)), free
+	}
+	return n
 }
 
 // Close closes the connections to the nodes. Call it once Run has
@@ -328,7 +327,7 @@ func (r *Registry) Run(ctx context.Context) error {
 		r.mu.Lock()
 		if stalled {
 			for _, m := range r.members {
-				if m.phase != PhaseLost {
+				if m.phase != atev1.Node_LOST {
 					m.lastHeard = now
 				}
 			}
@@ -339,13 +338,13 @@ func (r *Registry) Run(ctx context.Context) error {
 		var silent []string
 		for _, m := range r.members {
 			deadline := r.cfg.LostAfter
-			if m.phase == PhasePending && r.cfg.Shared {
+			if m.phase == atev1.Node_PENDING && r.cfg.Shared {
 				// Never heard by this process, which just started: the
 				// node may be busy re-registering, or talking to the
 				// other replicas, which would declare it lost themselves.
 				deadline = pendingSharedGrace * r.cfg.LostAfter
 			}
-			if m.phase != PhaseLost && now.Sub(m.lastHeard) > deadline {
+			if m.phase != atev1.Node_LOST && now.Sub(m.lastHeard) > deadline {
 				silent = append(silent, m.name)
 			}
 		}
@@ -361,11 +360,11 @@ func (r *Registry) Run(ctx context.Context) error {
 func (r *Registry) declareLost(ctx context.Context, name string, epoch int64, why string) {
 	r.mu.Lock()
 	m := r.members[name]
-	if m == nil || m.phase == PhaseLost || (epoch != 0 && m.epoch != epoch) {
+	if m == nil || m.phase == atev1.Node_LOST || (epoch != 0 && m.epoch != epoch) {
 		r.mu.Unlock()
 		return
 	}
-	m.phase, m.message = PhaseLost, why
+	m.phase, m.message = atev1.Node_LOST, why
 	for _, w := range m.workers {
 		delete(r.byWorker, w)
 	}
@@ -465,7 +464,7 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 			in = got
 		}
 		r.mu.Lock()
-		current := r.members[m.name] == m && m.epoch == h.GetEpoch() && m.phase != PhaseLost
+		current := r.members[m.name] == m && m.epoch == h.GetEpoch() && m.phase != atev1.Node_LOST
 		if current {
 			m.lastHeard = time.Now()
 		}
@@ -508,8 +507,8 @@ func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *
 		}
 	case atev1.NodeEvent_DRAIN:
 		r.mu.Lock()
-		if m.phase == PhaseReady {
-			m.phase = PhaseDraining
+		if m.phase == atev1.Node_READY {
+			m.phase = atev1.Node_DRAINING
 		}
 		r.mu.Unlock()
 		// A drain DrainNode started (the worker Pod began terminating) is
@@ -527,7 +526,9 @@ func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *
 			_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
 		}()
 	case atev1.NodeEvent_BUILD_PROGRESS:
-		m.remote.buildProgress(ev.GetTemplateUid(), ev.GetPhase())
+		if p := ev.BuildPhaseOrText(); p != atev1.BuildPhase_BUILD_PHASE_UNSPECIFIED {
+			m.remote.buildProgress(ev.GetTemplateUid(), nodeapi.BuildPhase(p))
+		}
 	case atev1.NodeEvent_LEAVE:
 		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
 	}
@@ -584,7 +585,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 		return nil, nil, status.Errorf(codes.Unavailable, "register node %s: %v", name, err)
 	}
 	m := &member{name: name, address: h.GetAddress(), tunnel: h.GetTunnelAddress(), epoch: h.GetEpoch(),
-		phase: PhaseReady, remote: newRemote(name, conn), lastHeard: time.Now(), end: end}
+		phase: atev1.Node_READY, remote: newRemote(name, conn), lastHeard: time.Now(), end: end}
 	for _, w := range h.GetWorkers() {
 		m.workers = append(m.workers, w.GetName())
 		if w.GetHostedActorUid() != "" {
@@ -601,7 +602,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	}
 	reason, drained := r.draining[name]
 	if drained {
-		m.phase = PhaseDraining
+		m.phase = atev1.Node_DRAINING
 	}
 	r.mu.Unlock()
 	if drained {

@@ -194,7 +194,7 @@ func TestDeclareLost(t *testing.T) {
 		t.Fatalf("lost workers %v, want [w1]", got)
 	}
 	nodes, err := r.List(ctx)
-	if err != nil || len(nodes) != 1 || nodes[0].GetPhase() != PhaseLost || nodes[0].GetMessage() != "no heartbeat" {
+	if err != nil || len(nodes) != 1 || nodes[0].GetPhase() != atev1.Node_LOST || nodes[0].GetMessage() != "no heartbeat" {
 		t.Fatalf("List = %v, %v; want n1 LOST with its reason", nodes, err)
 	}
 }
@@ -213,7 +213,7 @@ func TestByLoad(t *testing.T) {
 		t.Fatalf("ByLoad = %v, want the idle node first", got)
 	}
 	// A draining node takes no new actors but is still reachable.
-	r.members["idle"].phase = PhaseDraining
+	r.members["idle"].phase = atev1.Node_DRAINING
 	if got := r.ByLoad(); !slices.Equal(got, []string{"busy"}) {
 		t.Fatalf("ByLoad with idle draining = %v, want [busy]", got)
 	}
@@ -245,7 +245,7 @@ func TestAdmitAfterAPIServerRestart(t *testing.T) {
 	}
 	wf := &lostRecorder{st: st}
 	r.SetWorkflows(wf)
-	if nodes, _ := r.List(ctx); len(nodes) != 1 || nodes[0].GetPhase() != PhasePending {
+	if nodes, _ := r.List(ctx); len(nodes) != 1 || nodes[0].GetPhase() != atev1.Node_PENDING {
 		t.Fatalf("before it registers n1 is %v, want PENDING", nodes)
 	}
 	_, stops, err := r.admit(ctx, hello("n1", 42, &atev1.NodeWorker{Name: "w1", HostedActorUid: "a"}, &atev1.NodeWorker{Name: "w2"}), func() {})

@@ -30,12 +30,12 @@ type Remote struct {
 	standbys map[string][]string
 	// builds are the golden builds under way here, by template uid: each
 	// one's phases, reported as events, queue for its BuildGolden call.
-	builds map[string]chan string
+	builds map[string]chan nodeapi.BuildPhase
 }
 
 func newRemote(name string, conn *grpc.ClientConn) *Remote {
 	return &Remote{name: name, conn: conn, client: atev1.NewNodeAgentClient(conn),
-		activity: map[string]nodeapi.Activity{}, standbys: map[string][]string{}, builds: map[string]chan string{}}
+		activity: map[string]nodeapi.Activity{}, standbys: map[string][]string{}, builds: map[string]chan nodeapi.BuildPhase{}}
 }
 
 // Name implements nodeapi.Node.
@@ -76,7 +76,7 @@ func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
 // so a slow listener never holds up the stream's heartbeats; those that
 // arrive after the build returned are dropped.
 func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName string, spec *atev1.ActorTemplateSpec, snapshotID string) (string, string, error) {
-	phases := make(chan string, 8)
+	phases := make(chan nodeapi.BuildPhase, 8)
 	r.mu.Lock()
 	r.builds[tplUID] = phases
 	r.mu.Unlock()
@@ -100,7 +100,7 @@ func (r *Remote) BuildGolden(ctx context.Context, tplUID, atespace, tplName stri
 
 // buildProgress queues phase for the BuildGolden call building tplUID;
 // nothing when none runs (or its queue is full: a progress line lost).
-func (r *Remote) buildProgress(tplUID, phase string) {
+func (r *Remote) buildProgress(tplUID string, phase nodeapi.BuildPhase) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {

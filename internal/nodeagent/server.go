@@ -62,11 +62,20 @@ func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*ate
 func (s *Server) BuildGolden(ctx context.Context, r *atev1.BuildGoldenRequest) (*atev1.BuildGoldenResponse, error) {
 	// Each phase goes out as an event on the registration streams, which
 	// the caller's Remote hands to its own progress listener.
-	ctx = nodeapi.WithProgress(ctx, func(phase string) {
-		s.report(&atev1.NodeEvent{Kind: atev1.NodeEvent_BUILD_PROGRESS, TemplateUid: r.GetTemplateUid(), Phase: phase})
+	ctx = nodeapi.WithProgress(ctx, func(phase nodeapi.BuildPhase) {
+		s.report(buildProgressEvent(r.GetTemplateUid(), phase))
 	})
 	ref, digest, err := s.n.BuildGolden(ctx, r.GetTemplateUid(), r.GetAtespace(), r.GetTemplate(), r.GetSpec(), r.GetSnapshotId())
 	return &atev1.BuildGoldenResponse{Snapshot: ref, ImageDigest: digest}, toStatus(err)
+}
+
+// buildProgressEvent is the BUILD_PROGRESS event of template tplUID's
+// golden build beginning phase: the phase as the enum and, for API
+// servers older than it, as its human text.
+func buildProgressEvent(tplUID string, phase nodeapi.BuildPhase) *atev1.NodeEvent {
+	ev := &atev1.NodeEvent{Kind: atev1.NodeEvent_BUILD_PROGRESS, TemplateUid: tplUID}
+	ev.FillBuildPhase(atev1.BuildPhase(phase))
+	return ev
 }
 
 // UploadPaused implements atev1.NodeAgentServer.

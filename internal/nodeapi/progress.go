@@ -1,19 +1,31 @@
 package nodeapi
 
-import "context"
+import (
+	"context"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// BuildPhase is a phase of a golden build: the API's atev1.BuildPhase,
+// whose String is the phase's human text ("pulling and unpacking the
+// image", …), for logs and the messages of clients older than the enum.
+type BuildPhase atev1.BuildPhase
 
 // Golden build phases, in order, as reported to a ProgressFunc.
 const (
-	PhaseImage      = "pulling and unpacking the image"
-	PhaseBoot       = "booting the sandbox"
-	PhaseProbe      = "waiting for the wakeup probe"
-	PhaseCheckpoint = "checkpointing the golden snapshot"
+	PhaseImage      = BuildPhase(atev1.BuildPhase_IMAGE)
+	PhaseBoot       = BuildPhase(atev1.BuildPhase_BOOT)
+	PhaseProbe      = BuildPhase(atev1.BuildPhase_PROBE)
+	PhaseCheckpoint = BuildPhase(atev1.BuildPhase_CHECKPOINT)
 )
+
+// String is p's human text (atev1.BuildPhase.Text).
+func (p BuildPhase) String() string { return atev1.BuildPhase(p).Text() }
 
 // ProgressFunc is told each phase of a long operation as it begins (a
 // golden build: PhaseImage, PhaseBoot, PhaseProbe, PhaseCheckpoint). It
 // runs on the operation's goroutine and should return quickly.
-type ProgressFunc func(phase string)
+type ProgressFunc func(phase BuildPhase)
 
 type progressKey struct{}
 
@@ -26,7 +38,7 @@ func WithProgress(ctx context.Context, f ProgressFunc) context.Context {
 // Progress tells ctx's ProgressFunc, if any, that phase begins: called
 // by the node as it builds, and by a caller relaying a remote node's
 // phases (nodeagent.Remote).
-func Progress(ctx context.Context, phase string) {
+func Progress(ctx context.Context, phase BuildPhase) {
 	if f, ok := ctx.Value(progressKey{}).(ProgressFunc); ok && f != nil {
 		f(phase)
 	}

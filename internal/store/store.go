@@ -17,6 +17,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -125,6 +126,17 @@ type Template struct {
 	GoldenSnapshot string        `json:"goldenSnapshot,omitempty"`
 	// ImageDigest pins the image the golden snapshot was built from.
 	ImageDigest string `json:"imageDigest,omitempty"`
+	// BuildPhases are the golden build's phases begun so far, oldest
+	// first, while BUILDING (READY clears them). Kept as the enum's
+	// numbers, which the API never changes.
+	BuildPhases []atev1.BuildPhase `json:"buildPhases,omitempty"`
+}
+
+// SetStatus sets t's status fields, those UpdateTemplateStatus writes,
+// to from's.
+func (t *Template) SetStatus(from *Template) {
+	t.Phase, t.Message, t.GoldenSnapshot, t.ImageDigest = from.Phase, from.Message, from.GoldenSnapshot, from.ImageDigest
+	t.BuildPhases = slices.Clone(from.BuildPhases)
 }
 
 // Actor is one stateful instance.

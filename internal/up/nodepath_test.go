@@ -50,7 +50,7 @@ func TestEmbeddedNodeUnderRegistryRules(t *testing.T) {
 		return resp.GetNodes()[0]
 	}
 	first := self()
-	if first.GetPhase() != nodeagent.PhaseReady || first.GetWorkers() != 2 || first.GetAddress() != nodeagent.InProcessAddress {
+	if first.GetPhase() != atev1.Node_READY || first.GetWorkers() != 2 || first.GetAddress() != nodeagent.InProcessAddress {
 		t.Fatalf("node at start: %v, want READY with 2 workers at %s", first, nodeagent.InProcessAddress)
 	}
 	testwait.Until(t, "a later heartbeat in ListNodes", func() bool {
@@ -84,7 +84,7 @@ func TestEmbeddedNodeUnderRegistryRules(t *testing.T) {
 	c.PartitionNode(true)
 	testwait.Until(t, "the silent node LOST, its workers unregistered", func() bool {
 		ws, err := c.Store.ListWorkers(ctx)
-		return self().GetPhase() == nodeagent.PhaseLost && err == nil && len(ws) == 0
+		return self().GetPhase() == atev1.Node_LOST && err == nil && len(ws) == 0
 	})
 	// Its actor went CRASHED before its worker left the pool.
 	if a := get(); a.GetState() != atev1.ActorState_CRASHED || a.GetWorker() != "" {
@@ -98,7 +98,7 @@ func TestEmbeddedNodeUnderRegistryRules(t *testing.T) {
 	c.PartitionNode(false)
 	testwait.Until(t, "the node READY again with its workers", func() bool {
 		n := self()
-		return n.GetPhase() == nodeagent.PhaseReady && n.GetWorkers() == 2
+		return n.GetPhase() == atev1.Node_READY && n.GetWorkers() == 2
 	})
 	testwait.Until(t, "the stale sandbox stopped", func() bool { return c.Runtime.Len() < heldBefore })
 	resume()

@@ -404,7 +404,7 @@ func (c *cluster) nodeOf(actor string) string {
 	return ""
 }
 
-func (c *cluster) nodePhase(name string) string {
+func (c *cluster) nodePhase(name string) atev1.Node_Phase {
 	c.t.Helper()
 	resp, err := c.in.client.ListNodes(context.Background(), &atev1.ListNodesRequest{})
 	if err != nil {
@@ -415,7 +415,7 @@ func (c *cluster) nodePhase(name string) string {
 			return n.GetPhase()
 		}
 	}
-	return ""
+	return atev1.Node_PHASE_UNSPECIFIED
 }
 
 func other(n string) string {
@@ -446,13 +446,13 @@ func TestClusterSuspendOnOneNodeResumeOnAnother(t *testing.T) {
 		t.Fatalf("no snapshot objects in the bucket after suspend (%v)", err)
 	}
 	c.nodes[first].terminate(60 * time.Second)
-	waitFor(t, "node "+first+" gone from the pool", 10*time.Second, func() bool { return c.nodePhase(first) == "LOST" })
+	waitFor(t, "node "+first+" gone from the pool", 10*time.Second, func() bool { return c.nodePhase(first) == atev1.Node_LOST })
 	c.in.mustCount("default/counter-1", 3)
 	if got := c.nodeOf("counter-1"); got != other(first) {
 		t.Fatalf("resumed on %q, want %s", got, other(first))
 	}
 	out := c.in.ate("get", "nodes")
-	if !strings.Contains(out, other(first)) || !strings.Contains(out, "READY") {
+	if !strings.Contains(out, other(first)) || !strings.Contains(out, atev1.Node_READY.String()) {
 		t.Fatalf("ate get nodes:\n%s", out)
 	}
 }
@@ -485,7 +485,7 @@ func TestClusterNodeKilled(t *testing.T) {
 		t.Fatalf("no container left in %s's runsc root after kill -9: nothing to check the clean-up with", victim)
 	}
 	c.nodes[victim].start("ate node ready")
-	waitFor(t, "killed node back", 15*time.Second, func() bool { return c.nodePhase(victim) == "READY" })
+	waitFor(t, "killed node back", 15*time.Second, func() bool { return c.nodePhase(victim) == atev1.Node_READY })
 	if got := c.nodeOf("counter-1"); got != other(victim) {
 		t.Fatalf("after the killed node rejoined the actor is on %q, want it left on %s", got, other(victim))
 	}
@@ -527,7 +527,7 @@ func TestClusterCorruptSnapshot(t *testing.T) {
 	// The node that suspended it has a verified copy in its cache; the
 	// other must download.
 	c.nodes[first].terminate(60 * time.Second)
-	waitFor(t, "node "+first+" left", 10*time.Second, func() bool { return c.nodePhase(first) == "LOST" })
+	waitFor(t, "node "+first+" left", 10*time.Second, func() bool { return c.nodePhase(first) == atev1.Node_LOST })
 	code, body := c.in.get("default/counter-1", "/")
 	if code < 500 {
 		t.Fatalf("resume from a corrupt snapshot answered %d %q", code, body)
@@ -645,7 +645,7 @@ func TestClusterAPIServerKilledMidSuspend(t *testing.T) {
 	t.Logf("API server killed with the actor %s", state)
 	_ = suspend.Wait()
 	c.api.start("ate apiserver ready")
-	waitFor(t, "node-a registered again", 15*time.Second, func() bool { return c.nodePhase("node-a") == "READY" })
+	waitFor(t, "node-a registered again", 15*time.Second, func() bool { return c.nodePhase("node-a") == atev1.Node_READY })
 	ctx := context.Background()
 	referenced := func() map[string]bool {
 		live := map[string]bool{}
@@ -756,7 +756,7 @@ func TestClusterRouterRestartWhileNodeDrains(t *testing.T) {
 	}
 	// The new router serves at the old address.
 	c.in.mustCount("default/c0", len(counts["default/c0"])+1)
-	if c.nodePhase("node-a") != "LOST" {
+	if c.nodePhase("node-a") != atev1.Node_LOST {
 		t.Errorf("drained node-a is %s, want LOST (left)", c.nodePhase("node-a"))
 	}
 }
@@ -776,7 +776,7 @@ func TestClusterPausedOnLostNode(t *testing.T) {
 		t.Fatalf("state after pause = %s", st)
 	}
 	c.nodes[on].kill()
-	waitFor(t, "node "+on+" lost", 15*time.Second, func() bool { return c.nodePhase(on) == "LOST" })
+	waitFor(t, "node "+on+" lost", 15*time.Second, func() bool { return c.nodePhase(on) == atev1.Node_LOST })
 	c.in.mustCount("default/counter-1", 2) // from the durable count=1: the paused work is gone
 	if got := c.nodeOf("counter-1"); got != other(on) {
 		t.Fatalf("resumed on %q, want %s", got, other(on))
@@ -797,7 +797,7 @@ func TestClusterAPIServerRestartKeepsActors(t *testing.T) {
 	c.api.kill()
 	c.api.start("ate apiserver ready")
 	waitFor(t, "both nodes registered again", 15*time.Second, func() bool {
-		return c.nodePhase("node-a") == "READY" && c.nodePhase("node-b") == "READY"
+		return c.nodePhase("node-a") == atev1.Node_READY && c.nodePhase("node-b") == atev1.Node_READY
 	})
 	if st := c.in.actor("counter-1").GetState().String(); st != "RUNNING" {
 		t.Fatalf("after the API server restart the actor is %s (%s), want RUNNING", st, c.in.actor("counter-1").GetMessage())

@@ -53,7 +53,7 @@ func TestEvictionKeepsTenantsNamesApart(t *testing.T) {
 	in.ate("create", "template", "-f", tpl, "-n", "team-b")
 	waitFor(t, "template team-b/counter READY", 3*time.Minute, func() bool {
 		got, err := in.client.GetActorTemplate(context.Background(), &atev1.GetActorTemplateRequest{Atespace: "team-b", Name: "counter"})
-		return err == nil && got.GetStatus().GetPhase() == "READY"
+		return err == nil && got.GetStatus().GetPhase() == atev1.ActorTemplateStatus_READY
 	})
 	// Names that appear nowhere else, so a plain search finds any leak.
 	const victim, waiter = "alices-secret-actor", "bobs-secret-actor"

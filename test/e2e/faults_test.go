@@ -67,8 +67,8 @@ func (in *installation) busyWorkers() []string {
 	}
 	var busy []string
 	for _, w := range ws.GetWorkers() {
-		if w.GetPhase() != "FREE" {
-			busy = append(busy, w.GetName()+" "+w.GetPhase())
+		if w.GetPhase() != atev1.Worker_FREE {
+			busy = append(busy, w.GetName()+" "+w.GetPhase().String())
 		}
 	}
 	return busy

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
 // TestCreateTemplateWaitShowsPhases: `ate create template --wait` prints
@@ -19,8 +21,10 @@ func TestCreateTemplateWaitShowsPhases(t *testing.T) {
 	// and READY ends it. READY clears the phase list, so the last phases
 	// of a fast build (here a few hundred ms) may go unprinted
 	// (docs/debugging.md).
-	phases := []string{"pulling and unpacking the image", "booting the sandbox", "waiting for the wakeup probe",
-		"checkpointing the golden snapshot"}
+	var phases []string
+	for _, p := range []atev1.BuildPhase{atev1.BuildPhase_IMAGE, atev1.BuildPhase_BOOT, atev1.BuildPhase_PROBE, atev1.BuildPhase_CHECKPOINT} {
+		phases = append(phases, p.Text())
+	}
 	if !strings.Contains(errOut, phases[0]) {
 		t.Fatalf("create template --wait output lacks the first phase %q:\n%s", phases[0], errOut)
 	}
@@ -39,7 +43,7 @@ func TestCreateTemplateWaitShowsPhases(t *testing.T) {
 	bad := "name: broken\ncontainers:\n- name: c\n  image: oci:" + filepath.Join(repoDir, "build/images/counter") +
 		"\n  command: [\"/no/such/program\"]\n  ports: [8080]\nwakeupProbe:\n  httpGet: {path: /healthz, port: 8080}\n"
 	_, errOut, code = in.ateRun(strings.NewReader(bad), "create", "template", "-f", "-", "--wait")
-	if code != 1 || !strings.Contains(errOut, "FAILED") || !strings.Contains(errOut, "/no/such/program") {
+	if code != 1 || !strings.Contains(errOut, atev1.ActorTemplateStatus_FAILED.String()) || !strings.Contains(errOut, "/no/such/program") {
 		t.Fatalf("create template --wait of a failing build: exit %d, stderr %q; want 1 and FAILED with the reason", code, errOut)
 	}
 }

@@ -457,10 +457,10 @@ func (in *installation) waitTemplateReady(name string) {
 		if err != nil {
 			in.t.Fatalf("GetActorTemplate: %v", err)
 		}
-		if tpl.GetStatus().GetPhase() == "FAILED" {
+		if tpl.GetStatus().GetPhase() == atev1.ActorTemplateStatus_FAILED {
 			in.t.Fatalf("template %s golden build failed: %s", name, tpl.GetStatus().GetMessage())
 		}
-		return tpl.GetStatus().GetPhase() == "READY"
+		return tpl.GetStatus().GetPhase() == atev1.ActorTemplateStatus_READY
 	})
 }
 

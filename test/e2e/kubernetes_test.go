@@ -188,7 +188,7 @@ func TestKubernetesWorkerPodLifecycle(t *testing.T) {
 	waitFor(t, "actor suspended by the drain of its terminating Pod", 30*time.Second, func() bool {
 		return kc.in.actor("counter-1").GetState().String() == "SUSPENDED"
 	})
-	if ph := kc.nodePhase(first); ph != "DRAINING" {
+	if ph := kc.nodePhase(first); ph != atev1.Node_DRAINING {
 		t.Fatalf("node %s is %s after its Pod began terminating, want DRAINING", first, ph)
 	}
 	kc.in.mustCount("default/counter-1", 3)
@@ -200,7 +200,7 @@ func TestKubernetesWorkerPodLifecycle(t *testing.T) {
 	kc.nodes[first].kill()
 	kc.deletePod(first, 0)
 	waitFor(t, "the deleted Pod's node and workers gone", 30*time.Second, func() bool {
-		return kc.workersOf(first) == 0 && kc.nodePhase(first) == ""
+		return kc.workersOf(first) == 0 && kc.nodePhase(first) == atev1.Node_PHASE_UNSPECIFIED
 	})
 
 	// Deleted with the actor running: RemoveNode makes the actor CRASHED

@@ -186,7 +186,7 @@ func TestRevertAndForceDelete(t *testing.T) {
 		t.Fatalf("force-deleted actor answered %d", code)
 	}
 	ws := in.ate("get", "workers", "-o", "json")
-	if strings.Contains(ws, "CLAIMED") {
+	if strings.Contains(ws, atev1.Worker_CLAIMED.String()) {
 		t.Fatalf("worker still claimed after force delete:\n%s", ws)
 	}
 }

@@ -138,7 +138,7 @@ func TestClusterForkAcrossNodes(t *testing.T) {
 	}
 	c.in.ate("suspend", "actor", "counter-1")
 	c.nodes[first].terminate(60 * time.Second)
-	waitFor(t, "node "+first+" gone from the pool", 10*time.Second, func() bool { return c.nodePhase(first) == "LOST" })
+	waitFor(t, "node "+first+" gone from the pool", 10*time.Second, func() bool { return c.nodePhase(first) == atev1.Node_LOST })
 
 	c.in.ate("create", "actor", "fork-a", "--from-tag", "five")
 	c.in.ate("create", "actor", "fork-b", "--from-tag", "five")

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
 // TestUserStory is issue 2's acceptance test, step by step: `ate up
@@ -38,7 +40,7 @@ func TestUserStory(t *testing.T) {
 	if out := in.ate("get", "actor", "counter-1", "-o", "json"); !strings.Contains(out, `"state": "SUSPENDED"`) {
 		t.Fatalf("get actor -o json after suspend:\n%s", out)
 	}
-	if w := in.ate("get", "workers", "-o", "json"); strings.Contains(w, "CLAIMED") {
+	if w := in.ate("get", "workers", "-o", "json"); strings.Contains(w, atev1.Worker_CLAIMED.String()) {
 		t.Fatalf("a worker is still claimed after suspend:\n%s", w)
 	}
 	in.mustCount("default/counter-1", 4) // resumed on demand, memory intact

@@ -26,6 +26,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// BuildPhase is a phase of a template's golden build, in the order a
+// build begins them. The comments give each phase's human text, which
+// `ate create template --wait` prints and a BUILDING template's status
+// message joins for clients older than this enum.
+type BuildPhase int32
+
+const (
+	BuildPhase_BUILD_PHASE_UNSPECIFIED BuildPhase = 0
+	// "pulling and unpacking the image"
+	BuildPhase_IMAGE BuildPhase = 1
+	// "booting the sandbox"
+	BuildPhase_BOOT BuildPhase = 2
+	// "waiting for the wakeup probe"
+	BuildPhase_PROBE BuildPhase = 3
+	// "checkpointing the golden snapshot"
+	BuildPhase_CHECKPOINT BuildPhase = 4
+)
+
+// Enum value maps for BuildPhase.
+var (
+	BuildPhase_name = map[int32]string{
+		0: "BUILD_PHASE_UNSPECIFIED",
+		1: "IMAGE",
+		2: "BOOT",
+		3: "PROBE",
+		4: "CHECKPOINT",
+	}
+	BuildPhase_value = map[string]int32{
+		"BUILD_PHASE_UNSPECIFIED": 0,
+		"IMAGE":                   1,
+		"BOOT":                    2,
+		"PROBE":                   3,
+		"CHECKPOINT":              4,
+	}
+)
+
+func (x BuildPhase) Enum() *BuildPhase {
+	p := new(BuildPhase)
+	*p = x
+	return p
+}
+
+func (x BuildPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BuildPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[0].Descriptor()
+}
+
+func (BuildPhase) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[0]
+}
+
+func (x BuildPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BuildPhase.Descriptor instead.
+func (BuildPhase) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
 type ActorState int32
 
 const (
@@ -77,11 +140,11 @@ func (x ActorState) String() string {
 }
 
 func (ActorState) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[0].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[1].Descriptor()
 }
 
 func (ActorState) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[0]
+	return &file_ate_v1_control_proto_enumTypes[1]
 }
 
 func (x ActorState) Number() protoreflect.EnumNumber {
@@ -90,7 +153,7 @@ func (x ActorState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ActorState.Descriptor instead.
 func (ActorState) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
 }
 
 // CheckpointReason is why an actor was suspended or paused.
@@ -137,11 +200,11 @@ func (x CheckpointReason) String() string {
 }
 
 func (CheckpointReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[1].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[2].Descriptor()
 }
 
 func (CheckpointReason) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[1]
+	return &file_ate_v1_control_proto_enumTypes[2]
 }
 
 func (x CheckpointReason) Number() protoreflect.EnumNumber {
@@ -150,7 +213,7 @@ func (x CheckpointReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointReason.Descriptor instead.
 func (CheckpointReason) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 type Alarm_State int32
@@ -188,11 +251,11 @@ func (x Alarm_State) String() string {
 }
 
 func (Alarm_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_ate_v1_control_proto_enumTypes[2].Descriptor()
+	return file_ate_v1_control_proto_enumTypes[3].Descriptor()
 }
 
 func (Alarm_State) Type() protoreflect.EnumType {
-	return &file_ate_v1_control_proto_enumTypes[2]
+	return &file_ate_v1_control_proto_enumTypes[3]
 }
 
 func (x Alarm_State) Number() protoreflect.EnumNumber {
@@ -202,6 +265,175 @@ func (x Alarm_State) Number() protoreflect.EnumNumber {
 // Deprecated: Use Alarm_State.Descriptor instead.
 func (Alarm_State) EnumDescriptor() ([]byte, []int) {
 	return file_ate_v1_control_proto_rawDescGZIP(), []int{0, 0}
+}
+
+// Phase is the state of the golden snapshot.
+type ActorTemplateStatus_Phase int32
+
+const (
+	ActorTemplateStatus_PHASE_UNSPECIFIED ActorTemplateStatus_Phase = 0
+	// The golden build is running (or waits for a node to run on).
+	ActorTemplateStatus_BUILDING ActorTemplateStatus_Phase = 1
+	// The golden snapshot is built; golden_snapshot names it.
+	ActorTemplateStatus_READY ActorTemplateStatus_Phase = 2
+	// The golden build failed; message says why.
+	ActorTemplateStatus_FAILED ActorTemplateStatus_Phase = 3
+)
+
+// Enum value maps for ActorTemplateStatus_Phase.
+var (
+	ActorTemplateStatus_Phase_name = map[int32]string{
+		0: "PHASE_UNSPECIFIED",
+		1: "BUILDING",
+		2: "READY",
+		3: "FAILED",
+	}
+	ActorTemplateStatus_Phase_value = map[string]int32{
+		"PHASE_UNSPECIFIED": 0,
+		"BUILDING":          1,
+		"READY":             2,
+		"FAILED":            3,
+	}
+)
+
+func (x ActorTemplateStatus_Phase) Enum() *ActorTemplateStatus_Phase {
+	p := new(ActorTemplateStatus_Phase)
+	*p = x
+	return p
+}
+
+func (x ActorTemplateStatus_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ActorTemplateStatus_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[4].Descriptor()
+}
+
+func (ActorTemplateStatus_Phase) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[4]
+}
+
+func (x ActorTemplateStatus_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ActorTemplateStatus_Phase.Descriptor instead.
+func (ActorTemplateStatus_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{28, 0}
+}
+
+type Worker_Phase int32
+
+const (
+	Worker_PHASE_UNSPECIFIED Worker_Phase = 0
+	// No actor holds the worker.
+	Worker_FREE Worker_Phase = 1
+	// actor holds the worker.
+	Worker_CLAIMED Worker_Phase = 2
+)
+
+// Enum value maps for Worker_Phase.
+var (
+	Worker_Phase_name = map[int32]string{
+		0: "PHASE_UNSPECIFIED",
+		1: "FREE",
+		2: "CLAIMED",
+	}
+	Worker_Phase_value = map[string]int32{
+		"PHASE_UNSPECIFIED": 0,
+		"FREE":              1,
+		"CLAIMED":           2,
+	}
+)
+
+func (x Worker_Phase) Enum() *Worker_Phase {
+	p := new(Worker_Phase)
+	*p = x
+	return p
+}
+
+func (x Worker_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Worker_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[5].Descriptor()
+}
+
+func (Worker_Phase) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[5]
+}
+
+func (x Worker_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Worker_Phase.Descriptor instead.
+func (Worker_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{51, 0}
+}
+
+type Node_Phase int32
+
+const (
+	Node_PHASE_UNSPECIFIED Node_Phase = 0
+	// Registered and heartbeating.
+	Node_READY Node_Phase = 1
+	// Heartbeating, and nothing new is placed on it: what it holds is
+	// being put away (DrainNode, or the node is shutting down).
+	Node_DRAINING Node_Phase = 2
+	// Known from the record store (it registered with an earlier API
+	// server process) and not back yet.
+	Node_PENDING Node_Phase = 3
+	// No heartbeat within the deadline, or its stream ended (message
+	// says which): its workers left the pool.
+	Node_LOST Node_Phase = 4
+)
+
+// Enum value maps for Node_Phase.
+var (
+	Node_Phase_name = map[int32]string{
+		0: "PHASE_UNSPECIFIED",
+		1: "READY",
+		2: "DRAINING",
+		3: "PENDING",
+		4: "LOST",
+	}
+	Node_Phase_value = map[string]int32{
+		"PHASE_UNSPECIFIED": 0,
+		"READY":             1,
+		"DRAINING":          2,
+		"PENDING":           3,
+		"LOST":              4,
+	}
+)
+
+func (x Node_Phase) Enum() *Node_Phase {
+	p := new(Node_Phase)
+	*p = x
+	return p
+}
+
+func (x Node_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Node_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_ate_v1_control_proto_enumTypes[6].Descriptor()
+}
+
+func (Node_Phase) Type() protoreflect.EnumType {
+	return &file_ate_v1_control_proto_enumTypes[6]
+}
+
+func (x Node_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Node_Phase.Descriptor instead.
+func (Node_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_ate_v1_control_proto_rawDescGZIP(), []int{54, 0}
 }
 
 // Alarm is a scheduled wake-up of an actor.
@@ -1918,13 +2150,26 @@ func (x *EvictionPolicy) GetAllowOpenStreams() bool {
 
 type ActorTemplateStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// BUILDING, READY or FAILED: the state of the golden snapshot.
-	Phase          string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// phase_name is phase's name (BUILDING, READY or FAILED). Servers
+	// still fill it for clients older than the enum; read phase, falling
+	// back to this only when phase is PHASE_UNSPECIFIED (a server older
+	// than the enum). Its JSON name is phaseName; the enum's is phase.
+	//
+	// Deprecated: Marked as deprecated in ate/v1/control.proto.
+	PhaseName string                    `protobuf:"bytes,1,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
+	Phase     ActorTemplateStatus_Phase `protobuf:"varint,5,opt,name=phase,proto3,enum=ate.v1.ActorTemplateStatus_Phase" json:"phase,omitempty"`
+	// message says why a build FAILED; while BUILDING it joins the human
+	// text of build_phases with "; " (for clients older than build_phases).
 	Message        string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	GoldenSnapshot string `protobuf:"bytes,3,opt,name=golden_snapshot,json=goldenSnapshot,proto3" json:"golden_snapshot,omitempty"`
 	// image_digest pins the image the golden snapshot was built from; every
 	// start uses exactly that content.
-	ImageDigest   string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	ImageDigest string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// build_phases are the phases of the golden build begun so far, oldest
+	// first, while BUILDING (READY clears them; FAILED keeps them, so they
+	// show how far the build got). A client polling them misses none
+	// begun before its last poll of the BUILDING template.
+	BuildPhases   []BuildPhase `protobuf:"varint,6,rep,packed,name=build_phases,json=buildPhases,proto3,enum=ate.v1.BuildPhase" json:"build_phases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1959,11 +2204,19 @@ func (*ActorTemplateStatus) Descriptor() ([]byte, []int) {
 	return file_ate_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
-func (x *ActorTemplateStatus) GetPhase() string {
+// Deprecated: Marked as deprecated in ate/v1/control.proto.
+func (x *ActorTemplateStatus) GetPhaseName() string {
+	if x != nil {
+		return x.PhaseName
+	}
+	return ""
+}
+
+func (x *ActorTemplateStatus) GetPhase() ActorTemplateStatus_Phase {
 	if x != nil {
 		return x.Phase
 	}
-	return ""
+	return ActorTemplateStatus_PHASE_UNSPECIFIED
 }
 
 func (x *ActorTemplateStatus) GetMessage() string {
@@ -1985,6 +2238,13 @@ func (x *ActorTemplateStatus) GetImageDigest() string {
 		return x.ImageDigest
 	}
 	return ""
+}
+
+func (x *ActorTemplateStatus) GetBuildPhases() []BuildPhase {
+	if x != nil {
+		return x.BuildPhases
+	}
+	return nil
 }
 
 type ActorTemplate struct {
@@ -3364,8 +3624,13 @@ type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Node  string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	// FREE or CLAIMED.
-	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	// phase_name is phase's name (FREE or CLAIMED), still filled for
+	// clients older than the enum; read phase, falling back to this only
+	// when phase is PHASE_UNSPECIFIED (a server older than the enum).
+	//
+	// Deprecated: Marked as deprecated in ate/v1/control.proto.
+	PhaseName string       `protobuf:"bytes,3,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
+	Phase     Worker_Phase `protobuf:"varint,8,opt,name=phase,proto3,enum=ate.v1.Worker_Phase" json:"phase,omitempty"`
 	// actor is "<atespace>/<name>" of the actor holding the worker, if any.
 	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
 	// tunnel_address is host:port of the worker tunnel that proxies to it.
@@ -3420,11 +3685,19 @@ func (x *Worker) GetNode() string {
 	return ""
 }
 
-func (x *Worker) GetPhase() string {
+// Deprecated: Marked as deprecated in ate/v1/control.proto.
+func (x *Worker) GetPhaseName() string {
+	if x != nil {
+		return x.PhaseName
+	}
+	return ""
+}
+
+func (x *Worker) GetPhase() Worker_Phase {
 	if x != nil {
 		return x.Phase
 	}
-	return ""
+	return Worker_PHASE_UNSPECIFIED
 }
 
 func (x *Worker) GetActor() string {
@@ -3539,9 +3812,13 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// READY (heartbeating) or LOST (no heartbeat within the deadline, or
-	// its stream ended; its workers left the pool).
-	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// phase_name is phase's name, still filled for clients older than the
+	// enum; read phase, falling back to this only when phase is
+	// PHASE_UNSPECIFIED (a server older than the enum).
+	//
+	// Deprecated: Marked as deprecated in ate/v1/control.proto.
+	PhaseName     string                 `protobuf:"bytes,2,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
+	Phase         Node_Phase             `protobuf:"varint,10,opt,name=phase,proto3,enum=ate.v1.Node_Phase" json:"phase,omitempty"`
 	Address       string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
 	TunnelAddress string                 `protobuf:"bytes,4,opt,name=tunnel_address,json=tunnelAddress,proto3" json:"tunnel_address,omitempty"`
 	Epoch         int64                  `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -3591,11 +3868,19 @@ func (x *Node) GetName() string {
 	return ""
 }
 
-func (x *Node) GetPhase() string {
+// Deprecated: Marked as deprecated in ate/v1/control.proto.
+func (x *Node) GetPhaseName() string {
+	if x != nil {
+		return x.PhaseName
+	}
+	return ""
+}
+
+func (x *Node) GetPhase() Node_Phase {
 	if x != nil {
 		return x.Phase
 	}
-	return ""
+	return Node_PHASE_UNSPECIFIED
 }
 
 func (x *Node) GetAddress() string {
@@ -6317,12 +6602,21 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x12allow_open_streams\x18\x04 \x01(\bR\x10allowOpenStreamsB\f\n" +
 	"\n" +
 	"_evictableB\x12\n" +
-	"\x10_min_run_seconds\"\x91\x01\n" +
-	"\x13ActorTemplateStatus\x12\x14\n" +
-	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
+	"\x10_min_run_seconds\"\xd3\x02\n" +
+	"\x13ActorTemplateStatus\x12!\n" +
+	"\n" +
+	"phase_name\x18\x01 \x01(\tB\x02\x18\x01R\tphaseName\x127\n" +
+	"\x05phase\x18\x05 \x01(\x0e2!.ate.v1.ActorTemplateStatus.PhaseR\x05phase\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12'\n" +
 	"\x0fgolden_snapshot\x18\x03 \x01(\tR\x0egoldenSnapshot\x12!\n" +
-	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\"\xf2\x01\n" +
+	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\x125\n" +
+	"\fbuild_phases\x18\x06 \x03(\x0e2\x12.ate.v1.BuildPhaseR\vbuildPhases\"C\n" +
+	"\x05Phase\x12\x15\n" +
+	"\x11PHASE_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bBUILDING\x10\x01\x12\t\n" +
+	"\x05READY\x10\x02\x12\n" +
+	"\n" +
+	"\x06FAILED\x10\x03\"\xf2\x01\n" +
 	"\rActorTemplate\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -6428,31 +6722,46 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"activities\x18\x01 \x03(\v2\x15.ate.v1.ActorActivityR\n" +
 	"activities\"\x18\n" +
-	"\x16RecordActivityResponse\"\x97\x02\n" +
+	"\x16RecordActivityResponse\"\x87\x03\n" +
 	"\x06Worker\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\x12\x14\n" +
-	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x14\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
+	"\n" +
+	"phase_name\x18\x03 \x01(\tB\x02\x18\x01R\tphaseName\x12*\n" +
+	"\x05phase\x18\b \x01(\x0e2\x14.ate.v1.Worker.PhaseR\x05phase\x12\x14\n" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12%\n" +
 	"\x0etunnel_address\x18\x05 \x01(\tR\rtunnelAddress\x122\n" +
 	"\x06labels\x18\x06 \x03(\v2\x1a.ate.v1.Worker.LabelsEntryR\x06labels\x12#\n" +
 	"\rsandbox_class\x18\a \x01(\tR\fsandboxClass\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\x05Phase\x12\x15\n" +
+	"\x11PHASE_UNSPECIFIED\x10\x00\x12\b\n" +
+	"\x04FREE\x10\x01\x12\v\n" +
+	"\aCLAIMED\x10\x02\"\x14\n" +
 	"\x12ListWorkersRequest\"?\n" +
 	"\x13ListWorkersResponse\x12(\n" +
-	"\aworkers\x18\x01 \x03(\v2\x0e.ate.v1.WorkerR\aworkers\"\xa1\x02\n" +
+	"\aworkers\x18\x01 \x03(\v2\x0e.ate.v1.WorkerR\aworkers\"\xa8\x03\n" +
 	"\x04Node\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\n" +
+	"phase_name\x18\x02 \x01(\tB\x02\x18\x01R\tphaseName\x12(\n" +
+	"\x05phase\x18\n" +
+	" \x01(\x0e2\x12.ate.v1.Node.PhaseR\x05phase\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12%\n" +
 	"\x0etunnel_address\x18\x04 \x01(\tR\rtunnelAddress\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x18\n" +
 	"\aworkers\x18\x06 \x01(\x05R\aworkers\x12!\n" +
 	"\ffree_workers\x18\a \x01(\x05R\vfreeWorkers\x12A\n" +
 	"\x0elast_heartbeat\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"\x12\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"N\n" +
+	"\x05Phase\x12\x15\n" +
+	"\x11PHASE_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05READY\x10\x01\x12\f\n" +
+	"\bDRAINING\x10\x02\x12\v\n" +
+	"\aPENDING\x10\x03\x12\b\n" +
+	"\x04LOST\x10\x04\"\x12\n" +
 	"\x10ListNodesRequest\">\n" +
 	"\x10DrainNodeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -6610,7 +6919,15 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\bbindings\x18\x01 \x03(\v2\x13.ate.v1.RoleBindingR\bbindings\".\n" +
 	"\x18DeleteRoleBindingRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
-	"\x19DeleteRoleBindingResponse*\x97\x01\n" +
+	"\x19DeleteRoleBindingResponse*Y\n" +
+	"\n" +
+	"BuildPhase\x12\x1b\n" +
+	"\x17BUILD_PHASE_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05IMAGE\x10\x01\x12\b\n" +
+	"\x04BOOT\x10\x02\x12\t\n" +
+	"\x05PROBE\x10\x03\x12\x0e\n" +
+	"\n" +
+	"CHECKPOINT\x10\x04*\x97\x01\n" +
 	"\n" +
 	"ActorState\x12\x1b\n" +
 	"\x17ACTOR_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
@@ -6691,271 +7008,279 @@ func file_ate_v1_control_proto_rawDescGZIP() []byte {
 	return file_ate_v1_control_proto_rawDescData
 }
 
-var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ate_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_ate_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_ate_v1_control_proto_goTypes = []any{
-	(ActorState)(0),                     // 0: ate.v1.ActorState
-	(CheckpointReason)(0),               // 1: ate.v1.CheckpointReason
-	(Alarm_State)(0),                    // 2: ate.v1.Alarm.State
-	(*Alarm)(nil),                       // 3: ate.v1.Alarm
-	(*SetAlarmRequest)(nil),             // 4: ate.v1.SetAlarmRequest
-	(*ListAlarmsRequest)(nil),           // 5: ate.v1.ListAlarmsRequest
-	(*ListAlarmsResponse)(nil),          // 6: ate.v1.ListAlarmsResponse
-	(*CancelAlarmRequest)(nil),          // 7: ate.v1.CancelAlarmRequest
-	(*CancelAlarmResponse)(nil),         // 8: ate.v1.CancelAlarmResponse
-	(*Atespace)(nil),                    // 9: ate.v1.Atespace
-	(*CreateAtespaceRequest)(nil),       // 10: ate.v1.CreateAtespaceRequest
-	(*GetAtespaceRequest)(nil),          // 11: ate.v1.GetAtespaceRequest
-	(*ListAtespacesRequest)(nil),        // 12: ate.v1.ListAtespacesRequest
-	(*ListAtespacesResponse)(nil),       // 13: ate.v1.ListAtespacesResponse
-	(*DeleteAtespaceRequest)(nil),       // 14: ate.v1.DeleteAtespaceRequest
-	(*DeleteAtespaceResponse)(nil),      // 15: ate.v1.DeleteAtespaceResponse
-	(*ContainerSpec)(nil),               // 16: ate.v1.ContainerSpec
-	(*VolumeMount)(nil),                 // 17: ate.v1.VolumeMount
-	(*Volume)(nil),                      // 18: ate.v1.Volume
-	(*SnapshotPolicy)(nil),              // 19: ate.v1.SnapshotPolicy
-	(*IdlePolicy)(nil),                  // 20: ate.v1.IdlePolicy
-	(*HTTPGetAction)(nil),               // 21: ate.v1.HTTPGetAction
-	(*Probe)(nil),                       // 22: ate.v1.Probe
-	(*ActorTemplateSpec)(nil),           // 23: ate.v1.ActorTemplateSpec
-	(*NetworkPolicy)(nil),               // 24: ate.v1.NetworkPolicy
-	(*EgressRule)(nil),                  // 25: ate.v1.EgressRule
-	(*IngressPolicy)(nil),               // 26: ate.v1.IngressPolicy
-	(*TTLPolicy)(nil),                   // 27: ate.v1.TTLPolicy
-	(*RestoreHook)(nil),                 // 28: ate.v1.RestoreHook
-	(*HTTPPostAction)(nil),              // 29: ate.v1.HTTPPostAction
-	(*EvictionPolicy)(nil),              // 30: ate.v1.EvictionPolicy
-	(*ActorTemplateStatus)(nil),         // 31: ate.v1.ActorTemplateStatus
-	(*ActorTemplate)(nil),               // 32: ate.v1.ActorTemplate
-	(*CreateActorTemplateRequest)(nil),  // 33: ate.v1.CreateActorTemplateRequest
-	(*GetActorTemplateRequest)(nil),     // 34: ate.v1.GetActorTemplateRequest
-	(*ListActorTemplatesRequest)(nil),   // 35: ate.v1.ListActorTemplatesRequest
-	(*ListActorTemplatesResponse)(nil),  // 36: ate.v1.ListActorTemplatesResponse
-	(*DeleteActorTemplateRequest)(nil),  // 37: ate.v1.DeleteActorTemplateRequest
-	(*DeleteActorTemplateResponse)(nil), // 38: ate.v1.DeleteActorTemplateResponse
-	(*Actor)(nil),                       // 39: ate.v1.Actor
-	(*CreateActorRequest)(nil),          // 40: ate.v1.CreateActorRequest
-	(*GetActorRequest)(nil),             // 41: ate.v1.GetActorRequest
-	(*ListActorsRequest)(nil),           // 42: ate.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),          // 43: ate.v1.ListActorsResponse
-	(*UpdateActorRequest)(nil),          // 44: ate.v1.UpdateActorRequest
-	(*DeleteActorRequest)(nil),          // 45: ate.v1.DeleteActorRequest
-	(*DeleteActorResponse)(nil),         // 46: ate.v1.DeleteActorResponse
-	(*SuspendActorRequest)(nil),         // 47: ate.v1.SuspendActorRequest
-	(*ResumeActorRequest)(nil),          // 48: ate.v1.ResumeActorRequest
-	(*PauseActorRequest)(nil),           // 49: ate.v1.PauseActorRequest
-	(*RevertActorRequest)(nil),          // 50: ate.v1.RevertActorRequest
-	(*ActorActivity)(nil),               // 51: ate.v1.ActorActivity
-	(*RecordActivityRequest)(nil),       // 52: ate.v1.RecordActivityRequest
-	(*RecordActivityResponse)(nil),      // 53: ate.v1.RecordActivityResponse
-	(*Worker)(nil),                      // 54: ate.v1.Worker
-	(*ListWorkersRequest)(nil),          // 55: ate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 56: ate.v1.ListWorkersResponse
-	(*Node)(nil),                        // 57: ate.v1.Node
-	(*ListNodesRequest)(nil),            // 58: ate.v1.ListNodesRequest
-	(*DrainNodeRequest)(nil),            // 59: ate.v1.DrainNodeRequest
-	(*RemoveNodeRequest)(nil),           // 60: ate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 61: ate.v1.RemoveNodeResponse
-	(*ListNodesResponse)(nil),           // 62: ate.v1.ListNodesResponse
-	(*StreamPolicy)(nil),                // 63: ate.v1.StreamPolicy
-	(*Tag)(nil),                         // 64: ate.v1.Tag
-	(*TagActorRequest)(nil),             // 65: ate.v1.TagActorRequest
-	(*GetTagRequest)(nil),               // 66: ate.v1.GetTagRequest
-	(*ListTagsRequest)(nil),             // 67: ate.v1.ListTagsRequest
-	(*ListTagsResponse)(nil),            // 68: ate.v1.ListTagsResponse
-	(*DeleteTagRequest)(nil),            // 69: ate.v1.DeleteTagRequest
-	(*DeleteTagResponse)(nil),           // 70: ate.v1.DeleteTagResponse
-	(*Event)(nil),                       // 71: ate.v1.Event
-	(*ListEventsRequest)(nil),           // 72: ate.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 73: ate.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 74: ate.v1.WatchEventsRequest
-	(*ActorLogsRequest)(nil),            // 75: ate.v1.ActorLogsRequest
-	(*ActorLogLine)(nil),                // 76: ate.v1.ActorLogLine
-	(*ExecStart)(nil),                   // 77: ate.v1.ExecStart
-	(*TerminalSize)(nil),                // 78: ate.v1.TerminalSize
-	(*ExecActorRequest)(nil),            // 79: ate.v1.ExecActorRequest
-	(*ExecActorResponse)(nil),           // 80: ate.v1.ExecActorResponse
-	(*CopyTarget)(nil),                  // 81: ate.v1.CopyTarget
-	(*CopyToActorRequest)(nil),          // 82: ate.v1.CopyToActorRequest
-	(*CopyToActorResponse)(nil),         // 83: ate.v1.CopyToActorResponse
-	(*CopyFromActorRequest)(nil),        // 84: ate.v1.CopyFromActorRequest
-	(*CopyFromActorResponse)(nil),       // 85: ate.v1.CopyFromActorResponse
-	(*IngressToken)(nil),                // 86: ate.v1.IngressToken
-	(*CreateIngressTokenRequest)(nil),   // 87: ate.v1.CreateIngressTokenRequest
-	(*ListIngressTokensRequest)(nil),    // 88: ate.v1.ListIngressTokensRequest
-	(*ListIngressTokensResponse)(nil),   // 89: ate.v1.ListIngressTokensResponse
-	(*DeleteIngressTokenRequest)(nil),   // 90: ate.v1.DeleteIngressTokenRequest
-	(*DeleteIngressTokenResponse)(nil),  // 91: ate.v1.DeleteIngressTokenResponse
-	(*ReviewIngressTokenRequest)(nil),   // 92: ate.v1.ReviewIngressTokenRequest
-	(*ReviewIngressTokenResponse)(nil),  // 93: ate.v1.ReviewIngressTokenResponse
-	(*RoleBinding)(nil),                 // 94: ate.v1.RoleBinding
-	(*CreateRoleBindingRequest)(nil),    // 95: ate.v1.CreateRoleBindingRequest
-	(*ListRoleBindingsRequest)(nil),     // 96: ate.v1.ListRoleBindingsRequest
-	(*ListRoleBindingsResponse)(nil),    // 97: ate.v1.ListRoleBindingsResponse
-	(*DeleteRoleBindingRequest)(nil),    // 98: ate.v1.DeleteRoleBindingRequest
-	(*DeleteRoleBindingResponse)(nil),   // 99: ate.v1.DeleteRoleBindingResponse
-	nil,                                 // 100: ate.v1.ContainerSpec.EnvEntry
-	nil,                                 // 101: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	nil,                                 // 102: ate.v1.Actor.WorkerSelectorEntry
-	nil,                                 // 103: ate.v1.Actor.LabelsEntry
-	nil,                                 // 104: ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	nil,                                 // 105: ate.v1.Worker.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 106: google.protobuf.Timestamp
+	(BuildPhase)(0),                     // 0: ate.v1.BuildPhase
+	(ActorState)(0),                     // 1: ate.v1.ActorState
+	(CheckpointReason)(0),               // 2: ate.v1.CheckpointReason
+	(Alarm_State)(0),                    // 3: ate.v1.Alarm.State
+	(ActorTemplateStatus_Phase)(0),      // 4: ate.v1.ActorTemplateStatus.Phase
+	(Worker_Phase)(0),                   // 5: ate.v1.Worker.Phase
+	(Node_Phase)(0),                     // 6: ate.v1.Node.Phase
+	(*Alarm)(nil),                       // 7: ate.v1.Alarm
+	(*SetAlarmRequest)(nil),             // 8: ate.v1.SetAlarmRequest
+	(*ListAlarmsRequest)(nil),           // 9: ate.v1.ListAlarmsRequest
+	(*ListAlarmsResponse)(nil),          // 10: ate.v1.ListAlarmsResponse
+	(*CancelAlarmRequest)(nil),          // 11: ate.v1.CancelAlarmRequest
+	(*CancelAlarmResponse)(nil),         // 12: ate.v1.CancelAlarmResponse
+	(*Atespace)(nil),                    // 13: ate.v1.Atespace
+	(*CreateAtespaceRequest)(nil),       // 14: ate.v1.CreateAtespaceRequest
+	(*GetAtespaceRequest)(nil),          // 15: ate.v1.GetAtespaceRequest
+	(*ListAtespacesRequest)(nil),        // 16: ate.v1.ListAtespacesRequest
+	(*ListAtespacesResponse)(nil),       // 17: ate.v1.ListAtespacesResponse
+	(*DeleteAtespaceRequest)(nil),       // 18: ate.v1.DeleteAtespaceRequest
+	(*DeleteAtespaceResponse)(nil),      // 19: ate.v1.DeleteAtespaceResponse
+	(*ContainerSpec)(nil),               // 20: ate.v1.ContainerSpec
+	(*VolumeMount)(nil),                 // 21: ate.v1.VolumeMount
+	(*Volume)(nil),                      // 22: ate.v1.Volume
+	(*SnapshotPolicy)(nil),              // 23: ate.v1.SnapshotPolicy
+	(*IdlePolicy)(nil),                  // 24: ate.v1.IdlePolicy
+	(*HTTPGetAction)(nil),               // 25: ate.v1.HTTPGetAction
+	(*Probe)(nil),                       // 26: ate.v1.Probe
+	(*ActorTemplateSpec)(nil),           // 27: ate.v1.ActorTemplateSpec
+	(*NetworkPolicy)(nil),               // 28: ate.v1.NetworkPolicy
+	(*EgressRule)(nil),                  // 29: ate.v1.EgressRule
+	(*IngressPolicy)(nil),               // 30: ate.v1.IngressPolicy
+	(*TTLPolicy)(nil),                   // 31: ate.v1.TTLPolicy
+	(*RestoreHook)(nil),                 // 32: ate.v1.RestoreHook
+	(*HTTPPostAction)(nil),              // 33: ate.v1.HTTPPostAction
+	(*EvictionPolicy)(nil),              // 34: ate.v1.EvictionPolicy
+	(*ActorTemplateStatus)(nil),         // 35: ate.v1.ActorTemplateStatus
+	(*ActorTemplate)(nil),               // 36: ate.v1.ActorTemplate
+	(*CreateActorTemplateRequest)(nil),  // 37: ate.v1.CreateActorTemplateRequest
+	(*GetActorTemplateRequest)(nil),     // 38: ate.v1.GetActorTemplateRequest
+	(*ListActorTemplatesRequest)(nil),   // 39: ate.v1.ListActorTemplatesRequest
+	(*ListActorTemplatesResponse)(nil),  // 40: ate.v1.ListActorTemplatesResponse
+	(*DeleteActorTemplateRequest)(nil),  // 41: ate.v1.DeleteActorTemplateRequest
+	(*DeleteActorTemplateResponse)(nil), // 42: ate.v1.DeleteActorTemplateResponse
+	(*Actor)(nil),                       // 43: ate.v1.Actor
+	(*CreateActorRequest)(nil),          // 44: ate.v1.CreateActorRequest
+	(*GetActorRequest)(nil),             // 45: ate.v1.GetActorRequest
+	(*ListActorsRequest)(nil),           // 46: ate.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),          // 47: ate.v1.ListActorsResponse
+	(*UpdateActorRequest)(nil),          // 48: ate.v1.UpdateActorRequest
+	(*DeleteActorRequest)(nil),          // 49: ate.v1.DeleteActorRequest
+	(*DeleteActorResponse)(nil),         // 50: ate.v1.DeleteActorResponse
+	(*SuspendActorRequest)(nil),         // 51: ate.v1.SuspendActorRequest
+	(*ResumeActorRequest)(nil),          // 52: ate.v1.ResumeActorRequest
+	(*PauseActorRequest)(nil),           // 53: ate.v1.PauseActorRequest
+	(*RevertActorRequest)(nil),          // 54: ate.v1.RevertActorRequest
+	(*ActorActivity)(nil),               // 55: ate.v1.ActorActivity
+	(*RecordActivityRequest)(nil),       // 56: ate.v1.RecordActivityRequest
+	(*RecordActivityResponse)(nil),      // 57: ate.v1.RecordActivityResponse
+	(*Worker)(nil),                      // 58: ate.v1.Worker
+	(*ListWorkersRequest)(nil),          // 59: ate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 60: ate.v1.ListWorkersResponse
+	(*Node)(nil),                        // 61: ate.v1.Node
+	(*ListNodesRequest)(nil),            // 62: ate.v1.ListNodesRequest
+	(*DrainNodeRequest)(nil),            // 63: ate.v1.DrainNodeRequest
+	(*RemoveNodeRequest)(nil),           // 64: ate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 65: ate.v1.RemoveNodeResponse
+	(*ListNodesResponse)(nil),           // 66: ate.v1.ListNodesResponse
+	(*StreamPolicy)(nil),                // 67: ate.v1.StreamPolicy
+	(*Tag)(nil),                         // 68: ate.v1.Tag
+	(*TagActorRequest)(nil),             // 69: ate.v1.TagActorRequest
+	(*GetTagRequest)(nil),               // 70: ate.v1.GetTagRequest
+	(*ListTagsRequest)(nil),             // 71: ate.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),            // 72: ate.v1.ListTagsResponse
+	(*DeleteTagRequest)(nil),            // 73: ate.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),           // 74: ate.v1.DeleteTagResponse
+	(*Event)(nil),                       // 75: ate.v1.Event
+	(*ListEventsRequest)(nil),           // 76: ate.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 77: ate.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 78: ate.v1.WatchEventsRequest
+	(*ActorLogsRequest)(nil),            // 79: ate.v1.ActorLogsRequest
+	(*ActorLogLine)(nil),                // 80: ate.v1.ActorLogLine
+	(*ExecStart)(nil),                   // 81: ate.v1.ExecStart
+	(*TerminalSize)(nil),                // 82: ate.v1.TerminalSize
+	(*ExecActorRequest)(nil),            // 83: ate.v1.ExecActorRequest
+	(*ExecActorResponse)(nil),           // 84: ate.v1.ExecActorResponse
+	(*CopyTarget)(nil),                  // 85: ate.v1.CopyTarget
+	(*CopyToActorRequest)(nil),          // 86: ate.v1.CopyToActorRequest
+	(*CopyToActorResponse)(nil),         // 87: ate.v1.CopyToActorResponse
+	(*CopyFromActorRequest)(nil),        // 88: ate.v1.CopyFromActorRequest
+	(*CopyFromActorResponse)(nil),       // 89: ate.v1.CopyFromActorResponse
+	(*IngressToken)(nil),                // 90: ate.v1.IngressToken
+	(*CreateIngressTokenRequest)(nil),   // 91: ate.v1.CreateIngressTokenRequest
+	(*ListIngressTokensRequest)(nil),    // 92: ate.v1.ListIngressTokensRequest
+	(*ListIngressTokensResponse)(nil),   // 93: ate.v1.ListIngressTokensResponse
+	(*DeleteIngressTokenRequest)(nil),   // 94: ate.v1.DeleteIngressTokenRequest
+	(*DeleteIngressTokenResponse)(nil),  // 95: ate.v1.DeleteIngressTokenResponse
+	(*ReviewIngressTokenRequest)(nil),   // 96: ate.v1.ReviewIngressTokenRequest
+	(*ReviewIngressTokenResponse)(nil),  // 97: ate.v1.ReviewIngressTokenResponse
+	(*RoleBinding)(nil),                 // 98: ate.v1.RoleBinding
+	(*CreateRoleBindingRequest)(nil),    // 99: ate.v1.CreateRoleBindingRequest
+	(*ListRoleBindingsRequest)(nil),     // 100: ate.v1.ListRoleBindingsRequest
+	(*ListRoleBindingsResponse)(nil),    // 101: ate.v1.ListRoleBindingsResponse
+	(*DeleteRoleBindingRequest)(nil),    // 102: ate.v1.DeleteRoleBindingRequest
+	(*DeleteRoleBindingResponse)(nil),   // 103: ate.v1.DeleteRoleBindingResponse
+	nil,                                 // 104: ate.v1.ContainerSpec.EnvEntry
+	nil,                                 // 105: ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	nil,                                 // 106: ate.v1.Actor.WorkerSelectorEntry
+	nil,                                 // 107: ate.v1.Actor.LabelsEntry
+	nil,                                 // 108: ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	nil,                                 // 109: ate.v1.Worker.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 110: google.protobuf.Timestamp
 }
 var file_ate_v1_control_proto_depIdxs = []int32{
-	106, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
-	2,   // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
-	106, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
-	106, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
-	106, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
-	3,   // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
-	106, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
-	9,   // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
-	100, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
-	17,  // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
-	21,  // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
-	16,  // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
-	22,  // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
-	101, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
-	19,  // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
-	18,  // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
-	20,  // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
-	30,  // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
-	28,  // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
-	27,  // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
-	63,  // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
-	24,  // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
-	26,  // 22: ate.v1.ActorTemplateSpec.ingress:type_name -> ate.v1.IngressPolicy
-	25,  // 23: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
-	29,  // 24: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
-	23,  // 25: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
-	31,  // 26: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
-	106, // 27: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
-	32,  // 28: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
-	32,  // 29: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
-	0,   // 30: ate.v1.Actor.state:type_name -> ate.v1.ActorState
-	102, // 31: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
-	106, // 32: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
-	106, // 33: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
-	106, // 34: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
-	1,   // 35: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
-	103, // 36: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
-	39,  // 37: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
-	39,  // 38: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
-	104, // 39: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
-	1,   // 40: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	1,   // 41: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
-	106, // 42: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
-	51,  // 43: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
-	105, // 44: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
-	54,  // 45: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
-	106, // 46: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	57,  // 47: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
-	106, // 48: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
-	64,  // 49: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
-	106, // 50: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
-	39,  // 51: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
-	71,  // 52: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
-	106, // 53: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
-	78,  // 54: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
-	77,  // 55: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
-	78,  // 56: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
-	81,  // 57: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
-	81,  // 58: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
-	106, // 59: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 60: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
-	106, // 61: ate.v1.RoleBinding.create_time:type_name -> google.protobuf.Timestamp
-	94,  // 62: ate.v1.CreateRoleBindingRequest.binding:type_name -> ate.v1.RoleBinding
-	94,  // 63: ate.v1.ListRoleBindingsResponse.bindings:type_name -> ate.v1.RoleBinding
-	10,  // 64: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
-	11,  // 65: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
-	12,  // 66: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
-	14,  // 67: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
-	33,  // 68: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
-	34,  // 69: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
-	35,  // 70: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
-	37,  // 71: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
-	40,  // 72: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
-	41,  // 73: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
-	42,  // 74: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
-	44,  // 75: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
-	45,  // 76: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
-	47,  // 77: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
-	48,  // 78: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
-	49,  // 79: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
-	50,  // 80: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
-	52,  // 81: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
-	55,  // 82: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
-	58,  // 83: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
-	59,  // 84: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
-	60,  // 85: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
-	4,   // 86: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
-	5,   // 87: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
-	7,   // 88: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
-	65,  // 89: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
-	66,  // 90: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
-	67,  // 91: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
-	69,  // 92: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
-	72,  // 93: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
-	74,  // 94: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
-	75,  // 95: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
-	79,  // 96: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
-	82,  // 97: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
-	84,  // 98: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
-	87,  // 99: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
-	88,  // 100: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
-	90,  // 101: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
-	92,  // 102: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
-	95,  // 103: ate.v1.Control.CreateRoleBinding:input_type -> ate.v1.CreateRoleBindingRequest
-	96,  // 104: ate.v1.Control.ListRoleBindings:input_type -> ate.v1.ListRoleBindingsRequest
-	98,  // 105: ate.v1.Control.DeleteRoleBinding:input_type -> ate.v1.DeleteRoleBindingRequest
-	9,   // 106: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
-	9,   // 107: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
-	13,  // 108: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
-	15,  // 109: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
-	32,  // 110: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
-	32,  // 111: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
-	36,  // 112: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
-	38,  // 113: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
-	39,  // 114: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
-	39,  // 115: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
-	43,  // 116: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
-	39,  // 117: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
-	46,  // 118: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
-	39,  // 119: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
-	39,  // 120: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
-	39,  // 121: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
-	39,  // 122: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
-	53,  // 123: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
-	56,  // 124: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
-	62,  // 125: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
-	57,  // 126: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
-	61,  // 127: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
-	3,   // 128: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
-	6,   // 129: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
-	8,   // 130: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
-	64,  // 131: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
-	64,  // 132: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
-	68,  // 133: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
-	70,  // 134: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
-	73,  // 135: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
-	71,  // 136: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
-	76,  // 137: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
-	80,  // 138: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
-	83,  // 139: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	85,  // 140: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	86,  // 141: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
-	89,  // 142: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
-	91,  // 143: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
-	93,  // 144: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
-	94,  // 145: ate.v1.Control.CreateRoleBinding:output_type -> ate.v1.RoleBinding
-	97,  // 146: ate.v1.Control.ListRoleBindings:output_type -> ate.v1.ListRoleBindingsResponse
-	99,  // 147: ate.v1.Control.DeleteRoleBinding:output_type -> ate.v1.DeleteRoleBindingResponse
-	106, // [106:148] is the sub-list for method output_type
-	64,  // [64:106] is the sub-list for method input_type
-	64,  // [64:64] is the sub-list for extension type_name
-	64,  // [64:64] is the sub-list for extension extendee
-	0,   // [0:64] is the sub-list for field type_name
+	110, // 0: ate.v1.Alarm.time:type_name -> google.protobuf.Timestamp
+	3,   // 1: ate.v1.Alarm.state:type_name -> ate.v1.Alarm.State
+	110, // 2: ate.v1.Alarm.next_attempt:type_name -> google.protobuf.Timestamp
+	110, // 3: ate.v1.Alarm.create_time:type_name -> google.protobuf.Timestamp
+	110, // 4: ate.v1.SetAlarmRequest.time:type_name -> google.protobuf.Timestamp
+	7,   // 5: ate.v1.ListAlarmsResponse.alarms:type_name -> ate.v1.Alarm
+	110, // 6: ate.v1.Atespace.create_time:type_name -> google.protobuf.Timestamp
+	13,  // 7: ate.v1.ListAtespacesResponse.atespaces:type_name -> ate.v1.Atespace
+	104, // 8: ate.v1.ContainerSpec.env:type_name -> ate.v1.ContainerSpec.EnvEntry
+	21,  // 9: ate.v1.ContainerSpec.volume_mounts:type_name -> ate.v1.VolumeMount
+	25,  // 10: ate.v1.Probe.http_get:type_name -> ate.v1.HTTPGetAction
+	20,  // 11: ate.v1.ActorTemplateSpec.containers:type_name -> ate.v1.ContainerSpec
+	26,  // 12: ate.v1.ActorTemplateSpec.wakeup_probe:type_name -> ate.v1.Probe
+	105, // 13: ate.v1.ActorTemplateSpec.worker_selector:type_name -> ate.v1.ActorTemplateSpec.WorkerSelectorEntry
+	23,  // 14: ate.v1.ActorTemplateSpec.snapshot_policy:type_name -> ate.v1.SnapshotPolicy
+	22,  // 15: ate.v1.ActorTemplateSpec.volumes:type_name -> ate.v1.Volume
+	24,  // 16: ate.v1.ActorTemplateSpec.idle:type_name -> ate.v1.IdlePolicy
+	34,  // 17: ate.v1.ActorTemplateSpec.eviction:type_name -> ate.v1.EvictionPolicy
+	32,  // 18: ate.v1.ActorTemplateSpec.on_restore:type_name -> ate.v1.RestoreHook
+	31,  // 19: ate.v1.ActorTemplateSpec.ttl:type_name -> ate.v1.TTLPolicy
+	67,  // 20: ate.v1.ActorTemplateSpec.streams:type_name -> ate.v1.StreamPolicy
+	28,  // 21: ate.v1.ActorTemplateSpec.network:type_name -> ate.v1.NetworkPolicy
+	30,  // 22: ate.v1.ActorTemplateSpec.ingress:type_name -> ate.v1.IngressPolicy
+	29,  // 23: ate.v1.NetworkPolicy.egress:type_name -> ate.v1.EgressRule
+	33,  // 24: ate.v1.RestoreHook.http_post:type_name -> ate.v1.HTTPPostAction
+	4,   // 25: ate.v1.ActorTemplateStatus.phase:type_name -> ate.v1.ActorTemplateStatus.Phase
+	0,   // 26: ate.v1.ActorTemplateStatus.build_phases:type_name -> ate.v1.BuildPhase
+	27,  // 27: ate.v1.ActorTemplate.spec:type_name -> ate.v1.ActorTemplateSpec
+	35,  // 28: ate.v1.ActorTemplate.status:type_name -> ate.v1.ActorTemplateStatus
+	110, // 29: ate.v1.ActorTemplate.create_time:type_name -> google.protobuf.Timestamp
+	36,  // 30: ate.v1.CreateActorTemplateRequest.template:type_name -> ate.v1.ActorTemplate
+	36,  // 31: ate.v1.ListActorTemplatesResponse.templates:type_name -> ate.v1.ActorTemplate
+	1,   // 32: ate.v1.Actor.state:type_name -> ate.v1.ActorState
+	106, // 33: ate.v1.Actor.worker_selector:type_name -> ate.v1.Actor.WorkerSelectorEntry
+	110, // 34: ate.v1.Actor.create_time:type_name -> google.protobuf.Timestamp
+	110, // 35: ate.v1.Actor.state_time:type_name -> google.protobuf.Timestamp
+	110, // 36: ate.v1.Actor.last_activity:type_name -> google.protobuf.Timestamp
+	2,   // 37: ate.v1.Actor.reason:type_name -> ate.v1.CheckpointReason
+	107, // 38: ate.v1.Actor.labels:type_name -> ate.v1.Actor.LabelsEntry
+	43,  // 39: ate.v1.CreateActorRequest.actor:type_name -> ate.v1.Actor
+	43,  // 40: ate.v1.ListActorsResponse.actors:type_name -> ate.v1.Actor
+	108, // 41: ate.v1.UpdateActorRequest.worker_selector:type_name -> ate.v1.UpdateActorRequest.WorkerSelectorEntry
+	2,   // 42: ate.v1.SuspendActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	2,   // 43: ate.v1.PauseActorRequest.reason:type_name -> ate.v1.CheckpointReason
+	110, // 44: ate.v1.ActorActivity.last_activity:type_name -> google.protobuf.Timestamp
+	55,  // 45: ate.v1.RecordActivityRequest.activities:type_name -> ate.v1.ActorActivity
+	5,   // 46: ate.v1.Worker.phase:type_name -> ate.v1.Worker.Phase
+	109, // 47: ate.v1.Worker.labels:type_name -> ate.v1.Worker.LabelsEntry
+	58,  // 48: ate.v1.ListWorkersResponse.workers:type_name -> ate.v1.Worker
+	6,   // 49: ate.v1.Node.phase:type_name -> ate.v1.Node.Phase
+	110, // 50: ate.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	61,  // 51: ate.v1.ListNodesResponse.nodes:type_name -> ate.v1.Node
+	110, // 52: ate.v1.Tag.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 53: ate.v1.ListTagsResponse.tags:type_name -> ate.v1.Tag
+	110, // 54: ate.v1.Event.time:type_name -> google.protobuf.Timestamp
+	43,  // 55: ate.v1.Event.actor_record:type_name -> ate.v1.Actor
+	75,  // 56: ate.v1.ListEventsResponse.events:type_name -> ate.v1.Event
+	110, // 57: ate.v1.ActorLogLine.time:type_name -> google.protobuf.Timestamp
+	82,  // 58: ate.v1.ExecStart.size:type_name -> ate.v1.TerminalSize
+	81,  // 59: ate.v1.ExecActorRequest.start:type_name -> ate.v1.ExecStart
+	82,  // 60: ate.v1.ExecActorRequest.resize:type_name -> ate.v1.TerminalSize
+	85,  // 61: ate.v1.CopyToActorRequest.target:type_name -> ate.v1.CopyTarget
+	85,  // 62: ate.v1.CopyFromActorRequest.target:type_name -> ate.v1.CopyTarget
+	110, // 63: ate.v1.IngressToken.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 64: ate.v1.ListIngressTokensResponse.tokens:type_name -> ate.v1.IngressToken
+	110, // 65: ate.v1.RoleBinding.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 66: ate.v1.CreateRoleBindingRequest.binding:type_name -> ate.v1.RoleBinding
+	98,  // 67: ate.v1.ListRoleBindingsResponse.bindings:type_name -> ate.v1.RoleBinding
+	14,  // 68: ate.v1.Control.CreateAtespace:input_type -> ate.v1.CreateAtespaceRequest
+	15,  // 69: ate.v1.Control.GetAtespace:input_type -> ate.v1.GetAtespaceRequest
+	16,  // 70: ate.v1.Control.ListAtespaces:input_type -> ate.v1.ListAtespacesRequest
+	18,  // 71: ate.v1.Control.DeleteAtespace:input_type -> ate.v1.DeleteAtespaceRequest
+	37,  // 72: ate.v1.Control.CreateActorTemplate:input_type -> ate.v1.CreateActorTemplateRequest
+	38,  // 73: ate.v1.Control.GetActorTemplate:input_type -> ate.v1.GetActorTemplateRequest
+	39,  // 74: ate.v1.Control.ListActorTemplates:input_type -> ate.v1.ListActorTemplatesRequest
+	41,  // 75: ate.v1.Control.DeleteActorTemplate:input_type -> ate.v1.DeleteActorTemplateRequest
+	44,  // 76: ate.v1.Control.CreateActor:input_type -> ate.v1.CreateActorRequest
+	45,  // 77: ate.v1.Control.GetActor:input_type -> ate.v1.GetActorRequest
+	46,  // 78: ate.v1.Control.ListActors:input_type -> ate.v1.ListActorsRequest
+	48,  // 79: ate.v1.Control.UpdateActor:input_type -> ate.v1.UpdateActorRequest
+	49,  // 80: ate.v1.Control.DeleteActor:input_type -> ate.v1.DeleteActorRequest
+	51,  // 81: ate.v1.Control.SuspendActor:input_type -> ate.v1.SuspendActorRequest
+	52,  // 82: ate.v1.Control.ResumeActor:input_type -> ate.v1.ResumeActorRequest
+	53,  // 83: ate.v1.Control.PauseActor:input_type -> ate.v1.PauseActorRequest
+	54,  // 84: ate.v1.Control.RevertActor:input_type -> ate.v1.RevertActorRequest
+	56,  // 85: ate.v1.Control.RecordActivity:input_type -> ate.v1.RecordActivityRequest
+	59,  // 86: ate.v1.Control.ListWorkers:input_type -> ate.v1.ListWorkersRequest
+	62,  // 87: ate.v1.Control.ListNodes:input_type -> ate.v1.ListNodesRequest
+	63,  // 88: ate.v1.Control.DrainNode:input_type -> ate.v1.DrainNodeRequest
+	64,  // 89: ate.v1.Control.RemoveNode:input_type -> ate.v1.RemoveNodeRequest
+	8,   // 90: ate.v1.Control.SetAlarm:input_type -> ate.v1.SetAlarmRequest
+	9,   // 91: ate.v1.Control.ListAlarms:input_type -> ate.v1.ListAlarmsRequest
+	11,  // 92: ate.v1.Control.CancelAlarm:input_type -> ate.v1.CancelAlarmRequest
+	69,  // 93: ate.v1.Control.TagActor:input_type -> ate.v1.TagActorRequest
+	70,  // 94: ate.v1.Control.GetTag:input_type -> ate.v1.GetTagRequest
+	71,  // 95: ate.v1.Control.ListTags:input_type -> ate.v1.ListTagsRequest
+	73,  // 96: ate.v1.Control.DeleteTag:input_type -> ate.v1.DeleteTagRequest
+	76,  // 97: ate.v1.Control.ListEvents:input_type -> ate.v1.ListEventsRequest
+	78,  // 98: ate.v1.Control.WatchEvents:input_type -> ate.v1.WatchEventsRequest
+	79,  // 99: ate.v1.Control.ActorLogs:input_type -> ate.v1.ActorLogsRequest
+	83,  // 100: ate.v1.Control.ExecActor:input_type -> ate.v1.ExecActorRequest
+	86,  // 101: ate.v1.Control.CopyToActor:input_type -> ate.v1.CopyToActorRequest
+	88,  // 102: ate.v1.Control.CopyFromActor:input_type -> ate.v1.CopyFromActorRequest
+	91,  // 103: ate.v1.Control.CreateIngressToken:input_type -> ate.v1.CreateIngressTokenRequest
+	92,  // 104: ate.v1.Control.ListIngressTokens:input_type -> ate.v1.ListIngressTokensRequest
+	94,  // 105: ate.v1.Control.DeleteIngressToken:input_type -> ate.v1.DeleteIngressTokenRequest
+	96,  // 106: ate.v1.Control.ReviewIngressToken:input_type -> ate.v1.ReviewIngressTokenRequest
+	99,  // 107: ate.v1.Control.CreateRoleBinding:input_type -> ate.v1.CreateRoleBindingRequest
+	100, // 108: ate.v1.Control.ListRoleBindings:input_type -> ate.v1.ListRoleBindingsRequest
+	102, // 109: ate.v1.Control.DeleteRoleBinding:input_type -> ate.v1.DeleteRoleBindingRequest
+	13,  // 110: ate.v1.Control.CreateAtespace:output_type -> ate.v1.Atespace
+	13,  // 111: ate.v1.Control.GetAtespace:output_type -> ate.v1.Atespace
+	17,  // 112: ate.v1.Control.ListAtespaces:output_type -> ate.v1.ListAtespacesResponse
+	19,  // 113: ate.v1.Control.DeleteAtespace:output_type -> ate.v1.DeleteAtespaceResponse
+	36,  // 114: ate.v1.Control.CreateActorTemplate:output_type -> ate.v1.ActorTemplate
+	36,  // 115: ate.v1.Control.GetActorTemplate:output_type -> ate.v1.ActorTemplate
+	40,  // 116: ate.v1.Control.ListActorTemplates:output_type -> ate.v1.ListActorTemplatesResponse
+	42,  // 117: ate.v1.Control.DeleteActorTemplate:output_type -> ate.v1.DeleteActorTemplateResponse
+	43,  // 118: ate.v1.Control.CreateActor:output_type -> ate.v1.Actor
+	43,  // 119: ate.v1.Control.GetActor:output_type -> ate.v1.Actor
+	47,  // 120: ate.v1.Control.ListActors:output_type -> ate.v1.ListActorsResponse
+	43,  // 121: ate.v1.Control.UpdateActor:output_type -> ate.v1.Actor
+	50,  // 122: ate.v1.Control.DeleteActor:output_type -> ate.v1.DeleteActorResponse
+	43,  // 123: ate.v1.Control.SuspendActor:output_type -> ate.v1.Actor
+	43,  // 124: ate.v1.Control.ResumeActor:output_type -> ate.v1.Actor
+	43,  // 125: ate.v1.Control.PauseActor:output_type -> ate.v1.Actor
+	43,  // 126: ate.v1.Control.RevertActor:output_type -> ate.v1.Actor
+	57,  // 127: ate.v1.Control.RecordActivity:output_type -> ate.v1.RecordActivityResponse
+	60,  // 128: ate.v1.Control.ListWorkers:output_type -> ate.v1.ListWorkersResponse
+	66,  // 129: ate.v1.Control.ListNodes:output_type -> ate.v1.ListNodesResponse
+	61,  // 130: ate.v1.Control.DrainNode:output_type -> ate.v1.Node
+	65,  // 131: ate.v1.Control.RemoveNode:output_type -> ate.v1.RemoveNodeResponse
+	7,   // 132: ate.v1.Control.SetAlarm:output_type -> ate.v1.Alarm
+	10,  // 133: ate.v1.Control.ListAlarms:output_type -> ate.v1.ListAlarmsResponse
+	12,  // 134: ate.v1.Control.CancelAlarm:output_type -> ate.v1.CancelAlarmResponse
+	68,  // 135: ate.v1.Control.TagActor:output_type -> ate.v1.Tag
+	68,  // 136: ate.v1.Control.GetTag:output_type -> ate.v1.Tag
+	72,  // 137: ate.v1.Control.ListTags:output_type -> ate.v1.ListTagsResponse
+	74,  // 138: ate.v1.Control.DeleteTag:output_type -> ate.v1.DeleteTagResponse
+	77,  // 139: ate.v1.Control.ListEvents:output_type -> ate.v1.ListEventsResponse
+	75,  // 140: ate.v1.Control.WatchEvents:output_type -> ate.v1.Event
+	80,  // 141: ate.v1.Control.ActorLogs:output_type -> ate.v1.ActorLogLine
+	84,  // 142: ate.v1.Control.ExecActor:output_type -> ate.v1.ExecActorResponse
+	87,  // 143: ate.v1.Control.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	89,  // 144: ate.v1.Control.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	90,  // 145: ate.v1.Control.CreateIngressToken:output_type -> ate.v1.IngressToken
+	93,  // 146: ate.v1.Control.ListIngressTokens:output_type -> ate.v1.ListIngressTokensResponse
+	95,  // 147: ate.v1.Control.DeleteIngressToken:output_type -> ate.v1.DeleteIngressTokenResponse
+	97,  // 148: ate.v1.Control.ReviewIngressToken:output_type -> ate.v1.ReviewIngressTokenResponse
+	98,  // 149: ate.v1.Control.CreateRoleBinding:output_type -> ate.v1.RoleBinding
+	101, // 150: ate.v1.Control.ListRoleBindings:output_type -> ate.v1.ListRoleBindingsResponse
+	103, // 151: ate.v1.Control.DeleteRoleBinding:output_type -> ate.v1.DeleteRoleBindingResponse
+	110, // [110:152] is the sub-list for method output_type
+	68,  // [68:110] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_control_proto_init() }
@@ -6984,7 +7309,7 @@ func file_ate_v1_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_control_proto_rawDesc), len(file_ate_v1_control_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      7,
 			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -45,7 +45,7 @@ const (
 	// The node is leaving now (after a drain): its workers leave the pool.
 	NodeEvent_LEAVE NodeEvent_Kind = 5
 	// A golden build the API server asked for (BuildGolden, still
-	// running) began phase (nodeapi.PhaseImage, …) for template_uid.
+	// running) began build_phase for template_uid.
 	NodeEvent_BUILD_PROGRESS NodeEvent_Kind = 6
 )
 
@@ -1396,13 +1396,21 @@ func (x *NodeHeartbeat) GetStandbys() []*Standby {
 }
 
 type NodeEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          NodeEvent_Kind         `protobuf:"varint,1,opt,name=kind,proto3,enum=ate.v1.NodeEvent_Kind" json:"kind,omitempty"`
-	Worker        string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
-	Action        string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
-	TemplateUid   string                 `protobuf:"bytes,5,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
-	Phase         string                 `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Kind        NodeEvent_Kind         `protobuf:"varint,1,opt,name=kind,proto3,enum=ate.v1.NodeEvent_Kind" json:"kind,omitempty"`
+	Worker      string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid    string                 `protobuf:"bytes,3,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	Action      string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	TemplateUid string                 `protobuf:"bytes,5,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
+	// phase is build_phase's human text ("pulling and unpacking the
+	// image", …: BuildPhase's comments), still filled for API servers
+	// older than build_phase; an API server reads build_phase and parses
+	// this only when build_phase is BUILD_PHASE_UNSPECIFIED (a node older
+	// than it).
+	//
+	// Deprecated: Marked as deprecated in ate/v1/node.proto.
+	Phase         string     `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`
+	BuildPhase    BuildPhase `protobuf:"varint,7,opt,name=build_phase,json=buildPhase,proto3,enum=ate.v1.BuildPhase" json:"build_phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1472,11 +1480,19 @@ func (x *NodeEvent) GetTemplateUid() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in ate/v1/node.proto.
 func (x *NodeEvent) GetPhase() string {
 	if x != nil {
 		return x.Phase
 	}
 	return ""
+}
+
+func (x *NodeEvent) GetBuildPhase() BuildPhase {
+	if x != nil {
+		return x.BuildPhase
+	}
+	return BuildPhase_BUILD_PHASE_UNSPECIFIED
 }
 
 type NodeMessage struct {
@@ -2356,14 +2372,16 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\tsnapshots\x18\a \x01(\tR\tsnapshots\"p\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
-	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xad\x02\n" +
+	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xe6\x02\n" +
 	"\tNodeEvent\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.ate.v1.NodeEvent.KindR\x04kind\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x03 \x01(\tR\bactorUid\x12\x16\n" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12!\n" +
-	"\ftemplate_uid\x18\x05 \x01(\tR\vtemplateUid\x12\x14\n" +
-	"\x05phase\x18\x06 \x01(\tR\x05phase\"n\n" +
+	"\ftemplate_uid\x18\x05 \x01(\tR\vtemplateUid\x12\x18\n" +
+	"\x05phase\x18\x06 \x01(\tB\x02\x18\x01R\x05phase\x123\n" +
+	"\vbuild_phase\x18\a \x01(\x0e2\x12.ate.v1.BuildPhaseR\n" +
+	"buildPhase\"n\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2490,13 +2508,14 @@ var file_ate_v1_node_proto_goTypes = []any{
 	nil,                             // 35: ate.v1.NodeWorker.LabelsEntry
 	(*ActorTemplateSpec)(nil),       // 36: ate.v1.ActorTemplateSpec
 	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
-	(*ActorLogLine)(nil),            // 38: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),        // 39: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),      // 40: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),              // 41: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),       // 42: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),     // 43: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),   // 44: ate.v1.CopyFromActorResponse
+	(BuildPhase)(0),                 // 38: ate.v1.BuildPhase
+	(*ActorLogLine)(nil),            // 39: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),        // 40: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 41: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 42: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 43: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 44: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 45: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
 	36, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
@@ -2508,49 +2527,50 @@ var file_ate_v1_node_proto_depIdxs = []int32{
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
 	0,  // 8: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	20, // 9: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
-	21, // 10: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
-	22, // 11: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
-	24, // 12: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	25, // 13: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	26, // 14: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	38, // 15: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	39, // 16: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	40, // 17: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	41, // 18: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
-	3,  // 19: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 20: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 21: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 22: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 23: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 24: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 25: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	28, // 26: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	30, // 27: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
-	31, // 28: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
-	32, // 29: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
-	23, // 30: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 31: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	33, // 32: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
-	4,  // 33: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 34: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 35: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 36: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 37: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 38: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 39: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	29, // 40: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	42, // 41: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	43, // 42: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	44, // 43: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	27, // 44: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 45: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	34, // 46: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
-	33, // [33:47] is the sub-list for method output_type
-	19, // [19:33] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	38, // 9: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
+	20, // 10: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
+	21, // 11: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
+	22, // 12: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
+	24, // 13: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
+	25, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	26, // 15: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	39, // 16: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	40, // 17: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	41, // 18: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	42, // 19: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	3,  // 20: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 21: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 22: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 23: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 24: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 25: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 26: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	28, // 27: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	30, // 28: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	31, // 29: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	32, // 30: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	23, // 31: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 32: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	33, // 33: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	4,  // 34: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 35: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 36: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 37: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 38: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 39: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 40: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	29, // 41: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	43, // 42: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	44, // 43: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	45, // 44: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	27, // 45: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 46: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	34, // 47: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	34, // [34:48] is the sub-list for method output_type
+	20, // [20:34] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }

@@ -96,7 +96,7 @@ func (f *fakeControl) DrainNode(_ context.Context, r *atev1.DrainNodeRequest) (*
 		return nil, err
 	}
 	f.drained = append(f.drained, r.GetName()+": "+r.GetReason())
-	return &atev1.Node{Name: r.GetName(), Phase: "DRAINING"}, nil
+	return &atev1.Node{Name: r.GetName(), Phase: atev1.Node_DRAINING}, nil
 }
 
 func (f *fakeControl) RemoveNode(_ context.Context, r *atev1.RemoveNodeRequest) (*atev1.RemoveNodeResponse, error) {

@@ -158,7 +158,7 @@ func (r *nodesReconciler) view(ctx context.Context, pool types.NamespacedName) (
 		}
 	}
 	for _, n := range ns.GetNodes() {
-		v.ready[n.GetName()] = n.GetPhase() == "READY"
+		v.ready[n.GetName()] = n.PhaseOrName() == atev1.Node_READY
 	}
 	return v, nil
 }

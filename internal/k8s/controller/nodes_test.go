@@ -51,10 +51,10 @@ func workerPod(t *testing.T, ns, pool, name string, ready bool) *corev1.Pod {
 func workersOf(ns, pool, node string, n, held int) []*atev1.Worker {
 	var ws []*atev1.Worker
 	for i := range n {
-		w := &atev1.Worker{Name: fmt.Sprintf("%s-w%d", node, i), Node: node, Phase: "FREE",
+		w := &atev1.Worker{Name: fmt.Sprintf("%s-w%d", node, i), Node: node, Phase: atev1.Worker_FREE,
 			Labels: map[string]string{atek8s.PoolLabel: pool, atek8s.NamespaceLabel: ns}}
 		if i < held {
-			w.Phase, w.Actor = "CLAIMED", fmt.Sprintf("default/actor-%s-%d", node, i)
+			w.Phase, w.Actor = atev1.Worker_CLAIMED, fmt.Sprintf("default/actor-%s-%d", node, i)
 		}
 		ws = append(ws, w)
 	}
@@ -87,7 +87,7 @@ func TestWorkerPods(t *testing.T) {
 	// Other namespace, same pool name: never touched.
 	other := workersOf("elsewhere", "w", "stray-other-ns", 1, 0)
 	fake.set(slices.Concat(workersOf(ns, "w", "busy", 2, 1), workersOf(ns, "w", "free", 2, 0), workersOf(ns, "w", "gone", 1, 0), other),
-		[]*atev1.Node{{Name: "busy", Phase: "READY"}, {Name: "free", Phase: "READY"}, {Name: "gone", Phase: "READY"}, {Name: "stray-other-ns", Phase: "READY"}})
+		[]*atev1.Node{{Name: "busy", Phase: atev1.Node_READY}, {Name: "free", Phase: atev1.Node_READY}, {Name: "gone", Phase: atev1.Node_READY}, {Name: "stray-other-ns", Phase: atev1.Node_READY}})
 
 	testwait.Until(t, "readyReplicas 2, readyWorkers 4", func() bool {
 		s := getPool(t, ns, "w").Status

@@ -311,7 +311,7 @@ func (s *Store) UpdateTemplateStatus(_ context.Context, t *store.Template) (out 
 		if cur.UID != t.UID || cur.Version != t.Version {
 			return fmt.Errorf("template %s/%s: %w", t.Atespace, t.Name, store.ErrConflict)
 		}
-		cur.Phase, cur.Message, cur.GoldenSnapshot, cur.ImageDigest = t.Phase, t.Message, t.GoldenSnapshot, t.ImageDigest
+		cur.SetStatus(t)
 		cur.Version++
 		out = cur
 		return putTemplate(tx, cur)

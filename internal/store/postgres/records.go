@@ -212,7 +212,7 @@ func (s *Store) UpdateTemplateStatus(ctx context.Context, t *store.Template) (ou
 		if cur.UID != t.UID || cur.Version != t.Version {
 			return fmt.Errorf("template %s: %w", key, store.ErrConflict)
 		}
-		cur.Phase, cur.Message, cur.GoldenSnapshot, cur.ImageDigest = t.Phase, t.Message, t.GoldenSnapshot, t.ImageDigest
+		cur.SetStatus(t)
 		cur.Version++
 		if rec, err = encode("template "+key, cur); err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -125,11 +126,22 @@ func testTemplates(t *testing.T, s store.Store) {
 		t.Fatalf("spec image = %q", got)
 	}
 	wantErr(t, s.CreateTemplate(ctx, &store.Template{Atespace: "missing", Name: "x", Spec: tpl.Spec}), store.ErrNotFound)
-	tpl.Phase, tpl.GoldenSnapshot = store.TemplateReady, "snap-1"
+	building := []atev1.BuildPhase{atev1.BuildPhase_IMAGE, atev1.BuildPhase_BOOT}
+	tpl.Message, tpl.BuildPhases = "pulling and unpacking the image; booting the sandbox", building
 	upd, err := s.UpdateTemplateStatus(ctx, tpl)
 	must(t, err)
-	if upd.Version != tpl.Version+1 || upd.Phase != store.TemplateReady {
+	if got, err := s.GetTemplate(ctx, "default", "tpl"); err != nil || !slices.Equal(got.BuildPhases, building) || got.Message != tpl.Message {
+		t.Fatalf("template while building = %+v (%v), want phases %v", got, err, building)
+	}
+	tpl = upd
+	tpl.Phase, tpl.GoldenSnapshot, tpl.Message, tpl.BuildPhases = store.TemplateReady, "snap-1", "", nil
+	upd, err = s.UpdateTemplateStatus(ctx, tpl)
+	must(t, err)
+	if upd.Version != tpl.Version+1 || upd.Phase != store.TemplateReady || upd.BuildPhases != nil {
 		t.Fatalf("updated template = %+v", upd)
+	}
+	if got, err := s.GetTemplate(ctx, "default", "tpl"); err != nil || got.BuildPhases != nil || got.GoldenSnapshot != "snap-1" {
+		t.Fatalf("template when ready = %+v (%v), want no phases", got, err)
 	}
 	_, err = s.UpdateTemplateStatus(ctx, tpl) // stale version
 	wantErr(t, err, store.ErrConflict)

@@ -41,6 +41,9 @@ func TestServeCall(t *testing.T) {
 	}()
 	var out, errOut bytes.Buffer
 	code, err := Call(context.Background(), reqs.send, resps.recv, strings.NewReader("hello"), nil, &out, &errOut)
+	// The call is over, as when its RPC returns: Serve's reader sees the
+	// stream end and stops.
+	close(reqs)
 	if err != nil || code != 7 || out.String() != "HELLO" || errOut.String() != "n=5" {
 		t.Fatalf("Call = %d, %v, stdout %q, stderr %q; want 7, nil, HELLO, n=5", code, err, out.String(), errOut.String())
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/snapshot/s3"
 	"substrate.dev/ate/internal/snapshot/s3/s3test"
@@ -37,6 +39,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = srv.Close()
 	os.RemoveAll(dir)
+	// Every Store's transfers, listings and compressors, and s3test's
+	// process watcher, must have ended by now.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

@@ -76,6 +76,10 @@ func (r *Registry) Remove(ctx context.Context, name, reason string) error {
 	}
 	r.mu.Lock()
 	if m := r.members[name]; m != nil && m.phase == atev1.Node_LOST {
+		// Its connection goes with it: Close no longer reaches it.
+		if m.remote != nil {
+			m.remote.close()
+		}
 		delete(r.members, name)
 	}
 	delete(r.draining, name)

@@ -26,6 +26,9 @@ type lostRecorder struct {
 	lost []string
 	// suspended receives the node of each SuspendNode, when not nil.
 	suspended chan string
+	// changed has a value after a report that waitReported has not yet
+	// seen; made by waitReported, guarded by mu.
+	changed chan struct{}
 }
 
 func (l *lostRecorder) WorkerExited(string, string)                   {}
@@ -45,9 +48,17 @@ func (l *lostRecorder) WorkersLost(ctx context.Context, ws []*store.Worker, _ st
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, w := range ws {
-		l.lost = append(l.lost, w.Name)
+		// Recorded once released, so a test that sees the report can
+		// end (and close the store) without racing the release.
 		if err := l.st.ReleaseWorker(ctx, w.Name, w.ActorUID); err != nil {
 			return err
+		}
+		l.lost = append(l.lost, w.Name)
+	}
+	if l.changed != nil {
+		select {
+		case l.changed <- struct{}{}:
+		default: // a wake-up is already pending
 		}
 	}
 	return nil
@@ -57,6 +68,31 @@ func (l *lostRecorder) reported() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Sorted(slices.Values(l.lost))
+}
+
+// waitReported returns the workers reported lost once any are, for
+// reports the registry makes on a goroutine (ClaimsNotHosted); it fails
+// t if none come within 10 s.
+func (l *lostRecorder) waitReported(t *testing.T) []string {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		if l.changed == nil {
+			l.changed = make(chan struct{}, 1)
+		}
+		changed, got := l.changed, slices.Sorted(slices.Values(l.lost))
+		l.mu.Unlock()
+		if len(got) > 0 {
+			return got
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatal("no worker reported lost within 10 s")
+		}
+	}
 }
 
 func newTestRegistry(t *testing.T) (*Registry, *lostRecorder, store.Store) {
@@ -70,6 +106,7 @@ func newTestRegistry(t *testing.T) (*Registry, *lostRecorder, store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(r.Close) // the connections admit dialled; before st closes
 	wf := &lostRecorder{st: st}
 	r.SetWorkflows(wf)
 	return r, wf, st
@@ -148,7 +185,7 @@ func TestAdmit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := wf.reported(); !slices.Contains(got, "w1") {
+		if got := wf.waitReported(t); !slices.Contains(got, "w1") {
 			t.Fatalf("lost workers %v, want w1 (claimed by a, not hosted by the new epoch)", got)
 		}
 		if len(stops) != 1 || stops[0].GetWorker() != "w2" || stops[0].GetActorUid() != "stray" {
@@ -243,6 +280,7 @@ func TestAdmitAfterAPIServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(r.Close)
 	wf := &lostRecorder{st: st}
 	r.SetWorkflows(wf)
 	if nodes, _ := r.List(ctx); len(nodes) != 1 || nodes[0].GetPhase() != atev1.Node_PENDING {
@@ -252,7 +290,7 @@ func TestAdmitAfterAPIServerRestart(t *testing.T) {
 	if err != nil || len(stops) != 0 {
 		t.Fatalf("admit = %v, stops %v; want no stop orders", err, stops)
 	}
-	if got := wf.reported(); !slices.Equal(got, []string{"w2"}) {
+	if got := wf.waitReported(t); !slices.Equal(got, []string{"w2"}) {
 		t.Fatalf("lost workers %v, want only [w2]: a still runs on w1", got)
 	}
 }

@@ -308,6 +308,7 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	}
 	if err != nil {
 		r.forceDelete(ctx, spec.ID)
+		r.killBundle(ctx, spec.BundleDir)
 		return fmt.Errorf("gvisor: restore %s in %s: %w: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
 	}
 	return nil
@@ -350,6 +351,31 @@ func (r *Runtime) DestroyAll(ctx context.Context) error {
 // and waits until each is gone or a zombie (they are not our children:
 // their reaper collects them).
 func killRootProcesses(ctx context.Context, root string) error {
+	return killProcesses(ctx, root, func([]string) bool { return true })
+}
+
+// killBundleProcesses is killRootProcesses for the processes of one
+// bundle only (runsc's sandbox and gofer name it with --bundle): what a
+// runsc command killed half way through a restore started before it
+// wrote the container's state, so no delete can find them.
+func killBundleProcesses(ctx context.Context, root, bundle string) error {
+	return killProcesses(ctx, root, func(args []string) bool { return hasFlag(args, "--bundle", bundle) })
+}
+
+// hasFlag reports whether args hold flag with value, as "flag=value" or
+// as "flag" "value".
+func hasFlag(args []string, flag, value string) bool {
+	for i, a := range args {
+		if a == flag+"="+value || (a == flag && i+1 < len(args) && args[i+1] == value) {
+			return true
+		}
+	}
+	return false
+}
+
+// killProcesses SIGKILLs every process whose command line names runsc
+// root and satisfies match, and waits until each is gone or a zombie.
+func killProcesses(ctx context.Context, root string, match func(args []string) bool) error {
 	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
 		return err
@@ -361,13 +387,11 @@ func killRootProcesses(ctx context.Context, root string) error {
 			continue // gone meanwhile
 		}
 		args := strings.Split(string(b), "\x00")
-		for i, a := range args {
-			if a == "--root="+root || (a == "--root" && i+1 < len(args) && args[i+1] == root) {
-				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
-					pids = append(pids, pid)
-				}
-				break
-			}
+		if !hasFlag(args, "--root", root) || !match(args) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			pids = append(pids, pid)
 		}
 	}
 	for _, pid := range pids {
@@ -499,6 +523,22 @@ func (r *Runtime) prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 // forceDelete removes a container left by a failed Run or Restore. It runs
 // even when ctx has ended; its own failure is only logged, because the
 // caller is already returning the error that matters.
+// killBundle kills what still runs of bundle after a failed restore and
+// its forced delete: a restore killed after starting the sandbox and
+// gofer but before writing the container's state leaves them running
+// with no container a delete could name, holding the worker's network
+// namespace and memory (seen in e2e TestRestoreKilled).
+func (r *Runtime) killBundle(ctx context.Context, bundle string) {
+	if bundle == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := killBundleProcesses(ctx, r.rootDir, bundle); err != nil {
+		r.log.WarnContext(ctx, "kill a failed restore's processes", "bundle", bundle, "err", err)
+	}
+}
+
 func (r *Runtime) forceDelete(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()

@@ -1,0 +1,70 @@
+package gvisor
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestKillBundleProcesses: after a failed restore, the processes of that
+// bundle under the node's runsc root are killed (whether the flag is
+// written --bundle=B or --bundle B), and no other: not another bundle's,
+// not the same bundle's under another root.
+func TestKillBundleProcesses(t *testing.T) {
+	start := func(args ...string) *exec.Cmd {
+		t.Helper()
+		// "; :" keeps sh from exec'ing sleep, so sh's own command line
+		// (the one with the flags) stays the process's.
+		cmd := exec.Command("sh", append([]string{"-c", "sleep 600; :", "sh"}, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	root, bundle := "/run/ate/test-"+t.Name(), "/tmp/bundles/ate-1"
+	sandbox := start("--root="+root, "boot", "--bundle="+bundle, "ate-1")
+	gofer := start("--root="+root, "gofer", "--bundle", bundle)
+	other := start("--root="+root, "boot", "--bundle="+bundle+"-2", "ate-2")
+	otherRoot := start("--root="+root+"-x", "boot", "--bundle="+bundle, "ate-1")
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := killBundleProcesses(ctx, root, bundle); err != nil {
+		t.Fatal(err)
+	}
+	for name, cmd := range map[string]*exec.Cmd{"sandbox": sandbox, "gofer": gofer} {
+		// Killed: Wait returns (the process is our child, a zombie now).
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("%s exited cleanly, want killed", name)
+		}
+	}
+	for name, cmd := range map[string]*exec.Cmd{"another bundle": other, "another root": otherRoot} {
+		// Alive: neither gone nor a zombie.
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			t.Errorf("%s's process was killed: %q, %v", name, b, err)
+		}
+	}
+}
+
+func TestHasFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"runsc", "--bundle=/b", "boot"}, true},
+		{[]string{"runsc", "--bundle", "/b"}, true},
+		{[]string{"runsc", "--bundle=/b2"}, false},
+		{[]string{"runsc", "--bundle"}, false},
+		{[]string{"runsc", "/b"}, false},
+	} {
+		if got := hasFlag(tc.args, "--bundle", "/b"); got != tc.want {
+			t.Errorf("hasFlag(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}

@@ -17,13 +17,20 @@ import (
 func TestKillBundleProcesses(t *testing.T) {
 	start := func(args ...string) *exec.Cmd {
 		t.Helper()
-		// "; :" keeps sh from exec'ing sleep, so sh's own command line
-		// (the one with the flags) stays the process's.
-		cmd := exec.Command("sh", append([]string{"-c", "sleep 600; :", "sh"}, args...)...)
+		// sh waits in its read builtin on a pipe nobody writes: one
+		// process, whose command line holds the flags, and no child
+		// of its own that a kill would leave behind.
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", append([]string{"-c", "read x", "sh"}, args...)...)
+		cmd.Stdin = r
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		r.Close()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); w.Close() })
 		return cmd
 	}
 	root, bundle := "/run/ate/test-"+t.Name(), "/tmp/bundles/ate-1"

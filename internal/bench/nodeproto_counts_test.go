@@ -155,18 +155,25 @@ func sampleWaits(url string) *waitSampler {
 	w := &waitSampler{stop: stop, done: make(chan struct{}), samples: map[string]int{}}
 	go func() {
 		defer close(w.done)
+		// An error after stop is the stop's doing, not a failure: with
+		// -benchtime 1x a run can end before the sampler has connected.
+		fail := func(err error) {
+			if ctx.Err() == nil {
+				w.err = err
+			}
+		}
 		// From the postgres database, so that the sampler's own
 		// statements are not counted as the benchmark database's.
 		cfg, err := pgx.ParseConfig(url)
 		if err != nil {
-			w.err = err
+			fail(err)
 			return
 		}
 		db := cfg.Database
 		cfg.Database = "postgres"
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
-			w.err = err
+			fail(err)
 			return
 		}
 		defer conn.Close(context.Background())
@@ -182,16 +189,12 @@ func sampleWaits(url string) *waitSampler {
 				FROM pg_stat_activity
 				WHERE datname = $1 AND state = 'active' AND backend_type = 'client backend'`, db)
 			if err != nil {
-				if ctx.Err() == nil {
-					w.err = err
-				}
+				fail(err)
 				return
 			}
 			events, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			if err != nil {
-				if ctx.Err() == nil {
-					w.err = err
-				}
+				fail(err)
 				return
 			}
 			w.rounds++

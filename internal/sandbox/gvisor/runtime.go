@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -201,7 +202,7 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 		err = r.runDetached(ctx, spec, "start", spec.ID)
 	}
 	if err != nil {
-		r.forceDelete(ctx, spec.ID)
+		r.discard(ctx, spec)
 		return fmt.Errorf("gvisor: run %s in %s: %w", spec.ID, slot.Name, err)
 	}
 	return nil
@@ -218,7 +219,7 @@ func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 		return fmt.Errorf("gvisor: prepare %s: %w", spec.ID, err)
 	}
 	if err := r.runDetached(ctx, spec, "create", "--bundle", spec.BundleDir, spec.ID); err != nil {
-		r.forceDelete(ctx, spec.ID)
+		r.discard(ctx, spec)
 		return fmt.Errorf("gvisor: prepare %s in %s: %w", spec.ID, slot.Name, err)
 	}
 	return nil
@@ -307,8 +308,7 @@ func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 		err = r.runDetached(ctx, spec, append(args, "--bundle", spec.BundleDir, "--detach", spec.ID)...)
 	}
 	if err != nil {
-		r.forceDelete(ctx, spec.ID)
-		r.killBundle(ctx, spec.BundleDir)
+		r.discard(ctx, spec)
 		return fmt.Errorf("gvisor: restore %s in %s: %w: %w", spec.ID, slot.Name, sandbox.ErrRestoreFailed, err)
 	}
 	return nil
@@ -502,9 +502,17 @@ func (r *Runtime) Close() error {
 			return fmt.Errorf("gvisor: unmount %s: %w", p, err)
 		}
 	}
-	// Best effort: a container's state left behind keeps the directory.
+	// Best effort: a container's state left behind keeps the directory;
+	// say what, since a container that outlived its node is a bug.
 	_ = os.Remove(p)
-	_ = os.Remove(r.rootDir)
+	if err := os.Remove(r.rootDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		left, _ := os.ReadDir(r.rootDir)
+		names := make([]string, 0, len(left))
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		r.log.Warn("runsc root not empty after its containers were destroyed", "root", r.rootDir, "left", names, "err", err)
+	}
 	return nil
 }
 
@@ -520,29 +528,24 @@ func (r *Runtime) prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	return writeBundle(slot, spec)
 }
 
-// forceDelete removes a container left by a failed Run or Restore. It runs
-// even when ctx has ended; its own failure is only logged, because the
+// discard removes what a failed Run, prepare or Restore of spec left. It
+// kills the processes under the root that name spec's bundle (one per
+// container id) first: a runsc command killed after starting the
+// sandbox and gofer but before writing the container's state leaves
+// them running with no container a delete could name, holding the
+// worker's network namespace and memory (seen in e2e TestRestoreKilled);
+// then a forced delete removes whatever state was written. It runs even
+// when ctx has ended; its own failures are only logged, because the
 // caller is already returning the error that matters.
-// killBundle kills what still runs of bundle after a failed restore and
-// its forced delete: a restore killed after starting the sandbox and
-// gofer but before writing the container's state leaves them running
-// with no container a delete could name, holding the worker's network
-// namespace and memory (seen in e2e TestRestoreKilled).
-func (r *Runtime) killBundle(ctx context.Context, bundle string) {
-	if bundle == "" {
-		return
-	}
+func (r *Runtime) discard(ctx context.Context, spec sandbox.Spec) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := killBundleProcesses(ctx, r.rootDir, bundle); err != nil {
-		r.log.WarnContext(ctx, "kill a failed restore's processes", "bundle", bundle, "err", err)
+	if spec.BundleDir != "" {
+		if err := killBundleProcesses(ctx, r.rootDir, spec.BundleDir); err != nil {
+			r.log.WarnContext(ctx, "kill a failed container's processes", "id", spec.ID, "err", err)
+		}
 	}
-}
-
-func (r *Runtime) forceDelete(ctx context.Context, id string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if err := r.delete(ctx, id); err != nil {
-		r.log.WarnContext(ctx, "force-delete after failure", "id", id, "err", err)
+	if err := r.delete(ctx, spec.ID); err != nil {
+		r.log.WarnContext(ctx, "force-delete after failure", "id", spec.ID, "err", err)
 	}
 }

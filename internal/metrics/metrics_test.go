@@ -156,37 +156,6 @@ func TestTypedWordsCounted(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunActorCounts = %v", err)
 	}
-	reg, err := NewRegistry(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	value := func(name string, labels map[string]string) float64 {
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-		metric:
-			for _, m := range f.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if labels[l.GetName()] != l.GetValue() {
-						continue metric
-					}
-				}
-				switch {
-				case m.GetCounter() != nil:
-					return m.GetCounter().GetValue()
-				case m.GetGauge() != nil:
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-		t.Fatalf("no %s%v", name, labels)
-		return 0
-	}
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string
@@ -200,8 +169,47 @@ func TestTypedWordsCounted(t *testing.T) {
 		{"ate_lifecycle_actors", map[string]string{"state": "running"}, 2},
 		{"ate_lifecycle_actors", map[string]string{"state": "crashed"}, 0},
 	} {
-		if got := value(tc.name, tc.labels); got != tc.want {
+		got, ok := metricValue(t, m, tc.name, tc.labels)
+		if !ok {
+			t.Fatalf("no %s%v", tc.name, tc.labels)
+		}
+		if got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
 		}
 	}
+}
+
+// metricValue gathers m's metrics and returns the value of the counter
+// or gauge name whose labels are labels; ok is false when there is none
+// (a vector none of whose children was set is not gathered at all).
+func metricValue(t *testing.T, m *Metrics, name string, labels map[string]string) (v float64, ok bool) {
+	t.Helper()
+	reg, err := NewRegistry(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue metric
+				}
+			}
+			switch {
+			case mt.GetCounter() != nil:
+				return mt.GetCounter().GetValue(), true
+			case mt.GetGauge() != nil:
+				return mt.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
 }

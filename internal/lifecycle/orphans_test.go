@@ -56,13 +56,14 @@ func TestCollectOrphans(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
 			orphan, err := e.snaps.Commit(t.Context(), st, snapshot.ScopeFull)
 			must(t, err)
-			// Staged ids are to the millisecond: the start comes after.
-			time.Sleep(2 * time.Millisecond)
+			// Staged ids are to the millisecond: a start one millisecond
+			// on comes after the snapshot, with no sleep to get there.
+			since := time.Now().Add(time.Millisecond - c.ago)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				done <- e.m.CollectOrphans(ctx, OrphanCollection{Since: time.Now().Add(-c.ago), CheckpointTimeout: time.Minute, Interval: time.Hour})
+				done <- e.m.CollectOrphans(ctx, OrphanCollection{Since: since, CheckpointTimeout: time.Minute, Interval: time.Hour})
 			}()
 			select {
 			case err := <-done:

@@ -63,10 +63,14 @@ func TakeInstallation(ctx context.Context, st Store, holder, node string) (*Inst
 	return in, nil
 }
 
-// Renew renews the lease every third of its life until ctx ends. A lease
-// another holder took over (ErrFenced) is logged as an error and no
-// longer renewed; other failures are logged and retried at the next
-// tick.
+// Renew renews the lease every third of its life until ctx ends, each
+// attempt bounded by that third, so that one hung call cannot outlast
+// the lease. Failures are logged and retried at the next tick. A lease
+// the store no longer lets this holder renew (ErrFenced) is taken back
+// when nobody else holds it — it merely expired, through a database
+// restart or this process paused past its life — and only a lease
+// another holder took (ErrLeaseHeld) ends the renewal, logged as an
+// error.
 func (in *Installation) Renew(ctx context.Context, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -79,16 +83,34 @@ func (in *Installation) Renew(ctx context.Context, log *slog.Logger) {
 			return
 		case <-tick.C:
 		}
-		_, err := in.st.RenewLease(ctx, installationLease, in.holder, in.token, installationTTL)
-		switch {
-		case err == nil, ctx.Err() != nil:
-		case errors.Is(err, ErrFenced):
-			log.Error("installation lease lost: another `ate up` may have taken this database over", "err", err)
+		if lost := in.renewOnce(ctx, log); lost {
 			return
-		default:
-			log.Warn("installation lease not renewed; retrying", "err", err)
 		}
 	}
+}
+
+// renewOnce is one renewal (or, once fenced, one take-back) within
+// in.every; lost reports a lease another holder has.
+func (in *Installation) renewOnce(ctx context.Context, log *slog.Logger) (lost bool) {
+	ctx, cancel := context.WithTimeout(ctx, in.every)
+	defer cancel()
+	_, err := in.st.RenewLease(ctx, installationLease, in.holder, in.token, installationTTL)
+	if errors.Is(err, ErrFenced) {
+		var lease *Lease
+		if lease, err = in.st.AcquireLease(ctx, installationLease, in.holder, installationTTL); err == nil {
+			log.Warn("installation lease had expired; taken back", "holder", in.holder)
+			in.token = lease.Token
+		}
+	}
+	switch {
+	case err == nil, ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(err, ErrLeaseHeld):
+		log.Error("installation lease lost: another `ate up` has taken this database over", "err", err)
+		return true
+	default:
+		log.Warn("installation lease not renewed; retrying", "err", err)
+	}
+	return false
 }
 
 // Release gives the lease up; a lease already lost is left to its new

@@ -85,6 +85,9 @@ type ControlPlaneConfig struct {
 	// (nodeagent.RegistryConfig), which the in-process node is subject
 	// to as any node is.
 	Heartbeat, LostAfter time.Duration
+	// MaxStreamsPerCaller: apiserver.Server.SetMaxStreamsPerCaller (0:
+	// apiserver.DefaultMaxStreamsPerCaller).
+	MaxStreamsPerCaller int
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
@@ -268,7 +271,7 @@ func (a *controlPlaneAssembly) newAPI(ctx context.Context) error {
 	cp, cfg := a.cp, a.cfg
 	core, err := newAPICore(ctx, apiCoreConfig{Store: cp.Store, Shared: a.shared, Snapshots: cp.Snapshots,
 		Registry: nodeagent.RegistryConfig{Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: cp.nodePath.DialNode},
-		Ceilings: a.ceilings, SandboxClass: a.nc.SandboxClass, Images: a.images,
+		Ceilings: a.ceilings, SandboxClass: a.nc.SandboxClass, Images: a.images, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
 		Alarm: alarm.Config{TunnelTLS: cfg.AlarmTunnelTLS}, AlarmHolder: "ate-up", Identity: cfg.Identity, Metrics: cfg.Metrics, Logger: a.log})
 	if err != nil {
 		return err

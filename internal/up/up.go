@@ -155,7 +155,7 @@ func (u *upAssembly) newControlPlane(ctx context.Context) error {
 	cfg := u.cfg
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: u.node, Logger: u.log, Metrics: u.ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
 		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: u.tr.api.HTTPClientConfig(auth.ComponentNode),
-		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter})
+		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter, MaxStreamsPerCaller: cfg.API.MaxStreamsPerCaller})
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,6 @@ func (u *upAssembly) listenAPI(context.Context) error {
 	if err != nil {
 		return err
 	}
-	u.cp.API.SetMaxStreamsPerCaller(u.cfg.API.MaxStreamsPerCaller)
 	u.gs = u.cp.NewGRPCServer(append(u.tr.api.ServerOptions(pki.ClientCertOptional), authz.ServerOptions()...)...)
 	return nil
 }

@@ -271,6 +271,9 @@ func (s *apiServerAssembly) listen(context.Context) error {
 	if s.ln, err = net.Listen("tcp", orDefault(s.cfg.Addr, DefaultAPIAddr)); err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
+	// For a later step's failure; once served, the gRPC server's stop
+	// has closed it already.
+	s.done.add(func() { _ = s.ln.Close() })
 	// Users come without certificates (bearer tokens); components with.
 	// Without TLS (--insecure) the API may run with no authenticator, and
 	// then checks nothing.
@@ -322,7 +325,6 @@ func (s *apiServerAssembly) newDashboard(context.Context) error {
 		}
 	}
 	if s.dash, err = newDashboardServer(s.cfg.HTTPAddr, atev1.NewControlClient(conn), s.ms, resume, s.authz != nil, s.issuer, s.log); err != nil {
-		_ = s.ln.Close()
 		return err
 	}
 	if s.cfg.Identity.IssuerURL == "" {

@@ -172,6 +172,9 @@ func (u *upAssembly) listenAPI(context.Context) error {
 	if u.apiLn, err = net.Listen("tcp", u.cfg.API.Addr); err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
+	// For a later step's failure; once served, the gRPC server's stop
+	// has closed it already.
+	u.done.add(func() { _ = u.apiLn.Close() })
 	// The API always checks callers: components by their certificates
 	// (the in-process router's is tr.router's), users by the admin token
 	// (written into the client config, writeClientConfig) and whatever

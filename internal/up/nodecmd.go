@@ -225,7 +225,6 @@ func (s *nodeAssembly) newNode(ctx context.Context) error {
 	atev1.RegisterNodeAgentServer(gs, s.parts.service)
 	initMetrics()
 	s.gs = gs
-	s.cfg.Node = nc
 	return nil
 }
 

@@ -21,7 +21,6 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
-	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
@@ -135,16 +134,12 @@ type apiServerAssembly struct {
 	// shared is storeurl.Opened.Shared; storeName its Description.
 	shared    bool
 	storeName string
-	reg       *nodeagent.Registry
-	lc        *lifecycle.Manager
-	// holder names this replica in the store's leases; "" over bolt.
-	holder   string
+	// apiCore is the registry, the workflows, the Control API, the
+	// alarms and the issuer (newAPICore), from newAPI on.
+	*apiCore
 	ceilings apiserver.Ceilings
 	// recovered is when store recovery began (OrphanCollection.Since).
 	recovered time.Time
-	api       *apiserver.Server
-	alarms    *alarm.Scheduler
-	issuer    *identity.Issuer
 	ln        net.Listener
 	gs        *grpc.Server
 	authz     *auth.Authorizer
@@ -250,21 +245,20 @@ func (s *apiServerAssembly) newAPI(ctx context.Context) error {
 	if nt := s.tr.NewNodeTransport(alarm.NewTunnelTransport()); nt != nil {
 		ac.Transport = nt
 	}
-	core, err := newAPICore(ctx, apiCoreConfig{Store: s.st, Shared: s.shared, Snapshots: snaps,
+	s.apiCore, err = newAPICore(ctx, apiCoreConfig{Store: s.st, Shared: s.shared, Snapshots: snaps,
 		Registry: nodeagent.RegistryConfig{Heartbeat: s.cfg.Heartbeat, LostAfter: s.cfg.LostAfter, Dial: nodeDialer(s.ms, s.tr), Snapshots: s.cfg.Snapshots},
 		Leases:   s.cfg.Leases, Ceilings: s.ceilings, SandboxClass: orDefault(s.cfg.SandboxClass, DefaultSandboxClass), Images: images,
 		MaxStreamsPerCaller: s.cfg.MaxStreamsPerCaller, Alarm: ac, AlarmHolder: "ate-apiserver", Identity: s.cfg.Identity, Metrics: s.ms, Logger: s.log})
 	if err != nil {
 		return err
 	}
-	s.reg, s.lc, s.api, s.alarms, s.issuer, s.holder = core.registry, core.lifecycle, core.api, core.alarms, core.issuer, core.holder
 	// Node connections close last: after the graceful stop let in-flight
 	// calls finish, and after the lifecycle's own workflows (closed
 	// later, so run first).
-	s.done.add(s.reg.Close)
-	s.done.add(s.lc.Close)
+	s.done.add(s.registry.Close)
+	s.done.add(s.lifecycle.Close)
 	s.recovered = time.Now()
-	if err := s.lc.RecoverStore(ctx); err != nil {
+	if err := s.lifecycle.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
 	return nil
@@ -277,6 +271,9 @@ func (s *apiServerAssembly) listen(context.Context) error {
 	if s.ln, err = net.Listen("tcp", orDefault(s.cfg.Addr, DefaultAPIAddr)); err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
+	// For a later step's failure; once served, the gRPC server's stop
+	// has closed it already.
+	s.done.add(func() { _ = s.ln.Close() })
 	// Users come without certificates (bearer tokens); components with.
 	// Without TLS (--insecure) the API may run with no authenticator, and
 	// then checks nothing.
@@ -290,7 +287,7 @@ func (s *apiServerAssembly) listen(context.Context) error {
 	}
 	gs, initMetrics := newAPIGRPCServer(s.ms, append(s.tr.ServerOptions(pki.ClientCertOptional), s.authz.ServerOptions()...)...)
 	atev1.RegisterControlServer(gs, s.api)
-	atev1.RegisterNodeRegistryServer(gs, s.reg)
+	atev1.RegisterNodeRegistryServer(gs, s.registry)
 	initMetrics()
 	s.gs = gs
 	return nil
@@ -328,7 +325,6 @@ func (s *apiServerAssembly) newDashboard(context.Context) error {
 		}
 	}
 	if s.dash, err = newDashboardServer(s.cfg.HTTPAddr, atev1.NewControlClient(conn), s.ms, resume, s.authz != nil, s.issuer, s.log); err != nil {
-		_ = s.ln.Close()
 		return err
 	}
 	if s.cfg.Identity.IssuerURL == "" {
@@ -349,7 +345,7 @@ func (s *apiServerAssembly) run(ctx context.Context) error {
 	// The node sessions end before the graceful stop above begins: it
 	// waits for every call, and they never end by themselves. The nodes
 	// retry until an API server is back.
-	r.Add("node registry", s.reg.Run)
+	r.Add("node registry", s.registry.Run)
 	dashURL := ""
 	if s.dash != nil {
 		r.Add("dashboard", s.dash.Start)
@@ -358,8 +354,8 @@ func (s *apiServerAssembly) run(ctx context.Context) error {
 	r.Add("alarms", s.alarms.Run)
 	r.Add("identity keys", s.issuer.Run)
 	orphans := lifecycle.OrphanCollection{Since: s.recovered, Shared: s.shared, CheckpointTimeout: nodeagent.CheckpointTimeout, Interval: s.cfg.SnapshotGCInterval}
-	r.Add("snapshot collection", func(ctx context.Context) error { return s.lc.CollectOrphans(ctx, orphans) })
-	r.Add("expiry", func(ctx context.Context) error { return s.lc.RunExpiry(ctx, s.cfg.ExpiryInterval) })
+	r.Add("snapshot collection", func(ctx context.Context) error { return s.lifecycle.CollectOrphans(ctx, orphans) })
+	r.Add("expiry", func(ctx context.Context) error { return s.lifecycle.RunExpiry(ctx, s.cfg.ExpiryInterval) })
 	r.Add("actor counts", func(ctx context.Context) error { return s.ms.RunActorCounts(ctx, s.st, s.log) })
 	s.log.Info("ate apiserver ready", "api", s.ln.Addr().String(), "store", s.storeName, "replica", s.holder, "snapshots", s.cfg.Snapshots, "dashboard", dashURL)
 	if s.cfg.Ready != nil {

@@ -85,6 +85,9 @@ type ControlPlaneConfig struct {
 	// (nodeagent.RegistryConfig), which the in-process node is subject
 	// to as any node is.
 	Heartbeat, LostAfter time.Duration
+	// MaxStreamsPerCaller: apiserver.Server.SetMaxStreamsPerCaller (0:
+	// apiserver.DefaultMaxStreamsPerCaller).
+	MaxStreamsPerCaller int
 }
 
 // ControlPlane is everything of `ate up` but the listeners: the embedded
@@ -97,11 +100,16 @@ type ControlPlaneConfig struct {
 // registry. `ate up` and the control-plane benchmarks build it the same
 // way: NewControlPlane, then Start for its background work, then Close.
 type ControlPlane struct {
-	// installation is the installation lease (Exclusive), renewed until
-	// the background work stops (installationDone) and released at
-	// Close; nil without one.
-	installation     *store.Installation
-	installationDone sync.WaitGroup
+	// installation is the installation lease (Exclusive); nil without
+	// one. It is renewed on a context of its own (stopRenewal,
+	// renewalDone), not the background work's: Start returns before
+	// `ate up` suspends every actor, which may take longer than the
+	// lease lives, and Close releases it only once the workflows and the
+	// node have stopped, so no other `ate up` takes the database while
+	// this one still writes to it.
+	installation *store.Installation
+	stopRenewal  context.CancelFunc
+	renewalDone  sync.WaitGroup
 
 	Store     store.Store
 	Snapshots *snapshot.Local
@@ -206,8 +214,10 @@ func (a *controlPlaneAssembly) openStore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		var renewCtx context.Context
+		renewCtx, cp.stopRenewal = context.WithCancel(context.WithoutCancel(ctx))
 		cp.installation = in
-		cp.installationDone.Go(func() { in.Renew(cp.background, cp.log) })
+		cp.renewalDone.Go(func() { in.Renew(renewCtx, cp.log) })
 	}
 	return apiserver.EnsureDefaultAtespace(ctx, cp.Store)
 }
@@ -261,7 +271,7 @@ func (a *controlPlaneAssembly) newAPI(ctx context.Context) error {
 	cp, cfg := a.cp, a.cfg
 	core, err := newAPICore(ctx, apiCoreConfig{Store: cp.Store, Shared: a.shared, Snapshots: cp.Snapshots,
 		Registry: nodeagent.RegistryConfig{Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: cp.nodePath.DialNode},
-		Ceilings: a.ceilings, SandboxClass: a.nc.SandboxClass, Images: a.images,
+		Ceilings: a.ceilings, SandboxClass: a.nc.SandboxClass, Images: a.images, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
 		Alarm: alarm.Config{TunnelTLS: cfg.AlarmTunnelTLS}, AlarmHolder: "ate-up", Identity: cfg.Identity, Metrics: cfg.Metrics, Logger: a.log})
 	if err != nil {
 		return err
@@ -375,13 +385,10 @@ func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCD
 // Close shuts the node down (destroying every sandbox, tearing its slots
 // down) and closes the store. It does not suspend running actors first.
 // It ends Start's background work first and waits for the snapshot
-// collection.
+// collection; the installation lease is released last, before the store
+// closes.
 func (cp *ControlPlane) Close() error {
 	cp.stopBackground()
-	if cp.installation != nil {
-		cp.installationDone.Wait()
-		_ = cp.installation.Release(context.Background())
-	}
 	if cp.started.Load() {
 		<-cp.snapshotGCDone
 	}
@@ -397,6 +404,11 @@ func (cp *ControlPlane) Close() error {
 	}
 	if cp.Node != nil {
 		cp.Node.Shutdown(context.Background())
+	}
+	if cp.installation != nil {
+		cp.stopRenewal()
+		cp.renewalDone.Wait()
+		_ = cp.installation.Release(context.Background())
 	}
 	if cp.Store != nil {
 		return cp.Store.Close()

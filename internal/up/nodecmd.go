@@ -175,6 +175,9 @@ func (s *nodeAssembly) open(ctx context.Context) error {
 	if s.agentLn, err = net.Listen("tcp", net.JoinHostPort(cfg.Advertise, fmt.Sprint(cfg.AgentPort))); err != nil {
 		return fmt.Errorf("node agent listen: %w", err)
 	}
+	// For a later step's failure; once served, the gRPC server's stop
+	// has closed it already.
+	s.done.add(func() { _ = s.agentLn.Close() })
 	if cfg.ManagementAddr != "" {
 		s.ms = metrics.New()
 	}
@@ -222,7 +225,6 @@ func (s *nodeAssembly) newNode(ctx context.Context) error {
 	atev1.RegisterNodeAgentServer(gs, s.parts.service)
 	initMetrics()
 	s.gs = gs
-	s.cfg.Node = nc
 	return nil
 }
 

@@ -57,8 +57,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := assemble(ctx, u.configure, u.serveManagement, u.newControlPlane, u.listenAPI, u.newRouter, u.newDashboard, u.writeClientConfig); err != nil {
 		return err
 	}
-	parts := serving{api: u.gs, apiLn: u.apiLn, tunnel: u.tunnel, router: u.router, cp: u.cp, mgmt: u.mgmt, dash: u.dash, log: u.log}
-	return parts.serve(ctx, u.ready)
+	return u.run(ctx)
 }
 
 // upAssembly is Run's parts, built in its steps' order.
@@ -156,7 +155,7 @@ func (u *upAssembly) newControlPlane(ctx context.Context) error {
 	cfg := u.cfg
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: u.node, Logger: u.log, Metrics: u.ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
 		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: u.tr.api.HTTPClientConfig(auth.ComponentNode),
-		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter})
+		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter, MaxStreamsPerCaller: cfg.API.MaxStreamsPerCaller})
 	if err != nil {
 		return err
 	}
@@ -173,6 +172,9 @@ func (u *upAssembly) listenAPI(context.Context) error {
 	if u.apiLn, err = net.Listen("tcp", u.cfg.API.Addr); err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
+	// For a later step's failure; once served, the gRPC server's stop
+	// has closed it already.
+	u.done.add(func() { _ = u.apiLn.Close() })
 	// The API always checks callers: components by their certificates
 	// (the in-process router's is tr.router's), users by the admin token
 	// (written into the client config, writeClientConfig) and whatever
@@ -187,7 +189,6 @@ func (u *upAssembly) listenAPI(context.Context) error {
 	if err != nil {
 		return err
 	}
-	u.cp.API.SetMaxStreamsPerCaller(u.cfg.API.MaxStreamsPerCaller)
 	u.gs = u.cp.NewGRPCServer(append(u.tr.api.ServerOptions(pki.ClientCertOptional), authz.ServerOptions()...)...)
 	return nil
 }
@@ -282,21 +283,7 @@ func (u *upAssembly) ready(ctx context.Context) error {
 	return nil
 }
 
-// serving is what Run starts once everything is built.
-type serving struct {
-	api    *grpc.Server
-	apiLn  net.Listener
-	tunnel *httpserve.Server
-	router routerParts
-	cp     *ControlPlane
-	// mgmt is the management listener; nil when there is none.
-	mgmt *httpserve.Management
-	// dash is the dashboard's listener; nil when there is none.
-	dash *dashboardServer
-	log  *slog.Logger
-}
-
-// serve runs every part until ctx ends (or one fails), then stops them
+// run serves every part until ctx ends (or one fails), then stops them
 // in reverse order (runner.Runner): the router drains first, and the
 // control plane's background work (golden builds, snapshot collection,
 // alarms) stops, while the API server, the node and its tunnel keep
@@ -304,39 +291,39 @@ type serving struct {
 // suspend actors meanwhile, and the router's idle loop keeps freeing
 // workers; then every running actor is suspended; then the dashboard,
 // the API server, the tunnel and the management listener stop. ready
-// runs once all serve; an error from it stops everything.
-func (s serving) serve(ctx context.Context, ready func(context.Context) error) error {
-	r := runner.New(s.log)
-	if s.mgmt != nil {
+// runs once all serve; an error from it (the demo's) stops everything.
+func (u *upAssembly) run(ctx context.Context) error {
+	r := runner.New(u.log)
+	if u.mgmt != nil {
 		// Up until the very end, so the shutdown itself can be watched.
-		r.Add("management", s.mgmt.Serve)
+		r.Add("management", u.mgmt.Serve)
 	}
-	r.Add("worker tunnel", s.tunnel.Start)
+	r.Add("worker tunnel", u.tunnel.Start)
 	r.Add("api", func(ctx context.Context) error {
 		// Watches and log follows would hold the graceful stop to its end.
-		defer context.AfterFunc(ctx, s.cp.API.EndStreams)()
-		return serveGRPC(ctx, s.api, s.apiLn)
+		defer context.AfterFunc(ctx, u.cp.API.EndStreams)()
+		return serveGRPC(ctx, u.gs, u.apiLn)
 	})
-	if s.dash != nil {
+	if u.dash != nil {
 		// Up with the API it calls, so shutdown's suspends show on it.
-		r.Add("dashboard", s.dash.Start)
+		r.Add("dashboard", u.dash.Start)
 	}
 	r.AddStop("suspend every actor", func(ctx context.Context) error {
 		// Traffic has stopped; checkpoint what runs so a restart loses
 		// nothing. Workers freed now need no standby.
-		s.cp.Node.StopStandbys()
+		u.cp.Node.StopStandbys()
 		ctx, cancel := context.WithTimeout(ctx, shutdownSuspendTimeout)
 		defer cancel()
-		if err := s.cp.Lifecycle.SuspendAll(ctx); err != nil {
-			s.log.Warn("suspend on shutdown", "err", err)
+		if err := u.cp.Lifecycle.SuspendAll(ctx); err != nil {
+			u.log.Warn("suspend on shutdown", "err", err)
 		}
 		return nil
 	})
 	// Background golden builds and the snapshot collection end with the
 	// front, as new work is no longer wanted.
-	r.Add("control plane", s.cp.Start)
-	s.router.add(r)
-	r.Add("ready", ready)
+	r.Add("control plane", u.cp.Start)
+	u.router.add(r)
+	r.Add("ready", u.ready)
 	return r.Run(ctx)
 }
 

@@ -119,8 +119,10 @@ func selfStatus(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, store.ErrTooMany):
 		return http.StatusTooManyRequests
-	case errors.Is(err, identity.ErrNoIssuer), errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		// The actor retries later.
+	case errors.Is(err, identity.ErrNoIssuer), errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced):
+		// The actor retries later: the store, or a write that raced
+		// another (toStatus's ABORTED), may let the same call through.
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

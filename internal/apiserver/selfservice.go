@@ -106,8 +106,10 @@ func (s *SelfService) call(ctx context.Context, worker, actorUID, call string, b
 		}
 		return http.StatusOK, append(b, '\n'), nil
 	}
+	// Only an action's own name: ParseAction also reads "" as suspend
+	// (a template's default), which is no call.
 	action, err := checkpoint.ParseAction(call)
-	if err != nil {
+	if err != nil || call != action.String() {
 		return 0, nil, fmt.Errorf("%w %q: want %s, %s, %s or %s", errUnknownCall, call,
 			nodeapi.SelfCallAlarms, nodeapi.SelfCallToken, checkpoint.Suspend, checkpoint.Pause)
 	}

@@ -65,6 +65,10 @@ func TestSelfServiceAnswers(t *testing.T) {
 		{"pause requested", "pause", selfDomain{}, http.StatusAccepted, "pause requested\n", "pause w1 uid-1"},
 		{"unknown call", "explode", selfDomain{}, http.StatusNotFound,
 			`unknown self-service call "explode": want alarms, token, suspend or pause` + "\n", ""},
+		{"empty call", "", selfDomain{}, http.StatusNotFound,
+			`unknown self-service call "": want alarms, token, suspend or pause` + "\n", ""},
+		{"call in capitals", "SUSPEND", selfDomain{}, http.StatusNotFound,
+			`unknown self-service call "SUSPEND": want alarms, token, suspend or pause` + "\n", ""},
 		{"bad alarm", "alarms", selfDomain{err: fmt.Errorf("%w: path %q must start with '/'", alarm.ErrInvalid, "t")}, http.StatusBadRequest,
 			`invalid alarm: path "t" must start with '/'` + "\n", "alarm w1 uid-1 b"},
 		{"bad token request", "token", selfDomain{err: fmt.Errorf("audience: %w", identity.ErrInvalid)}, http.StatusBadRequest,
@@ -81,6 +85,10 @@ func TestSelfServiceAnswers(t *testing.T) {
 			http.StatusServiceUnavailable, "suspend not requested: " + store.ErrUnavailable.Error() + "; retry later\n", "suspend w1 uid-1"},
 		{"deadline", "alarms", selfDomain{err: fmt.Errorf("set alarm: %w", context.DeadlineExceeded)}, http.StatusServiceUnavailable,
 			"set alarm: context deadline exceeded\n", "alarm w1 uid-1 b"},
+		{"write raced", "alarms", selfDomain{err: fmt.Errorf("set alarm: %w", store.ErrConflict)}, http.StatusServiceUnavailable,
+			"set alarm: " + store.ErrConflict.Error() + "\n", "alarm w1 uid-1 b"},
+		{"lease lost", "suspend", selfDomain{err: fmt.Errorf("suspend not requested: %w; retry later", store.ErrFenced)}, http.StatusServiceUnavailable,
+			"suspend not requested: " + store.ErrFenced.Error() + "; retry later\n", "suspend w1 uid-1"},
 		{"no issuer", "token", selfDomain{err: identity.ErrNoIssuer}, http.StatusServiceUnavailable,
 			identity.ErrNoIssuer.Error() + "\n", "token w1 uid-1 b"},
 		{"surprise", "token", selfDomain{err: errors.New("sign token: surprise")}, http.StatusInternalServerError,
@@ -114,13 +122,24 @@ func TestSelfServiceThroughTheDomain(t *testing.T) {
 	must(st.CreateTemplate(ctx, &store.Template{Atespace: "default", Name: "tpl", UID: "tpl", Phase: store.TemplateReady, Spec: validSpec()}))
 	must(st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "a", UID: "uid-a", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}))
 	must(st.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n1"}))
-	act, err := st.GetActor(ctx, names.ActorKey{Atespace: "default", Name: "a"})
-	must(err)
-	act, _, err = st.ClaimWorker(ctx, act, "")
-	must(err)
-	act.State = store.Running
-	_, err = st.UpdateActor(ctx, act)
-	must(err)
+	// b runs on w2 beside a on w1: an actor that learnt the other's uid
+	// must not act for it through its own worker.
+	must(st.CreateActor(ctx, &store.Actor{Atespace: "default", Name: "b", UID: "uid-b", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}))
+	must(st.PutWorker(ctx, &store.Worker{Name: "w2", Node: "n1"}))
+	run := func(name, worker string) *store.Actor {
+		act, err := st.GetActor(ctx, names.ActorKey{Atespace: "default", Name: name})
+		must(err)
+		act, _, err = st.ClaimWorker(ctx, act, "", worker)
+		must(err)
+		act.State = store.Running
+		act, err = st.UpdateActor(ctx, act)
+		must(err)
+		if act.Worker != worker {
+			t.Fatalf("actor %s claimed %s, want %s", name, act.Worker, worker)
+		}
+		return act
+	}
+	act, b := run("a", "w1"), run("b", "w2")
 
 	iss := identity.New(st, "", identity.Config{})
 	lc := lifecycle.New(st, nil, nil, "test", nil)
@@ -149,6 +168,10 @@ func TestSelfServiceThroughTheDomain(t *testing.T) {
 		{"token, stale uid", "w1", "uid-old", "token", ``, http.StatusConflict, "no longer hosts"},
 		{"suspend, stale uid", "w1", "uid-old", "suspend", ``, http.StatusConflict, "suspend refused"},
 		{"pause, unknown worker", "w9", "uid-a", "pause", ``, http.StatusConflict, "pause refused"},
+		{"token for b through a's worker", "w1", "uid-b", "token", ``, http.StatusConflict, "no longer hosts"},
+		{"alarm for b through a's worker", "w1", "uid-b", "alarms", `{"in": "10m", "path": "/tick"}`, http.StatusConflict, "no longer hosts"},
+		{"suspend b through a's worker", "w1", "uid-b", "suspend", ``, http.StatusConflict, "suspend refused"},
+		{"pause a through b's worker", "w2", "uid-a", "pause", ``, http.StatusConflict, "pause refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := answer(tc.worker, tc.uid, tc.call, tc.body)
@@ -160,7 +183,12 @@ func TestSelfServiceThroughTheDomain(t *testing.T) {
 			}
 		})
 	}
-	if got, err := st.GetActor(ctx, act.Key()); err != nil || got.State != store.Running {
-		t.Fatalf("actor a after refused checkpoints: %v, %v; want RUNNING", got, err)
+	for _, a := range []*store.Actor{act, b} {
+		if got, err := st.GetActor(ctx, a.Key()); err != nil || got.State != store.Running {
+			t.Fatalf("actor %s after refused checkpoints: %v, %v; want RUNNING", a.Name, got, err)
+		}
+	}
+	if alarms, err := st.ListAlarms(ctx, "default", "b"); err != nil || len(alarms) != 0 {
+		t.Fatalf("alarms of b after a's calls: %v, %v; want none", alarms, err)
 	}
 }

@@ -71,14 +71,14 @@ func (m *Manager) buildProgress(ctx context.Context, t *store.Template) nodeapi.
 		if err != nil || cur.UID != t.UID || cur.Phase != store.TemplateBuilding {
 			return
 		}
-		cur.BuildPhases = append(cur.BuildPhases, atev1.BuildPhase(phase))
+		cur.BuildPhases = append(cur.BuildPhases, phase)
 		if cur.Message == "" {
-			cur.Message = phase.String()
+			cur.Message = phase.Text()
 		} else {
-			cur.Message += atev1.BuildPhaseSeparator + phase.String()
+			cur.Message += atev1.BuildPhaseSeparator + phase.Text()
 		}
 		if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil {
-			m.log.DebugContext(ctx, "record golden build phase", "template", t.Name, "phase", phase, "err", err)
+			m.log.DebugContext(ctx, "record golden build phase", "template", t.Name, "phase", phase.Text(), "err", err)
 		}
 	}
 }

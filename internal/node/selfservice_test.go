@@ -87,6 +87,15 @@ func TestSelfServiceCalls(t *testing.T) {
 		{"pause refused", "/v1/pause", ``, "uid-1", verdict(409, "not on worker"), 409, "not on worker", call{"w3", "uid-1", "pause", ""}, ""},
 		{"suspend no handler", "/v1/suspend", ``, "uid-1", nil, 501, "not available", call{}, ""},
 		{"unknown action", "/v1/explode", ``, "uid-1", verdict(202, "x"), 404, "", call{}, ""},
+		// The actor is untrusted: nothing it sends names the worker, the
+		// incarnation or the call. Its slot and gate do; the body goes
+		// as is, for the API server to refuse what it does not know.
+		{"token naming another actor", "/v1/token?worker=w9&actorUid=uid-9&call=suspend", `{"worker":"w9"}`, "uid-1",
+			verdict(400, "bad"), 400, "bad", call{"w3", "uid-1", "token", `{"worker":"w9"}`}, ""},
+		{"suspend naming another actor", "/v1/suspend?worker=w9&actorUid=uid-9", ``, "uid-1",
+			verdict(202, "suspend requested"), 202, "suspend requested", call{"w3", "uid-1", "suspend", ""}, ""},
+		{"no action", "/v1/", ``, "uid-1", verdict(202, "x"), 404, "", call{}, ""},
+		{"action with a slash", "/v1/suspend%2Ftoken", ``, "uid-1", verdict(202, "x"), 404, "", call{}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got = call{}

@@ -27,10 +27,10 @@ func TestBuildProgress(t *testing.T) {
 		}
 	}
 	for _, p := range []nodeapi.BuildPhase{nodeapi.PhaseImage, nodeapi.PhaseBoot, nodeapi.PhaseProbe, nodeapi.PhaseCheckpoint} {
-		t.Run(p.String(), func(t *testing.T) {
+		t.Run(p.Text(), func(t *testing.T) {
 			ev := buildProgressEvent("t-1", p)
-			if ev.GetBuildPhase() != atev1.BuildPhase(p) {
-				t.Errorf("event %v, want build_phase %v", ev, atev1.BuildPhase(p))
+			if ev.GetBuildPhase() != p {
+				t.Errorf("event %v, want build_phase %v", ev, p)
 			}
 			// An older node sends the same event without the enum.
 			older := proto.CloneOf(ev)

@@ -527,7 +527,7 @@ func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *
 		}()
 	case atev1.NodeEvent_BUILD_PROGRESS:
 		if p := ev.BuildPhaseOrText(); p != atev1.BuildPhase_BUILD_PHASE_UNSPECIFIED {
-			m.remote.buildProgress(ev.GetTemplateUid(), nodeapi.BuildPhase(p))
+			m.remote.buildProgress(ev.GetTemplateUid(), p)
 		}
 	case atev1.NodeEvent_LEAVE:
 		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")

@@ -65,6 +65,9 @@ func TestSelfCall(t *testing.T) {
 	if err := st.PutWorker(ctx, &store.Worker{Name: "w1", Node: "n1", TunnelAddr: "x"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.PutWorker(ctx, &store.Worker{Name: "w2", Node: "n2", TunnelAddr: "y"}); err != nil {
+		t.Fatal(err)
+	}
 	req := &atev1.SelfCallRequest{Node: "n1", Worker: "w1", ActorUid: "uid-1", Call: "token"}
 	if _, err := r.SelfCall(ctx, req); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("without a handler: %v, want Unimplemented", err)
@@ -85,6 +88,9 @@ func TestSelfCall(t *testing.T) {
 		{"another node's worker", "n2", "w1", ctx, codes.FailedPrecondition},
 		{"certificate of another node", "n2", "w1", auth.NewContext(ctx, &auth.Principal{Component: &auth.Identity{Component: auth.ComponentNode, Name: "n1"}}), codes.PermissionDenied},
 		{"unknown worker", "n1", "w9", ctx, codes.FailedPrecondition},
+		// A node, itself by its certificate, asking for an actor on
+		// another node's worker.
+		{"certificate, another node's worker", "n1", "w2", n1, codes.FailedPrecondition},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got = ""

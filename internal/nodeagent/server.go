@@ -74,7 +74,7 @@ func (s *Server) BuildGolden(ctx context.Context, r *atev1.BuildGoldenRequest) (
 // servers older than it, as its human text.
 func buildProgressEvent(tplUID string, phase nodeapi.BuildPhase) *atev1.NodeEvent {
 	ev := &atev1.NodeEvent{Kind: atev1.NodeEvent_BUILD_PROGRESS, TemplateUid: tplUID}
-	ev.FillBuildPhase(atev1.BuildPhase(phase))
+	ev.FillBuildPhase(phase)
 	return ev
 }
 

@@ -6,21 +6,19 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
-// BuildPhase is a phase of a golden build: the API's atev1.BuildPhase,
-// whose String is the phase's human text ("pulling and unpacking the
-// image", …), for logs and the messages of clients older than the enum.
-type BuildPhase atev1.BuildPhase
+// BuildPhase is a phase of a golden build: the API's enum itself, so a
+// phase crosses the node protocol and lands in a template's status
+// without conversions; its Text is the phase's human text ("pulling and
+// unpacking the image", …).
+type BuildPhase = atev1.BuildPhase
 
 // Golden build phases, in order, as reported to a ProgressFunc.
 const (
-	PhaseImage      = BuildPhase(atev1.BuildPhase_IMAGE)
-	PhaseBoot       = BuildPhase(atev1.BuildPhase_BOOT)
-	PhaseProbe      = BuildPhase(atev1.BuildPhase_PROBE)
-	PhaseCheckpoint = BuildPhase(atev1.BuildPhase_CHECKPOINT)
+	PhaseImage      = atev1.BuildPhase_IMAGE
+	PhaseBoot       = atev1.BuildPhase_BOOT
+	PhaseProbe      = atev1.BuildPhase_PROBE
+	PhaseCheckpoint = atev1.BuildPhase_CHECKPOINT
 )
-
-// String is p's human text (atev1.BuildPhase.Text).
-func (p BuildPhase) String() string { return atev1.BuildPhase(p).Text() }
 
 // ProgressFunc is told each phase of a long operation as it begins (a
 // golden build: PhaseImage, PhaseBoot, PhaseProbe, PhaseCheckpoint). It

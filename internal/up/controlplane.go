@@ -90,6 +90,9 @@ type ControlPlaneConfig struct {
 	MaxStreamsPerCaller int
 }
 
+// releaseTimeout bounds giving the installation lease up at Close.
+const releaseTimeout = 5 * time.Second
+
 // ControlPlane is everything of `ate up` but the listeners: the embedded
 // store, the snapshot stores, the node registry, the node agent
 // registered with it, the lifecycle manager (recovered) and the API
@@ -408,7 +411,11 @@ func (cp *ControlPlane) Close() error {
 	if cp.installation != nil {
 		cp.stopRenewal()
 		cp.renewalDone.Wait()
-		_ = cp.installation.Release(context.Background())
+		// Bounded: a database that does not answer must not hold the
+		// exit; an unreleased lease only expires a little later.
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_ = cp.installation.Release(ctx)
+		cancel()
 	}
 	if cp.Store != nil {
 		return cp.Store.Close()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,5 +75,34 @@ func TestHasFlag(t *testing.T) {
 		if got := hasFlag(tc.args, "--bundle", "/b"); got != tc.want {
 			t.Errorf("hasFlag(%q) = %v, want %v", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestRemoveContainerFiles: after a container whose state was never
+// written is discarded, its sandbox lock and control socket leave the
+// runsc root (seen left by e2e TestRestoreKilled); another container's
+// stay.
+func TestRemoveContainerFiles(t *testing.T) {
+	root := t.TempDir()
+	mine := []string{"ate-1_sandbox:ate-1.lock", "ate-1_sandbox:ate-1.state", "runsc-ate-1.sock"}
+	others := []string{"ate-10_sandbox:ate-10.lock", "runsc-ate-10.sock", "ate-2_sandbox:ate-2.state"}
+	for _, n := range append(mine, others...) {
+		if err := os.WriteFile(filepath.Join(root, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeContainerFiles(root, "ate-1")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	slices.Sort(left)
+	want := slices.Sorted(slices.Values(others))
+	if !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
 	}
 }

@@ -548,4 +548,22 @@ func (r *Runtime) discard(ctx context.Context, spec sandbox.Spec) {
 	if err := r.delete(ctx, spec.ID); err != nil {
 		r.log.WarnContext(ctx, "force-delete after failure", "id", spec.ID, "err", err)
 	}
+	// A container whose state was never written is unknown to the
+	// delete, which then leaves its sandbox's lock and control socket in
+	// the root; its processes are gone, so nothing uses them.
+	removeContainerFiles(r.rootDir, spec.ID)
+}
+
+// removeContainerFiles removes what runsc keeps under root for
+// container id outside its state — the sandbox's lock
+// ("<id>_sandbox:<id>.lock", and its state file of the same stem) and
+// control socket ("runsc-<id>.sock") — and nothing of any other
+// container.
+func removeContainerFiles(root, id string) {
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if n := e.Name(); n == "runsc-"+id+".sock" || strings.HasPrefix(n, id+"_sandbox:") {
+			_ = os.Remove(filepath.Join(root, n))
+		}
+	}
 }

@@ -80,7 +80,7 @@ const (
 
 // FailureReasons are the values of ate_router_failures_total's reason.
 var FailureReasons = []string{
-	"no_actor", "invalid", "not_found", "park_full", "park_budget", "park_grace", "stale",
+	"no_actor", "invalid", "not_found", "park_full", "park_budget", "park_grace", "node_unreachable", "stale",
 	"route_timeout", "tunnel_cut", "app_refused", "app_error", "no_capacity", "not_resumable",
 	"resume_failed", "control_plane", "upstream", "client_gone", "held_draining", "unauthorized",
 	"foreign_host",

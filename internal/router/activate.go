@@ -86,6 +86,9 @@ type activator struct {
 	// looks runs one Lookup per actor at a time for held listening
 	// streams (hold.go).
 	looks coalesce.Group
+	// down are the tunnel addresses that refused connections
+	// (unreachable.go).
+	down downTunnels
 	// draining is closed, once (drainOnce), when the router drains: held
 	// listening streams are then answered (errHeldDrain).
 	draining  chan struct{}
@@ -280,7 +283,11 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 			}
 			a.logger.Debug("shared resume attempt failed, trying again", "actor", key, "err", err)
 			last = err
-			if sleepCtx(wctx, parkRetryBackoff) == nil {
+			backoff := parkRetryBackoff
+			if errors.Is(err, errNodeUnreachable) {
+				backoff = unreachableRetry
+			}
+			if sleepCtx(wctx, backoff) == nil {
 				continue
 			}
 		}
@@ -289,7 +296,11 @@ func (a *activator) wait(ctx context.Context, key names.ActorKey, d time.Duratio
 		}
 		// %v, not %w: the last attempt's codes must not change how
 		// running out of budget is answered (classify), only what the
-		// log says about why.
+		// log says about why. An unreachable node is named, for the
+		// client to hear why nothing moved.
+		if errors.Is(last, errNodeUnreachable) {
+			return resolution{}, false, fmt.Errorf("%w: %w (last attempt: %v)", cause, errNodeUnreachable, last)
+		}
 		return resolution{}, false, fmt.Errorf("%w (last attempt: %v)", cause, last)
 	}
 }
@@ -378,6 +389,17 @@ func (a *activator) lookupOrResume(ctx context.Context, key names.ActorKey, cred
 		}
 		a.guard.remember(key, t.Policy)
 	}
+	if running {
+		// Still placed where a connection failed: wait (the caller
+		// retries) for the control plane to move it, or the node to
+		// answer again.
+		if err := a.down.check(ctx, t); err != nil {
+			// The worker's node may be back at another address
+			// (restarted): the next look lists the workers again.
+			a.tunnelGone(t)
+			return resolution{}, fmt.Errorf("%s: %w", key, err)
+		}
+	}
 	var rs Resumption
 	if !running {
 		if _, err := cred.check(ctx, t.Policy); err != nil {
@@ -432,6 +454,11 @@ func (a *activator) acquireCached(key names.ActorKey, listen, cleared bool) (Tar
 	defer a.mu.Unlock()
 	st, ok := a.actors[key]
 	if !ok || st.target == (Target{}) {
+		return Target{}, false
+	}
+	if a.down.marked(st.target.TunnelAddr) {
+		// Another request's connection to it failed: park instead.
+		st.target = Target{}
 		return Target{}, false
 	}
 	if !cleared && st.target.Policy.Ingress != auth.IngressPublic {
@@ -491,7 +518,7 @@ func (a *activator) admitCold(ctx context.Context, key names.ActorKey, listen bo
 		switch {
 		case l.policyOnly:
 			p = l.target.Policy
-		case l.running:
+		case l.running && !a.down.marked(l.target.TunnelAddr):
 			a.store(key, l.target)
 			t, ok, rv, err := a.acquireAdmitted(ctx, key, listen, cred)
 			return t, ok, rv, nil, err
@@ -600,9 +627,11 @@ func (a *activator) resolving(key names.ActorKey, on bool) chan struct{} {
 	return st.away
 }
 
-// tunnelGone tells the resolver, if it caches tunnel addresses
-// (TunnelForgetter), that t's address refused a connection.
+// tunnelGone remembers that t's address refused a connection, so that
+// requests for the actors placed there park (downTunnels), and tells the
+// resolver, if it caches tunnel addresses (TunnelForgetter).
 func (a *activator) tunnelGone(t Target) {
+	a.down.mark(t.TunnelAddr)
 	if f, ok := a.res.(TunnelForgetter); ok {
 		f.ForgetTunnel(t.Worker, t.TunnelAddr)
 	}

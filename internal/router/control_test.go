@@ -25,6 +25,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
+	"substrate.dev/ate/internal/testwait"
 	"substrate.dev/ate/internal/tunnelproto"
 )
 
@@ -422,8 +423,9 @@ func TestHandlerOverControlAPI(t *testing.T) {
 
 // TestHandlerRelistsATunnelThatRefuses: a node restarted with its
 // tunnel on another port. The router's cached address refuses the
-// connection; the request is sent again to the address the API server
-// lists now, not to the dead one for ever.
+// connection; the request parks, looking the workers up again, and is
+// sent to the address the API server lists once it has it, not to the
+// dead one for ever.
 func TestHandlerRelistsATunnelThatRefuses(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -439,11 +441,11 @@ func TestHandlerRelistsATunnelThatRefuses(t *testing.T) {
 	}
 	srv, _ := newRouter(t, Config{}, NewControlResolver(newControlClient(t, fc), nil))
 	// The router learns the dead address, then the node comes back.
-	if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.status == http.StatusOK {
-		t.Fatalf("a request to a dead tunnel answered 200: %+v", got)
-	}
+	done := make(chan reply, 1)
+	go func() { done <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
+	testwait.Until(t, "the router to look the workers up again", func() bool { return fc.listWorkers.Load() >= 2 })
 	fc.setWorkers(&atev1.Worker{Name: "w1", TunnelAddress: echoTunnel(t, "restarted", nil)})
-	got := get(t, srv, "app.default.actors.localhost", "/", nil)
+	got := <-done
 	if got.status != http.StatusOK || !strings.Contains(got.msg, "worker=w1 uid=u1") {
 		t.Fatalf("after the node moved its tunnel: %d %q, want 200 from the new address", got.status, got.msg)
 	}

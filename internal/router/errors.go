@@ -156,6 +156,10 @@ func classify(err error, key names.ActorKey, cfg Config) failure {
 	case errors.Is(err, errParkFull):
 		return failure{reason: "park_full", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
 			"parking lot full: too many requests are waiting for actors to resume (limit %d); retry shortly", cfg.ParkMax)}
+	case errors.Is(err, errNodeUnreachable):
+		return failure{reason: "node_unreachable", status: http.StatusServiceUnavailable, retryAfter: true, body: fmt.Sprintf(
+			"actor %s is on a node that cannot be reached and was not recovered elsewhere within the park budget of %s; retry later",
+			actor, cfg.ParkBudget)}
 	case errors.Is(err, errParkBudget), errors.Is(err, context.DeadlineExceeded):
 		return notResumedInTime(actor, cfg)
 	case errors.Is(err, errParkGrace):
@@ -235,7 +239,7 @@ func clientClosed() failure {
 // request with budget left starts another attempt.
 func retryable(err error) bool {
 	return errors.Is(err, coalesce.ErrExpired) || errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrUnavailable)
+		errors.Is(err, ErrUnavailable) || errors.Is(err, errNodeUnreachable)
 }
 
 func notResumedInTime(actor string, cfg Config) failure {

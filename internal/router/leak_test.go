@@ -148,10 +148,11 @@ func TestFailuresLeakNothing(t *testing.T) {
 			return warmResolver(t, resettingTunnel(t), Policy{})
 		}, wantStatus: 502, wantBody: "actor default/app is unreachable; retry later",
 			wantCause: []string{"proxy to worker w1", "127.0.0.1:"}},
-		{name: "tunnel gone", res: func(t *testing.T) Resolver {
+		{name: "tunnel gone, actor not recovered elsewhere", cfg: Config{ParkBudget: 200 * time.Millisecond}, res: func(t *testing.T) Resolver {
 			return warmResolver(t, deadAddr(t), Policy{})
-		}, wantStatus: 503, wantRetry: true, wantBody: "actor default/app moved while the request was in flight; retry",
-			wantCause: []string{"stale actor assignment", "127.0.0.1:", "connection refused"}},
+		}, wantStatus: 503, wantRetry: true,
+			wantBody:  "actor default/app is on a node that cannot be reached and was not recovered elsewhere within the park budget of 200ms; retry later",
+			wantCause: []string{"park budget exhausted", "the actor's node is unreachable", "worker w1 at tunnel 127.0.0.1:", "connection refused"}},
 		{name: "restore failed", res: func(t *testing.T) Resolver {
 			return failingResume(t, leaky("Unavailable", ErrResumeFailed))
 		}, wantStatus: 502, wantBody: "actor default/app could not be resumed; its last snapshot is kept and the next request tries again",

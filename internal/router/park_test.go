@@ -2,6 +2,10 @@ package router
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,4 +304,50 @@ func TestJoinersOutliveSharedCallFailingAtItsDeadline(t *testing.T) {
 	if c := calls.Load(); c != 2 {
 		t.Errorf("Resume called %d times, want 2", c)
 	}
+}
+
+// TestUnreachableNodeParks: a request for an actor whose node cannot be
+// reached, which the control plane still places there (its loss deadline
+// has not passed), parks until the actor is recovered elsewhere or the
+// node answers again at the same address, instead of failing once the
+// few retries for a moved actor are spent.
+func TestUnreachableNodeParks(t *testing.T) {
+	// recoverAfter is well past the 1+maxStaleRetries lookups a request
+	// made before it failed with 503.
+	const recoverAfter = 3 + maxStaleRetries
+	t.Run("recovered on another node", func(t *testing.T) {
+		dead := deadAddr(t)
+		live := echoTunnel(t, "recovered", nil)
+		res := &fakeResolver{t: t}
+		res.lookup = func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+			if res.lookups.Load() <= recoverAfter {
+				return targetAt(key, "w1", dead), true, nil
+			}
+			return targetAt(key, "w2", live), true, nil
+		}
+		srv, _ := newRouter(t, Config{}, res)
+		got := get(t, srv, "app.default.actors.localhost", "/", nil)
+		if got.status != http.StatusOK || !strings.HasPrefix(got.body, "recovered ") {
+			t.Fatalf("got %d %q after %d lookups, want 200 from the node it was recovered on", got.status, got.body, res.lookups.Load())
+		}
+	})
+	t.Run("node answers again at the same address", func(t *testing.T) {
+		addr := deadAddr(t)
+		res := warmResolver(t, addr, Policy{})
+		srv, _ := newRouter(t, Config{}, res)
+		done := make(chan reply, 1)
+		go func() { done <- get(t, srv, "app.default.actors.localhost", "/", nil) }()
+		testwait.Until(t, "the request to wait past the stale retries", func() bool { return res.lookups.Load() > recoverAfter })
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("listen again on %s: %v", addr, err)
+		}
+		back := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "back\n") }))
+		back.Listener = ln
+		back.Start()
+		t.Cleanup(back.Close)
+		if got := <-done; got.status != http.StatusOK || got.body != "back\n" {
+			t.Fatalf("got %d %q, want 200 from the node back at %s", got.status, got.body, addr)
+		}
+	})
 }

@@ -497,6 +497,53 @@ func TestClusterNodeKilled(t *testing.T) {
 	c.in.mustCount("default/counter-1", 3)
 }
 
+// TestClusterRequestsParkThroughNodeLoss: kill -9 of the node running
+// an actor, and requests for it sent at once: none is refused. They park
+// in the router while the API server still places the actor on the dead
+// node (until its loss deadline), and are served once the actor resumes
+// on the other node from its last durable snapshot, each once, with its
+// own count.
+func TestClusterRequestsParkThroughNodeLoss(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.counterActor()
+	c.in.ate("suspend", "actor", "counter-1") // the durable snapshot: count=1
+	c.in.mustCount("default/counter-1", 2)    // memory past it, lost below
+	victim := c.nodeOf("counter-1")
+	c.nodes[victim].kill()
+	type answer struct {
+		code int
+		body string
+		err  error
+		took time.Duration
+	}
+	const n = 4
+	start := time.Now()
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			code, body, _, err := c.in.request(http.MethodGet, "default/counter-1", "/", "")
+			answers <- answer{code, strings.TrimSpace(body), err, time.Since(start)}
+		}()
+	}
+	var counts []string
+	for range n {
+		a := <-answers
+		if a.err != nil || a.code != http.StatusOK {
+			t.Errorf("request sent as node %s was killed: %d %q %v after %s, want 200", victim, a.code, a.body, a.err, a.took)
+			continue
+		}
+		t.Logf("answered %s after %s", a.body, a.took.Round(time.Millisecond))
+		counts = append(counts, a.body)
+	}
+	slices.Sort(counts)
+	if want := []string{"count=2", "count=3", "count=4", "count=5"}; !slices.Equal(counts, want) {
+		t.Fatalf("counts %v, want %v: each request served once from the snapshot at count=1", counts, want)
+	}
+	if got := c.nodeOf("counter-1"); got != other(victim) {
+		t.Fatalf("served on %q, want %s", got, other(victim))
+	}
+}
+
 // TestClusterCorruptSnapshot: a byte flipped in a snapshot object in the
 // bucket makes the resume on a node without a cached copy fail with a
 // message naming the object and the checksums; the actor stays

@@ -81,6 +81,11 @@ func toStatus(err error) error {
 		code, reason = codes.ResourceExhausted, "NO_FREE_WORKER"
 	case errors.Is(err, errImageUnreadable):
 		code, reason = codes.Unavailable, "IMAGE_UNREADABLE"
+	case errors.Is(err, lifecycle.ErrNodeUnavailable):
+		// The actor's node cannot be reached and is not lost: the
+		// actor stays where it is until the node answers or its lease
+		// runs out; the router parks on this (router.fromControl).
+		code, reason = codes.Unavailable, "NODE_UNAVAILABLE"
 	case errors.Is(err, lifecycle.ErrResumeFailed), errors.Is(err, lifecycle.ErrSuspendFailed):
 		code, reason = codes.Unavailable, "ACTOR_START_OR_CHECKPOINT_FAILED"
 	case errors.Is(err, context.DeadlineExceeded):

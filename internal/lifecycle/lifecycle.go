@@ -315,8 +315,11 @@ func sameLifecycle(a, b *store.Actor) bool {
 // resumable state at its last snapshot, freeing its worker.
 func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string) (*store.Actor, error) {
 	// A worker of a lost node has no sandbox to stop; the node is told to
-	// destroy it if it ever comes back (nodeagent's stop orders).
-	m.stopSandbox(ctx, a)
+	// destroy it if it ever comes back (nodeagent's stop orders). One
+	// that cannot be reached and is not lost keeps the actor.
+	if err := m.stopSandbox(ctx, a); err != nil {
+		return nil, err
+	}
 	if out, adopted, err := m.adoptPending(ctx, a); adopted || err != nil {
 		return out, err
 	}

@@ -57,11 +57,17 @@ type fakeNode struct {
 	// activity is what WorkerActivity answers, by worker; a worker
 	// missing from it hosts nothing the tunnel saw.
 	activity map[string]nodeapi.Activity
+	// unreachable, while set, fails Start, Checkpoint and Stop as a
+	// node that does not answer (nodeapi.ErrUnreachable).
+	unreachable atomic.Bool
 }
 
 func (f *fakeNode) Name() string { return f.name }
 func (f *fakeNode) Start(_ context.Context, req nodeapi.StartRequest) error {
 	f.starts.Add(1)
+	if f.unreachable.Load() {
+		return fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
+	}
 	f.mu.Lock()
 	f.last = req
 	f.mu.Unlock()
@@ -71,6 +77,9 @@ func (f *fakeNode) Start(_ context.Context, req nodeapi.StartRequest) error {
 	return nil
 }
 func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.CheckpointOptions) (string, error) {
+	if f.unreachable.Load() {
+		return "", fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
+	}
 	if f.onCheckpoint != nil {
 		f.onCheckpoint()
 	}
@@ -85,7 +94,13 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.Checkp
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
-func (f *fakeNode) Stop(context.Context, string, string) error { f.stops.Add(1); return nil }
+func (f *fakeNode) Stop(context.Context, string, string) error {
+	if f.unreachable.Load() {
+		return fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
+	}
+	f.stops.Add(1)
+	return nil
+}
 func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec, string) (string, string, error) {
 	return "", "", nil
 }
@@ -183,6 +198,7 @@ type testNodes struct {
 
 func (t testNodes) Get(name string) (nodeapi.Node, bool)  { return t.n, slices.Contains(t.live, name) }
 func (t testNodes) ForWorker(string) (nodeapi.Node, bool) { return t.n, true }
+func (t testNodes) Lost(string) bool                      { return false }
 func (t testNodes) ByLoad() []string                      { return t.live }
 func (t testNodes) All() []nodeapi.Node                   { return []nodeapi.Node{t.n} }
 
@@ -237,6 +253,68 @@ func TestResumeCoalesces(t *testing.T) {
 	}
 	if a := e.get(t); a.State != store.Running || a.Resumes != 1 || e.node.last.Snapshot != "tpl-uid/golden" {
 		t.Fatalf("actor %+v, restored %q", a, e.node.last.Snapshot)
+	}
+}
+
+// TestUnreachableNodeKeepsItsActor: a node that does not answer, and is
+// not declared lost, may still serve the actor from its sandbox. No
+// workflow frees the actor's worker then — not a suspend, a resume that
+// finds it mid-suspend, nor a forced delete — or the actor could run in
+// two places; each fails UNAVAILABLE-like (ErrNodeUnavailable) and leaves
+// the actor on its worker until the node answers.
+func TestUnreachableNodeKeepsItsActor(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	on := e.get(t).Worker
+	e.node.unreachable.Store(true)
+	stays := func(step string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrNodeUnavailable) {
+			t.Fatalf("%s = %v, want ErrNodeUnavailable", step, err)
+		}
+		if a := e.get(t); a.Worker != on || a.State == store.Crashed {
+			t.Fatalf("after %s: actor %s on %q, want it kept on %s", step, a.State, a.Worker, on)
+		}
+		if n := e.claimedWorkers(t); n != 1 {
+			t.Fatalf("after %s: %d workers claimed, want the actor's", step, n)
+		}
+	}
+	_, err := e.m.Suspend(ctx, key("a"))
+	stays("suspend", err)
+	_, err = e.m.Resume(ctx, key("a"))
+	stays("resume of the interrupted suspend", err)
+	stays("forced delete", e.m.Delete(ctx, key("a"), true))
+	// The node answers again: the interrupted suspend is rolled back
+	// (its sandbox stopped), and the actor resumes.
+	e.node.unreachable.Store(false)
+	if _, err := e.m.Resume(ctx, key("a")); err != nil {
+		t.Fatalf("resume once the node answers: %v", err)
+	}
+	if a := e.get(t); a.State != store.Running || e.node.stops.Load() == 0 {
+		t.Fatalf("actor %s after the node answered, %d stops; want RUNNING after its old sandbox was stopped", a.State, e.node.stops.Load())
+	}
+}
+
+// TestStartOnUnreachableNodeKeepsTheWorker: a start the node did not
+// answer may have started the sandbox: the actor stays RESUMING on its
+// worker until the node answers, then is rolled back and resumes.
+func TestStartOnUnreachableNodeKeepsTheWorker(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.node.unreachable.Store(true)
+	if _, err := e.m.Resume(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("Resume = %v, want ErrNodeUnavailable", err)
+	}
+	if a := e.get(t); a.State != store.Resuming || a.Worker == "" {
+		t.Fatalf("actor %s on %q after a start the node did not answer, want RESUMING on its worker", a.State, a.Worker)
+	}
+	e.node.unreachable.Store(false)
+	if _, err := e.m.Resume(ctx, key("a")); err != nil {
+		t.Fatalf("resume once the node answers: %v", err)
+	}
+	if a := e.get(t); a.State != store.Running {
+		t.Fatalf("actor %s, want RUNNING", a.State)
 	}
 }
 

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -264,6 +265,16 @@ func (m *Manager) durableSource(a *store.Actor, tpl *store.Template) source {
 // resumeFailed puts the actor back in the state Resume found it (minus
 // the worker) and reports the cause.
 func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.ActorState, cause error) error {
+	if errors.Is(cause, nodeapi.ErrUnreachable) {
+		// The start may have happened on a node that did not answer:
+		// its sandbox may serve. Stop it before freeing the worker, or
+		// leave the actor RESUMING for the next workflow to stop.
+		if err := m.stopSandbox(ctx, a); err != nil {
+			m.log.WarnContext(ctx, "resume failed on a node that does not answer; the actor stays RESUMING on its worker until the node answers or is declared lost",
+				"actor", a.Key(), "worker", a.Worker, "err", cause)
+			return fmt.Errorf("%w: %w", ErrNodeUnavailable, cause)
+		}
+	}
 	back := *a
 	back.State, back.Worker = prev, ""
 	back.Message = "resume failed: " + cause.Error()
@@ -282,7 +293,11 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.A
 // RESUMING does it put the actor back, so it is never RUNNING without a
 // worker nor SUSPENDED without its snapshot.
 func (m *Manager) lateFinisher(ctx context.Context, a *store.Actor, prev store.ActorState, cause error) error {
-	m.stopSandbox(ctx, a)
+	if err := m.stopSandbox(ctx, a); err != nil {
+		// The record is left as it is (the next workflow stops the
+		// sandbox); the worker stays the actor's.
+		return fmt.Errorf("%w: actor %s changed during resume (%v), and its sandbox could not be stopped: %w", ErrResumeFailed, a.Key(), cause, err)
+	}
 	cur, err := m.store.GetActor(ctx, a.Key())
 	if err == nil && cur.UID == a.UID && cur.State == store.Resuming && cur.Worker == a.Worker {
 		back := *cur

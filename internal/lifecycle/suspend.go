@@ -187,6 +187,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 		tracing.End(span, err)
 	}()
 	paused := action == checkpoint.Pause
+	if _, err := m.nodeOf(a.Worker); err != nil && !m.nodes.Lost(a.Worker) {
+		// Not heard here and not lost (another replica may hear it):
+		// nothing is asked of it, and the actor stays RUNNING.
+		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
+	}
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
 	// Snapshot ids carry the API server's clock (nodeapi.CheckpointOptions.ID).
 	opts.ID = snapshot.NewID()
@@ -208,6 +213,14 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	}
 	if err == nil && !paused {
 		ref, err = reportedRef(ref, a.UID)
+	}
+	if err != nil && m.mayStillRun(a.Worker, err) {
+		// The sandbox may still run, and the checkpoint may yet finish
+		// there: the actor stays SUSPENDING (PAUSING). The next workflow
+		// on it stops the sandbox and adopts a committed snapshot once
+		// the node answers, or finds it CRASHED once the node is
+		// declared lost.
+		return nil, fmt.Errorf("%w: actor %s: %w", ErrNodeUnavailable, a.Key(), err)
 	}
 	if err != nil {
 		// The sandbox may be gone; the last snapshot is still good.
@@ -332,7 +345,9 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 		default:
 			return fmt.Errorf("%w: actor %s is %s and cannot be reverted", ErrFailedPrecondition, a.Key(), a.State)
 		}
-		m.stopSandbox(ctx, a)
+		if err := m.stopSandbox(ctx, a); err != nil {
+			return err
+		}
 		r := *a
 		r.State, r.Worker, r.PausedSnapshot, r.Node = store.Suspended, "", "", ""
 		r.Message = "reverted to the last durable snapshot"
@@ -363,7 +378,9 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 			return fmt.Errorf("%w: actor %s is %s; suspend it first (ate suspend actor %s -n %s) or delete with --force",
 				ErrFailedPrecondition, a.Key(), a.State, a.Name, a.Atespace)
 		}
-		m.stopSandbox(ctx, a)
+		if err := m.stopSandbox(ctx, a); err != nil {
+			return err
+		}
 		if err := m.store.DeleteActor(ctx, a); err != nil {
 			return err
 		}
@@ -429,11 +446,16 @@ func (m *Manager) suspendOn(ctx context.Context, node string) error {
 	return first
 }
 
-// stopSandbox stops the sandbox of the actor's worker, if it holds one on
-// a live node: a lost node's sandboxes are destroyed when it comes back.
-func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) {
+// stopSandbox stops the sandbox of the actor's worker. A declared-lost
+// node's sandboxes serve nothing and are destroyed when it is welcomed
+// again (stop orders). It fails (ErrNodeUnavailable) when the sandbox may
+// still serve — its node could not be reached, or is known here only
+// from the store, and is not lost — and the caller must then leave the
+// actor on its worker: freeing it could let the actor run in two places
+// (docs/ha.md, Node leases).
+func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) error {
 	if a.Worker == "" {
-		return
+		return nil
 	}
 	// The node does not check leases: a workflow whose lease was taken
 	// over (it stood still) must not stop what the new holder started,
@@ -442,12 +464,35 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) {
 	if f, ok := store.FenceFrom(ctx); ok {
 		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
 			m.log.WarnContext(ctx, "sandbox left alone: this workflow no longer holds the actor's lease", "actor", a.Key(), "worker", a.Worker, "err", err)
-			return
+			return nil // the workflow's next write is fenced
 		}
 	}
-	if n, ok := m.nodes.ForWorker(a.Worker); ok {
-		_ = n.Stop(ctx, a.Worker, a.UID)
+	n, ok := m.nodes.ForWorker(a.Worker)
+	if !ok {
+		if m.nodes.Lost(a.Worker) {
+			return nil
+		}
+		return fmt.Errorf("%w: the node of worker %s is neither heard here nor declared lost: actor %s stays on it until it is one or the other", ErrNodeUnavailable, a.Worker, a.Key())
 	}
+	// The stop outlives the caller's deadline: giving up half-way would
+	// leave the actor stuck for the next workflow to stop again.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	if err := n.Stop(sctx, a.Worker, a.UID); errors.Is(err, nodeapi.ErrUnreachable) {
+		return fmt.Errorf("%w: stop actor %s on worker %s: %w", ErrNodeUnavailable, a.Key(), a.Worker, err)
+	}
+	return nil
+}
+
+// stopTimeout bounds one stop of a sandbox (a node answers it in
+// milliseconds; one that does not is treated as unreachable).
+const stopTimeout = 10 * time.Second
+
+// mayStillRun reports whether a failed call to the node of worker (err)
+// leaves a sandbox there that may still serve: the node did not answer,
+// or is not heard here, and is not declared lost.
+func (m *Manager) mayStillRun(worker string, err error) bool {
+	return errors.Is(err, nodeapi.ErrUnreachable) || (errors.Is(err, ErrNodeUnavailable) && !m.nodes.Lost(worker))
 }
 
 // PutAwayIfIdle puts the actor key, if it is still the incarnation uid

@@ -234,7 +234,7 @@ func (g *gate) activity() (Activity, bool) {
 // checkpoint starts draining the worker.
 func (n *Node) enter(worker, actorUID string, r *http.Request) (t tunnelTarget, ending <-chan struct{}, release func(), ok bool) {
 	s, err := n.slot(worker)
-	if err != nil || n.fenced.Load() {
+	if err != nil || !n.Serving() {
 		return tunnelTarget{}, nil, nil, false
 	}
 	adm, ok := s.gate.enter(actorUID, isStream(r), streams.IsListen(r))
@@ -279,6 +279,32 @@ func (n *Node) cutState(worker string) (container string, cut bool) {
 // than its loss deadline may have been declared lost, its actors resumed
 // elsewhere, and must not serve them from here (docs/nodes.md).
 func (n *Node) Fence(on bool) { n.fenced.Store(on) }
+
+// SetLease makes the tunnel refuse every request as stale (421) from
+// until on: the moment, by this process's monotonic clock, before which
+// the node's lease in the record store cannot have run out, so that no
+// API server replica can have declared the node lost and placed its
+// actors elsewhere while it still serves them. It is checked on every
+// request, not by a timer, so a node that stood still (SIGSTOP, a long
+// pause) refuses at once when it wakes past its lease. A zero until
+// turns the check off (an API server without node leases).
+func (n *Node) SetLease(until time.Time) {
+	if until.IsZero() {
+		n.lease.Store(nil)
+		return
+	}
+	n.lease.Store(&until)
+}
+
+// Serving reports whether the tunnel admits requests now: not fenced,
+// and within the lease, if one is kept.
+func (n *Node) Serving() bool {
+	if n.fenced.Load() {
+		return false
+	}
+	until := n.lease.Load()
+	return until == nil || time.Now().Before(*until)
+}
 
 // enterExec counts an `ate exec` process of actorUID as a request in
 // flight for the actor's activity (so idle timeouts and eviction leave the

@@ -153,8 +153,10 @@ type Node struct {
 	// calls (SetUplink); nil until set. Atomic: exits and requests read
 	// it on their own goroutines.
 	uplink atomic.Pointer[nodeapi.Uplink]
-	// fenced refuses all tunnel traffic (Fence).
+	// fenced refuses all tunnel traffic (Fence); so does a lease that
+	// has run out (SetLease; nil: none is kept).
 	fenced atomic.Bool
+	lease  atomic.Pointer[time.Time]
 
 	// conns pools HTTP connections into sandboxes for the tunnel and
 	// the wakeup probe; open tracks them per container (tunnel.go).

@@ -60,6 +60,7 @@ func TestDrain(t *testing.T) {
 	r.mu.Lock()
 	r.members["n1"].end = nil // its old stream ended
 	r.mu.Unlock()
+	leaseRanOut(t, r, "n1", 1)
 	if _, _, err := r.admit(ctx, hello("n1", 2, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestDrainEventAfterDrainNode(t *testing.T) {
 	m := r.members["n1"]
 	r.mu.Unlock()
 	stream := &drainedStream{drained: make(chan *atev1.Drained, 1)}
-	r.event(ctx, m, wf, &atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN}, stream)
+	r.event(ctx, m, wf, &atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN}, stream.Send)
 	select {
 	case d := <-stream.drained:
 		if d.GetError() != "" {

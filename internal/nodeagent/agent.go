@@ -59,10 +59,12 @@ type AgentConfig struct {
 // workflows are fenced by per-actor leases in the store, so an event two
 // replicas act on is acted on once.
 //
-// While every replica has been out of touch longer than the loss deadline
-// (¾ of it, for margin), it fences the node (the tunnel refuses all
-// traffic as stale): they may have declared it lost and resumed its
-// actors elsewhere.
+// The node serves only within its lease in the record store, as it
+// counts it from the hellos and heartbeats the replicas answered
+// (leaseHeld, lease.go): past it the tunnel refuses all traffic as stale,
+// since a replica may then declare the node lost and resume its actors
+// elsewhere. With API servers that keep no leases it fences itself when
+// every replica has been out of touch for ¾ of the loss deadline.
 type Agent struct {
 	cfg   AgentConfig
 	log   *slog.Logger
@@ -77,6 +79,15 @@ type Agent struct {
 	draining atomic.Bool
 	// resolveNow asks Run to find the replicas again now (a session broke).
 	resolveNow chan struct{}
+
+	// seq numbers heartbeats across sessions (NodeHeartbeat.seq).
+	seq atomic.Int64
+	// leaseMu guards the node's lease in the record store, as far as the
+	// replicas told: its token (the highest welcomed; replicas renew it
+	// with the one the node sends) and until when it is surely held.
+	leaseMu    sync.Mutex
+	leaseToken int64
+	leaseUntil time.Time
 }
 
 // resolveSoonest spaces the re-resolutions broken sessions ask for.
@@ -112,6 +123,70 @@ type link struct {
 	// beat asks for a heartbeat now (a standby became ready).
 	beat    chan struct{}
 	drained chan *atev1.Drained
+	// leaseTTL is how long the replica's renewals of the node's lease
+	// last (0: it keeps none); sent are the send times of heartbeats
+	// whose renewal is not answered yet, by seq.
+	leaseTTL time.Duration
+	sent     map[int64]time.Time
+}
+
+// leaseMargin is how much of a lease the node gives up for safety: the
+// store computes the expiry from when the renewal reached it, after the
+// node's send, and clocks that tick at slightly different rates must
+// not make the node serve past it.
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// leaseHeld records that the node's lease, with token, was taken or
+// renewed for ttl no earlier than sent (by this process's clock): the
+// node serves until sent + ttl - margin.
+func (a *Agent) leaseHeld(token int64, ttl time.Duration, sent time.Time) {
+	a.leaseMu.Lock()
+	defer a.leaseMu.Unlock()
+	if token > a.leaseToken {
+		a.leaseToken = token
+	}
+	if until := sent.Add(ttl - leaseMargin(ttl)); until.After(a.leaseUntil) {
+		a.leaseUntil = until
+		a.cfg.Node.SetLease(until)
+	}
+}
+
+// token is the node's lease token (0: none yet).
+func (a *Agent) token() int64 {
+	a.leaseMu.Lock()
+	defer a.leaseMu.Unlock()
+	return a.leaseToken
+}
+
+// sendHeartbeat numbers hb, remembers when it went (for the renewal
+// the replica answers with its number) and sends it.
+func (a *Agent) sendHeartbeat(l *link, stream atev1.NodeRegistry_RegisterClient, hb *atev1.NodeHeartbeat) error {
+	hb.Seq, hb.LeaseToken = a.seq.Add(1), a.token()
+	l.mu.Lock()
+	if l.leaseTTL > 0 {
+		// Unanswered ones older than a lease can no longer extend it.
+		for seq, at := range l.sent {
+			if time.Since(at) > l.leaseTTL {
+				delete(l.sent, seq)
+			}
+		}
+		l.sent[hb.Seq] = time.Now()
+	}
+	l.mu.Unlock()
+	return stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: hb}})
+}
+
+// renewed handles the replica's answer that the heartbeat numbered seq
+// renewed the node's lease.
+func (a *Agent) renewed(l *link, seq int64) {
+	l.mu.Lock()
+	sent, ok := l.sent[seq]
+	delete(l.sent, seq)
+	ttl := l.leaseTTL
+	l.mu.Unlock()
+	if ok && ttl > 0 {
+		a.leaseHeld(0, ttl, sent)
+	}
 }
 
 // NewAgent returns an agent for cfg.Node and makes it the node's
@@ -353,6 +428,11 @@ func (a *Agent) fenceIfLost() {
 	lost, known := true, false
 	for _, l := range a.current() {
 		l.mu.Lock()
+		if l.leaseTTL > 0 {
+			// The node's lease decides (the tunnel checks it).
+			l.mu.Unlock()
+			return
+		}
 		if l.lostAfter > 0 {
 			known = true
 			if l.live || time.Since(l.lastTouch) <= l.lostAfter*3/4 {
@@ -375,6 +455,7 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 	if err != nil {
 		return false, err
 	}
+	helloSent := time.Now()
 	if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Hello{Hello: a.hello()}}); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The server ended the stream first (say, PermissionDenied);
@@ -383,7 +464,8 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 		}
 		return false, err
 	}
-	var heartbeat, lostAfter time.Duration
+	var heartbeat, lostAfter, leaseTTL time.Duration
+	var leaseToken int64
 	for heartbeat == 0 {
 		in, err := stream.Recv()
 		if err != nil {
@@ -395,6 +477,8 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 		case *atev1.RegistryMessage_Welcome:
 			heartbeat = time.Duration(m.Welcome.GetHeartbeatMs()) * time.Millisecond
 			lostAfter = time.Duration(m.Welcome.GetLostAfterMs()) * time.Millisecond
+			leaseTTL = time.Duration(m.Welcome.GetLeaseMs()) * time.Millisecond
+			leaseToken = m.Welcome.GetLeaseToken()
 		}
 	}
 	if heartbeat <= 0 {
@@ -407,7 +491,11 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 	}
 	l.mu.Lock()
 	l.lastTouch, l.lostAfter, l.live = time.Now(), lostAfter, true
+	l.leaseTTL, l.sent = leaseTTL, map[int64]time.Time{}
 	l.mu.Unlock()
+	if leaseTTL > 0 {
+		a.leaseHeld(leaseToken, leaseTTL, helloSent)
+	}
 	a.cfg.Node.Fence(false)
 	welcomed()
 	if a.draining.Load() {
@@ -431,13 +519,15 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 				case l.drained <- m.Drained:
 				default:
 				}
+			case *atev1.RegistryMessage_LeaseRenewed:
+				a.renewed(l, m.LeaseRenewed.GetSeq())
 			}
 		}
 	}()
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
-		if err := l.flush(stream, a.heartbeat); err != nil {
+		if err := l.flush(stream, func(hb *atev1.NodeHeartbeat) error { return a.sendHeartbeat(l, stream, hb) }, a.heartbeat); err != nil {
 			return true, err
 		}
 		touch()
@@ -448,11 +538,11 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 			return true, err
 		case <-l.wake:
 		case <-l.beat:
-			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
+			if err := a.sendHeartbeat(l, stream, a.heartbeat()); err != nil {
 				return true, err
 			}
 		case <-tick.C:
-			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: a.heartbeat()}}); err != nil {
+			if err := a.sendHeartbeat(l, stream, a.heartbeat()); err != nil {
 				return true, err
 			}
 		}
@@ -461,7 +551,7 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 
 // flush sends the queued events; an event that fails to go is kept for
 // the next session.
-func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, heartbeat func() *atev1.NodeHeartbeat) error {
+func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, send func(*atev1.NodeHeartbeat) error, heartbeat func() *atev1.NodeHeartbeat) error {
 	l.mu.Lock()
 	evs := l.events
 	l.events = nil
@@ -470,7 +560,7 @@ func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, heartbeat func() 
 		if ev.GetKind() == atev1.NodeEvent_IDLE {
 			// The idle worker's activity goes first, so the API server
 			// orders victims by it at once.
-			if err := stream.Send(&atev1.NodeMessage{Msg: &atev1.NodeMessage_Heartbeat{Heartbeat: heartbeat()}}); err != nil {
+			if err := send(heartbeat()); err != nil {
 				l.requeue(evs[i:])
 				return err
 			}
@@ -498,7 +588,7 @@ func (a *Agent) stop(ctx context.Context, o *atev1.StopOrder) {
 
 func (a *Agent) hello() *atev1.NodeHello {
 	h := &atev1.NodeHello{Node: a.cfg.Node.Name(), Epoch: a.epoch, Address: a.cfg.Address,
-		TunnelAddress: a.cfg.TunnelAddr, SandboxClass: a.cfg.SandboxClass, Snapshots: a.cfg.Snapshots}
+		TunnelAddress: a.cfg.TunnelAddr, SandboxClass: a.cfg.SandboxClass, Snapshots: a.cfg.Snapshots, LeaseToken: a.token()}
 	hosted := a.cfg.Node.Hosted()
 	for _, w := range a.cfg.Node.Workers() {
 		h.Workers = append(h.Workers, &atev1.NodeWorker{Name: w.Name, Labels: maps.Clone(w.Labels), HostedActorUid: hosted[w.Name]})

@@ -88,8 +88,8 @@ func fromStatus(node string, err error) error {
 	return errors.New(st.Message())
 }
 
-// ErrUnreachable: the node agent did not answer.
-var ErrUnreachable = errors.New("node agent unreachable")
+// ErrUnreachable: the node agent did not answer (nodeapi.ErrUnreachable).
+var ErrUnreachable = nodeapi.ErrUnreachable
 
 // remoteError is a node error that crossed the wire: its message is the
 // node's, and it matches the sentinel the code stands for.

@@ -52,7 +52,12 @@ type RegistryConfig struct {
 	// announcing another is refused (FAILED_PRECONDITION). Empty checks
 	// nothing.
 	SandboxClass string
-	Logger       *slog.Logger
+	// OneProcess says the nodes run in this process, over a store no
+	// other process uses (`ate up`: bolt's file lock, or its
+	// installation lease over PostgreSQL): a node's earlier incarnation
+	// died with the last process, so its lease is not waited out.
+	OneProcess bool
+	Logger     *slog.Logger
 }
 
 // Registry is the API server's side of the node protocol: the
@@ -83,6 +88,9 @@ type Registry struct {
 	// draining names the nodes drained by Drain (DrainNode), with why:
 	// they stay DRAINING across re-registrations until Remove.
 	draining map[string]string
+	// declarer is this registry's holder name for the lease of a node it
+	// declares lost (lease.go).
+	declarer string
 }
 
 // member is one node as the registry knows it.
@@ -94,6 +102,10 @@ type member struct {
 	remote                *Remote
 	workers               []string
 	lastHeard             time.Time
+	// leaseToken is the node's lease token this replica took or renewed
+	// at its welcome; renewed is when this replica last renewed it.
+	leaseToken int64
+	renewed    time.Time
 	// end closes the node's current stream; nil while none is open.
 	end context.CancelFunc
 	// drainOnce runs this incarnation's drain once, whoever asks first
@@ -143,7 +155,8 @@ func NewRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{cfg: cfg, log: cfg.Logger, members: map[string]*member{}, byWorker: map[string]string{}}
+	r := &Registry{cfg: cfg, log: cfg.Logger, members: map[string]*member{}, byWorker: map[string]string{},
+		declarer: fmt.Sprintf("lost/%d", time.Now().UnixNano())}
 	workers, err := cfg.Store.ListWorkers(ctx)
 	if err != nil {
 		return nil, err
@@ -197,6 +210,24 @@ func (r *Registry) ForWorker(worker string) (nodeapi.Node, bool) {
 		return nil, false
 	}
 	return m.remote, true
+}
+
+// Lost implements nodeapi.Nodes: no member owns worker but LOST ones
+// (and, with OneProcess, PENDING ones: the last process's, which died
+// with it).
+func (r *Registry) Lost(worker string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byWorker[worker]; ok {
+		return false
+	}
+	for _, m := range r.members {
+		pending := m.phase == atev1.Node_PENDING && !r.cfg.OneProcess
+		if (m.live() || pending) && slices.Contains(m.workers, worker) {
+			return false // known from the store, not heard yet
+		}
+	}
+	return true
 }
 
 // ByLoad implements nodeapi.Nodes: READY nodes by hosted actors per
@@ -350,7 +381,7 @@ func (r *Registry) Run(ctx context.Context) error {
 		}
 		r.mu.Unlock()
 		for _, name := range silent {
-			r.declareLost(ctx, name, 0, fmt.Sprintf("no heartbeat for %s", r.cfg.LostAfter))
+			r.declareIfLapsed(ctx, name, fmt.Sprintf("no heartbeat for %s", r.cfg.LostAfter))
 		}
 	}
 }
@@ -421,13 +452,21 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 		m.end = nil // no stream open: another incarnation may take the name once this one is silent
 		r.mu.Unlock()
 	}()
+	// Sent from this loop and from a drain's goroutine: one at a time.
+	var sendMu sync.Mutex
+	send := func(msg *atev1.RegistryMessage) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(msg)
+	}
 	for _, s := range stops {
-		if err := stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Stop{Stop: s}}); err != nil {
+		if err := send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Stop{Stop: s}}); err != nil {
 			return err
 		}
 	}
-	if err := stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Welcome{Welcome: &atev1.RegistryWelcome{
-		HeartbeatMs: r.cfg.Heartbeat.Milliseconds(), LostAfterMs: r.cfg.LostAfter.Milliseconds()}}}); err != nil {
+	if err := send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Welcome{Welcome: &atev1.RegistryWelcome{
+		HeartbeatMs: r.cfg.Heartbeat.Milliseconds(), LostAfterMs: r.cfg.LostAfter.Milliseconds(),
+		LeaseToken: m.leaseToken, LeaseMs: r.cfg.LostAfter.Milliseconds()}}}); err != nil {
 		return err
 	}
 	r.log.InfoContext(ctx, "node registered", "node", h.GetNode(), "epoch", h.GetEpoch(), "address", h.GetAddress(),
@@ -482,8 +521,12 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 		switch msg := in.GetMsg().(type) {
 		case *atev1.NodeMessage_Heartbeat:
 			m.remote.heard(msg.Heartbeat)
+			if err := r.renew(ctx, m, msg.Heartbeat, send); err != nil {
+				r.log.WarnContext(ctx, "node session ended", "node", m.name, "err", err)
+				return err
+			}
 		case *atev1.NodeMessage_Event:
-			r.event(ctx, m, wf, msg.Event, stream)
+			r.event(ctx, m, wf, msg.Event, send)
 		}
 	}
 }
@@ -491,7 +534,7 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 // event acts on one of m's events. stream is m's, for the one message
 // sent after the welcome: the answer to a drain, from the drain's own
 // goroutine (the Register loop only receives by then).
-func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *atev1.NodeEvent, stream atev1.NodeRegistry_RegisterServer) {
+func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *atev1.NodeEvent, send func(*atev1.RegistryMessage) error) {
 	if wf == nil {
 		return
 	}
@@ -523,14 +566,21 @@ func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *
 			}
 			// A node whose stream broke meanwhile drains again on its
 			// next session and hears then.
-			_ = stream.Send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
+			_ = send(&atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drained{Drained: done}})
 		}()
 	case atev1.NodeEvent_BUILD_PROGRESS:
 		if p := ev.BuildPhaseOrText(); p != atev1.BuildPhase_BUILD_PHASE_UNSPECIFIED {
 			m.remote.buildProgress(ev.GetTemplateUid(), p)
 		}
 	case atev1.NodeEvent_LEAVE:
-		go r.declareLost(context.WithoutCancel(ctx), m.name, m.epoch, "left")
+		go func() {
+			ctx := context.WithoutCancel(ctx)
+			r.declareLost(ctx, m.name, m.epoch, "left")
+			// Gone for good: its next start need not wait the lease out.
+			if err := r.cfg.Store.ReleaseLease(ctx, nodeLeaseKey(m.name), r.leaseHolder(m.name, m.epoch)); err != nil {
+				r.log.Warn("release the lease of a node that left", "node", m.name, "err", err)
+			}
+		}()
 	}
 }
 
@@ -569,9 +619,19 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	// after this API server restarted) or a LOST one has no epoch to go
 	// by: what the hello says each worker hosts decides, worker by worker.
 	known := prev != nil && prev.live()
-	sameProcess := known && prev.epoch == h.GetEpoch()
 	r.mu.Unlock()
-	if known && !sameProcess {
+	// The node's lease first: a new incarnation waits until the last one's
+	// has run out (it may still serve, elsewhere, until then), and a node
+	// a replica is declaring lost until that is done.
+	token, kept, err := r.takeLease(ctx, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The same process back, its lease held throughout: what the store
+	// gives it is what it had. A lease that lapsed meanwhile may have
+	// let a replica declare it lost: reconcile as for a new process.
+	sameProcess := known && prev.epoch == h.GetEpoch() && kept
+	if known && prev.epoch != h.GetEpoch() {
 		r.declareLost(ctx, name, prev.epoch, "restarted")
 	}
 
@@ -585,7 +645,8 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 		return nil, nil, status.Errorf(codes.Unavailable, "register node %s: %v", name, err)
 	}
 	m := &member{name: name, address: h.GetAddress(), tunnel: h.GetTunnelAddress(), epoch: h.GetEpoch(),
-		phase: atev1.Node_READY, remote: newRemote(name, conn), lastHeard: time.Now(), end: end}
+		phase: atev1.Node_READY, remote: newRemote(name, conn), lastHeard: time.Now(), end: end,
+		leaseToken: token, renewed: time.Now()}
 	for _, w := range h.GetWorkers() {
 		m.workers = append(m.workers, w.GetName())
 		if w.GetHostedActorUid() != "" {

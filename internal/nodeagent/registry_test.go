@@ -116,6 +116,15 @@ func hello(node string, epoch int64, workers ...*atev1.NodeWorker) *atev1.NodeHe
 	return &atev1.NodeHello{Node: node, Epoch: epoch, Address: "127.0.0.1:1", TunnelAddress: "127.0.0.1:2", Workers: workers}
 }
 
+// leaseRanOut ends the lease of node's incarnation epoch in r's store,
+// as its running out would.
+func leaseRanOut(t *testing.T, r *Registry, node string, epoch int64) {
+	t.Helper()
+	if err := r.cfg.Store.ReleaseLease(t.Context(), nodeLeaseKey(node), r.leaseHolder(node, epoch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // claim makes actor uid hold worker in the store.
 func claim(t *testing.T, st store.Store, worker, uid string) {
 	t.Helper()
@@ -178,6 +187,15 @@ func TestAdmit(t *testing.T) {
 		}
 		m.end = nil // its stream ended: the name may be taken by a new epoch
 		claim(t, st, "w1", "a")
+		// A new epoch waits for the last one's lease to run out.
+		h2 := hello("n1", 2, &atev1.NodeWorker{Name: "w1"})
+		if _, _, err := r.admit(ctx, h2, func() {}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("a new epoch while the last one's lease holds = %v, want Unavailable", err)
+		}
+		if got := wf.reported(); len(got) != 0 {
+			t.Fatalf("a refused new epoch lost workers %v", got)
+		}
+		leaseRanOut(t, r, "n1", 1)
 		// The restarted node hosts nothing on w1 (its sandbox died with the
 		// old process) and, somehow, an actor the store never placed on w2.
 		_, stops, err := r.admit(ctx, hello("n1", 2, &atev1.NodeWorker{Name: "w1"},
@@ -204,11 +222,37 @@ func TestAdmit(t *testing.T) {
 		m.end = nil
 		claim(t, st, "w1", "a")
 		// Reconnected mid-start: the hello was taken before the sandbox ran.
-		if _, stops, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil || len(stops) != 0 {
+		h := hello("n1", 1, &atev1.NodeWorker{Name: "w1"})
+		h.LeaseToken = m.leaseToken
+		if _, stops, err := r.admit(ctx, h, func() {}); err != nil || len(stops) != 0 {
 			t.Fatalf("reconnect = %v, stops %v", err, stops)
 		}
 		if got := wf.reported(); len(got) != 0 {
 			t.Fatalf("a reconnect of the same process lost workers %v", got)
+		}
+	})
+	t.Run("the same epoch whose lease lapsed is reconciled as a new process", func(t *testing.T) {
+		r, wf, st := newTestRegistry(t)
+		m, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.end = nil
+		claim(t, st, "w1", "a")
+		// Its lease ran out (another replica may have declared it lost
+		// and placed a elsewhere): what it says it hosts decides.
+		leaseRanOut(t, r, "n1", 1)
+		h := hello("n1", 1, &atev1.NodeWorker{Name: "w1"})
+		h.LeaseToken = m.leaseToken
+		m2, _, err := r.admit(ctx, h, func() {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m2.leaseToken == m.leaseToken {
+			t.Fatalf("lease token %d kept across a lapse, want a new one", m2.leaseToken)
+		}
+		if got := wf.waitReported(t); !slices.Equal(got, []string{"w1"}) {
+			t.Fatalf("lost workers %v, want w1 (claimed by a, not hosted after the lapse)", got)
 		}
 	})
 }
@@ -292,5 +336,43 @@ func TestAdmitAfterAPIServerRestart(t *testing.T) {
 	}
 	if got := wf.waitReported(t); !slices.Equal(got, []string{"w2"}) {
 		t.Fatalf("lost workers %v, want only [w2]: a still runs on w1", got)
+	}
+}
+
+// TestLost: a worker's node is lost when it was declared so or no node
+// owns the worker; a node known only from the store (PENDING, after the
+// API server restarted) is not — it may be serving, heard by another
+// replica — unless node and API server are one process, whose last
+// incarnation died with it.
+func TestLost(t *testing.T) {
+	ctx := t.Context()
+	for _, oneProcess := range []bool{false, true} {
+		r, _, st := newTestRegistry(t)
+		if _, _, err := r.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.admit(ctx, hello("n2", 1, &atev1.NodeWorker{Name: "w2"}), func() {}); err != nil {
+			t.Fatal(err)
+		}
+		r.declareLost(ctx, "n2", 0, "test")
+		restarted, err := NewRegistry(ctx, RegistryConfig{Store: st, OneProcess: oneProcess})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(restarted.Close)
+		for _, tt := range []struct {
+			r      *Registry
+			worker string
+			want   bool
+		}{
+			{r, "w1", false},
+			{r, "w2", true},
+			{r, "w9", true},
+			{restarted, "w1", oneProcess},
+		} {
+			if got := tt.r.Lost(tt.worker); got != tt.want {
+				t.Errorf("OneProcess=%t, restarted=%t: Lost(%s) = %t, want %t", oneProcess, tt.r == restarted, tt.worker, got, tt.want)
+			}
+		}
 	}
 }

@@ -14,6 +14,11 @@ import (
 // suspended, moved or never started there).
 var ErrStale = errors.New("worker does not host this actor")
 
+// ErrUnreachable: the node did not answer (the call failed on the way,
+// or ran out of time): whatever it was asked to do may or may not have
+// happened, and a sandbox there may still run.
+var ErrUnreachable = errors.New("node agent unreachable")
+
 // ErrUnknownWorker: no worker of that name on this node.
 var ErrUnknownWorker = errors.New("unknown worker")
 

@@ -87,6 +87,12 @@ type Nodes interface {
 	ByLoad() []string
 	// All returns every live node.
 	All() []Node
+	// Lost reports whether worker's node has been declared lost (its
+	// lease in the record store ran out, so it serves nothing until it is
+	// welcomed again and told what to stop), or no node known owns the
+	// worker. A node that merely cannot be reached, or is known only
+	// from the store, is not lost: a sandbox there may still serve.
+	Lost(worker string) bool
 }
 
 // Events is what nodes tell the control plane, as the node registry

@@ -302,7 +302,7 @@ func fromControl(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotResumable, err)
 	case codes.Unavailable:
 		switch reason, ok := serverReason(st); {
-		case ok && reason == storeUnavailableReason:
+		case ok && (reason == storeUnavailableReason || reason == nodeUnavailableReason):
 			return fmt.Errorf("%w: %w: %w", ErrControlPlane, ErrUnavailable, err)
 		case ok:
 			return fmt.Errorf("%w: %w", ErrResumeFailed, err)
@@ -319,6 +319,11 @@ func fromControl(err error) error {
 // storeUnavailableReason is the API server's ErrorInfo reason for "my
 // store is unreachable" (apiserver.toStatus).
 const storeUnavailableReason = "STORE_UNAVAILABLE"
+
+// nodeUnavailableReason is its reason for "the actor's node cannot be
+// reached, and is not lost yet": the request parks, as for a store
+// outage, until the node answers or is declared lost.
+const nodeUnavailableReason = "NODE_UNAVAILABLE"
 
 // serverReason returns the reason of the ate API's ErrorInfo st carries;
 // ok is false when it carries none (a transport failure: the server did

@@ -273,7 +273,7 @@ func (a *controlPlaneAssembly) newNode(ctx context.Context) error {
 func (a *controlPlaneAssembly) newAPI(ctx context.Context) error {
 	cp, cfg := a.cp, a.cfg
 	core, err := newAPICore(ctx, apiCoreConfig{Store: cp.Store, Shared: a.shared, Snapshots: cp.Snapshots,
-		Registry: nodeagent.RegistryConfig{Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: cp.nodePath.DialNode},
+		Registry: nodeagent.RegistryConfig{Heartbeat: cfg.Heartbeat, LostAfter: cfg.LostAfter, Dial: cp.nodePath.DialNode, OneProcess: true},
 		Ceilings: a.ceilings, SandboxClass: a.nc.SandboxClass, Images: a.images, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
 		Alarm: alarm.Config{TunnelTLS: cfg.AlarmTunnelTLS}, AlarmHolder: "ate-up", Identity: cfg.Identity, Metrics: cfg.Metrics, Logger: a.log})
 	if err != nil {

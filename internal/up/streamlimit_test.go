@@ -31,6 +31,7 @@ type logNodes struct{ n logNode }
 
 func (c logNodes) Get(string) (nodeapi.Node, bool)       { return c.n, true }
 func (c logNodes) ForWorker(string) (nodeapi.Node, bool) { return c.n, true }
+func (c logNodes) Lost(string) bool                      { return false }
 func (c logNodes) ByLoad() []string                      { return []string{c.n.Name()} }
 func (c logNodes) All() []nodeapi.Node                   { return []nodeapi.Node{c.n} }
 

@@ -1259,7 +1259,13 @@ type NodeHello struct {
 	// snapshots is the URL of the node's durable snapshot store (no
 	// credentials are in it); the API server refuses a node whose store is
 	// not its own, since no snapshot would be found across them.
-	Snapshots     string `protobuf:"bytes,7,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Snapshots string `protobuf:"bytes,7,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// lease_token is the token of the node's lease in the record store,
+	// from an earlier welcome of this process, while the node believes it
+	// still holds it; 0 at start and after the lease lapsed (the node then
+	// serves nothing until welcomed again, and the API server reconciles
+	// what it hosts as for a new process).
+	LeaseToken    int64 `protobuf:"varint,8,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1343,10 +1349,23 @@ func (x *NodeHello) GetSnapshots() string {
 	return ""
 }
 
+func (x *NodeHello) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
 type NodeHeartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Activity      []*WorkerActivity      `protobuf:"bytes,1,rep,name=activity,proto3" json:"activity,omitempty"`
-	Standbys      []*Standby             `protobuf:"bytes,2,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Activity []*WorkerActivity      `protobuf:"bytes,1,rep,name=activity,proto3" json:"activity,omitempty"`
+	Standbys []*Standby             `protobuf:"bytes,2,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	// seq numbers the node's heartbeats; an API server that renewed the
+	// node's lease on this heartbeat answers LeaseRenewed with it. 0: the
+	// node does not know leases.
+	Seq int64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// lease_token is the node's lease token (NodeHello.lease_token).
+	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,6 +1412,20 @@ func (x *NodeHeartbeat) GetStandbys() []*Standby {
 		return x.Standbys
 	}
 	return nil
+}
+
+func (x *NodeHeartbeat) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *NodeHeartbeat) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
 }
 
 type NodeEvent struct {
@@ -1597,8 +1630,17 @@ type RegistryWelcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// heartbeat_ms is how often the node must send a heartbeat;
 	// lost_after_ms is when the API server declares it lost without one.
-	HeartbeatMs   int64 `protobuf:"varint,1,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
-	LostAfterMs   int64 `protobuf:"varint,2,opt,name=lost_after_ms,json=lostAfterMs,proto3" json:"lost_after_ms,omitempty"`
+	HeartbeatMs int64 `protobuf:"varint,1,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	LostAfterMs int64 `protobuf:"varint,2,opt,name=lost_after_ms,json=lostAfterMs,proto3" json:"lost_after_ms,omitempty"`
+	// lease_token and lease_ms: the node's lease in the record store,
+	// taken or renewed for lease_ms when the hello arrived. The node
+	// counts the lease from when it sent the hello (and, renewed, from
+	// when it sent the heartbeat a LeaseRenewed answers), by its own
+	// monotonic clock, and stops serving before it can lapse. lease_ms 0:
+	// an API server without node leases (the node then fences itself by
+	// silence, as before).
+	LeaseToken    int64 `protobuf:"varint,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	LeaseMs       int64 `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1647,6 +1689,66 @@ func (x *RegistryWelcome) GetLostAfterMs() int64 {
 	return 0
 }
 
+func (x *RegistryWelcome) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+func (x *RegistryWelcome) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+// LeaseRenewed: the node's lease was renewed, for the welcome's
+// lease_ms, on the heartbeat numbered seq.
+type LeaseRenewed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRenewed) Reset() {
+	*x = LeaseRenewed{}
+	mi := &file_ate_v1_node_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRenewed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRenewed) ProtoMessage() {}
+
+func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
+func (*LeaseRenewed) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LeaseRenewed) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // StopOrder tells the node to destroy a sandbox the record store does not
 // give it (its actor moved on while the node was away).
 type StopOrder struct {
@@ -1659,7 +1761,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1773,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1786,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -1714,7 +1816,7 @@ type Drained struct {
 
 func (x *Drained) Reset() {
 	*x = Drained{}
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1828,7 @@ func (x *Drained) String() string {
 func (*Drained) ProtoMessage() {}
 
 func (x *Drained) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1841,7 @@ func (x *Drained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drained.ProtoReflect.Descriptor instead.
 func (*Drained) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Drained) GetError() string {
@@ -1756,6 +1858,7 @@ type RegistryMessage struct {
 	//	*RegistryMessage_Welcome
 	//	*RegistryMessage_Stop
 	//	*RegistryMessage_Drained
+	//	*RegistryMessage_LeaseRenewed
 	Msg           isRegistryMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1763,7 +1866,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1878,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1891,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -1825,6 +1928,15 @@ func (x *RegistryMessage) GetDrained() *Drained {
 	return nil
 }
 
+func (x *RegistryMessage) GetLeaseRenewed() *LeaseRenewed {
+	if x != nil {
+		if x, ok := x.Msg.(*RegistryMessage_LeaseRenewed); ok {
+			return x.LeaseRenewed
+		}
+	}
+	return nil
+}
+
 type isRegistryMessage_Msg interface {
 	isRegistryMessage_Msg()
 }
@@ -1841,11 +1953,17 @@ type RegistryMessage_Drained struct {
 	Drained *Drained `protobuf:"bytes,3,opt,name=drained,proto3,oneof"`
 }
 
+type RegistryMessage_LeaseRenewed struct {
+	LeaseRenewed *LeaseRenewed `protobuf:"bytes,4,opt,name=lease_renewed,json=leaseRenewed,proto3,oneof"`
+}
+
 func (*RegistryMessage_Welcome) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_Stop) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_Drained) isRegistryMessage_Msg() {}
+
+func (*RegistryMessage_LeaseRenewed) isRegistryMessage_Msg() {}
 
 type ReadActorLogsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1859,7 +1977,7 @@ type ReadActorLogsRequest struct {
 
 func (x *ReadActorLogsRequest) Reset() {
 	*x = ReadActorLogsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +1989,7 @@ func (x *ReadActorLogsRequest) String() string {
 func (*ReadActorLogsRequest) ProtoMessage() {}
 
 func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2002,7 @@ func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadActorLogsRequest) GetActorUid() string {
@@ -1924,7 +2042,7 @@ type ReadActorLogsResponse struct {
 
 func (x *ReadActorLogsResponse) Reset() {
 	*x = ReadActorLogsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2054,7 @@ func (x *ReadActorLogsResponse) String() string {
 func (*ReadActorLogsResponse) ProtoMessage() {}
 
 func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2067,7 @@ func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
@@ -1973,7 +2091,7 @@ type NodeExecRequest struct {
 
 func (x *NodeExecRequest) Reset() {
 	*x = NodeExecRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2103,7 @@ func (x *NodeExecRequest) String() string {
 func (*NodeExecRequest) ProtoMessage() {}
 
 func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2116,7 @@ func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
 func (*NodeExecRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeExecRequest) GetWorker() string {
@@ -2035,7 +2153,7 @@ type NodeCopyToRequest struct {
 
 func (x *NodeCopyToRequest) Reset() {
 	*x = NodeCopyToRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2165,7 @@ func (x *NodeCopyToRequest) String() string {
 func (*NodeCopyToRequest) ProtoMessage() {}
 
 func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2178,7 @@ func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeCopyToRequest) GetWorker() string {
@@ -2095,7 +2213,7 @@ type NodeCopyFromRequest struct {
 
 func (x *NodeCopyFromRequest) Reset() {
 	*x = NodeCopyFromRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2225,7 @@ func (x *NodeCopyFromRequest) String() string {
 func (*NodeCopyFromRequest) ProtoMessage() {}
 
 func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2238,7 @@ func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeCopyFromRequest) GetWorker() string {
@@ -2160,7 +2278,7 @@ type SelfCallRequest struct {
 
 func (x *SelfCallRequest) Reset() {
 	*x = SelfCallRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2290,7 @@ func (x *SelfCallRequest) String() string {
 func (*SelfCallRequest) ProtoMessage() {}
 
 func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2303,7 @@ func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallRequest.ProtoReflect.Descriptor instead.
 func (*SelfCallRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SelfCallRequest) GetNode() string {
@@ -2234,7 +2352,7 @@ type SelfCallResponse struct {
 
 func (x *SelfCallResponse) Reset() {
 	*x = SelfCallResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2364,7 @@ func (x *SelfCallResponse) String() string {
 func (*SelfCallResponse) ProtoMessage() {}
 
 func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2377,7 @@ func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallResponse.ProtoReflect.Descriptor instead.
 func (*SelfCallResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SelfCallResponse) GetStatus() int32 {
@@ -2361,7 +2479,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\tlisteners\x18\b \x01(\x05R\tlisteners\"5\n" +
 	"\aStandby\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aworkers\x18\x02 \x03(\tR\aworkers\"\xe7\x01\n" +
+	"\aworkers\x18\x02 \x03(\tR\aworkers\"\x88\x02\n" +
 	"\tNodeHello\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x18\n" +
@@ -2369,10 +2487,15 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x0etunnel_address\x18\x04 \x01(\tR\rtunnelAddress\x12#\n" +
 	"\rsandbox_class\x18\x05 \x01(\tR\fsandboxClass\x12,\n" +
 	"\aworkers\x18\x06 \x03(\v2\x12.ate.v1.NodeWorkerR\aworkers\x12\x1c\n" +
-	"\tsnapshots\x18\a \x01(\tR\tsnapshots\"p\n" +
+	"\tsnapshots\x18\a \x01(\tR\tsnapshots\x12\x1f\n" +
+	"\vlease_token\x18\b \x01(\x03R\n" +
+	"leaseToken\"\xa3\x01\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
-	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\"\xe6\x02\n" +
+	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\x03R\n" +
+	"leaseToken\"\xe6\x02\n" +
 	"\tNodeEvent\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.ate.v1.NodeEvent.KindR\x04kind\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
@@ -2395,19 +2518,25 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x05hello\x18\x01 \x01(\v2\x11.ate.v1.NodeHelloH\x00R\x05hello\x125\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x15.ate.v1.NodeHeartbeatH\x00R\theartbeat\x12)\n" +
 	"\x05event\x18\x03 \x01(\v2\x11.ate.v1.NodeEventH\x00R\x05eventB\x05\n" +
-	"\x03msg\"X\n" +
+	"\x03msg\"\x94\x01\n" +
 	"\x0fRegistryWelcome\x12!\n" +
 	"\fheartbeat_ms\x18\x01 \x01(\x03R\vheartbeatMs\x12\"\n" +
-	"\rlost_after_ms\x18\x02 \x01(\x03R\vlostAfterMs\"@\n" +
+	"\rlost_after_ms\x18\x02 \x01(\x03R\vlostAfterMs\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\x03R\n" +
+	"leaseToken\x12\x19\n" +
+	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\" \n" +
+	"\fLeaseRenewed\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"@\n" +
 	"\tStopOrder\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"\x1f\n" +
 	"\aDrained\x12\x14\n" +
-	"\x05error\x18\x01 \x01(\tR\x05error\"\xa3\x01\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"\xe0\x01\n" +
 	"\x0fRegistryMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.ate.v1.RegistryWelcomeH\x00R\awelcome\x12'\n" +
 	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stop\x12+\n" +
-	"\adrained\x18\x03 \x01(\v2\x0f.ate.v1.DrainedH\x00R\adrainedB\x05\n" +
+	"\adrained\x18\x03 \x01(\v2\x0f.ate.v1.DrainedH\x00R\adrained\x12;\n" +
+	"\rlease_renewed\x18\x04 \x01(\v2\x14.ate.v1.LeaseRenewedH\x00R\fleaseRenewedB\x05\n" +
 	"\x03msg\"\x83\x01\n" +
 	"\x14ReadActorLogsRequest\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12\x1b\n" +
@@ -2468,7 +2597,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -2495,82 +2624,84 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*NodeEvent)(nil),               // 22: ate.v1.NodeEvent
 	(*NodeMessage)(nil),             // 23: ate.v1.NodeMessage
 	(*RegistryWelcome)(nil),         // 24: ate.v1.RegistryWelcome
-	(*StopOrder)(nil),               // 25: ate.v1.StopOrder
-	(*Drained)(nil),                 // 26: ate.v1.Drained
-	(*RegistryMessage)(nil),         // 27: ate.v1.RegistryMessage
-	(*ReadActorLogsRequest)(nil),    // 28: ate.v1.ReadActorLogsRequest
-	(*ReadActorLogsResponse)(nil),   // 29: ate.v1.ReadActorLogsResponse
-	(*NodeExecRequest)(nil),         // 30: ate.v1.NodeExecRequest
-	(*NodeCopyToRequest)(nil),       // 31: ate.v1.NodeCopyToRequest
-	(*NodeCopyFromRequest)(nil),     // 32: ate.v1.NodeCopyFromRequest
-	(*SelfCallRequest)(nil),         // 33: ate.v1.SelfCallRequest
-	(*SelfCallResponse)(nil),        // 34: ate.v1.SelfCallResponse
-	nil,                             // 35: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 36: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
-	(BuildPhase)(0),                 // 38: ate.v1.BuildPhase
-	(*ActorLogLine)(nil),            // 39: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),        // 40: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),      // 41: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),              // 42: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),       // 43: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),     // 44: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),   // 45: ate.v1.CopyFromActorResponse
+	(*LeaseRenewed)(nil),            // 25: ate.v1.LeaseRenewed
+	(*StopOrder)(nil),               // 26: ate.v1.StopOrder
+	(*Drained)(nil),                 // 27: ate.v1.Drained
+	(*RegistryMessage)(nil),         // 28: ate.v1.RegistryMessage
+	(*ReadActorLogsRequest)(nil),    // 29: ate.v1.ReadActorLogsRequest
+	(*ReadActorLogsResponse)(nil),   // 30: ate.v1.ReadActorLogsResponse
+	(*NodeExecRequest)(nil),         // 31: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),       // 32: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),     // 33: ate.v1.NodeCopyFromRequest
+	(*SelfCallRequest)(nil),         // 34: ate.v1.SelfCallRequest
+	(*SelfCallResponse)(nil),        // 35: ate.v1.SelfCallResponse
+	nil,                             // 36: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 37: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
+	(BuildPhase)(0),                 // 39: ate.v1.BuildPhase
+	(*ActorLogLine)(nil),            // 40: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),        // 41: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 42: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 43: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 44: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 45: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 46: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	36, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	36, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	35, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	37, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	37, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	37, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	37, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	36, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	38, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	38, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
 	0,  // 8: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	38, // 9: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
+	39, // 9: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
 	20, // 10: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
 	21, // 11: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
 	22, // 12: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
 	24, // 13: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	25, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	26, // 15: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	39, // 16: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	40, // 17: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	41, // 18: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	42, // 19: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
-	3,  // 20: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 21: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 22: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 23: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 24: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 25: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 26: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	28, // 27: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	30, // 28: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
-	31, // 29: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
-	32, // 30: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
-	23, // 31: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 32: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	33, // 33: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
-	4,  // 34: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 35: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 36: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 37: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 38: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 39: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 40: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	29, // 41: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	43, // 42: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	44, // 43: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	45, // 44: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	27, // 45: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 46: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	34, // 47: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
-	34, // [34:48] is the sub-list for method output_type
-	20, // [20:34] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	26, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	27, // 15: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	25, // 16: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
+	40, // 17: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	41, // 18: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	42, // 19: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	43, // 20: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	3,  // 21: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 22: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 23: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 24: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 25: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 26: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 27: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	29, // 28: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	31, // 29: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	32, // 30: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	33, // 31: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	23, // 32: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 33: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	34, // 34: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	4,  // 35: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 36: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 37: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 38: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 39: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 40: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 41: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	30, // 42: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	44, // 43: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	45, // 44: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	46, // 45: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	28, // 46: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 47: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	35, // 48: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	35, // [35:49] is the sub-list for method output_type
+	21, // [21:35] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -2584,10 +2715,11 @@ func file_ate_v1_node_proto_init() {
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[26].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[27].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 		(*RegistryMessage_Drained)(nil),
+		(*RegistryMessage_LeaseRenewed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2595,7 +2727,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,169 @@
+package nodeagent
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/node"
+	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/store/bolt"
+	"substrate.dev/ate/internal/testwait"
+)
+
+// onLost is a lostRecorder that runs hook when workers are reported
+// lost, before recording them.
+type onLost struct {
+	*lostRecorder
+	hook func()
+}
+
+func (o *onLost) WorkersLost(ctx context.Context, ws []*store.Worker, why string) error {
+	o.hook()
+	return o.lostRecorder.WorkersLost(ctx, ws, why)
+}
+
+// TestLossNeedsTheLeaseToLapse: two replicas over one store, the node
+// registered with one (b). The other (a), which does not hear the node,
+// declares nothing while b holds the node's lease; once the lease has
+// run out it declares the node lost, and while it does, b can neither
+// renew the lease nor welcome the node again.
+func TestLossNeedsTheLeaseToLapse(t *testing.T) {
+	ctx := t.Context()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	newReplica := func() *Registry {
+		r, err := NewRegistry(ctx, RegistryConfig{Store: st, Shared: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r
+	}
+	b := newReplica()
+	bw := &lostRecorder{st: st}
+	b.SetWorkflows(bw)
+	m, _, err := b.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newReplica() // knows n1 from the store only
+	var duringLoss []error
+	aw := &onLost{lostRecorder: &lostRecorder{st: st}, hook: func() {
+		b.mu.Lock()
+		m.renewed = time.Time{} // due
+		b.mu.Unlock()
+		duringLoss = append(duringLoss,
+			b.renew(ctx, m, &atev1.NodeHeartbeat{Seq: 1, LeaseToken: m.leaseToken}, func(*atev1.RegistryMessage) error { return nil }))
+		_, _, err := b.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {})
+		duringLoss = append(duringLoss, err)
+	}}
+	a.SetWorkflows(aw)
+
+	a.declareIfLapsed(ctx, "n1", "silent here")
+	if got := aw.reported(); len(got) != 0 {
+		t.Fatalf("a declared n1 lost (workers %v) while b held its lease", got)
+	}
+	if _, ok := a.members["n1"]; !ok || a.members["n1"].phase == atev1.Node_LOST {
+		t.Fatal("a marked n1 lost while b held its lease")
+	}
+
+	leaseRanOut(t, b, "n1", 1)
+	a.declareIfLapsed(ctx, "n1", "silent here")
+	if got := aw.reported(); len(got) != 1 || got[0] != "w1" {
+		t.Fatalf("a reported %v lost once n1's lease ran out, want [w1]", got)
+	}
+	if len(duringLoss) != 2 || status.Code(duringLoss[0]) != codes.FailedPrecondition || status.Code(duringLoss[1]) != codes.Unavailable {
+		t.Fatalf("while a declared n1 lost, b's renewal and welcome = %v, want FailedPrecondition and Unavailable", duringLoss)
+	}
+	// Declared: the node may be welcomed again (and is reconciled).
+	if _, _, err := b.admit(ctx, hello("n1", 1, &atev1.NodeWorker{Name: "w1"}), func() {}); err != nil {
+		t.Fatalf("welcome after the loss was declared = %v", err)
+	}
+}
+
+// TestNodeStopsServingBeforeItIsDeclaredLost: everything the node sends
+// to the API server is held (a one-way partition: the node still hears
+// the API server). The node stops serving before the API server declares
+// it lost, by its own clock from its last renewed heartbeat, though every
+// heartbeat it sends still leaves without an error.
+func TestNodeStopsServingBeforeItIsDeclaredLost(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	dir := t.TempDir()
+	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, err := snapshot.NewLocal(filepath.Join(dir, "paused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(ctx, node.Config{Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake",
+		Runtime: fake.New(fake.Config{}), Setup: fake.Setup, Snapshots: snaps, Paused: paused,
+		StateDir: filepath.Join(dir, "state"), TunnelAddr: "127.0.0.1:1", NoStandbys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Fence(true)
+	reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servingAtLoss := make(chan bool, 1)
+	reg.SetWorkflows(&onLost{lostRecorder: &lostRecorder{st: st}, hook: func() {
+		select {
+		case servingAtLoss <- n.Serving():
+		default:
+		}
+	}})
+	p := NewInProcess()
+	agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: p.DialRegistry, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
+	var wg sync.WaitGroup
+	first := make(chan error, 1)
+	for _, run := range []func() error{
+		func() error { return p.Serve(ctx, reg, NewServer(n, agent)) },
+		func() error { return reg.Run(ctx) },
+		func() error { return agent.Run(ctx, first) },
+	} {
+		wg.Go(func() {
+			if err := run(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		reg.Close()
+		n.Shutdown(context.Background())
+		st.Close()
+	})
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the node to serve once welcomed", n.Serving)
+	p.Partition(true)
+	select {
+	case serving := <-servingAtLoss:
+		if serving {
+			t.Fatal("the node still served when the API server declared it lost")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node was not declared lost within 10 s of its partition")
+	}
+}

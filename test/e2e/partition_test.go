@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+)
+
+// linkProxy stands in for the network between two components: it
+// forwards TCP connections to target, and while cut nothing crosses it
+// in either direction — bytes wait, as on a link that drops packets
+// while the peers keep retransmitting — and new connections are
+// accepted but get nowhere.
+type linkProxy struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	cut    bool
+	closed bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startLinkProxy(t testing.TB, target string) *linkProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &linkProxy{ln: ln, target: target}
+	p.cond = sync.NewCond(&p.mu)
+	p.wg.Go(p.serve)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *linkProxy) addr() string { return p.ln.Addr().String() }
+
+// setCut cuts the link, or heals it.
+func (p *linkProxy) setCut(cut bool) {
+	p.mu.Lock()
+	p.cut = cut
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+// open waits while the link is cut; false once the proxy closed.
+func (p *linkProxy) open() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.cut && !p.closed {
+		p.cond.Wait()
+	}
+	return !p.closed
+}
+
+func (p *linkProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return false
+	}
+	p.conns = append(p.conns, c)
+	return true
+}
+
+func (p *linkProxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(in) {
+			return
+		}
+		p.wg.Go(func() {
+			if !p.open() {
+				return
+			}
+			out, err := net.Dial("tcp", p.target)
+			if err != nil || !p.track(out) {
+				_ = in.Close()
+				return
+			}
+			var both sync.WaitGroup
+			both.Go(func() { p.pipe(out, in) })
+			both.Go(func() { p.pipe(in, out) })
+			both.Wait()
+			_ = in.Close()
+			_ = out.Close()
+		})
+	}
+}
+
+// pipe copies src to dst, holding what it read while the link is cut.
+func (p *linkProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.open() {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if tc, ok := dst.(*net.TCPConn); ok && errors.Is(err, io.EOF) {
+				_ = tc.CloseWrite()
+			}
+			return
+		}
+	}
+}
+
+func (p *linkProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.mu.Unlock()
+	p.cond.Broadcast()
+	_ = p.ln.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	p.wg.Wait()
+}
+
+// TestHANodeCutOffFromOneReplica: a partial partition. The node's link
+// to one API server replica (0) is cut, well past the loss deadline,
+// while it still talks to the other (1), under a client's steady
+// requests to a counter actor. Replica 0 hears nothing from the node but
+// never declares it lost on its own (the other replica renews the node's
+// lease); no request fails, and every count is one more than the last:
+// the actor was neither restored from a snapshot (rolled back) nor run
+// twice. After the link heals the same holds.
+func TestHANodeCutOffFromOneReplica(t *testing.T) {
+	var link *linkProxy
+	h := startHAVia(t, 1, func(addrs [2]string) string {
+		link = startLinkProxy(t, addrs[0])
+		return link.addr() + "," + addrs[1]
+	})
+	h.counterActor() // count=1
+	next := 2
+	request := func(when string) {
+		t.Helper()
+		code, body, _, err := h.in.request(http.MethodGet, "default/counter-1", "/", "")
+		if want := fmt.Sprintf("count=%d", next); err != nil || code != http.StatusOK || strings.TrimSpace(body) != want {
+			t.Fatalf("%s: request %d answered %d %q (%v), want 200 %s", when, next-1, code, strings.TrimSpace(body), err, want)
+		}
+		next++
+	}
+	request("before the cut")
+	link.setCut(true)
+	// Replica 0's loss check finds the node silent past the deadline
+	// and its lease held, again and again (every heartbeat, 250 ms).
+	const refusals = 12
+	for h.apis[0].records("node silent here, but its lease is held: not declaring it lost") < refusals {
+		request("while the node was cut off from replica 0")
+	}
+	for i, r := range h.replica {
+		nodes, err := r.ListNodes(context.Background(), &atev1.ListNodesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.GetNodes() {
+			if n.GetPhase() == atev1.Node_LOST {
+				t.Fatalf("replica %d declared %s lost (%s) while replica 1 heard it", i, n.GetName(), n.GetMessage())
+			}
+		}
+	}
+	link.setCut(false)
+	for range 10 {
+		request("after the link healed")
+	}
+	for i, api := range h.apis {
+		if n := api.records("node lost"); n != 0 {
+			t.Fatalf("replica %d logged %d node losses", i, n)
+		}
+	}
+	if a := h.in.actor("counter-1"); a.GetState() != atev1.ActorState_RUNNING {
+		t.Fatalf("actor %s (%s) after the partition, want RUNNING", a.GetState(), a.GetMessage())
+	}
+	t.Logf("%d requests served in order across a %d-check partition", next-2, refusals)
+}

@@ -17,9 +17,11 @@ import (
 // It returns the node as ListNodes shows it; store.ErrNotFound (wrapped)
 // for a node this registry does not know.
 //
-// Only this replica's registry learns the drain; other API server
-// replicas keep placing on the node until it drains itself (its Pod's
-// SIGTERM, which reaches every replica over the node's streams).
+// Every replica learns the drain from the node: this one sends it a
+// drain order (now, and on each of its sessions until Remove), and the
+// node reports DRAIN to every replica, as on SIGTERM, so none places
+// actors on it. A node this replica cannot reach is told when it
+// registers here again.
 func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node, error) {
 	r.mu.Lock()
 	m := r.members[name]
@@ -36,7 +38,13 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 	}
 	live := m.live()
 	wf := r.wf
+	send := m.send
 	r.mu.Unlock()
+	if send != nil {
+		if err := send(drainOrder(reason)); err != nil {
+			r.log.WarnContext(ctx, "tell a node it drains; it is told when it registers again", "node", name, "err", err)
+		}
+	}
 	if live && wf != nil {
 		finished := r.drain(ctx, m, wf, reason)
 		go func() {
@@ -86,6 +94,12 @@ func (r *Registry) Remove(ctx context.Context, name, reason string) error {
 	r.mu.Unlock()
 	r.log.InfoContext(ctx, "node removed", "node", name, "reason", reason)
 	return nil
+}
+
+// drainOrder is the message that tells a node it was drained for
+// reason.
+func drainOrder(reason string) *atev1.RegistryMessage {
+	return &atev1.RegistryMessage{Msg: &atev1.RegistryMessage_Drain{Drain: &atev1.DrainOrder{Reason: reason}}}
 }
 
 // describe returns node name as List shows it.

@@ -521,6 +521,8 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 				}
 			case *atev1.RegistryMessage_LeaseRenewed:
 				a.renewed(l, m.LeaseRenewed.GetSeq())
+			case *atev1.RegistryMessage_Drain:
+				a.drainOrdered(m.Drain.GetReason())
 			}
 		}
 	}()
@@ -611,6 +613,18 @@ func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
 		hb.Standbys = append(hb.Standbys, &atev1.Standby{Key: key, Workers: workers})
 	}
 	return hb
+}
+
+// drainOrdered handles a replica's drain order (DrainNode): every
+// replica hears DRAIN from now on, once per session, so that none
+// places actors here; the node keeps running (its own Drain, on
+// shutdown, waits for the answers and leaves).
+func (a *Agent) drainOrdered(reason string) {
+	if a.draining.Swap(true) {
+		return
+	}
+	a.log.Info("node drained by the API server: telling every replica", "reason", reason)
+	a.Report(&atev1.NodeEvent{Kind: atev1.NodeEvent_DRAIN})
 }
 
 // Drain asks the API server replicas to put away every actor this node

@@ -3,10 +3,12 @@ package nodeagent
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -105,21 +107,7 @@ func TestNodeStopsServingBeforeItIsDeclaredLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	paused, err := snapshot.NewLocal(filepath.Join(dir, "paused"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.New(ctx, node.Config{Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake",
-		Runtime: fake.New(fake.Config{}), Setup: fake.Setup, Snapshots: snaps, Paused: paused,
-		StateDir: filepath.Join(dir, "state"), TunnelAddr: "127.0.0.1:1", NoStandbys: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Fence(true)
+	n := newFakeNode(t, ctx, dir)
 	reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -166,4 +154,79 @@ func TestNodeStopsServingBeforeItIsDeclaredLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the node was not declared lost within 10 s of its partition")
 	}
+}
+
+// TestDrainNodeReachesEveryReplica: DrainNode through one replica (a);
+// the other (b), which was not asked, stops placing actors on the node
+// too, since the node reports the drain to every replica.
+func TestDrainNodeReachesEveryReplica(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	dir := t.TempDir()
+	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newFakeNode(t, ctx, dir)
+	paths := map[string]*InProcess{"a": NewInProcess(), "b": NewInProcess()}
+	regs := map[string]*Registry{}
+	for name, p := range paths {
+		reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Shared: true, Heartbeat: 50 * time.Millisecond,
+			LostAfter: 500 * time.Millisecond, Dial: p.DialNode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.SetWorkflows(&lostRecorder{st: st})
+		regs[name] = reg
+	}
+	agent := NewAgent(AgentConfig{Node: n, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1",
+		Replicas: func(context.Context) ([]string, error) { return []string{"a", "b"}, nil },
+		Dial:     func(addr string) (*grpc.ClientConn, error) { return paths[addr].DialRegistry(addr) }})
+	var wg sync.WaitGroup
+	for name, p := range paths {
+		wg.Go(func() { _ = p.Serve(ctx, regs[name], NewServer(n, agent)) })
+		wg.Go(func() { _ = regs[name].Run(ctx) })
+	}
+	wg.Go(func() { _ = agent.Run(ctx, nil) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, reg := range regs {
+			reg.Close()
+		}
+		n.Shutdown(context.Background())
+		st.Close()
+	})
+	for name, reg := range regs {
+		testwait.Until(t, "the node welcomed by replica "+name, func() bool { return slices.Equal(reg.ByLoad(), []string{"n1"}) })
+	}
+	if _, err := regs["a"].Drain(ctx, "n1", "pod terminating"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "replica b to stop placing on the drained node", func() bool { return len(regs["b"].ByLoad()) == 0 })
+	nodes, err := regs["b"].List(ctx)
+	if err != nil || len(nodes) != 1 || nodes[0].GetPhase() != atev1.Node_DRAINING {
+		t.Fatalf("replica b's nodes %v (%v), want n1 DRAINING", nodes, err)
+	}
+}
+
+// newFakeNode is a node of one worker on the fake sandbox runtime,
+// fenced until welcomed, as the node's assembly makes it.
+func newFakeNode(t *testing.T, ctx context.Context, dir string) *node.Node {
+	t.Helper()
+	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, err := snapshot.NewLocal(filepath.Join(dir, "paused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(ctx, node.Config{Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake",
+		Runtime: fake.New(fake.Config{}), Setup: fake.Setup, Snapshots: snaps, Paused: paused,
+		StateDir: filepath.Join(dir, "state"), TunnelAddr: "127.0.0.1:1", NoStandbys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Fence(true)
+	return n
 }

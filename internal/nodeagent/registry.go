@@ -108,6 +108,8 @@ type member struct {
 	renewed    time.Time
 	// end closes the node's current stream; nil while none is open.
 	end context.CancelFunc
+	// send sends on that stream (one at a time); nil while none is open.
+	send func(*atev1.RegistryMessage) error
 	// drainOnce runs this incarnation's drain once, whoever asks first
 	// (DrainNode or the node's own DRAIN event); drainDone is closed when
 	// it has finished, with drainErr its outcome.
@@ -449,7 +451,7 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 	}
 	defer func() {
 		r.mu.Lock()
-		m.end = nil // no stream open: another incarnation may take the name once this one is silent
+		m.end, m.send = nil, nil // no stream open: another incarnation may take the name once this one is silent
 		r.mu.Unlock()
 	}()
 	// Sent from this loop and from a drain's goroutine: one at a time.
@@ -471,6 +473,17 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 	}
 	r.log.InfoContext(ctx, "node registered", "node", h.GetNode(), "epoch", h.GetEpoch(), "address", h.GetAddress(),
 		"workers", len(h.GetWorkers()))
+	r.mu.Lock()
+	m.send = send
+	reason, drained := r.draining[m.name]
+	r.mu.Unlock()
+	if drained {
+		// Drained here before this session: the node tells every
+		// replica again.
+		if err := send(drainOrder(reason)); err != nil {
+			return err
+		}
+	}
 	// Receive on a goroutine, so that ending ctx (member.end: the node
 	// was declared lost, or the API server stops) ends the stream even
 	// while a Recv blocks: returning cancels the stream, which ends it.

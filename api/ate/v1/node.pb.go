@@ -1749,6 +1749,53 @@ func (x *LeaseRenewed) GetSeq() int64 {
 	return 0
 }
 
+// DrainOrder: an API server replica was asked to drain the node
+// (DrainNode). The node reports DRAIN to every replica, on every session
+// from then on, so that none of them places actors on it.
+type DrainOrder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainOrder) Reset() {
+	*x = DrainOrder{}
+	mi := &file_ate_v1_node_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainOrder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainOrder) ProtoMessage() {}
+
+func (x *DrainOrder) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainOrder.ProtoReflect.Descriptor instead.
+func (*DrainOrder) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DrainOrder) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // StopOrder tells the node to destroy a sandbox the record store does not
 // give it (its actor moved on while the node was away).
 type StopOrder struct {
@@ -1761,7 +1808,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1820,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1833,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -1816,7 +1863,7 @@ type Drained struct {
 
 func (x *Drained) Reset() {
 	*x = Drained{}
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1875,7 @@ func (x *Drained) String() string {
 func (*Drained) ProtoMessage() {}
 
 func (x *Drained) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1888,7 @@ func (x *Drained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drained.ProtoReflect.Descriptor instead.
 func (*Drained) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Drained) GetError() string {
@@ -1859,6 +1906,7 @@ type RegistryMessage struct {
 	//	*RegistryMessage_Stop
 	//	*RegistryMessage_Drained
 	//	*RegistryMessage_LeaseRenewed
+	//	*RegistryMessage_Drain
 	Msg           isRegistryMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1866,7 +1914,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1926,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1939,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -1937,6 +1985,15 @@ func (x *RegistryMessage) GetLeaseRenewed() *LeaseRenewed {
 	return nil
 }
 
+func (x *RegistryMessage) GetDrain() *DrainOrder {
+	if x != nil {
+		if x, ok := x.Msg.(*RegistryMessage_Drain); ok {
+			return x.Drain
+		}
+	}
+	return nil
+}
+
 type isRegistryMessage_Msg interface {
 	isRegistryMessage_Msg()
 }
@@ -1957,6 +2014,10 @@ type RegistryMessage_LeaseRenewed struct {
 	LeaseRenewed *LeaseRenewed `protobuf:"bytes,4,opt,name=lease_renewed,json=leaseRenewed,proto3,oneof"`
 }
 
+type RegistryMessage_Drain struct {
+	Drain *DrainOrder `protobuf:"bytes,5,opt,name=drain,proto3,oneof"`
+}
+
 func (*RegistryMessage_Welcome) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_Stop) isRegistryMessage_Msg() {}
@@ -1964,6 +2025,8 @@ func (*RegistryMessage_Stop) isRegistryMessage_Msg() {}
 func (*RegistryMessage_Drained) isRegistryMessage_Msg() {}
 
 func (*RegistryMessage_LeaseRenewed) isRegistryMessage_Msg() {}
+
+func (*RegistryMessage_Drain) isRegistryMessage_Msg() {}
 
 type ReadActorLogsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1977,7 +2040,7 @@ type ReadActorLogsRequest struct {
 
 func (x *ReadActorLogsRequest) Reset() {
 	*x = ReadActorLogsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2052,7 @@ func (x *ReadActorLogsRequest) String() string {
 func (*ReadActorLogsRequest) ProtoMessage() {}
 
 func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2065,7 @@ func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadActorLogsRequest) GetActorUid() string {
@@ -2042,7 +2105,7 @@ type ReadActorLogsResponse struct {
 
 func (x *ReadActorLogsResponse) Reset() {
 	*x = ReadActorLogsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2117,7 @@ func (x *ReadActorLogsResponse) String() string {
 func (*ReadActorLogsResponse) ProtoMessage() {}
 
 func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2130,7 @@ func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
@@ -2091,7 +2154,7 @@ type NodeExecRequest struct {
 
 func (x *NodeExecRequest) Reset() {
 	*x = NodeExecRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2166,7 @@ func (x *NodeExecRequest) String() string {
 func (*NodeExecRequest) ProtoMessage() {}
 
 func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2179,7 @@ func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
 func (*NodeExecRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeExecRequest) GetWorker() string {
@@ -2153,7 +2216,7 @@ type NodeCopyToRequest struct {
 
 func (x *NodeCopyToRequest) Reset() {
 	*x = NodeCopyToRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2228,7 @@ func (x *NodeCopyToRequest) String() string {
 func (*NodeCopyToRequest) ProtoMessage() {}
 
 func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2241,7 @@ func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeCopyToRequest) GetWorker() string {
@@ -2213,7 +2276,7 @@ type NodeCopyFromRequest struct {
 
 func (x *NodeCopyFromRequest) Reset() {
 	*x = NodeCopyFromRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2288,7 @@ func (x *NodeCopyFromRequest) String() string {
 func (*NodeCopyFromRequest) ProtoMessage() {}
 
 func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2301,7 @@ func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeCopyFromRequest) GetWorker() string {
@@ -2278,7 +2341,7 @@ type SelfCallRequest struct {
 
 func (x *SelfCallRequest) Reset() {
 	*x = SelfCallRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2353,7 @@ func (x *SelfCallRequest) String() string {
 func (*SelfCallRequest) ProtoMessage() {}
 
 func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2366,7 @@ func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallRequest.ProtoReflect.Descriptor instead.
 func (*SelfCallRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SelfCallRequest) GetNode() string {
@@ -2352,7 +2415,7 @@ type SelfCallResponse struct {
 
 func (x *SelfCallResponse) Reset() {
 	*x = SelfCallResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2427,7 @@ func (x *SelfCallResponse) String() string {
 func (*SelfCallResponse) ProtoMessage() {}
 
 func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2440,7 @@ func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallResponse.ProtoReflect.Descriptor instead.
 func (*SelfCallResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SelfCallResponse) GetStatus() int32 {
@@ -2526,17 +2589,21 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"leaseToken\x12\x19\n" +
 	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\" \n" +
 	"\fLeaseRenewed\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\"@\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"$\n" +
+	"\n" +
+	"DrainOrder\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"@\n" +
 	"\tStopOrder\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"\x1f\n" +
 	"\aDrained\x12\x14\n" +
-	"\x05error\x18\x01 \x01(\tR\x05error\"\xe0\x01\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"\x8c\x02\n" +
 	"\x0fRegistryMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.ate.v1.RegistryWelcomeH\x00R\awelcome\x12'\n" +
 	"\x04stop\x18\x02 \x01(\v2\x11.ate.v1.StopOrderH\x00R\x04stop\x12+\n" +
 	"\adrained\x18\x03 \x01(\v2\x0f.ate.v1.DrainedH\x00R\adrained\x12;\n" +
-	"\rlease_renewed\x18\x04 \x01(\v2\x14.ate.v1.LeaseRenewedH\x00R\fleaseRenewedB\x05\n" +
+	"\rlease_renewed\x18\x04 \x01(\v2\x14.ate.v1.LeaseRenewedH\x00R\fleaseRenewed\x12*\n" +
+	"\x05drain\x18\x05 \x01(\v2\x12.ate.v1.DrainOrderH\x00R\x05drainB\x05\n" +
 	"\x03msg\"\x83\x01\n" +
 	"\x14ReadActorLogsRequest\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12\x1b\n" +
@@ -2597,7 +2664,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -2625,83 +2692,85 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*NodeMessage)(nil),             // 23: ate.v1.NodeMessage
 	(*RegistryWelcome)(nil),         // 24: ate.v1.RegistryWelcome
 	(*LeaseRenewed)(nil),            // 25: ate.v1.LeaseRenewed
-	(*StopOrder)(nil),               // 26: ate.v1.StopOrder
-	(*Drained)(nil),                 // 27: ate.v1.Drained
-	(*RegistryMessage)(nil),         // 28: ate.v1.RegistryMessage
-	(*ReadActorLogsRequest)(nil),    // 29: ate.v1.ReadActorLogsRequest
-	(*ReadActorLogsResponse)(nil),   // 30: ate.v1.ReadActorLogsResponse
-	(*NodeExecRequest)(nil),         // 31: ate.v1.NodeExecRequest
-	(*NodeCopyToRequest)(nil),       // 32: ate.v1.NodeCopyToRequest
-	(*NodeCopyFromRequest)(nil),     // 33: ate.v1.NodeCopyFromRequest
-	(*SelfCallRequest)(nil),         // 34: ate.v1.SelfCallRequest
-	(*SelfCallResponse)(nil),        // 35: ate.v1.SelfCallResponse
-	nil,                             // 36: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 37: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
-	(BuildPhase)(0),                 // 39: ate.v1.BuildPhase
-	(*ActorLogLine)(nil),            // 40: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),        // 41: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),      // 42: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),              // 43: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),       // 44: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),     // 45: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),   // 46: ate.v1.CopyFromActorResponse
+	(*DrainOrder)(nil),              // 26: ate.v1.DrainOrder
+	(*StopOrder)(nil),               // 27: ate.v1.StopOrder
+	(*Drained)(nil),                 // 28: ate.v1.Drained
+	(*RegistryMessage)(nil),         // 29: ate.v1.RegistryMessage
+	(*ReadActorLogsRequest)(nil),    // 30: ate.v1.ReadActorLogsRequest
+	(*ReadActorLogsResponse)(nil),   // 31: ate.v1.ReadActorLogsResponse
+	(*NodeExecRequest)(nil),         // 32: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),       // 33: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),     // 34: ate.v1.NodeCopyFromRequest
+	(*SelfCallRequest)(nil),         // 35: ate.v1.SelfCallRequest
+	(*SelfCallResponse)(nil),        // 36: ate.v1.SelfCallResponse
+	nil,                             // 37: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 38: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(BuildPhase)(0),                 // 40: ate.v1.BuildPhase
+	(*ActorLogLine)(nil),            // 41: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),        // 42: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 43: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 44: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 45: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 46: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 47: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	37, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	37, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	36, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	38, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	38, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	38, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	38, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	37, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	39, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	39, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
 	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
 	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
 	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
 	0,  // 8: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	39, // 9: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
+	40, // 9: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
 	20, // 10: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
 	21, // 11: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
 	22, // 12: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
 	24, // 13: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	26, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	27, // 15: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	27, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	28, // 15: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
 	25, // 16: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
-	40, // 17: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	41, // 18: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	42, // 19: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	43, // 20: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
-	3,  // 21: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 22: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 23: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 24: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 25: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 26: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 27: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	29, // 28: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	31, // 29: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
-	32, // 30: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
-	33, // 31: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
-	23, // 32: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 33: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	34, // 34: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
-	4,  // 35: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 36: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 37: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 38: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 39: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 40: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 41: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	30, // 42: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	44, // 43: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	45, // 44: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	46, // 45: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	28, // 46: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 47: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	35, // 48: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
-	35, // [35:49] is the sub-list for method output_type
-	21, // [21:35] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	26, // 17: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
+	41, // 18: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	42, // 19: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	43, // 20: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	44, // 21: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	3,  // 22: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 23: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 24: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 25: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 26: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 27: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 28: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	30, // 29: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	32, // 30: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	33, // 31: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	34, // 32: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	23, // 33: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 34: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	35, // 35: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	4,  // 36: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 37: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 38: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 39: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 40: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 41: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 42: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	31, // 43: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	45, // 44: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	46, // 45: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	47, // 46: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	29, // 47: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 48: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	36, // 49: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	36, // [36:50] is the sub-list for method output_type
+	22, // [22:36] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -2715,11 +2784,12 @@ func file_ate_v1_node_proto_init() {
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[27].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[28].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 		(*RegistryMessage_Drained)(nil),
 		(*RegistryMessage_LeaseRenewed)(nil),
+		(*RegistryMessage_Drain)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2727,7 +2797,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -225,23 +224,12 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 // jitter, and gives up once the store says it is lost: the workflow's
 // writes are then refused anyway.
 func (m *Manager) renew(ctx context.Context, f store.Fence, cfg LeaseConfig) {
-	for {
-		d := time.Duration(float64(cfg.RenewEvery) * (1 + cfg.Jitter*(2*rand.Float64()-1)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
-		_, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, cfg.Duration)
-		switch {
-		case err == nil, ctx.Err() != nil:
-		case errors.Is(err, store.ErrFenced):
-			m.log.Warn("actor lease lost mid-workflow: another API server may have taken the actor over; this workflow's writes will be refused",
-				"lease", f.Key, "token", f.Token)
-			return
-		default:
-			m.log.Warn("actor lease renewal failed; retrying", "lease", f.Key, "err", err)
-		}
+	err := store.KeepRenewed(ctx, m.store, f, cfg.Duration, cfg.RenewEvery, cfg.Jitter, func(err error) {
+		m.log.Warn("actor lease renewal failed; retrying", "lease", f.Key, "err", err)
+	})
+	if err != nil {
+		m.log.Warn("actor lease lost mid-workflow: another API server may have taken the actor over; this workflow's writes will be refused",
+			"lease", f.Key, "token", f.Token)
 	}
 }
 

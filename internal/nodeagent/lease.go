@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -137,25 +138,18 @@ func (r *Registry) declareIfLapsed(ctx context.Context, node, why string) {
 		return
 	}
 	hold, stop := context.WithCancel(context.WithoutCancel(ctx))
-	held := make(chan struct{})
-	go func() {
-		defer close(held)
-		tick := time.NewTicker(declareRenew)
-		defer tick.Stop()
-		for {
-			select {
-			case <-hold.Done():
-				return
-			case <-tick.C:
-			}
-			if _, err := r.cfg.Store.RenewLease(hold, key, r.declarer, l.Token, declareTTL); err != nil && hold.Err() == nil {
-				r.log.WarnContext(ctx, "renew the lease of a node being declared lost", "node", node, "err", err)
-			}
+	var held sync.WaitGroup
+	held.Go(func() {
+		warn := func(err error) {
+			r.log.WarnContext(ctx, "renew the lease of a node being declared lost", "node", node, "err", err)
 		}
-	}()
+		if err := store.KeepRenewed(hold, r.cfg.Store, store.Fence{Key: key, Holder: r.declarer, Token: l.Token}, declareTTL, declareRenew, 0, warn); err != nil {
+			warn(err)
+		}
+	})
 	r.declareLost(ctx, node, 0, why)
 	stop()
-	<-held
+	held.Wait()
 	if err := r.cfg.Store.ReleaseLease(context.WithoutCancel(ctx), key, r.declarer); err != nil {
 		r.log.WarnContext(ctx, "release the lease of a node declared lost", "node", node, "err", err)
 	}

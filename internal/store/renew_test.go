@@ -70,3 +70,22 @@ func TestInstallationRenewTakesBackAnExpiredLease(t *testing.T) {
 		t.Errorf("renewed with tokens %v, want %v (the old one, then the one taken back)", st.tokens, want)
 	}
 }
+
+// TestKeepRenewed: renewals go on through failures the store may recover
+// from, each reported, and stop at the first that says the lease is
+// lost, returning it; a context that ends stops them with nil.
+func TestKeepRenewed(t *testing.T) {
+	transient := errors.New("store unreachable")
+	s := &renewals{errs: []error{nil, transient, ErrFenced}}
+	var failed []error
+	err := KeepRenewed(t.Context(), s, Fence{Key: "k", Holder: "h", Token: 7}, time.Second, time.Millisecond, 0.1,
+		func(err error) { failed = append(failed, err) })
+	if !errors.Is(err, ErrFenced) || len(failed) != 1 || failed[0] != transient || !slices.Equal(s.tokens, []int64{7, 7, 7}) {
+		t.Fatalf("KeepRenewed = %v after failures %v, tokens %v; want ErrFenced after one reported failure, token 7 each time", err, failed, s.tokens)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := KeepRenewed(ctx, &renewals{errs: []error{nil}}, Fence{}, time.Second, time.Hour, 0, nil); err != nil {
+		t.Fatalf("KeepRenewed with an ended context = %v, want nil", err)
+	}
+}

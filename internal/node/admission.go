@@ -280,20 +280,24 @@ func (n *Node) cutState(worker string) (container string, cut bool) {
 // elsewhere, and must not serve them from here (docs/nodes.md).
 func (n *Node) Fence(on bool) { n.fenced.Store(on) }
 
-// SetLease makes the tunnel refuse every request as stale (421) from
-// until on: the moment, by this process's monotonic clock, before which
+// ExtendLease makes the tunnel refuse every request as stale (421)
+// from until on, unless the lease already runs later: the moment, by this process's monotonic clock, before which
 // the node's lease in the record store cannot have run out, so that no
 // API server replica can have declared the node lost and placed its
 // actors elsewhere while it still serves them. It is checked on every
 // request, not by a timer, so a node that stood still (SIGSTOP, a long
-// pause) refuses at once when it wakes past its lease. A zero until
-// turns the check off (an API server without node leases).
-func (n *Node) SetLease(until time.Time) {
-	if until.IsZero() {
-		n.lease.Store(nil)
-		return
+// pause) refuses at once when it wakes past its lease. A node never given
+// a lease does not check one (an API server without node leases).
+func (n *Node) ExtendLease(until time.Time) {
+	for {
+		cur := n.lease.Load()
+		if cur != nil && !until.After(*cur) {
+			return
+		}
+		if n.lease.CompareAndSwap(cur, &until) {
+			return
+		}
 	}
-	n.lease.Store(&until)
 }
 
 // Serving reports whether the tunnel admits requests now: not fenced,

@@ -154,7 +154,7 @@ type Node struct {
 	// it on their own goroutines.
 	uplink atomic.Pointer[nodeapi.Uplink]
 	// fenced refuses all tunnel traffic (Fence); so does a lease that
-	// has run out (SetLease; nil: none is kept).
+	// has run out (ExtendLease; nil: none is kept).
 	fenced atomic.Bool
 	lease  atomic.Pointer[time.Time]
 

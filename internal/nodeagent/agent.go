@@ -82,12 +82,11 @@ type Agent struct {
 
 	// seq numbers heartbeats across sessions (NodeHeartbeat.seq).
 	seq atomic.Int64
-	// leaseMu guards the node's lease in the record store, as far as the
-	// replicas told: its token (the highest welcomed; replicas renew it
-	// with the one the node sends) and until when it is surely held.
-	leaseMu    sync.Mutex
-	leaseToken int64
-	leaseUntil time.Time
+	// leaseToken is the token of the node's lease in the record store:
+	// the highest welcomed (replicas renew it with the one the node
+	// sends). Until when the lease surely holds, the node keeps
+	// (node.ExtendLease).
+	leaseToken atomic.Int64
 }
 
 // resolveSoonest spaces the re-resolutions broken sessions ask for.
@@ -140,23 +139,13 @@ func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 // renewed for ttl no earlier than sent (by this process's clock): the
 // node serves until sent + ttl - margin.
 func (a *Agent) leaseHeld(token int64, ttl time.Duration, sent time.Time) {
-	a.leaseMu.Lock()
-	defer a.leaseMu.Unlock()
-	if token > a.leaseToken {
-		a.leaseToken = token
+	for cur := a.leaseToken.Load(); token > cur && !a.leaseToken.CompareAndSwap(cur, token); cur = a.leaseToken.Load() {
 	}
-	if until := sent.Add(ttl - leaseMargin(ttl)); until.After(a.leaseUntil) {
-		a.leaseUntil = until
-		a.cfg.Node.SetLease(until)
-	}
+	a.cfg.Node.ExtendLease(sent.Add(ttl - leaseMargin(ttl)))
 }
 
 // token is the node's lease token (0: none yet).
-func (a *Agent) token() int64 {
-	a.leaseMu.Lock()
-	defer a.leaseMu.Unlock()
-	return a.leaseToken
-}
+func (a *Agent) token() int64 { return a.leaseToken.Load() }
 
 // sendHeartbeat numbers hb, remembers when it went (for the renewal
 // the replica answers with its number) and sends it.
@@ -529,7 +518,7 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
-		if err := l.flush(stream, func(hb *atev1.NodeHeartbeat) error { return a.sendHeartbeat(l, stream, hb) }, a.heartbeat); err != nil {
+		if err := l.flush(stream, func() error { return a.sendHeartbeat(l, stream, a.heartbeat()) }); err != nil {
 			return true, err
 		}
 		touch()
@@ -553,7 +542,7 @@ func (a *Agent) session(ctx context.Context, l *link, welcomed func()) (bool, er
 
 // flush sends the queued events; an event that fails to go is kept for
 // the next session.
-func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, send func(*atev1.NodeHeartbeat) error, heartbeat func() *atev1.NodeHeartbeat) error {
+func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, beat func() error) error {
 	l.mu.Lock()
 	evs := l.events
 	l.events = nil
@@ -562,7 +551,7 @@ func (l *link) flush(stream atev1.NodeRegistry_RegisterClient, send func(*atev1.
 		if ev.GetKind() == atev1.NodeEvent_IDLE {
 			// The idle worker's activity goes first, so the API server
 			// orders victims by it at once.
-			if err := send(heartbeat()); err != nil {
+			if err := beat(); err != nil {
 				l.requeue(evs[i:])
 				return err
 			}

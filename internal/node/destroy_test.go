@@ -55,3 +55,22 @@ func TestDestroyFailureFailsClosed(t *testing.T) {
 		t.Fatalf("worker holds %q, %d containers; want b's only", id, rt.Len())
 	}
 }
+
+// TestNoStartAfterShutdown: a start that reaches a worker after
+// Shutdown's sweep passed it (a workflow still in flight while the
+// process exits) is refused, so no sandbox outlives the node.
+func TestNoStartAfterShutdown(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNodeWith(t, rt, false)
+	n.Shutdown(t.Context())
+	err := n.Start(t.Context(), StartRequest{Worker: n.order[0], ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")})
+	if !errors.Is(err, ErrStartFailed) || !errors.Is(err, errShuttingDown) {
+		t.Fatalf("start after shutdown: %v, want ErrStartFailed wrapping errShuttingDown", err)
+	}
+	if _, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "tpl", template("img1"), "snap"); !errors.Is(err, errShuttingDown) {
+		t.Fatalf("golden build after shutdown: %v, want errShuttingDown", err)
+	}
+	if rt.Len() != 0 {
+		t.Fatalf("%d containers after shutdown, want none", rt.Len())
+	}
+}

@@ -288,6 +288,11 @@ func (n *Node) destroy(ctx context.Context, s *slot, id string) {
 // nothing may start on it.
 var errLeftover = errors.New("the worker's previous sandbox could not be destroyed; see the node's log")
 
+// errShuttingDown: Shutdown has begun. Its sweep destroys what each
+// worker holds once, so a sandbox started after it would outlive the
+// node (and recreate the runsc root its runtime's Close removed).
+var errShuttingDown = errors.New("the node is shutting down")
+
 // retryLeftovers destroys again the containers of s whose destroy
 // failed; those that fail again stay in s.leftovers. s.opMu must be held.
 func (n *Node) retryLeftovers(ctx context.Context, s *slot) {

@@ -87,6 +87,10 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	if len(s.leftovers) > 0 {
 		return "", "", errLeftover
 	}
+	// Checked under s.opMu, which Shutdown takes after cancelling n.ctx.
+	if n.ctx.Err() != nil {
+		return "", "", errShuttingDown
+	}
 	nodeapi.Progress(ctx, nodeapi.PhaseImage)
 	if ci, ok := n.cfg.Images.(interface{ Cached(digest string) bool }); ok && req.ImageDigest != "" {
 		n.cfg.Metrics.ImageCache(ci.Cached(req.ImageDigest))

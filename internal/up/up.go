@@ -262,7 +262,7 @@ func (u *upAssembly) writeClientConfig(context.Context) error {
 func (u *upAssembly) ready(ctx context.Context) error {
 	info := u.info
 	u.log.Info("ate up ready", "api", info.APIAddr, "router", info.RouterAddr, "workers", u.cfg.Node.Workers,
-		"metrics", info.MetricsAddr, "dataDir", u.cfg.DataDir, "config", info.ConfigPath, "dashboard", info.DashboardURL)
+		"metrics", info.MetricsAddr, "dataDir", u.cfg.DataDir, "workerPrefix", u.cfg.Node.WorkerPrefix, "config", info.ConfigPath, "dashboard", info.DashboardURL)
 	if info.DashboardURL != "" {
 		fmt.Fprintf(os.Stdout, "Dashboard: %s\n", info.DashboardURL)
 	}

@@ -101,6 +101,8 @@ type installation struct {
 	client       atev1.ControlClient
 
 	cmd *exec.Cmd // nil once `ate up` was killed or terminated
+	// workerPrefix names its runsc root, /run/ate/<workerPrefix>.
+	workerPrefix string
 
 	mu  sync.Mutex
 	log strings.Builder
@@ -155,6 +157,8 @@ func startUpWait(t testing.TB, dataDir string, workers int, ready time.Duration,
 		if !in.killed() {
 			if err := in.terminate(90 * time.Second); err != nil {
 				t.Errorf("ate up after SIGTERM: %v", err)
+			} else {
+				in.checkRootRemoved()
 			}
 		}
 		if t.Failed() {
@@ -164,6 +168,7 @@ func startUpWait(t testing.TB, dataDir string, workers int, ready time.Duration,
 	select {
 	case info := <-readyC:
 		in.apiAddr, in.routerAddr = info["api"].(string), info["router"].(string)
+		in.workerPrefix, _ = info["workerPrefix"].(string)
 		in.metricsAddr, _ = info["metrics"].(string)
 		in.dashboardURL, _ = info["dashboard"].(string)
 	case <-time.After(ready):
@@ -223,6 +228,27 @@ func (in *installation) terminate(timeout time.Duration) error {
 		_ = cmd.Process.Kill()
 		<-exited
 		return fmt.Errorf("ate up did not exit within %s of SIGTERM", timeout)
+	}
+}
+
+// checkRootRemoved fails the test if `ate up`, having exited cleanly,
+// left its runsc root or the root's lock behind: the whole suite's
+// leftover check would find it too, without naming the test.
+func (in *installation) checkRootRemoved() {
+	in.t.Helper()
+	if in.workerPrefix == "" {
+		return
+	}
+	root := filepath.Join("/run/ate", in.workerPrefix)
+	for _, p := range []string{root, root + ".lock"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			entries, _ := os.ReadDir(p)
+			names := make([]string, 0, len(entries))
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			in.t.Errorf("ate up exited cleanly but left %s behind (holding %q)", p, names)
+		}
 	}
 }
 

@@ -708,3 +708,25 @@ func TestDestroyAllEndsPredecessorsCommands(t *testing.T) {
 	_ = other.Process.Kill()
 	_ = other.Wait()
 }
+
+// TestNothingStartsAfterClose: a start that raced its node's exit must
+// neither run nor make the runsc root Close removed again.
+func TestNothingStartsAfterClose(t *testing.T) {
+	r := newRuntime(t)
+	w := newSlot(t)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(sandbox.Spec) error{
+		"Run":     func(s sandbox.Spec) error { return r.Run(t.Context(), w, s) },
+		"Prepare": func(s sandbox.Spec) error { return r.Prepare(t.Context(), w, s) },
+		"Restore": func(s sandbox.Spec) error { return r.Restore(t.Context(), w, s, t.TempDir()) },
+	} {
+		if err := call(newSpec(t, r)); !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+		if _, err := os.Stat(r.rootDir); !os.IsNotExist(err) {
+			t.Fatalf("%s after Close: runsc root %s exists again (stat: %v)", name, r.rootDir, err)
+		}
+	}
+}

@@ -47,6 +47,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -114,6 +115,28 @@ type Runtime struct {
 	// lib runs operations on existing containers in process; nil runs
 	// runsc commands instead.
 	lib *library
+
+	// closing is held for reading by the calls that create containers
+	// (Run, Prepare, Restore) and for writing by Close, which sets
+	// closed: Close waits for those under way and later ones fail with
+	// ErrClosed, since `runsc create` makes RootDir again after Close
+	// removed it (a start that raced a node's exit left an empty root).
+	closing sync.RWMutex
+	closed  bool
+}
+
+// ErrClosed: Run, Prepare or Restore after Close.
+var ErrClosed = errors.New("gvisor: runtime closed")
+
+// creating admits a call that creates a container until Close; done
+// ends it.
+func (r *Runtime) creating() (done func(), err error) {
+	r.closing.RLock()
+	if r.closed {
+		r.closing.RUnlock()
+		return nil, ErrClosed
+	}
+	return r.closing.RUnlock, nil
 }
 
 var (
@@ -189,7 +212,11 @@ func New(cfg Config) (*Runtime, error) {
 // A Prepared spec is only started (`runsc start`, through the library
 // when it is in use): the sandbox already runs.
 func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
-	var err error
+	done, err := r.creating()
+	if err != nil {
+		return err
+	}
+	defer done()
 	switch {
 	case !spec.Prepared:
 		if err := r.prepare(ctx, slot, spec); err != nil {
@@ -215,6 +242,11 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 // and gofer, no application) costs memory on every free worker
 // (BENCHMARKS.md, Activation latency: standbys).
 func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	done, err := r.creating()
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := r.prepare(ctx, slot, spec); err != nil {
 		return fmt.Errorf("gvisor: prepare %s: %w", spec.ID, err)
 	}
@@ -294,12 +326,16 @@ func (r *Runtime) delete(ctx context.Context, id string) error {
 // then skips starting the sandbox, gofer and network, which is about half
 // of a restore (BENCHMARKS.md, BenchmarkRestore/prepared).
 func (r *Runtime) Restore(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec, imageDir string) error {
+	done, err := r.creating()
+	if err != nil {
+		return err
+	}
+	defer done()
 	if !spec.Prepared {
 		if err := r.prepare(ctx, slot, spec); err != nil {
 			return fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 		}
 	}
-	var err error
 	if spec.Prepared && r.lib != nil && len(r.restoreFlags) == 0 {
 		err = r.lib.restore(ctx, spec.ID, imageDir)
 	} else {
@@ -488,9 +524,13 @@ func (r *Runtime) sandboxPID(ctx context.Context, id string) (int, error) {
 // containers are gone: runsc pins one empty network namespace for its
 // gofers as a bind mount at RootDir/null-netns and never unmounts it, so
 // RootDir cannot be removed (EBUSY) until Close runs. Call it after every
-// container is destroyed; a later Run would pin a new one. It then
-// removes RootDir if nothing else is left in it. It is idempotent.
+// container is destroyed. It waits for Run, Prepare and Restore calls
+// under way, makes later ones fail (ErrClosed), and removes RootDir if
+// nothing else is left in it. It is idempotent.
 func (r *Runtime) Close() error {
+	r.closing.Lock()
+	r.closed = true
+	r.closing.Unlock()
 	p := filepath.Join(r.rootDir, nullNetNS)
 	// Concurrent runsc invocations may stack several mounts there.
 	for {

@@ -310,6 +310,16 @@ func (n *Node) Serving() bool {
 	return until == nil || time.Now().Before(*until)
 }
 
+// LeaseLapsedFor is how long ago the lease ExtendLease keeps ran out: 0
+// while it holds, or when none is kept.
+func (n *Node) LeaseLapsedFor() time.Duration {
+	until := n.lease.Load()
+	if until == nil {
+		return 0
+	}
+	return max(0, time.Since(*until))
+}
+
 // enterExec counts an `ate exec` process of actorUID as a request in
 // flight for the actor's activity (so idle timeouts and eviction leave the
 // actor alone while someone debugs it) but not for a checkpoint's drain,

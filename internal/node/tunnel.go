@@ -178,6 +178,9 @@ func (n *Node) NewTunnel() http.Handler {
 		worker, uid := r.Header.Get(tunnelproto.HeaderWorker), r.Header.Get(tunnelproto.HeaderActorUID)
 		t, ending, release, ok := n.enter(worker, uid, r)
 		if !ok {
+			if !n.Serving() {
+				w.Header().Set(tunnelproto.HeaderNotServing, "1")
+			}
 			n.log.DebugContext(r.Context(), "stale assignment", slog.String("worker", worker), slog.String("uid", uid))
 			http.Error(w, "worker "+worker+" does not host this actor now", tunnelproto.StatusStale)
 			return

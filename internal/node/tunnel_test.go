@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/sandbox/fake"
@@ -77,4 +78,38 @@ func tunnelGet(t *testing.T, url, worker, uid, path string) (*http.Response, []b
 		t.Fatal(err)
 	}
 	return resp, body
+}
+
+// TestTunnelSaysWhenTheNodeServesNothing: past its lease the node
+// refuses every request 421 and says the whole node is in question
+// (tunnelproto.HeaderNotServing), so the router parks its requests
+// instead of resolving the same worker again; an ordinary stale
+// assignment carries no such mark.
+func TestTunnelSaysWhenTheNodeServesNothing(t *testing.T) {
+	n := newTestNode(t, fake.New(fake.Config{}))
+	w := n.order[0]
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	tunnel := httptest.NewServer(n.NewTunnel())
+	defer tunnel.Close()
+	for _, c := range []struct {
+		name       string
+		uid        string
+		lease      time.Duration // from now; 0: none kept
+		status     int
+		notServing bool
+	}{
+		{"within the lease", "a", time.Hour, http.StatusOK, false},
+		{"another actor's uid", "b", time.Hour, tunnelproto.StatusStale, false},
+		{"past the lease", "a", -time.Second, tunnelproto.StatusStale, true},
+	} {
+		n.lease.Store(nil) // ExtendLease only moves it later
+		n.ExtendLease(time.Now().Add(c.lease))
+		resp, body := tunnelGet(t, tunnel.URL, w, c.uid, "/")
+		if resp.StatusCode != c.status || (resp.Header.Get(tunnelproto.HeaderNotServing) != "") != c.notServing {
+			t.Errorf("%s: %d %q (%s %q), want %d, not-serving mark %t", c.name, resp.StatusCode, body,
+				tunnelproto.HeaderNotServing, resp.Header.Get(tunnelproto.HeaderNotServing), c.status, c.notServing)
+		}
+	}
 }

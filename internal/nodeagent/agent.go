@@ -152,6 +152,13 @@ func (a *Agent) token() int64 { return a.leaseToken.Load() }
 func (a *Agent) sendHeartbeat(l *link, stream atev1.NodeRegistry_RegisterClient, hb *atev1.NodeHeartbeat) error {
 	hb.Seq, hb.LeaseToken = a.seq.Add(1), a.token()
 	l.mu.Lock()
+	// Well past its lease by its own count (half a lease: time for a
+	// late renewal to arrive) the node asks for no more: if it cannot
+	// hear the renewals (a one-way partition), the lease must lapse so
+	// a replica declares it lost and its actors move, rather than being
+	// kept renewed for a node that serves nothing. A renewal answered
+	// for an earlier heartbeat still extends it (renewed).
+	hb.LeaseLapsed = l.leaseTTL > 0 && a.cfg.Node.LeaseLapsedFor() >= l.leaseTTL/2
 	if l.leaseTTL > 0 {
 		// Unanswered ones older than a lease can no longer extend it.
 		for seq, at := range l.sent {

@@ -93,9 +93,11 @@ func (r *Registry) takeLease(ctx context.Context, h *atev1.NodeHello) (token int
 // store says lapsed or was taken ends the session (FAILED_PRECONDITION):
 // the node, which stopped serving on its own by then, registers again
 // and is reconciled. A node that numbers no heartbeats keeps no lease
-// (an older node).
+// (an older node); one that says its lease lapsed is not renewed.
 func (r *Registry) renew(ctx context.Context, m *member, hb *atev1.NodeHeartbeat, send func(*atev1.RegistryMessage) error) error {
-	if hb.GetSeq() == 0 {
+	// A node whose lease ran out by its own count serves nothing; it
+	// must not be kept holding its actors (NodeHeartbeat.lease_lapsed).
+	if hb.GetSeq() == 0 || hb.GetLeaseLapsed() {
 		return nil
 	}
 	r.mu.Lock()

@@ -2,14 +2,17 @@ package nodeagent
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -229,4 +232,96 @@ func newFakeNode(t *testing.T, ctx context.Context, dir string) *node.Node {
 	}
 	n.Fence(true)
 	return n
+}
+
+// deafConn is the node's side of a connection to the registry that,
+// while deaf holds an open channel, receives nothing (its reads wait
+// until it is closed) while its writes go through: a one-way partition,
+// registry to node dropped.
+type deafConn struct {
+	net.Conn
+	deaf *atomic.Pointer[chan struct{}]
+}
+
+func (c deafConn) Read(b []byte) (int, error) {
+	if healed := c.deaf.Load(); healed != nil {
+		<-*healed
+	}
+	return c.Conn.Read(b)
+}
+
+// TestNodeThatHearsNoRenewalIsLost: the registry hears the node's
+// heartbeats but the node hears none of its renewals. The node stops
+// serving when its own count of the lease runs out; then it marks its
+// heartbeats lease_lapsed, so the registry neither renews the lease on
+// them nor counts them as hearing it, and declares it lost: its actors
+// are not left assigned to a node that serves nothing for as long as
+// the partition lasts.
+func TestNodeThatHearsNoRenewalIsLost(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	dir := t.TempDir()
+	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newFakeNode(t, ctx, dir)
+	reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan struct{}, 1)
+	reg.SetWorkflows(&onLost{lostRecorder: &lostRecorder{st: st}, hook: func() {
+		select {
+		case lost <- struct{}{}:
+		default:
+		}
+	}})
+	p := NewInProcess()
+	var deaf atomic.Pointer[chan struct{}]
+	healed := make(chan struct{})
+	dial := func(string) (*grpc.ClientConn, error) {
+		return grpc.NewClient("passthrough:///"+InProcessAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				c, err := p.ln.DialContext(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return deafConn{Conn: c, deaf: &deaf}, nil
+			}))
+	}
+	agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: dial, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
+	var wg sync.WaitGroup
+	first := make(chan error, 1)
+	for _, run := range []func() error{
+		func() error { return p.Serve(ctx, reg, NewServer(n, agent)) },
+		func() error { return reg.Run(ctx) },
+		func() error { return agent.Run(ctx, first) },
+	} {
+		wg.Go(func() {
+			if err := run(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		close(healed)
+		cancel()
+		wg.Wait()
+		reg.Close()
+		n.Shutdown(context.Background())
+		st.Close()
+	})
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the node to serve once welcomed", n.Serving)
+	deaf.Store(&healed)
+	select {
+	case <-lost:
+		if n.Serving() {
+			t.Fatal("the node still served when it was declared lost")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node, heard but hearing no renewals, was not declared lost within 20 loss deadlines")
+	}
 }

@@ -106,6 +106,11 @@ type member struct {
 	// at its welcome; renewed is when this replica last renewed it.
 	leaseToken int64
 	renewed    time.Time
+	// lapsed: the node's last heartbeat said its lease ran out by its
+	// own count (NodeHeartbeat.lease_lapsed). Until one says otherwise
+	// nothing it sends counts as hearing it, so its silence can make it
+	// lost.
+	lapsed bool
 	// end closes the node's current stream; nil while none is open.
 	end context.CancelFunc
 	// send sends on that stream (one at a time); nil while none is open.
@@ -517,7 +522,10 @@ func (r *Registry) Register(stream atev1.NodeRegistry_RegisterServer) error {
 		}
 		r.mu.Lock()
 		current := r.members[m.name] == m && m.epoch == h.GetEpoch() && m.phase != atev1.Node_LOST
-		if current {
+		if hb := in.GetHeartbeat(); current && hb != nil {
+			m.lapsed = hb.GetLeaseLapsed()
+		}
+		if current && !m.lapsed {
 			m.lastHeard = time.Now()
 		}
 		wf := r.wf

@@ -39,6 +39,9 @@ var (
 	errStale = errors.New("stale actor assignment")
 	// errMisdirected: the tunnel answered 421 Misdirected Request.
 	errMisdirected = errors.New("tunnel answered 421 Misdirected Request")
+	// errNodeNotServing: the 421 said the whole node serves nothing now
+	// (tunnelproto.HeaderNotServing).
+	errNodeNotServing = fmt.Errorf("%w: the node serves nothing now (its lease ran out)", errMisdirected)
 )
 
 // statusClientClosedRequest is nginx's convention for "the client went

@@ -217,7 +217,13 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 	}
 	cred := credentials{guard: h.act.guard, atespace: key.Atespace, authorization: r.Header.Get("Authorization")}
 	t, how, err := h.attempt(w, r, key, rid, rec, cred)
+	// A node that serves nothing does not count as a stale try: its
+	// requests park (downTunnels) until the control plane welcomes it
+	// again or places its actors elsewhere, bounded by the park budget.
 	for tries := 1; err != nil && t.Worker != "" && isStale(err) && tries <= maxStaleRetries; tries++ {
+		if errors.Is(err, errNodeNotServing) {
+			tries--
+		}
 		if body != nil {
 			// The actor never saw the request: send it again if the
 			// router still holds all of its body that was read.
@@ -291,10 +297,13 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 		// it was: looking again would only load the control plane
 		// with a lookup per request to a broken app.
 		h.act.forget(key, t)
-		if tunnelUnreachable(err) {
+		switch {
+		case tunnelUnreachable(err):
 			// Nothing answers at the tunnel address: its node restarted
 			// elsewhere (another port) or is gone.
 			h.act.tunnelGone(t)
+		case errors.Is(err, errNodeNotServing):
+			h.act.down.markNotServing(t.TunnelAddr)
 		}
 	}
 	return t, act.how, err

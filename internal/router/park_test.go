@@ -15,6 +15,7 @@ import (
 
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/testwait"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // slowRestore mimics the API server's ResumeActor for one actor: the
@@ -348,6 +349,59 @@ func TestUnreachableNodeParks(t *testing.T) {
 		t.Cleanup(back.Close)
 		if got := <-done; got.status != http.StatusOK || got.body != "back\n" {
 			t.Fatalf("got %d %q, want 200 from the node back at %s", got.status, got.body, addr)
+		}
+	})
+}
+
+// TestNotServingNodeParks: a node that serves nothing (its lease ran out
+// by its own count, as under a partition that lets the router through
+// but not the control plane's renewals) answers 421 with
+// tunnelproto.HeaderNotServing for every actor it hosts. The control
+// plane still places them there until it declares the node lost, so
+// looking again at once finds the same worker: the request parks,
+// trying the node again now and then, and is served once the actor is
+// recovered elsewhere or the node serves again; it is not failed after
+// maxStaleRetries.
+func TestNotServingNodeParks(t *testing.T) {
+	const recoverAfter = 3 + maxStaleRetries
+	notServing := func(t *testing.T, refusals *atomic.Int64, back func() bool) string {
+		return newTunnel(t, func(w http.ResponseWriter, _ *http.Request) {
+			if back != nil && back() {
+				_, _ = io.WriteString(w, "back\n")
+				return
+			}
+			refusals.Add(1)
+			w.Header().Set(tunnelproto.HeaderNotServing, "1")
+			http.Error(w, "node serves nothing", tunnelproto.StatusStale)
+		})
+	}
+	t.Run("recovered on another node", func(t *testing.T) {
+		var refusals atomic.Int64
+		fenced, live := notServing(t, &refusals, nil), echoTunnel(t, "recovered", nil)
+		res := &fakeResolver{t: t}
+		res.lookup = func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+			if res.lookups.Load() <= recoverAfter {
+				return targetAt(key, "w1", fenced), true, nil
+			}
+			return targetAt(key, "w2", live), true, nil
+		}
+		srv, _ := newRouter(t, Config{}, res)
+		got := get(t, srv, "app.default.actors.localhost", "/", nil)
+		if got.status != http.StatusOK || !strings.HasPrefix(got.body, "recovered ") {
+			t.Fatalf("got %d %q after %d lookups, want 200 from the node it was recovered on", got.status, got.body, res.lookups.Load())
+		}
+		// Parked between tries, not sent again at every lookup.
+		if n := refusals.Load(); n < 1 || n >= recoverAfter {
+			t.Fatalf("the node that served nothing was tried %d times over %d lookups", n, res.lookups.Load())
+		}
+	})
+	t.Run("node serves again", func(t *testing.T) {
+		var refusals atomic.Int64
+		addr := notServing(t, &refusals, func() bool { return refusals.Load() > maxStaleRetries+1 })
+		res := warmResolver(t, addr, Policy{})
+		srv, _ := newRouter(t, Config{}, res)
+		if got := get(t, srv, "app.default.actors.localhost", "/", nil); got.status != http.StatusOK || got.body != "back\n" {
+			t.Fatalf("got %d %q after %d refusals, want 200 once the node serves again", got.status, got.body, refusals.Load())
 		}
 	})
 }

@@ -135,6 +135,9 @@ func (a *proxyAttempt) modifyResponse(res *http.Response) error {
 	if res.StatusCode == tunnelproto.StatusStale {
 		// Surfaces in ErrorHandler before anything is written, so the
 		// request can be re-resolved and replayed.
+		if res.Header.Get(tunnelproto.HeaderNotServing) != "" {
+			return errNodeNotServing
+		}
 		return errMisdirected
 	}
 	if kind := res.Header.Get(tunnelproto.HeaderError); kind != "" {

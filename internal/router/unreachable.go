@@ -28,20 +28,29 @@ const (
 	// unreachable tunnel answers again (a partition drops packets rather
 	// than refusing them).
 	probeTimeout = 250 * time.Millisecond
+	// notServingRetry is how long a tunnel whose node said it serves
+	// nothing (tunnelproto.HeaderNotServing) is left alone before one
+	// request tries it again: a connection would succeed, so only a
+	// request tells whether the node was welcomed back.
+	notServingRetry = time.Second
 )
 
-// downTunnels remembers the tunnel addresses a connection to failed, so
-// that the requests for actors the control plane still places there park
-// until it places them elsewhere, instead of failing one after another
-// against the same dead address. An address is forgotten when a
-// connection to it succeeds again (the node came back at the same
-// address) by the probe lookOrResume makes.
+// downTunnels remembers the tunnel addresses a connection to failed, or
+// whose node said it serves nothing, so that the requests for actors the
+// control plane still places there park until it places them elsewhere,
+// instead of failing one after another against the same node. An
+// address a connection failed to is forgotten when a connection to it
+// succeeds again (the node came back at the same address) by the probe
+// lookOrResume makes; one whose node serves nothing, after
+// notServingRetry, so that a request tries it again.
 type downTunnels struct {
 	// n counts the addresses in down, read without the mutex by the
 	// request path, which only looks when some are down.
-	n     atomic.Int32
-	mu    sync.Mutex
-	down  map[string]struct{}
+	n  atomic.Int32
+	mu sync.Mutex
+	// down holds when the node said it serves nothing, or the zero
+	// time for an address a connection failed to.
+	down  map[string]time.Time
 	probe func(ctx context.Context, addr string) error
 }
 
@@ -57,51 +66,75 @@ func dialProbe(ctx context.Context, addr string) error {
 }
 
 // mark remembers addr as unreachable.
-func (d *downTunnels) mark(addr string) {
+func (d *downTunnels) mark(addr string) { d.set(addr, time.Time{}) }
+
+// markNotServing remembers that addr's node serves nothing now.
+func (d *downTunnels) markNotServing(addr string) { d.set(addr, time.Now()) }
+
+func (d *downTunnels) set(addr string, at time.Time) {
 	if addr == "" {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.down == nil {
-		d.down = map[string]struct{}{}
+		d.down = map[string]time.Time{}
 	}
 	if _, ok := d.down[addr]; !ok {
-		d.down[addr] = struct{}{}
 		d.n.Add(1)
 	}
+	d.down[addr] = at
 }
 
-// marked reports whether addr is remembered as unreachable.
+// marked reports whether addr is remembered.
 func (d *downTunnels) marked(addr string) bool {
-	if d.n.Load() == 0 {
-		return false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.down[addr]
+	_, ok := d.entry(addr)
 	return ok
 }
 
-// check returns errNodeUnreachable (wrapped, naming t) when t's tunnel
-// is marked and still refuses a connection; a tunnel that accepts one is
-// forgotten and nil returned.
-func (d *downTunnels) check(ctx context.Context, t Target) error {
-	if !d.marked(t.TunnelAddr) {
-		return nil
-	}
-	probe := d.probe
-	if probe == nil {
-		probe = dialProbe
-	}
-	if err := probe(ctx, t.TunnelAddr); err != nil {
-		return fmt.Errorf("worker %s at tunnel %s: %w (%v); waiting for the control plane to recover the actor", t.Worker, t.TunnelAddr, errNodeUnreachable, err)
+// entry reports whether addr is remembered, and since when its node
+// serves nothing (zero: a connection to it failed).
+func (d *downTunnels) entry(addr string) (notServingSince time.Time, ok bool) {
+	if d.n.Load() == 0 {
+		return time.Time{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.down[t.TunnelAddr]; ok {
-		delete(d.down, t.TunnelAddr)
+	at, ok := d.down[addr]
+	return at, ok
+}
+
+func (d *downTunnels) forget(addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.down[addr]; ok {
+		delete(d.down, addr)
 		d.n.Add(-1)
 	}
+}
+
+// check returns errNodeUnreachable (wrapped, naming t) when t's tunnel
+// is marked and still refuses a connection, or its node said it serves
+// nothing less than notServingRetry ago; otherwise the tunnel is
+// forgotten and nil returned.
+func (d *downTunnels) check(ctx context.Context, t Target) error {
+	since, ok := d.entry(t.TunnelAddr)
+	switch {
+	case !ok:
+		return nil
+	case !since.IsZero():
+		if time.Since(since) < notServingRetry {
+			return fmt.Errorf("worker %s at tunnel %s: %w (its node serves nothing now); waiting for the control plane to welcome the node again or recover the actor", t.Worker, t.TunnelAddr, errNodeUnreachable)
+		}
+	default:
+		probe := d.probe
+		if probe == nil {
+			probe = dialProbe
+		}
+		if err := probe(ctx, t.TunnelAddr); err != nil {
+			return fmt.Errorf("worker %s at tunnel %s: %w (%v); waiting for the control plane to recover the actor", t.Worker, t.TunnelAddr, errNodeUnreachable, err)
+		}
+	}
+	d.forget(t.TunnelAddr)
 	return nil
 }

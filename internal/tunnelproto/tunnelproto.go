@@ -61,6 +61,14 @@ const (
 // the request, so it is safe to resolve the actor again and resend.
 const StatusStale = http.StatusMisdirectedRequest
 
+// HeaderNotServing marks a StatusStale answer given because the node
+// serves nothing now (its lease ran out by its own count, or it was not
+// welcomed yet): not this actor's assignment but the whole node is in
+// question, and resolving again at once finds the same worker until the
+// control plane welcomes the node again or declares it lost. Its value
+// is "1".
+const HeaderNotServing = "Ate-Node-Not-Serving"
+
 // HeaderError marks an answer the tunnel made itself because the actor
 // gave none (WriteError); its value is an ErrorKind.
 const HeaderError = "Ate-Tunnel-Error"

@@ -19,17 +19,19 @@ import (
 // forwards TCP connections to target, and while cut nothing crosses it
 // in either direction — bytes wait, as on a link that drops packets
 // while the peers keep retransmitting — and new connections are
-// accepted but get nowhere.
+// accepted but get nowhere. Cut one way, only the bytes going that way
+// wait: up is from the dialling side to target, down the reverse.
 type linkProxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	cut    bool
-	closed bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	cond    *sync.Cond
+	cutUp   bool
+	cutDown bool
+	closed  bool
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 func startLinkProxy(t testing.TB, target string) *linkProxy {
@@ -47,19 +49,23 @@ func startLinkProxy(t testing.TB, target string) *linkProxy {
 
 func (p *linkProxy) addr() string { return p.ln.Addr().String() }
 
-// setCut cuts the link, or heals it.
-func (p *linkProxy) setCut(cut bool) {
+// setCut cuts the link both ways, or heals it.
+func (p *linkProxy) setCut(cut bool) { p.setCutWays(cut, cut) }
+
+// setCutWays cuts the link in the directions given and heals the others.
+func (p *linkProxy) setCutWays(up, down bool) {
 	p.mu.Lock()
-	p.cut = cut
+	p.cutUp, p.cutDown = up, down
 	p.mu.Unlock()
 	p.cond.Broadcast()
 }
 
-// open waits while the link is cut; false once the proxy closed.
-func (p *linkProxy) open() bool {
+// open waits while the link is cut in direction up (or down); false
+// once the proxy closed.
+func (p *linkProxy) open(up bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.cut && !p.closed {
+	for (up && p.cutUp || !up && p.cutDown) && !p.closed {
 		p.cond.Wait()
 	}
 	return !p.closed
@@ -86,7 +92,9 @@ func (p *linkProxy) serve() {
 			return
 		}
 		p.wg.Go(func() {
-			if !p.open() {
+			// A connection is made only when both ways are open: the
+			// handshake needs both.
+			if !p.open(true) || !p.open(false) {
 				return
 			}
 			out, err := net.Dial("tcp", p.target)
@@ -95,8 +103,8 @@ func (p *linkProxy) serve() {
 				return
 			}
 			var both sync.WaitGroup
-			both.Go(func() { p.pipe(out, in) })
-			both.Go(func() { p.pipe(in, out) })
+			both.Go(func() { p.pipe(out, in, true) })
+			both.Go(func() { p.pipe(in, out, false) })
 			both.Wait()
 			_ = in.Close()
 			_ = out.Close()
@@ -104,13 +112,14 @@ func (p *linkProxy) serve() {
 	}
 }
 
-// pipe copies src to dst, holding what it read while the link is cut.
-func (p *linkProxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, holding what it read while the link is cut
+// in direction up (or down).
+func (p *linkProxy) pipe(dst, src net.Conn, up bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.open() {
+			if !p.open(up) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -207,4 +216,95 @@ func TestHANodeCutOffFromOneReplica(t *testing.T) {
 		t.Fatalf("actor %s (%s) after the partition, want RUNNING", a.GetState(), a.GetMessage())
 	}
 	t.Logf("%d requests served in order; replica 0 found the silent node's lease held %d times", next-2, refusals)
+}
+
+// TestHANodeOneWayPartition: the node running an actor loses one
+// direction of its links to both API server replicas, while routers
+// still reach it, under a client's steady requests.
+//
+//   - node to replicas dropped: the replicas hear nothing and the node
+//     no renewals;
+//   - replicas to node dropped: the replicas hear its heartbeats (and
+//     could renew its lease forever) but the node hears no renewal.
+//
+// Either way the node stops serving by its own count of its lease, its
+// lease lapses in the store, a replica declares it lost and the actor
+// is restored on the other node. No request fails (they park while the
+// node serves nothing), and the counts show one actor: they rise by one
+// per request, restart once from the snapshot on the other node, and
+// the old copy never answers again.
+func TestHANodeOneWayPartition(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		up, down bool
+	}{
+		{"node to replicas dropped", true, false},
+		{"replicas to node dropped", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var links [2]*linkProxy
+			h := startHAVia(t, 1, func(addrs [2]string) string {
+				links[0], links[1] = startLinkProxy(t, addrs[0]), startLinkProxy(t, addrs[1])
+				return links[0].addr() + "," + links[1].addr()
+			})
+			h.counterActor() // on node-a, the only node; count=1
+			h.startNode("node-b", h.addrs[0]+","+h.addrs[1], "--workers", "1")
+			var counts []int
+			request := func(when string) {
+				t.Helper()
+				start := time.Now()
+				code, body, _, err := h.in.request(http.MethodGet, "default/counter-1", "/", "")
+				var n int
+				if _, serr := fmt.Sscanf(strings.TrimSpace(body), "count=%d", &n); err != nil || serr != nil || code != http.StatusOK {
+					t.Fatalf("%s: request %d answered %d %q (%v) after %s, want 200 count=N", when, len(counts)+1, code, strings.TrimSpace(body), err, time.Since(start))
+				}
+				counts = append(counts, n)
+			}
+			request("before the cut")
+			for _, l := range links {
+				l.setCutWays(c.up, c.down)
+			}
+			cut := time.Now()
+			for h.nodeOf("counter-1") != "node-b" {
+				request("during the partition")
+				if time.Since(cut) > 60*time.Second {
+					t.Fatalf("the actor was not moved off node-a within 60 s of the partition; counts %v", counts)
+				}
+			}
+			moved := time.Since(cut)
+			for range 5 {
+				request("after the move")
+			}
+			for _, l := range links {
+				l.setCut(false)
+			}
+			for range 5 {
+				request("after the link healed")
+			}
+			resets := 0
+			for i := 1; i < len(counts); i++ {
+				if counts[i] != counts[i-1]+1 {
+					resets++
+				}
+			}
+			if resets > 1 {
+				t.Fatalf("counts %v: two copies of the actor answered, or acknowledged counts went back more than once", counts)
+			}
+			lost := 0
+			for _, api := range h.apis {
+				lost += api.records("node lost")
+			}
+			if lost == 0 {
+				t.Fatal("no replica logged node-a's loss")
+			}
+			restart := len(counts)
+			for i := 1; i < len(counts); i++ {
+				if counts[i] != counts[i-1]+1 {
+					restart = i
+				}
+			}
+			t.Logf("%d requests, all answered; the actor was on node-b %s after the cut; counts %d..%d on node-a, then %v", len(counts),
+				moved.Round(time.Millisecond), counts[0], counts[restart-1], counts[restart:])
+		})
+	}
 }

@@ -1365,7 +1365,14 @@ type NodeHeartbeat struct {
 	// node does not know leases.
 	Seq int64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	// lease_token is the node's lease token (NodeHello.lease_token).
-	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	LeaseToken int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// lease_lapsed: by the node's own count its lease has run out, so it
+	// serves nothing. The API server must not renew the lease on this
+	// heartbeat, nor count it as hearing the node: a node that cannot
+	// hear the replicas' renewals (a one-way partition) then has its lease
+	// lapse in the store and is declared lost, instead of sitting fenced
+	// with its actors assigned to it for as long as the partition lasts.
+	LeaseLapsed   bool `protobuf:"varint,5,opt,name=lease_lapsed,json=leaseLapsed,proto3" json:"lease_lapsed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1426,6 +1433,13 @@ func (x *NodeHeartbeat) GetLeaseToken() int64 {
 		return x.LeaseToken
 	}
 	return 0
+}
+
+func (x *NodeHeartbeat) GetLeaseLapsed() bool {
+	if x != nil {
+		return x.LeaseLapsed
+	}
+	return false
 }
 
 type NodeEvent struct {
@@ -2552,13 +2566,14 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\aworkers\x18\x06 \x03(\v2\x12.ate.v1.NodeWorkerR\aworkers\x12\x1c\n" +
 	"\tsnapshots\x18\a \x01(\tR\tsnapshots\x12\x1f\n" +
 	"\vlease_token\x18\b \x01(\x03R\n" +
-	"leaseToken\"\xa3\x01\n" +
+	"leaseToken\"\xc6\x01\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
 	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x03R\n" +
-	"leaseToken\"\xe6\x02\n" +
+	"leaseToken\x12!\n" +
+	"\flease_lapsed\x18\x05 \x01(\bR\vleaseLapsed\"\xe6\x02\n" +
 	"\tNodeEvent\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.ate.v1.NodeEvent.KindR\x04kind\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,10 +69,38 @@ type replica struct {
 	name  string
 	down  atomic.Bool
 	calls atomic.Int64
+	// stalled, when set, holds every call until it is closed (or the
+	// caller gives up): a replica that stands still.
+	stalled atomic.Pointer[chan struct{}]
+	resumes atomic.Int64
 }
 
-func (r *replica) GetActor(context.Context, *atev1.GetActorRequest) (*atev1.Actor, error) {
+// stall holds r's calls until the returned function is called.
+func (r *replica) stall() (release func()) {
+	ch := make(chan struct{})
+	r.stalled.Store(&ch)
+	var once sync.Once
+	return func() { once.Do(func() { r.stalled.Store(nil); close(ch) }) }
+}
+
+func (r *replica) wait(ctx context.Context) {
+	if ch := r.stalled.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (r *replica) ResumeActor(ctx context.Context, _ *atev1.ResumeActorRequest) (*atev1.Actor, error) {
+	r.resumes.Add(1)
+	r.wait(ctx)
+	return &atev1.Actor{Name: r.name}, nil
+}
+
+func (r *replica) GetActor(ctx context.Context, _ *atev1.GetActorRequest) (*atev1.Actor, error) {
 	r.calls.Add(1)
+	r.wait(ctx)
 	if r.down.Load() {
 		return nil, status.Error(codes.Unavailable, r.name+" is down")
 	}
@@ -112,7 +141,7 @@ func TestListBalancesAndRetries(t *testing.T) {
 	c := atev1.NewControlClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// round_robin picks among the connections that are ready, so both
+	// Round-robin picks among the connections that are ready, so both
 	// answer once both have connected.
 	seen := map[string]int{}
 	for deadline := time.Now().Add(10 * time.Second); seen["a"] == 0 || seen["b"] == 0; {
@@ -192,5 +221,70 @@ func TestNoKubernetesNeeded(t *testing.T) {
 	_, err := DialContext(ctx, "k8s:///ate-apiserver.ate-system:grpc")
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Fatalf("Dial(k8s:///…) with no kubeconfig = %v; want an error about the kubeconfig", err)
+	}
+}
+
+// TestStandingStillReplica: one of two replicas accepts calls and answers
+// none (SIGSTOP, a frozen VM), its connection still up. Every read
+// succeeds within a deadline far shorter than keepalive's 15 s (hedged
+// onto the other replica), the stalled replica is then passed over by
+// reads and by state changes alike, and it is used again once a call to
+// it succeeds.
+func TestStandingStillReplica(t *testing.T) {
+	a, b := &replica{name: "a"}, &replica{name: "b"}
+	addrB := serve(t, b)
+	conn, err := Dial(serve(t, a) + "," + addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Cleanup(func() { suspects.clear(addrB) })
+	c := atev1.NewControlClient(conn)
+	// Both connected: round-robin reaches b.
+	for b.calls.Load() == 0 {
+		if _, err := c.GetActor(t.Context(), &atev1.GetActorRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := b.stall()
+	defer release()
+	before := b.calls.Load()
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		got, err := c.GetActor(ctx, &atev1.GetActorRequest{})
+		cancel()
+		if err != nil || got.GetName() != "a" {
+			t.Fatalf("GetActor %d with replica b standing still = %v, %v; want a's answer", i, got, err)
+		}
+	}
+	if n := b.calls.Load() - before; n != 1 {
+		t.Fatalf("replica b got %d of 20 reads while it stood still, want 1 (the one that found it out)", n)
+	}
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		got, err := c.ResumeActor(ctx, &atev1.ResumeActorRequest{})
+		cancel()
+		if err != nil || got.GetName() != "a" {
+			t.Fatalf("ResumeActor %d with replica b suspect = %v, %v; want a's answer", i, got, err)
+		}
+	}
+	if n := b.resumes.Load(); n != 0 {
+		t.Fatalf("replica b got %d resumes while suspect, want 0; a resume is never sent twice, so it would have waited", n)
+	}
+	if n := a.resumes.Load(); n != 10 {
+		t.Fatalf("replica a got %d resumes, want 10 (one per call)", n)
+	}
+	release()
+	// Due for a look again: the next read tries b, which answers.
+	suspects.mu.Lock()
+	suspects.since[addrB] = time.Now().Add(-suspectFor)
+	suspects.mu.Unlock()
+	for b.calls.Load() == before+1 {
+		if _, err := c.GetActor(t.Context(), &atev1.GetActorRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !suspects.usable(addrB, false) {
+		t.Fatal("replica b answered again but is still passed over")
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"substrate.dev/ate/internal/activation"
@@ -220,7 +222,7 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 	// A node that serves nothing does not count as a stale try: its
 	// requests park (downTunnels) until the control plane welcomes it
 	// again or places its actors elsewhere, bounded by the park budget.
-	for tries := 1; err != nil && t.Worker != "" && isStale(err) && tries <= maxStaleRetries; tries++ {
+	for tries := 1; err != nil && t.Worker != "" && (isStale(err) || h.lostWithNode(r, t, err)) && tries <= maxStaleRetries; tries++ {
 		if errors.Is(err, errNodeNotServing) {
 			tries--
 		}
@@ -249,6 +251,50 @@ func (h *Handler) serveActor(w http.ResponseWriter, r *http.Request, key names.A
 		err = fmt.Errorf("%w: %w", errStale, err)
 	}
 	h.fail(w, key, t, how, rid, err)
+}
+
+// lostWithNode reports whether r, sent to t, broke because t's node
+// died under it: the tunnel connection broke before any answer, and the
+// tunnel now refuses connections (or none can be made). Whatever the
+// actor did with r went with the node's sandbox: the control plane
+// restores the actor from its last durable snapshot, which r's effects
+// are not in. So a request of an idempotent method (RFC 9110, section
+// 9.2.2) is sent again once the actor is recovered (its tunnel is marked
+// down, so it parks until then), instead of answering 502. Others are
+// answered as before: their client decides. A node only cut off from
+// this router for a moment may yet have run r, and then runs it again,
+// which an idempotent method allows.
+func (h *Handler) lostWithNode(r *http.Request, t Target, err error) bool {
+	if !idempotentMethod(r.Method) || r.Context().Err() != nil || !brokenBeforeAnswer(err) {
+		return false
+	}
+	if dialProbe(r.Context(), t.TunnelAddr) == nil {
+		return false // the node is there: it may have answered
+	}
+	h.act.tunnelGone(t)
+	return true
+}
+
+// brokenBeforeAnswer reports whether err is a tunnel connection that
+// broke under a request: reset or closed by the peer (read), or closed
+// while the request's body was still being written (the transport
+// closes it once the read fails).
+func brokenBeforeAnswer(err error) bool {
+	for _, e := range []error{syscall.ECONNRESET, syscall.EPIPE, net.ErrClosed, io.EOF, io.ErrUnexpectedEOF} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// idempotentMethod: RFC 9110, section 9.2.2.
+func idempotentMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
 }
 
 // maxStaleRetries bounds how often one request is sent again after the

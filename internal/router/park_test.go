@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -404,4 +405,74 @@ func TestNotServingNodeParks(t *testing.T) {
 			t.Fatalf("got %d %q after %d refusals, want 200 once the node serves again", got.status, got.body, refusals.Load())
 		}
 	})
+}
+
+// dyingTunnel listens at an address, reads one request, and then, as a
+// node killed with the request in flight, resets the connection and
+// (unless stays) stops listening. It returns the address.
+func dyingTunnel(t *testing.T, stays bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+				_ = c.Close()
+				continue
+			}
+			if !stays {
+				_ = ln.Close()
+			}
+			_ = c.(*net.TCPConn).SetLinger(0) // close with RST
+			_ = c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestRequestLostWithItsNode: a request in flight when its actor's node
+// dies (the tunnel connection is reset and the tunnel then refuses
+// connections) is sent again once the actor is recovered elsewhere if
+// its method is idempotent: what the actor did with it died with the
+// node. A POST is answered 502 (its client decides), and so is a GET
+// whose connection broke while the node still listens (it may have run).
+func TestRequestLostWithItsNode(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		method string
+		stays  bool
+		status int
+	}{
+		{"GET, node gone", http.MethodGet, false, http.StatusOK},
+		{"PUT, node gone", http.MethodPut, false, http.StatusOK},
+		{"POST, node gone", http.MethodPost, false, http.StatusBadGateway},
+		{"GET, node still listening", http.MethodGet, true, http.StatusBadGateway},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dying, live := dyingTunnel(t, c.stays), echoTunnel(t, "recovered", nil)
+			res := &fakeResolver{t: t}
+			res.lookup = func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+				if res.lookups.Load() <= 3 {
+					return targetAt(key, "w1", dying), true, nil
+				}
+				return targetAt(key, "w2", live), true, nil
+			}
+			srv, _ := newRouter(t, Config{}, res)
+			req, err := http.NewRequestWithContext(t.Context(), c.method, srv.URL+"/", strings.NewReader("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = "app.default.actors.localhost"
+			if got := send(srv, req); got.err != nil || got.status != c.status {
+				t.Fatalf("%s: %d %q (%v), want %d", c.method, got.status, got.body, got.err, c.status)
+			}
+		})
+	}
 }

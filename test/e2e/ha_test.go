@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
 	"substrate.dev/ate/internal/ateconfig"
+	"substrate.dev/ate/internal/latency"
 	"substrate.dev/ate/internal/snapshot/s3/s3test"
 	"substrate.dev/ate/internal/store/postgres"
 	"substrate.dev/ate/internal/store/postgres/pgtest"
@@ -286,8 +288,10 @@ func TestHAReplicaKilledMidResume(t *testing.T) {
 // past its lease loses the actor to the other replica; when it continues,
 // its late writes are refused by the lease's fencing token, and the
 // actor's record keeps the other replica's result. Meanwhile traffic
-// through the router is served: calls the router sends to the stopped
-// replica fail over once its connection's keepalive times out.
+// through the router is served: its reads sent to the stopped replica
+// are hedged onto the other (apidial), and a resume sent there before
+// that was found out fails over once the connection's keepalive times
+// out.
 func TestHAStalledReplicaIsFenced(t *testing.T) {
 	h := startHA(t, 3)
 	h.slowTemplate()
@@ -625,5 +629,134 @@ func TestHARollingRestart(t *testing.T) {
 		if n := api.records("node lost"); n != 0 {
 			t.Fatalf("a replica declared the live node lost %d times; log:\n%s", n, api.logText())
 		}
+	}
+}
+
+// TestHAReplicaStandsStillUnderLoad: one of two replicas is stopped
+// (SIGSTOP) for 15 s while clients read through the API (hedged reads,
+// apidial) and send requests to a counter actor through the router. No
+// call fails and every count is one more than the last; the latencies
+// before and during the stop are logged (BENCHMARKS.md): without hedging,
+// a read sent to the stopped replica waited for keepalive's 15 s.
+func TestHAReplicaStandsStillUnderLoad(t *testing.T) {
+	h := startHA(t, 2)
+	h.counterActor() // count=1
+	type sample struct {
+		took   time.Duration
+		during bool
+	}
+	var (
+		mu               sync.Mutex
+		reads, requests  []sample
+		failures         []string
+		stopping         sync.WaitGroup
+		done             = make(chan struct{})
+		during           atomic.Bool
+		lastCount        = 1
+		countsOutOfOrder []int
+	)
+	record := func(into *[]sample, took time.Duration, wasDuring bool, failure string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failure != "" {
+			failures = append(failures, failure)
+			return
+		}
+		*into = append(*into, sample{took, wasDuring})
+	}
+	for range 4 {
+		stopping.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				start, wasDuring := time.Now(), during.Load()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := h.in.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: "default", Name: "counter-1"})
+				cancel()
+				failure := ""
+				if err != nil {
+					failure = fmt.Sprintf("GetActor: %v after %s", err, time.Since(start))
+				}
+				record(&reads, time.Since(start), wasDuring, failure)
+			}
+		})
+	}
+	stopping.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start, wasDuring := time.Now(), during.Load()
+			code, body, _, err := h.in.request(http.MethodGet, "default/counter-1", "/", "")
+			var n int
+			failure := ""
+			if _, serr := fmt.Sscanf(strings.TrimSpace(body), "count=%d", &n); err != nil || serr != nil || code != http.StatusOK {
+				failure = fmt.Sprintf("request: %d %q %v after %s", code, strings.TrimSpace(body), err, time.Since(start))
+			} else {
+				mu.Lock()
+				if n != lastCount+1 {
+					countsOutOfOrder = append(countsOutOfOrder, n)
+				}
+				lastCount = n
+				mu.Unlock()
+			}
+			record(&requests, time.Since(start), wasDuring, failure)
+		}
+	})
+	var finished sync.Once
+	finish := func() { finished.Do(func() { close(done); stopping.Wait() }) }
+	defer finish()
+	// enough waits for 100 more reads and requests than now.
+	enough := func() func() bool {
+		mu.Lock()
+		r, q := len(reads)+100, len(requests)+100
+		mu.Unlock()
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(reads) >= r && len(requests) >= q || len(failures) > 0
+		}
+	}
+	waitFor(t, "load before the stop", 30*time.Second, enough())
+	if err := h.apis[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.apis[1].cmd.Process.Signal(syscall.SIGCONT) }()
+	during.Store(true)
+	// The fault's length, as in the scenario (15 s, keepalive's whole
+	// timeout): not a wait for anything.
+	<-time.After(15 * time.Second)
+	if err := h.apis[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Error(err)
+	}
+	during.Store(false)
+	waitFor(t, "load after the stop", 30*time.Second, enough())
+	finish()
+	if len(failures) > 0 {
+		t.Fatalf("%d calls failed while replica 1 stood still, first: %s", len(failures), failures[0])
+	}
+	if len(countsOutOfOrder) > 0 {
+		t.Fatalf("counts out of order: %v", countsOutOfOrder)
+	}
+	for _, s := range []struct {
+		name    string
+		samples []sample
+	}{{"reads (GetActor)", reads}, {"router requests", requests}} {
+		var before, stopped []time.Duration
+		for _, x := range s.samples {
+			if x.during {
+				stopped = append(stopped, x.took)
+			} else {
+				before = append(before, x.took)
+			}
+		}
+		t.Logf("%s: outside the stop %d, p50 %.1f ms, p99 %.1f ms; during it %d, p50 %.1f ms, p99 %.1f ms, max %.1f ms", s.name,
+			len(before), latency.Ms(latency.Quantile(before, 0.5)), latency.Ms(latency.Quantile(before, 0.99)),
+			len(stopped), latency.Ms(latency.Quantile(stopped, 0.5)), latency.Ms(latency.Quantile(stopped, 0.99)), latency.Ms(latency.Quantile(stopped, 1)))
 	}
 }

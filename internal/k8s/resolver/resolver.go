@@ -21,7 +21,7 @@
 // the port is given by number.
 //
 // The resolver sends addresses only; the caller picks the balancer
-// (round_robin in internal/apidial's service config).
+// (the round-robin of internal/apidial's balancer).
 package resolver
 
 import (

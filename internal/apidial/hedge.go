@@ -1,0 +1,280 @@
+package apidial
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/roundrobin"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// A replica that stands still (SIGSTOP, a frozen VM, a connection left
+// half-open by a partition) accepts calls and answers none, and its
+// connection looks healthy until keepalive gives up on it: 15 s, since
+// grpc-go allows no client ping interval under 10 s. Two things bound
+// what it costs a caller:
+//
+//   - Reads are hedged (hedgeInterceptor): a read with no answer after
+//     hedgeAfter is sent again to another replica, and the first answer
+//     wins. Only reads: a second copy of a state change would run the
+//     change's workflow twice, and they take long on purpose (a resume
+//     waits for a free worker).
+//   - The balancer (picker) sends nothing more to a replica that
+//     lost such a race (it is suspect) until a call to it succeeds
+//     again: reads try it once every suspectFor to find out; other calls
+//     go to the others while there are any.
+//
+// gRFC A6's hedging policy would do the first in the service config, but
+// grpc-go does not implement it, and no LB policy it exports ejects a
+// replica on latency.
+const (
+	// hedgeAfter is far above a read's ordinary time (milliseconds, even
+	// over PostgreSQL under load: BENCHMARKS.md) and far below the 15 s
+	// a stalled replica would otherwise cost.
+	hedgeAfter = 500 * time.Millisecond
+	suspectFor = 5 * time.Second
+)
+
+// hedged are the Control methods hedgeInterceptor sends twice when the
+// first copy is slow: reads, whose second copy changes nothing.
+var hedged = map[string]bool{}
+
+func init() {
+	for _, m := range []string{"GetAtespace", "ListAtespaces", "GetActorTemplate", "ListActorTemplates",
+		"GetActor", "ListActors", "ListWorkers", "ListNodes", "ReviewIngressToken"} {
+		hedged["/ate.v1.Control/"+m] = true
+	}
+	balancer.Register(replicasBuilder{})
+}
+
+// balancerName is the LB policy every API connection uses (serviceConfig).
+const balancerName = "ate_replicas"
+
+// attemptKey carries an *attempt in a hedged call's context, for the
+// picker.
+type attemptKey struct{}
+
+// attempt is one copy of a hedged call: the picker records the replica
+// it chose, and avoids the one the other copy went to.
+type attempt struct {
+	avoid string
+	addr  atomic.Pointer[string]
+}
+
+func (a *attempt) address() string {
+	if p := a.addr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// hedgeInterceptor hedges the calls in hedged (package comment above).
+// Calls whose options write results into the caller's variables (header,
+// trailer, peer) are not hedged: two copies would write them at once.
+func hedgeInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	out, ok := reply.(proto.Message)
+	if !hedged[method] || !ok || slices.ContainsFunc(opts, writesBack) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	type result struct {
+		reply proto.Message
+		err   error
+		at    *attempt
+	}
+	results := make(chan result, 2)
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	send := func(at *attempt) {
+		actx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, at))
+		cancels = append(cancels, cancel)
+		r := out.ProtoReflect().New().Interface()
+		go func() { results <- result{r, invoker(actx, method, req, r, cc, opts...), at} }()
+	}
+	first := &attempt{}
+	send(first)
+	timer := time.NewTimer(hedgeAfter)
+	defer timer.Stop()
+	var got result
+	select {
+	case got = <-results:
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-timer.C:
+		second := &attempt{avoid: first.address()}
+		send(second)
+		got = <-results
+		if status.Code(got.err) == codes.Unavailable {
+			// That replica could not take it; the other copy may.
+			got = <-results
+		} else if got.at == second {
+			// The first copy's replica did not answer in hedgeAfter
+			// while another answered at once: it stands still.
+			suspects.mark(first.address())
+		}
+	}
+	if got.err != nil {
+		return got.err
+	}
+	proto.Reset(out)
+	proto.Merge(out, got.reply)
+	return nil
+}
+
+// writesBack reports whether o writes a call's results into the caller's
+// variables.
+func writesBack(o grpc.CallOption) bool {
+	switch o.(type) {
+	case grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption:
+		return true
+	}
+	return false
+}
+
+// suspects are the replicas (by address) that lost a hedged race, and
+// when they were last tried; shared by every connection of the process,
+// since an address is one replica whichever connection reaches it.
+var suspects = suspectSet{since: map[string]time.Time{}}
+
+type suspectSet struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+func (s *suspectSet) mark(addr string) {
+	if addr == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.since[addr] = time.Now()
+}
+
+func (s *suspectSet) clear(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.since, addr)
+}
+
+// usable reports whether a call may go to addr: it is not suspect, or
+// the call is a hedged read and nobody tried it for suspectFor (that
+// read tries it, and the others wait another suspectFor).
+func (s *suspectSet) usable(addr string, read bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since, ok := s.since[addr]
+	switch {
+	case !ok:
+		return true
+	case read && time.Since(since) >= suspectFor:
+		s.since[addr] = time.Now()
+		return true
+	}
+	return false
+}
+
+// replicasBuilder builds round_robin with its ClientConn wrapped: the
+// wrapper learns each SubConn's address as round_robin creates it, and
+// wraps every picker round_robin makes in a picker that passes over
+// suspect replicas (and, for a hedge, the first copy's). Everything
+// else — addresses coming and going, connection states, an empty
+// resolution — is round_robin's.
+type replicasBuilder struct{}
+
+func (replicasBuilder) Name() string { return balancerName }
+
+func (replicasBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	w := &replicasCC{ClientConn: cc, addrs: map[balancer.SubConn]string{}}
+	return balancer.Get(roundrobin.Name).Build(w, opts)
+}
+
+type replicasCC struct {
+	balancer.ClientConn
+	mu    sync.Mutex
+	addrs map[balancer.SubConn]string
+}
+
+func (w *replicasCC) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
+	//lint:ignore SA1019 round_robin creates its SubConns through this; intercepting it is how their addresses are learnt.
+	sc, err := w.ClientConn.NewSubConn(addrs, opts)
+	if err == nil && len(addrs) > 0 {
+		w.mu.Lock()
+		w.addrs[sc] = addrs[0].Addr
+		w.mu.Unlock()
+	}
+	return sc, err
+}
+
+func (w *replicasCC) UpdateState(st balancer.State) {
+	if st.Picker != nil {
+		st.Picker = &picker{child: st.Picker, cc: w}
+	}
+	w.ClientConn.UpdateState(st)
+}
+
+// known returns sc's address, and how many SubConns there are.
+func (w *replicasCC) known(sc balancer.SubConn) (addr string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.addrs[sc], len(w.addrs)
+}
+
+// picker asks round_robin's picker again, up to once per replica, while
+// it picks a suspect replica or, for a hedge, the one the first copy
+// went to; when every replica is passed over it takes round_robin's
+// first pick anyway.
+type picker struct {
+	child balancer.Picker
+	cc    *replicasCC
+}
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	at, _ := info.Ctx.Value(attemptKey{}).(*attempt)
+	var first balancer.PickResult
+	var firstAddr string
+	for i := 0; ; i++ {
+		res, err := p.child.Pick(info)
+		if err != nil {
+			return res, err
+		}
+		addr, n := p.cc.known(res.SubConn)
+		if i == 0 {
+			first, firstAddr = res, addr
+		}
+		if !(at != nil && addr == at.avoid) && suspects.usable(addr, at != nil) {
+			return p.done(res, addr, at), nil
+		}
+		if i+1 >= n {
+			return p.done(first, firstAddr, at), nil
+		}
+	}
+}
+
+// done records the replica picked for at and clears a suspect replica
+// that answered.
+func (p *picker) done(res balancer.PickResult, addr string, at *attempt) balancer.PickResult {
+	if at != nil {
+		at.addr.Store(&addr)
+	}
+	next := res.Done
+	res.Done = func(d balancer.DoneInfo) {
+		if d.Err == nil {
+			suspects.clear(addr)
+		}
+		if next != nil {
+			next(d)
+		}
+	}
+	return res
+}

@@ -76,7 +76,8 @@ func (a *attempt) address() string {
 	return ""
 }
 
-// hedgeInterceptor hedges the calls in hedged (package comment above).
+// hedgeInterceptor hedges the calls in hedged (the comment at the top
+// of this file says why).
 // Calls whose options write results into the caller's variables (header,
 // trailer, peer) are not hedged: two copies would write them at once.
 func hedgeInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -709,6 +709,32 @@ func TestDestroyAllEndsPredecessorsCommands(t *testing.T) {
 	_ = other.Wait()
 }
 
+// TestDestroyAllRemovesAKilledCreatesFiles: a node SIGKILLed while
+// `runsc create` ran for a standby left that sandbox's lock and control
+// socket but no container state, so no list names it (seen in e2e
+// TestNodeAgentKilledDuringSuspend: the root outlived the next clean
+// exit). The next start-up's DestroyAll removes them, and a live
+// container's files are not touched before it is destroyed.
+func TestDestroyAllRemovesAKilledCreatesFiles(t *testing.T) {
+	r := newRuntime(t)
+	left := []string{"ate-standby-d86b55b6_sandbox:ate-standby-d86b55b6.lock", "runsc-ate-standby-d86b55b6.sock"}
+	for _, name := range left {
+		if err := os.WriteFile(filepath.Join(r.rootDir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.DestroyAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range left {
+		if _, err := os.Stat(filepath.Join(r.rootDir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s still under the root after DestroyAll (stat: %v)", name, err)
+		}
+	}
+	// The root is usable afterwards.
+	runReady(t, r, newSlot(t), newSpec(t, r))
+}
+
 // TestNothingStartsAfterClose: a start that raced its node's exit must
 // neither run nor make the runsc root Close removed again.
 func TestNothingStartsAfterClose(t *testing.T) {

@@ -366,6 +366,8 @@ func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) err
 // the dead process started, a create or restore, runs on without it and
 // would make a container after the list below), so call it only while
 // nothing else uses RootDir (the node's start-up, under its prefix lock).
+// Then it removes what else is left under RootDir but the pinned
+// network namespace.
 func (r *Runtime) DestroyAll(ctx context.Context) error {
 	if err := killRootProcesses(ctx, r.rootDir); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
@@ -377,6 +379,24 @@ func (r *Runtime) DestroyAll(ctx context.Context) error {
 	for _, id := range strings.Fields(string(out)) {
 		if err := r.Destroy(ctx, sandbox.Slot{Name: "?"}, id); err != nil {
 			return err
+		}
+	}
+	// A `runsc create` killed before it wrote its container's state (its
+	// node was SIGKILLed mid-way) leaves the sandbox's lock and control
+	// socket, which no list names, and which kept the root from being
+	// removed at the next clean exit. Every process under the root is
+	// gone and every listed container destroyed, so nothing uses what
+	// remains but the pinned network namespace (Close).
+	entries, err := os.ReadDir(r.rootDir)
+	if err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == nullNetNS {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(r.rootDir, e.Name())); err != nil {
+			return fmt.Errorf("gvisor: remove what a killed runsc left: %w", err)
 		}
 	}
 	return nil

@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/tunnelproto"
 )
@@ -20,15 +18,9 @@ import (
 // reads the end of the response (io.EOF, no error), and the checkpoint
 // returns although its drain grace (an hour) would outlast the test.
 func TestCheckpointEndsListeningStreams(t *testing.T) {
-	n := newTestNode(t, fake.New(fake.Config{}))
-	w := n.order[0]
-	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-		t.Fatal(err)
-	}
-	tunnel := httptest.NewServer(n.NewTunnel())
-	defer tunnel.Close()
+	n, w, url := startedTunnel(t)
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/events?every=20", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/events?every=20", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

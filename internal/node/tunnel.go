@@ -127,10 +127,13 @@ func (n *Node) NewTunnel() http.Handler {
 		// FlushInterval 0 flushes streams (no Content-Length, or
 		// text/event-stream) on every write, and buffers the rest.
 
-		// The marker is the tunnel's alone: an actor sending it would
-		// have its own answer replaced by the router's error.
+		// The markers are the tunnel's alone: an actor sending the error
+		// marker would have its own answer replaced by the router's
+		// error, and one answering 421 with the not-serving mark would
+		// make routers park the requests of every actor on this node.
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(tunnelproto.HeaderError)
+			resp.Header.Del(tunnelproto.HeaderNotServing)
 			if le, ok := resp.Request.Context().Value(listenKey).(*listenEnd); ok {
 				resp.Body = le.wrap(resp.Body)
 			}

@@ -3,6 +3,7 @@ package node
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,19 +44,20 @@ func TestTunnelErrorNamesNoCause(t *testing.T) {
 	}
 }
 
-// TestTunnelStripsActorsMarker: an actor cannot send the tunnel's error
-// marker, which would make the router replace its answer.
+// TestTunnelStripsActorsMarker: an actor cannot send the tunnel's
+// markers: the error marker would make the router replace its answer,
+// and a 421 with the not-serving mark would make routers park the
+// requests of every actor on its node.
 func TestTunnelStripsActorsMarker(t *testing.T) {
-	n := newTestNode(t, fake.New(fake.Config{}))
-	w := n.order[0]
-	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-		t.Fatal(err)
-	}
-	tunnel := httptest.NewServer(n.NewTunnel())
-	defer tunnel.Close()
-	resp, _ := tunnelGet(t, tunnel.URL, w, "a", "/header?name="+tunnelproto.HeaderError+"&value="+string(tunnelproto.KindCut))
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(tunnelproto.HeaderError) != "" {
-		t.Fatalf("got %d with %s=%q, want 200 without the marker", resp.StatusCode, tunnelproto.HeaderError, resp.Header.Get(tunnelproto.HeaderError))
+	_, w, url := startedTunnel(t)
+	for _, c := range []struct{ header, value, status string }{
+		{tunnelproto.HeaderError, string(tunnelproto.KindCut), "200"},
+		{tunnelproto.HeaderNotServing, "1", "421"},
+	} {
+		resp, _ := tunnelGet(t, url, w, "a", "/header?name="+c.header+"&value="+c.value+"&status="+c.status)
+		if strconv.Itoa(resp.StatusCode) != c.status || resp.Header.Get(c.header) != "" {
+			t.Errorf("actor's %s %s: got %d with %s=%q, want its status without the marker", c.status, c.header, resp.StatusCode, c.header, resp.Header.Get(c.header))
+		}
 	}
 }
 

@@ -86,13 +86,7 @@ func tunnelGet(t *testing.T, url, worker, uid, path string) (*http.Response, []b
 // instead of resolving the same worker again; an ordinary stale
 // assignment carries no such mark.
 func TestTunnelSaysWhenTheNodeServesNothing(t *testing.T) {
-	n := newTestNode(t, fake.New(fake.Config{}))
-	w := n.order[0]
-	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-		t.Fatal(err)
-	}
-	tunnel := httptest.NewServer(n.NewTunnel())
-	defer tunnel.Close()
+	n, w, url := startedTunnel(t)
 	for _, c := range []struct {
 		name       string
 		uid        string
@@ -106,10 +100,25 @@ func TestTunnelSaysWhenTheNodeServesNothing(t *testing.T) {
 	} {
 		n.lease.Store(nil) // ExtendLease only moves it later
 		n.ExtendLease(time.Now().Add(c.lease))
-		resp, body := tunnelGet(t, tunnel.URL, w, c.uid, "/")
+		resp, body := tunnelGet(t, url, w, c.uid, "/")
 		if resp.StatusCode != c.status || (resp.Header.Get(tunnelproto.HeaderNotServing) != "") != c.notServing {
 			t.Errorf("%s: %d %q (%s %q), want %d, not-serving mark %t", c.name, resp.StatusCode, body,
 				tunnelproto.HeaderNotServing, resp.Header.Get(tunnelproto.HeaderNotServing), c.status, c.notServing)
 		}
 	}
+}
+
+// startedTunnel starts actor "a" on a fresh test node's first worker and
+// serves the node's tunnel; it returns the node, the worker and the
+// tunnel's URL.
+func startedTunnel(t *testing.T) (*Node, string, string) {
+	t.Helper()
+	n := newTestNode(t, fake.New(fake.Config{}))
+	w := n.order[0]
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	tunnel := httptest.NewServer(n.NewTunnel())
+	t.Cleanup(tunnel.Close)
+	return n, w, tunnel.URL
 }

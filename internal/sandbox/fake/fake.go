@@ -494,10 +494,14 @@ func newContainer(id, slot string, port int, count int64, log *slog.Logger) *con
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "ok\n")
 	})
-	// GET /header?name=N&value=V answers with header N: V, so tests can
-	// see what the tunnel does with headers an actor sends.
+	// GET /header?name=N&value=V[&status=S] answers with header N: V
+	// (and status S, default 200), so tests can see what the tunnel does
+	// with headers and statuses an actor sends.
 	mux.HandleFunc("GET /header", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(r.URL.Query().Get("name"), r.URL.Query().Get("value"))
+		if code, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil {
+			w.WriteHeader(code)
+		}
 		fmt.Fprint(w, "ok\n")
 	})
 	// GET /events?every=MS is a Server-Sent Events stream that sends a

@@ -104,26 +104,50 @@ func TestLossNeedsTheLeaseToLapse(t *testing.T) {
 // it lost, by its own clock from its last renewed heartbeat, though every
 // heartbeat it sends still leaves without an error.
 func TestNodeStopsServingBeforeItIsDeclaredLost(t *testing.T) {
+	_, p, servingAtLoss := welcomedNode(t, nil)
+	p.Partition(true)
+	select {
+	case serving := <-servingAtLoss:
+		if serving {
+			t.Fatal("the node still served when the API server declared it lost")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node was not declared lost within 10 s of its partition")
+	}
+}
+
+// welcomedNode runs a fake node, its agent and one registry (heartbeat
+// 50 ms, loss deadline 500 ms) over an in-process transport until the
+// test ends, and returns once the node serves. The agent dials the
+// registry through dial(p) (nil: the transport's own DialRegistry).
+// servingAtLoss receives whether the node served when the registry
+// declared it lost.
+func welcomedNode(t *testing.T, dial func(p *InProcess) func(string) (*grpc.ClientConn, error)) (n *node.Node, p *InProcess, servingAtLoss <-chan bool) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	dir := t.TempDir()
 	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newFakeNode(t, ctx, dir)
+	n = newFakeNode(t, ctx, dir)
 	reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	servingAtLoss := make(chan bool, 1)
+	atLoss := make(chan bool, 1)
 	reg.SetWorkflows(&onLost{lostRecorder: &lostRecorder{st: st}, hook: func() {
 		select {
-		case servingAtLoss <- n.Serving():
+		case atLoss <- n.Serving():
 		default:
 		}
 	}})
-	p := NewInProcess()
-	agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: p.DialRegistry, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
+	p = NewInProcess()
+	dialer := p.DialRegistry
+	if dial != nil {
+		dialer = dial(p)
+	}
+	agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: dialer, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
 	var wg sync.WaitGroup
 	first := make(chan error, 1)
 	for _, run := range []func() error{
@@ -148,15 +172,7 @@ func TestNodeStopsServingBeforeItIsDeclaredLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, "the node to serve once welcomed", n.Serving)
-	p.Partition(true)
-	select {
-	case serving := <-servingAtLoss:
-		if serving {
-			t.Fatal("the node still served when the API server declared it lost")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the node was not declared lost within 10 s of its partition")
-	}
+	return n, p, atLoss
 }
 
 // TestDrainNodeReachesEveryReplica: DrainNode through one replica (a);
@@ -258,67 +274,25 @@ func (c deafConn) Read(b []byte) (int, error) {
 // are not left assigned to a node that serves nothing for as long as
 // the partition lasts.
 func TestNodeThatHearsNoRenewalIsLost(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "ate.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newFakeNode(t, ctx, dir)
-	reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost := make(chan struct{}, 1)
-	reg.SetWorkflows(&onLost{lostRecorder: &lostRecorder{st: st}, hook: func() {
-		select {
-		case lost <- struct{}{}:
-		default:
-		}
-	}})
-	p := NewInProcess()
 	var deaf atomic.Pointer[chan struct{}]
-	healed := make(chan struct{})
-	dial := func(string) (*grpc.ClientConn, error) {
-		return grpc.NewClient("passthrough:///"+InProcessAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-				c, err := p.ln.DialContext(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return deafConn{Conn: c, deaf: &deaf}, nil
-			}))
-	}
-	agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: dial, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
-	var wg sync.WaitGroup
-	first := make(chan error, 1)
-	for _, run := range []func() error{
-		func() error { return p.Serve(ctx, reg, NewServer(n, agent)) },
-		func() error { return reg.Run(ctx) },
-		func() error { return agent.Run(ctx, first) },
-	} {
-		wg.Go(func() {
-			if err := run(); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	t.Cleanup(func() {
-		close(healed)
-		cancel()
-		wg.Wait()
-		reg.Close()
-		n.Shutdown(context.Background())
-		st.Close()
+	n, _, servingAtLoss := welcomedNode(t, func(p *InProcess) func(string) (*grpc.ClientConn, error) {
+		return func(string) (*grpc.ClientConn, error) {
+			return grpc.NewClient("passthrough:///"+InProcessAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+					c, err := p.ln.DialContext(ctx)
+					if err != nil {
+						return nil, err
+					}
+					return deafConn{Conn: c, deaf: &deaf}, nil
+				}))
+		}
 	})
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	testwait.Until(t, "the node to serve once welcomed", n.Serving)
+	healed := make(chan struct{})
+	t.Cleanup(func() { close(healed) }) // before welcomedNode's: its shutdown reads
 	deaf.Store(&healed)
 	select {
-	case <-lost:
-		if n.Serving() {
+	case serving := <-servingAtLoss:
+		if serving || n.Serving() {
 			t.Fatal("the node still served when it was declared lost")
 		}
 	case <-time.After(10 * time.Second):

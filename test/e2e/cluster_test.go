@@ -572,25 +572,16 @@ func TestClusterNodeKilledUnderLoad(t *testing.T) {
 		done     = make(chan struct{})
 	)
 	for range 3 {
-		clients.Go(func() {
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				start := time.Now()
-				code, body, _, err := c.in.request(http.MethodGet, "default/counter-1", "/", "")
-				var n int
-				_, serr := fmt.Sscanf(strings.TrimSpace(body), "count=%d", &n)
-				mu.Lock()
-				if err != nil || serr != nil || code != http.StatusOK {
-					failures = append(failures, fmt.Sprintf("%d %q %v after %s", code, strings.TrimSpace(body), err, time.Since(start)))
-				} else {
-					answers = append(answers, answer{start, time.Now(), n})
-				}
-				mu.Unlock()
+		repeat(&clients, done, func() {
+			start := time.Now()
+			n, err := c.in.count("default/counter-1")
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("%v after %s", err, time.Since(start)))
+				return
 			}
+			answers = append(answers, answer{start, time.Now(), n})
 		})
 	}
 	var stopped sync.Once

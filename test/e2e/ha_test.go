@@ -665,48 +665,33 @@ func TestHAReplicaStandsStillUnderLoad(t *testing.T) {
 		*into = append(*into, sample{took, wasDuring})
 	}
 	for range 4 {
-		stopping.Go(func() {
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				start, wasDuring := time.Now(), during.Load()
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				_, err := h.in.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: "default", Name: "counter-1"})
-				cancel()
-				failure := ""
-				if err != nil {
-					failure = fmt.Sprintf("GetActor: %v after %s", err, time.Since(start))
-				}
-				record(&reads, time.Since(start), wasDuring, failure)
+		repeat(&stopping, done, func() {
+			start, wasDuring := time.Now(), during.Load()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := h.in.client.GetActor(ctx, &atev1.GetActorRequest{Atespace: "default", Name: "counter-1"})
+			cancel()
+			failure := ""
+			if err != nil {
+				failure = fmt.Sprintf("GetActor: %v after %s", err, time.Since(start))
 			}
+			record(&reads, time.Since(start), wasDuring, failure)
 		})
 	}
-	stopping.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
+	repeat(&stopping, done, func() {
+		start, wasDuring := time.Now(), during.Load()
+		n, err := h.in.count("default/counter-1")
+		failure := ""
+		if err != nil {
+			failure = fmt.Sprintf("request: %v after %s", err, time.Since(start))
+		} else {
+			mu.Lock()
+			if n != lastCount+1 {
+				countsOutOfOrder = append(countsOutOfOrder, n)
 			}
-			start, wasDuring := time.Now(), during.Load()
-			code, body, _, err := h.in.request(http.MethodGet, "default/counter-1", "/", "")
-			var n int
-			failure := ""
-			if _, serr := fmt.Sscanf(strings.TrimSpace(body), "count=%d", &n); err != nil || serr != nil || code != http.StatusOK {
-				failure = fmt.Sprintf("request: %d %q %v after %s", code, strings.TrimSpace(body), err, time.Since(start))
-			} else {
-				mu.Lock()
-				if n != lastCount+1 {
-					countsOutOfOrder = append(countsOutOfOrder, n)
-				}
-				lastCount = n
-				mu.Unlock()
-			}
-			record(&requests, time.Since(start), wasDuring, failure)
+			lastCount = n
+			mu.Unlock()
 		}
+		record(&requests, time.Since(start), wasDuring, failure)
 	})
 	var finished sync.Once
 	finish := func() { finished.Do(func() { close(done); stopping.Wait() }) }

@@ -427,6 +427,33 @@ func (in *installation) mustCount(actor string, want int) {
 	}
 }
 
+// count sends GET / to a counter actor through the router and returns
+// the count it answered; the error says what came back otherwise.
+func (in *installation) count(actor string) (int, error) {
+	code, body, _, err := in.request(http.MethodGet, actor, "/", "")
+	var n int
+	if err == nil && code == http.StatusOK {
+		if _, err = fmt.Sscanf(strings.TrimSpace(body), "count=%d", &n); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("GET %s answered %d %q (%v), want 200 count=N", actor, code, strings.TrimSpace(body), err)
+}
+
+// repeat runs f back to back on a goroutine of wg until done is closed.
+func repeat(wg *sync.WaitGroup, done <-chan struct{}, f func()) {
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				f()
+			}
+		}
+	})
+}
+
 // actor reads the actor's record through the API.
 func (in *installation) actor(name string) *atev1.Actor {
 	in.t.Helper()

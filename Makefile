@@ -6,7 +6,7 @@ ATE_CACHE ?= $(HOME)/.cache/ate
 export ATE_CACHE
 export PATH := $(ATE_CACHE)/bin:$(PATH)
 
-.PHONY: all build deps generate up up-banner check test examples bench
+.PHONY: all build deps generate up up-banner check test examples bench chaos
 
 all: build
 
@@ -43,3 +43,11 @@ test:
 
 bench: deps examples
 	bash hack/bench.sh
+
+# The fault-injection harness for as long as asked: `make chaos
+# DURATION=30m SEEDS=1,2,3` (per seed; default 10m, seed 1). `make test`
+# runs it for 70 s on seeds 1 and 2.
+DURATION ?= 10m
+SEEDS ?= 1
+chaos:
+	bash hack/chaos.sh $(DURATION) $(SEEDS)

@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -151,6 +152,15 @@ func check(beforePath, run string, self int, clean bool) ([]string, error) {
 	for _, l := range added(before.Listens, now.Listens) {
 		found = append(found, "listening "+l)
 	}
+	// The chaos harness's (test/e2e/chaos_firewall_test.go) packet drops
+	// and cgroups, by their name: a run killed mid-fault leaves them.
+	rules, groups := chaosRules(), chaosGroups()
+	for _, r := range rules {
+		found = append(found, "iptables rule "+r)
+	}
+	for _, g := range groups {
+		found = append(found, "cgroup "+g)
+	}
 	if clean {
 		// Deepest first, so a mount below another is gone before it.
 		sort.Sort(sort.Reverse(sort.StringSlice(newMounts)))
@@ -165,8 +175,49 @@ func check(beforePath, run string, self int, clean bool) ([]string, error) {
 		for _, r := range newRunAte {
 			_ = os.RemoveAll(filepath.Join("/run/ate", r))
 		}
+		for _, r := range rules {
+			_ = exec.Command("iptables", append([]string{"-D"}, strings.Fields(strings.TrimPrefix(r, "-A "))...)...).Run()
+		}
+		for _, g := range groups {
+			children, _ := filepath.Glob(filepath.Join(g, "*", "cgroup.procs"))
+			for _, c := range children {
+				_ = syscall.Rmdir(filepath.Dir(c))
+			}
+			_ = syscall.Rmdir(g)
+		}
 	}
 	return found, nil
+}
+
+// chaosPrefix names what the chaos harness makes: iptables rule
+// comments and cgroup v2 groups.
+const chaosPrefix = "ate-chaos-"
+
+// chaosRules are the OUTPUT rules (iptables -S form) the chaos harness
+// left; none when iptables is missing.
+func chaosRules() []string {
+	out, err := exec.Command("iptables", "-S", "OUTPUT").Output()
+	if err != nil {
+		return nil
+	}
+	var rules []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-A ") && strings.Contains(l, chaosPrefix) {
+			// -S quotes the comment; -D wants it bare (it has no spaces).
+			rules = append(rules, strings.ReplaceAll(l, `"`, ""))
+		}
+	}
+	return rules
+}
+
+// chaosGroups are the chaos harness's cgroup directories left.
+func chaosGroups() []string {
+	var groups []string
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		g, _ := filepath.Glob(filepath.Join(root, chaosPrefix+"*"))
+		groups = append(groups, g...)
+	}
+	return groups
 }
 
 type proc struct {

@@ -106,7 +106,19 @@ func startHAVia(t *testing.T, workers int, nodeAPI func(addrs [2]string) string)
 	var fields map[string]any
 	h.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", both,
 		"--listen", freeAddr(t), "--drain-delay", "0s", "--log-level", "debug")
-	in := &installation{t: t, dataDir: filepath.Join(h.dir, "cli"), apiAddr: both, routerAddr: fields["router"].(string)}
+	h.in, h.replica = dialReplicas(t, h.dir, h.addrs, fields["router"].(string))
+	return h
+}
+
+// dialReplicas is the installation-shaped view of two API server
+// replicas at addrs and a router at routerAddr (a client config under
+// dir/cli, a Control client balancing over both), and a Control client
+// of each replica alone.
+func dialReplicas(t testing.TB, dir string, addrs [2]string, routerAddr string) (*installation, [2]atev1.ControlClient) {
+	t.Helper()
+	both := addrs[0] + "," + addrs[1]
+	var replica [2]atev1.ControlClient
+	in := &installation{t: t, dataDir: filepath.Join(dir, "cli"), apiAddr: both, routerAddr: routerAddr}
 	if err := ateconfig.Write(filepath.Join(in.dataDir, "config.yaml"), clusterClientConfig(both)); err != nil {
 		t.Fatal(err)
 	}
@@ -116,16 +128,15 @@ func startHAVia(t *testing.T, workers int, nodeAPI func(addrs [2]string) string)
 	}
 	t.Cleanup(func() { conn.Close() })
 	in.client = atev1.NewControlClient(conn)
-	for i, a := range h.addrs {
+	for i, a := range addrs {
 		c, err := apidial.Dial(a, dialOptions(t, clusterClientConfig(a))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		h.replica[i] = atev1.NewControlClient(c)
+		replica[i] = atev1.NewControlClient(c)
 	}
-	h.in = in
-	return h
+	return in, replica
 }
 
 // wantSchema checks that the database two replicas migrated at once is

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/testwait"
 )
 
 func TestSplit(t *testing.T) {
@@ -73,6 +74,10 @@ type replica struct {
 	// caller gives up): a replica that stands still.
 	stalled atomic.Pointer[chan struct{}]
 	resumes atomic.Int64
+	// busy, when set, holds resumes alone (the replica answers
+	// everything else, probes too): a resume waiting for a worker.
+	busy   atomic.Pointer[chan struct{}]
+	probes atomic.Int64
 }
 
 // stall holds r's calls until the returned function is called.
@@ -95,6 +100,13 @@ func (r *replica) wait(ctx context.Context) {
 func (r *replica) ResumeActor(ctx context.Context, _ *atev1.ResumeActorRequest) (*atev1.Actor, error) {
 	r.resumes.Add(1)
 	r.wait(ctx)
+	if ch := r.busy.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &atev1.Actor{Name: r.name}, nil
 }
 
@@ -121,7 +133,13 @@ func serve(t *testing.T, r *replica) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	// A method the server does not serve (a watched call's probe) is
+	// answered UNIMPLEMENTED, unless the replica stands still.
+	gs := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		r.probes.Add(1)
+		r.wait(stream.Context())
+		return status.Error(codes.Unimplemented, "unknown method")
+	}))
 	atev1.RegisterControlServer(gs, r)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
@@ -286,5 +304,86 @@ func TestStandingStillReplica(t *testing.T) {
 	}
 	if !suspects.usable(addrB, false) {
 		t.Fatal("replica b answered again but is still passed over")
+	}
+}
+
+// TestReplicaStandsStillDuringAChange: a resume sent to a replica that
+// then stands still (it answers nothing, probes neither) is abandoned
+// there and answered by the other replica within the call's deadline —
+// not after keepalive's 15 s — and the replica is passed over after.
+func TestReplicaStandsStillDuringAChange(t *testing.T) {
+	a, b := &replica{name: "a"}, &replica{name: "b"}
+	addrB := serve(t, b)
+	conn, err := Dial(serve(t, a) + "," + addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Cleanup(func() { suspects.clear(addrB) })
+	c := atev1.NewControlClient(conn)
+	for b.calls.Load() == 0 {
+		if _, err := c.GetActor(t.Context(), &atev1.GetActorRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := b.stall()
+	defer release()
+	for i := 0; b.resumes.Load() == 0 || i < 5; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		got, err := c.ResumeActor(ctx, &atev1.ResumeActorRequest{})
+		cancel()
+		if err != nil || got.GetName() != "a" {
+			t.Fatalf("ResumeActor %d with replica b standing still = %v, %v; want a's answer", i, got, err)
+		}
+	}
+	if n := b.resumes.Load(); n != 1 {
+		t.Fatalf("replica b got %d resumes, want 1: it is passed over once found standing still", n)
+	}
+	if suspects.usable(addrB, false) {
+		t.Fatal("replica b stood still through a resume and its probe, but is not suspect")
+	}
+}
+
+// TestBusyReplicaKeepsItsChange: a resume that takes long on a replica
+// that answers its probes (a resume waiting for a worker) stays there:
+// it is neither abandoned nor sent twice.
+func TestBusyReplicaKeepsItsChange(t *testing.T) {
+	a, b := &replica{name: "a"}, &replica{name: "b"}
+	addrB := serve(t, b)
+	conn, err := Dial(serve(t, a) + "," + addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Cleanup(func() { suspects.clear(addrB) })
+	c := atev1.NewControlClient(conn)
+	busy := make(chan struct{})
+	b.busy.Store(&busy)
+	type answer struct {
+		name string
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		// Until one resume reaches b, which holds it.
+		for {
+			got, err := c.ResumeActor(t.Context(), &atev1.ResumeActorRequest{})
+			if err != nil || got.GetName() == "b" {
+				answered <- answer{got.GetName(), err}
+				return
+			}
+		}
+	}()
+	testwait.Until(t, "replica b probed twice while it holds a resume", func() bool { return b.probes.Load() >= 2 })
+	close(busy)
+	got := <-answered
+	if got.err != nil || got.name != "b" {
+		t.Fatalf("the resume held by busy replica b answered %q, %v; want b's answer", got.name, got.err)
+	}
+	if n := b.resumes.Load(); n != 1 {
+		t.Fatalf("replica b got %d resumes, want 1", n)
+	}
+	if !suspects.usable(addrB, false) {
+		t.Fatal("replica b answered its probes but is suspect")
 	}
 }

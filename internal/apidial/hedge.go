@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // A replica that stands still (SIGSTOP, a frozen VM, a connection left
@@ -27,6 +28,14 @@ import (
 //     wins. Only reads: a second copy of a state change would run the
 //     change's workflow twice, and they take long on purpose (a resume
 //     waits for a free worker).
+//   - Idempotent state changes (watched: a resume, suspend or pause
+//     whose second call finds the state reached) are watched instead:
+//     with no answer after hedgeAfter, and every hedgeAfter after that,
+//     the replica is probed with a call any live server answers at once
+//     (probeMethod). A replica that does not answer the probe within
+//     hedgeAfter either stands still: the change is abandoned there and
+//     sent to another replica, once. A replica that answers is working
+//     on it (a resume may wait seconds for a worker) and is left to.
 //   - The balancer (picker) sends nothing more to a replica that
 //     lost such a race (it is suspect) until a call to it succeeds
 //     again: reads try it once every suspectFor to find out; other calls
@@ -55,6 +64,22 @@ func init() {
 	balancer.Register(replicasBuilder{})
 }
 
+// watched are the Control methods whose calls watchedCall watches: the
+// state changes apidial's retry policy may send twice (idempotent).
+var watched = map[string]bool{}
+
+func init() {
+	for _, m := range []string{"ResumeActor", "SuspendActor", "PauseActor", "RecordActivity", "DrainNode", "RemoveNode"} {
+		watched["/ate.v1.Control/"+m] = true
+	}
+}
+
+// probeMethod is what a watched call's replica is probed with: gRPC's
+// health check, which API servers do not register, so a server process
+// that runs answers UNIMPLEMENTED at once, without authentication,
+// authorisation or its store; one that stands still answers nothing.
+const probeMethod = "/grpc.health.v1.Health/Check"
+
 // balancerName is the LB policy every API connection uses (serviceConfig).
 const balancerName = "ate_replicas"
 
@@ -66,7 +91,12 @@ type attemptKey struct{}
 // it chose, and avoids the one the other copy went to.
 type attempt struct {
 	avoid string
-	addr  atomic.Pointer[string]
+	// want, for a probe, is the one replica it may go to.
+	want string
+	// change: a watched state change, which (unlike a read) never
+	// goes to a suspect replica to find out whether it answers again.
+	change bool
+	addr   atomic.Pointer[string]
 }
 
 func (a *attempt) address() string {
@@ -82,8 +112,11 @@ func (a *attempt) address() string {
 // trailer, peer) are not hedged: two copies would write them at once.
 func hedgeInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	out, ok := reply.(proto.Message)
-	if !hedged[method] || !ok || slices.ContainsFunc(opts, writesBack) {
+	if !ok || slices.ContainsFunc(opts, writesBack) || !hedged[method] && !watched[method] {
 		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	if watched[method] {
+		return watchedCall(ctx, method, req, out, cc, invoker, opts)
 	}
 	type result struct {
 		reply proto.Message
@@ -131,6 +164,60 @@ func hedgeInterceptor(ctx context.Context, method string, req, reply any, cc *gr
 	proto.Reset(out)
 	proto.Merge(out, got.reply)
 	return nil
+}
+
+// watchedCall makes a watched call (the comment at the top of this file
+// says why and how).
+func watchedCall(ctx context.Context, method string, req any, out proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	avoid := ""
+	for try := 0; ; try++ {
+		at := &attempt{avoid: avoid, change: true}
+		actx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, at))
+		r := out.ProtoReflect().New().Interface()
+		done := make(chan error, 1)
+		go func() { done <- invoker(actx, method, req, r, cc, opts...) }()
+		err, resend := watch(ctx, cc, at, done, try == 0)
+		cancel()
+		if resend {
+			suspects.mark(at.address())
+			avoid = at.address()
+			continue
+		}
+		if err == nil {
+			proto.Reset(out)
+			proto.Merge(out, r)
+		}
+		return err
+	}
+}
+
+// watch waits for a watched call's result from done, probing its
+// replica every hedgeAfter while probing (resend: it stands still).
+func watch(ctx context.Context, cc *grpc.ClientConn, at *attempt, done <-chan error, probing bool) (err error, resend bool) {
+	tick := time.NewTicker(hedgeAfter)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err, false
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err(), false
+		case <-tick.C:
+			if probing && at.address() != "" && !answers(ctx, cc, at.address()) {
+				return nil, true
+			}
+		}
+	}
+}
+
+// answers reports whether the replica at addr answers a probe within
+// hedgeAfter. Only silence is a no: an error of the probe's own (the
+// replica's connection gone, the caller's deadline) is not a verdict.
+func answers(ctx context.Context, cc *grpc.ClientConn, addr string) bool {
+	pctx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, &attempt{want: addr}), hedgeAfter)
+	defer cancel()
+	err := cc.Invoke(pctx, probeMethod, &emptypb.Empty{}, &emptypb.Empty{})
+	return status.Code(err) != codes.DeadlineExceeded || ctx.Err() != nil
 }
 
 // writesBack reports whether o writes a call's results into the caller's
@@ -242,6 +329,9 @@ type picker struct {
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	at, _ := info.Ctx.Value(attemptKey{}).(*attempt)
+	if at != nil && at.want != "" {
+		return p.pickWanted(info, at)
+	}
 	var first balancer.PickResult
 	var firstAddr string
 	for i := 0; ; i++ {
@@ -253,11 +343,29 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		if i == 0 {
 			first, firstAddr = res, addr
 		}
-		if !(at != nil && addr == at.avoid) && suspects.usable(addr, at != nil) {
+		if !(at != nil && addr == at.avoid) && suspects.usable(addr, at != nil && !at.change) {
 			return p.done(res, addr, at), nil
 		}
 		if i+1 >= n {
 			return p.done(first, firstAddr, at), nil
+		}
+	}
+}
+
+// pickWanted picks at.want's SubConn, or fails the call at once
+// (UNAVAILABLE) if round_robin has none ready for it.
+func (p *picker) pickWanted(info balancer.PickInfo, at *attempt) (balancer.PickResult, error) {
+	for i := 0; ; i++ {
+		res, err := p.child.Pick(info)
+		if err != nil {
+			return res, err
+		}
+		addr, n := p.cc.known(res.SubConn)
+		if addr == at.want {
+			return res, nil
+		}
+		if i+1 >= n {
+			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "replica %s not connected", at.want)
 		}
 	}
 }

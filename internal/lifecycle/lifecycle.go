@@ -106,6 +106,10 @@ type Manager struct {
 	// evictLimits are the operator's bounds on eviction policies.
 	evictLimits EvictionLimits
 
+	// minted are the snapshot ids minted here, until the start-up
+	// collection ends (orphans.go).
+	minted mintedIDs
+
 	locks keyedMutex[names.ActorKey]
 	// queue orders resumes waiting for a worker (capacity.go).
 	queue queue
@@ -421,59 +425,6 @@ func (m *Manager) recoverWorkers(ctx context.Context, node string) error {
 		}
 		if err := m.crashHolder(ctx, w, "node restarted: memory since the last snapshot was lost"); err != nil {
 			return fmt.Errorf("recover actor %s: %w", w.Actor, err)
-		}
-	}
-	return nil
-}
-
-// CollectGarbage deletes every durable snapshot staged before cutoff that
-// no actor, template or tag points to: leftovers of a crash between a commit
-// and the pointer move, or between the pointer move and the old
-// snapshot's deletion. Pass the time Recover started, before the API
-// served: workflows running meanwhile only stage snapshots after it, and
-// only ever move pointers to those, so nothing they write or still need
-// is taken. It pages through every actor (BENCHMARKS.md, Control plane:
-// Stored actors).
-func (m *Manager) CollectGarbage(ctx context.Context, cutoff time.Time) error {
-	live := map[string]bool{}
-	tpls, err := m.store.ListTemplates(ctx, "")
-	if err != nil {
-		return err
-	}
-	// Records keep references with their digests; List returns them bare.
-	for _, t := range tpls {
-		live[snapshot.Bare(t.GoldenSnapshot)] = true
-	}
-	tags, err := m.store.ListTags(ctx, "")
-	if err != nil {
-		return err
-	}
-	for _, t := range tags {
-		live[snapshot.Bare(t.Snapshot)] = true
-	}
-	for token := ""; ; {
-		page, next, err := m.store.ListActors(ctx, "", 1000, token)
-		if err != nil {
-			return err
-		}
-		for _, a := range page {
-			live[snapshot.Bare(a.Snapshot)] = true
-		}
-		if next == "" {
-			break
-		}
-		token = next
-	}
-	refs, err := m.snaps.List(ctx)
-	if err != nil {
-		return err
-	}
-	for _, ref := range refs {
-		if !live[ref] && snapshot.StagedBefore(ref, cutoff) {
-			m.log.InfoContext(ctx, "deleting unreferenced snapshot", "snapshot", ref)
-			if err := m.snaps.Delete(ctx, ref); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -463,20 +463,22 @@ func TestDeleteNeedsSuspendOrForce(t *testing.T) {
 }
 
 // TestGarbageCollection: snapshots nobody points to (a crash between
-// commit and pointer move) that were staged before the cutoff are deleted
-// by CollectGarbage; referenced ones stay.
+// commit and pointer move) are deleted by CollectGarbage, unless this
+// manager minted their ids (its own workflows may still record them);
+// referenced ones stay.
 func TestGarbageCollection(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	mk := func(owner string) string {
-		st, err := e.snaps.Stage(owner, "")
+	mk := func(owner, id string) string {
+		st, err := e.snaps.Stage(owner, id)
 		must(t, err)
 		must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
 		ref, err := e.snaps.Commit(ctx, st, snapshot.ScopeFull)
 		must(t, err)
 		return ref
 	}
-	kept, orphan := mk("a-uid"), mk("a-uid")
+	// A predecessor's ids may read any time: its clock is not ours.
+	kept, orphan, mine := mk("a-uid", ""), mk("a-uid", "20990101T000000.000Z-0123456789abcdef"), mk("a-uid", e.m.newSnapshotID())
 	leftover, err := e.snaps.Stage("a-uid", "") // crash before commit
 	must(t, err)
 	a := e.get(t)
@@ -495,18 +497,22 @@ func TestGarbageCollection(t *testing.T) {
 	if _, err := os.Stat(leftover.Dir); !os.IsNotExist(err) {
 		t.Fatalf("staging leftover survived Recover: %v", err)
 	}
-	// A collection that started before the orphan was staged leaves it:
-	// it could be a running workflow's, not yet pointed to.
-	must(t, e.m.CollectGarbage(ctx, time.Now().Add(-2*time.Second)))
-	if _, err := e.snaps.Open(ctx, orphan); err != nil {
-		t.Fatalf("snapshot younger than the cutoff removed: %v", err)
-	}
-	must(t, e.m.CollectGarbage(ctx, time.Now().Add(2*time.Second)))
+	must(t, e.m.CollectGarbage(ctx))
 	if _, err := e.snaps.Open(ctx, kept); err != nil {
 		t.Fatalf("referenced snapshot removed: %v", err)
 	}
 	if _, err := e.snaps.Open(ctx, orphan); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("orphan snapshot survived: %v", err)
+	}
+	if _, err := e.snaps.Open(ctx, mine); err != nil {
+		t.Fatalf("snapshot this manager minted, not yet recorded, removed: %v", err)
+	}
+	e.m.ForgetMinted()
+	if err := e.m.CollectGarbage(ctx); !errors.Is(err, errMintedForgotten) {
+		t.Fatalf("collection once the minted ids are forgotten = %v, want errMintedForgotten", err)
+	}
+	if _, err := e.snaps.Open(ctx, mine); err != nil {
+		t.Fatalf("snapshot this manager minted removed after it forgot them: %v", err)
 	}
 }
 

@@ -11,60 +11,42 @@ import (
 	"substrate.dev/ate/internal/snapshot"
 )
 
-// TestOrphanCutoff: alone over its store, every snapshot staged before
-// the start is a dead workflow's; over a shared store only those older
-// than the window are, the rest may be other replicas' in flight.
-func TestOrphanCutoff(t *testing.T) {
-	since := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, c := range []struct {
-		name string
-		o    OrphanCollection
-		want time.Time
-	}{
-		{"alone", OrphanCollection{Since: since, CheckpointTimeout: 2 * time.Minute}, since},
-		{"shared", OrphanCollection{Since: since, Shared: true, CheckpointTimeout: 2 * time.Minute}, since.Add(-3 * time.Minute)},
-		{"shared, no checkpoint bound", OrphanCollection{Since: since, Shared: true}, since.Add(-time.Minute)},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := c.o.cutoff(); !got.Equal(c.want) {
-				t.Errorf("cutoff = %v, want %v", got, c.want)
-			}
-		})
-	}
+// stageOrphan commits a snapshot of owner under id ("": one the store
+// mints) that nothing points to.
+func stageOrphan(t *testing.T, e *env, owner, id string) string {
+	t.Helper()
+	st, err := e.snaps.Stage(owner, id)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+	ref, err := e.snaps.Commit(t.Context(), st, snapshot.ScopeFull)
+	must(t, err)
+	return ref
 }
 
-// TestCollectOrphans: an orphan staged before the start is collected at
-// once, one staged after it is left (the process's own workflows record
-// or drop it); the collection ends by itself once the window has passed,
-// and with its context before that.
+// TestCollectOrphans: alone over its store, a dead predecessor's orphan
+// is collected at once, whatever time its id reads (the predecessor's
+// clock is not ours), and a snapshot this process minted is left (its
+// workflows record or drop it); the collection ends by itself once the
+// window has passed, and with its context before that.
 func TestCollectOrphans(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		// ago is how long before now the process started: after the
-		// snapshot was staged when 0.
-		ago time.Duration
+		o    OrphanCollection
 		// ends says it returns without its context ending.
 		ends bool
 	}{
-		{"window passed", 2 * time.Hour, true},
-		{"within the window", 0, false},
+		{"window passed", OrphanCollection{Interval: time.Hour, margin: time.Nanosecond}, true},
+		{"within the window", OrphanCollection{CheckpointTimeout: time.Minute, Interval: time.Hour}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			st, err := e.snaps.Stage("a-uid", "")
-			must(t, err)
-			must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
-			orphan, err := e.snaps.Commit(t.Context(), st, snapshot.ScopeFull)
-			must(t, err)
-			// Staged ids are to the millisecond: a start one millisecond
-			// on comes after the snapshot, with no sleep to get there.
-			since := time.Now().Add(time.Millisecond - c.ago)
+			// An hour ahead of ours, and one this process minted.
+			orphan := stageOrphan(t, e, "a-uid", time.Now().Add(time.Hour).UTC().Format("20060102T150405.000Z")+"-0123456789abcdef")
+			mine := stageOrphan(t, e, "a-uid", e.m.newSnapshotID())
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error, 1)
-			go func() {
-				done <- e.m.CollectOrphans(ctx, OrphanCollection{Since: since, CheckpointTimeout: time.Minute, Interval: time.Hour})
-			}()
+			go func() { done <- e.m.CollectOrphans(ctx, c.o) }()
 			select {
 			case err := <-done:
 				if !c.ends {
@@ -78,10 +60,49 @@ func TestCollectOrphans(t *testing.T) {
 				cancel()
 				must(t, <-done)
 			}
-			_, err = e.snaps.Open(t.Context(), orphan)
-			if collected := errors.Is(err, snapshot.ErrNotFound); collected != (c.ago == 0) {
-				t.Errorf("unreferenced snapshot: %v, want collected %v", err, c.ago == 0)
+			if _, err := e.snaps.Open(t.Context(), orphan); !errors.Is(err, snapshot.ErrNotFound) {
+				t.Errorf("a dead predecessor's orphan: %v, want collected", err)
+			}
+			if _, err := e.snaps.Open(t.Context(), mine); err != nil {
+				t.Errorf("a snapshot this process minted: %v, want left", err)
 			}
 		})
+	}
+}
+
+// TestSharedOrphansWaitOutOtherReplicas: over a shared store an
+// unreferenced snapshot may be another replica's, staged and about to be
+// recorded, with an id minted on that replica's clock, here an hour
+// behind ours (it looks old). It is not taken when first found; if it is
+// recorded within the window it is never taken; if it stays
+// unreferenced for the window it is.
+func TestSharedOrphansWaitOutOtherReplicas(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	behind := time.Now().Add(-time.Hour).UTC().Format("20060102T150405.000Z")
+	inFlight := stageOrphan(t, e, "a-uid", behind+"-0123456789abcdef")
+	orphan := stageOrphan(t, e, "a-uid", behind+"-fedcba9876543210")
+	since := map[string]time.Time{}
+	must(t, e.m.collectShared(ctx, since, true, time.Hour))
+	for _, ref := range []string{inFlight, orphan} {
+		if _, err := e.snaps.Open(ctx, ref); err != nil {
+			t.Fatalf("%s taken when first found unreferenced: %v", ref, err)
+		}
+	}
+	// The other replica records its snapshot.
+	a := e.get(t)
+	a.Snapshot = inFlight
+	_, err := e.st.UpdateActor(ctx, a)
+	must(t, err)
+	// A window later (0: every snapshot found has waited it).
+	must(t, e.m.collectShared(ctx, since, false, 0))
+	if _, err := e.snaps.Open(ctx, inFlight); err != nil {
+		t.Fatalf("snapshot recorded within the window taken: %v", err)
+	}
+	if _, err := e.snaps.Open(ctx, orphan); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("snapshot unreferenced for the window: %v, want taken", err)
+	}
+	if len(since) != 0 {
+		t.Fatalf("still waiting on %v", since)
 	}
 }

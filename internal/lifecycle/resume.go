@@ -14,7 +14,6 @@ import (
 	"substrate.dev/ate/internal/checkpoint"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/nodeapi"
-	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 	"substrate.dev/ate/internal/tracing"
 )
@@ -125,7 +124,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		pausedOn, uerr := m.nodeNamed(src.node)
 		ref := ""
 		if uerr == nil {
-			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, snapshot.NewID(), checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
+			ref, uerr = pausedOn.Upload(nctx, src.ref, a.UID, m.newSnapshotID(), checkpointOptions(tpl.Spec, checkpoint.Suspend).Scope)
 		}
 		if uerr == nil {
 			ref, uerr = reportedRef(ref, a.UID)

@@ -194,7 +194,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	}
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, action)
 	// Snapshot ids carry the API server's clock (nodeapi.CheckpointOptions.ID).
-	opts.ID = snapshot.NewID()
+	opts.ID = m.newSnapshotID()
 	ing := *a
 	ing.State = store.Suspending
 	if paused {
@@ -286,7 +286,7 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	on, err := m.nodeNamed(a.Node)
 	ref := ""
 	if err == nil {
-		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, snapshot.NewID(), opts.Scope)
+		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, m.newSnapshotID(), opts.Scope)
 	}
 	if err == nil {
 		ref, err = reportedRef(ref, a.UID)

@@ -127,7 +127,7 @@ func (m *Manager) forkTag(ctx context.Context, a *store.Actor, tag string) error
 	if err := sameTemplate(a, t.Template, "tag "+t.Name); err != nil {
 		return err
 	}
-	ref, err := m.snaps.Clone(ctx, t.Snapshot, a.UID, snapshot.NewID())
+	ref, err := m.snaps.Clone(ctx, t.Snapshot, a.UID, m.newSnapshotID())
 	if errors.Is(err, snapshot.ErrNotFound) {
 		return fmt.Errorf("tag %s/%s was deleted meanwhile: %w", a.Atespace, tag, store.ErrNotFound)
 	}
@@ -159,7 +159,7 @@ func sameTemplate(a *store.Actor, template, source string) error {
 // copy (never suspended: it would start from its golden snapshot; create
 // an actor of its template instead) or is being deleted.
 func (m *Manager) snapshotFor(ctx context.Context, a *store.Actor, owner string) (string, error) {
-	id := snapshot.NewID()
+	id := m.newSnapshotID()
 	switch a.State {
 	case store.Running:
 		on, err := m.nodeOf(a.Worker)

@@ -8,7 +8,6 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/nodeapi"
-	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -28,7 +27,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 	ref, digest := "", ""
 	n, err := m.builder(ctx)
 	if err == nil {
-		ref, digest, err = n.BuildGolden(nodeapi.WithProgress(ctx, m.buildProgress(ctx, t)), t.UID, t.Atespace, t.Name, t.Spec, snapshot.NewID())
+		ref, digest, err = n.BuildGolden(nodeapi.WithProgress(ctx, m.buildProgress(ctx, t)), t.UID, t.Atespace, t.Name, t.Spec, m.newSnapshotID())
 	}
 	if err == nil && ref != "" {
 		ref, err = reportedRef(ref, t.UID)

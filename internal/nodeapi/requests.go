@@ -50,8 +50,8 @@ type CheckpointOptions struct {
 	// default (node.DefaultDrainGrace).
 	Grace time.Duration
 	// ID is the snapshot's id (snapshot.NewID's form), minted by the
-	// workflow that will record it so that its time is the API server's
-	// clock, which garbage collection compares; empty means a new one.
+	// workflow that will record it, so that its API server's garbage
+	// collection knows it as its own; empty means a new one.
 	ID string
 	// LeaveRunning checkpoints without stopping the actor (CheckpointLive):
 	// no drain, the worker goes on hosting it. Not with Paused.

@@ -18,7 +18,8 @@ type Store interface {
 	// of owner (an actor or template uid, never containing '/') with id
 	// (NewID's form; "" = a new one). The workflow that will record the
 	// reference names it, so the time in the id is that workflow's
-	// clock's, which the garbage collection compares (StagedBefore).
+	// clock's; the garbage collection compares no time
+	// (lifecycle.OrphanCollection).
 	Stage(owner, id string) (*Staged, error)
 	// Abort removes a staged snapshot.
 	Abort(s *Staged) error

@@ -138,8 +138,6 @@ type apiServerAssembly struct {
 	// alarms and the issuer (newAPICore), from newAPI on.
 	*apiCore
 	ceilings apiserver.Ceilings
-	// recovered is when store recovery began (OrphanCollection.Since).
-	recovered time.Time
 	ln        net.Listener
 	gs        *grpc.Server
 	authz     *auth.Authorizer
@@ -257,7 +255,6 @@ func (s *apiServerAssembly) newAPI(ctx context.Context) error {
 	// later, so run first).
 	s.done.add(s.registry.Close)
 	s.done.add(s.lifecycle.Close)
-	s.recovered = time.Now()
 	if err := s.lifecycle.RecoverStore(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -353,7 +350,7 @@ func (s *apiServerAssembly) run(ctx context.Context) error {
 	}
 	r.Add("alarms", s.alarms.Run)
 	r.Add("identity keys", s.issuer.Run)
-	orphans := lifecycle.OrphanCollection{Since: s.recovered, Shared: s.shared, CheckpointTimeout: nodeagent.CheckpointTimeout, Interval: s.cfg.SnapshotGCInterval}
+	orphans := lifecycle.OrphanCollection{Shared: s.shared, CheckpointTimeout: nodeagent.CheckpointTimeout, Interval: s.cfg.SnapshotGCInterval}
 	r.Add("snapshot collection", func(ctx context.Context) error { return s.lifecycle.CollectOrphans(ctx, orphans) })
 	r.Add("expiry", func(ctx context.Context) error { return s.lifecycle.RunExpiry(ctx, s.cfg.ExpiryInterval) })
 	r.Add("actor counts", func(ctx context.Context) error { return s.ms.RunActorCounts(ctx, s.st, s.log) })

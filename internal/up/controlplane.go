@@ -128,9 +128,6 @@ type ControlPlane struct {
 	Identity *identity.Issuer
 
 	log *slog.Logger
-	// recovered is when Recover began; the snapshot collection only
-	// takes snapshots staged before it.
-	recovered time.Time
 	// background bounds recovery and Start's wait: it lives from
 	// NewControlPlane until Start's context ends or Close, whichever
 	// comes first. stopBackground cancels it. Golden builds belong to
@@ -280,7 +277,6 @@ func (a *controlPlaneAssembly) newAPI(ctx context.Context) error {
 		return err
 	}
 	cp.Registry, cp.Lifecycle, cp.API, cp.Alarms, cp.Identity = core.registry, core.lifecycle, core.api, core.alarms, core.issuer
-	cp.recovered = time.Now()
 	if err := cp.Lifecycle.Recover(cp.background, a.nc.Name); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -337,7 +333,10 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	r.Add("snapshot collection", func(ctx context.Context) error {
 		defer close(cp.snapshotGCDone)
 		start := time.Now()
-		if err := cp.Lifecycle.CollectGarbage(ctx, cp.recovered); err != nil && ctx.Err() == nil {
+		// The node is in this process: a predecessor's died with it, so
+		// one pass finds every orphan.
+		defer cp.Lifecycle.ForgetMinted()
+		if err := cp.Lifecycle.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
 			cp.log.Warn("snapshot garbage collection", "err", err)
 			return nil
 		}

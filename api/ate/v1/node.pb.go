@@ -391,7 +391,7 @@ type CheckpointActorRequest struct {
 	// grace_ms bounds the drain of in-flight requests; 0 = the default.
 	GraceMs int64 `protobuf:"varint,5,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
 	// snapshot_id names the snapshot written (snapshot.NewID's form); the
-	// API server mints it on its clock, which garbage collection compares.
+	// API server mints it, and its garbage collection knows it as its own.
 	SnapshotId string `protobuf:"bytes,6,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	// leave_running checkpoints without stopping the actor: no drain, the
 	// worker keeps hosting it (a tag or fork of a RUNNING actor). Never with

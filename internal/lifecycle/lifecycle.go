@@ -383,8 +383,7 @@ func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Ac
 // sandbox, so it becomes CRASHED at its last snapshot (resumable),
 // staging leftovers are removed, and unfinished golden builds start
 // again. (The node's registration would find the same, but only once
-// it is welcomed, and for actors whose record is older than a clock
-// margin: see ClaimsNotHosted.) It reads the workers and templates,
+// it is welcomed: see ClaimsNotHosted.) It reads the workers and templates,
 // never every actor, so start-up does not grow with the number of
 // actors; CollectGarbage, which does, runs afterwards while the API
 // serves.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,8 @@ type fakeNode struct {
 	// activity is what WorkerActivity answers, by worker; a worker
 	// missing from it hosts nothing the tunnel saw.
 	activity map[string]nodeapi.Activity
+	// hosted is what HostedActors answers: worker → actor uid.
+	hosted map[string]string
 	// unreachable, while set, fails Start, Checkpoint and Stop as a
 	// node that does not answer (nodeapi.ErrUnreachable).
 	unreachable atomic.Bool
@@ -109,6 +112,14 @@ func (f *fakeNode) Upload(_ context.Context, _, owner, _ string, _ snapshot.Scop
 }
 func (f *fakeNode) DeletePaused(string) error { return nil }
 func (f *fakeNode) ForgetActor(string)        {}
+func (f *fakeNode) HostedActors(context.Context) (map[string]string, error) {
+	if f.unreachable.Load() {
+		return nil, fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.hosted), nil
+}
 func (f *fakeNode) ReadActorLogs(context.Context, string, actorlog.Cursor, int) ([]actorlog.Line, error) {
 	return nil, nil
 }
@@ -771,20 +782,23 @@ func TestFencedWorkflowLeavesTheNodeAlone(t *testing.T) {
 	}
 }
 
-// TestClaimsNotHostedSkipsNewerRecords: a node's hello that shows a
-// claimed worker not hosting its actor crashes the actor only if the
-// actor's record predates the hello; one written since (a start under
-// way when the node built its hello, by another replica perhaps) is left
-// as it is.
-func TestClaimsNotHostedSkipsNewerRecords(t *testing.T) {
+// TestClaimsNotHostedAsksTheNode: a node's hello that shows a claimed
+// worker not hosting its actor crashes the actor only if the node,
+// asked then, does not host it there: a hello older than the actor's
+// start (built while another replica started it, or held up on the
+// way) leaves it running, whatever the clocks say, and so does a node
+// that cannot be asked.
+func TestClaimsNotHostedAsksTheNode(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name      string
-		seenAgo   time.Duration // how long before now the hello arrived
-		wantState store.ActorState
+		name        string
+		hostsItNow  bool
+		unreachable bool
+		wantState   store.ActorState
 	}{
-		{"record older than the hello", -time.Minute, store.Crashed},
-		{"record written after the hello", time.Minute, store.Running},
+		{"the node runs it nowhere", false, false, store.Crashed},
+		{"the node runs it there now: the hello was older", true, false, store.Running},
+		{"the node cannot be asked", false, true, store.Running},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -792,9 +806,13 @@ func TestClaimsNotHostedSkipsNewerRecords(t *testing.T) {
 			a := e.get(t)
 			w, err := e.st.GetWorker(ctx, a.Worker)
 			must(t, err)
-			// A negative seenAgo puts the hello after the write.
-			seen := a.StateTime.Add(-tc.seenAgo)
-			must(t, e.m.ClaimsNotHosted(ctx, []*store.Worker{w}, "test", seen))
+			if tc.hostsItNow {
+				e.node.mu.Lock()
+				e.node.hosted = map[string]string{w.Name: a.UID}
+				e.node.mu.Unlock()
+			}
+			e.node.unreachable.Store(tc.unreachable)
+			must(t, e.m.ClaimsNotHosted(ctx, "n1", []*store.Worker{w}, "test"))
 			if got := e.get(t); got.State != tc.wantState {
 				t.Fatalf("after ClaimsNotHosted: %s, want %s", got.State, tc.wantState)
 			}

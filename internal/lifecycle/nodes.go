@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
@@ -62,30 +61,45 @@ func (m *Manager) forgetActor(actorUID string) {
 // message; then the workers leave the pool. A PAUSED actor whose node is
 // gone falls back to its durable snapshot at its next resume (sourceFor).
 // It tries every worker and returns the first error.
-// ClaimsNotHosted handles claimed workers that a node's hello, received
-// at seen, shows not hosting the actor the store gives them: the actor
-// lost its sandbox and goes CRASHED at its last snapshot (resumable) —
-// unless its record was written since the node spoke (less
-// clockMargin, for the replicas' clocks): then a workflow moved it on
-// meanwhile (a start under way when the hello was built, perhaps by
-// another replica) and the hello is stale about it. The workers stay
-// registered. Safe to call with the workflows' leases held elsewhere: it
-// takes each actor's lease in turn.
-func (m *Manager) ClaimsNotHosted(ctx context.Context, workers []*store.Worker, why string, seen time.Time) error {
+// ClaimsNotHosted handles claimed workers of node that its hello shows
+// not hosting the actor the store gives them: the actor lost its sandbox
+// and goes CRASHED at its last snapshot (resumable) — unless the node,
+// asked under the actor's lease (so no workflow of it is under way),
+// hosts it there now. Then the hello predated the actor's start there (a
+// start under way when the node built it, perhaps by another replica, or
+// a hello held up by a partition or a paused replica) and the actor is
+// left as it is. No clock is compared: not a record's time, written by
+// one replica, with a hello's arrival at another. A node that cannot be
+// asked is left to its lease (lost, it takes its actors with it). The
+// workers stay registered. Safe to call with the workflows' leases held
+// elsewhere: it takes each actor's lease in turn.
+func (m *Manager) ClaimsNotHosted(ctx context.Context, node string, workers []*store.Worker, why string) error {
+	n, ok := m.nodes.Get(node)
+	if !ok {
+		return nil
+	}
 	var first error
 	for _, w := range workers {
-		err := m.crashHolderIf(ctx, w, why, func(a *store.Actor) bool { return a.StateTime.Before(seen.Add(-clockMargin)) })
+		err := m.crashHolderIf(ctx, w, why, func(a *store.Actor) bool {
+			hosted, err := n.HostedActors(ctx)
+			if err != nil {
+				m.log.WarnContext(ctx, "a hello shows a claimed worker empty, but its node cannot say what it hosts now; left to the node's lease",
+					"actor", a.Key(), "worker", w.Name, "err", err)
+				return false
+			}
+			if hosted[w.Name] == a.UID {
+				m.log.InfoContext(ctx, "a hello showed a claimed worker empty, but the node runs the actor there now: the hello predated its start; left as it is",
+					"actor", a.Key(), "worker", w.Name, "state", a.State)
+				return false
+			}
+			return true
+		})
 		if err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
-
-// clockMargin is how far apart API server replicas' clocks may be for
-// ClaimsNotHosted's comparison of a record's StateTime (the writer's
-// clock) with when a hello arrived (ours).
-const clockMargin = time.Second
 
 // WorkersLost crashes the actors holding workers (their node lost them)
 // and unregisters the workers.

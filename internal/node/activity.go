@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -54,6 +55,9 @@ func isStream(r *http.Request) bool {
 // Hosted returns, by worker, the uid of the actor each worker hosts now
 // (workers hosting none are left out): what a node reports at
 // registration and on shutdown waits to see empty.
+// HostedActors implements nodeapi.Node: Hosted, as of the call.
+func (n *Node) HostedActors(context.Context) (map[string]string, error) { return n.Hosted(), nil }
+
 func (n *Node) Hosted() map[string]string {
 	out := map[string]string{}
 	for _, name := range n.order {

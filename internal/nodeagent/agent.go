@@ -595,7 +595,7 @@ func (a *Agent) hello() *atev1.NodeHello {
 }
 
 func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
-	hb := &atev1.NodeHeartbeat{}
+	hb := &atev1.NodeHeartbeat{Sent: timestamppb.Now()}
 	for _, w := range a.cfg.Node.Workers() {
 		act, ok := a.cfg.Node.WorkerActivity(w.Name)
 		if !ok {

@@ -704,7 +704,6 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 // hello may predate a start under way) claimed workers whose actor the
 // node does not host, go to WorkersLost.
 func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaims bool) ([]*atev1.StopOrder, error) {
-	seen := time.Now()
 	stored, err := r.workersOf(ctx, h.GetNode())
 	if err != nil {
 		return nil, err
@@ -749,7 +748,7 @@ func (r *Registry) reconcile(ctx context.Context, h *atev1.NodeHello, checkClaim
 			// request for such an actor reaches a node that refuses it
 			// as stale (421) until the actor is CRASHED.
 			go func() {
-				if err := wf.ClaimsNotHosted(context.WithoutCancel(ctx), notHosted, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost", seen); err != nil {
+				if err := wf.ClaimsNotHosted(context.WithoutCancel(ctx), h.GetNode(), notHosted, "node "+h.GetNode()+" no longer runs it: memory since the last snapshot was lost"); err != nil {
 					r.log.Warn("crash actors the node no longer runs", "node", h.GetNode(), "err", err)
 				}
 			}()

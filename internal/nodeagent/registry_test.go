@@ -40,7 +40,7 @@ func (l *lostRecorder) SuspendNode(_ context.Context, node string) error {
 	}
 	return nil
 }
-func (l *lostRecorder) ClaimsNotHosted(ctx context.Context, ws []*store.Worker, why string, _ time.Time) error {
+func (l *lostRecorder) ClaimsNotHosted(ctx context.Context, _ string, ws []*store.Worker, why string) error {
 	return l.WorkersLost(ctx, ws, why)
 }
 

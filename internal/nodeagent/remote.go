@@ -127,6 +127,15 @@ func (r *Remote) DeletePaused(ref string) error {
 	return fromStatus(r.name, err)
 }
 
+// HostedActors implements nodeapi.Node.
+func (r *Remote) HostedActors(ctx context.Context) (map[string]string, error) {
+	resp, err := r.client.HostedActors(ctx, &atev1.HostedActorsRequest{})
+	if err != nil {
+		return nil, fromStatus(r.name, err)
+	}
+	return resp.GetActorUids(), nil
+}
+
 // ForgetActor implements nodeapi.Node.
 func (r *Remote) ForgetActor(actorUID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -188,12 +197,21 @@ func (r *Remote) clearActivity(worker, actorUID string) {
 	r.mu.Unlock()
 }
 
-// heard takes in a heartbeat.
+// heard takes in a heartbeat. Its activity times are the node's clock;
+// they are moved onto ours by how far the heartbeat's sent time is from
+// our clock at its arrival, so idle decisions compare durations the node
+// measured, not two machines' clocks. The heartbeat's time on the way
+// makes an actor look that much less idle: the safe side.
 func (r *Remote) heard(hb *atev1.NodeHeartbeat) {
+	var shift time.Duration
+	if hb.GetSent() != nil {
+		shift = time.Since(hb.GetSent().AsTime())
+	}
 	act := make(map[string]nodeapi.Activity, len(hb.GetActivity()))
 	for _, a := range hb.GetActivity() {
 		act[a.GetWorker()] = nodeapi.Activity{ActorUID: a.GetActorUid(), InFlight: int(a.GetInFlight()),
-			Streams: int(a.GetStreams()), Listeners: int(a.GetListeners()), Served: a.GetServed(), Started: a.GetStarted().AsTime(), Last: a.GetLast().AsTime()}
+			Streams: int(a.GetStreams()), Listeners: int(a.GetListeners()), Served: a.GetServed(),
+			Started: a.GetStarted().AsTime().Add(shift), Last: a.GetLast().AsTime().Add(shift)}
 	}
 	sb := make(map[string][]string, len(hb.GetStandbys()))
 	for _, s := range hb.GetStandbys() {

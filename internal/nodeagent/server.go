@@ -111,3 +111,12 @@ func (s *Server) ForgetActor(_ context.Context, r *atev1.ForgetActorRequest) (*a
 	s.n.ForgetActor(r.GetActorUid())
 	return &atev1.ForgetActorResponse{}, nil
 }
+
+// HostedActors implements atev1.NodeAgentServer.
+func (s *Server) HostedActors(ctx context.Context, _ *atev1.HostedActorsRequest) (*atev1.HostedActorsResponse, error) {
+	hosted, err := s.n.HostedActors(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &atev1.HostedActorsResponse{ActorUids: hosted}, nil
+}

@@ -21,7 +21,6 @@ import (
 	"context"
 	"io"
 	"io/fs"
-	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
@@ -53,6 +52,9 @@ type Node interface {
 	Upload(ctx context.Context, pausedRef, owner, snapshotID string, scope snapshot.Scope) (string, error)
 	DeletePaused(ref string) error
 	ForgetActor(actorUID string)
+	// HostedActors maps each of the node's workers that hosts an actor
+	// to the actor's uid, as of the call.
+	HostedActors(ctx context.Context) (map[string]string, error)
 	// StandbyWorkers lists the node's free workers holding a sandbox
 	// prepared for spec (from image imageDigest); claims prefer them.
 	StandbyWorkers(spec *atev1.ActorTemplateSpec, imageDigest string) []string
@@ -114,9 +116,9 @@ type Events interface {
 	// fell silent, left, or came back as a new process without them);
 	// why is the message for the actors that held them.
 	WorkersLost(ctx context.Context, workers []*store.Worker, why string) error
-	// ClaimsNotHosted: the node's hello, received at seen, shows these
-	// claimed workers not hosting the actor the store gives them.
-	ClaimsNotHosted(ctx context.Context, workers []*store.Worker, why string, seen time.Time) error
+	// ClaimsNotHosted: node's hello shows these claimed workers not
+	// hosting the actor the store gives them.
+	ClaimsNotHosted(ctx context.Context, node string, workers []*store.Worker, why string) error
 	// SuspendNode: the node drains; put away everything it has (its
 	// running actors, the checkpoints paused on its disk).
 	SuspendNode(ctx context.Context, node string) error

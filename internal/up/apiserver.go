@@ -138,9 +138,9 @@ type apiServerAssembly struct {
 	// alarms and the issuer (newAPICore), from newAPI on.
 	*apiCore
 	ceilings apiserver.Ceilings
-	ln        net.Listener
-	gs        *grpc.Server
-	authz     *auth.Authorizer
+	ln       net.Listener
+	gs       *grpc.Server
+	authz    *auth.Authorizer
 	// dash is the dashboard's listener; nil when there is none.
 	dash *dashboardServer
 }

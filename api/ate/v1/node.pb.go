@@ -95,7 +95,7 @@ func (x NodeEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeEvent_Kind.Descriptor instead.
 func (NodeEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{21, 0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type SetSelfAlarmRequest struct {
@@ -1023,6 +1023,87 @@ func (*ForgetActorResponse) Descriptor() ([]byte, []int) {
 	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
+type HostedActorsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostedActorsRequest) Reset() {
+	*x = HostedActorsRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostedActorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostedActorsRequest) ProtoMessage() {}
+
+func (x *HostedActorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostedActorsRequest.ProtoReflect.Descriptor instead.
+func (*HostedActorsRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
+}
+
+type HostedActorsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// actor_uids maps each worker hosting an actor to its uid.
+	ActorUids     map[string]string `protobuf:"bytes,1,rep,name=actor_uids,json=actorUids,proto3" json:"actor_uids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostedActorsResponse) Reset() {
+	*x = HostedActorsResponse{}
+	mi := &file_ate_v1_node_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostedActorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostedActorsResponse) ProtoMessage() {}
+
+func (x *HostedActorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostedActorsResponse.ProtoReflect.Descriptor instead.
+func (*HostedActorsResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HostedActorsResponse) GetActorUids() map[string]string {
+	if x != nil {
+		return x.ActorUids
+	}
+	return nil
+}
+
 // NodeWorker describes one worker of a node. The hello lists them all,
 // with what each hosts: that is how the API server learns a node's
 // sandboxes, on every (re)registration.
@@ -1038,7 +1119,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1131,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1144,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeWorker) GetName() string {
@@ -1106,7 +1187,7 @@ type WorkerActivity struct {
 
 func (x *WorkerActivity) Reset() {
 	*x = WorkerActivity{}
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1199,7 @@ func (x *WorkerActivity) String() string {
 func (*WorkerActivity) ProtoMessage() {}
 
 func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1212,7 @@ func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
 func (*WorkerActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerActivity) GetWorker() string {
@@ -1202,7 +1283,7 @@ type Standby struct {
 
 func (x *Standby) Reset() {
 	*x = Standby{}
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1295,7 @@ func (x *Standby) String() string {
 func (*Standby) ProtoMessage() {}
 
 func (x *Standby) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1308,7 @@ func (x *Standby) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Standby.ProtoReflect.Descriptor instead.
 func (*Standby) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Standby) GetKey() string {
@@ -1272,7 +1353,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1365,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1378,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeHello) GetNode() string {
@@ -1372,14 +1453,18 @@ type NodeHeartbeat struct {
 	// hear the replicas' renewals (a one-way partition) then has its lease
 	// lapse in the store and is declared lost, instead of sitting fenced
 	// with its actors assigned to it for as long as the partition lasts.
-	LeaseLapsed   bool `protobuf:"varint,5,opt,name=lease_lapsed,json=leaseLapsed,proto3" json:"lease_lapsed,omitempty"`
+	LeaseLapsed bool `protobuf:"varint,5,opt,name=lease_lapsed,json=leaseLapsed,proto3" json:"lease_lapsed,omitempty"`
+	// sent is the node's clock when it built the heartbeat. The API server
+	// reads the activity times above against it (how long before sent),
+	// never against its own clock, which need not agree with the node's.
+	Sent          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=sent,proto3" json:"sent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1476,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1489,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeHeartbeat) GetActivity() []*WorkerActivity {
@@ -1442,6 +1527,13 @@ func (x *NodeHeartbeat) GetLeaseLapsed() bool {
 	return false
 }
 
+func (x *NodeHeartbeat) GetSent() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Sent
+	}
+	return nil
+}
+
 type NodeEvent struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Kind        NodeEvent_Kind         `protobuf:"varint,1,opt,name=kind,proto3,enum=ate.v1.NodeEvent_Kind" json:"kind,omitempty"`
@@ -1464,7 +1556,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1568,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1581,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeEvent) GetKind() NodeEvent_Kind {
@@ -1556,7 +1648,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1660,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1673,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1661,7 +1753,7 @@ type RegistryWelcome struct {
 
 func (x *RegistryWelcome) Reset() {
 	*x = RegistryWelcome{}
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1765,7 @@ func (x *RegistryWelcome) String() string {
 func (*RegistryWelcome) ProtoMessage() {}
 
 func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1778,7 @@ func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryWelcome.ProtoReflect.Descriptor instead.
 func (*RegistryWelcome) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegistryWelcome) GetHeartbeatMs() int64 {
@@ -1728,7 +1820,7 @@ type LeaseRenewed struct {
 
 func (x *LeaseRenewed) Reset() {
 	*x = LeaseRenewed{}
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1832,7 @@ func (x *LeaseRenewed) String() string {
 func (*LeaseRenewed) ProtoMessage() {}
 
 func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1845,7 @@ func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
 func (*LeaseRenewed) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseRenewed) GetSeq() int64 {
@@ -1775,7 +1867,7 @@ type DrainOrder struct {
 
 func (x *DrainOrder) Reset() {
 	*x = DrainOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1879,7 @@ func (x *DrainOrder) String() string {
 func (*DrainOrder) ProtoMessage() {}
 
 func (x *DrainOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1892,7 @@ func (x *DrainOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainOrder.ProtoReflect.Descriptor instead.
 func (*DrainOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainOrder) GetReason() string {
@@ -1822,7 +1914,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1926,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1939,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -1877,7 +1969,7 @@ type Drained struct {
 
 func (x *Drained) Reset() {
 	*x = Drained{}
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1981,7 @@ func (x *Drained) String() string {
 func (*Drained) ProtoMessage() {}
 
 func (x *Drained) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1994,7 @@ func (x *Drained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drained.ProtoReflect.Descriptor instead.
 func (*Drained) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Drained) GetError() string {
@@ -1928,7 +2020,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2032,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2045,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -2054,7 +2146,7 @@ type ReadActorLogsRequest struct {
 
 func (x *ReadActorLogsRequest) Reset() {
 	*x = ReadActorLogsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2158,7 @@ func (x *ReadActorLogsRequest) String() string {
 func (*ReadActorLogsRequest) ProtoMessage() {}
 
 func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2171,7 @@ func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReadActorLogsRequest) GetActorUid() string {
@@ -2119,7 +2211,7 @@ type ReadActorLogsResponse struct {
 
 func (x *ReadActorLogsResponse) Reset() {
 	*x = ReadActorLogsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2223,7 @@ func (x *ReadActorLogsResponse) String() string {
 func (*ReadActorLogsResponse) ProtoMessage() {}
 
 func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2236,7 @@ func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
@@ -2168,7 +2260,7 @@ type NodeExecRequest struct {
 
 func (x *NodeExecRequest) Reset() {
 	*x = NodeExecRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2272,7 @@ func (x *NodeExecRequest) String() string {
 func (*NodeExecRequest) ProtoMessage() {}
 
 func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2285,7 @@ func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
 func (*NodeExecRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeExecRequest) GetWorker() string {
@@ -2230,7 +2322,7 @@ type NodeCopyToRequest struct {
 
 func (x *NodeCopyToRequest) Reset() {
 	*x = NodeCopyToRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2334,7 @@ func (x *NodeCopyToRequest) String() string {
 func (*NodeCopyToRequest) ProtoMessage() {}
 
 func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2347,7 @@ func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeCopyToRequest) GetWorker() string {
@@ -2290,7 +2382,7 @@ type NodeCopyFromRequest struct {
 
 func (x *NodeCopyFromRequest) Reset() {
 	*x = NodeCopyFromRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2394,7 @@ func (x *NodeCopyFromRequest) String() string {
 func (*NodeCopyFromRequest) ProtoMessage() {}
 
 func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2407,7 @@ func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeCopyFromRequest) GetWorker() string {
@@ -2355,7 +2447,7 @@ type SelfCallRequest struct {
 
 func (x *SelfCallRequest) Reset() {
 	*x = SelfCallRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2459,7 @@ func (x *SelfCallRequest) String() string {
 func (*SelfCallRequest) ProtoMessage() {}
 
 func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2472,7 @@ func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallRequest.ProtoReflect.Descriptor instead.
 func (*SelfCallRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SelfCallRequest) GetNode() string {
@@ -2429,7 +2521,7 @@ type SelfCallResponse struct {
 
 func (x *SelfCallResponse) Reset() {
 	*x = SelfCallResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[35]
+	mi := &file_ate_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2533,7 @@ func (x *SelfCallResponse) String() string {
 func (*SelfCallResponse) ProtoMessage() {}
 
 func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[35]
+	mi := &file_ate_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2546,7 @@ func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallResponse.ProtoReflect.Descriptor instead.
 func (*SelfCallResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SelfCallResponse) GetStatus() int32 {
@@ -2536,7 +2628,14 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x14DeletePausedResponse\"1\n" +
 	"\x12ForgetActorRequest\x12\x1b\n" +
 	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\"\x15\n" +
-	"\x13ForgetActorResponse\"\xbd\x01\n" +
+	"\x13ForgetActorResponse\"\x15\n" +
+	"\x13HostedActorsRequest\"\xa0\x01\n" +
+	"\x14HostedActorsResponse\x12J\n" +
+	"\n" +
+	"actor_uids\x18\x01 \x03(\v2+.ate.v1.HostedActorsResponse.ActorUidsEntryR\tactorUids\x1a<\n" +
+	"\x0eActorUidsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
 	"\n" +
 	"NodeWorker\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
@@ -2566,14 +2665,15 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\aworkers\x18\x06 \x03(\v2\x12.ate.v1.NodeWorkerR\aworkers\x12\x1c\n" +
 	"\tsnapshots\x18\a \x01(\tR\tsnapshots\x12\x1f\n" +
 	"\vlease_token\x18\b \x01(\x03R\n" +
-	"leaseToken\"\xc6\x01\n" +
+	"leaseToken\"\xf6\x01\n" +
 	"\rNodeHeartbeat\x122\n" +
 	"\bactivity\x18\x01 \x03(\v2\x16.ate.v1.WorkerActivityR\bactivity\x12+\n" +
 	"\bstandbys\x18\x02 \x03(\v2\x0f.ate.v1.StandbyR\bstandbys\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x03R\n" +
 	"leaseToken\x12!\n" +
-	"\flease_lapsed\x18\x05 \x01(\bR\vleaseLapsed\"\xe6\x02\n" +
+	"\flease_lapsed\x18\x05 \x01(\bR\vleaseLapsed\x12.\n" +
+	"\x04sent\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04sent\"\xe6\x02\n" +
 	"\tNodeEvent\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.ate.v1.NodeEvent.KindR\x04kind\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
@@ -2647,7 +2747,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\fR\x04body\"B\n" +
 	"\x10SelfCallResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
-	"\x06answer\x18\x02 \x01(\fR\x06answer2\xb7\x06\n" +
+	"\x06answer\x18\x02 \x01(\fR\x06answer2\x82\a\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
@@ -2656,7 +2756,8 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\vBuildGolden\x12\x1a.ate.v1.BuildGoldenRequest\x1a\x1b.ate.v1.BuildGoldenResponse\x12I\n" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
-	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse\x12L\n" +
+	"\vForgetActor\x12\x1a.ate.v1.ForgetActorRequest\x1a\x1b.ate.v1.ForgetActorResponse\x12I\n" +
+	"\fHostedActors\x12\x1b.ate.v1.HostedActorsRequest\x1a\x1c.ate.v1.HostedActorsResponse\x12L\n" +
 	"\rReadActorLogs\x12\x1c.ate.v1.ReadActorLogsRequest\x1a\x1d.ate.v1.ReadActorLogsResponse\x12C\n" +
 	"\tExecActor\x12\x17.ate.v1.NodeExecRequest\x1a\x19.ate.v1.ExecActorResponse(\x010\x01\x12G\n" +
 	"\vCopyToActor\x12\x19.ate.v1.NodeCopyToRequest\x1a\x1b.ate.v1.CopyToActorResponse(\x01\x12M\n" +
@@ -2679,7 +2780,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
 	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
@@ -2698,94 +2799,101 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*DeletePausedResponse)(nil),    // 14: ate.v1.DeletePausedResponse
 	(*ForgetActorRequest)(nil),      // 15: ate.v1.ForgetActorRequest
 	(*ForgetActorResponse)(nil),     // 16: ate.v1.ForgetActorResponse
-	(*NodeWorker)(nil),              // 17: ate.v1.NodeWorker
-	(*WorkerActivity)(nil),          // 18: ate.v1.WorkerActivity
-	(*Standby)(nil),                 // 19: ate.v1.Standby
-	(*NodeHello)(nil),               // 20: ate.v1.NodeHello
-	(*NodeHeartbeat)(nil),           // 21: ate.v1.NodeHeartbeat
-	(*NodeEvent)(nil),               // 22: ate.v1.NodeEvent
-	(*NodeMessage)(nil),             // 23: ate.v1.NodeMessage
-	(*RegistryWelcome)(nil),         // 24: ate.v1.RegistryWelcome
-	(*LeaseRenewed)(nil),            // 25: ate.v1.LeaseRenewed
-	(*DrainOrder)(nil),              // 26: ate.v1.DrainOrder
-	(*StopOrder)(nil),               // 27: ate.v1.StopOrder
-	(*Drained)(nil),                 // 28: ate.v1.Drained
-	(*RegistryMessage)(nil),         // 29: ate.v1.RegistryMessage
-	(*ReadActorLogsRequest)(nil),    // 30: ate.v1.ReadActorLogsRequest
-	(*ReadActorLogsResponse)(nil),   // 31: ate.v1.ReadActorLogsResponse
-	(*NodeExecRequest)(nil),         // 32: ate.v1.NodeExecRequest
-	(*NodeCopyToRequest)(nil),       // 33: ate.v1.NodeCopyToRequest
-	(*NodeCopyFromRequest)(nil),     // 34: ate.v1.NodeCopyFromRequest
-	(*SelfCallRequest)(nil),         // 35: ate.v1.SelfCallRequest
-	(*SelfCallResponse)(nil),        // 36: ate.v1.SelfCallResponse
-	nil,                             // 37: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 38: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
-	(BuildPhase)(0),                 // 40: ate.v1.BuildPhase
-	(*ActorLogLine)(nil),            // 41: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),        // 42: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),      // 43: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),              // 44: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),       // 45: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),     // 46: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),   // 47: ate.v1.CopyFromActorResponse
+	(*HostedActorsRequest)(nil),     // 17: ate.v1.HostedActorsRequest
+	(*HostedActorsResponse)(nil),    // 18: ate.v1.HostedActorsResponse
+	(*NodeWorker)(nil),              // 19: ate.v1.NodeWorker
+	(*WorkerActivity)(nil),          // 20: ate.v1.WorkerActivity
+	(*Standby)(nil),                 // 21: ate.v1.Standby
+	(*NodeHello)(nil),               // 22: ate.v1.NodeHello
+	(*NodeHeartbeat)(nil),           // 23: ate.v1.NodeHeartbeat
+	(*NodeEvent)(nil),               // 24: ate.v1.NodeEvent
+	(*NodeMessage)(nil),             // 25: ate.v1.NodeMessage
+	(*RegistryWelcome)(nil),         // 26: ate.v1.RegistryWelcome
+	(*LeaseRenewed)(nil),            // 27: ate.v1.LeaseRenewed
+	(*DrainOrder)(nil),              // 28: ate.v1.DrainOrder
+	(*StopOrder)(nil),               // 29: ate.v1.StopOrder
+	(*Drained)(nil),                 // 30: ate.v1.Drained
+	(*RegistryMessage)(nil),         // 31: ate.v1.RegistryMessage
+	(*ReadActorLogsRequest)(nil),    // 32: ate.v1.ReadActorLogsRequest
+	(*ReadActorLogsResponse)(nil),   // 33: ate.v1.ReadActorLogsResponse
+	(*NodeExecRequest)(nil),         // 34: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),       // 35: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),     // 36: ate.v1.NodeCopyFromRequest
+	(*SelfCallRequest)(nil),         // 37: ate.v1.SelfCallRequest
+	(*SelfCallResponse)(nil),        // 38: ate.v1.SelfCallResponse
+	nil,                             // 39: ate.v1.HostedActorsResponse.ActorUidsEntry
+	nil,                             // 40: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),       // 41: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
+	(BuildPhase)(0),                 // 43: ate.v1.BuildPhase
+	(*ActorLogLine)(nil),            // 44: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),        // 45: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),      // 46: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),              // 47: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),       // 48: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),     // 49: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),   // 50: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	38, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	38, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	37, // 2: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	39, // 3: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	39, // 4: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
-	17, // 5: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
-	18, // 6: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
-	19, // 7: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
-	0,  // 8: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	40, // 9: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
-	20, // 10: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
-	21, // 11: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
-	22, // 12: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
-	24, // 13: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	27, // 14: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	28, // 15: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	25, // 16: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
-	26, // 17: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
-	41, // 18: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	42, // 19: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	43, // 20: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	44, // 21: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
-	3,  // 22: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 23: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 24: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 25: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 26: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 27: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 28: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	30, // 29: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	32, // 30: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
-	33, // 31: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
-	34, // 32: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
-	23, // 33: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 34: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	35, // 35: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
-	4,  // 36: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 37: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 38: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 39: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 40: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 41: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 42: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	31, // 43: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	45, // 44: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	46, // 45: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	47, // 46: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	29, // 47: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 48: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	36, // 49: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
-	36, // [36:50] is the sub-list for method output_type
-	22, // [22:36] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	41, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	41, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	39, // 2: ate.v1.HostedActorsResponse.actor_uids:type_name -> ate.v1.HostedActorsResponse.ActorUidsEntry
+	40, // 3: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	42, // 4: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	42, // 5: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	19, // 6: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
+	20, // 7: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
+	21, // 8: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
+	42, // 9: ate.v1.NodeHeartbeat.sent:type_name -> google.protobuf.Timestamp
+	0,  // 10: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
+	43, // 11: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
+	22, // 12: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
+	23, // 13: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
+	24, // 14: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
+	26, // 15: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
+	29, // 16: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	30, // 17: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	27, // 18: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
+	28, // 19: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
+	44, // 20: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	45, // 21: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	46, // 22: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	47, // 23: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	3,  // 24: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	5,  // 25: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	7,  // 26: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	9,  // 27: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	11, // 28: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	13, // 29: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	15, // 30: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	17, // 31: ate.v1.NodeAgent.HostedActors:input_type -> ate.v1.HostedActorsRequest
+	32, // 32: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	34, // 33: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	35, // 34: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	36, // 35: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	25, // 36: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	1,  // 37: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	37, // 38: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	4,  // 39: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	6,  // 40: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	8,  // 41: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	10, // 42: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	12, // 43: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	14, // 44: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	16, // 45: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	18, // 46: ate.v1.NodeAgent.HostedActors:output_type -> ate.v1.HostedActorsResponse
+	33, // 47: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	48, // 48: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	49, // 49: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	50, // 50: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	31, // 51: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	2,  // 52: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	38, // 53: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	39, // [39:54] is the sub-list for method output_type
+	24, // [24:39] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_ate_v1_node_proto_init() }
@@ -2794,12 +2902,12 @@ func file_ate_v1_node_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_init()
-	file_ate_v1_node_proto_msgTypes[22].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[24].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[28].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[30].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 		(*RegistryMessage_Drained)(nil),
@@ -2812,7 +2920,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,7 @@ const (
 	NodeAgent_UploadPaused_FullMethodName    = "/ate.v1.NodeAgent/UploadPaused"
 	NodeAgent_DeletePaused_FullMethodName    = "/ate.v1.NodeAgent/DeletePaused"
 	NodeAgent_ForgetActor_FullMethodName     = "/ate.v1.NodeAgent/ForgetActor"
+	NodeAgent_HostedActors_FullMethodName    = "/ate.v1.NodeAgent/HostedActors"
 	NodeAgent_ReadActorLogs_FullMethodName   = "/ate.v1.NodeAgent/ReadActorLogs"
 	NodeAgent_ExecActor_FullMethodName       = "/ate.v1.NodeAgent/ExecActor"
 	NodeAgent_CopyToActor_FullMethodName     = "/ate.v1.NodeAgent/CopyToActor"
@@ -56,6 +57,11 @@ type NodeAgentClient interface {
 	UploadPaused(ctx context.Context, in *UploadPausedRequest, opts ...grpc.CallOption) (*UploadPausedResponse, error)
 	DeletePaused(ctx context.Context, in *DeletePausedRequest, opts ...grpc.CallOption) (*DeletePausedResponse, error)
 	ForgetActor(ctx context.Context, in *ForgetActorRequest, opts ...grpc.CallOption) (*ForgetActorResponse, error)
+	// HostedActors says which actor's sandbox each worker runs now (the
+	// hello's hosted_actor_uid, answered at the time of the call): an API
+	// server asks it before it takes a hello's word that a worker lost its
+	// actor, since the hello may predate the actor's start there.
+	HostedActors(ctx context.Context, in *HostedActorsRequest, opts ...grpc.CallOption) (*HostedActorsResponse, error)
 	// ReadActorLogs returns the actor's log lines this node keeps after the
 	// cursor (after_run, after_seq), in order, at most limit.
 	ReadActorLogs(ctx context.Context, in *ReadActorLogsRequest, opts ...grpc.CallOption) (*ReadActorLogsResponse, error)
@@ -146,6 +152,16 @@ func (c *nodeAgentClient) ForgetActor(ctx context.Context, in *ForgetActorReques
 	return out, nil
 }
 
+func (c *nodeAgentClient) HostedActors(ctx context.Context, in *HostedActorsRequest, opts ...grpc.CallOption) (*HostedActorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HostedActorsResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_HostedActors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *nodeAgentClient) ReadActorLogs(ctx context.Context, in *ReadActorLogsRequest, opts ...grpc.CallOption) (*ReadActorLogsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReadActorLogsResponse)
@@ -218,6 +234,11 @@ type NodeAgentServer interface {
 	UploadPaused(context.Context, *UploadPausedRequest) (*UploadPausedResponse, error)
 	DeletePaused(context.Context, *DeletePausedRequest) (*DeletePausedResponse, error)
 	ForgetActor(context.Context, *ForgetActorRequest) (*ForgetActorResponse, error)
+	// HostedActors says which actor's sandbox each worker runs now (the
+	// hello's hosted_actor_uid, answered at the time of the call): an API
+	// server asks it before it takes a hello's word that a worker lost its
+	// actor, since the hello may predate the actor's start there.
+	HostedActors(context.Context, *HostedActorsRequest) (*HostedActorsResponse, error)
 	// ReadActorLogs returns the actor's log lines this node keeps after the
 	// cursor (after_run, after_seq), in order, at most limit.
 	ReadActorLogs(context.Context, *ReadActorLogsRequest) (*ReadActorLogsResponse, error)
@@ -258,6 +279,9 @@ func (UnimplementedNodeAgentServer) DeletePaused(context.Context, *DeletePausedR
 }
 func (UnimplementedNodeAgentServer) ForgetActor(context.Context, *ForgetActorRequest) (*ForgetActorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetActor not implemented")
+}
+func (UnimplementedNodeAgentServer) HostedActors(context.Context, *HostedActorsRequest) (*HostedActorsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HostedActors not implemented")
 }
 func (UnimplementedNodeAgentServer) ReadActorLogs(context.Context, *ReadActorLogsRequest) (*ReadActorLogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadActorLogs not implemented")
@@ -418,6 +442,24 @@ func _NodeAgent_ForgetActor_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeAgent_HostedActors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HostedActorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).HostedActors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_HostedActors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).HostedActors(ctx, req.(*HostedActorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _NodeAgent_ReadActorLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadActorLogsRequest)
 	if err := dec(in); err != nil {
@@ -495,6 +537,10 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForgetActor",
 			Handler:    _NodeAgent_ForgetActor_Handler,
+		},
+		{
+			MethodName: "HostedActors",
+			Handler:    _NodeAgent_HostedActors_Handler,
 		},
 		{
 			MethodName: "ReadActorLogs",

@@ -49,5 +49,6 @@ bench: deps examples
 # runs it for 70 s on seeds 1 and 2.
 DURATION ?= 10m
 SEEDS ?= 1
+FAULTS ?=
 chaos:
-	bash hack/chaos.sh $(DURATION) $(SEEDS)
+	bash hack/chaos.sh $(DURATION) $(SEEDS) "$(FAULTS)"

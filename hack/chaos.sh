@@ -8,8 +8,10 @@
 # porcupine checks every actor's history. A failing seed replays its fault
 # schedule: `make chaos SEEDS=<seed>`.
 #
-# Usage: hack/chaos.sh [DURATION per seed, default 10m] [SEEDS, default 1]
+# Usage: hack/chaos.sh [DURATION per seed, default 10m] [SEEDS, default 1] [FAULTS]
 #   e.g. make chaos DURATION=30m SEEDS=1,2,3
+#   FAULTS: comma-separated fault kinds to draw from, as the report names
+#   them (default all), e.g. make chaos FAULTS="SIGSTOP replica,kill -9 node"
 # Prints, per seed, the faults injected by kind (with the longest request
 # and recovery after each kind), requests sent and answered, and the
 # violations found; exits non-zero on any violation, failed request or
@@ -18,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-10m}
 seeds=${2:-1}
+faults=${3:-}
 if [[ $(id -u) != 0 ]]; then
 	echo "chaos: must run as root (runsc, iptables, cgroups)" >&2
 	exit 1
@@ -35,4 +38,4 @@ go test -vet=off -c -o "$bin/e2e.test" ./test/e2e/
 # last recovery, 2 min per actor for the check); the timeout is a backstop.
 cd test/e2e
 exec "$bin/e2e.test" -test.run '^TestChaos$' -test.v -test.count=1 -test.timeout 24h \
-	-chaos.seeds "$seeds" -chaos.duration "$duration"
+	-chaos.seeds "$seeds" -chaos.duration "$duration" -chaos.faults "$faults"

@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
 
 	"substrate.dev/ate/internal/store"
 )
@@ -68,6 +69,27 @@ type Options struct {
 // no connect_timeout: an unreachable server fails a call in seconds, not
 // the kernel's minutes of SYN retries.
 const defaultConnectTimeout = 10 * time.Second
+
+// tcpUserTimeout closes a connection whose sent data the server's
+// machine has not acknowledged for this long (TCP_USER_TIMEOUT): a
+// partition between a replica and PostgreSQL then fails the statements
+// waiting on it (UNAVAILABLE, which clients retry on another replica)
+// instead of holding them until the link heals and TCP's backed-off
+// retransmission finds it (the chaos run's replica–PostgreSQL cuts:
+// recovery after the heal 8.5 s before, 6.5 s after; BENCHMARKS.md,
+// Chaos runs). A busy or stopped server still acknowledges at once: its
+// kernel does, so only a lost network counts.
+const tcpUserTimeout = 5 * time.Second
+
+// dialer is pgx's default dialer (keepalive every 5 minutes) with
+// tcpUserTimeout.
+var dialer = &net.Dialer{KeepAlive: 5 * time.Minute, Control: func(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(tcpUserTimeout.Milliseconds()))
+	})
+	return cmp.Or(err, serr)
+}}
 
 // defaultMaxConns bounds the pool when the URL does not (pool_max_conns):
 // pgxpool's own default, max(4, CPUs), queued a 2-core API server's
@@ -161,6 +183,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if !strings.Contains(rawURL, "connect_timeout=") {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	cfg.ConnConfig.DialFunc = dialer.DialContext
 	if !strings.Contains(rawURL, "pool_max_conns=") {
 		cfg.MaxConns = defaultMaxConns
 	}

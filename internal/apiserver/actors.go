@@ -14,6 +14,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
@@ -62,7 +63,7 @@ func (s *Server) CreateActor(ctx context.Context, req *atev1.CreateActorRequest)
 		return nil, toStatus(fmt.Errorf("%w: template %s/%s failed to build (%s); fix it and create a new template",
 			lifecycle.ErrFailedPrecondition, tpl.Atespace, tpl.Name, tpl.Message))
 	}
-	now := time.Now().UTC()
+	now := clock.Now().UTC()
 	a := &store.Actor{Atespace: in.GetAtespace(), Name: in.GetName(), UID: NewUID(), Template: in.GetTemplate(),
 		Lifecycle: store.Lifecycle{State: store.Suspended}, WorkerSelector: maps.Clone(in.GetWorkerSelector()),
 		Labels: maps.Clone(in.GetLabels()), CreateTime: now, StateTime: now}

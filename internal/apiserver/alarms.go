@@ -9,6 +9,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
@@ -43,7 +44,7 @@ func (s *Server) SetAlarm(ctx context.Context, req *atev1.SetAlarmRequest) (*ate
 	if err := key.Validate(); err != nil {
 		return nil, toStatus(err)
 	}
-	at, err := alarmTime(time.Now(), req)
+	at, err := alarmTime(clock.Now(), req)
 	if err != nil {
 		return nil, toStatus(err)
 	}

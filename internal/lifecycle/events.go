@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -49,7 +50,7 @@ func eventType(from, to store.ActorState) store.EventType {
 
 // recordDeleted queues the event of a's deletion, why saying by whom.
 func (m *Manager) recordDeleted(a *store.Actor, why string) {
-	e := &store.Event{Time: time.Now().UTC(), Type: store.EventNormal, Atespace: a.Atespace, Actor: a.Name, ActorUID: a.UID,
+	e := &store.Event{Time: clock.Now().UTC(), Type: store.EventNormal, Atespace: a.Atespace, Actor: a.Name, ActorUID: a.UID,
 		From: a.State, To: store.Deleted, Message: why}
 	m.queueEvent(e)
 }
@@ -65,7 +66,7 @@ func (m *Manager) recordChange(base, out *store.Actor) {
 		return
 	}
 	cp := *out
-	e := &store.Event{Time: time.Now().UTC(), Atespace: out.Atespace, Actor: out.Name, ActorUID: out.UID,
+	e := &store.Event{Time: clock.Now().UTC(), Atespace: out.Atespace, Actor: out.Name, ActorUID: out.UID,
 		From: base.State, To: out.State, Record: &cp, Worker: out.Worker}
 	if e.Worker == "" {
 		e.Worker = base.Worker

@@ -8,6 +8,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/nodeapi"
@@ -90,7 +91,7 @@ func (m *Manager) makeRoom(ctx context.Context, waiting []*waiter, workers []*st
 // and has answered no request since, its last eviction failed less than
 // evictRetryAfter ago, or it is being evicted.
 func (m *Manager) candidates(ctx context.Context, workers []*store.Worker) []candidate {
-	now := time.Now()
+	now := clock.Now()
 	var out []candidate
 	// Templates are immutable and most running actors share a few: one
 	// read each per round.
@@ -269,7 +270,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKe
 			act, ok = n.WorkerActivity(c.worker.Name)
 		}
 		if a.UID != c.actor.UID || a.State != store.Running || a.Worker != c.worker.Name || !ok ||
-			act.ActorUID != a.UID || !evictable(c.policy, c.streams, act, time.Now()) {
+			act.ActorUID != a.UID || !evictable(c.policy, c.streams, act, clock.Now()) {
 			// A request slipped in, or the actor moved: leave it.
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
@@ -254,7 +255,7 @@ func (m *Manager) RunExpiry(ctx context.Context, interval time.Duration) error {
 			return nil
 		case <-t.C:
 		}
-		if n, err := m.SweepExpired(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if n, err := m.SweepExpired(ctx, clock.Now()); err != nil && ctx.Err() == nil {
 			m.log.WarnContext(ctx, "expiry sweep", "err", err)
 		} else if n > 0 {
 			m.log.InfoContext(ctx, "expiry sweep done", "deleted", n)

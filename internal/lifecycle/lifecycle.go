@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/nodeapi"
@@ -252,7 +253,7 @@ func (m *Manager) renew(ctx context.Context, f store.Fence, cfg LeaseConfig) {
 // snapshot from before a template move, whose memory is not).
 func (m *Manager) update(ctx context.Context, base, next *store.Actor) (*store.Actor, error) {
 	ctx = context.WithoutCancel(ctx)
-	next.StateTime = time.Now().UTC()
+	next.StateTime = clock.Now().UTC()
 	if next.Snapshot != base.Snapshot {
 		next.VolumesOnly = false
 	}

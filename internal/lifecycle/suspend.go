@@ -13,6 +13,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
@@ -146,7 +147,7 @@ func (m *Manager) busy(ctx context.Context, a *store.Actor) error {
 	if open := streamPolicy(spec).Busy(act.InFlight, act.Listeners); open > 0 {
 		return fmt.Errorf("%w: actor %s is not idle: %d requests open on its worker (through another router)", ErrFailedPrecondition, a.Key(), open)
 	}
-	if since := time.Since(act.Last); since < after {
+	if since := clock.Since(act.Last); since < after {
 		return fmt.Errorf("%w: actor %s is not idle: its worker served traffic %s ago, within idle.after %s (through another router)", ErrFailedPrecondition, a.Key(), since.Round(time.Millisecond), idleAfter)
 	}
 	return nil
@@ -522,7 +523,7 @@ func (m *Manager) PutAwayIfIdle(ctx context.Context, key names.ActorKey, uid str
 	if perr != nil || after <= 0 {
 		return time.Time{}, nil
 	}
-	now, last := time.Now(), a.StateTime
+	now, last := clock.Now(), a.StateTime
 	if n, ok := m.nodes.ForWorker(a.Worker); ok {
 		if act, ok := n.WorkerActivity(a.Worker); ok && act.ActorUID == uid {
 			if streamPolicy(tpl.Spec).Busy(act.InFlight, act.Listeners) > 0 {

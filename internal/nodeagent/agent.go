@@ -18,6 +18,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/checkpoint"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeapi"
 )
@@ -595,7 +596,7 @@ func (a *Agent) hello() *atev1.NodeHello {
 }
 
 func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
-	hb := &atev1.NodeHeartbeat{Sent: timestamppb.Now()}
+	hb := &atev1.NodeHeartbeat{Sent: timestamppb.New(clock.Now())}
 	for _, w := range a.cfg.Node.Workers() {
 		act, ok := a.cfg.Node.WorkerActivity(w.Name)
 		if !ok {
@@ -603,7 +604,7 @@ func (a *Agent) heartbeat() *atev1.NodeHeartbeat {
 		}
 		hb.Activity = append(hb.Activity, &atev1.WorkerActivity{Worker: w.Name, ActorUid: act.ActorUID,
 			InFlight: int32(act.InFlight), Streams: int32(act.Streams), Listeners: int32(act.Listeners), Served: act.Served,
-			Started: timestamppb.New(act.Started), Last: timestamppb.New(act.Last)})
+			Started: timestamppb.New(clock.Wall(act.Started)), Last: timestamppb.New(clock.Wall(act.Last))})
 	}
 	for key, workers := range a.cfg.Node.Standbys() {
 		hb.Standbys = append(hb.Standbys, &atev1.Standby{Key: key, Workers: workers})

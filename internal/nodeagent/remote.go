@@ -9,6 +9,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/node"
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
@@ -183,7 +184,7 @@ func (r *Remote) hosted() int {
 // hosts records that worker hosts actorUID, fresh and with nothing
 // served, until the next heartbeat says otherwise.
 func (r *Remote) hosts(worker, actorUID string) {
-	now := time.Now()
+	now := clock.Now()
 	r.mu.Lock()
 	r.activity[worker] = nodeapi.Activity{ActorUID: actorUID, Started: now, Last: now}
 	r.mu.Unlock()
@@ -205,7 +206,7 @@ func (r *Remote) clearActivity(worker, actorUID string) {
 func (r *Remote) heard(hb *atev1.NodeHeartbeat) {
 	var shift time.Duration
 	if hb.GetSent() != nil {
-		shift = time.Since(hb.GetSent().AsTime())
+		shift = clock.Since(hb.GetSent().AsTime())
 	}
 	act := make(map[string]nodeapi.Activity, len(hb.GetActivity()))
 	for _, a := range hb.GetActivity() {

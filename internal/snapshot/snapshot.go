@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"substrate.dev/ate/internal/clock"
 	"substrate.dev/ate/internal/codec"
 )
 
@@ -395,7 +396,7 @@ func (l *Local) List(context.Context) ([]string, error) {
 func NewID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return time.Now().UTC().Format(idTimeLayout) + "-" + hex.EncodeToString(b[:])
+	return clock.Now().UTC().Format(idTimeLayout) + "-" + hex.EncodeToString(b[:])
 }
 
 // StageID checks Stage's owner and id and returns id, or a new one

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/store"
@@ -17,22 +18,41 @@ import (
 // It returns the node as ListNodes shows it; store.ErrNotFound (wrapped)
 // for a node this registry does not know.
 //
-// Every replica learns the drain from the node: this one sends it a
-// drain order (now, and on each of its sessions until Remove), and the
-// node reports DRAIN to every replica, as on SIGTERM, so none places
-// actors on it. A node this replica cannot reach is told when it
-// registers here again.
+// The drain is a record in the store (store.NodeDrain), written before
+// anything else: every replica reads it (syncDrains, and at each
+// registration), so none places actors on the node, whichever replica
+// was asked, whether it reaches the node or not, and across restarts of
+// the node and the replicas, until Remove. The node hears it too: a
+// drain order on each of its sessions, after which it reports DRAIN to
+// every replica, as on SIGTERM.
 func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node, error) {
 	r.mu.Lock()
-	m := r.members[name]
-	if m == nil {
-		r.mu.Unlock()
+	known := r.members[name] != nil
+	r.mu.Unlock()
+	if !known {
 		return nil, fmt.Errorf("node %s: %w", name, store.ErrNotFound)
 	}
+	if err := r.cfg.Store.PutNodeDrain(ctx, &store.NodeDrain{Node: name, Reason: reason, CreateTime: time.Now().UTC()}); err != nil {
+		return nil, fmt.Errorf("record the drain of node %s: %w", name, err)
+	}
+	r.applyDrain(ctx, name, reason)
+	return r.describe(ctx, name)
+}
+
+// applyDrain drains node name here: its phase, a drain order on its
+// session, and the drain workflow (SuspendNode) if it is live.
+func (r *Registry) applyDrain(ctx context.Context, name, reason string) {
+	r.mu.Lock()
+	m := r.members[name]
 	if r.draining == nil {
 		r.draining = map[string]string{}
 	}
 	r.draining[name] = reason
+	if m == nil {
+		// Not registered here: it is drained when it registers.
+		r.mu.Unlock()
+		return
+	}
 	if m.phase == atev1.Node_READY {
 		m.phase = atev1.Node_DRAINING
 	}
@@ -60,7 +80,49 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 			r.mu.Unlock()
 		}()
 	}
-	return r.describe(ctx, name)
+}
+
+// loadDrains notes the drains recorded in the store (without applying
+// them): a registration reads them first, so a node drained through
+// another replica, or before this one started, comes back DRAINING.
+func (r *Registry) loadDrains(ctx context.Context) {
+	drains, err := r.cfg.Store.ListNodeDrains(ctx)
+	if err != nil {
+		r.log.WarnContext(ctx, "read node drains", "err", err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining == nil {
+		r.draining = map[string]string{}
+	}
+	for _, d := range drains {
+		if _, ok := r.draining[d.Node]; !ok {
+			r.draining[d.Node] = d.Reason
+		}
+	}
+}
+
+// syncDrains applies the drains other replicas recorded (Drain) that
+// this one has not: the way every replica obeys a drain, including one
+// the drained node cannot reach.
+func (r *Registry) syncDrains(ctx context.Context) {
+	drains, err := r.cfg.Store.ListNodeDrains(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.WarnContext(ctx, "read node drains", "err", err)
+		}
+		return
+	}
+	for _, d := range drains {
+		r.mu.Lock()
+		_, known := r.draining[d.Node]
+		r.mu.Unlock()
+		if !known {
+			r.log.InfoContext(ctx, "node drained by another replica", "node", d.Node, "reason", d.Reason)
+			r.applyDrain(ctx, d.Node, d.Reason)
+		}
+	}
 }
 
 // Remove is RemoveNode (the Kubernetes controller's call for a deleted
@@ -73,6 +135,9 @@ func (r *Registry) Drain(ctx context.Context, name, reason string) (*atev1.Node,
 func (r *Registry) Remove(ctx context.Context, name, reason string) error {
 	why := "removed: " + reason
 	r.declareLost(ctx, name, 0, why)
+	if err := r.cfg.Store.DeleteNodeDrain(ctx, name); err != nil {
+		return fmt.Errorf("delete the drain of node %s: %w", name, err)
+	}
 	workers, err := r.workersOf(ctx, name)
 	if err != nil {
 		return err

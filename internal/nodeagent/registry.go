@@ -340,6 +340,20 @@ func (r *Registry) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.Heartbeat)
 	defer tick.Stop()
 	lastCheck := time.Now()
+	// Drains recorded through other replicas (Drain), within half a
+	// loss deadline.
+	go func() {
+		t := time.NewTicker(max(r.cfg.Heartbeat, r.cfg.LostAfter/2))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.syncDrains(ctx)
+			}
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -674,6 +688,7 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 			m.remote.hosts(w.GetName(), w.GetHostedActorUid())
 		}
 	}
+	r.loadDrains(ctx)
 	r.mu.Lock()
 	if old := r.members[name]; old != nil && old.remote != nil && old.remote != m.remote {
 		old.remote.close()

@@ -342,6 +342,8 @@ type Store interface {
 	IngressTokens
 	// RoleBindings: who may do what, per atespace (internal/auth).
 	RoleBindings
+	// NodeDrains: the nodes drained, which no replica places actors on.
+	NodeDrains
 
 	Close() error
 }

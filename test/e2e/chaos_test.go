@@ -77,6 +77,7 @@ type chaosRig struct {
 	pgPort   int
 	s3       *s3Fault
 	apis     [2]*component
+	addrs    [2]string
 	apiPorts [2]int
 	nodes    []string
 	// agentPort and tunnelPort are fixed per node so its restarts keep
@@ -87,6 +88,8 @@ type chaosRig struct {
 	// firewall (every reply leaves from the same address) cannot.
 	links  map[string][2]*linkProxy
 	actors []string
+	// replica[i] talks to apis[i] alone.
+	replica [2]atev1.ControlClient
 }
 
 func portOf(t testing.TB, addr string) int {
@@ -128,7 +131,7 @@ func startChaosWith(t *testing.T, env map[string][]string) *chaosRig {
 	pg := sharedPostgres(t)
 	r.pg, r.pgPort = pg, portOf(t, pg.Addr())
 	db := pg.NewDatabase(t)
-	var addrs [2]string
+	addrs := &r.addrs
 	for i := range r.apis {
 		addrs[i] = freeAddr(t)
 		r.apiPorts[i] = portOf(t, addrs[i])
@@ -156,7 +159,7 @@ func startChaosWith(t *testing.T, env map[string][]string) *chaosRig {
 	r.router = launchComponentIn(t, env["router"], fw.group("router"), "router", "ate router ready", "router",
 		"--api", addrs[0]+","+addrs[1], "--listen", freeAddr(t), "--drain-delay", "0s", "--log-level", "debug")
 	fields := r.router.waitReady()
-	r.in, _ = dialReplicas(t, r.dir, addrs, fields["router"].(string))
+	r.in, r.replica = dialReplicas(t, r.dir, r.addrs, fields["router"].(string))
 	r.in.counterTemplate("chaos", nil, "")
 	for i := range 4 {
 		name := fmt.Sprintf("chaos-%d", i)
@@ -748,4 +751,55 @@ func TestClocksNeedNotAgree(t *testing.T) {
 		return
 	}
 	r.runFaults(1, 45*time.Second, "kill -9 node,kill -9 replica,SIGSTOP node,SIGSTOP replica,partial partition node–replica").check(t)
+}
+
+// TestDrainIsObeyedByEveryReplica: DrainNode through replica 0 only.
+// Replica 1 places nothing on the node afterwards, also after replica 0
+// is killed and the node itself restarts as a new process (which no
+// longer remembers the drain): the drain is a record in the store that
+// every replica reads, not a flag in the asked replica's memory or the
+// node's.
+func TestDrainIsObeyedByEveryReplica(t *testing.T) {
+	r := startChaos(t)
+	ctx := context.Background()
+	replica0, replica1 := r.replica[0], r.replica[1]
+	phaseOn := func(c atev1.ControlClient, name string) atev1.Node_Phase {
+		t.Helper()
+		nodes, err := c.ListNodes(ctx, &atev1.ListNodesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.GetNodes() {
+			if n.GetName() == name {
+				return n.GetPhase()
+			}
+		}
+		return atev1.Node_PHASE_UNSPECIFIED
+	}
+	// Through replica 0 alone.
+	if _, err := replica0.DrainNode(ctx, &atev1.DrainNodeRequest{Name: "node-a", Reason: "maintenance"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "replica 1 to see node-a draining", 30*time.Second, func() bool { return phaseOn(replica1, "node-a") == atev1.Node_DRAINING })
+	r.apis[0].kill()
+	r.cluster.nodes["node-a"].kill()
+	r.cluster.nodes["node-a"].start("ate node ready")
+	if p := phaseOn(replica1, "node-a"); p != atev1.Node_DRAINING {
+		t.Fatalf("node-a, drained through replica 0 (now dead), restarted and welcomed by replica 1 as %s, want DRAINING", p)
+	}
+	// Every actor put away and woken through replica 1, a few times:
+	// none lands on node-a.
+	for range 3 {
+		for _, a := range r.actors {
+			if _, err := replica1.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: a}); err != nil {
+				t.Fatalf("suspend %s: %v", a, err)
+			}
+			if _, err := r.in.count("default/" + a); err != nil {
+				t.Fatal(err)
+			}
+			if n := r.nodeOf(a); n != "node-b" {
+				t.Fatalf("%s resumed on %q after node-a was drained, want node-b", a, n)
+			}
+		}
+	}
 }

@@ -71,7 +71,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bSigningKeys, bIngressTokens, bRoleBindings} {
+		for _, b := range [][]byte{bAtespaces, bTemplates, bActors, bWorkers, bFree, bLeases, bMeta, bAlarms, bAlarmIDs, bTags, bEvents, bSigningKeys, bIngressTokens, bRoleBindings, bNodeDrains} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

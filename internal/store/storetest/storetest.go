@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SigningKeysConcurrent", testSigningKeysConcurrent},
 		{"IngressTokens", testIngressTokens},
 		{"RoleBindings", testRoleBindings},
+		{"NodeDrains", testNodeDrains},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)

@@ -142,6 +142,7 @@ func newActivator(res Resolver, cfg Config, logger *slog.Logger) *activator {
 		looks:    coalesce.Group{Timeout: holdLookupTimeout},
 		draining: make(chan struct{}),
 		actors:   make(map[names.ActorKey]*actorState),
+		down:     downTunnels{probe: tunnelProbe(cfg.TunnelTLS != nil)},
 	}
 }
 

@@ -170,6 +170,9 @@ func NewTunnelTransport() *http.Transport {
 	// the client's back, buffering streamed responses.
 	t.DisableCompression = true
 	t.DialContext = (&net.Dialer{Timeout: tunnelDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	// A handshake that takes longer is a node whose answers do not
+	// arrive, as a dial that does (tunnelUnreachable).
+	t.TLSHandshakeTimeout = tunnelDialTimeout
 	// A tunnel fronts every actor of its node; fewer idle connections
 	// per host than requests in flight to it makes the surplus open and
 	// close a connection each (a dial, a handshake and a TIME_WAIT per

@@ -268,7 +268,7 @@ func (h *Handler) lostWithNode(r *http.Request, t Target, err error) bool {
 	if !idempotentMethod(r.Method) || r.Context().Err() != nil || !brokenBeforeAnswer(err) {
 		return false
 	}
-	if dialProbe(r.Context(), t.TunnelAddr) == nil {
+	if h.act.down.probeOf()(r.Context(), t.TunnelAddr) == nil {
 		return false // the node is there: it may have answered
 	}
 	h.act.tunnelGone(t)

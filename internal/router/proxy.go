@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -227,8 +228,18 @@ func isStale(err error) bool {
 }
 
 // tunnelUnreachable reports whether err is a failure to connect to a
-// worker tunnel (refused, timed out, no route).
+// worker tunnel (refused, timed out, no route) or to finish the TLS
+// handshake with it in time (the node's answers do not arrive): either
+// way no byte of the request was sent.
 func tunnelUnreachable(err error) bool {
 	var op *net.OpError
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op) && op.Op == "dial"
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op) && op.Op == "dial" || tlsHandshakeTimedOut(err)
+}
+
+// tlsHandshakeTimedOut reports whether err is http.Transport's
+// TLSHandshakeTimeout passing, whose error type is unexported (a
+// net.Error that times out, named by its text).
+func tlsHandshakeTimedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() && strings.Contains(ne.Error(), "TLS handshake timeout")
 }

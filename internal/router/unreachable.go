@@ -2,11 +2,14 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -54,7 +57,18 @@ type downTunnels struct {
 	probe func(ctx context.Context, addr string) error
 }
 
-// dialProbe is downTunnels' probe: a TCP connection to addr.
+// tunnelProbe is downTunnels' probe of tunnels that speak TLS
+// (handshakeProbe) or plaintext (dialProbe: a TCP connection, as a
+// plaintext tunnel would wait for a request line after a TLS hello).
+func tunnelProbe(useTLS bool) func(ctx context.Context, addr string) error {
+	if useTLS {
+		return handshakeProbe
+	}
+	return dialProbe
+}
+
+// dialProbe is whether a TCP connection to addr can be made within
+// probeTimeout.
 func dialProbe(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -63,6 +77,43 @@ func dialProbe(ctx context.Context, addr string) error {
 		return err
 	}
 	return c.Close()
+}
+
+// handshakeProbe is whether the TLS tunnel at addr answers within
+// probeTimeout. A TCP connection is not enough: with the node's
+// packets to this router dropped (a one-way partition) the connection
+// may still be made while nothing it sends arrives, and every request
+// then waits out a TLS handshake. So the probe opens a TLS handshake and
+// counts any answer — a server hello or an alert — as the node being
+// there; only silence, a refused or reset connection count as
+// unreachable. It verifies nothing and sends no request.
+func handshakeProbe(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
+	err = tc.HandshakeContext(ctx)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, io.EOF):
+		return fmt.Errorf("tunnel %s does not answer: %w", addr, err)
+	}
+	return nil // it answered, if not with TLS this router trusts
+}
+
+// probeOf returns d's probe (dialProbe when none was set).
+func (d *downTunnels) probeOf() func(ctx context.Context, addr string) error {
+	if d.probe == nil {
+		return dialProbe
+	}
+	return d.probe
 }
 
 // mark remembers addr as unreachable.
@@ -127,11 +178,7 @@ func (d *downTunnels) check(ctx context.Context, t Target) error {
 			return fmt.Errorf("worker %s at tunnel %s: %w (its node serves nothing now); waiting for the control plane to welcome the node again or recover the actor", t.Worker, t.TunnelAddr, errNodeUnreachable)
 		}
 	default:
-		probe := d.probe
-		if probe == nil {
-			probe = dialProbe
-		}
-		if err := probe(ctx, t.TunnelAddr); err != nil {
+		if err := d.probeOf()(ctx, t.TunnelAddr); err != nil {
 			return fmt.Errorf("worker %s at tunnel %s: %w (%v); waiting for the control plane to recover the actor", t.Worker, t.TunnelAddr, errNodeUnreachable, err)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -104,12 +106,46 @@ func (n *Node) checkpointOp(ctx context.Context, s *slot, owner string, opts Che
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.SnapshotBytes(metrics.BytesWritten, snapshot.TreeSize(st.Dir))
 	}
-	ref, err := store.Commit(ctx, st, opts.Scope)
+	ref, err := n.commitRetrying(ctx, store, st, opts.Scope)
 	if err != nil {
 		_ = store.Abort(st)
 		return "", err
 	}
 	return ref, nil
+}
+
+// Bounds of commitRetrying's waits between tries.
+const (
+	commitRetryFirst = 200 * time.Millisecond
+	commitRetryMax   = 5 * time.Second
+)
+
+// commitRetrying commits st, trying again while the store fails and ctx
+// lasts (CheckpointTimeout, from the node agent). The container is gone
+// by now, so st holds the only copy of the actor's memory since its last
+// snapshot: giving up at the first failure left the actor CRASHED at that
+// snapshot, losing what it had answered since — seen in the chaos run
+// when the object store answered 503 SlowDown for a few seconds.
+func (n *Node) commitRetrying(ctx context.Context, store snapshot.Store, st *snapshot.Staged, scope snapshot.Scope) (string, error) {
+	wait := commitRetryFirst
+	for {
+		ref, err := store.Commit(ctx, st, scope)
+		if err == nil || ctx.Err() != nil {
+			return ref, err
+		}
+		n.log.WarnContext(ctx, "committing a checkpoint failed; trying again", "snapshot", st.Owner+"/"+st.ID, "in", wait, "err", err)
+		// A failed commit may have written the manifest into the staged
+		// directory, which a commit refuses to find there.
+		if rerr := os.Remove(filepath.Join(st.Dir, snapshot.ManifestName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return "", errors.Join(err, rerr)
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, commitRetryMax)
+	}
 }
 
 // Upload copies a paused checkpoint into the durable snapshot store and

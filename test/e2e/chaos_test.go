@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -536,7 +537,7 @@ func (r *chaosRig) runFaults(seed uint64, d time.Duration, kinds string) *chaosR
 		key := fmt.Sprintf("fault%d", no)
 		injected := time.Now()
 		what, heal := f.inject(r, rng, key, length)
-		t.Logf("%s: %s for %s", f.kind, what, length)
+		t.Logf("%.1fs: %s: %s for %s", injected.Sub(h.start).Seconds(), f.kind, what, length)
 		<-time.After(length) // the fault's length, drawn from the seed: not a wait for anything
 		heal()
 		healed := time.Now()
@@ -584,27 +585,67 @@ func (r *chaosRig) runFaults(seed uint64, d time.Duration, kinds string) *chaosR
 }
 
 // explain writes porcupine's visualisation of a violation to a file
-// kept after the test and names it, with the answers in order.
+// kept after the test and names it, with the evidence: answers whose
+// count is not above one answered before they were sent, outside any
+// node-loss window, and counts answered twice.
 func (r *chaosRig) explain(h *chaosHistory, actor string, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
-	f, err := os.CreateTemp("", "ate-chaos-"+actor+"-*.html")
-	where := ""
-	if err == nil {
+	var b strings.Builder
+	if f, err := os.CreateTemp("", "ate-chaos-"+actor+"-*.html"); err == nil {
 		if err := porcupine.Visualize(counterModel, info, f); err == nil {
-			where = "visualised in " + f.Name() + "; "
+			fmt.Fprintf(&b, "visualised in %s; ", f.Name())
 		}
 		f.Close()
 	}
-	sorted := slices.Clone(ops)
-	slices.SortFunc(sorted, func(a, b porcupine.Operation) int { return int(a.Return - b.Return) })
-	var seq []string
-	for _, o := range sorted {
+	var answers, losses []porcupine.Operation
+	for _, o := range ops {
 		if o.Input.(chaosInput).crash {
-			seq = append(seq, fmt.Sprintf("[node loss %.1f–%.1fs]", float64(o.Call)/1e9, float64(o.Return)/1e9))
+			losses = append(losses, o)
 		} else {
-			seq = append(seq, fmt.Sprint(o.Output))
+			answers = append(answers, o)
 		}
 	}
-	return where + "answers in order of completion: " + strings.Join(seq, " ")
+	at := func(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+	byReturn := slices.Clone(answers)
+	slices.SortFunc(byReturn, func(a, b porcupine.Operation) int { return cmp.Compare(a.Return, b.Return) })
+	// best[i] is the answer with the highest count among byReturn[:i+1].
+	best := make([]porcupine.Operation, len(byReturn))
+	for i, o := range byReturn {
+		best[i] = o
+		if i > 0 && best[i-1].Output.(int) >= o.Output.(int) {
+			best[i] = best[i-1]
+		}
+	}
+	found := 0
+	for _, o := range answers {
+		k, _ := slices.BinarySearchFunc(byReturn, o.Call, func(x porcupine.Operation, call int64) int { return cmp.Compare(x.Return, call) })
+		if k == 0 {
+			continue
+		}
+		p := best[k-1]
+		if p.Output.(int) < o.Output.(int) {
+			continue
+		}
+		excused := slices.ContainsFunc(losses, func(l porcupine.Operation) bool { return l.Call <= o.Call && l.Return >= p.Return })
+		if excused || found >= 3 {
+			continue
+		}
+		found++
+		fmt.Fprintf(&b, "count=%d (client %d, sent %s, answered %s) after count=%d (client %d, answered %s) outside a node's loss; ",
+			o.Output, o.ClientId, at(o.Call), at(o.Return), p.Output, p.ClientId, at(p.Return))
+	}
+	seen := map[int]porcupine.Operation{}
+	dups := 0
+	for _, o := range answers {
+		if q, ok := seen[o.Output.(int)]; ok && dups < 3 {
+			dups++
+			fmt.Fprintf(&b, "count=%d answered twice (client %d at %s, client %d at %s); ", o.Output, q.ClientId, at(q.Return), o.ClientId, at(o.Return))
+		}
+		seen[o.Output.(int)] = o
+	}
+	for _, l := range losses {
+		fmt.Fprintf(&b, "[node-loss window %s–%s] ", at(l.Call), at(l.Return))
+	}
+	return b.String()
 }
 
 // request sends one request for actor and records it.

@@ -996,3 +996,54 @@ func TestClusterNodeStopWithoutAPIServer(t *testing.T) {
 		t.Fatalf("the node's log does not say what was lost:\n%s", log)
 	}
 }
+
+// TestClusterActorBeforeGoldenIsReady: an actor created and requested
+// while its template's golden snapshot is still being built (an API
+// server, two nodes, S3) starts cold and keeps its state across the
+// build's end: every count one more than the last, the actor RUNNING
+// throughout, then suspended and resumed from its own snapshot. (One
+// real-cluster run of about ten once saw such an actor turn CRASHED
+// right after its second answer; issue 32.)
+func TestClusterActorBeforeGoldenIsReady(t *testing.T) {
+	c := startCluster(t, "node-a", "node-b")
+	c.in.ate("create", "template", "-f", filepath.Join(repoDir, "test/e2e/testdata/counter.yaml"))
+	c.in.ate("create", "actor", "counter-1", "--template", "counter")
+	ready := func() bool {
+		tpl, err := c.in.client.GetActorTemplate(context.Background(), &atev1.GetActorTemplateRequest{Atespace: "default", Name: "counter"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tpl.GetStatus().GetPhase() == atev1.ActorTemplateStatus_READY
+	}
+	before, n := 0, 0
+	check := func(when string) {
+		t.Helper()
+		got, err := c.in.count("default/counter-1")
+		if err != nil {
+			t.Fatalf("%s: %v (actor %s)", when, err, c.in.actor("counter-1").GetMessage())
+		}
+		if got != n+1 {
+			t.Fatalf("%s: count=%d after count=%d", when, got, n)
+		}
+		n = got
+		if a := c.in.actor("counter-1"); a.GetState() != atev1.ActorState_RUNNING {
+			t.Fatalf("%s: actor %s (%s) after answering count=%d", when, a.GetState(), a.GetMessage(), n)
+		}
+	}
+	for !ready() {
+		check("while the golden snapshot was built")
+		before++
+		if before > 5000 {
+			t.Fatal("the golden build did not end within 5000 requests")
+		}
+	}
+	if before == 0 {
+		t.Fatal("the golden snapshot was ready before the first request: the test did not cover its path")
+	}
+	for range 20 {
+		check("after the golden snapshot was ready")
+	}
+	c.in.ate("suspend", "actor", "counter-1")
+	check("resumed from its own snapshot")
+	t.Logf("%d requests while the golden snapshot was built, %d in all", before, n)
+}

@@ -355,7 +355,12 @@ func TestFailedStartLeavesActorResumable(t *testing.T) {
 func TestWorkerLostBetweenRestoreAndRunning(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	// The worker is released and unregistered under the running start
+	// (DeleteWorker refuses a held one).
 	e.node.onStart = func(req nodeapi.StartRequest) error {
+		if err := e.st.ReleaseWorker(ctx, req.Worker, req.ActorUID); err != nil {
+			return err
+		}
 		return e.st.DeleteWorker(ctx, req.Worker)
 	}
 	_, err := e.m.Resume(ctx, key("a"))
@@ -886,5 +891,34 @@ func TestIdleSuspendListeningStreams(t *testing.T) {
 				t.Fatalf("idle suspend = %v, want ErrFailedPrecondition", err)
 			}
 		})
+	}
+}
+
+// TestWorkersLostCrashesAClaimMadeSinceTheListing: a lost node's worker
+// listed free is claimed by a resume before WorkersLost reaches it (the
+// crashes before it wait for actor leases). The actor that claimed it is
+// crashed before the worker goes, not left RUNNING on no worker.
+func TestWorkersLostCrashesAClaimMadeSinceTheListing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	listed, err := e.st.ListWorkers(ctx)
+	must(t, err)
+	e.resume(t)
+	a := e.get(t)
+	var stale []*store.Worker
+	for _, w := range listed {
+		if w.Name == a.Worker {
+			stale = append(stale, w)
+		}
+	}
+	if len(stale) != 1 || !stale[0].Free() {
+		t.Fatalf("listing before the claim: %+v", stale)
+	}
+	must(t, e.m.WorkersLost(ctx, stale, "node n1 lost"))
+	if got := e.get(t); got.State != store.Crashed || got.Worker != "" {
+		t.Fatalf("actor %s on %q after its worker was lost", got.State, got.Worker)
+	}
+	if _, err := e.st.GetWorker(ctx, a.Worker); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("lost worker %s: %v, want deleted", a.Worker, err)
 	}
 }

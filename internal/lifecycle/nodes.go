@@ -114,9 +114,36 @@ func (m *Manager) WorkersLost(ctx context.Context, workers []*store.Worker, why 
 		if !w.Free() {
 			keep(m.crashHolder(ctx, w, why))
 		}
-		keep(m.store.DeleteWorker(ctx, w.Name))
+		keep(m.deleteWorker(ctx, w.Name, why))
 	}
 	return first
+}
+
+// deleteWorker deletes a lost worker, crashing first an actor that
+// claimed it since it was listed: a resume may claim it meanwhile (the
+// crashes before it wait for actor leases, for seconds), and deleting it
+// under that actor left the actor RUNNING on no worker, every request
+// for it failing (seen in the chaos run).
+func (m *Manager) deleteWorker(ctx context.Context, name, why string) error {
+	for range 3 {
+		err := m.store.DeleteWorker(ctx, name)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		w, gerr := m.store.GetWorker(ctx, name)
+		if errors.Is(gerr, store.ErrNotFound) {
+			return nil
+		}
+		if gerr != nil {
+			return gerr
+		}
+		if !w.Free() {
+			if err := m.crashHolder(ctx, w, why); err != nil {
+				return err
+			}
+		}
+	}
+	return m.store.DeleteWorker(ctx, name)
 }
 
 // ReadActorLogs returns the lines of actorUID's log after the cursor from

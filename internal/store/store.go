@@ -315,8 +315,11 @@ type Store interface {
 	// ReleaseWorker frees the worker if actorUID holds it; a no-op
 	// otherwise.
 	ReleaseWorker(ctx context.Context, name, actorUID string) error
-	// DeleteWorker unregisters a worker (its node lost it). An actor that
-	// still points at it keeps doing so until its workflow notices.
+	// DeleteWorker unregisters a free worker (its node lost it);
+	// ErrConflict when an actor holds it: the holder is crashed first
+	// (lifecycle.WorkersLost), or a claim made since the caller last
+	// read the worker would be left pointing at no worker. Deleting an
+	// unknown worker succeeds.
 	DeleteWorker(ctx context.Context, name string) error
 
 	// AcquireLease takes key's lease for holder for ttl if it is free,

@@ -629,6 +629,9 @@ func (s *Store) ListWorkers(_ context.Context) (out []*store.Worker, err error) 
 func (s *Store) DeleteWorker(_ context.Context, name string) error {
 	return s.update(func(tx *bbolt.Tx) error {
 		if cur, err := get[store.Worker](tx.Bucket(bWorkers), []byte(name)); err == nil {
+			if !cur.Free() {
+				return fmt.Errorf("worker %s is held by actor %s: %w", name, cur.ActorUID, store.ErrConflict)
+			}
 			if err := tx.Bucket(bFree).Delete(freeKey(cur)); err != nil {
 				return err
 			}

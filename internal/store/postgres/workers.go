@@ -271,12 +271,20 @@ func (s *Store) ReleaseWorker(ctx context.Context, name, actorUID string) error 
 func (s *Store) DeleteWorker(ctx context.Context, name string) error {
 	var rev int64
 	err := s.do(ctx, func(q querier) error {
-		err := q.QueryRow(ctx, `DELETE FROM workers WHERE name = $1 RETURNING rev`, name).Scan(&rev)
-		if errors.Is(err, pgx.ErrNoRows) {
-			rev = 0
-			return nil
+		err := q.QueryRow(ctx, `DELETE FROM workers WHERE name = $1 AND actor_uid IS NULL RETURNING rev`, name).Scan(&rev)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
 		}
-		return err
+		rev = 0
+		var holder string
+		err = q.QueryRow(ctx, `SELECT actor_uid FROM workers WHERE name = $1`, name).Scan(&holder)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		}
+		return fmt.Errorf("worker %s is held by actor %s: %w", name, holder, store.ErrConflict)
 	})
 	if err != nil {
 		return fmt.Errorf("delete worker %s: %w", name, err)

@@ -370,6 +370,11 @@ func testWorkerInvariant(t *testing.T, s store.Store) {
 	if w.Name != "w1" {
 		t.Fatalf("claim on node n1 got %s", w.Name)
 	}
+	// A held worker is not deleted (its holder is crashed first); once
+	// released it is, and the actor cannot be written as holding it.
+	wantErr(t, s.DeleteWorker(ctx, "w1"), store.ErrConflict)
+	must(t, s.ReleaseWorker(ctx, "w1", ra.UID))
+	must(t, s.DeleteWorker(ctx, "w1"))
 	must(t, s.DeleteWorker(ctx, "w1"))
 	running := *ra
 	running.State = store.Running

@@ -242,6 +242,23 @@ func TestNoKubernetesNeeded(t *testing.T) {
 	}
 }
 
+// twoReplicas serves replicas a and b and dials both: a client of the
+// pair, and b's address, which is not left suspect after the test.
+func twoReplicas(t *testing.T) (a, b *replica, addrB string, c atev1.ControlClient) {
+	t.Helper()
+	a, b = &replica{name: "a"}, &replica{name: "b"}
+	addrB = serve(t, b)
+	conn, err := Dial(serve(t, a) + "," + addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		suspects.clear(addrB)
+	})
+	return a, b, addrB, atev1.NewControlClient(conn)
+}
+
 // TestStandingStillReplica: one of two replicas accepts calls and answers
 // none (SIGSTOP, a frozen VM), its connection still up. Every read
 // succeeds within a deadline far shorter than keepalive's 15 s (hedged
@@ -249,15 +266,7 @@ func TestNoKubernetesNeeded(t *testing.T) {
 // reads and by state changes alike, and it is used again once a call to
 // it succeeds.
 func TestStandingStillReplica(t *testing.T) {
-	a, b := &replica{name: "a"}, &replica{name: "b"}
-	addrB := serve(t, b)
-	conn, err := Dial(serve(t, a) + "," + addrB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Cleanup(func() { suspects.clear(addrB) })
-	c := atev1.NewControlClient(conn)
+	a, b, addrB, c := twoReplicas(t)
 	// Both connected: round-robin reaches b.
 	for b.calls.Load() == 0 {
 		if _, err := c.GetActor(t.Context(), &atev1.GetActorRequest{}); err != nil {
@@ -312,15 +321,7 @@ func TestStandingStillReplica(t *testing.T) {
 // there and answered by the other replica within the call's deadline —
 // not after keepalive's 15 s — and the replica is passed over after.
 func TestReplicaStandsStillDuringAChange(t *testing.T) {
-	a, b := &replica{name: "a"}, &replica{name: "b"}
-	addrB := serve(t, b)
-	conn, err := Dial(serve(t, a) + "," + addrB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Cleanup(func() { suspects.clear(addrB) })
-	c := atev1.NewControlClient(conn)
+	_, b, addrB, c := twoReplicas(t)
 	for b.calls.Load() == 0 {
 		if _, err := c.GetActor(t.Context(), &atev1.GetActorRequest{}); err != nil {
 			t.Fatal(err)
@@ -348,15 +349,7 @@ func TestReplicaStandsStillDuringAChange(t *testing.T) {
 // that answers its probes (a resume waiting for a worker) stays there:
 // it is neither abandoned nor sent twice.
 func TestBusyReplicaKeepsItsChange(t *testing.T) {
-	a, b := &replica{name: "a"}, &replica{name: "b"}
-	addrB := serve(t, b)
-	conn, err := Dial(serve(t, a) + "," + addrB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Cleanup(func() { suspects.clear(addrB) })
-	c := atev1.NewControlClient(conn)
+	_, b, addrB, c := twoReplicas(t)
 	busy := make(chan struct{})
 	b.busy.Store(&busy)
 	type answer struct {

@@ -236,7 +236,13 @@ func (c *ControlResolver) tunnelOf(ctx context.Context, worker string) (tunnel, 
 	if tn, ok := c.cachedTunnel(worker); ok {
 		return tn, nil
 	}
-	return tunnel{}, fmt.Errorf("%w: worker %s is not listed with a tunnel address", ErrResumeFailed, worker)
+	// Its node was lost and its workers unregistered: the control plane
+	// crashes the actors that held them before it deletes a worker, so
+	// this is a lookup that read the actor before that crash and the
+	// workers after. The request waits for the actor's recovery, as for
+	// a node that does not answer (the chaos run answered such requests
+	// 502 before).
+	return tunnel{}, fmt.Errorf("worker %s is not listed with a tunnel address (its node was lost): %w; waiting for the control plane to recover the actor", worker, errNodeUnreachable)
 }
 
 // ForgetTunnel implements TunnelForgetter.

@@ -218,8 +218,10 @@ func TestControlResolver(t *testing.T) {
 		{name: "lookup suspended", actors: actor(atev1.ActorState_SUSPENDED, ""), want: Target{Actor: key, UID: "u1"}, wantOK: false},
 		{name: "lookup resuming is not running", actors: actor(atev1.ActorState_RESUMING, "w1"), want: Target{Actor: key, UID: "u1"}, wantOK: false},
 		{name: "lookup unknown actor", actors: nil, wantErr: ErrActorNotFound, wantCode: codes.NotFound},
+		// Its node lost, the worker gone and the actor's crash not yet
+		// read: the request waits for the recovery (retryable).
 		{name: "lookup running on an unlisted worker", actors: actor(atev1.ActorState_RUNNING, "w9"), workers: []*atev1.Worker{w1},
-			wantErr: ErrResumeFailed, wantLists: 1},
+			wantErr: errNodeUnreachable, wantLists: 1},
 		{name: "resume", actors: actor(atev1.ActorState_SUSPENDED, ""), workers: []*atev1.Worker{w1}, resume: true,
 			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
 		{name: "resume without a free worker", actors: actor(atev1.ActorState_SUSPENDED, ""), resume: true,

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -224,18 +225,61 @@ func (r *Registry) ForWorker(worker string) (nodeapi.Node, bool) {
 // with it).
 func (r *Registry) Lost(worker string) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, ok := r.byWorker[worker]; ok {
+		r.mu.Unlock()
 		return false
 	}
 	for _, m := range r.members {
 		pending := m.phase == atev1.Node_PENDING && !r.cfg.OneProcess
 		if (m.live() || pending) && slices.Contains(m.workers, worker) {
+			r.mu.Unlock()
 			return false // known from the store, not heard yet
 		}
 	}
+	r.mu.Unlock()
+	if !r.cfg.Shared {
+		return true
+	}
+	return !r.learnWorker(worker)
+}
+
+// learnWorker looks worker up in the store and, if a node registered it
+// that this replica has not heard from, notes the node as PENDING (known
+// from the store, with the grace such nodes get) and reports true. A
+// replica that started before the node registered with another replica
+// knew nothing of it, and took a suspend of an actor there for a lost
+// sandbox: the actor turned CRASHED right after answering its first
+// requests (the real-cluster suite, now and then). A store that cannot
+// be read is no proof of loss either.
+func (r *Registry) learnWorker(worker string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), learnWorkerTimeout)
+	defer cancel()
+	w, err := r.cfg.Store.GetWorker(ctx, worker)
+	if errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		r.log.WarnContext(ctx, "look up a worker no node here owns; not taking it for lost", "worker", worker, "err", err)
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.members[w.Node]
+	switch {
+	case m == nil:
+		m = &member{name: w.Node, phase: atev1.Node_PENDING, lastHeard: time.Now(), tunnel: w.TunnelAddr}
+		r.members[w.Node] = m
+	case m.phase == atev1.Node_LOST:
+		return false // declared lost here; its next registration brings it back
+	}
+	if !slices.Contains(m.workers, worker) {
+		m.workers = append(m.workers, worker)
+	}
 	return true
 }
+
+// learnWorkerTimeout bounds learnWorker's store read.
+const learnWorkerTimeout = 5 * time.Second
 
 // ByLoad implements nodeapi.Nodes: READY nodes by hosted actors per
 // worker, fewest first, then by name.

@@ -179,7 +179,7 @@ func newClient(target, t string, extra, opts []grpc.DialOption) (*grpc.ClientCon
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig()),
-		grpc.WithChainUnaryInterceptor(hedgeInterceptor),
+		grpc.WithChainUnaryInterceptor(interceptorFor(target)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},

@@ -380,3 +380,25 @@ func TestBusyReplicaKeepsItsChange(t *testing.T) {
 		t.Fatal("replica b answered its probes but is suspect")
 	}
 }
+
+// TestOneReplicaKeepsItsChange: a connection to one replica's address
+// has nowhere to move a state change to: a resume to that replica,
+// standing still, is not sent to it a second time; it waits for it.
+func TestOneReplicaKeepsItsChange(t *testing.T) {
+	b := &replica{name: "b"}
+	conn, err := Dial(serve(t, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	release := b.stall()
+	defer release()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := atev1.NewControlClient(conn).ResumeActor(ctx, &atev1.ResumeActorRequest{}); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("resume to the one replica, standing still = %v; want its deadline", err)
+	}
+	if n := b.resumes.Load(); n != 1 {
+		t.Fatalf("the one replica got %d resumes, want 1", n)
+	}
+}

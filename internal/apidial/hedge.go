@@ -3,6 +3,7 @@ package apidial
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +105,24 @@ func (a *attempt) address() string {
 		return *p
 	}
 	return ""
+}
+
+// interceptorFor is hedgeInterceptor for a connection to target. A
+// target of one address (not a list, not a name that may resolve to
+// several) has no other replica to move a state change to: its watched
+// calls are made as they are, and wait for the replica (moving one
+// would only send it to the same replica again, and a resume that ends
+// up answered by a later copy hides what became of the first).
+func interceptorFor(target string) grpc.UnaryClientInterceptor {
+	if addrs, err := Split(target); err == nil && len(addrs) == 1 && !strings.Contains(target, "://") {
+		return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if watched[method] {
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			return hedgeInterceptor(ctx, method, req, reply, cc, invoker, opts...)
+		}
+	}
+	return hedgeInterceptor
 }
 
 // hedgeInterceptor hedges the calls in hedged (the comment at the top

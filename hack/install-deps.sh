@@ -9,7 +9,9 @@ source hack/lib.sh
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
 missing=()
-for cmd in ip:iproute2 nsenter:util-linux debootstrap:debootstrap protoc:protobuf-compiler; do
+# iptables: the chaos harness (test/e2e/chaos_firewall_test.go) drops
+# packets with it, matched by cgroup.
+for cmd in ip:iproute2 nsenter:util-linux debootstrap:debootstrap protoc:protobuf-compiler iptables:iptables; do
 	command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd#*:}")
 done
 if ((${#missing[@]})); then

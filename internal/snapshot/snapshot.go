@@ -391,8 +391,8 @@ func (l *Local) List(context.Context) ([]string, error) {
 	return refs, nil
 }
 
-// NewID returns a new snapshot id: the UTC millisecond (idTimeLayout, so
-// StagedBefore can read it), '-', 16 random hex digits.
+// NewID returns a new snapshot id: the UTC millisecond (idTimeLayout),
+// '-', 16 random hex digits.
 func NewID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -416,24 +416,11 @@ func StageID(owner, id string) (string, error) {
 
 // idTimeLayout starts every snapshot id: the UTC millisecond it was
 // staged. Ids written before 2026-12-01 record the second only
-// (idTimeLayoutSeconds); StagedBefore reads both.
+// (idTimeLayoutSeconds); StageID accepts both.
 const (
 	idTimeLayout        = "20060102T150405.000Z"
 	idTimeLayoutSeconds = "20060102T150405Z"
 )
-
-// StagedBefore reports whether ref was staged (hence committed) before t,
-// to the resolution its id records (a millisecond, or a second for old
-// ids): a ref staged in t's own millisecond (second) may be after it and
-// is not. False for a ref whose id records no time.
-func StagedBefore(ref string, t time.Time) bool {
-	_, id, ok := strings.Cut(ref, "/")
-	if !ok {
-		return false
-	}
-	staged, resolution, ok := idTime(id)
-	return ok && staged.Before(t.UTC().Truncate(resolution))
-}
 
 // idTime reads the staging time at the start of a snapshot id, and the
 // resolution its layout records.

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 )
 
 func TestCommitOpenDelete(t *testing.T) {
@@ -102,28 +101,6 @@ func TestEmptyDirKeepsTheDirectory(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("EmptyDir left %d entries", len(entries))
-	}
-}
-
-func TestStagedBefore(t *testing.T) {
-	cutoff := time.Date(2026, 11, 30, 10, 0, 0, 500_000_000, time.UTC)
-	for _, tc := range []struct {
-		ref  string
-		want bool
-	}{
-		{"a-uid/20261130T095959Z-0011223344556677", true},
-		{"a-uid/20261130T100000Z-0011223344556677", false}, // the cutoff's own second: maybe after it
-		{"a-uid/20261130T100001Z-0011223344556677", false},
-		{"a-uid/20261130T100000.499Z-0011223344556677", true}, // ids record the millisecond now
-		{"a-uid/20261130T100000.500Z-0011223344556677", false},
-		{"a-uid/20261130T100000.501Z-0011223344556677", false},
-		{"a-uid/not-a-time", false},
-		{"a-uid/2026", false},
-		{"no-slash", false},
-	} {
-		if got := StagedBefore(tc.ref, cutoff); got != tc.want {
-			t.Errorf("StagedBefore(%q) = %v, want %v", tc.ref, got, tc.want)
-		}
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // A snapshot is written by Stage, writing files into Staged.Dir, then
 // Commit (or Abort); it is complete, and visible to Open, only once Commit
 // returns. References are "<owner>/<id>", ids start with the UTC millisecond of
-// Stage (StagedBefore).
+// Stage.
 type Store interface {
 	// Stage creates an empty local staging directory for a new snapshot
 	// of owner (an actor or template uid, never containing '/') with id

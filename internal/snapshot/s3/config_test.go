@@ -17,8 +17,6 @@ import (
 	"substrate.dev/ate/internal/snapshot/storeurl"
 )
 
-func timeAfter(testing.TB) time.Time { return time.Now().Add(2 * time.Second) }
-
 func TestParseURL(t *testing.T) {
 	for _, tc := range []struct {
 		url  string

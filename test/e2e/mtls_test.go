@@ -178,6 +178,12 @@ func TestMTLSListeners(t *testing.T) {
 		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("ForgetActor with a router's certificate: %v, want PermissionDenied", err)
 		}
+		// Which actor runs on which worker is the API server's to ask.
+		_, err = atev1.NewNodeAgentClient(dial(nodeA.GetAddress(), router, auth.ComponentNode)).
+			HostedActors(context.Background(), &atev1.HostedActorsRequest{})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("HostedActors with a router's certificate: %v, want PermissionDenied", err)
+		}
 	})
 	workers, err := c.in.client.ListWorkers(context.Background(), &atev1.ListWorkersRequest{})
 	if err != nil || len(workers.GetWorkers()) == 0 {

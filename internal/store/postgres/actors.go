@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
@@ -15,11 +16,17 @@ import (
 // lockActor locks a's row FOR UPDATE and checks a's UID and Version
 // against it, returning the stored actor.
 func lockActor(ctx context.Context, tx pgx.Tx, a *store.Actor) (*store.Actor, error) {
-	key := a.Key().String()
 	var rec []byte
-	if err := tx.QueryRow(ctx, `SELECT record FROM actors WHERE key = $1 FOR UPDATE`, key).Scan(&rec); err != nil {
-		return nil, fmt.Errorf("actor %s: %w", key, notFound(err))
+	if err := tx.QueryRow(ctx, `SELECT record FROM actors WHERE key = $1 FOR UPDATE`, a.Key().String()).Scan(&rec); err != nil {
+		return nil, fmt.Errorf("actor %s: %w", a.Key(), notFound(err))
 	}
+	return checkStored(a, rec)
+}
+
+// checkStored decodes the stored record rec of a's row and checks a's
+// UID and Version against it (compare-and-set), returning it.
+func checkStored(a *store.Actor, rec []byte) (*store.Actor, error) {
+	key := a.Key().String()
 	cur, err := decode[store.Actor]("actor "+key, rec)
 	if err != nil {
 		return nil, err
@@ -30,18 +37,24 @@ func lockActor(ctx context.Context, tx pgx.Tx, a *store.Actor) (*store.Actor, er
 	return cur, nil
 }
 
-// writeActor writes n over its row: the record and the columns from it.
-func writeActor(ctx context.Context, q querier, n *store.Actor) error {
+// queueWriteActor queues the write of n over its row (the record and
+// the columns from it) on b.
+func queueWriteActor(b *pgx.Batch, n *store.Actor) error {
 	key := n.Key().String()
 	rec, err := encode("actor "+key, n)
 	if err != nil {
 		return err
 	}
-	_, err = q.Exec(ctx, `UPDATE actors SET uid = $2, template = $3, version = $4, state = $5,
+	b.Queue(`UPDATE actors SET uid = $2, template = $3, version = $4, state = $5,
 		worker = NULLIF($6, ''), record = $7 WHERE key = $1`,
-		key, n.UID, n.Template, n.Version, string(n.State), n.Worker, rec)
+		key, n.UID, n.Template, n.Version, string(n.State), n.Worker, rec).Exec(func(pgconn.CommandTag) error { return nil })
+	return nil
+}
+
+// actorWriteError names what a failed actor write of n broke.
+func actorWriteError(n *store.Actor, err error) error {
 	if code, _ := pgCode(err); code == foreignKeyViolation {
-		return fmt.Errorf("actor %s: template %s: %w", key, n.Template, store.ErrNotFound)
+		return fmt.Errorf("actor %s: template %s: %w", n.Key(), n.Template, store.ErrNotFound)
 	}
 	return err
 }
@@ -51,7 +64,7 @@ func writeActor(ctx context.Context, q querier, n *store.Actor) error {
 // worker's FOR SHARE lock, in the order they would run alone; three round
 // trips of every fenced write of a wake-up were one each) and returns
 // the stored actor.
-func lockForUpdate(ctx context.Context, tx pgx.Tx, a *store.Actor) (*store.Actor, error) {
+func lockForUpdate(ctx context.Context, tx batchSender, a *store.Actor) (*store.Actor, error) {
 	key := a.Key().String()
 	f, fenced := store.FenceFrom(ctx)
 	b := &pgx.Batch{}
@@ -86,12 +99,9 @@ func lockForUpdate(ctx context.Context, tx pgx.Tx, a *store.Actor) (*store.Actor
 	case closeErr != nil:
 		return nil, closeErr
 	}
-	cur, err := decode[store.Actor]("actor "+key, rec)
+	cur, err := checkStored(a, rec)
 	if err != nil {
 		return nil, err
-	}
-	if cur.UID != a.UID || cur.Version != a.Version {
-		return nil, fmt.Errorf("actor %s (version %d, stored %d): %w", key, a.Version, cur.Version, store.ErrConflict)
 	}
 	if a.Worker != "" && (a.Worker != cur.Worker || workerErr != nil || holder == nil || *holder != a.UID) {
 		return nil, fmt.Errorf("actor %s: worker %s is not held by it: %w", a.Key(), a.Worker, store.ErrConflict)
@@ -105,22 +115,25 @@ func lockForUpdate(ctx context.Context, tx pgx.Tx, a *store.Actor) (*store.Actor
 func (s *Store) UpdateActor(ctx context.Context, a *store.Actor) (out *store.Actor, err error) {
 	var freed *viewEntry
 	var freedName string
-	err = s.tx(ctx, func(tx pgx.Tx) error {
+	// Two round trips: BEGIN and the checks, then the writes and COMMIT.
+	err = s.pipeline(ctx, func(p *pipe) error {
 		freed = nil
-		cur, err := lockForUpdate(ctx, tx, a)
+		cur, err := lockForUpdate(ctx, p, a)
 		if err != nil {
 			return err
 		}
+		b := &pgx.Batch{}
 		if cur.Worker != "" && cur.Worker != a.Worker {
-			if freed, err = release(ctx, tx, cur.Worker, cur.UID); err != nil {
-				return err
-			}
+			queueRelease(b, cur.Worker, cur.UID, &freed)
 			freedName = cur.Worker
 		}
 		n := *a
 		n.Version++
 		out = &n
-		return writeActor(ctx, tx, &n)
+		if err := queueWriteActor(b, &n); err != nil {
+			return err
+		}
+		return actorWriteError(&n, p.commit(ctx, b))
 	})
 	if err != nil {
 		return nil, err

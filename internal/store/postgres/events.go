@@ -20,8 +20,10 @@ func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
 	return s.AppendEvents(ctx, []*store.Event{e})
 }
 
-// AppendEvents implements store.Store: the lock and every insert go in
-// one batch, a single round trip between BEGIN and COMMIT.
+// AppendEvents implements store.Store in one round trip: the lock and
+// every insert go in one batch without BEGIN or COMMIT, which PostgreSQL
+// runs as one implicit transaction (everything up to the batch's Sync
+// commits together, or nothing does), the lock held to its end.
 func (s *Store) AppendEvents(ctx context.Context, es []*store.Event) error {
 	if len(es) == 0 {
 		return nil
@@ -34,28 +36,21 @@ func (s *Store) AppendEvents(ctx context.Context, es []*store.Event) error {
 		}
 	}
 	seqs := make([]int64, len(es))
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	began := time.Now()
+	err := s.do(ctx, func(q querier) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, eventsLock)
 		for i, e := range es {
 			b.Queue(`INSERT INTO events (atespace, actor, time, record) VALUES ($1, $2, $3, $4) RETURNING seq`,
-				e.Atespace, e.Actor, e.Time, recs[i])
+				e.Atespace, e.Actor, e.Time, recs[i]).QueryRow(func(row pgx.Row) error { return row.Scan(&seqs[i]) })
 		}
-		br := tx.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		for i := range es {
-			if err := br.QueryRow().Scan(&seqs[i]); err != nil {
-				br.Close()
-				return err
-			}
-		}
-		return br.Close()
+		return q.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return err
+	}
+	if o := s.observer.Load(); o != nil {
+		(*o).Commit(time.Since(began), 1)
 	}
 	for i, e := range es {
 		e.Seq = seqs[i]

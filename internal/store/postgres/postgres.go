@@ -265,8 +265,15 @@ func (s *Store) Close() error {
 // String describes the store for logs.
 func (s *Store) String() string { return "postgres:" + s.addr }
 
+// batchSender is what both a pgx transaction and a pipe send batches
+// with.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // querier is what both the pool and a transaction run statements with.
 type querier interface {
+	batchSender
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

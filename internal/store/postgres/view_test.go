@@ -128,7 +128,8 @@ func TestViewResyncBoundsLostAnnouncements(t *testing.T) {
 }
 
 // txRecorder is a pgx tracer that records each statement a connection
-// sends inside a transaction (between its BEGIN and COMMIT or ROLLBACK).
+// sends inside a transaction (between its BEGIN and COMMIT or ROLLBACK),
+// whether sent alone or in a batch (the pipelined writes, pipeline.go).
 type txRecorder struct {
 	mu   sync.Mutex
 	inTx map[*pgx.Conn]bool
@@ -138,7 +139,22 @@ type txRecorder struct {
 func (r *txRecorder) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch sql := strings.ToLower(strings.TrimSpace(d.SQL)); {
+	r.saw(conn, d.SQL)
+	return ctx
+}
+
+func (r *txRecorder) TraceBatchStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range d.Batch.QueuedQueries {
+		r.saw(conn, q.SQL)
+	}
+	return ctx
+}
+
+// saw records sql, sent on conn; r.mu is held.
+func (r *txRecorder) saw(conn *pgx.Conn, sql string) {
+	switch sql := strings.ToLower(strings.TrimSpace(sql)); {
 	case strings.HasPrefix(sql, "begin"):
 		r.inTx[conn] = true
 	case sql == "commit" || sql == "rollback":
@@ -146,10 +162,11 @@ func (r *txRecorder) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.
 	case r.inTx[conn]:
 		r.sent = append(r.sent, sql)
 	}
-	return ctx
 }
 
-func (r *txRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *txRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData)     {}
+func (r *txRecorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *txRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestNoNotifyInsideWrites: no transaction that writes workers or
 // actors issues a NOTIFY, neither by a statement of the Store nor by a

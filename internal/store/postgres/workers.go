@@ -91,22 +91,61 @@ func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, pr
 	}
 	candidates := slices.Concat(prefer, s.view.candidates(node, a.WorkerSelector, viewCandidates))
 	var entry viewEntry
-	err = s.tx(ctx, func(tx pgx.Tx) error {
-		if err := checkFence(ctx, tx); err != nil {
+	// Two round trips when a candidate holds: BEGIN, the fence, the
+	// actor's lock and the candidates' bind in one batch (a bind the
+	// checks then refuse is rolled back), the actor's write and COMMIT in
+	// the next.
+	err = s.pipeline(ctx, func(p *pipe) error {
+		f, fenced := store.FenceFrom(ctx)
+		b := &pgx.Batch{}
+		if fenced {
+			b.Queue(fenceQuery, f.Key, f.Holder, f.Token)
+		}
+		b.Queue(`SELECT record FROM actors WHERE key = $1 FOR UPDATE`, a.Key().String())
+		bf := newBinder(a, node, sel)
+		if len(candidates) > 0 {
+			bf.queueCandidates(b, candidates)
+		}
+		br := p.SendBatch(ctx, b)
+		var fenceErr, actorErr, bindErr error
+		var rec []byte
+		var w *store.Worker
+		var e viewEntry
+		if fenced {
+			fenceErr = fenceResult(f, br.QueryRow())
+		}
+		actorErr = br.QueryRow().Scan(&rec)
+		if len(candidates) > 0 {
+			w, e, bindErr = bf.result(br.QueryRow())
+		}
+		closeErr := br.Close()
+		switch {
+		case fenceErr != nil:
+			return fenceErr
+		case actorErr != nil:
+			return fmt.Errorf("actor %s: %w", a.Key(), notFound(actorErr))
+		case bindErr != nil:
+			return bindErr
+		case closeErr != nil:
+			return closeErr
+		}
+		if _, err := checkStored(a, rec); err != nil {
 			return err
 		}
-		if _, err := lockActor(ctx, tx, a); err != nil {
-			return err
-		}
-		w, e, err := bindWorker(ctx, tx, a, node, sel, candidates)
-		if err != nil {
-			return err
+		if w == nil {
+			if w, e, err = bf.bindAny(ctx, p); err != nil {
+				return err
+			}
 		}
 		n := *a
 		n.State, n.Worker, n.Version = store.Resuming, w.Name, a.Version+1
 		n.StateTime = time.Now().UTC()
-		if err := writeActor(ctx, tx, &n); err != nil {
+		wb := &pgx.Batch{}
+		if err := queueWriteActor(wb, &n); err != nil {
 			return err
+		}
+		if err := p.commit(ctx, wb); err != nil {
+			return actorWriteError(&n, err)
 		}
 		outA, outW, entry = &n, w, e
 		return nil
@@ -118,58 +157,97 @@ func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, pr
 	return outA, outW, nil
 }
 
-// bindWorker binds the first worker that holds of: candidates, then the
-// table's free workers (SKIP LOCKED), then the same waiting for locks.
-func bindWorker(ctx context.Context, tx pgx.Tx, a *store.Actor, node string, sel []byte, candidates []string) (*store.Worker, viewEntry, error) {
-	// The filter every pick re-checks under the row lock.
-	filter := `actor_uid IS NULL`
-	args := []any{a.UID, a.Key().String()}
+// binder binds a free worker to an actor: its candidates first (in the
+// claim's first batch), then the table's free workers (SKIP LOCKED),
+// then the same waiting for locks.
+type binder struct {
+	a *store.Actor
+	// filter is what every pick re-checks under the row lock; args are
+	// its arguments after the actor's uid and key.
+	filter string
+	args   []any
+}
+
+func newBinder(a *store.Actor, node string, sel []byte) *binder {
+	bf := &binder{a: a, filter: `actor_uid IS NULL`, args: []any{a.UID, a.Key().String()}}
 	if node != "" {
-		args = append(args, node)
-		filter += fmt.Sprintf(` AND node = $%d`, len(args))
+		bf.args = append(bf.args, node)
+		bf.filter += fmt.Sprintf(` AND node = $%d`, len(bf.args))
 	}
 	if len(a.WorkerSelector) > 0 {
-		args = append(args, sel)
-		filter += fmt.Sprintf(` AND labels @> $%d`, len(args))
+		bf.args = append(bf.args, sel)
+		bf.filter += fmt.Sprintf(` AND labels @> $%d`, len(bf.args))
 	}
-	bind := func(pick string, args []any) (*store.Worker, viewEntry, error) {
-		w, e, err := scanWorker(tx.QueryRow(ctx, `
-			WITH pick AS (`+pick+`)
-			UPDATE workers w SET actor_uid = $1, actor = $2 FROM pick WHERE w.name = pick.name
-			RETURNING w.name, w.node, w.tunnel_addr, w.sandbox_class, w.labels, w.actor_uid, w.actor, w.rev`, args...))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, e, nil
-		}
-		return w, e, err
-	}
-	if len(candidates) > 0 {
-		// Driven by the candidates, one primary-key lookup each. Written
-		// as name = ANY(…) the planner chose, for a generic plan, to walk
-		// the node's free workers (workers_free) and filter by name:
-		// 5.7 ms a claim with 512 workers a node, growing with their
-		// dead rows, against 0.1 ms (BENCHMARKS.md, The PostgreSQL
-		// control plane).
-		w, e, err := bind(fmt.Sprintf(`SELECT w.name FROM unnest($%d::text[]) WITH ORDINALITY AS c(name, i)
-			JOIN workers w ON w.name = c.name WHERE %s
-			ORDER BY c.i LIMIT 1 FOR UPDATE OF w SKIP LOCKED`, len(args)+1, filter), append(args, candidates))
-		if w != nil || err != nil {
-			return w, e, err
-		}
-	}
-	for _, lock := range []string{"FOR UPDATE SKIP LOCKED", "FOR UPDATE"} {
-		w, e, err := bind(`SELECT name FROM workers WHERE `+filter+` ORDER BY node, name LIMIT 1 `+lock, args)
-		if w != nil || err != nil {
-			return w, e, err
-		}
-	}
-	return nil, viewEntry{}, fmt.Errorf("actor %s: %w", a.Key(), store.ErrNoFreeWorker)
+	return bf
 }
+
+// bindSQL is the statement that binds the worker pick selects.
+func bindSQL(pick string) string {
+	return `WITH pick AS (` + pick + `)
+		UPDATE workers w SET actor_uid = $1, actor = $2 FROM pick WHERE w.name = pick.name
+		RETURNING w.name, w.node, w.tunnel_addr, w.sandbox_class, w.labels, w.actor_uid, w.actor, w.rev`
+}
+
+// queueCandidates queues on b the bind of the first free candidate,
+// driven by the candidates, one primary-key lookup each. Written as
+// name = ANY(…) the planner chose, for a generic plan, to walk the
+// node's free workers (workers_free) and filter by name: 5.7 ms a claim
+// with 512 workers a node, growing with their dead rows, against 0.1 ms
+// (BENCHMARKS.md, The PostgreSQL control plane).
+func (bf *binder) queueCandidates(b *pgx.Batch, candidates []string) {
+	b.Queue(bindSQL(fmt.Sprintf(`SELECT w.name FROM unnest($%d::text[]) WITH ORDINALITY AS c(name, i)
+		JOIN workers w ON w.name = c.name WHERE %s
+		ORDER BY c.i LIMIT 1 FOR UPDATE OF w SKIP LOCKED`, len(bf.args)+1, bf.filter)), append(slices.Clip(bf.args), candidates)...)
+}
+
+// result reads a bind's row: the worker, or nil if none held.
+func (bf *binder) result(row pgx.Row) (*store.Worker, viewEntry, error) {
+	w, e, err := scanWorker(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, e, nil
+	}
+	return w, e, err
+}
+
+// bindAny binds the first free worker of the table that holds, skipping
+// rows other claims have locked, and if that finds none, waiting for
+// those locks, so a claim that rolls back cannot make this one answer
+// store.ErrNoFreeWorker while its worker is still free.
+func (bf *binder) bindAny(ctx context.Context, q querier) (*store.Worker, viewEntry, error) {
+	for _, lock := range []string{"FOR UPDATE SKIP LOCKED", "FOR UPDATE"} {
+		w, e, err := bf.result(q.QueryRow(ctx, bindSQL(`SELECT name FROM workers WHERE `+bf.filter+` ORDER BY node, name LIMIT 1 `+lock), bf.args...))
+		if w != nil || err != nil {
+			return w, e, err
+		}
+	}
+	return nil, viewEntry{}, fmt.Errorf("actor %s: %w", bf.a.Key(), store.ErrNoFreeWorker)
+}
+
+// queueRelease queues on b the freeing of worker name if actorUID holds
+// it; *freed is then its view entry, nil if it was not held (or is
+// gone).
+func queueRelease(b *pgx.Batch, name, actorUID string, freed **viewEntry) {
+	b.Queue(releaseSQL, name, actorUID).QueryRow(func(row pgx.Row) error {
+		_, e, err := scanEntry(row)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			*freed = nil
+			return nil
+		case err != nil:
+			return err
+		}
+		*freed = &e
+		return nil
+	})
+}
+
+const releaseSQL = `UPDATE workers SET actor_uid = NULL, actor = NULL
+	WHERE name = $1 AND actor_uid = $2 RETURNING ` + viewCols
 
 // release frees worker name if actorUID holds it, returning its view
 // entry; nil if it did not (or is gone).
 func release(ctx context.Context, q querier, name, actorUID string) (*viewEntry, error) {
-	row := q.QueryRow(ctx, `UPDATE workers SET actor_uid = NULL, actor = NULL
-		WHERE name = $1 AND actor_uid = $2 RETURNING `+viewCols, name, actorUID)
+	row := q.QueryRow(ctx, releaseSQL, name, actorUID)
 	_, e, err := scanEntry(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil

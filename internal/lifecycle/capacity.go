@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -339,7 +340,7 @@ func (m *Manager) claim(ctx context.Context, a *store.Actor, prefer string, read
 // template come first). Workers of nodes that are not live are never
 // claimed, so a resume never lands on a node that cannot start it.
 func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, ready []string) (*store.Actor, *store.Worker, error) {
-	order := slices.Clone(m.nodes.ByLoad()) // reordered below; not ours to change
+	order := slices.DeleteFunc(slices.Clone(m.nodes.ByLoad()), m.refusing) // reordered below; not ours to change
 	if i := slices.Index(order, prefer); i > 0 {
 		order = slices.Insert(slices.Delete(order, i, i+1), 0, prefer)
 	}
@@ -354,6 +355,36 @@ func (m *Manager) tryClaim(ctx context.Context, a *store.Actor, prefer string, r
 		a = base
 	}
 	return nil, nil, fmt.Errorf("actor %s: %w on any live node", a.Key(), store.ErrNoFreeWorker)
+}
+
+// defaultNotServingFor is how long placement passes over a node that
+// refused a start as not serving (nodeapi.ErrNotServing) before trying
+// it again (Manager.notServingFor): about the interval at which replicas
+// renew a node's lease, so a node whose renewal was merely late is back
+// soon, and one that stays out costs one refused start a second.
+const defaultNotServingFor = time.Second
+
+// notServing records that node refused a start as not serving.
+func (m *Manager) notServing(node string) {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	if m.refused == nil {
+		m.refused = map[string]time.Time{}
+	}
+	m.refused[node] = time.Now().Add(cmp.Or(m.notServingFor, defaultNotServingFor))
+}
+
+// refusing reports whether node refused a start as not serving within
+// the last notServingFor.
+func (m *Manager) refusing(node string) bool {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	until, ok := m.refused[node]
+	if ok && !time.Now().Before(until) {
+		delete(m.refused, node)
+		return false
+	}
+	return ok
 }
 
 // claimOn is store.ClaimWorker on node n, retried, as update retries,

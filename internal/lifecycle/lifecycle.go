@@ -104,6 +104,11 @@ type Manager struct {
 	metrics *metrics.Lifecycle
 
 	leases LeaseConfig
+	// refused holds, by node, until when placement passes over a node
+	// that refused a start as not serving (capacity.go, notServing).
+	refusedMu     sync.Mutex
+	refused       map[string]time.Time
+	notServingFor time.Duration // 0: defaultNotServingFor
 	// evictLimits are the operator's bounds on eviction policies.
 	evictLimits EvictionLimits
 

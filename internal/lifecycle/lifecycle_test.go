@@ -922,3 +922,55 @@ func TestWorkersLostCrashesAClaimMadeSinceTheListing(t *testing.T) {
 		t.Fatalf("lost worker %s: %v, want deleted", a.Worker, err)
 	}
 }
+
+// TestResumePlacesElsewhereWhenNodeNotServing: a node whose lease ran
+// out refuses starts (nodeapi.ErrNotServing; nothing started). The
+// resume gives its worker back and lands on another node, answering
+// the caller as any resume; the refusing node's worker is free again,
+// and the next resume does not try it while it refuses. Before, the
+// refusal failed the resume (and a node that did not refuse started a
+// sandbox that could only answer 421 until its lease came back).
+func TestResumePlacesElsewhereWhenNodeNotServing(t *testing.T) {
+	e := newEnv(t)
+	e.m.notServingFor = time.Hour // passed over for the whole test
+	ctx := context.Background()
+	must(t, e.st.PutWorker(ctx, &store.Worker{Name: "w2", Node: "n2"}))
+	var refused atomic.Int64
+	e.node.onStart = func(req nodeapi.StartRequest) error {
+		if req.Worker != "w2" {
+			refused.Add(1)
+			return fmt.Errorf("%w: node n1 cannot start actor on worker %s", nodeapi.ErrNotServing, req.Worker)
+		}
+		return nil
+	}
+	a, err := e.m.Resume(ctx, key("a"))
+	if err != nil {
+		t.Fatalf("resume with n1 not serving: %v", err)
+	}
+	if a.State != store.Running || a.Worker != "w2" {
+		t.Fatalf("actor %s on %q, want RUNNING on n2's w2", a.State, a.Worker)
+	}
+	if refused.Load() != 1 {
+		t.Errorf("n1 was asked to start %d times, want once", refused.Load())
+	}
+	for _, w := range []string{"w0", "w1"} {
+		got, err := e.st.GetWorker(ctx, w)
+		must(t, err)
+		if !got.Free() {
+			t.Errorf("n1's worker %s is held by %s after the refused start, want free", w, got.ActorUID)
+		}
+	}
+
+	// A second actor, placed while n1 still refuses: n2 is full, so it
+	// waits rather than being sent to n1 again at once.
+	b := &store.Actor{Atespace: "default", Name: "b", UID: "b-uid", Template: "tpl", Lifecycle: store.Lifecycle{State: store.Suspended}}
+	must(t, e.st.CreateActor(ctx, b))
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond) // how long b waits
+	defer cancel()
+	if _, err := e.m.Resume(rctx, key("b")); !errors.Is(err, ErrNoCapacity) {
+		t.Errorf("resume of b while n1 refuses and n2 is full: %v, want ErrNoCapacity after waiting", err)
+	}
+	if refused.Load() != 1 {
+		t.Errorf("n1 was asked to start %d times while it refused, want no more", refused.Load())
+	}
+}

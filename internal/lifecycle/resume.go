@@ -111,8 +111,12 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	// Counted from the claim: a resume that got no worker restored
 	// nothing. A paused checkpoint moved to another node still counts
 	// as paused.
-	claimed, kind := time.Now(), src.kind
-	defer func() { m.metrics.Resume(kind, time.Since(claimed), err) }()
+	claimed, kind, placedAgain := time.Now(), src.kind, false
+	defer func() {
+		if !placedAgain {
+			m.metrics.Resume(kind, time.Since(claimed), err)
+		}
+	}()
 	// From here the worker is ours: the node operation runs to the end
 	// even if the caller gives up, and every exit frees it on failure.
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeOpTimeout)
@@ -153,6 +157,18 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	err = on.Start(nctx, nodeapi.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
 		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest, VolumesFrom: src.volumes,
 		LogRun: a.Version})
+	if errors.Is(err, nodeapi.ErrNotServing) {
+		// Nothing started: the node's lease may be running out. Give the
+		// worker back and place the actor again, on another node while
+		// this one refuses (notServing), as a resume waits for capacity.
+		m.notServing(w.Node)
+		if _, uerr := m.unclaim(nctx, a, prev); uerr != nil {
+			return nil, m.resumeFailed(nctx, a, prev, err)
+		}
+		m.log.InfoContext(ctx, "node is not serving; placing the actor again", "actor", a.Key(), "node", w.Node, "err", err)
+		placedAgain = true
+		return m.resumeLocked(ctx, key, r)
+	}
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
@@ -283,6 +299,18 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.A
 	}
 	m.workerFreed()
 	return fmt.Errorf("%w: %w", ErrResumeFailed, cause)
+}
+
+// unclaim gives back the worker of a, claimed by a resume that started
+// nothing, and returns the actor to prev, the state the resume found.
+func (m *Manager) unclaim(ctx context.Context, a *store.Actor, prev store.ActorState) (*store.Actor, error) {
+	back := *a
+	back.State, back.Worker = prev, ""
+	out, err := m.update(ctx, a, &back)
+	if err == nil {
+		m.workerFreed()
+	}
+	return out, err
 }
 
 // lateFinisher handles a restore that succeeded on the node but whose

@@ -23,6 +23,7 @@ var (
 	ErrStale           = nodeapi.ErrStale
 	ErrUnknownWorker   = nodeapi.ErrUnknownWorker
 	ErrStartFailed     = nodeapi.ErrStartFailed
+	ErrNotServing      = nodeapi.ErrNotServing
 	ErrBadPath         = nodeapi.ErrBadPath
 	ErrTooLarge        = nodeapi.ErrTooLarge
 	ErrNoFile          = nodeapi.ErrNoFile

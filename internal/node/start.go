@@ -52,6 +52,15 @@ func (n *Node) Start(ctx context.Context, req StartRequest) (err error) {
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	// Checked under the slot's lock, so a start that waited for it sees
+	// the lease as it is when the sandbox would start. A sandbox started
+	// past the lease would only answer 421 (the tunnel refuses), and a
+	// replica may be about to declare this node lost: refusing lets the
+	// caller place the actor elsewhere at once.
+	if !n.Serving() {
+		return fmt.Errorf("%w: node %s cannot start actor %s on worker %s (its lease ran out %s ago, or the API server fenced it)",
+			ErrNotServing, n.cfg.Name, req.Key(), req.Worker, n.LeaseLapsedFor().Round(time.Millisecond))
+	}
 	n.clearOp(ctx, s)
 	began := time.Now()
 	id, _, err := n.startIn(ctx, s, req)

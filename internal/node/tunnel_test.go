@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -121,4 +122,26 @@ func startedTunnel(t *testing.T) (*Node, string, string) {
 	tunnel := httptest.NewServer(n.NewTunnel())
 	t.Cleanup(tunnel.Close)
 	return n, w, tunnel.URL
+}
+
+// TestStartRefusedPastTheLease: a node past its lease starts no sandbox
+// (ErrNotServing, which the API server takes as "place it elsewhere"):
+// one started there could only answer 421 until the lease came back,
+// while a replica may be declaring the node lost. Within the lease, the
+// same start runs.
+func TestStartRefusedPastTheLease(t *testing.T) {
+	n := newTestNode(t, fake.New(fake.Config{}))
+	w := n.order[0]
+	req := StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}
+	n.ExtendLease(time.Now().Add(-time.Second))
+	if err := n.Start(t.Context(), req); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("start past the lease: %v, want ErrNotServing", err)
+	}
+	if hosted, err := n.HostedActors(t.Context()); err != nil || len(hosted) != 0 {
+		t.Fatalf("hosted after a refused start: %v, %v; want none", hosted, err)
+	}
+	n.ExtendLease(time.Now().Add(time.Hour))
+	if err := n.Start(t.Context(), req); err != nil {
+		t.Fatalf("start within the lease: %v", err)
+	}
 }

@@ -27,6 +27,7 @@ var codeOf = []struct {
 	code   codes.Code
 	reason string
 }{
+	{nodeapi.ErrNotServing, codes.FailedPrecondition, "NODE_NOT_SERVING"},
 	{nodeapi.ErrExecStart, codes.FailedPrecondition, "EXEC_START_FAILED"},
 	{nodeapi.ErrExecEnded, codes.FailedPrecondition, "EXEC_ENDED"},
 	{nodeapi.ErrNoFile, codes.NotFound, "NO_SUCH_FILE"},

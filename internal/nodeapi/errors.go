@@ -22,6 +22,12 @@ var ErrUnreachable = errors.New("node agent unreachable")
 // ErrUnknownWorker: no worker of that name on this node.
 var ErrUnknownWorker = errors.New("unknown worker")
 
+// ErrNotServing: the node refuses to start a sandbox because it is not
+// serving: its lease in the record store may have run out (by its own
+// count), so a replica may be declaring it lost and moving its actors.
+// Nothing was started: the caller places the actor on another node.
+var ErrNotServing = errors.New("node is not serving: its lease in the record store may have run out")
+
 // ErrStartFailed wraps any failure to bring a sandbox to ready (image,
 // boot, restore, wakeup probe). The slot is empty again when it is returned.
 var ErrStartFailed = errors.New("start failed")

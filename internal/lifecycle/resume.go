@@ -162,7 +162,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 		// worker back and place the actor again, on another node while
 		// this one refuses (notServing), as a resume waits for capacity.
 		m.notServing(w.Node)
-		if _, uerr := m.unclaim(nctx, a, prev); uerr != nil {
+		if _, uerr := m.unclaim(nctx, a, prev, ""); uerr != nil {
 			return nil, m.resumeFailed(nctx, a, prev, err)
 		}
 		m.log.InfoContext(ctx, "node is not serving; placing the actor again", "actor", a.Key(), "node", w.Node, "err", err)
@@ -290,22 +290,23 @@ func (m *Manager) resumeFailed(ctx context.Context, a *store.Actor, prev store.A
 			return fmt.Errorf("%w: %w", ErrNodeUnavailable, cause)
 		}
 	}
-	back := *a
-	back.State, back.Worker = prev, ""
-	back.Message = "resume failed: " + cause.Error()
-	if _, err := m.update(ctx, a, &back); err != nil {
+	if _, err := m.unclaim(ctx, a, prev, "resume failed: "+cause.Error()); err != nil {
 		// Someone else moved the actor; free the worker if still ours.
 		_ = m.store.ReleaseWorker(ctx, a.Worker, a.UID)
+		m.workerFreed()
 	}
-	m.workerFreed()
 	return fmt.Errorf("%w: %w", ErrResumeFailed, cause)
 }
 
 // unclaim gives back the worker of a, claimed by a resume that started
-// nothing, and returns the actor to prev, the state the resume found.
-func (m *Manager) unclaim(ctx context.Context, a *store.Actor, prev store.ActorState) (*store.Actor, error) {
+// nothing, and returns the actor to prev, the state the resume found,
+// with message (none: the one it has).
+func (m *Manager) unclaim(ctx context.Context, a *store.Actor, prev store.ActorState, message string) (*store.Actor, error) {
 	back := *a
 	back.State, back.Worker = prev, ""
+	if message != "" {
+		back.Message = message
+	}
 	out, err := m.update(ctx, a, &back)
 	if err == nil {
 		m.workerFreed()

@@ -25,6 +25,8 @@ func TestErrorsCrossTheWire(t *testing.T) {
 		{fmt.Errorf("%w: object a/b/pages.img.zst: sha256 1234 != 5678", snapshot.ErrCorrupt), snapshot.ErrCorrupt},
 		{fmt.Errorf("%w: a/b", snapshot.ErrNotFound), snapshot.ErrNotFound},
 		{fmt.Errorf("%w: image x", nodeapi.ErrStartFailed), nodeapi.ErrStartFailed},
+		// Shares FAILED_PRECONDITION with ErrStale: told apart by its reason.
+		{fmt.Errorf("%w: node n1 cannot start actor a", nodeapi.ErrNotServing), nodeapi.ErrNotServing},
 		{fmt.Errorf("copy volume data: copy /v: v01: %w", snapshot.ErrTreeChanged), snapshot.ErrTreeChanged},
 	} {
 		got := fromStatus("n1", toStatus(tc.err))

@@ -23,6 +23,10 @@ var apart = map[string]map[string]string{
 		"lease-renew-interval": "workflow leases only decide takeovers between API server replicas; ate up is the only one over its store (its installation lease)",
 		"lease-jitter":         "workflow leases only decide takeovers between API server replicas; ate up is the only one over its store (its installation lease)",
 		"snapshot-gc-interval": "repeats the collection while a dead predecessor's remote nodes may still finish snapshots; ate up's node dies with it, so it collects once at start",
+		"node-signer-dir":      "signs worker Pods' node certificates for their ServiceAccount tokens; ate up's node gets its certificate from ate up's own CA",
+		"node-token-audience":  "signs worker Pods' node certificates for their ServiceAccount tokens; ate up's node gets its certificate from ate up's own CA",
+		"node-cert-ttl":        "signs worker Pods' node certificates for their ServiceAccount tokens; ate up's node gets its certificate from ate up's own CA",
+		"kubeconfig":           "the cluster worker Pods' tokens are reviewed in; ate up runs no worker Pods",
 	},
 	"node": {
 		"api":                  "ate up's node belongs to the API server beside it",
@@ -38,6 +42,7 @@ var apart = map[string]map[string]string{
 		"drain-timeout":        "bounds the API server checkpointing a leaving node's actors; ate up's --drain-timeout is the router's, and it suspends its actors itself once the router drained",
 		"tls-dir":              "ate up issues its components' certificates from its own CA (<data-dir>/pki)",
 		"insecure":             "ate up issues its components' certificates from its own CA (<data-dir>/pki)",
+		"tls-bootstrap-dir":    "ate up issues its components' certificates from its own CA (<data-dir>/pki)",
 	},
 	"router": {
 		"api":             "ate up's router asks the API server beside it",

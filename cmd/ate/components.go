@@ -14,6 +14,7 @@ import (
 	"substrate.dev/ate/internal/flagfile"
 	"substrate.dev/ate/internal/identity"
 	"substrate.dev/ate/internal/k8s/controller"
+	"substrate.dev/ate/internal/k8s/workeridentity"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/logbuf"
 	"substrate.dev/ate/internal/node"
@@ -100,6 +101,11 @@ func apiserverCommand() *cobra.Command {
 			f.DurationVar(&cfg.SnapshotGCInterval, "snapshot-gc-interval", lifecycle.DefaultOrphanInterval,
 				"how often, in the first minutes after start-up, snapshots a killed predecessor's workflows left unreferenced are collected")
 			tlsFlags(f, &cfg.TLS, "apiserver")
+			f.StringVar(&cfg.NodeIdentity.SignerDir, "node-signer-dir", "", "directory holding the CA (ca.crt, ca.key) that --tls-dir's ca.crt trusts: "+
+				"with it, worker Pods get their node certificates from this API server for their projected ServiceAccount tokens (the controller's --worker-tls-bootstrap; empty: no such service)")
+			f.StringVar(&cfg.NodeIdentity.Audience, "node-token-audience", workeridentity.DefaultAudience, "the audience worker Pods' tokens must carry (the controller's --worker-token-audience; must differ from --oidc-client-id)")
+			f.DurationVar(&cfg.NodeIdentity.TTL, "node-cert-ttl", workeridentity.DefaultTTL, "life of a node certificate issued for a token (renewed by the node at two thirds)")
+			f.StringVar(&cfg.NodeIdentity.Kubeconfig, "kubeconfig", "", "with --node-signer-dir: the cluster tokens and Pods are reviewed in (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger = log
@@ -157,6 +163,8 @@ func nodeCommand() *cobra.Command {
 			f.StringArrayVar(&runscAssets, "runsc-asset", nil, "ARCH=SHA256@URL (repeatable, one per architecture): fetch runsc from an https://, http:// or file:// URL into <data-dir>/runtime, verify its sha256 and run it instead of --runsc; the value for this machine's architecture is used")
 			f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "on SIGTERM, how long the API server may take to checkpoint this node's actors (default 60s)")
 			tlsFlags(f, &cfg.TLS, "node (named --name)")
+			f.StringVar(&cfg.TLS.BootstrapDir, "tls-bootstrap-dir", "", "instead of --tls-dir: directory holding a Kubernetes ServiceAccount token (token, projected and bound to this Pod, named --name) and ca.crt; "+
+				"the node certificate is asked of the API server with it and renewed before expiry (the controller's --worker-tls-bootstrap sets this up)")
 		},
 		func(ctx context.Context, log *slog.Logger) error {
 			cfg.Logger = log
@@ -198,7 +206,10 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.StringVar(&cfg.Workers.EnvSecret, "worker-env-secret", "", "Secret in each pool's namespace whose keys become worker Pods' environment (S3 credentials); optional")
 			f.StringVar(&cfg.Workers.RegistryCredentialsSecret, "worker-registry-credentials-secret", "",
 				"Secret in each pool's namespace whose <atespace>.json keys are each atespace's registry credentials (Docker config.json), for worker Pods' ate node --registry-credentials; empty: anonymous pulls")
-			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this or --worker-cert-issuer is required)")
+			f.BoolVar(&cfg.Workers.Insecure, "worker-insecure", false, "worker Pods run ate node --insecure: plaintext, no component identities (this, --worker-tls-bootstrap or --worker-cert-issuer is required)")
+			f.BoolVar(&cfg.Workers.TLSBootstrap, "worker-tls-bootstrap", false, "each worker Pod asks the API server (apiserver --node-signer-dir) for its node certificate with a projected ServiceAccount token, "+
+				"and trusts it by this controller's --tls-dir ca.crt (put in a ConfigMap <pool>-workers-ca per pool): no cert-manager needed")
+			f.StringVar(&cfg.Workers.TokenAudience, "worker-token-audience", controller.DefaultTokenAudience, "with --worker-tls-bootstrap: the audience of worker Pods' tokens (the API server's --node-token-audience)")
 			f.StringVar(&cfg.Workers.TrustDomain, "worker-trust-domain", "", "worker Pods' ate node --trust-domain (default: this controller's --trust-domain)")
 			f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 			f.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace's WorkerPools and Pods (default all)")
@@ -208,7 +219,7 @@ func controllerCommand(run func(context.Context, controller.Config) error) *cobr
 			f.DurationVar(&cfg.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "how long a reconcile path waits for its watches before /readyz names what is missing and the path retries")
 			f.StringVar(&cfg.ManagementAddr, "management-addr", controller.DefaultManagementAddr, "listen address of /healthz, /readyz and /metrics")
 			pprofFlag(f, &cfg.PprofAddr)
-			f.StringVar(&cfg.Workers.CertIssuer, "worker-cert-issuer", "", "cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) whose csi-driver (csi.cert-manager.io) gives each worker Pod its own node certificate (URI SAN spiffe://<domain>/ate/node/<pod name>); this or --worker-insecure is required")
+			f.StringVar(&cfg.Workers.CertIssuer, "worker-cert-issuer", "", "cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) whose csi-driver (csi.cert-manager.io) gives each worker Pod its own node certificate (URI SAN spiffe://<domain>/ate/node/<pod name>); or --worker-tls-bootstrap, or --worker-insecure")
 			tlsFlags(f, &cfg.TLS, "controller")
 		},
 		func(ctx context.Context, log *slog.Logger) error { cfg.Logger = log; return run(ctx, cfg) })

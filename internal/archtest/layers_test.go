@@ -33,7 +33,7 @@ type layerRule struct {
 // a node reports its workers as store.Worker; internal/auth too, since
 // the components' mTLS identities (internal/pki) are its.
 var controlPlane = []string{"internal/lifecycle", "internal/apiserver", "internal/alarm", "internal/identity",
-	"internal/router", "internal/dashboard", "internal/k8s/controller",
+	"internal/router", "internal/dashboard", "internal/k8s/controller", "internal/k8s/workeridentity",
 	"internal/store/bolt", "internal/store/postgres/...", "internal/store/storeurl", "internal/store/storetest"}
 
 // nodeImplementation is what runs actors on a machine. The egress
@@ -49,7 +49,7 @@ var nodeImplementation = []string{"internal/node", "internal/sandbox/...", "inte
 var serverOnly = []string{"internal/apiserver", "internal/lifecycle", "internal/alarm", "internal/identity",
 	"internal/router", "internal/dashboard", "internal/nodeagent", "internal/node", "internal/sandbox/...",
 	"internal/netns", "internal/egress/...", "internal/image", "internal/metrics", "internal/httpserve/...",
-	"internal/coalesce", "internal/runner", "internal/runtimeasset", "internal/up", "internal/k8s/controller",
+	"internal/coalesce", "internal/runner", "internal/runtimeasset", "internal/up", "internal/k8s/controller", "internal/k8s/workeridentity",
 	"internal/store/bolt", "internal/store/postgres/...", "internal/store/storeurl", "internal/snapshot/s3/...",
 	"internal/snapshot/storeurl"}
 

@@ -34,9 +34,41 @@ type Config struct {
 	// trusts. Only then may it run with no authenticator at all, and
 	// then it checks nothing: every caller may do everything.
 	Insecure bool
+	// NodeAudience is the audience of the ServiceAccount tokens worker
+	// Pods show for their node certificates (apiserver
+	// --node-token-audience), when the API server issues those; set by
+	// the wiring. A JWT carrying it is never a user's or an actor
+	// caller's credential, and it must differ from both client IDs.
+	NodeAudience string
 	// Extra are static tokens the wiring adds (ate up's admin token and
 	// its in-process router's token); never read from a flag or file.
 	Extra []StaticToken
+}
+
+// CheckNodeAudience refuses a node token audience that is also a client
+// ID: a token a worker Pod shows for its certificate would then be a
+// user's credential too, or the other way round.
+func (c Config) CheckNodeAudience() error {
+	if c.NodeAudience == "" {
+		return nil
+	}
+	for flag, id := range map[string]string{"--oidc-client-id": c.OIDC.ClientID, "--oidc-ingress-client-id": c.IngressClientID} {
+		if id == c.NodeAudience {
+			return fmt.Errorf("--node-token-audience %q: must differ from %s, or a worker Pod's token would be a credential there too", c.NodeAudience, flag)
+		}
+	}
+	return nil
+}
+
+// nonEmpty is the non-empty ones of ss.
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // configured reports whether any authenticator is configured.
@@ -101,9 +133,7 @@ func (c Config) authenticators() (Chain, error) {
 	}
 	if c.OIDC.IssuerURL != "" {
 		oc := c.OIDC
-		if c.IngressClientID != "" {
-			oc.OtherAudiences = []string{c.IngressClientID}
-		}
+		oc.OtherAudiences = nonEmpty(c.IngressClientID, c.NodeAudience)
 		o, err := NewOIDC(oc)
 		if err != nil {
 			return nil, err
@@ -143,7 +173,7 @@ func NewIngressAuthenticator(c Config) (TokenAuthenticator, error) {
 		return nil, fmt.Errorf("--oidc-ingress-client-id %q: must differ from --oidc-client-id, or every API token would open actors", c.IngressClientID)
 	}
 	oc := c.OIDC
-	oc.ClientID, oc.OtherAudiences = c.IngressClientID, []string{c.OIDC.ClientID}
+	oc.ClientID, oc.OtherAudiences = c.IngressClientID, nonEmpty(c.OIDC.ClientID, c.NodeAudience)
 	o, err := NewOIDC(oc)
 	if err != nil {
 		return nil, fmt.Errorf("--oidc-ingress-client-id: %w", err)

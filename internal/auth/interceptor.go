@@ -308,6 +308,9 @@ func (a *Authorizer) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if !ok {
 			return nil, status.Errorf(codes.PermissionDenied, "%s has no authorisation rule", info.FullMethod)
 		}
+		if rule.Access == SelfAuthenticating {
+			return handler(ctx, req)
+		}
 		p, err := a.principal(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
@@ -337,6 +340,9 @@ func (a *Authorizer) StreamInterceptor() grpc.StreamServerInterceptor {
 		rule, ok := a.rules()[info.FullMethod]
 		if !ok {
 			return status.Errorf(codes.PermissionDenied, "%s has no authorisation rule", info.FullMethod)
+		}
+		if rule.Access == SelfAuthenticating {
+			return status.Errorf(codes.Internal, "%s: a stream cannot authenticate itself", info.FullMethod)
 		}
 		ctx := ss.Context()
 		p, err := a.principal(ctx, info.FullMethod)

@@ -15,6 +15,11 @@ const (
 	// Cluster: admin in every atespace (atespaces, nodes, workers, role
 	// bindings, activity).
 	Cluster
+	// SelfAuthenticating: the request carries its own credential and the
+	// handler checks it (NodeIdentity.IssueNodeCertificate, whose caller
+	// has no certificate yet and shows a ServiceAccount token); the
+	// interceptors let every caller through, with no principal.
+	SelfAuthenticating
 )
 
 // Rule is how one RPC is authorised.
@@ -210,4 +215,5 @@ var Methods = map[string]Rule{
 	// the node relays only for its own workers.
 	atev1.NodeRegistry_SelfCall_FullMethodName: {Verb: "relay self call", Access: Cluster, Components: node, ComponentsOnly: true,
 		Node: func(r any) string { return r.(*atev1.SelfCallRequest).GetNode() }},
+	atev1.NodeIdentity_IssueNodeCertificate_FullMethodName: {Verb: "issue node certificate", Access: SelfAuthenticating},
 }

@@ -8,6 +8,7 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -172,8 +173,28 @@ type LeafRequest struct {
 // (Leaf set; the chain is the leaf alone, peers hold the CA) and its
 // PEM encodings. Errors: an invalid identity.
 func (ca *CA) Issue(req LeafRequest) (*tls.Certificate, []byte, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	leaf, err := ca.Sign(req, &key.PublicKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
+	return &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}, certPEM, keyPEM, nil
+}
+
+// Sign signs a leaf for req over pub, a key the requester holds (a
+// node's certificate request, NodeIdentity): as Issue, without making
+// the key. Errors: an invalid identity.
+func (ca *CA) Sign(req LeafRequest, pub crypto.PublicKey) (*x509.Certificate, error) {
 	if !req.Identity.Component.Valid() || req.Identity.Name == "" {
-		return nil, nil, nil, fmt.Errorf("issue certificate: invalid identity %q (want a component of apiserver, node, router, controller and a name)", req.Identity)
+		return nil, fmt.Errorf("issue certificate: invalid identity %q (want a component of apiserver, node, router, controller and a name)", req.Identity)
 	}
 	td := req.TrustDomain
 	if td == "" {
@@ -182,10 +203,6 @@ func (ca *CA) Issue(req LeafRequest) (*tls.Certificate, []byte, []byte, error) {
 	ttl := req.TTL
 	if ttl <= 0 {
 		ttl = DefaultLeafTTL
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generate key: %w", err)
 	}
 	now := time.Now()
 	notBefore := now.Add(-clockSkew)
@@ -209,20 +226,11 @@ func (ca *CA) Issue(req LeafRequest) (*tls.Certificate, []byte, []byte, error) {
 		DNSNames:     req.DNS,
 		IPAddresses:  req.IPs,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("sign certificate: %w", err)
+		return nil, fmt.Errorf("sign certificate: %w", err)
 	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	keyPEM, err := encodeKey(key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, certPEM, keyPEM, nil
+	return x509.ParseCertificate(der)
 }
 
 // IssueToDir issues req's leaf and writes a --tls-dir: out/ca.crt (the

@@ -34,6 +34,10 @@ type Settings struct {
 	Insecure bool
 	// TrustDomain of identities; default auth.DefaultTrustDomain.
 	TrustDomain string
+	// BootstrapDir (a node's --tls-bootstrap-dir) holds a ServiceAccount
+	// token (TokenFile) and ca.crt: the leaf is asked of the API server
+	// (LoadBootstrap) instead of read from Dir.
+	BootstrapDir string
 }
 
 // ErrNoTLSSettings is returned by Load when neither a TLS directory nor
@@ -51,6 +55,8 @@ func (s Settings) Load(ctx context.Context, component auth.Component, log *slog.
 		td = auth.DefaultTrustDomain
 	}
 	switch {
+	case s.BootstrapDir != "":
+		return nil, errors.New("--tls-bootstrap-dir: only a node obtains its certificate with a token (LoadBootstrap)")
 	case s.Insecure && s.Dir != "":
 		return nil, errors.New("--insecure and --tls-dir are both given: pass one")
 	case s.Insecure:

@@ -2,6 +2,7 @@ package up
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/alarm"
@@ -21,6 +23,8 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/dashboard"
 	"substrate.dev/ate/internal/httpserve"
+	"substrate.dev/ate/internal/k8s/controller"
+	"substrate.dev/ate/internal/k8s/workeridentity"
 	"substrate.dev/ate/internal/lifecycle"
 	"substrate.dev/ate/internal/metrics"
 	"substrate.dev/ate/internal/nodeagent"
@@ -99,10 +103,30 @@ type APIServerConfig struct {
 	Heartbeat, LostAfter time.Duration
 	// TLS: --tls-dir (an apiserver certificate), --insecure,
 	// --trust-domain (pki.Settings); one of the first two is required.
-	TLS    pki.Settings
-	Logger *slog.Logger
+	TLS pki.Settings
+	// NodeIdentity, when its SignerDir is set, makes this API server
+	// give worker Pods their node certificates for their ServiceAccount
+	// tokens (internal/k8s/workeridentity).
+	NodeIdentity NodeIdentityConfig
+	Logger       *slog.Logger
 	// Ready, if set, is called with the API address once it serves.
 	Ready func(addr string)
+}
+
+// NodeIdentityConfig: apiserver --node-signer-dir, --node-token-audience,
+// --node-cert-ttl, --kubeconfig.
+type NodeIdentityConfig struct {
+	// SignerDir holds the CA (ca.crt, ca.key) node certificates are
+	// signed with: one --tls-dir's ca.crt trusts. Empty: no NodeIdentity
+	// service.
+	SignerDir string
+	// Audience is the tokens' audience (workeridentity.DefaultAudience if
+	// empty); TTL a certificate's life (workeridentity.DefaultTTL if 0).
+	Audience string
+	TTL      time.Duration
+	// Kubeconfig is the cluster the tokens and Pods are reviewed in;
+	// empty: in-cluster, else the default loading rules.
+	Kubeconfig string
 }
 
 // RunAPIServer serves until ctx ends, then stops accepting calls, lets
@@ -141,6 +165,9 @@ type apiServerAssembly struct {
 	ln       net.Listener
 	gs       *grpc.Server
 	authz    *auth.Authorizer
+	// nodeIdentity signs worker Pods' node certificates; nil unless
+	// NodeIdentity.SignerDir is set.
+	nodeIdentity *workeridentity.Server
 	// dash is the dashboard's listener; nil when there is none.
 	dash *dashboardServer
 }
@@ -160,6 +187,9 @@ func (s *apiServerAssembly) configure(ctx context.Context) error {
 	}
 	s.done.add(flushTraces)
 	if s.tr, err = s.cfg.TLS.Load(ctx, auth.ComponentAPIServer, s.log); err != nil {
+		return err
+	}
+	if err := s.newNodeIdentity(); err != nil {
 		return err
 	}
 	if s.cfg.DataDir == "" {
@@ -205,6 +235,43 @@ func (s *apiServerAssembly) serveManagement(ctx context.Context) error {
 	}
 	s.done.add(stopPprof)
 	return nil
+}
+
+// newNodeIdentity builds the NodeIdentity service when --node-signer-dir
+// is given: its CA must be one the components trust (--tls-dir's
+// ca.crt), or every node it signed for would be refused.
+func (s *apiServerAssembly) newNodeIdentity() error {
+	c := s.cfg.NodeIdentity
+	if c.SignerDir == "" {
+		return nil
+	}
+	if s.tr == nil {
+		return errors.New("--node-signer-dir: node certificates need TLS: pass --tls-dir, not --insecure")
+	}
+	ca, err := pki.LoadCA(c.SignerDir)
+	if err != nil {
+		return fmt.Errorf("--node-signer-dir: %w", err)
+	}
+	if _, err := ca.Cert.Verify(x509.VerifyOptions{Roots: s.tr.Source.Roots(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return fmt.Errorf("--node-signer-dir: its CA is not one --tls-dir's %s trusts, so the nodes it signed for would be refused: %w", pki.CAFile, err)
+	}
+	c.Audience = orDefault(c.Audience, workeridentity.DefaultAudience)
+	s.cfg.Auth.NodeAudience = c.Audience
+	if err := s.cfg.Auth.CheckNodeAudience(); err != nil {
+		return err
+	}
+	rc, err := controller.RESTConfig(c.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--node-signer-dir: the cluster to review tokens in: %w", err)
+	}
+	rc.UserAgent = "ate-apiserver"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("--node-signer-dir: kubernetes client: %w", err)
+	}
+	s.nodeIdentity, err = workeridentity.New(workeridentity.Config{Client: cs, Audience: c.Audience, CA: ca,
+		TrustDomain: s.tr.TrustDomain, TTL: c.TTL, Logger: s.log})
+	return err
 }
 
 // openStore opens the record store, waiting for a database that is not
@@ -285,6 +352,9 @@ func (s *apiServerAssembly) listen(context.Context) error {
 	gs, initMetrics := newAPIGRPCServer(s.ms, append(s.tr.ServerOptions(pki.ClientCertOptional), s.authz.ServerOptions()...)...)
 	atev1.RegisterControlServer(gs, s.api)
 	atev1.RegisterNodeRegistryServer(gs, s.registry)
+	if s.nodeIdentity != nil {
+		atev1.RegisterNodeIdentityServer(gs, s.nodeIdentity)
+	}
 	initMetrics()
 	s.gs = gs
 	return nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/apidial"
@@ -79,8 +80,9 @@ type NodeAgentConfig struct {
 	PprofAddr string
 	// DrainTimeout bounds the drain on shutdown (default 60 s).
 	DrainTimeout time.Duration
-	// TLS: --tls-dir (a node certificate naming Node.Name), --insecure,
-	// --trust-domain.
+	// TLS: --tls-dir (a node certificate naming Node.Name), --insecure
+	// or --tls-bootstrap-dir (a certificate asked of the API server with
+	// a ServiceAccount token), --trust-domain.
 	TLS    pki.Settings
 	Logger *slog.Logger
 }
@@ -135,7 +137,12 @@ func (s *nodeAssembly) configure(ctx context.Context) error {
 		return err
 	}
 	cfg := s.cfg
-	if s.tr, err = cfg.TLS.Load(ctx, auth.ComponentNode, s.log); err != nil {
+	if cfg.TLS.BootstrapDir != "" {
+		err = s.bootstrapTLS(ctx)
+	} else {
+		s.tr, err = cfg.TLS.Load(ctx, auth.ComponentNode, s.log)
+	}
+	if err != nil {
 		return err
 	}
 	if id, ok := s.tr.Identity(); ok && id.Name != cfg.Node.Name {
@@ -147,6 +154,37 @@ func (s *nodeAssembly) configure(ctx context.Context) error {
 	s.cfg.Gvisor, err = resolveRunsc(ctx, cfg, s.log)
 	return err
 }
+
+// bootstrapTLS obtains the node's certificate from the API server with
+// the Pod's ServiceAccount token (--tls-bootstrap-dir) and keeps renewing
+// it until ctx ends. The connection it asks over presents no certificate:
+// it is the one thing a node without one may call.
+func (s *nodeAssembly) bootstrapTLS(ctx context.Context) error {
+	td := orDefault(s.cfg.TLS.TrustDomain, auth.DefaultTrustDomain)
+	conn, err := apidial.Dial(s.cfg.API, grpc.WithTransportCredentials(credentials.NewTLS(pki.BootstrapClientConfig(s.cfg.TLS.BootstrapDir, td))))
+	if err != nil {
+		return fmt.Errorf("--api: %w", err)
+	}
+	s.done.add(func() { _ = conn.Close() })
+	client := atev1.NewNodeIdentityClient(conn)
+	issue := func(ctx context.Context, csr []byte, token string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, bootstrapCallTimeout)
+		defer cancel()
+		resp, err := client.IssueNodeCertificate(ctx, &atev1.IssueNodeCertificateRequest{CertificateRequest: csr, Token: token})
+		return resp.GetCertificate(), err
+	}
+	tr, src, err := s.cfg.TLS.LoadBootstrap(ctx, s.cfg.Node.Name, issue, s.log)
+	if err != nil {
+		return fmt.Errorf("--tls-bootstrap-dir: node certificate from the API server at %s: %w", s.cfg.API, err)
+	}
+	go src.Run(ctx)
+	s.tr = tr
+	return nil
+}
+
+// bootstrapCallTimeout bounds one certificate request: a token review
+// and two reads on the API server's side.
+const bootstrapCallTimeout = 30 * time.Second
 
 // open opens the snapshot stores and the workers' runtime, and listens
 // for the worker tunnel and the node agent.

@@ -291,6 +291,8 @@ type clusterOptions struct {
 	// authentication, as before issue 18 (the security benchmark's
 	// baseline); otherwise certificates from caDir and the admin token.
 	insecure bool
+	// apiArgs are more flags of the API server.
+	apiArgs []string
 }
 
 // startClusterWith is startCluster with opts.
@@ -310,7 +312,7 @@ func startClusterWith(t testing.TB, opts clusterOptions, nodes ...string) *clust
 	var fields map[string]any
 	c.api, fields = startComponent(t, "apiserver", "ate apiserver ready", append([]string{"apiserver",
 		"--data-dir", filepath.Join(c.dir, "api"), "--listen", apiListen, "--snapshots", c.snaps, "--log-level", "debug"},
-		timing...)...)
+		append(slices.Clone(timing), opts.apiArgs...)...)...)
 	apiAddr := fields["api"].(string)
 	for _, n := range nodes {
 		c.startNode(n, apiAddr)

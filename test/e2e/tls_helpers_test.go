@@ -56,7 +56,7 @@ func issueCert(t testing.TB, ca, component, name string, extra ...string) string
 
 // withTLS returns args of `ate apiserver|node|router|controller` with a
 // --tls-dir from caDir for the component (a node's named by its --name),
-// unless args choose already (--tls-dir, --insecure); an `ate apiserver`
+// unless args choose already (--tls-dir, --tls-bootstrap-dir, --insecure); an `ate apiserver`
 // with TLS also gets --token-auth-file tokenFile unless args choose an
 // authenticator (--token-auth-file, --oidc-issuer-url). Other commands'
 // args unchanged.
@@ -70,7 +70,7 @@ func withTLS(t testing.TB, args []string) []string {
 	if args[0] == "apiserver" && !hasFlag(args, "--token-auth-file") && !hasFlag(args, "--oidc-issuer-url") {
 		args = append(args, "--token-auth-file", tokenFile)
 	}
-	if hasFlag(args, "--tls-dir") {
+	if hasFlag(args, "--tls-dir") || hasFlag(args, "--tls-bootstrap-dir") {
 		return args
 	}
 	name := args[0]

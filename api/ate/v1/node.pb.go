@@ -95,7 +95,116 @@ func (x NodeEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeEvent_Kind.Descriptor instead.
 func (NodeEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23, 0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25, 0}
+}
+
+type IssueNodeCertificateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A PKCS#10 certificate request (DER) signed with the node's key. Only
+	// its key is used: the identity is the token's Pod.
+	CertificateRequest []byte `protobuf:"bytes,1,opt,name=certificate_request,json=certificateRequest,proto3" json:"certificate_request,omitempty"`
+	// The Pod's projected ServiceAccount token.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueNodeCertificateRequest) Reset() {
+	*x = IssueNodeCertificateRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueNodeCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueNodeCertificateRequest) ProtoMessage() {}
+
+func (x *IssueNodeCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueNodeCertificateRequest.ProtoReflect.Descriptor instead.
+func (*IssueNodeCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *IssueNodeCertificateRequest) GetCertificateRequest() []byte {
+	if x != nil {
+		return x.CertificateRequest
+	}
+	return nil
+}
+
+func (x *IssueNodeCertificateRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type IssueNodeCertificateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node certificate (DER): URI SAN spiffe://<trust domain>/ate/node/<pod name>.
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// The node name the certificate carries (the Pod's name).
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueNodeCertificateResponse) Reset() {
+	*x = IssueNodeCertificateResponse{}
+	mi := &file_ate_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueNodeCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueNodeCertificateResponse) ProtoMessage() {}
+
+func (x *IssueNodeCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueNodeCertificateResponse.ProtoReflect.Descriptor instead.
+func (*IssueNodeCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IssueNodeCertificateResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *IssueNodeCertificateResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
 }
 
 type SetSelfAlarmRequest struct {
@@ -112,7 +221,7 @@ type SetSelfAlarmRequest struct {
 
 func (x *SetSelfAlarmRequest) Reset() {
 	*x = SetSelfAlarmRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[0]
+	mi := &file_ate_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +233,7 @@ func (x *SetSelfAlarmRequest) String() string {
 func (*SetSelfAlarmRequest) ProtoMessage() {}
 
 func (x *SetSelfAlarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[0]
+	mi := &file_ate_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +246,7 @@ func (x *SetSelfAlarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSelfAlarmRequest.ProtoReflect.Descriptor instead.
 func (*SetSelfAlarmRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SetSelfAlarmRequest) GetNode() string {
@@ -179,7 +288,7 @@ type SetSelfAlarmResponse struct {
 
 func (x *SetSelfAlarmResponse) Reset() {
 	*x = SetSelfAlarmResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[1]
+	mi := &file_ate_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +300,7 @@ func (x *SetSelfAlarmResponse) String() string {
 func (*SetSelfAlarmResponse) ProtoMessage() {}
 
 func (x *SetSelfAlarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[1]
+	mi := &file_ate_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +313,7 @@ func (x *SetSelfAlarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSelfAlarmResponse.ProtoReflect.Descriptor instead.
 func (*SetSelfAlarmResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetSelfAlarmResponse) GetStatus() int32 {
@@ -247,7 +356,7 @@ type StartActorRequest struct {
 
 func (x *StartActorRequest) Reset() {
 	*x = StartActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[2]
+	mi := &file_ate_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +368,7 @@ func (x *StartActorRequest) String() string {
 func (*StartActorRequest) ProtoMessage() {}
 
 func (x *StartActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[2]
+	mi := &file_ate_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +381,7 @@ func (x *StartActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartActorRequest.ProtoReflect.Descriptor instead.
 func (*StartActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StartActorRequest) GetWorker() string {
@@ -353,7 +462,7 @@ type StartActorResponse struct {
 
 func (x *StartActorResponse) Reset() {
 	*x = StartActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[3]
+	mi := &file_ate_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +474,7 @@ func (x *StartActorResponse) String() string {
 func (*StartActorResponse) ProtoMessage() {}
 
 func (x *StartActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[3]
+	mi := &file_ate_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +487,7 @@ func (x *StartActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartActorResponse.ProtoReflect.Descriptor instead.
 func (*StartActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 type CheckpointActorRequest struct {
@@ -405,7 +514,7 @@ type CheckpointActorRequest struct {
 
 func (x *CheckpointActorRequest) Reset() {
 	*x = CheckpointActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[4]
+	mi := &file_ate_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +526,7 @@ func (x *CheckpointActorRequest) String() string {
 func (*CheckpointActorRequest) ProtoMessage() {}
 
 func (x *CheckpointActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[4]
+	mi := &file_ate_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +539,7 @@ func (x *CheckpointActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointActorRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckpointActorRequest) GetWorker() string {
@@ -498,7 +607,7 @@ type CheckpointActorResponse struct {
 
 func (x *CheckpointActorResponse) Reset() {
 	*x = CheckpointActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[5]
+	mi := &file_ate_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +619,7 @@ func (x *CheckpointActorResponse) String() string {
 func (*CheckpointActorResponse) ProtoMessage() {}
 
 func (x *CheckpointActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[5]
+	mi := &file_ate_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +632,7 @@ func (x *CheckpointActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointActorResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckpointActorResponse) GetSnapshot() string {
@@ -543,7 +652,7 @@ type StopActorRequest struct {
 
 func (x *StopActorRequest) Reset() {
 	*x = StopActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[6]
+	mi := &file_ate_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +664,7 @@ func (x *StopActorRequest) String() string {
 func (*StopActorRequest) ProtoMessage() {}
 
 func (x *StopActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[6]
+	mi := &file_ate_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +677,7 @@ func (x *StopActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopActorRequest.ProtoReflect.Descriptor instead.
 func (*StopActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StopActorRequest) GetWorker() string {
@@ -593,7 +702,7 @@ type StopActorResponse struct {
 
 func (x *StopActorResponse) Reset() {
 	*x = StopActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[7]
+	mi := &file_ate_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +714,7 @@ func (x *StopActorResponse) String() string {
 func (*StopActorResponse) ProtoMessage() {}
 
 func (x *StopActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[7]
+	mi := &file_ate_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +727,7 @@ func (x *StopActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopActorResponse.ProtoReflect.Descriptor instead.
 func (*StopActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 type BuildGoldenRequest struct {
@@ -635,7 +744,7 @@ type BuildGoldenRequest struct {
 
 func (x *BuildGoldenRequest) Reset() {
 	*x = BuildGoldenRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[8]
+	mi := &file_ate_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +756,7 @@ func (x *BuildGoldenRequest) String() string {
 func (*BuildGoldenRequest) ProtoMessage() {}
 
 func (x *BuildGoldenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[8]
+	mi := &file_ate_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +769,7 @@ func (x *BuildGoldenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildGoldenRequest.ProtoReflect.Descriptor instead.
 func (*BuildGoldenRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BuildGoldenRequest) GetTemplateUid() string {
@@ -708,7 +817,7 @@ type BuildGoldenResponse struct {
 
 func (x *BuildGoldenResponse) Reset() {
 	*x = BuildGoldenResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[9]
+	mi := &file_ate_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +829,7 @@ func (x *BuildGoldenResponse) String() string {
 func (*BuildGoldenResponse) ProtoMessage() {}
 
 func (x *BuildGoldenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[9]
+	mi := &file_ate_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +842,7 @@ func (x *BuildGoldenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildGoldenResponse.ProtoReflect.Descriptor instead.
 func (*BuildGoldenResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BuildGoldenResponse) GetSnapshot() string {
@@ -763,7 +872,7 @@ type UploadPausedRequest struct {
 
 func (x *UploadPausedRequest) Reset() {
 	*x = UploadPausedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[10]
+	mi := &file_ate_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +884,7 @@ func (x *UploadPausedRequest) String() string {
 func (*UploadPausedRequest) ProtoMessage() {}
 
 func (x *UploadPausedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[10]
+	mi := &file_ate_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +897,7 @@ func (x *UploadPausedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPausedRequest.ProtoReflect.Descriptor instead.
 func (*UploadPausedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UploadPausedRequest) GetPausedSnapshot() string {
@@ -828,7 +937,7 @@ type UploadPausedResponse struct {
 
 func (x *UploadPausedResponse) Reset() {
 	*x = UploadPausedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[11]
+	mi := &file_ate_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +949,7 @@ func (x *UploadPausedResponse) String() string {
 func (*UploadPausedResponse) ProtoMessage() {}
 
 func (x *UploadPausedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[11]
+	mi := &file_ate_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +962,7 @@ func (x *UploadPausedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPausedResponse.ProtoReflect.Descriptor instead.
 func (*UploadPausedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UploadPausedResponse) GetSnapshot() string {
@@ -872,7 +981,7 @@ type DeletePausedRequest struct {
 
 func (x *DeletePausedRequest) Reset() {
 	*x = DeletePausedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[12]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +993,7 @@ func (x *DeletePausedRequest) String() string {
 func (*DeletePausedRequest) ProtoMessage() {}
 
 func (x *DeletePausedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[12]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1006,7 @@ func (x *DeletePausedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePausedRequest.ProtoReflect.Descriptor instead.
 func (*DeletePausedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeletePausedRequest) GetPausedSnapshot() string {
@@ -915,7 +1024,7 @@ type DeletePausedResponse struct {
 
 func (x *DeletePausedResponse) Reset() {
 	*x = DeletePausedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[13]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1036,7 @@ func (x *DeletePausedResponse) String() string {
 func (*DeletePausedResponse) ProtoMessage() {}
 
 func (x *DeletePausedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[13]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1049,7 @@ func (x *DeletePausedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePausedResponse.ProtoReflect.Descriptor instead.
 func (*DeletePausedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 type ForgetActorRequest struct {
@@ -952,7 +1061,7 @@ type ForgetActorRequest struct {
 
 func (x *ForgetActorRequest) Reset() {
 	*x = ForgetActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[14]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1073,7 @@ func (x *ForgetActorRequest) String() string {
 func (*ForgetActorRequest) ProtoMessage() {}
 
 func (x *ForgetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[14]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1086,7 @@ func (x *ForgetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetActorRequest.ProtoReflect.Descriptor instead.
 func (*ForgetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForgetActorRequest) GetActorUid() string {
@@ -995,7 +1104,7 @@ type ForgetActorResponse struct {
 
 func (x *ForgetActorResponse) Reset() {
 	*x = ForgetActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[15]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1116,7 @@ func (x *ForgetActorResponse) String() string {
 func (*ForgetActorResponse) ProtoMessage() {}
 
 func (x *ForgetActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[15]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1129,7 @@ func (x *ForgetActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetActorResponse.ProtoReflect.Descriptor instead.
 func (*ForgetActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 type HostedActorsRequest struct {
@@ -1031,7 +1140,7 @@ type HostedActorsRequest struct {
 
 func (x *HostedActorsRequest) Reset() {
 	*x = HostedActorsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1152,7 @@ func (x *HostedActorsRequest) String() string {
 func (*HostedActorsRequest) ProtoMessage() {}
 
 func (x *HostedActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1165,7 @@ func (x *HostedActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedActorsRequest.ProtoReflect.Descriptor instead.
 func (*HostedActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 type HostedActorsResponse struct {
@@ -1069,7 +1178,7 @@ type HostedActorsResponse struct {
 
 func (x *HostedActorsResponse) Reset() {
 	*x = HostedActorsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1190,7 @@ func (x *HostedActorsResponse) String() string {
 func (*HostedActorsResponse) ProtoMessage() {}
 
 func (x *HostedActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1203,7 @@ func (x *HostedActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedActorsResponse.ProtoReflect.Descriptor instead.
 func (*HostedActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HostedActorsResponse) GetActorUids() map[string]string {
@@ -1119,7 +1228,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1240,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1253,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeWorker) GetName() string {
@@ -1187,7 +1296,7 @@ type WorkerActivity struct {
 
 func (x *WorkerActivity) Reset() {
 	*x = WorkerActivity{}
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1308,7 @@ func (x *WorkerActivity) String() string {
 func (*WorkerActivity) ProtoMessage() {}
 
 func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1321,7 @@ func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
 func (*WorkerActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerActivity) GetWorker() string {
@@ -1283,7 +1392,7 @@ type Standby struct {
 
 func (x *Standby) Reset() {
 	*x = Standby{}
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1404,7 @@ func (x *Standby) String() string {
 func (*Standby) ProtoMessage() {}
 
 func (x *Standby) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1417,7 @@ func (x *Standby) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Standby.ProtoReflect.Descriptor instead.
 func (*Standby) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Standby) GetKey() string {
@@ -1353,7 +1462,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1474,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1487,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeHello) GetNode() string {
@@ -1464,7 +1573,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1585,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1598,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeHeartbeat) GetActivity() []*WorkerActivity {
@@ -1556,7 +1665,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1677,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1690,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeEvent) GetKind() NodeEvent_Kind {
@@ -1648,7 +1757,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1769,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1782,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1753,7 +1862,7 @@ type RegistryWelcome struct {
 
 func (x *RegistryWelcome) Reset() {
 	*x = RegistryWelcome{}
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1874,7 @@ func (x *RegistryWelcome) String() string {
 func (*RegistryWelcome) ProtoMessage() {}
 
 func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1887,7 @@ func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryWelcome.ProtoReflect.Descriptor instead.
 func (*RegistryWelcome) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegistryWelcome) GetHeartbeatMs() int64 {
@@ -1820,7 +1929,7 @@ type LeaseRenewed struct {
 
 func (x *LeaseRenewed) Reset() {
 	*x = LeaseRenewed{}
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1941,7 @@ func (x *LeaseRenewed) String() string {
 func (*LeaseRenewed) ProtoMessage() {}
 
 func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1954,7 @@ func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
 func (*LeaseRenewed) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseRenewed) GetSeq() int64 {
@@ -1867,7 +1976,7 @@ type DrainOrder struct {
 
 func (x *DrainOrder) Reset() {
 	*x = DrainOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1988,7 @@ func (x *DrainOrder) String() string {
 func (*DrainOrder) ProtoMessage() {}
 
 func (x *DrainOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2001,7 @@ func (x *DrainOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainOrder.ProtoReflect.Descriptor instead.
 func (*DrainOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DrainOrder) GetReason() string {
@@ -1914,7 +2023,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2035,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2048,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -1969,7 +2078,7 @@ type Drained struct {
 
 func (x *Drained) Reset() {
 	*x = Drained{}
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2090,7 @@ func (x *Drained) String() string {
 func (*Drained) ProtoMessage() {}
 
 func (x *Drained) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2103,7 @@ func (x *Drained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drained.ProtoReflect.Descriptor instead.
 func (*Drained) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Drained) GetError() string {
@@ -2020,7 +2129,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2141,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2154,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -2146,7 +2255,7 @@ type ReadActorLogsRequest struct {
 
 func (x *ReadActorLogsRequest) Reset() {
 	*x = ReadActorLogsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2267,7 @@ func (x *ReadActorLogsRequest) String() string {
 func (*ReadActorLogsRequest) ProtoMessage() {}
 
 func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2280,7 @@ func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadActorLogsRequest) GetActorUid() string {
@@ -2211,7 +2320,7 @@ type ReadActorLogsResponse struct {
 
 func (x *ReadActorLogsResponse) Reset() {
 	*x = ReadActorLogsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2332,7 @@ func (x *ReadActorLogsResponse) String() string {
 func (*ReadActorLogsResponse) ProtoMessage() {}
 
 func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2345,7 @@ func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
@@ -2260,7 +2369,7 @@ type NodeExecRequest struct {
 
 func (x *NodeExecRequest) Reset() {
 	*x = NodeExecRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2381,7 @@ func (x *NodeExecRequest) String() string {
 func (*NodeExecRequest) ProtoMessage() {}
 
 func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2394,7 @@ func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
 func (*NodeExecRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeExecRequest) GetWorker() string {
@@ -2322,7 +2431,7 @@ type NodeCopyToRequest struct {
 
 func (x *NodeCopyToRequest) Reset() {
 	*x = NodeCopyToRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2443,7 @@ func (x *NodeCopyToRequest) String() string {
 func (*NodeCopyToRequest) ProtoMessage() {}
 
 func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2456,7 @@ func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeCopyToRequest) GetWorker() string {
@@ -2382,7 +2491,7 @@ type NodeCopyFromRequest struct {
 
 func (x *NodeCopyFromRequest) Reset() {
 	*x = NodeCopyFromRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[35]
+	mi := &file_ate_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2503,7 @@ func (x *NodeCopyFromRequest) String() string {
 func (*NodeCopyFromRequest) ProtoMessage() {}
 
 func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[35]
+	mi := &file_ate_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2516,7 @@ func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeCopyFromRequest) GetWorker() string {
@@ -2447,7 +2556,7 @@ type SelfCallRequest struct {
 
 func (x *SelfCallRequest) Reset() {
 	*x = SelfCallRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[36]
+	mi := &file_ate_v1_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2568,7 @@ func (x *SelfCallRequest) String() string {
 func (*SelfCallRequest) ProtoMessage() {}
 
 func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[36]
+	mi := &file_ate_v1_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2581,7 @@ func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallRequest.ProtoReflect.Descriptor instead.
 func (*SelfCallRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SelfCallRequest) GetNode() string {
@@ -2521,7 +2630,7 @@ type SelfCallResponse struct {
 
 func (x *SelfCallResponse) Reset() {
 	*x = SelfCallResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[37]
+	mi := &file_ate_v1_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2642,7 @@ func (x *SelfCallResponse) String() string {
 func (*SelfCallResponse) ProtoMessage() {}
 
 func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[37]
+	mi := &file_ate_v1_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2655,7 @@ func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallResponse.ProtoReflect.Descriptor instead.
 func (*SelfCallResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SelfCallResponse) GetStatus() int32 {
@@ -2567,7 +2676,13 @@ var File_ate_v1_node_proto protoreflect.FileDescriptor
 
 const file_ate_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x11ate/v1/node.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ate/v1/control.proto\"r\n" +
+	"\x11ate/v1/node.proto\x12\x06ate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14ate/v1/control.proto\"d\n" +
+	"\x1bIssueNodeCertificateRequest\x12/\n" +
+	"\x13certificate_request\x18\x01 \x01(\fR\x12certificateRequest\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"T\n" +
+	"\x1cIssueNodeCertificateResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"r\n" +
 	"\x13SetSelfAlarmRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x1b\n" +
@@ -2765,7 +2880,9 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\fNodeRegistry\x12<\n" +
 	"\bRegister\x12\x13.ate.v1.NodeMessage\x1a\x17.ate.v1.RegistryMessage(\x010\x01\x12I\n" +
 	"\fSetSelfAlarm\x12\x1b.ate.v1.SetSelfAlarmRequest\x1a\x1c.ate.v1.SetSelfAlarmResponse\x12=\n" +
-	"\bSelfCall\x12\x17.ate.v1.SelfCallRequest\x1a\x18.ate.v1.SelfCallResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
+	"\bSelfCall\x12\x17.ate.v1.SelfCallRequest\x1a\x18.ate.v1.SelfCallResponse2q\n" +
+	"\fNodeIdentity\x12a\n" +
+	"\x14IssueNodeCertificate\x12#.ate.v1.IssueNodeCertificateRequest\x1a$.ate.v1.IssueNodeCertificateResponseB$Z\"substrate.dev/ate/api/ate/v1;atev1b\x06proto3"
 
 var (
 	file_ate_v1_node_proto_rawDescOnce sync.Once
@@ -2780,117 +2897,121 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_ate_v1_node_proto_goTypes = []any{
-	(NodeEvent_Kind)(0),             // 0: ate.v1.NodeEvent.Kind
-	(*SetSelfAlarmRequest)(nil),     // 1: ate.v1.SetSelfAlarmRequest
-	(*SetSelfAlarmResponse)(nil),    // 2: ate.v1.SetSelfAlarmResponse
-	(*StartActorRequest)(nil),       // 3: ate.v1.StartActorRequest
-	(*StartActorResponse)(nil),      // 4: ate.v1.StartActorResponse
-	(*CheckpointActorRequest)(nil),  // 5: ate.v1.CheckpointActorRequest
-	(*CheckpointActorResponse)(nil), // 6: ate.v1.CheckpointActorResponse
-	(*StopActorRequest)(nil),        // 7: ate.v1.StopActorRequest
-	(*StopActorResponse)(nil),       // 8: ate.v1.StopActorResponse
-	(*BuildGoldenRequest)(nil),      // 9: ate.v1.BuildGoldenRequest
-	(*BuildGoldenResponse)(nil),     // 10: ate.v1.BuildGoldenResponse
-	(*UploadPausedRequest)(nil),     // 11: ate.v1.UploadPausedRequest
-	(*UploadPausedResponse)(nil),    // 12: ate.v1.UploadPausedResponse
-	(*DeletePausedRequest)(nil),     // 13: ate.v1.DeletePausedRequest
-	(*DeletePausedResponse)(nil),    // 14: ate.v1.DeletePausedResponse
-	(*ForgetActorRequest)(nil),      // 15: ate.v1.ForgetActorRequest
-	(*ForgetActorResponse)(nil),     // 16: ate.v1.ForgetActorResponse
-	(*HostedActorsRequest)(nil),     // 17: ate.v1.HostedActorsRequest
-	(*HostedActorsResponse)(nil),    // 18: ate.v1.HostedActorsResponse
-	(*NodeWorker)(nil),              // 19: ate.v1.NodeWorker
-	(*WorkerActivity)(nil),          // 20: ate.v1.WorkerActivity
-	(*Standby)(nil),                 // 21: ate.v1.Standby
-	(*NodeHello)(nil),               // 22: ate.v1.NodeHello
-	(*NodeHeartbeat)(nil),           // 23: ate.v1.NodeHeartbeat
-	(*NodeEvent)(nil),               // 24: ate.v1.NodeEvent
-	(*NodeMessage)(nil),             // 25: ate.v1.NodeMessage
-	(*RegistryWelcome)(nil),         // 26: ate.v1.RegistryWelcome
-	(*LeaseRenewed)(nil),            // 27: ate.v1.LeaseRenewed
-	(*DrainOrder)(nil),              // 28: ate.v1.DrainOrder
-	(*StopOrder)(nil),               // 29: ate.v1.StopOrder
-	(*Drained)(nil),                 // 30: ate.v1.Drained
-	(*RegistryMessage)(nil),         // 31: ate.v1.RegistryMessage
-	(*ReadActorLogsRequest)(nil),    // 32: ate.v1.ReadActorLogsRequest
-	(*ReadActorLogsResponse)(nil),   // 33: ate.v1.ReadActorLogsResponse
-	(*NodeExecRequest)(nil),         // 34: ate.v1.NodeExecRequest
-	(*NodeCopyToRequest)(nil),       // 35: ate.v1.NodeCopyToRequest
-	(*NodeCopyFromRequest)(nil),     // 36: ate.v1.NodeCopyFromRequest
-	(*SelfCallRequest)(nil),         // 37: ate.v1.SelfCallRequest
-	(*SelfCallResponse)(nil),        // 38: ate.v1.SelfCallResponse
-	nil,                             // 39: ate.v1.HostedActorsResponse.ActorUidsEntry
-	nil,                             // 40: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),       // 41: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
-	(BuildPhase)(0),                 // 43: ate.v1.BuildPhase
-	(*ActorLogLine)(nil),            // 44: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),        // 45: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),      // 46: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),              // 47: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),       // 48: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),     // 49: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),   // 50: ate.v1.CopyFromActorResponse
+	(NodeEvent_Kind)(0),                  // 0: ate.v1.NodeEvent.Kind
+	(*IssueNodeCertificateRequest)(nil),  // 1: ate.v1.IssueNodeCertificateRequest
+	(*IssueNodeCertificateResponse)(nil), // 2: ate.v1.IssueNodeCertificateResponse
+	(*SetSelfAlarmRequest)(nil),          // 3: ate.v1.SetSelfAlarmRequest
+	(*SetSelfAlarmResponse)(nil),         // 4: ate.v1.SetSelfAlarmResponse
+	(*StartActorRequest)(nil),            // 5: ate.v1.StartActorRequest
+	(*StartActorResponse)(nil),           // 6: ate.v1.StartActorResponse
+	(*CheckpointActorRequest)(nil),       // 7: ate.v1.CheckpointActorRequest
+	(*CheckpointActorResponse)(nil),      // 8: ate.v1.CheckpointActorResponse
+	(*StopActorRequest)(nil),             // 9: ate.v1.StopActorRequest
+	(*StopActorResponse)(nil),            // 10: ate.v1.StopActorResponse
+	(*BuildGoldenRequest)(nil),           // 11: ate.v1.BuildGoldenRequest
+	(*BuildGoldenResponse)(nil),          // 12: ate.v1.BuildGoldenResponse
+	(*UploadPausedRequest)(nil),          // 13: ate.v1.UploadPausedRequest
+	(*UploadPausedResponse)(nil),         // 14: ate.v1.UploadPausedResponse
+	(*DeletePausedRequest)(nil),          // 15: ate.v1.DeletePausedRequest
+	(*DeletePausedResponse)(nil),         // 16: ate.v1.DeletePausedResponse
+	(*ForgetActorRequest)(nil),           // 17: ate.v1.ForgetActorRequest
+	(*ForgetActorResponse)(nil),          // 18: ate.v1.ForgetActorResponse
+	(*HostedActorsRequest)(nil),          // 19: ate.v1.HostedActorsRequest
+	(*HostedActorsResponse)(nil),         // 20: ate.v1.HostedActorsResponse
+	(*NodeWorker)(nil),                   // 21: ate.v1.NodeWorker
+	(*WorkerActivity)(nil),               // 22: ate.v1.WorkerActivity
+	(*Standby)(nil),                      // 23: ate.v1.Standby
+	(*NodeHello)(nil),                    // 24: ate.v1.NodeHello
+	(*NodeHeartbeat)(nil),                // 25: ate.v1.NodeHeartbeat
+	(*NodeEvent)(nil),                    // 26: ate.v1.NodeEvent
+	(*NodeMessage)(nil),                  // 27: ate.v1.NodeMessage
+	(*RegistryWelcome)(nil),              // 28: ate.v1.RegistryWelcome
+	(*LeaseRenewed)(nil),                 // 29: ate.v1.LeaseRenewed
+	(*DrainOrder)(nil),                   // 30: ate.v1.DrainOrder
+	(*StopOrder)(nil),                    // 31: ate.v1.StopOrder
+	(*Drained)(nil),                      // 32: ate.v1.Drained
+	(*RegistryMessage)(nil),              // 33: ate.v1.RegistryMessage
+	(*ReadActorLogsRequest)(nil),         // 34: ate.v1.ReadActorLogsRequest
+	(*ReadActorLogsResponse)(nil),        // 35: ate.v1.ReadActorLogsResponse
+	(*NodeExecRequest)(nil),              // 36: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),            // 37: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),          // 38: ate.v1.NodeCopyFromRequest
+	(*SelfCallRequest)(nil),              // 39: ate.v1.SelfCallRequest
+	(*SelfCallResponse)(nil),             // 40: ate.v1.SelfCallResponse
+	nil,                                  // 41: ate.v1.HostedActorsResponse.ActorUidsEntry
+	nil,                                  // 42: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),            // 43: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),        // 44: google.protobuf.Timestamp
+	(BuildPhase)(0),                      // 45: ate.v1.BuildPhase
+	(*ActorLogLine)(nil),                 // 46: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),             // 47: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),           // 48: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),                   // 49: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),            // 50: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),          // 51: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),        // 52: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	41, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	41, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	39, // 2: ate.v1.HostedActorsResponse.actor_uids:type_name -> ate.v1.HostedActorsResponse.ActorUidsEntry
-	40, // 3: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	42, // 4: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	42, // 5: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
-	19, // 6: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
-	20, // 7: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
-	21, // 8: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
-	42, // 9: ate.v1.NodeHeartbeat.sent:type_name -> google.protobuf.Timestamp
+	43, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	43, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	41, // 2: ate.v1.HostedActorsResponse.actor_uids:type_name -> ate.v1.HostedActorsResponse.ActorUidsEntry
+	42, // 3: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	44, // 4: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	44, // 5: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	21, // 6: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
+	22, // 7: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
+	23, // 8: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
+	44, // 9: ate.v1.NodeHeartbeat.sent:type_name -> google.protobuf.Timestamp
 	0,  // 10: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	43, // 11: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
-	22, // 12: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
-	23, // 13: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
-	24, // 14: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
-	26, // 15: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	29, // 16: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	30, // 17: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	27, // 18: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
-	28, // 19: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
-	44, // 20: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	45, // 21: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	46, // 22: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	47, // 23: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
-	3,  // 24: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
-	5,  // 25: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
-	7,  // 26: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	9,  // 27: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	11, // 28: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	13, // 29: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	15, // 30: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	17, // 31: ate.v1.NodeAgent.HostedActors:input_type -> ate.v1.HostedActorsRequest
-	32, // 32: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	34, // 33: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
-	35, // 34: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
-	36, // 35: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
-	25, // 36: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	1,  // 37: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	37, // 38: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
-	4,  // 39: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	6,  // 40: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	8,  // 41: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	10, // 42: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	12, // 43: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	14, // 44: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	16, // 45: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	18, // 46: ate.v1.NodeAgent.HostedActors:output_type -> ate.v1.HostedActorsResponse
-	33, // 47: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	48, // 48: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	49, // 49: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	50, // 50: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	31, // 51: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	2,  // 52: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	38, // 53: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
-	39, // [39:54] is the sub-list for method output_type
-	24, // [24:39] is the sub-list for method input_type
+	45, // 11: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
+	24, // 12: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
+	25, // 13: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
+	26, // 14: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
+	28, // 15: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
+	31, // 16: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	32, // 17: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	29, // 18: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
+	30, // 19: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
+	46, // 20: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	47, // 21: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	48, // 22: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	49, // 23: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	5,  // 24: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
+	7,  // 25: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
+	9,  // 26: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
+	11, // 27: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	13, // 28: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	15, // 29: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	17, // 30: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	19, // 31: ate.v1.NodeAgent.HostedActors:input_type -> ate.v1.HostedActorsRequest
+	34, // 32: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	36, // 33: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	37, // 34: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	38, // 35: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	27, // 36: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	3,  // 37: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	39, // 38: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	1,  // 39: ate.v1.NodeIdentity.IssueNodeCertificate:input_type -> ate.v1.IssueNodeCertificateRequest
+	6,  // 40: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	8,  // 41: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	10, // 42: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	12, // 43: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	14, // 44: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	16, // 45: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	18, // 46: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	20, // 47: ate.v1.NodeAgent.HostedActors:output_type -> ate.v1.HostedActorsResponse
+	35, // 48: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	50, // 49: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	51, // 50: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	52, // 51: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	33, // 52: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	4,  // 53: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	40, // 54: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	2,  // 55: ate.v1.NodeIdentity.IssueNodeCertificate:output_type -> ate.v1.IssueNodeCertificateResponse
+	40, // [40:56] is the sub-list for method output_type
+	24, // [24:40] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -2902,12 +3023,12 @@ func file_ate_v1_node_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_init()
-	file_ate_v1_node_proto_msgTypes[24].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[26].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[30].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[32].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 		(*RegistryMessage_Drained)(nil),
@@ -2920,9 +3041,9 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_ate_v1_node_proto_goTypes,
 		DependencyIndexes: file_ate_v1_node_proto_depIdxs,

@@ -778,3 +778,129 @@ var NodeRegistry_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "ate/v1/node.proto",
 }
+
+const (
+	NodeIdentity_IssueNodeCertificate_FullMethodName = "/ate.v1.NodeIdentity/IssueNodeCertificate"
+)
+
+// NodeIdentityClient is the client API for NodeIdentity service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// NodeIdentity runs on the API server when it signs node certificates
+// itself (apiserver --node-signer-dir): a worker Pod without a certificate
+// yet proves who it is with its projected ServiceAccount token and gets a
+// short-lived node certificate naming its Pod (docs/kubernetes.md,
+// Worker identity). The caller needs no client certificate and no bearer
+// token: the request carries its credential.
+type NodeIdentityClient interface {
+	// IssueNodeCertificate signs the request's key into a node certificate
+	// for the Pod the token is bound to. UNAUTHENTICATED: the token is not
+	// a valid, Pod-bound token of this audience; PERMISSION_DENIED: its Pod
+	// is not a worker Pod of a pool; INVALID_ARGUMENT: a malformed request;
+	// UNAVAILABLE: the cluster could not be asked (retry).
+	IssueNodeCertificate(ctx context.Context, in *IssueNodeCertificateRequest, opts ...grpc.CallOption) (*IssueNodeCertificateResponse, error)
+}
+
+type nodeIdentityClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewNodeIdentityClient(cc grpc.ClientConnInterface) NodeIdentityClient {
+	return &nodeIdentityClient{cc}
+}
+
+func (c *nodeIdentityClient) IssueNodeCertificate(ctx context.Context, in *IssueNodeCertificateRequest, opts ...grpc.CallOption) (*IssueNodeCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueNodeCertificateResponse)
+	err := c.cc.Invoke(ctx, NodeIdentity_IssueNodeCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NodeIdentityServer is the server API for NodeIdentity service.
+// All implementations must embed UnimplementedNodeIdentityServer
+// for forward compatibility.
+//
+// NodeIdentity runs on the API server when it signs node certificates
+// itself (apiserver --node-signer-dir): a worker Pod without a certificate
+// yet proves who it is with its projected ServiceAccount token and gets a
+// short-lived node certificate naming its Pod (docs/kubernetes.md,
+// Worker identity). The caller needs no client certificate and no bearer
+// token: the request carries its credential.
+type NodeIdentityServer interface {
+	// IssueNodeCertificate signs the request's key into a node certificate
+	// for the Pod the token is bound to. UNAUTHENTICATED: the token is not
+	// a valid, Pod-bound token of this audience; PERMISSION_DENIED: its Pod
+	// is not a worker Pod of a pool; INVALID_ARGUMENT: a malformed request;
+	// UNAVAILABLE: the cluster could not be asked (retry).
+	IssueNodeCertificate(context.Context, *IssueNodeCertificateRequest) (*IssueNodeCertificateResponse, error)
+	mustEmbedUnimplementedNodeIdentityServer()
+}
+
+// UnimplementedNodeIdentityServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedNodeIdentityServer struct{}
+
+func (UnimplementedNodeIdentityServer) IssueNodeCertificate(context.Context, *IssueNodeCertificateRequest) (*IssueNodeCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueNodeCertificate not implemented")
+}
+func (UnimplementedNodeIdentityServer) mustEmbedUnimplementedNodeIdentityServer() {}
+func (UnimplementedNodeIdentityServer) testEmbeddedByValue()                      {}
+
+// UnsafeNodeIdentityServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to NodeIdentityServer will
+// result in compilation errors.
+type UnsafeNodeIdentityServer interface {
+	mustEmbedUnimplementedNodeIdentityServer()
+}
+
+func RegisterNodeIdentityServer(s grpc.ServiceRegistrar, srv NodeIdentityServer) {
+	// If the following call panics, it indicates UnimplementedNodeIdentityServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&NodeIdentity_ServiceDesc, srv)
+}
+
+func _NodeIdentity_IssueNodeCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueNodeCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeIdentityServer).IssueNodeCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeIdentity_IssueNodeCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeIdentityServer).IssueNodeCertificate(ctx, req.(*IssueNodeCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// NodeIdentity_ServiceDesc is the grpc.ServiceDesc for NodeIdentity service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var NodeIdentity_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "ate.v1.NodeIdentity",
+	HandlerType: (*NodeIdentityServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "IssueNodeCertificate",
+			Handler:    _NodeIdentity_IssueNodeCertificate_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "ate/v1/node.proto",
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -144,8 +145,8 @@ func New(cfg Config) (*Controller, error) {
 	rc := cfg.RestConfig
 	if rc == nil {
 		var err error
-		if rc, err = restConfig(cfg.Kubeconfig); err != nil {
-			return nil, err
+		if rc, err = RESTConfig(cfg.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
 		}
 	}
 	if cfg.Workers.Image == "" {
@@ -233,6 +234,12 @@ func Run(ctx context.Context, cfg Config) error {
 	// Worker Pods' nodes talk to the same API server, so they share the
 	// controller's trust domain unless --worker-trust-domain says otherwise.
 	cfg.Workers.TrustDomain = cmp.Or(cfg.Workers.TrustDomain, cfg.TLS.TrustDomain)
+	if cfg.Workers.TLSBootstrap && cfg.TLS.Dir != "" && len(cfg.Workers.CACert) == 0 {
+		// Worker Pods trust the API server by the CA we trust it by.
+		if cfg.Workers.CACert, err = os.ReadFile(filepath.Join(cfg.TLS.Dir, pki.CAFile)); err != nil {
+			return fmt.Errorf("controller: --worker-tls-bootstrap: %w", err)
+		}
+	}
 	c, err := New(cfg)
 	if err != nil {
 		return err
@@ -320,13 +327,14 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// restConfig loads the Kubernetes connection: path, else in-cluster,
-// else the default kubeconfig loading rules.
-func restConfig(path string) (*rest.Config, error) {
+// RESTConfig loads the Kubernetes connection: path, else in-cluster,
+// else the default kubeconfig loading rules (the controller's, and the
+// API server's when it issues node certificates).
+func RESTConfig(path string) (*rest.Config, error) {
 	if path != "" {
 		rc, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {
-			return nil, fmt.Errorf("controller: kubeconfig %s: %w", path, err)
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 		}
 		return rc, nil
 	}
@@ -335,7 +343,7 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("controller: no in-cluster config and no kubeconfig: %w", err)
+		return nil, fmt.Errorf("no in-cluster config and no kubeconfig: %w", err)
 	}
 	return rc, nil
 }

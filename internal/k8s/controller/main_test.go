@@ -172,7 +172,7 @@ func startController(t *testing.T, ns string, rc *rest.Config, cfg Config) *runn
 	if cfg.Workers.Image == "" {
 		cfg.Workers.Image = "ate:test"
 	}
-	if cfg.Workers.CertIssuer == "" && !cfg.Workers.Insecure {
+	if cfg.Workers.CertIssuer == "" && !cfg.Workers.Insecure && !cfg.Workers.TLSBootstrap {
 		// No kubelet runs the worker Pods here; New wants a choice.
 		cfg.Workers.Insecure = true
 	}

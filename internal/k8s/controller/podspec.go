@@ -85,8 +85,17 @@ type WorkerSettings struct {
 	// per-Pod node names, which the node registry binds calls to.
 	CertIssuer string
 	// Insecure gives ate node --insecure: plaintext, no identities.
-	Insecure    bool
-	TrustDomain string
+	Insecure bool
+	// TLSBootstrap gives ate node --tls-bootstrap-dir: each worker Pod
+	// asks the API server (apiserver --node-signer-dir) for its node
+	// certificate with a projected ServiceAccount token of audience
+	// TokenAudience, and trusts the API server by CACert (PEM, the
+	// controller's own ca.crt), which a ConfigMap per pool carries
+	// (workerCAConfigMap). No cert-manager.
+	TLSBootstrap  bool
+	TokenAudience string
+	CACert        []byte
+	TrustDomain   string
 }
 
 // validateTLS says what to pass when w has neither or both of CertIssuer
@@ -95,11 +104,20 @@ type WorkerSettings struct {
 // caught here is a refusal to start, not worker Pods stuck mounting a
 // volume the csi-driver cannot fill.
 func (w WorkerSettings) validateTLS() error {
+	modes := 0
+	for _, set := range []bool{w.CertIssuer != "", w.Insecure, w.TLSBootstrap} {
+		if set {
+			modes++
+		}
+	}
 	switch {
-	case w.CertIssuer != "" && w.Insecure:
-		return errors.New("controller: --worker-cert-issuer and --worker-insecure exclude each other")
-	case w.CertIssuer == "" && !w.Insecure:
-		return errors.New("controller: worker Pods need TLS: pass --worker-cert-issuer Issuer/NAME or ClusterIssuer/NAME (cert-manager's csi-driver mounts each Pod its own node certificate) or --worker-insecure for plaintext")
+	case modes > 1:
+		return errors.New("controller: --worker-tls-bootstrap, --worker-cert-issuer and --worker-insecure exclude each other: pass one")
+	case modes == 0:
+		return errors.New("controller: worker Pods need TLS: pass --worker-tls-bootstrap (each Pod asks the API server for its certificate with its ServiceAccount token), " +
+			"--worker-cert-issuer Issuer/NAME or ClusterIssuer/NAME (cert-manager's csi-driver mounts each Pod its own node certificate) or --worker-insecure for plaintext")
+	case w.TLSBootstrap && len(w.CACert) == 0:
+		return errors.New("controller: --worker-tls-bootstrap needs the CA worker Pods trust the API server by: run the controller with --tls-dir")
 	case w.CertIssuer != "":
 		if kind, name := issuerRef(w.CertIssuer); kind != "Issuer" && kind != "ClusterIssuer" || name == "" || strings.Contains(name, "/") {
 			return fmt.Errorf("controller: --worker-cert-issuer %q: want Issuer/NAME or ClusterIssuer/NAME (cert-manager.io issuers)", w.CertIssuer)
@@ -121,14 +139,64 @@ func issuerRef(s string) (kind, name string) {
 // tlsDir is where a worker Pod's certificate is mounted.
 const tlsDir = "/etc/ate/tls"
 
-// tlsArgsAndVolume are ate node's TLS flags, and the csi-driver volume
-// holding its certificate (nil with --insecure).
-func tlsArgsAndVolume(w WorkerSettings) ([]string, *corev1.Volume) {
+// bootstrapDir is where a worker Pod's token and CA are mounted with
+// TLSBootstrap; tokenLife is the token's requested life (the kubelet
+// refreshes it at 80%; a node certificate is asked for with the token
+// as it is then).
+const (
+	bootstrapDir = "/var/run/ate/identity"
+	tokenLife    = 3600
+)
+
+// caConfigMapName is the name of pool's ConfigMap carrying the CA its
+// worker Pods trust the API server by (TLSBootstrap).
+func caConfigMapName(pool string) string { return deploymentName(pool) + "-ca" }
+
+// workerCAConfigMap renders the ConfigMap of pool's worker CA
+// (TLSBootstrap; nil otherwise), owned by the pool.
+func workerCAConfigMap(pool *atek8s.WorkerPool, w WorkerSettings) *corev1.ConfigMap {
+	if !w.TLSBootstrap {
+		return nil
+	}
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: caConfigMapName(pool.Name), Namespace: pool.Namespace,
+			Labels:          map[string]string{atek8s.PoolLabel: pool.Name, nameLabel: workerName, managedByLabel: FieldManager},
+			OwnerReferences: poolOwner(pool),
+		},
+		Data: map[string]string{"ca.crt": string(w.CACert)},
+	}
+}
+
+// poolOwner is the controller owner reference to pool.
+func poolOwner(pool *atek8s.WorkerPool) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{
+		APIVersion: atek8s.GroupVersion.String(), Kind: "WorkerPool",
+		Name: pool.Name, UID: pool.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+}
+
+// tlsArgsAndVolume are ate node's TLS flags, and the volume holding its
+// certificate or what it asks for one with (nil with --insecure) and
+// where it is mounted.
+func tlsArgsAndVolume(pool string, w WorkerSettings) ([]string, *corev1.Volume, string) {
+	td := cmp.Or(w.TrustDomain, auth.DefaultTrustDomain)
+	if w.TLSBootstrap {
+		return []string{"--tls-bootstrap-dir=" + bootstrapDir, "--trust-domain=" + td}, &corev1.Volume{Name: "identity", VolumeSource: corev1.VolumeSource{
+			Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr.To[int32](0o400), Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Audience: cmp.Or(w.TokenAudience, DefaultTokenAudience), ExpirationSeconds: ptr.To[int64](tokenLife), Path: "token"}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: caConfigMapName(pool)},
+					Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			}},
+		}}, bootstrapDir
+	}
 	if w.CertIssuer == "" {
-		return []string{"--insecure"}, nil
+		return []string{"--insecure"}, nil, ""
 	}
 	kind, name := issuerRef(w.CertIssuer)
-	td := cmp.Or(w.TrustDomain, auth.DefaultTrustDomain)
 	return []string{"--tls-dir=" + tlsDir, "--trust-domain=" + td}, &corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{
 		CSI: &corev1.CSIVolumeSource{Driver: "csi.cert-manager.io", ReadOnly: ptr.To(true), VolumeAttributes: map[string]string{
 			"csi.cert-manager.io/issuer-kind": kind,
@@ -138,8 +206,13 @@ func tlsArgsAndVolume(w WorkerSettings) ([]string, *corev1.Volume) {
 			"csi.cert-manager.io/key-usages": "server auth,client auth,digital signature",
 			"csi.cert-manager.io/duration":   "24h",
 		}},
-	}}
+	}}, tlsDir
 }
+
+// DefaultTokenAudience is the audience of worker Pods' tokens with
+// TLSBootstrap: the API server's default --node-token-audience
+// (workeridentity.DefaultAudience, which imports this package).
+const DefaultTokenAudience = "ate-node"
 
 // DefaultWorkerServiceAccount is the worker Pods' ServiceAccount in the
 // manifests (deploy/).
@@ -256,12 +329,12 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 		args = append(args, "--snapshots="+w.Snapshots)
 	}
 	args = append(args, runscArgs...)
-	tlsArgs, tlsVolume := tlsArgsAndVolume(w)
+	tlsArgs, tlsVolume, tlsMount := tlsArgsAndVolume(pool.Name, w)
 	args = append(args, tlsArgs...)
 	mounts := []corev1.VolumeMount{{Name: "data", MountPath: dataDir}}
 	volumes := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	if tlsVolume != nil {
-		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume.Name, MountPath: tlsDir, ReadOnly: true})
+		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume.Name, MountPath: tlsMount, ReadOnly: true})
 		volumes = append(volumes, *tlsVolume)
 	}
 	if s := w.RegistryCredentialsSecret; s != "" {
@@ -314,14 +387,10 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      deploymentName(pool.Name),
-			Namespace: pool.Namespace,
-			Labels:    map[string]string{atek8s.PoolLabel: pool.Name, nameLabel: workerName, managedByLabel: FieldManager},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: atek8s.GroupVersion.String(), Kind: "WorkerPool",
-				Name: pool.Name, UID: pool.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
+			Name:            deploymentName(pool.Name),
+			Namespace:       pool.Namespace,
+			Labels:          map[string]string{atek8s.PoolLabel: pool.Name, nameLabel: workerName, managedByLabel: FieldManager},
+			OwnerReferences: poolOwner(pool),
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(ptr.Deref(pool.Spec.Replicas, 1)),
@@ -369,4 +438,19 @@ func nodeSelector(pool map[string]string, runscArgs []string) map[string]string 
 		sel[archLabel] = arch
 	}
 	return sel
+}
+
+// WorkerPodOf returns the pool of a worker Pod the controller made: one
+// carrying the labels workerDeployment puts on every worker Pod
+// (PoolLabel, the worker name, managed by the controller). Labels are
+// not proof: whoever may create Pods in a pool's namespace can set them,
+// which is why pool namespaces are opted in by an operator
+// (PoolNamespaceLabel) and the API server checks that too before giving
+// a Pod a node certificate.
+func WorkerPodOf(pod *corev1.Pod) (pool string, ok bool) {
+	l := pod.Labels
+	if l[nameLabel] != workerName || l[managedByLabel] != FieldManager || l[atek8s.PoolLabel] == "" {
+		return "", false
+	}
+	return l[atek8s.PoolLabel], true
 }

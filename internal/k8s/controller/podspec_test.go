@@ -197,9 +197,12 @@ func TestWorkerTLS(t *testing.T) {
 		args                 []string
 		kind, issuer, uriSAN string
 	}{
-		{name: "neither", w: WorkerSettings{}, wantErr: "pass --worker-cert-issuer Issuer/NAME or ClusterIssuer/NAME"},
+		{name: "neither", w: WorkerSettings{}, wantErr: "pass --worker-tls-bootstrap"},
 		{name: "neither, trust domain only", w: WorkerSettings{TrustDomain: "prod.example"}, wantErr: "or --worker-insecure for plaintext"},
-		{name: "both", w: WorkerSettings{CertIssuer: "Issuer/ate-ca", Insecure: true}, wantErr: "--worker-cert-issuer and --worker-insecure exclude each other"},
+		{name: "both", w: WorkerSettings{CertIssuer: "Issuer/ate-ca", Insecure: true}, wantErr: "exclude each other"},
+		{name: "bootstrap and insecure", w: WorkerSettings{TLSBootstrap: true, CACert: []byte("ca"), Insecure: true}, wantErr: "exclude each other"},
+		{name: "bootstrap and issuer", w: WorkerSettings{TLSBootstrap: true, CACert: []byte("ca"), CertIssuer: "Issuer/ate-ca"}, wantErr: "exclude each other"},
+		{name: "bootstrap without a CA", w: WorkerSettings{TLSBootstrap: true}, wantErr: "run the controller with --tls-dir"},
 		{name: "unknown kind", w: WorkerSettings{CertIssuer: "Certificate/ate-ca"}, wantErr: `--worker-cert-issuer "Certificate/ate-ca": want Issuer/NAME or ClusterIssuer/NAME`},
 		{name: "kind in lower case", w: WorkerSettings{CertIssuer: "clusterissuer/ate-ca"}, wantErr: "want Issuer/NAME or ClusterIssuer/NAME"},
 		{name: "no name", w: WorkerSettings{CertIssuer: "ClusterIssuer/"}, wantErr: "want Issuer/NAME or ClusterIssuer/NAME"},
@@ -329,5 +332,63 @@ func TestWorkerDeploymentRegistryCredentials(t *testing.T) {
 		return m.Name == p.Volumes[i].Name && m.MountPath == "/etc/ate/registry-credentials" && m.ReadOnly
 	}) {
 		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+}
+
+// TestWorkerTLSBootstrap: with --worker-tls-bootstrap, each worker Pod
+// gets a projected volume at ate node's --tls-bootstrap-dir holding a
+// ServiceAccount token of the configured audience (bound to the Pod by
+// the kubelet) and the CA from the pool's ConfigMap, which the controller
+// applies beside the Deployment, owned by the pool; nothing of
+// cert-manager.
+func TestWorkerTLSBootstrap(t *testing.T) {
+	w := WorkerSettings{API: "a:1", Image: "ate", TLSBootstrap: true, TokenAudience: "ate-node-prod", CACert: []byte("-----BEGIN CERTIFICATE-----\n"), TrustDomain: "prod.example"}
+	if err := w.validateTLS(); err != nil {
+		t.Fatal(err)
+	}
+	pool := &atek8s.WorkerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n", UID: "uid-1"}}
+	d := workerDeployment(pool, w, nil)
+	p := d.Spec.Template.Spec
+	c := p.Containers[0]
+	if !slices.Contains(c.Args, "--tls-bootstrap-dir=/var/run/ate/identity") || !slices.Contains(c.Args, "--trust-domain=prod.example") ||
+		slices.ContainsFunc(c.Args, func(a string) bool { return a == "--insecure" || strings.HasPrefix(a, "--tls-dir") }) {
+		t.Errorf("args %q", c.Args)
+	}
+	var vol *corev1.Volume
+	for i := range p.Volumes {
+		if p.Volumes[i].CSI != nil {
+			t.Errorf("a csi volume: %+v", p.Volumes[i])
+		}
+		if p.Volumes[i].Projected != nil {
+			vol = &p.Volumes[i]
+		}
+	}
+	if vol == nil {
+		t.Fatalf("no projected volume: %+v", p.Volumes)
+	}
+	src := vol.Projected.Sources
+	if len(src) != 2 || src[0].ServiceAccountToken == nil || src[1].ConfigMap == nil {
+		t.Fatalf("projected sources %+v: want a token and the CA", src)
+	}
+	if tok := src[0].ServiceAccountToken; tok.Audience != "ate-node-prod" || tok.Path != "token" || ptr.Deref(tok.ExpirationSeconds, 0) != 3600 {
+		t.Errorf("token projection %+v", tok)
+	}
+	if cm := src[1].ConfigMap; cm.Name != "p-workers-ca" || len(cm.Items) != 1 || cm.Items[0].Path != "ca.crt" {
+		t.Errorf("CA projection %+v", cm)
+	}
+	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == vol.Name && m.MountPath == "/var/run/ate/identity" && m.ReadOnly
+	})
+	if !mounted {
+		t.Errorf("mounts %+v: want %s read-only at /var/run/ate/identity", c.VolumeMounts, vol.Name)
+	}
+	cm := workerCAConfigMap(pool, w)
+	if cm == nil || cm.Name != "p-workers-ca" || cm.Namespace != "n" || cm.Data["ca.crt"] != string(w.CACert) ||
+		len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != "uid-1" || !ptr.Deref(cm.OwnerReferences[0].Controller, false) {
+		t.Errorf("CA ConfigMap %+v", cm)
+	}
+	w.TLSBootstrap = false
+	if workerCAConfigMap(pool, w) != nil {
+		t.Error("a CA ConfigMap without --worker-tls-bootstrap")
 	}
 }

@@ -88,7 +88,14 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		if live.UID != pool.UID || !live.DeletionTimestamp.IsZero() {
 			return reconcile.Result{}, nil
 		}
-		if applyErr = applyObject(ctx, r.client, workerDeployment(&pool, r.settings, runsc)); applyErr != nil {
+		// The CA first: worker Pods cannot start without it.
+		if cm := workerCAConfigMap(&pool, r.settings); cm != nil {
+			applyErr = applyObject(ctx, r.client, cm)
+		}
+		if applyErr == nil {
+			applyErr = applyObject(ctx, r.client, workerDeployment(&pool, r.settings, runsc))
+		}
+		if applyErr != nil {
 			degraded.Status, degraded.Reason, degraded.Message = metav1.ConditionTrue, ReasonApplyFailed, applyErr.Error()
 		}
 	} else {

@@ -27,6 +27,9 @@ func RBACRules() []rbacv1.PolicyRule {
 		// ate.substrate.dev/worker-pools=allowed (admission.go); the
 		// watch scales a withdrawn namespace's pools to zero at once.
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		// create and patch: with --worker-tls-bootstrap, each pool's CA
+		// ConfigMap, server-side applied as the Deployment is.
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		// The leader election's events (controller-runtime records them).
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,13 +107,20 @@ func TestMissingPermission(t *testing.T) {
 }
 
 // TestRBACRulesSuffice: as a user with exactly RBACRules, every path
-// syncs (/readyz 200) and a pool gets its Deployment.
+// syncs (/readyz 200) and a pool gets its Deployment and, with
+// --worker-tls-bootstrap, its CA ConfigMap.
 func TestRBACRulesSuffice(t *testing.T) {
 	ns := namespace(t)
 	rc := restrictedUser(t, "ctl-all-"+ns, RBACRules())
-	ctl := startController(t, ns, rc, Config{API: startFake(t, &fakeControl{}), LeaderElect: true})
+	ca := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	ctl := startController(t, ns, rc, Config{API: startFake(t, &fakeControl{}), LeaderElect: true,
+		Workers: WorkerSettings{TLSBootstrap: true, CACert: []byte(ca)}})
 	create(t, newPool(ns, "w", 1))
 	testwait.Until(t, "Deployment", func() bool { return deployment(t, ns, "w") != nil })
+	var cm corev1.ConfigMap
+	if err := testEnv.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "w-workers-ca"}, &cm); err != nil || cm.Data["ca.crt"] != ca {
+		t.Errorf("the pool's CA ConfigMap: %v, data %v", err, cm.Data)
+	}
 	testwait.Until(t, "/readyz 200", func() bool { code, _ := ctl.readyz(t); return code == 200 })
 	testwait.Until(t, "NodesSynced status written", func() bool {
 		c := condition(getPool(t, ns, "w"), atek8s.ConditionNodesSynced)

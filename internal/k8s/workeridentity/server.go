@@ -1,0 +1,220 @@
+// Package workeridentity gives worker Pods their node certificates
+// without cert-manager: a Pod shows the projected, audience-bound,
+// Pod-bound ServiceAccount token the kubelet mounts for it, the API
+// server has the cluster review it (TokenReview), checks that its Pod is
+// a worker Pod of a pool in a namespace opted in to pools, and signs the
+// Pod's key into a short-lived node certificate naming exactly that Pod.
+// The kubelet's TLS bootstrap and SPIRE's Kubernetes attestor work the
+// same way. docs/kubernetes.md, Worker identity.
+package workeridentity
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/k8s/controller"
+	"substrate.dev/ate/internal/pki"
+)
+
+const (
+	// DefaultAudience is the audience of the tokens worker Pods show
+	// (the controller's --worker-token-audience, the API server's
+	// --node-token-audience): one no other party accepts, so a token
+	// stolen from a worker Pod opens nothing but this, and no other
+	// token of the cluster opens this.
+	DefaultAudience = controller.DefaultTokenAudience
+	// DefaultTTL is a node certificate's life; the node renews it at two
+	// thirds (pki.BootstrapSource).
+	DefaultTTL = time.Hour
+	// maxInFlight bounds the reviews under way: the method answers
+	// anyone, and each call costs the cluster a TokenReview and reads.
+	maxInFlight = 8
+	// maxTokenBytes and maxRequestBytes bound what an anonymous caller
+	// may make us parse (a ServiceAccount token is ~1 KB, a P-256
+	// certificate request ~300 bytes).
+	maxTokenBytes   = 16 << 10
+	maxRequestBytes = 8 << 10
+)
+
+// The extra fields of a TokenReview's user naming the Pod a token is
+// bound to (kube-apiserver sets them for Pod-bound tokens).
+const (
+	extraPodName = "authentication.kubernetes.io/pod-name"
+	extraPodUID  = "authentication.kubernetes.io/pod-uid"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Client reviews tokens and reads Pods and Namespaces: it needs
+	// create on tokenreviews and get on pods and namespaces.
+	Client kubernetes.Interface
+	// Audience is the one audience a token is reviewed for
+	// (DefaultAudience if empty).
+	Audience string
+	// CA signs the node certificates: the CA the components trust.
+	CA          *pki.CA
+	TrustDomain string
+	// TTL is a certificate's life (DefaultTTL if 0).
+	TTL    time.Duration
+	Logger *slog.Logger
+}
+
+// Server implements atev1.NodeIdentityServer.
+type Server struct {
+	atev1.UnimplementedNodeIdentityServer
+	cfg      Config
+	inFlight chan struct{}
+	log      *slog.Logger
+}
+
+// New returns a Server for cfg. Errors: no client or CA.
+func New(cfg Config) (*Server, error) {
+	if cfg.Client == nil || cfg.CA == nil {
+		return nil, errors.New("node identity: a Kubernetes client and a CA are required")
+	}
+	if cfg.Audience == "" {
+		cfg.Audience = DefaultAudience
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, inFlight: make(chan struct{}, maxInFlight), log: log}, nil
+}
+
+// errUnauthenticated is what any caller whose token does not hold gets:
+// which check failed goes to the log only.
+var errUnauthenticated = status.Error(codes.Unauthenticated,
+	"the token is not a valid Pod-bound ServiceAccount token of this audience: mount a projected serviceAccountToken with the API server's --node-token-audience")
+
+// IssueNodeCertificate implements atev1.NodeIdentityServer.
+func (s *Server) IssueNodeCertificate(ctx context.Context, req *atev1.IssueNodeCertificateRequest) (*atev1.IssueNodeCertificateResponse, error) {
+	if len(req.GetToken()) == 0 || len(req.GetToken()) > maxTokenBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "token: want a ServiceAccount token of at most %d bytes", maxTokenBytes)
+	}
+	if n := len(req.GetCertificateRequest()); n == 0 || n > maxRequestBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "certificate_request: want a DER PKCS#10 request of at most %d bytes", maxRequestBytes)
+	}
+	csr, err := x509.ParseCertificateRequest(req.GetCertificateRequest())
+	if err == nil {
+		err = csr.CheckSignature()
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "certificate_request: %v", err)
+	}
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	pod, err := s.review(ctx, req.GetToken())
+	if err != nil {
+		return nil, err
+	}
+	id := auth.Identity{Component: auth.ComponentNode, Name: pod.Name}
+	leaf, err := s.cfg.CA.Sign(pki.LeafRequest{Identity: id, TrustDomain: s.cfg.TrustDomain, TTL: s.cfg.TTL}, csr.PublicKey)
+	if err != nil {
+		// A key type x509 cannot sign over is the caller's error.
+		return nil, status.Errorf(codes.InvalidArgument, "certificate_request: %v", err)
+	}
+	s.log.Info("node certificate issued", "pod", pod.Namespace+"/"+pod.Name, "uid", string(pod.UID),
+		"serviceAccount", pod.Spec.ServiceAccountName, "notAfter", leaf.NotAfter)
+	return &atev1.IssueNodeCertificateResponse{Certificate: leaf.Raw, Node: pod.Name}, nil
+}
+
+// review returns the worker Pod token is bound to, or the status to
+// answer: Unauthenticated for a token that does not hold (or whose Pod
+// is gone or replaced), PermissionDenied for a Pod that is not a worker
+// Pod of a pool in an opted-in namespace, Unavailable when the cluster
+// cannot be asked.
+func (s *Server) review(ctx context.Context, token string) (*corev1.Pod, error) {
+	tr, err := s.cfg.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{s.cfg.Audience}}}, metav1.CreateOptions{})
+	if err != nil {
+		s.log.Error("node certificate: token review failed", "err", err)
+		return nil, status.Error(codes.Unavailable, "the cluster could not review the token; retry")
+	}
+	st := tr.Status
+	if !st.Authenticated || !slices.Contains(st.Audiences, s.cfg.Audience) {
+		s.log.Warn("node certificate refused: token not authenticated", "reason", st.Error, "audiences", st.Audiences)
+		return nil, errUnauthenticated
+	}
+	ns, sa, ok := serviceAccountOf(st.User.Username)
+	podName, podUID := first(st.User.Extra[extraPodName]), first(st.User.Extra[extraPodUID])
+	if !ok || podName == "" || podUID == "" {
+		s.log.Warn("node certificate refused: not a Pod-bound ServiceAccount token", "user", st.User.Username)
+		return nil, errUnauthenticated
+	}
+	pod, err := s.cfg.Client.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.log.Warn("node certificate refused: the token's Pod is gone", "pod", ns+"/"+podName)
+		return nil, errUnauthenticated
+	case err != nil:
+		s.log.Error("node certificate: Pod unreadable", "pod", ns+"/"+podName, "err", err)
+		return nil, status.Error(codes.Unavailable, "the token's Pod could not be read; retry")
+	case string(pod.UID) != podUID:
+		// A Pod of the same name made since: the token is its
+		// predecessor's.
+		s.log.Warn("node certificate refused: the token's Pod was replaced", "pod", ns+"/"+podName, "tokenUID", podUID, "uid", string(pod.UID))
+		return nil, errUnauthenticated
+	}
+	denied := func(why string) error {
+		s.log.Warn("node certificate refused", "pod", ns+"/"+podName, "serviceAccount", sa, "why", why)
+		return status.Errorf(codes.PermissionDenied, "Pod %s/%s may not be a node: %s", ns, podName, why)
+	}
+	if pod.Spec.ServiceAccountName != sa {
+		return nil, denied(fmt.Sprintf("the token is ServiceAccount %s's, the Pod runs as %s", sa, pod.Spec.ServiceAccountName))
+	}
+	if _, ok := controller.WorkerPodOf(pod); !ok {
+		return nil, denied("it is not a worker Pod of a WorkerPool")
+	}
+	nsObj, err := s.cfg.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		s.log.Error("node certificate: Namespace unreadable", "namespace", ns, "err", err)
+		return nil, status.Error(codes.Unavailable, "the Pod's namespace could not be read; retry")
+	}
+	if err != nil || nsObj.Labels[controller.PoolNamespaceLabel] != controller.PoolNamespaceAllowed {
+		return nil, denied(fmt.Sprintf("namespace %s is not labelled %s=%s", ns, controller.PoolNamespaceLabel, controller.PoolNamespaceAllowed))
+	}
+	return pod, nil
+}
+
+// serviceAccountOf splits a ServiceAccount's user name,
+// system:serviceaccount:<namespace>:<name>.
+func serviceAccountOf(user string) (ns, name string, ok bool) {
+	rest, ok := strings.CutPrefix(user, "system:serviceaccount:")
+	if !ok {
+		return "", "", false
+	}
+	ns, name, ok = strings.Cut(rest, ":")
+	return ns, name, ok && ns != "" && name != ""
+}
+
+func first(v authnv1.ExtraValue) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}

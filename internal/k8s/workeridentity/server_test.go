@@ -1,0 +1,209 @@
+package workeridentity
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net/url"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/k8s/controller"
+	"substrate.dev/ate/internal/k8s/k8stest"
+	"substrate.dev/ate/internal/pki"
+	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
+)
+
+// cluster is a real kube-apiserver with two namespaces: "pools", opted
+// in to worker pools, and "elsewhere", not. Both have the workers'
+// ServiceAccount.
+type cluster struct {
+	t  *testing.T
+	cs kubernetes.Interface
+	s  *Server
+	ca *pki.CA
+}
+
+const (
+	poolsNS     = "pools"
+	elsewhereNS = "elsewhere"
+	workerSA    = controller.DefaultWorkerServiceAccount
+	trustDomain = "test.local"
+)
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	env := k8stest.Start(t)
+	ctx := context.Background()
+	for ns, labels := range map[string]map[string]string{
+		poolsNS:     {controller.PoolNamespaceLabel: controller.PoolNamespaceAllowed},
+		elsewhereNS: nil,
+	} {
+		if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: workerSA}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := pki.NewCA(trustDomain, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Client: env.Clientset, CA: ca, TrustDomain: trustDomain, TTL: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, cs: env.Clientset, s: s, ca: ca}
+}
+
+// workerLabels are those the controller puts on a worker Pod.
+func workerLabels(pool string) map[string]string {
+	return map[string]string{atek8s.PoolLabel: pool, "app.kubernetes.io/name": "ate-worker", "app.kubernetes.io/managed-by": controller.FieldManager}
+}
+
+// pod creates a Pod (it stays Pending: no kubelet).
+func (c *cluster) pod(ns, name, sa string, labels map[string]string) *corev1.Pod {
+	c.t.Helper()
+	p, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "node", Image: "ate"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return p
+}
+
+// token mints a token of p's ServiceAccount for audience, bound to p
+// (as the kubelet's projected volume does) unless p is nil (then of
+// ns/sa, bound to nothing).
+func (c *cluster) token(ns, sa string, p *corev1.Pod, audience string) string {
+	c.t.Helper()
+	req := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](600)}}
+	if p != nil {
+		req.Spec.BoundObjectRef = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}
+	}
+	tr, err := c.cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, req, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// request is a certificate request for a new key, claiming subject
+// (which the server must ignore).
+func request(t *testing.T, subject string) (*ecdsa.PrivateKey, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("spiffe://" + trustDomain + "/ate/apiserver/x")
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: subject}, URIs: []*url.URL{u}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, csr
+}
+
+// TestIssueNodeCertificate: a worker Pod's token yields a node
+// certificate naming exactly that Pod, over the key it asked with,
+// whatever its request claims; every other token — another Pod's, a
+// Pod's outside an opted-in namespace, one of another audience, one
+// bound to no Pod, one whose Pod is gone or was replaced — yields
+// nothing, with the status a caller can act on.
+func TestIssueNodeCertificate(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	worker := c.pod(poolsNS, "pool-a-workers-7d9f-x2k", workerSA, workerLabels("pool-a"))
+
+	t.Run("worker Pod", func(t *testing.T) {
+		key, csr := request(t, "node/someone-else")
+		resp, err := c.s.IssueNodeCertificate(ctx, &atev1.IssueNodeCertificateRequest{CertificateRequest: csr, Token: c.token(poolsNS, workerSA, worker, DefaultAudience)})
+		if err != nil {
+			t.Fatalf("IssueNodeCertificate: %v", err)
+		}
+		leaf, err := x509.ParseCertificate(resp.GetCertificate())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := auth.Identity{Component: auth.ComponentNode, Name: worker.Name}
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want.URI(trustDomain).String() || resp.GetNode() != worker.Name {
+			t.Errorf("certificate names %v (node %q), want exactly %s", leaf.URIs, resp.GetNode(), want.URI(trustDomain))
+		}
+		if pub, ok := leaf.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+			t.Error("the certificate is not over the requested key")
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(c.ca.Cert)
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("certificate does not verify against the CA: %v", err)
+		}
+		if life := time.Until(leaf.NotAfter); life > 10*time.Minute || life < 9*time.Minute {
+			t.Errorf("certificate lives %v, want the configured 10m", life)
+		}
+	})
+
+	// Each refusal, with the code a caller sees.
+	plain := c.pod(poolsNS, "debug-shell", workerSA, nil)
+	outside := c.pod(elsewhereNS, "pool-b-workers-5c4d-q9z", workerSA, workerLabels("pool-b"))
+	gone := c.pod(poolsNS, "pool-a-workers-7d9f-gone", workerSA, workerLabels("pool-a"))
+	goneToken := c.token(poolsNS, workerSA, gone, DefaultAudience)
+	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, gone.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	replaced := c.pod(poolsNS, "pool-a-workers-7d9f-again", workerSA, workerLabels("pool-a"))
+	replacedToken := c.token(poolsNS, workerSA, replaced, DefaultAudience)
+	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, replaced.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.pod(poolsNS, replaced.Name, workerSA, workerLabels("pool-a"))
+	_, goodCSR := request(t, "")
+	for _, tc := range []struct {
+		name  string
+		token string
+		csr   []byte
+		want  codes.Code
+	}{
+		{"another Pod of the workers' ServiceAccount", c.token(poolsNS, workerSA, plain, DefaultAudience), goodCSR, codes.PermissionDenied},
+		{"a worker Pod in a namespace not opted in", c.token(elsewhereNS, workerSA, outside, DefaultAudience), goodCSR, codes.PermissionDenied},
+		{"a worker Pod's token for another audience", c.token(poolsNS, workerSA, worker, "ate"), goodCSR, codes.Unauthenticated},
+		{"a token bound to no Pod", c.token(poolsNS, workerSA, nil, DefaultAudience), goodCSR, codes.Unauthenticated},
+		{"a deleted Pod's token", goneToken, goodCSR, codes.Unauthenticated},
+		{"the token of a Pod since replaced by one of its name", replacedToken, goodCSR, codes.Unauthenticated},
+		{"not a token", "hello", goodCSR, codes.Unauthenticated},
+		{"no token", "", goodCSR, codes.InvalidArgument},
+		{"a certificate request that is not one", c.token(poolsNS, workerSA, worker, DefaultAudience), []byte("csr"), codes.InvalidArgument},
+		{"a certificate request whose signature fails", c.token(poolsNS, workerSA, worker, DefaultAudience), tamper(goodCSR), codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := c.s.IssueNodeCertificate(ctx, &atev1.IssueNodeCertificateRequest{CertificateRequest: tc.csr, Token: tc.token})
+			if got := status.Code(err); got != tc.want || resp != nil {
+				t.Errorf("got %v (%v, certificate %v), want %v", got, err, resp != nil, tc.want)
+			}
+		})
+	}
+}
+
+// tamper flips a bit of a request's signature.
+func tamper(csr []byte) []byte {
+	out := append([]byte(nil), csr...)
+	out[len(out)-2] ^= 1
+	return out
+}

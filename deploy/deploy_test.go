@@ -133,14 +133,20 @@ var (
 			"identity.issuerURL=https://ate.example.com",
 		"--set-json", `auth.policy=[{"name":"web-editors","atespace":"web","role":"editor","users":["alice"],"groups":["devs"]},` +
 			`{"name":"ci","atespace":"web","role":"viewer","users":["system:serviceaccount:ci:deployer"]}]`}}
-	helmInsecure = rendering{name: "helm/substrate tls none", chart: "helm/substrate", helmArgs: []string{"--set", "tls.mode=none"}}
-	// cert-manager with the cluster's own ClusterIssuer: no CA, no Issuer.
+	// Plaintext: no user authentication either (the chart refuses it).
+	helmInsecure = rendering{name: "helm/substrate tls none", chart: "helm/substrate", helmArgs: []string{"--set", "tls.mode=none,auth.tokenSecret="}}
+	// cert-manager makes the components' Secrets; worker Pods' come from
+	// the API server, as by default.
+	helmCertManager = rendering{name: "helm/substrate cert-manager", chart: "helm/substrate", helmArgs: []string{"--set", "tls.mode=certManager"}}
+	// cert-manager with the cluster's own ClusterIssuer, for worker Pods'
+	// certificates too (its csi-driver): no CA, no Issuer.
 	helmClusterIssuer = rendering{name: "helm/substrate cluster issuer", chart: "helm/substrate", helmArgs: []string{"--set",
-		"tls.certManager.selfSignedCA=false,tls.certManager.issuer.create=false,tls.certManager.issuer.kind=ClusterIssuer," +
+		"tls.mode=certManager,tls.workerCertificates=certManager," +
+			"tls.certManager.selfSignedCA=false,tls.certManager.issuer.create=false,tls.certManager.issuer.kind=ClusterIssuer," +
 			"tls.certManager.issuer.name=corp-ca,tls.clusterDomain=corp.internal"}}
 
 	// Every rendering of the components (all but the CRD chart).
-	componentRenderings = []rendering{base, dev, production, helmChart, helmCustom, helmMinimal, helmSecret, helmInsecure, helmClusterIssuer}
+	componentRenderings = []rendering{base, dev, production, helmChart, helmCustom, helmMinimal, helmSecret, helmInsecure, helmCertManager, helmClusterIssuer}
 )
 
 func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
@@ -693,6 +699,18 @@ func testRBAC(t *testing.T, env *k8stest.Env, objs []*unstructured.Unstructured)
 	cases = append(cases,
 		access{"ate-apiserver", "get", "", "services", "", namespace, "ate-apiserver", false},
 		access{"ate-apiserver", "list", "discovery.k8s.io", "endpointslices", "", namespace, "", false})
+	// The API server signs worker Pods' node certificates: it reviews
+	// their tokens and reads the Pod and Namespace each names, in any
+	// namespace a pool may be in, and nothing more.
+	cases = append(cases,
+		access{"ate-apiserver", "create", "authentication.k8s.io", "tokenreviews", "", "", "", true},
+		access{"ate-apiserver", "get", "", "pods", "", "team-a", "w", true},
+		access{"ate-apiserver", "get", "", "namespaces", "", "", "team-a", true},
+		access{"ate-apiserver", "list", "", "pods", "", "team-a", "", false},
+		access{"ate-apiserver", "watch", "", "pods", "", "team-a", "", false},
+		access{"ate-apiserver", "create", "", "serviceaccounts/token", "", "team-a", "ate-worker", false},
+		access{"ate-apiserver", "get", "", "secrets", "", namespace, "ate-ca", false},
+		access{"ate-apiserver", "create", "certificates.k8s.io", "certificatesigningrequests", "", "", "", false})
 	for _, sa := range []string{"ate-controller", "ate-router", "ate-worker"} {
 		cases = append(cases,
 			access{sa, "get", "", "services", "", namespace, "ate-apiserver", true},

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,28 +43,32 @@ const (
 )
 
 // tlsModes is what each component rendering promises (docs/kubernetes.md,
-// Security): the base mounts existing Secrets, production has
-// cert-manager make them, dev runs plaintext. workerIssuer is the
-// controller's --worker-cert-issuer (empty: --worker-insecure): the
+// Security): the base and the chart by default mount existing Secrets,
+// production and the chart's certManager mode have cert-manager make
+// them, dev runs plaintext. Worker Pods' node certificates: bootstrap is
+// the controller's --worker-tls-bootstrap (each Pod asks the API server,
+// which then signs with --node-signer-dir); else workerIssuer is the
+// controller's --worker-cert-issuer (empty: --worker-insecure), the
 // cert-manager issuer whose csi-driver gives each worker Pod its own node
-// certificate; issuerRendered says whether the rendering defines it (the
-// base leaves it to the user, like its Secrets; a ClusterIssuer the
-// values name is the user's).
+// certificate, and issuerRendered says whether the rendering defines it (a
+// ClusterIssuer the values name is the user's).
 var tlsModes = map[string]struct {
 	mode           tlsMode
 	trustDomain    string
+	bootstrap      bool
 	workerIssuer   string
 	issuerRendered bool
 }{
-	base.name:              {modeSecret, auth.DefaultTrustDomain, "Issuer/ate-ca", false},
-	production.name:        {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
-	dev.name:               {modeNone, "", "", false},
-	helmChart.name:         {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
-	helmCustom.name:        {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
-	helmMinimal.name:       {modeCertManager, auth.DefaultTrustDomain, "Issuer/ate-ca", true},
-	helmSecret.name:        {modeSecret, "prod.example", "Issuer/ate-ca", true},
-	helmInsecure.name:      {modeNone, "", "", false},
-	helmClusterIssuer.name: {modeCertManager, auth.DefaultTrustDomain, "ClusterIssuer/corp-ca", false},
+	base.name:              {modeSecret, auth.DefaultTrustDomain, true, "", false},
+	production.name:        {modeCertManager, auth.DefaultTrustDomain, true, "", false},
+	dev.name:               {modeNone, "", false, "", false},
+	helmChart.name:         {modeSecret, auth.DefaultTrustDomain, true, "", false},
+	helmCustom.name:        {modeSecret, auth.DefaultTrustDomain, true, "", false},
+	helmMinimal.name:       {modeSecret, auth.DefaultTrustDomain, true, "", false},
+	helmSecret.name:        {modeSecret, "prod.example", true, "", false},
+	helmInsecure.name:      {modeNone, "", false, "", false},
+	helmCertManager.name:   {modeCertManager, auth.DefaultTrustDomain, true, "", false},
+	helmClusterIssuer.name: {modeCertManager, auth.DefaultTrustDomain, false, "ClusterIssuer/corp-ca", false},
 }
 
 // argValue returns the value of --name=value in args, and whether a
@@ -199,15 +204,60 @@ func TestTLS(t *testing.T) {
 				t.Errorf("controller args %q: --worker-tls-secret is gone (one Secret cannot name every worker Pod's node)", ctl.Args)
 			}
 			switch {
-			case want.mode == modeNone && (!w.Insecure || w.CertIssuer != ""):
+			case want.mode == modeNone && (!w.Insecure || w.CertIssuer != "" || w.TLSBootstrap):
 				t.Errorf("controller args %q: plaintext rendering, want --worker-insecure only", ctl.Args)
-			case want.mode != modeNone && (w.Insecure || w.CertIssuer != want.workerIssuer || w.TrustDomain != want.trustDomain):
-				t.Errorf("controller args %q: worker settings %+v, want --worker-cert-issuer=%s in trust domain %s and no --worker-insecure",
-					ctl.Args, w, want.workerIssuer, want.trustDomain)
+			case want.mode != modeNone && (w.Insecure || w.CertIssuer != want.workerIssuer || w.TLSBootstrap != want.bootstrap || w.TrustDomain != want.trustDomain):
+				t.Errorf("controller args %q: worker settings %+v, want --worker-tls-bootstrap %v, --worker-cert-issuer=%s in trust domain %s and no --worker-insecure",
+					ctl.Args, w, want.bootstrap, want.workerIssuer, want.trustDomain)
 			}
+			checkNodeSigner(t, objs, w, want.bootstrap)
 			checkCertManager(t, r, want.mode, want.trustDomain, objs)
 			checkWorkerIssuer(t, want.workerIssuer, want.issuerRendered, objs)
 		})
+	}
+}
+
+// checkNodeSigner: when worker Pods ask the API server for their
+// certificates (bootstrap), the API server signs with the CA's Secret —
+// the one cert-manager's CA Certificate or `ate certs secrets` makes,
+// whose tls.crt and tls.key become --node-signer-dir's ca.crt and ca.key,
+// mounted read-only for its non-root user only — reviews tokens with a
+// token of its own, and expects the audience the controller gives worker
+// Pods. Otherwise it signs nothing and carries no Kubernetes token.
+func checkNodeSigner(t *testing.T, objs []*unstructured.Unstructured, w controller.WorkerSettings, bootstrap bool) {
+	t.Helper()
+	d := deployment(t, objs, "ate-apiserver")
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	dirArg, signs := argValue(c.Args, "node-signer-dir")
+	automount := spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken
+	if !bootstrap {
+		if signs || automount {
+			t.Errorf("ate-apiserver: worker Pods do not ask it, yet --node-signer-dir %v, token mounted %v", signs, automount)
+		}
+		return
+	}
+	if !signs || !automount {
+		t.Fatalf("ate-apiserver: worker Pods ask it for certificates, yet --node-signer-dir %v (args %q), token mounted %v", signs, c.Args, automount)
+	}
+	aud, _ := argValue(c.Args, "node-token-audience")
+	if cmp.Or(aud, controller.DefaultTokenAudience) != cmp.Or(w.TokenAudience, controller.DefaultTokenAudience) {
+		t.Errorf("the API server reviews tokens for audience %q, worker Pods carry %q", aud, w.TokenAudience)
+	}
+	for file, key := range map[string]string{"ca.crt": "tls.crt", "ca.key": "tls.key"} {
+		v, got := mountedFile(t, spec, c, path.Join(dirArg, file))
+		if v.Secret == nil || v.Secret.SecretName != "ate-ca" || got != key {
+			t.Errorf("ate-apiserver: %s from %+v key %s, want key %s of Secret ate-ca", file, v.VolumeSource, got, key)
+			continue
+		}
+		if mode := ptr.Deref(v.Secret.DefaultMode, 0o644); mode&0o007 != 0 {
+			t.Errorf("ate-apiserver: the CA's key is readable by others (mode %o)", mode)
+		}
+	}
+	if ca := find(objs, "Certificate", "ate-ca"); ca != nil {
+		if name, _, _ := unstructured.NestedString(ca.Object, "spec", "secretName"); name != "ate-ca" {
+			t.Errorf("cert-manager's CA goes to Secret %q, the API server signs with ate-ca", name)
+		}
 	}
 }
 
@@ -370,6 +420,11 @@ func workerSettings(args []string) controller.WorkerSettings {
 	w.ServiceAccount = cmp.Or(sa, controller.DefaultWorkerServiceAccount)
 	w.CertIssuer, _ = argValue(args, "worker-cert-issuer")
 	_, w.Insecure = argValue(args, "worker-insecure")
+	_, w.TLSBootstrap = argValue(args, "worker-tls-bootstrap")
+	w.TokenAudience, _ = argValue(args, "worker-token-audience")
+	if w.TLSBootstrap {
+		w.CACert = []byte("the controller's ca.crt") // read at start from its --tls-dir
+	}
 	if !w.Insecure {
 		td, _ := argValue(args, "worker-trust-domain")
 		ctl, _ := argValue(args, "trust-domain")
@@ -501,7 +556,8 @@ func TestAuth(t *testing.T) {
 		// with authentication would refuse: the dev overlay has none.
 		{dev, want{}},
 		{production, want{tokens: true, policy: true, oidcCA: true, oidcIssuer: "https://kubernetes.default.svc.cluster.local"}},
-		{helmChart, want{}},
+		// The chart's default: static tokens from Secret ate-tokens.
+		{helmChart, want{tokens: true}},
 		{helmInsecure, want{}},
 		{helmSecret, want{tokens: true, policy: true, oidcCA: true, oidcIssuer: "https://kubernetes.default.svc.cluster.local",
 			issuer: "https://ate.example.com", bindings: 2}},
@@ -605,11 +661,14 @@ func TestHelmTLSModes(t *testing.T) {
 	helm := tool(t, "helm")
 	for _, tc := range []struct{ set, want string }{
 		{"tls.mode=tls", `tls.mode "tls": want certManager, secret or none`},
-		{"tls.certManager.issuer.kind=Certificate", `tls.certManager.issuer.kind "Certificate": want Issuer or ClusterIssuer`},
-		{"tls.mode=secret,tls.certManager.issuer.name=", "tls.certManager.issuer.name is required"},
+		{"tls.workerCertificates=certManager,tls.certManager.issuer.kind=Certificate", `tls.certManager.issuer.kind "Certificate": want Issuer or ClusterIssuer`},
+		{"tls.mode=secret,tls.workerCertificates=certManager,tls.certManager.issuer.name=", "tls.certManager.issuer.name is required"},
 		// Found on a real cluster: plaintext components carry no identity,
 		// so an API server with user authentication refuses them all.
 		{"tls.mode=none,auth.tokenSecret=ate-tokens", "tls.mode none with auth.tokenSecret"},
+		// The default tokenSecret too: plaintext must say it has none.
+		{"tls.mode=none", "--set auth.tokenSecret="},
+		{"tls.workerCertificates=csi", `tls.workerCertificates "csi": want apiserver or certManager`},
 		{"tls.mode=none,auth.oidc.issuerURL=https://issuer.example,auth.oidc.clientID=ate", "tls.mode none with auth.tokenSecret or auth.oidc.issuerURL"},
 	} {
 		var stderr bytes.Buffer
@@ -631,14 +690,19 @@ func testNotes(t *testing.T, kubeconfig string) {
 		want []string
 	}{
 		{"none", []string{"WARNING: tls.mode=none", "PLAINTEXT and UNAUTHENTICATED"}},
-		{"secret", []string{"ate certs issue", "ate-apiserver-tls ate-router-tls ate-controller-tls",
-			"csi.cert-manager.io", "Issuer ate-ca", "kubectl -n ate-system create secret tls ate-ca --cert=ca/ca.crt --key=ca/ca.key"}},
-		{"certManager", []string{"kubectl -n ate-system get certificates", "csi.cert-manager.io", "Issuer ate-ca",
+		{"secret", []string{"ate certs secrets --ca-dir ca | kubectl -n ate-system apply -f -", "ate-apiserver-tls ate-router-tls ate-controller-tls",
+			"ate-ca (tls.crt, tls.key: the CA)", "from\nthe API server for its ServiceAccount token", "create secret generic ate-tokens", "ate config set-context"}},
+		{"certManager", []string{"kubectl -n ate-system get certificates", "the API server for its ServiceAccount token"}},
+		{"certManager,tls.workerCertificates=certManager", []string{"kubectl -n ate-system get certificates", "csi.cert-manager.io", "Issuer ate-ca",
 			"needs Issuer ate-ca there too"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
+			set := "tls.mode=" + tc.mode
+			if tc.mode == "none" {
+				set += ",auth.tokenSecret="
+			}
 			out := string(run(t, helm, "install", "substrate", filepath.Join(dir(), "helm", "substrate"), "--kubeconfig", kubeconfig,
-				"--namespace", namespace, "--dry-run=client", "--set", "tls.mode="+tc.mode))
+				"--namespace", namespace, "--dry-run=client", "--set", set))
 			i := strings.LastIndex(out, "NOTES:")
 			if i < 0 {
 				t.Fatalf("no NOTES in:\n%s", out)
@@ -649,7 +713,7 @@ func testNotes(t *testing.T, kubeconfig string) {
 					t.Errorf("NOTES lack %q:\n%s", w, notes)
 				}
 			}
-			if tc.mode != "none" && strings.Contains(notes, "WARNING") {
+			if !strings.HasPrefix(tc.mode, "none") && strings.Contains(notes, "WARNING") {
 				t.Errorf("NOTES warn of plaintext in mode %s:\n%s", tc.mode, notes)
 			}
 			// Worker Pods' certificates are per Pod: no shared Secret.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/pki"
@@ -78,6 +79,58 @@ atomically, so issuing again into a running component's --tls-dir rotates it.`,
 	for _, r := range []string{"ca-dir", "component", "name", "out"} {
 		_ = issueCmd.MarkFlagRequired(r)
 	}
-	cmd.AddCommand(initCmd, issueCmd)
+	cmd.AddCommand(initCmd, issueCmd, secretsCommand())
+	return cmd
+}
+
+// secretsCommand returns `ate certs secrets`.
+func secretsCommand() *cobra.Command {
+	var (
+		caDir string
+		req   = pki.KubernetesSecretsRequest{}
+	)
+	cmd := &cobra.Command{
+		Use:   "secrets",
+		Short: "Print the Kubernetes Secrets of a TLS installation without cert-manager, for kubectl apply -f -",
+		Long: `Print the Kubernetes Secrets of a TLS installation without cert-manager (the
+Helm chart's tls.mode secret, the kustomize base), as YAML for kubectl apply:
+ate-apiserver-tls, ate-router-tls and ate-controller-tls (ca.crt, tls.crt,
+tls.key, freshly issued from the CA in --ca-dir, --ttl long), and the CA's own
+Secret (tls.crt, tls.key), which the API server signs worker Pods' node
+certificates with.
+
+  ate certs init --dir ca
+  ate certs secrets --ca-dir ca | kubectl -n ate-system apply -f -
+
+Run it again before --ttl runs out: the apply replaces the Secrets and the
+components re-read the files.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ca, err := pki.LoadCA(caDir)
+			if err != nil {
+				return err
+			}
+			secrets, err := ca.KubernetesSecrets(req)
+			if err != nil {
+				return err
+			}
+			for _, s := range secrets {
+				b, err := yaml.Marshal(s)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "---\n%s", b)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&caDir, "ca-dir", "", "directory of the CA (ate certs init --dir)")
+	f.StringVar(&req.Namespace, "namespace", "ate-system", "namespace of the installation")
+	f.StringVar(&req.CASecret, "ca-secret", "ate-ca", "name of the CA's Secret (the chart's tls.certManager.caSecret)")
+	f.StringVar(&req.TrustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain of the identities (the chart's tls.trustDomain)")
+	f.StringVar(&req.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the API server's Service names")
+	f.DurationVar(&req.TTL, "ttl", 720*time.Hour, "life of the components' certificates; run again before it ends")
+	_ = cmd.MarkFlagRequired("ca-dir")
 	return cmd
 }

@@ -26,7 +26,8 @@ import (
 // `ate` arguments its real subcommand accepts (the image's entrypoint is
 // `ate`). A flag renamed in cmd/ate and not in the manifests fails here,
 // not on a cluster. Each controller's flags also give its worker Pods
-// exactly one of --worker-cert-issuer and --worker-insecure, plaintext
+// exactly one of --worker-tls-bootstrap, --worker-cert-issuer and
+// --worker-insecure, plaintext
 // exactly when the controller's own link is (a TLS API server refuses
 // plaintext nodes, a plaintext one cannot check node certificates).
 func TestManifestArgsParse(t *testing.T) {
@@ -119,9 +120,15 @@ func TestManifestArgsParse(t *testing.T) {
 			t.Fatalf("container %s: ate controller: %v", c.Name, err)
 		}
 		w := ctl.Workers
-		if (w.CertIssuer != "") == w.Insecure || w.Insecure != ctl.TLS.Insecure {
-			t.Errorf("container %s: --worker-cert-issuer=%q --worker-insecure=%v with --insecure=%v: want exactly one, plaintext with plaintext\nargs: %s",
-				c.Name, w.CertIssuer, w.Insecure, ctl.TLS.Insecure, strings.Join(c.Args, " "))
+		modes := 0
+		for _, set := range []bool{w.CertIssuer != "", w.Insecure, w.TLSBootstrap} {
+			if set {
+				modes++
+			}
+		}
+		if modes != 1 || w.Insecure != ctl.TLS.Insecure {
+			t.Errorf("container %s: --worker-tls-bootstrap=%v --worker-cert-issuer=%q --worker-insecure=%v with --insecure=%v: want exactly one, plaintext with plaintext\nargs: %s",
+				c.Name, w.TLSBootstrap, w.CertIssuer, w.Insecure, ctl.TLS.Insecure, strings.Join(c.Args, " "))
 		}
 	}
 }

@@ -61,6 +61,7 @@ func TestSubstrate(t *testing.T) {
 		name string
 		run  func(*testing.T, context.Context, *install)
 	}{
+		{"worker identity", func(t *testing.T, ctx context.Context, in *install) { testWorkerIdentity(t, ctx, in, dir) }},
 		{"upgrade keeps actors", func(t *testing.T, ctx context.Context, in *install) { testUpgradeImage(t, ctx, in, dir) }},
 		{"worker Pod deleted", testWorkerPodDeleted},
 		{"drain", testDrain},
@@ -69,6 +70,7 @@ func TestSubstrate(t *testing.T) {
 		{"API rolling restart", func(t *testing.T, ctx context.Context, in *install) { testAPIRollingRestart(t, ctx, in, dir) }},
 		{"evidence", testEvidence},
 		{"controller flap and CRD and RBAC upgrade", func(t *testing.T, ctx context.Context, in *install) { testFlapAndUpgrade(t, ctx, in, dir) }},
+		{"plaintext variant", testPlaintext},
 	} {
 		if !t.Run(story.name, func(t *testing.T) { story.run(t, ctx, in) }) {
 			return
@@ -81,15 +83,38 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	if err := os.WriteFile(in.valuesFile, []byte(in.values("test")), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// What the README says to make before helm install: the namespace,
+	// the S3 credentials, the CA and the components' Secrets (`ate certs
+	// init`, `ate certs secrets`), and the API's admin token.
+	token := randomToken()
 	for _, args := range [][]string{
 		{"create", "namespace", ns},
 		{"label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", "ate.substrate.dev/worker-pools=allowed"},
 		{"-n", ns, "create", "secret", "generic", "ate-s3-credentials",
 			"--from-literal=AWS_ACCESS_KEY_ID=" + in.host.accessKey, "--from-literal=AWS_SECRET_ACCESS_KEY=" + in.host.secretKey},
+		{"-n", ns, "create", "secret", "generic", "ate-tokens", "--from-literal=tokens.csv=" + token + `,admin,admin,"ate:admins"`},
 	} {
 		if _, err := kc.kubectl(ctx, args...); err != nil {
 			t.Fatal(err)
 		}
+	}
+	in.caDir = filepath.Join(dir, "ca")
+	if _, err := in.ateBin(ctx, "certs", "init", "--dir", in.caDir); err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := in.ateBin(ctx, "certs", "secrets", "--ca-dir", in.caDir, "--namespace", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.apply(ctx, secrets, "-n", ns); err != nil {
+		t.Fatal(err)
+	}
+	// kubectl ate reads a client config only when named ($ATE_CONFIG):
+	// the CA and the token.
+	in.clientConfig = filepath.Join(dir, "ate-config.yaml")
+	if err := os.WriteFile(in.clientConfig, []byte(fmt.Sprintf("certificate-authority: %s\ntoken: %s\n",
+		filepath.Join(in.caDir, "ca.crt"), token)), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := helm(ctx, "install", "substrate-crds", "deploy/helm/substrate-crds", "--wait"); err != nil {
 		t.Fatal(err)
@@ -169,5 +194,37 @@ func testUpgradeImage(t *testing.T, ctx context.Context, in *install, dir string
 	}
 	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller", "example-workers")
 	waitPool(t, ctx, 3)
+	in.hit(t, ctx, "default/counter-1")
+}
+
+// testPlaintext: the plaintext variant (tls.mode none, no API
+// authentication) still runs: the installation upgraded to it serves its
+// actors with their memory, and kubectl ate reaches the API with no CA
+// and no token.
+func testPlaintext(t *testing.T, ctx context.Context, in *install) {
+	if _, err := helm(ctx, "upgrade", "substrate", "deploy/helm/substrate", "-n", ns, "-f", in.valuesFile,
+		"--set", "tls.mode=none", "--set", "auth.tokenSecret="); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, "ate-apiserver", "ate-router", "ate-controller")
+	// The controller gives worker Pods --insecure: a new worker rollout.
+	if err := kc.waitFor("worker Pods running ate node --insecure", 4*time.Minute, func() error {
+		out, err := kc.kubectl(ctx, "-n", ns, "get", "deployment", "example-workers", "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "--insecure") {
+			return fmt.Errorf("args %s", out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, ctx, "example-workers")
+	waitPool(t, ctx, 3)
+	in.clientConfig = ""
+	if out, err := in.ate(ctx, "get", "actors"); err != nil || !strings.Contains(out, "counter-1") {
+		t.Fatalf("kubectl ate get actors over plaintext: %q %v", out, err)
+	}
 	in.hit(t, ctx, "default/counter-1")
 }

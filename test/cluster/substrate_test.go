@@ -27,18 +27,23 @@ type install struct {
 	// deletedWorker is the worker Pod the Pod-deletion story deleted.
 	deletedWorker string
 	valuesFile    string
+	// caDir is the installation's CA (`ate certs init`), clientConfig
+	// the client config kubectl ate uses ($ATE_CONFIG: the CA and the
+	// admin token of Secret ate-tokens).
+	caDir, clientConfig string
 }
 
-// values are the chart values the tests install with: the imported image,
-// plaintext between components and so no API authentication (worker
-// Pods' certificates come from cert-manager's csi-driver, which is not on
-// these machines; the chart refuses auth.* over plaintext), the host's
-// stores, small requests (the node has 2 cores), a WorkerPool of 3 Pods,
-// and a pin cap of 6 so the router test can hold all 6 workers with
-// evictable: false actors (the default cap, 4, would let two be evicted).
+// values are the chart values the tests install with: the chart's
+// defaults for security (TLS from the Secrets `ate certs secrets` makes,
+// worker Pods' certificates from the API server for their ServiceAccount
+// tokens, static API tokens from Secret ate-tokens), and besides: the
+// imported image, the host's stores, small requests (the node has 2
+// cores), a WorkerPool of 3 Pods, and a pin cap of 6 so the router test
+// can hold all 6 workers with evictable: false actors (the default cap,
+// 4, would let two be evicted).
 func (in *install) values(tag string) string {
 	return fmt.Sprintf(`image: {repository: ate.local/ate, tag: %q, pullPolicy: IfNotPresent}
-tls: {mode: none}
+tls: {nodeCertTTL: 90s}
 postgres: {url: %q}
 snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
 apiserver: {replicas: 2, extraArgs: [--max-pinned-actors=6], resources: {requests: {cpu: 10m, memory: 64Mi}}}
@@ -80,9 +85,22 @@ func (in *install) ate(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(kc.kubeBin, "kubectl"),
 		append([]string{"ate"}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+in.kubectlAte+":"+os.Getenv("PATH"), "KUBECONFIG="+kc.kubeconfig)
+	if in.clientConfig != "" {
+		cmd.Env = append(cmd.Env, "ATE_CONFIG="+in.clientConfig)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl ate %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// ateBin runs the ate binary itself (not as a plugin): ate certs, ate
+// node on the host.
+func (in *install) ateBin(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(in.kubectlAte, "kubectl-ate"), args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ate %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
 }

@@ -79,7 +79,7 @@ component re-reads them) at substrate.tlsDir; tls.mode none is plaintext.
 by their certificates, which tls.mode none gives them none of: every
 node, router and controller call would be Unauthenticated. */ -}}
 {{- if and (eq $m "none") (or .Values.auth.tokenSecret .Values.auth.oidc.issuerURL) -}}
-{{- fail "tls.mode none with auth.tokenSecret or auth.oidc.issuerURL: components prove who they are only by certificate, so the API server would refuse them all; use tls.mode certManager or secret, or drop auth.* (plaintext then means no authentication at all)" -}}
+{{- fail "tls.mode none with auth.tokenSecret or auth.oidc.issuerURL: components prove who they are only by certificate, so the API server would refuse them all; use tls.mode certManager or secret, or drop auth.* (--set auth.tokenSecret= : plaintext then means no authentication at all)" -}}
 {{- end -}}
 {{- $m -}}
 {{- end }}
@@ -121,15 +121,37 @@ spiffe://{{ .ctx.Values.tls.trustDomain }}/ate/{{ .component }}/{{ .name }}
 {{- end }}
 
 {{/*
-The controller's worker TLS flag: --worker-cert-issuer=<kind>/<name>, the
-issuer cert-manager's csi-driver asks for each worker Pod's own node
-certificate (spiffe://<trust domain>/ate/node/<Pod name>); --worker-insecure
-in tls.mode none. The worker Pods' trust domain is the controller's
+How worker Pods get their node certificates (tls.workerCertificates), or
+"none" in tls.mode none.
+*/}}
+{{- define "substrate.workerCertificates" -}}
+{{- if eq (include "substrate.tlsMode" .) "none" -}}
+none
+{{- else -}}
+{{- $w := .Values.tls.workerCertificates -}}
+{{- if not (has $w (list "apiserver" "certManager")) -}}
+{{- fail (printf "tls.workerCertificates %q: want apiserver or certManager" $w) -}}
+{{- end -}}
+{{- $w -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The controller's worker TLS flags: --worker-tls-bootstrap (each worker Pod
+asks the API server for its node certificate with its ServiceAccount
+token); --worker-cert-issuer=<kind>/<name>, the issuer cert-manager's
+csi-driver asks for each worker Pod's own node certificate
+(spiffe://<trust domain>/ate/node/<Pod name>); --worker-insecure in
+tls.mode none. The worker Pods' trust domain is the controller's
 --trust-domain.
 */}}
 {{- define "substrate.workerTLSArgs" -}}
-{{- if eq (include "substrate.tlsMode" .) "none" }}
+{{- $w := include "substrate.workerCertificates" . }}
+{{- if eq $w "none" }}
 - --worker-insecure
+{{- else if eq $w "apiserver" }}
+- --worker-tls-bootstrap
+- --worker-token-audience={{ .Values.tls.nodeTokenAudience }}
 {{- else }}
 {{- $iss := .Values.tls.certManager.issuer }}
 {{- if not (has $iss.kind (list "Issuer" "ClusterIssuer")) }}

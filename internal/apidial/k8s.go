@@ -59,12 +59,36 @@ func k8sSettingsOf(opts []grpc.DialOption) k8sSettings {
 	return s
 }
 
+// kubeconfig loads what WithKubeconfig(path, kubeContext) names, the
+// one loader of kubeconfigs here, so KubeContext reports the context
+// kubeClient dials through.
+func kubeconfig(path, kubeContext string) clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+}
+
+// KubeContext is the name of the kubeconfig context that k8s:/// targets
+// dialled with WithKubeconfig(path, kubeContext) go through: kubeContext
+// if set, else the current-context of the kubeconfig found (empty when
+// there is none, as in a Pod, where the in-cluster config has no
+// contexts). Clients name their own settings for a cluster after it (the
+// CLI's ate contexts). Errors: an unreadable kubeconfig.
+func KubeContext(path, kubeContext string) (string, error) {
+	if kubeContext != "" {
+		return kubeContext, nil
+	}
+	raw, err := kubeconfig(path, "").RawConfig()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	return raw.CurrentContext, nil
+}
+
 // kubeClient builds a clientset from s's kubeconfig. Called only for
 // k8s:/// targets: nothing else needs a kubeconfig or in-cluster env.
 func kubeClient(s k8sSettings) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = s.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: s.context}).ClientConfig()
+	cfg, err := kubeconfig(s.kubeconfig, s.context).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig for k8s:/// API server targets: %w", err)
 	}

@@ -1,10 +1,12 @@
 // Package ateconfig is the client config file: what `ate up` writes to
-// <data-dir>/config.yaml so that the CLI (internal/cli) finds the server.
+// <data-dir>/config.yaml so that the CLI (internal/cli) finds the server,
+// and the named contexts a user adds for other installations (File).
 // Both sides use this package and nothing else of each other.
 package ateconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,19 +21,22 @@ import (
 // file when --config is not given.
 const EnvVar = "ATE_CONFIG"
 
-// Config is the client config file, e.g. $HOME/.ate/config.yaml:
+// Config is one set of connection settings: the client config file's
+// top-level fields, e.g. in $HOME/.ate/config.yaml,
 //
 //	server: 127.0.0.1:7070
+//	certificate-authority: pki/ca.crt
 //	token: <bearer token>
 //
-// New settings (a bearer token, a CA bundle) become new fields here;
-// unknown keys are ignored on Load so an older client still reads a file
-// written by a newer `ate up`.
+// or one of its named contexts (File). New settings become new fields
+// here; unknown keys are ignored on Load so an older client still reads a
+// file written by a newer `ate up`.
 type Config struct {
 	// Server is the API server's gRPC address: host:port, a comma-separated
 	// list of replicas, dns:///name:port or k8s:///service.namespace:port
-	// (internal/apidial).
-	Server string `json:"server"`
+	// (internal/apidial). Empty in a context used in Kubernetes mode: the
+	// CLI finds the server through the cluster.
+	Server string `json:"server,omitempty"`
 	// CertificateAuthority is the path of the PEM CA bundle the API
 	// server's certificate must chain to (`ate up` writes
 	// <data-dir>/pki/ca.crt); empty means plaintext (an API server run
@@ -82,30 +87,48 @@ func Path(flagValue string, getenv func(string) string) (string, error) {
 	return filepath.Join(home, ".ate", "config.yaml"), nil
 }
 
-// Load reads the config file at path. A missing file yields an error
-// wrapping fs.ErrNotExist, so callers can tell "not set up yet" apart from
-// a broken file.
+// Load reads the config file at path and returns the settings it selects
+// when the caller names no context (File.Select("")): its
+// current-context's, else its top-level fields. A missing file yields an
+// error wrapping fs.ErrNotExist, so callers can tell "not set up yet"
+// apart from a broken file.
 func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := LoadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("read config: %w", err)
+		return Config{}, err
 	}
-	var c Config
-	if err := yaml.Unmarshal(data, &c); err != nil {
-		return Config{}, fmt.Errorf("parse config %s: %w", path, err)
-	}
-	if c.CertificateAuthority != "" && !filepath.IsAbs(c.CertificateAuthority) {
-		c.CertificateAuthority = filepath.Join(filepath.Dir(path), c.CertificateAuthority)
-	}
-	return c, nil
+	c, _, err := f.Select("")
+	return c, err
 }
 
-// Write writes c to path with mode 0600, creating the directory (0700) if
-// needed. The file will hold credentials later, hence the modes. It writes
-// a temporary file and renames it so a concurrent reader never sees half a
-// file.
+// Write makes c the top-level settings of the file at path and the ones
+// used by default (it clears current-context), keeping the file's named
+// contexts; it creates the file if there is none. `ate up` writes its
+// server this way: the CLI then talks to the server just started, as
+// `kind create cluster` switches kubectl to the new cluster, and the
+// contexts a user added (`ate config set-context`) survive a restart.
+// A file that is there but does not parse is an error, not overwritten:
+// those contexts would be lost. The file is written as WriteFile does.
 func Write(path string, c Config) error {
-	data, err := yaml.Marshal(c)
+	f, err := LoadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f = &File{}
+	case err != nil:
+		return fmt.Errorf("%w (fix or remove the file)", err)
+	}
+	f.Config = c
+	f.CurrentContext = ""
+	return WriteFile(path, f)
+}
+
+// WriteFile writes f to path with mode 0600, creating the directory
+// (0700) if needed: the file holds bearer tokens. It writes a temporary
+// file and renames it so a concurrent reader never sees half a file.
+// Two writers at once (`ate up` starting while `ate config` edits)
+// each write a whole file; the later one wins.
+func WriteFile(path string, f *File) error {
+	data, err := yaml.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)
 	}

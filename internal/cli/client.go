@@ -46,6 +46,9 @@ type session struct {
 	// tls: the connection verifies the server (certificate-authority).
 	tls     bool
 	timeout time.Duration
+	// source is where the settings came from, for the errors they may
+	// have caused (apiError).
+	source configSource
 }
 
 // connect validates the global flags, resolves the config and dials. Verbs
@@ -55,7 +58,7 @@ func (a *app) connect(ctx context.Context) (*session, error) {
 	if err := a.validateGlobals(); err != nil {
 		return nil, err
 	}
-	c, err := a.clientConfig()
+	c, src, err := a.clientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -73,9 +76,11 @@ func (a *app) connect(ctx context.Context) (*session, error) {
 	}
 	conn, err := Dial(ctx, c, opts...)
 	if err != nil {
-		return nil, err
+		// A CA that cannot be read, a token refused in plaintext, a
+		// cluster that cannot be reached: all come from the settings.
+		return nil, fmt.Errorf("%w %s", err, src)
 	}
-	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, tls: c.CertificateAuthority != "", timeout: a.timeout}, nil
+	return &session{client: atev1.NewControlClient(conn), conn: conn, server: c.Server, tls: c.CertificateAuthority != "", timeout: a.timeout, source: src}, nil
 }
 
 // close releases the connection. Its error is dropped: the command's outcome
@@ -102,14 +107,23 @@ func call[Req, Resp any](ctx context.Context, s *session, rpc func(context.Conte
 type APIError struct {
 	Status *status.Status
 	hint   string
+	// source, when the failure may come from the client's settings (a
+	// connection or TLS failure, a rejected token), says which client
+	// config and context they came from.
+	source string
 }
 
-// Error returns the hint, if any, else the server's message.
+// Error returns the hint, if any, else the server's message, followed by
+// the settings' source if any.
 func (e *APIError) Error() string {
-	if e.hint != "" {
-		return e.hint
+	msg := e.hint
+	if msg == "" {
+		msg = e.Status.Message()
 	}
-	return e.Status.Message()
+	if e.source != "" {
+		msg += " " + e.source
+	}
+	return msg
 }
 
 // GRPCStatus returns the status the server (or the client library) reported.
@@ -128,11 +142,25 @@ func (s *session) apiError(ctx context.Context, err error) error {
 	switch {
 	case st.Code() == codes.Unavailable && !fromServer(st) && !s.tls && strings.Contains(st.Message(), "server preface"):
 		// A TLS server closes a plaintext connection without a word.
-		e.hint = fmt.Sprintf("the ate server at %s did not answer in plaintext: if it speaks TLS, pass --certificate-authority CA.crt or set certificate-authority in the client config (docs/security.md): %s", s.server, transportCause(st.Message()))
+		advice := "set certificate-authority in the client config (docs/security.md)"
+		if s.source.kube && s.source.kubeContext != "" {
+			// What a new user of kubectl ate against a TLS cluster meets.
+			advice = fmt.Sprintf("store it in the ate context named like the kubeconfig context, `ate config set-context %s --certificate-authority CA.crt --token TOKEN` (docs/kubernetes.md)", s.source.kubeContext)
+		}
+		e.hint = fmt.Sprintf("the ate server at %s did not answer in plaintext: if it speaks TLS, pass --certificate-authority CA.crt or %s: %s", s.server, advice, transportCause(st.Message()))
+	case st.Code() == codes.Unavailable && !fromServer(st) && s.tls && strings.Contains(st.Message(), "handshake"):
+		// The server answered, not in TLS or not with a certificate from
+		// this CA: "is it running" would mislead.
+		e.hint = fmt.Sprintf("TLS handshake with the ate server at %s failed: %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.Unavailable && !fromServer(st):
 		e.hint = fmt.Sprintf("cannot reach the ate server at %s (is `ate up` or `ate apiserver` running? pass --server to use another): %s", s.server, transportCause(st.Message()))
 	case st.Code() == codes.DeadlineExceeded && deadlineReached(ctx):
 		e.hint = fmt.Sprintf("no answer from the ate server at %s within %s (raise --timeout; a resume waits until a worker is free or can be freed)", s.server, s.timeout)
+	}
+	// Said once here for every verb: with a local and a cluster
+	// installation side by side, the wrong settings show as these codes.
+	if (st.Code() == codes.Unavailable && !fromServer(st)) || st.Code() == codes.Unauthenticated {
+		e.source = s.source.String()
 	}
 	return e
 }

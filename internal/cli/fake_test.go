@@ -349,11 +349,17 @@ func serve(t *testing.T, f *fakeControl) string {
 // free port.
 func serveOn(t *testing.T, f *fakeControl, host string) string {
 	t.Helper()
+	return serveWith(t, f, host)
+}
+
+// serveWith is serveOn with server options (TLS, interceptors).
+func serveWith(t *testing.T, f *fakeControl, host string, opts ...grpc.ServerOption) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	atev1.RegisterControlServer(srv, f)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()

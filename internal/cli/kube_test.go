@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,26 +110,64 @@ func TestKubernetesMode(t *testing.T) {
 	}
 
 	// A local `ate up` wrote $HOME/.ate/config.yaml (its server, CA and
-	// admin token); kubectl ate talks to the cluster and must not use any
-	// of it — it once sent the local token and CA to the cluster's API.
+	// admin token), and its user made a context of it current; kubectl
+	// ate talks to the cluster and must not use any of it — it once sent
+	// the local token and CA to the cluster's API.
+	home := t.TempDir()
+	path := filepath.Join(home, ".ate", "config.yaml")
+	local := ateconfig.Config{Server: closedAddr(t), Token: "local-admin-token", CertificateAuthority: filepath.Join(home, "no-such-ca.crt")}
+	localFile := &ateconfig.File{Config: local, CurrentContext: "local", Contexts: []ateconfig.Context{{Name: "local", Config: local}}}
 	t.Run("kubectl-ate ignores the local ate up's config", func(t *testing.T) {
-		home := t.TempDir()
-		if err := ateconfig.Write(filepath.Join(home, ".ate", "config.yaml"), ateconfig.Config{
-			Server: closedAddr(t), Token: "local-admin-token", CertificateAuthority: filepath.Join(home, "no-such-ca.crt"),
-		}); err != nil {
+		if err := ateconfig.WriteFile(path, localFile); err != nil {
 			t.Fatal(err)
 		}
-		root := NewRootCommand(WithProgramName(KubectlPluginName), WithGetenv(func(k string) string {
-			return map[string]string{"HOME": home}[k]
-		}), WithNow(func() time.Time { return testNow }))
-		var stdout, stderr bytes.Buffer
-		root.SetOut(&stdout)
-		root.SetErr(&stderr)
-		root.SetArgs([]string{"get", "actors"})
-		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
-		defer cancel()
-		if code := Main(ctx, root); code != 0 || !strings.Contains(stdout.String(), "counter-1") {
-			t.Fatalf("exit %d, stdout %q, stderr %q; want the cluster's actors", code, stdout.String(), stderr.String())
+		if res := runKubectlAte(t, home, "get", "actors"); res.code != 0 || !strings.Contains(res.stdout, "counter-1") {
+			t.Fatalf("%+v; want the cluster's actors", res)
 		}
 	})
+
+	// A cluster installation with TLS and tokens, beside the local one
+	// in the same file: kubectl ate reaches it with the ate context named
+	// like the kubeconfig context ("envtest"), and without one uses
+	// nothing of the file, and says so.
+	secure, caFile := serveTLS(t, newFake(), "127.0.0.5", "cluster-token")
+	publishAPIServer(t, env, "tls-ate", secure)
+	t.Run("kubectl-ate uses the ate context named like the kube context", func(t *testing.T) {
+		f := *localFile
+		f.Contexts = append(slices.Clone(f.Contexts), ateconfig.Context{Name: "envtest", Config: ateconfig.Config{CertificateAuthority: caFile, Token: "cluster-token"}})
+		if err := ateconfig.WriteFile(path, &f); err != nil {
+			t.Fatal(err)
+		}
+		if res := runKubectlAte(t, home, "--ate-namespace", "tls-ate", "get", "actors"); res.code != 0 || !strings.Contains(res.stdout, "counter-1") {
+			t.Fatalf("%+v; want the TLS cluster's actors", res)
+		}
+	})
+	t.Run("kubectl-ate without such a context: no CA, no token, and says so", func(t *testing.T) {
+		if err := ateconfig.WriteFile(path, localFile); err != nil {
+			t.Fatal(err)
+		}
+		res := runKubectlAte(t, home, "--ate-namespace", "tls-ate", "get", "actors")
+		for _, want := range []string{"did not answer in plaintext: if it speaks TLS, pass --certificate-authority CA.crt or store it in the ate context named like the kubeconfig context, `ate config set-context envtest --certificate-authority CA.crt --token TOKEN`", `(no client config: Kubernetes mode, no ate context named "envtest" in ` + path + ")"} {
+			if res.code == 0 || !strings.Contains(res.stderr, want) {
+				t.Errorf("%+v; want a failure saying %q", res, want)
+			}
+		}
+	})
+}
+
+// runKubectlAte runs `kubectl ate args...` with $HOME home (the default
+// client config under it) and the kubeconfig of the real environment.
+func runKubectlAte(t *testing.T, home string, args ...string) result {
+	t.Helper()
+	root := NewRootCommand(WithProgramName(KubectlPluginName), WithGetenv(func(k string) string {
+		return map[string]string{"HOME": home}[k]
+	}), WithNow(func() time.Time { return testNow }))
+	var stdout, stderr bytes.Buffer
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	code := Main(ctx, root)
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }

@@ -10,13 +10,14 @@
 //	root.AddCommand(upCommand(up.Run))
 //	os.Exit(cli.Main(ctx, root))
 //
-// The client flags (--config, --server, -n/--atespace, -o/--output,
-// --timeout, --kubeconfig, --context, --ate-namespace) belong to the
-// client verbs, so a server subcommand added
+// The client flags (--config, --ate-context, --server, -n/--atespace,
+// -o/--output, --timeout, --kubeconfig, --context, --ate-namespace) belong
+// to the client verbs, so a server subcommand added
 // beside them neither lists nor accepts them. They may still be given
 // before the verb (`ate --server HOST:PORT get actors`). The client config
 // file they find the server with is internal/ateconfig, which `ate up`
-// writes.
+// writes; its named contexts (--ate-context, else current-context) are
+// managed with `ate config`, as kubectl's are with `kubectl config`.
 //
 // As a kubectl plugin (the binary installed as kubectl-ate on $PATH, so
 // `kubectl ate get actors` runs it), or whenever --kubeconfig or
@@ -26,7 +27,11 @@
 // with the kubeconfig's cluster and credentials (internal/apidial). The
 // user needs get on that Service and list and watch on endpointslices in
 // that namespace. --server still wins. The flag is --ate-namespace, not
-// -n/--namespace, because -n is the atespace.
+// -n/--namespace, because -n is the atespace. Of the client config file,
+// Kubernetes mode uses only the context named like the kubeconfig context
+// (--context, else the kubeconfig's current-context): a TLS installation
+// is reached with `ate config set-context <kube-context>
+// --certificate-authority ca.crt --token T` (clientConfig).
 package cli
 
 import (
@@ -50,14 +55,22 @@ const (
 	flagServer = "server"
 	// flagCA is kubectl's name for the same setting.
 	flagCA       = "certificate-authority"
+	flagToken    = "token"
 	flagAtespace = "atespace"
 	flagOutput   = "output"
 	flagTimeout  = "timeout"
+
+	// flagATEContext picks a context of the client config file; not
+	// "context", which is kubectl's name for the kubeconfig context.
+	flagATEContext = "ate-context"
 
 	flagKubeconfig   = "kubeconfig"
 	flagKubeContext  = "context"
 	flagATENamespace = "ate-namespace"
 )
+
+// configFlagUsage is --config's help, on the client verbs and `ate config`.
+const configFlagUsage = "client config file (default $" + ateconfig.EnvVar + ", else $HOME/.ate/config.yaml)"
 
 // Kubernetes mode (package doc): the Service our manifests (deploy/)
 // give the API server, its gRPC port's name, and its namespace.
@@ -112,6 +125,7 @@ type app struct {
 	program      string // base name the binary was invoked by
 
 	configFlag string
+	ateContext string
 	server     string
 	ca         string
 	token      string
@@ -157,6 +171,9 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 		a.addClientFlags(v)
 	}
 	root.AddCommand(verbs...)
+	// `ate config` edits the file the client flags read; of them it
+	// takes only --config.
+	root.AddCommand(newConfigCommand(a))
 	if a.program == KubectlPluginName {
 		// Usage lines read `kubectl ate get …`, the way it is run.
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ate"}
@@ -170,8 +187,9 @@ func NewRootCommand(opts ...Option) *cobra.Command {
 // (`ate -o json get actors`) are parsed by that command too.
 func (a *app) addClientFlags(verb *cobra.Command) {
 	f := verb.PersistentFlags()
-	f.StringVar(&a.configFlag, flagConfig, "", "client config file (default $"+ateconfig.EnvVar+", else $HOME/.ate/config.yaml)")
-	f.StringVar(&a.token, "token", "", "bearer token for the API server (overrides the config file's token:)")
+	f.StringVar(&a.configFlag, flagConfig, "", configFlagUsage)
+	f.StringVar(&a.ateContext, flagATEContext, "", "context of the client config file to use (default its current-context, else its top-level settings; not in Kubernetes mode, which uses the context named after the kubeconfig context)")
+	f.StringVar(&a.token, flagToken, "", "bearer token for the API server (overrides the config file's token:)")
 	f.StringVar(&a.server, flagServer, "", "API server address: host:port, a comma-separated list, dns:///name:port or k8s:///service.namespace:port (overrides the config file and Kubernetes mode)")
 	f.StringVar(&a.ca, flagCA, "", "CA bundle (PEM) the API server's certificate must chain to (overrides the config file's certificate-authority; none: plaintext)")
 	f.StringVarP(&a.atespace, flagAtespace, "n", names.DefaultAtespace, "atespace of the named objects")

@@ -54,7 +54,9 @@ func tunnelLeaf(ip string, probe tls.Certificate, roots *x509.CertPool) (*x509.C
 // failing; a caller without an API credential, or with a ServiceAccount
 // token of the cluster, is Unauthenticated; a Pod of the workers'
 // ServiceAccount that is not a worker Pod gets no node certificate for its
-// token, nor does a worker Pod's token under another node name.
+// token, nor does a worker Pod's token under another node name. It also
+// times 40 activations through the router Service (BENCHMARKS.md), as the
+// plaintext story does.
 func testWorkerIdentity(t *testing.T, ctx context.Context, in *install, dir string) {
 	probeDir := filepath.Join(dir, "probe")
 	if _, err := in.ateBin(ctx, "certs", "issue", "--ca-dir", in.caDir, "--component", "router", "--name", "probe", "--out", probeDir); err != nil {
@@ -124,10 +126,12 @@ func testWorkerIdentity(t *testing.T, ctx context.Context, in *install, dir stri
 		}
 	}
 
+	in.activations(t, ctx, "chart defaults (TLS, API tokens)", "default/rotation-1", 40)
+
 	// No API credential, or the cluster's own ServiceAccount token (not
 	// an API credential on the chart's defaults): Unauthenticated.
 	noToken := filepath.Join(dir, "no-token.yaml")
-	if err := os.WriteFile(noToken, []byte("certificate-authority: "+filepath.Join(in.caDir, "ca.crt")+"\n"), 0o600); err != nil {
+	if err := in.setContext(ctx, noToken, "--certificate-authority", filepath.Join(in.caDir, "ca.crt")); err != nil {
 		t.Fatal(err)
 	}
 	saToken, err := kc.kubectl(ctx, "-n", ns, "create", "token", "default")

@@ -109,11 +109,11 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	if _, err := kc.apply(ctx, secrets, "-n", ns); err != nil {
 		t.Fatal(err)
 	}
-	// kubectl ate reads a client config only when named ($ATE_CONFIG):
-	// the CA and the token.
+	// kubectl ate's CA and token: the client config's context named like
+	// the kubeconfig's (a file of the test's own, $ATE_CONFIG, rather
+	// than the machine's ~/.ate/config.yaml).
 	in.clientConfig = filepath.Join(dir, "ate-config.yaml")
-	if err := os.WriteFile(in.clientConfig, []byte(fmt.Sprintf("certificate-authority: %s\ntoken: %s\n",
-		filepath.Join(in.caDir, "ca.crt"), token)), 0o600); err != nil {
+	if err := in.setContext(ctx, in.clientConfig, "--certificate-authority", filepath.Join(in.caDir, "ca.crt"), "--token", token); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := helm(ctx, "install", "substrate-crds", "deploy/helm/substrate-crds", "--wait"); err != nil {
@@ -222,9 +222,45 @@ func testPlaintext(t *testing.T, ctx context.Context, in *install) {
 	}
 	waitRollout(t, ctx, "example-workers")
 	waitPool(t, ctx, 3)
-	in.clientConfig = ""
+	// A client config with no context for this cluster: no CA, no token.
+	in.clientConfig = filepath.Join(t.TempDir(), "none.yaml")
+	// The TLS worker Pods are gone from the cluster and from the API's
+	// nodes (a rollout counts them done while they still drain): the mode
+	// switch is not a live transition, whose mixed minutes fail requests.
+	if err := kc.waitFor("only plaintext nodes", 4*time.Minute, func() error {
+		out, err := kc.kubectl(ctx, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name=ate-worker", "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		pods := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(line); len(f) != 1 {
+				return fmt.Errorf("worker Pods %q: one is terminating", out)
+			} else {
+				pods[f[0]] = true
+			}
+		}
+		nodes, err := in.ate(ctx, "get", "nodes")
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(strings.TrimSpace(nodes), "\n")
+		for _, line := range lines[1:] {
+			if f := strings.Fields(line); len(f) == 0 || !pods[f[0]] {
+				return fmt.Errorf("nodes %q: not only the worker Pods %v", nodes, pods)
+			}
+		}
+		if len(lines)-1 != len(pods) {
+			return fmt.Errorf("nodes %q, worker Pods %v", nodes, pods)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := in.ate(ctx, "get", "actors"); err != nil || !strings.Contains(out, "counter-1") {
 		t.Fatalf("kubectl ate get actors over plaintext: %q %v", out, err)
 	}
 	in.hit(t, ctx, "default/counter-1")
+	in.activations(t, ctx, "tls.mode none (plaintext, no tokens)", "default/rotation-1", 40)
 }

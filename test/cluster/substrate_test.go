@@ -95,6 +95,17 @@ func (in *install) ate(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// setContext runs `ate config set-context "$(kubectl config
+// current-context)" args…` on client config file, as the README says.
+func (in *install) setContext(ctx context.Context, file string, args ...string) error {
+	kctx, err := kc.kubectl(ctx, "config", "current-context")
+	if err != nil {
+		return err
+	}
+	_, err = in.ateBin(ctx, append([]string{"config", "set-context", strings.TrimSpace(kctx), "--config", file}, args...)...)
+	return err
+}
+
 // ateBin runs the ate binary itself (not as a plugin): ate certs, ate
 // node on the host.
 func (in *install) ateBin(ctx context.Context, args ...string) (string, error) {

@@ -265,6 +265,10 @@ func (s *apiServerAssembly) newNodeIdentity() error {
 		return fmt.Errorf("--node-signer-dir: the cluster to review tokens in: %w", err)
 	}
 	rc.UserAgent = "ate-apiserver"
+	// client-go's default 5 requests/s would let anonymous callers'
+	// reviews, however few at once (workeridentity's slots), starve the
+	// worker Pods' own; three calls per certificate, one per Pod an hour.
+	rc.QPS, rc.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("--node-signer-dir: kubernetes client: %w", err)

@@ -245,13 +245,22 @@ func testPlaintext(t *testing.T, ctx context.Context, in *install) {
 		if err != nil {
 			return err
 		}
-		lines := strings.Split(strings.TrimSpace(nodes), "\n")
-		for _, line := range lines[1:] {
-			if f := strings.Fields(line); len(f) == 0 || !pods[f[0]] {
-				return fmt.Errorf("nodes %q: not only the worker Pods %v", nodes, pods)
+		// The TLS nodes could not say goodbye to the plaintext API
+		// servers: they are LOST, with no workers, and listed a while.
+		ready := 0
+		for _, line := range strings.Split(strings.TrimSpace(nodes), "\n")[1:] {
+			f := strings.Fields(line)
+			switch {
+			case len(f) < 2:
+				return fmt.Errorf("nodes %q", nodes)
+			case pods[f[0]] && f[1] == "READY":
+				ready++
+			case !pods[f[0]] && f[1] == "LOST":
+			default: // an old node still draining, a new one not ready
+				return fmt.Errorf("nodes %q, worker Pods %v", nodes, pods)
 			}
 		}
-		if len(lines)-1 != len(pods) {
+		if ready != len(pods) {
 			return fmt.Errorf("nodes %q, worker Pods %v", nodes, pods)
 		}
 		return nil

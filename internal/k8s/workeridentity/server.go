@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -43,9 +46,16 @@ const (
 	// DefaultTTL is a node certificate's life; the node renews it at two
 	// thirds (pki.BootstrapSource).
 	DefaultTTL = time.Hour
-	// maxInFlight bounds the reviews under way: the method answers
-	// anyone, and each call costs the cluster a TokenReview and reads.
+	// maxInFlight bounds the reviews under way, maxPerPeer those of one
+	// caller's address: the method answers anyone, and each call costs
+	// the cluster a TokenReview and reads. A call beyond either is
+	// refused at once (Unavailable: the node retries with backoff), never
+	// queued, so a flood holds no goroutines or memory here and one
+	// address cannot take every slot.
 	maxInFlight = 8
+	maxPerPeer  = 2
+	// reviewTimeout bounds one call's work whatever the caller's deadline.
+	reviewTimeout = 10 * time.Second
 	// maxTokenBytes and maxRequestBytes bound what an anonymous caller
 	// may make us parse (a ServiceAccount token is ~1 KB, a P-256
 	// certificate request ~300 bytes).
@@ -79,9 +89,12 @@ type Config struct {
 // Server implements atev1.NodeIdentityServer.
 type Server struct {
 	atev1.UnimplementedNodeIdentityServer
-	cfg      Config
-	inFlight chan struct{}
-	log      *slog.Logger
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	inFlight int
+	perPeer  map[string]int
 }
 
 // New returns a Server for cfg. Errors: no client or CA.
@@ -99,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, inFlight: make(chan struct{}, maxInFlight), log: log}, nil
+	return &Server{cfg: cfg, perPeer: map[string]int{}, log: log}, nil
 }
 
 // errUnauthenticated is what any caller whose token does not hold gets:
@@ -122,12 +135,17 @@ func (s *Server) IssueNodeCertificate(ctx context.Context, req *atev1.IssueNodeC
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "certificate_request: %v", err)
 	}
-	select {
-	case s.inFlight <- struct{}{}:
-		defer func() { <-s.inFlight }()
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+	if !looksLikeJWT(req.GetToken()) {
+		// Garbage costs the cluster nothing.
+		return nil, errUnauthenticated
 	}
+	release, ok := s.admit(peerHost(ctx))
+	if !ok {
+		return nil, status.Error(codes.Unavailable, "node identity: too many certificate requests under way; retry")
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
 	pod, err := s.review(ctx, req.GetToken())
 	if err != nil {
 		return nil, err
@@ -141,6 +159,53 @@ func (s *Server) IssueNodeCertificate(ctx context.Context, req *atev1.IssueNodeC
 	s.log.Info("node certificate issued", "pod", pod.Namespace+"/"+pod.Name, "uid", string(pod.UID),
 		"serviceAccount", pod.Spec.ServiceAccountName, "notAfter", leaf.NotAfter)
 	return &atev1.IssueNodeCertificateResponse{Certificate: leaf.Raw, Node: pod.Name}, nil
+}
+
+// admit takes a slot for a call from host, or says there is none.
+func (s *Server) admit(host string) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight >= maxInFlight || s.perPeer[host] >= maxPerPeer {
+		return nil, false
+	}
+	s.inFlight++
+	s.perPeer[host]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.inFlight--
+		if s.perPeer[host]--; s.perPeer[host] == 0 {
+			delete(s.perPeer, host)
+		}
+	}, true
+}
+
+// peerHost is the caller's address without its port ("" when unknown).
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		return p.Addr.String()
+	}
+	return host
+}
+
+// looksLikeJWT: three non-empty dot-separated parts of base64url, as a
+// ServiceAccount token is.
+func looksLikeJWT(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, part := range parts {
+		if part == "" || strings.Trim(part, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // review returns the worker Pod token is bound to, or the status to
@@ -183,6 +248,11 @@ func (s *Server) review(ctx context.Context, token string) (*corev1.Pod, error) 
 	denied := func(why string) error {
 		s.log.Warn("node certificate refused", "pod", ns+"/"+podName, "serviceAccount", sa, "why", why)
 		return status.Errorf(codes.PermissionDenied, "Pod %s/%s may not be a node: %s", ns, podName, why)
+	}
+	if pod.DeletionTimestamp != nil {
+		// A Pod being deleted drains and goes; its certificate lasts
+		// longer than its grace period, so it needs no new one.
+		return nil, denied("it is being deleted")
 	}
 	if pod.Spec.ServiceAccountName != sa {
 		return nil, denied(fmt.Sprintf("the token is ServiceAccount %s's, the Pod runs as %s", sa, pod.Spec.ServiceAccountName))

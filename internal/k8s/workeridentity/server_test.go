@@ -7,17 +7,26 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
+	"net"
 	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -25,6 +34,7 @@ import (
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/k8s/k8stest"
 	"substrate.dev/ate/internal/pki"
+	"substrate.dev/ate/internal/testwait"
 	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
@@ -206,4 +216,107 @@ func tamper(csr []byte) []byte {
 	out := append([]byte(nil), csr...)
 	out[len(out)-2] ^= 1
 	return out
+}
+
+// blockingReviews is the cluster's TokenReview held until released: what
+// a flood of callers leaves the server waiting on.
+func blockingReviews(t *testing.T) (*fake.Clientset, chan struct{}, *atomic.Int32) {
+	t.Helper()
+	release := make(chan struct{})
+	var started atomic.Int32
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		started.Add(1)
+		<-release
+		return true, &authnv1.TokenReview{}, nil // not authenticated
+	})
+	return cs, release, &started
+}
+
+func fromPeer(ip string) context.Context {
+	return peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}})
+}
+
+// TestIssueNodeCertificateUnderFlood: anonymous callers cannot hold the
+// server: what is not a JWT is refused without asking the cluster; one
+// address gets two reviews at once and the server eight, and a call
+// beyond is refused at once (UNAVAILABLE, which nodes retry), never
+// queued; slots come back when reviews end.
+func TestIssueNodeCertificateUnderFlood(t *testing.T) {
+	cs, release, started := blockingReviews(t)
+	ca, err := pki.NewCA(trustDomain, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Client: cs, CA: ca, TrustDomain: trustDomain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, csr := request(t, "")
+	jwt := "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"
+	call := func(ctx context.Context, token string) error {
+		_, err := s.IssueNodeCertificate(ctx, &atev1.IssueNodeCertificateRequest{CertificateRequest: csr, Token: token})
+		return err
+	}
+	if err := call(fromPeer("10.0.0.1"), "x"); status.Code(err) != codes.Unauthenticated || started.Load() != 0 {
+		t.Fatalf("a token that is no JWT: %v, %d reviews asked; want Unauthenticated, none", err, started.Load())
+	}
+	var wg sync.WaitGroup
+	hold := func(ip string) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = call(fromPeer(ip), jwt) }()
+	}
+	hold("10.0.0.1")
+	hold("10.0.0.1")
+	// The fake serialises its reactors: count the calls holding a slot.
+	underWay := func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.inFlight }
+	testwait.Until(t, "two reviews under way", func() bool { return underWay() == 2 })
+	if err := call(fromPeer("10.0.0.1"), jwt); status.Code(err) != codes.Unavailable {
+		t.Errorf("a third call from one address: %v, want Unavailable at once", err)
+	}
+	for i := 2; i <= 7; i++ {
+		hold(fmt.Sprintf("10.0.0.%d", i))
+	}
+	testwait.Until(t, "eight reviews under way", func() bool { return underWay() == 8 })
+	if err := call(fromPeer("10.0.1.1"), jwt); status.Code(err) != codes.Unavailable {
+		t.Errorf("a ninth call: %v, want Unavailable at once", err)
+	}
+	close(release)
+	wg.Wait()
+	if err := call(fromPeer("10.0.0.1"), jwt); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("after the reviews ended: %v, want the review's answer (Unauthenticated)", err)
+	}
+}
+
+// TestIssueNodeCertificateTerminatingPod: a worker Pod being deleted
+// (its deletion held by a finalizer, or in its grace period) gets no new
+// certificate.
+func TestIssueNodeCertificateTerminatingPod(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	p, err := c.cs.CoreV1().Pods(poolsNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-workers-7d9f-fin", Labels: workerLabels("pool-a"), Finalizers: []string{"example.com/hold"}},
+		Spec: corev1.PodSpec{ServiceAccountName: workerSA, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "node", Image: "ate"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := c.token(poolsNS, workerSA, p, DefaultAudience)
+	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	_, csr := request(t, "")
+	_, err = c.s.IssueNodeCertificate(ctx, &atev1.IssueNodeCertificateRequest{CertificateRequest: csr, Token: token})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "being deleted") {
+		t.Errorf("a Pod being deleted: %v, want PermissionDenied", err)
+	}
+	got, err := c.cs.CoreV1().Pods(poolsNS).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Finalizers = nil
+	if _, err := c.cs.CoreV1().Pods(poolsNS).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -140,8 +140,8 @@ func testWorkerIdentity(t *testing.T, ctx context.Context, in *install, dir stri
 	}
 	anon := &install{kubectlAte: in.kubectlAte, clientConfig: noToken}
 	for name, args := range map[string][]string{
-		"no credential":                 {"get", "actors"},
-		"a ServiceAccount's own token":  {"--token", strings.TrimSpace(saToken), "get", "actors"},
+		"no credential":                {"get", "actors"},
+		"a ServiceAccount's own token": {"--token", strings.TrimSpace(saToken), "get", "actors"},
 	} {
 		// The CLI prints UNAUTHENTICATED's message.
 		if out, err := anon.ate(ctx, args...); err == nil || !strings.Contains(out, "authentication required") {

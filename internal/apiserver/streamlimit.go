@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 
-	"google.golang.org/grpc/peer"
-
 	"substrate.dev/ate/internal/auth"
+	"substrate.dev/ate/internal/pki"
 )
 
 // DefaultMaxStreamsPerCaller is how many watches and log follows one
@@ -68,12 +66,9 @@ func callerOf(ctx context.Context) (key, who string) {
 		}
 		return "user:" + p.Name, "user " + p.Name
 	}
-	host := "unknown"
-	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
-		host = pr.Addr.String()
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
+	host := pki.PeerHost(ctx)
+	if host == "" {
+		host = "unknown"
 	}
 	return "address:" + host, "the unauthenticated client at " + host
 }

@@ -102,15 +102,26 @@ func refused(err error) bool {
 
 var errWrongLeaf = errors.New("the issuer signed another certificate than the one asked for")
 
-// readRoots reads dir's ca.crt.
-func (s *BootstrapSource) readRoots() error {
-	b, err := os.ReadFile(filepath.Join(s.dir, CAFile))
+// readCAFile reads dir's ca.crt into a pool. Errors: the file's, or one
+// without a PEM certificate.
+func readCAFile(dir string) (*x509.CertPool, error) {
+	path := filepath.Join(dir, CAFile)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--tls-bootstrap-dir: %w", err)
+		return nil, fmt.Errorf("--tls-bootstrap-dir: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(b) {
-		return fmt.Errorf("--tls-bootstrap-dir: %s holds no PEM certificate", filepath.Join(s.dir, CAFile))
+		return nil, fmt.Errorf("--tls-bootstrap-dir: %s holds no PEM certificate", path)
+	}
+	return roots, nil
+}
+
+// readRoots reads dir's ca.crt.
+func (s *BootstrapSource) readRoots() error {
+	roots, err := readCAFile(s.dir)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.roots = roots
@@ -234,9 +245,9 @@ type dirRoots string
 
 func (d dirRoots) Certificate() (*tls.Certificate, error) { return nil, nil }
 func (d dirRoots) Roots() *x509.CertPool {
-	roots := x509.NewCertPool()
-	if b, err := os.ReadFile(filepath.Join(string(d), CAFile)); err == nil {
-		roots.AppendCertsFromPEM(b)
+	roots, err := readCAFile(string(d))
+	if err != nil {
+		return x509.NewCertPool()
 	}
 	return roots
 }

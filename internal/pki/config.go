@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -209,4 +210,18 @@ func PrincipalFromPeer(ctx context.Context, trustDomain string) (*auth.Principal
 		return nil, false
 	}
 	return &auth.Principal{Component: &id}, true
+}
+
+// PeerHost is the address a gRPC call comes from, without its port (""
+// when unknown): the name of a caller that has proved nothing yet.
+func PeerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	host := p.Addr.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return host
 }

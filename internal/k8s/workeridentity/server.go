@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -139,7 +137,7 @@ func (s *Server) IssueNodeCertificate(ctx context.Context, req *atev1.IssueNodeC
 		// Garbage costs the cluster nothing.
 		return nil, errUnauthenticated
 	}
-	release, ok := s.admit(peerHost(ctx))
+	release, ok := s.admit(pki.PeerHost(ctx))
 	if !ok {
 		return nil, status.Error(codes.Unavailable, "node identity: too many certificate requests under way; retry")
 	}
@@ -178,19 +176,6 @@ func (s *Server) admit(host string) (release func(), ok bool) {
 			delete(s.perPeer, host)
 		}
 	}, true
-}
-
-// peerHost is the caller's address without its port ("" when unknown).
-func peerHost(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	host, _, err := net.SplitHostPort(p.Addr.String())
-	if err != nil {
-		return p.Addr.String()
-	}
-	return host
 }
 
 // looksLikeJWT: three non-empty dot-separated parts of base64url, as a

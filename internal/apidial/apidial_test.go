@@ -88,18 +88,25 @@ func (r *replica) stall() (release func()) {
 	return func() { once.Do(func() { r.stalled.Store(nil); close(ch) }) }
 }
 
-func (r *replica) wait(ctx context.Context) {
+// wait returns the caller's error if it gave up while r stood still: a
+// stalled replica never answers a call whose deadline passed (the server
+// sees the deadline too, and answering it would race the client's own).
+func (r *replica) wait(ctx context.Context) error {
 	if ch := r.stalled.Load(); ch != nil {
 		select {
 		case <-*ch:
 		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
+	return nil
 }
 
 func (r *replica) ResumeActor(ctx context.Context, _ *atev1.ResumeActorRequest) (*atev1.Actor, error) {
 	r.resumes.Add(1)
-	r.wait(ctx)
+	if err := r.wait(ctx); err != nil {
+		return nil, err
+	}
 	if ch := r.busy.Load(); ch != nil {
 		select {
 		case <-*ch:
@@ -112,7 +119,9 @@ func (r *replica) ResumeActor(ctx context.Context, _ *atev1.ResumeActorRequest) 
 
 func (r *replica) GetActor(ctx context.Context, _ *atev1.GetActorRequest) (*atev1.Actor, error) {
 	r.calls.Add(1)
-	r.wait(ctx)
+	if err := r.wait(ctx); err != nil {
+		return nil, err
+	}
 	if r.down.Load() {
 		return nil, status.Error(codes.Unavailable, r.name+" is down")
 	}
@@ -137,7 +146,9 @@ func serve(t *testing.T, r *replica) string {
 	// answered UNIMPLEMENTED, unless the replica stands still.
 	gs := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		r.probes.Add(1)
-		r.wait(stream.Context())
+		if err := r.wait(stream.Context()); err != nil {
+			return err
+		}
 		return status.Error(codes.Unimplemented, "unknown method")
 	}))
 	atev1.RegisterControlServer(gs, r)

@@ -340,10 +340,87 @@ func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Ac
 		return nil, err
 	}
 	switch a.State {
-	case store.Resuming, store.Suspending, store.Pausing:
+	case store.Suspending, store.Pausing:
+		if out, done, err := m.finishInterrupted(ctx, a); done || err != nil {
+			return out, err
+		}
+		fallthrough
+	case store.Resuming:
 		return m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back to the last snapshot")
 	}
 	return a, nil
+}
+
+// finishInterrupted asks a's node again for the checkpoint of an actor
+// left SUSPENDING or PAUSING by a workflow whose call to the node failed
+// without an answer (it never arrived, or its answer was lost to a
+// partition). The sandbox may still run there and hold everything the
+// actor answered since its last snapshot: stopping it and rolling back,
+// as for a sandbox that is gone, would lose that acknowledged work. The
+// node runs one operation on a worker at a time, so a checkpoint of the
+// first call still under way finishes before this one, which then finds
+// the worker empty (nodeapi.ErrStale): done is false and the caller
+// adopts what that one committed, or rolls back if it failed. done is
+// false, too, when the node is lost or not heard here (recoverLocked
+// decides), or the suspend's pending snapshot is already committed.
+func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *store.Actor, done bool, _ error) {
+	paused := a.State == store.Pausing
+	if a.Worker == "" || (!paused && !strings.HasPrefix(a.PendingSnapshot, a.UID+"/")) {
+		return nil, false, nil
+	}
+	on, err := m.nodeOf(a.Worker)
+	if err != nil {
+		return nil, false, nil
+	}
+	if !paused {
+		if _, err := m.snaps.Committed(ctx, a.PendingSnapshot); err == nil || !errors.Is(err, snapshot.ErrNotFound) {
+			return nil, false, nil // adoptPending's to adopt, or to leave pending while unsure
+		}
+	}
+	action := checkpoint.Suspend
+	if paused {
+		action = checkpoint.Pause
+	}
+	opts, _ := m.checkpointOptionsFor(ctx, a, action)
+	if paused {
+		opts.ID = m.newSnapshotID()
+	} else {
+		// The pending id, so that whichever of the two calls the node
+		// ran is the snapshot the record already names.
+		opts.ID = strings.TrimPrefix(a.PendingSnapshot, a.UID+"/")
+		m.minted.add(opts.ID)
+	}
+	// As stopSandbox: the node does not check leases.
+	if f, ok := store.FenceFrom(ctx); ok {
+		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
+			return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)
+		}
+	}
+	m.log.InfoContext(ctx, "interrupted checkpoint asked of its node again: the sandbox may still hold what the actor answered",
+		"actor", a.Key(), "state", a.State, "worker", a.Worker, "snapshot_id", opts.ID)
+	ref, err := on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+	if err == nil && !paused {
+		ref, err = reportedRef(ref, a.UID)
+	}
+	switch {
+	case err == nil:
+	case m.mayStillRun(a.Worker, err):
+		return nil, true, fmt.Errorf("%w: actor %s: interrupted %s: %w", ErrNodeUnavailable, a.Key(), a.State, err)
+	default:
+		// The worker is empty: the first call's checkpoint ran (to be
+		// adopted, if committed), or this one failed and the node
+		// emptied the worker; either way the sandbox is gone.
+		m.log.InfoContext(ctx, "interrupted checkpoint not taken again; the sandbox is gone", "actor", a.Key(), "err", err)
+		return nil, false, nil
+	}
+	out, err := m.recordCheckpoint(ctx, a, on, ref, paused, func(done *store.Actor) {
+		done.Message = action.Done() + " (an interrupted " + action.String() + " was completed on its node)"
+	})
+	if err != nil {
+		return nil, true, err
+	}
+	m.log.InfoContext(ctx, "interrupted checkpoint completed on its node", "actor", a.Key(), "state", out.State, "snapshot", ref)
+	return out, true, nil
 }
 
 // adoptPending finishes the interrupted suspend of a SUSPENDING actor

@@ -63,6 +63,11 @@ type fakeNode struct {
 	// unreachable, while set, fails Start, Checkpoint and Stop as a
 	// node that does not answer (nodeapi.ErrUnreachable).
 	unreachable atomic.Bool
+	// gone, while set, fails Checkpoint as a node whose worker no
+	// longer hosts the actor (nodeapi.ErrStale).
+	gone atomic.Bool
+	// checkpoints counts Checkpoint calls that reached the node.
+	checkpoints atomic.Int64
 }
 
 func (f *fakeNode) Name() string { return f.name }
@@ -82,6 +87,10 @@ func (f *fakeNode) Start(_ context.Context, req nodeapi.StartRequest) error {
 func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.CheckpointOptions) (string, error) {
 	if f.unreachable.Load() {
 		return "", fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
+	}
+	f.checkpoints.Add(1)
+	if f.gone.Load() {
+		return "", fmt.Errorf("checkpoint %s: %w", uid, nodeapi.ErrStale)
 	}
 	if f.onCheckpoint != nil {
 		f.onCheckpoint()
@@ -296,14 +305,15 @@ func TestUnreachableNodeKeepsItsActor(t *testing.T) {
 	_, err = e.m.Resume(ctx, key("a"))
 	stays("resume of the interrupted suspend", err)
 	stays("forced delete", e.m.Delete(ctx, key("a"), true))
-	// The node answers again: the interrupted suspend is rolled back
-	// (its sandbox stopped), and the actor resumes.
+	// The node answers again: the interrupted suspend is completed
+	// there (its sandbox, still running, is checkpointed, not stopped
+	// and rolled back), and the actor resumes from that snapshot.
 	e.node.unreachable.Store(false)
 	if _, err := e.m.Resume(ctx, key("a")); err != nil {
 		t.Fatalf("resume once the node answers: %v", err)
 	}
-	if a := e.get(t); a.State != store.Running || e.node.stops.Load() == 0 {
-		t.Fatalf("actor %s after the node answered, %d stops; want RUNNING after its old sandbox was stopped", a.State, e.node.stops.Load())
+	if a, from := e.get(t), e.node.last.Snapshot; a.State != store.Running || !strings.HasPrefix(from, a.UID+"/") {
+		t.Fatalf("actor %s after the node answered, resumed from %q; want RUNNING from the snapshot its node took", a.State, from)
 	}
 }
 
@@ -707,17 +717,28 @@ func TestRecoverLeavesOtherNodesActors(t *testing.T) {
 // SUSPENDED write (a replica killed, a store outage past its lease) left
 // the actor SUSPENDING with the snapshot pending. The next workflow
 // completes the suspend from that snapshot, so what the actor answered
-// before it is not rolled back; a pending snapshot never committed is
-// not adopted, and the actor resumes from its last one.
+// before it is not rolled back. A pending snapshot never committed is not
+// adopted: if the node still runs the sandbox (the first call never
+// reached it, or its answer was lost to a partition), the checkpoint is
+// asked of it again under the pending id, so nothing the actor answered
+// is lost; only if the sandbox is gone does the actor resume from its
+// last snapshot.
 func TestInterruptedSuspendAdoptsCommittedSnapshot(t *testing.T) {
 	ctx := context.Background()
-	for _, committed := range []bool{true, false} {
-		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		committed, alive bool
+	}{
+		{"committed", true, false},
+		{"not committed, the sandbox still runs", false, true},
+		{"not committed, the sandbox is gone", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.resume(t)
 			a := e.get(t)
 			pending := a.UID + "/" + snapshot.NewID()
-			if committed {
+			if tc.committed {
 				st, err := e.snaps.Stage(a.UID, "")
 				must(t, err)
 				must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
@@ -727,19 +748,66 @@ func TestInterruptedSuspendAdoptsCommittedSnapshot(t *testing.T) {
 			a.State, a.PendingSnapshot = store.Suspending, pending
 			_, err := e.st.UpdateActor(ctx, a)
 			must(t, err)
+			e.node.gone.Store(!tc.alive)
+			asked := e.node.checkpoints.Load()
 			out, err := e.m.Resume(ctx, key("a"))
 			must(t, err)
 			want := "tpl-uid/golden" // the last snapshot before the interrupted suspend
-			if committed {
+			switch {
+			case tc.committed:
 				want = pending
+			case tc.alive:
+				e.node.mu.Lock()
+				id := e.node.lastCheckpoint.ID
+				e.node.mu.Unlock()
+				if n := e.node.checkpoints.Load() - asked; n != 1 || a.UID+"/"+id != pending {
+					t.Fatalf("the node was asked %d checkpoints, the last under id %q; want one, under the pending %q", n, id, pending)
+				}
+				want = "" // the snapshot the node took now
 			}
-			if e.node.last.Snapshot != want || out.State != store.Running || out.PendingSnapshot != "" {
-				t.Fatalf("resumed from %q (want %q): state %s, pending %q", e.node.last.Snapshot, want, out.State, out.PendingSnapshot)
+			got := e.node.last.Snapshot
+			if want == "" && (got == "tpl-uid/golden" || !strings.HasPrefix(got, a.UID+"/")) {
+				t.Fatalf("resumed from %q: rolled back, though the sandbox still ran and held the actor's state", got)
+			}
+			if want != "" && got != want {
+				t.Fatalf("resumed from %q, want %q", got, want)
+			}
+			if out.State != store.Running || out.PendingSnapshot != "" {
+				t.Fatalf("after the resume: state %s, pending %q", out.State, out.PendingSnapshot)
 			}
 			if n := e.claimedWorkers(t); n != 1 {
 				t.Fatalf("%d workers claimed, want the resumed actor's one", n)
 			}
 		})
+	}
+}
+
+// TestInterruptedPauseFinishedOnItsNode: a pause whose call to the node
+// failed without an answer left the actor PAUSING. The next workflow
+// asks the node for the pause again while it still runs the sandbox,
+// and the actor ends PAUSED there, not CRASHED at an older snapshot; if
+// the node is not heard, the actor stays PAUSING.
+func TestInterruptedPauseFinishedOnItsNode(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.resume(t)
+	a := e.get(t)
+	a.State = store.Pausing
+	_, err := e.st.UpdateActor(ctx, a)
+	must(t, err)
+	e.node.unreachable.Store(true)
+	if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
+	}
+	if got := e.get(t); got.State != store.Pausing || got.Worker != a.Worker {
+		t.Fatalf("after the unanswered pause: %s on %q, want PAUSING on %s", got.State, got.Worker, a.Worker)
+	}
+	e.node.unreachable.Store(false)
+	out, err := e.m.Pause(ctx, key("a"))
+	must(t, err)
+	if out.State != store.Paused || out.Node != "n1" || out.PausedSnapshot == "" || out.Worker != "" {
+		t.Fatalf("after the interrupted pause was asked again: %s on node %q, paused %q, worker %q; want PAUSED on n1",
+			out.State, out.Node, out.PausedSnapshot, out.Worker)
 	}
 }
 

@@ -185,6 +185,11 @@ func (m *Manager) unreferenced(ctx context.Context) ([]string, error) {
 		}
 		for _, a := range page {
 			live[snapshot.Bare(a.Snapshot)] = true
+			// An interrupted suspend's snapshot, once committed, is
+			// the next workflow's to adopt (adoptPending).
+			if a.PendingSnapshot != "" {
+				live[snapshot.Bare(a.PendingSnapshot)] = true
+			}
 		}
 		if next == "" {
 			break

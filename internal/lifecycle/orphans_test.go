@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store"
 )
 
 // stageOrphan commits a snapshot of owner under id ("": one the store
@@ -26,7 +27,9 @@ func stageOrphan(t *testing.T, e *env, owner, id string) string {
 // TestCollectOrphans: alone over its store, a dead predecessor's orphan
 // is collected at once, whatever time its id reads (the predecessor's
 // clock is not ours), and a snapshot this process minted is left (its
-// workflows record or drop it); the collection ends by itself once the
+// workflows record or drop it), and so is an interrupted suspend's
+// snapshot that an actor's record names as pending (the next workflow
+// adopts it); the collection ends by itself once the
 // window has passed, and with its context before that.
 func TestCollectOrphans(t *testing.T) {
 	for _, c := range []struct {
@@ -43,6 +46,11 @@ func TestCollectOrphans(t *testing.T) {
 			// An hour ahead of ours, and one this process minted.
 			orphan := stageOrphan(t, e, "a-uid", time.Now().Add(time.Hour).UTC().Format("20060102T150405.000Z")+"-0123456789abcdef")
 			mine := stageOrphan(t, e, "a-uid", e.m.newSnapshotID())
+			pending := stageOrphan(t, e, "a-uid", time.Now().Add(-time.Hour).UTC().Format("20060102T150405.000Z")+"-fedcba9876543210")
+			a := e.get(t)
+			a.State, a.PendingSnapshot = store.Suspending, pending
+			_, err := e.st.UpdateActor(t.Context(), a)
+			must(t, err)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error, 1)
@@ -65,6 +73,9 @@ func TestCollectOrphans(t *testing.T) {
 			}
 			if _, err := e.snaps.Open(t.Context(), mine); err != nil {
 				t.Errorf("a snapshot this process minted: %v, want left", err)
+			}
+			if _, err := e.snaps.Open(t.Context(), pending); err != nil {
+				t.Errorf("an interrupted suspend's pending snapshot: %v, want left", err)
 			}
 		})
 	}

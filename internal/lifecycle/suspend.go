@@ -234,9 +234,27 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 		}
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
+	out, err := m.recordCheckpoint(ctx, a, on, ref, paused, func(done *store.Actor) {
+		done.Message = why.message(action.Done(), idleAfter, a.Atespace)
+		done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.log.InfoContext(ctx, "actor checkpointed", "actor", a.Key(), "state", out.State, "snapshot", ref, "scope", opts.Scope)
+	return out, nil
+}
+
+// recordCheckpoint records a (SUSPENDING or PAUSING on its worker) as
+// checkpointed by node on to ref, with describe filling in why, frees
+// its worker and, for a suspend, deletes its previous snapshot. A write
+// refused for a store outage or a lost lease leaves the suspend pending
+// for the next workflow (adoptPending); one refused otherwise drops the
+// new snapshot, which nobody references.
+func (m *Manager) recordCheckpoint(ctx context.Context, a *store.Actor, on nodeapi.Node, ref string, paused bool, describe func(done *store.Actor)) (*store.Actor, error) {
 	done := *a
-	done.Worker, done.Message, done.PendingSnapshot = "", why.message(action.Done(), idleAfter, a.Atespace), ""
-	done.Reason, done.EvictedFor = why.Reason, why.EvictedFor
+	done.Worker, done.PendingSnapshot = "", ""
+	describe(&done)
 	if paused {
 		done.State, done.PausedSnapshot, done.Node = store.Paused, ref, on.Name()
 	} else {
@@ -263,7 +281,6 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	if !paused {
 		m.deleteOld(ctx, a, a.Snapshot)
 	}
-	m.log.InfoContext(ctx, "actor checkpointed", "actor", a.Key(), "state", out.State, "snapshot", ref, "scope", opts.Scope)
 	return out, nil
 }
 

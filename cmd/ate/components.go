@@ -132,7 +132,7 @@ const imageRootHelp = "directory oci: and oci-archive: template images may be re
 // command that reads images; the API server and the nodes should be
 // given the same.
 const registryCredentialsHelp = "whose credentials registry pulls use: anonymous (public images only), node (this machine's Docker login, for every atespace: " +
-	"one team only), or an absolute directory holding <atespace>.json, a Docker config.json per atespace (inline auths only; an atespace without one pulls anonymously)"
+	"one team only), or an absolute directory holding <atespace>.json, a Docker config.json per atespace (inline auths only; an atespace without one pulls anonymously) and, optionally, ca.crt: PEM certificates trusted for that directory's pulls besides the system's roots"
 
 // apiFlagHelp is the --api help of every component that dials the API
 // server (internal/apidial reads the forms).

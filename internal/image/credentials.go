@@ -1,6 +1,9 @@
 package image
 
 import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/docker/cli/cli/config/configfile"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
@@ -115,6 +120,31 @@ type CredentialsDir string
 func (d CredentialsDir) String() string { return "per-atespace files in " + string(d) }
 
 func (d CredentialsDir) Keychain(atespace string) (authn.Keychain, string, error) {
+	root, err := os.OpenRoot(string(d))
+	if err != nil {
+		return nil, "", fmt.Errorf("registry credentials: %w", err)
+	}
+	defer root.Close()
+	cas, err := trustedCAs(root, filepath.Join(string(d), RegistryCAFile))
+	if err != nil {
+		return nil, "", err
+	}
+	kc, whose, err := d.keychain(root, atespace)
+	if err != nil || cas == nil {
+		return kc, whose, err
+	}
+	return trustingKeychain{Keychain: kc, transport: cas}, whose, nil
+}
+
+// RegistryCAFile is the file of a credentials directory (CredentialsDir)
+// whose PEM certificates are trusted for every registry pull made with
+// that directory, besides the system's roots: a registry with a
+// certificate from the installation's own CA. Pulls of every atespace
+// trust it (whom to trust is the operator's choice, not a tenant's). It
+// is re-read at each pull, as the keys are.
+const RegistryCAFile = "ca.crt"
+
+func (d CredentialsDir) keychain(root *os.Root, atespace string) (authn.Keychain, string, error) {
 	p := filepath.Join(string(d), atespace+".json")
 	anonymously := "anonymously (no " + p + ")"
 	// Atespace names are DNS labels (validated at the API's edge); a
@@ -122,11 +152,6 @@ func (d CredentialsDir) Keychain(atespace string) (authn.Keychain, string, error
 	if atespace == "" || strings.ContainsAny(atespace, `/\`) || strings.HasPrefix(atespace, ".") {
 		return anonymousKeychain, "anonymously (pulls of no atespace)", nil
 	}
-	root, err := os.OpenRoot(string(d))
-	if err != nil {
-		return nil, "", fmt.Errorf("registry credentials: %w", err)
-	}
-	defer root.Close()
 	f, err := root.Open(atespace + ".json")
 	if errors.Is(err, fs.ErrNotExist) {
 		return anonymousKeychain, anonymously, nil
@@ -169,6 +194,45 @@ func (k configKeychain) Resolve(target authn.Resource) (authn.Authenticator, err
 		}
 	}
 	return authn.Anonymous, nil
+}
+
+// trustingKeychain is a keychain whose pulls trust more roots than the
+// system's: resolve uses its transport.
+type trustingKeychain struct {
+	authn.Keychain
+	transport http.RoundTripper
+}
+
+// transports holds one transport per distinct CA bundle, so pulls keep
+// reusing connections while the bundle stays the same.
+var transports sync.Map // sha256 of the PEM → *http.Transport
+
+// trustedCAs returns a transport trusting the system's roots and the
+// certificates in root's RegistryCAFile, nil when there is no such file.
+// path names the file in errors.
+func trustedCAs(root *os.Root, path string) (http.RoundTripper, error) {
+	pem, err := root.ReadFile(RegistryCAFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry CA: %w", err)
+	}
+	key := sha256.Sum256(pem)
+	if t, ok := transports.Load(key); ok {
+		return t.(http.RoundTripper), nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("registry CA %s holds no PEM certificate", path)
+	}
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	got, _ := transports.LoadOrStore(key, t)
+	return got.(http.RoundTripper), nil
 }
 
 // refused reports whether err is a registry's refusal of the caller's

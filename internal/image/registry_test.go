@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -163,6 +164,55 @@ func TestRegistryCredentialsPerAtespace(t *testing.T) {
 	}
 	if _, err := NewCache(t.TempDir(), nil, RegistryCredentials(node)).EnsurePinned(ctx, "team-b", host+"/ops/private:1", ""); err != nil {
 		t.Errorf("--registry-credentials=node: %v", err)
+	}
+}
+
+// TestRegistryCA: a registry whose certificate comes from the
+// installation's own CA is trusted for pulls with a credentials
+// directory holding that CA as ca.crt, for every atespace (with a key or
+// not); without the file the pull fails on the unknown authority, and a
+// file that holds no certificate is an error naming it.
+func TestRegistryCA(t *testing.T) {
+	srv := httptest.NewTLSServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(func() {
+		srv.Close()
+		srv.Client().CloseIdleConnections()
+		transports.Range(func(_, v any) bool { v.(*http.Transport).CloseIdleConnections(); return true })
+	})
+	host := strings.TrimPrefix(srv.URL, "https://")
+	_, out := packed(t, CompressionGzip)
+	img, _ := onlyImage(t, out)
+	tag, err := name.NewTag(host + "/team-a/app:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, remote.WithTransport(srv.Client().Transport)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	creds, err := ParseCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCache(t.TempDir(), nil, RegistryCredentials(creds))
+	ctx := context.Background()
+	if _, err := c.Inspect(ctx, "team-a", tag.String()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("pull without the registry's CA: %v, want a certificate error", err)
+	}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, RegistryCAFile), ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, atespace := range []string{"team-a", ""} {
+		if _, err := c.EnsurePinned(ctx, atespace, tag.String(), ""); err != nil {
+			t.Fatalf("pull for atespace %q trusting %s: %v", atespace, RegistryCAFile, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, RegistryCAFile), []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Inspect(ctx, "team-a", tag.String()); err == nil || !strings.Contains(err.Error(), "holds no PEM certificate") {
+		t.Fatalf("pull with a ca.crt holding no certificate: %v, want an error naming the file", err)
 	}
 }
 

@@ -37,10 +37,11 @@ func resolve(ctx context.Context, r Ref, roots localRoots, auth authn.Keychain) 
 	case TransportOCI, TransportOCIArchive:
 		return resolveLocal(r, roots)
 	case TransportRegistry:
-		img, err := remote.Image(r.Remote,
-			remote.WithContext(ctx),
-			remote.WithAuthFromKeychain(auth),
-			remote.WithPlatform(platform))
+		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(auth), remote.WithPlatform(platform)}
+		if t, ok := auth.(trustingKeychain); ok {
+			opts = append(opts, remote.WithTransport(t.transport))
+		}
+		img, err := remote.Image(r.Remote, opts...)
 		if err != nil {
 			return nil, nil, registryError(r, err)
 		}

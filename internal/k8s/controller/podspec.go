@@ -404,6 +404,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 					Affinity:                      t.Affinity,
 					PriorityClassName:             t.PriorityClassName,
 					ServiceAccountName:            cmp.Or(t.ServiceAccountName, w.ServiceAccount),
+					ImagePullSecrets:              t.ImagePullSecrets,
 					TerminationGracePeriodSeconds: ptr.To(grace),
 					Volumes:                       volumes,
 				},

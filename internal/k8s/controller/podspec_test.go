@@ -100,6 +100,7 @@ func TestWorkerDeployment(t *testing.T) {
 					Tolerations:                   []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists}},
 					PriorityClassName:             "high",
 					ServiceAccountName:            "worker",
+					ImagePullSecrets:              []corev1.LocalObjectReference{{Name: "registry-key"}},
 					TerminationGracePeriodSeconds: ptr.To[int64](120),
 					Resources:                     corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}},
 				}
@@ -111,7 +112,8 @@ func TestWorkerDeployment(t *testing.T) {
 				if p.Labels[atek8s.PoolLabel] != "gpu" || p.Labels["team"] != "x" || p.Annotations["a"] != "b" {
 					t.Errorf("pod metadata %v %v", p.Labels, p.Annotations)
 				}
-				if p.Spec.NodeSelector["pool"] != "sandbox" || len(p.Spec.Tolerations) != 1 || p.Spec.PriorityClassName != "high" || p.Spec.ServiceAccountName != "worker" {
+				if p.Spec.NodeSelector["pool"] != "sandbox" || len(p.Spec.Tolerations) != 1 || p.Spec.PriorityClassName != "high" || p.Spec.ServiceAccountName != "worker" ||
+					len(p.Spec.ImagePullSecrets) != 1 || p.Spec.ImagePullSecrets[0].Name != "registry-key" {
 					t.Errorf("pod spec %+v", p.Spec)
 				}
 				if c.Image != "ate:pool" || c.Resources.Limits.Memory().String() != "4Gi" {

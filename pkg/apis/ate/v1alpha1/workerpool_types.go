@@ -126,6 +126,14 @@ type WorkerPodTemplate struct {
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// ImagePullSecrets are Secrets in the pool's namespace with which the
+	// kubelet pulls the worker Pods' image (the controller's
+	// --worker-image) from a private registry. Template images are not
+	// pulled by the kubelet but by the node agent
+	// (--worker-registry-credentials-secret).
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 	// TerminationGracePeriodSeconds bounds a leaving Pod's drain: its
 	// running actors are suspended and paused checkpoints uploaded within
 	// it. At least 10.

@@ -11,11 +11,11 @@ import (
 )
 
 // activations suspends actor (atespace/name) and then times the request
-// that wakes it through the router Service, n times, and logs the
+// for path that wakes it through the router Service, n times, and logs the
 // percentiles under label: the numbers BENCHMARKS.md reports for the
 // cluster (TLS on and off in one run). Nothing is asserted of the times;
 // every activation must answer 200.
-func (in *install) activations(t *testing.T, ctx context.Context, label, actor string, n int) {
+func (in *install) activations(t *testing.T, ctx context.Context, label, actor, path string, n int) {
 	t.Helper()
 	u, err := routerURL(ctx)
 	if err != nil {
@@ -30,7 +30,7 @@ func (in *install) activations(t *testing.T, ctx context.Context, label, actor s
 		if st, err := in.actorState(ctx, actor); err != nil || st != "SUSPENDED" {
 			t.Fatalf("%s after suspend: %q %v", actor, st, err)
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+strings.TrimPrefix(path, "/"), nil)
 		req.Header.Set("ate-target-actor", actor)
 		start := time.Now()
 		resp, err := http.DefaultClient.Do(req)

@@ -54,6 +54,9 @@ state = %[2]q
   address = %[3]q
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "ate.local/pause:1"
+# Per-registry settings (the test registry's address and CA: registry_test.go).
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = %[7]q
 # These machines withhold CAP_SYS_RESOURCE even from root, so no process
 # may lower its oom_score_adj below its parent's: runc failed every Pod
 # sandbox (the kubelet asks -998) with "failed to update
@@ -70,7 +73,7 @@ state = %[2]q
   BinaryName = %[5]q
   Root = %[6]q
   SystemdCgroup = false
-`, k.path("containerd", "root"), k.path("containerd", "state"), k.path("run", "containerd.sock"), k.path("cni", "net.d"), filepath.Join(k.criBin, "runc"), k.path("run", "runc")),
+`, k.path("containerd", "root"), k.path("containerd", "state"), k.path("run", "containerd.sock"), k.path("cni", "net.d"), filepath.Join(k.criBin, "runc"), k.path("run", "runc"), k.path("registry-hosts")),
 		"cni/net.d/10-ate.conflist": fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "ate-test", "plugins": [
   {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": true, "hairpinMode": true,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}},
@@ -80,8 +83,8 @@ state = %[2]q
 		// failCgroupV1: these machines run cgroup v1 (hybrid), which the
 		// kubelet refuses since v1.35 unless told otherwise. Eviction and
 		// image GC thresholds are off: a busy test disk must not evict the
-		// Pods under test or delete the imported images (no registry to
-		// pull them back from).
+		// Pods under test or delete the imported pause image (no registry
+		// to pull it back from).
 		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false

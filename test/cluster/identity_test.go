@@ -51,8 +51,8 @@ func tunnelLeaf(ip string, probe tls.Certificate, roots *x509.CertPool) (*x509.C
 // testWorkerIdentity: on the chart's defaults, each worker Pod's node
 // certificate names exactly its Pod and is renewed while requests flow
 // (nodeCertTTL is 90 s in the test's values: a renewal a minute), none
-// failing; a caller without an API credential, or with a ServiceAccount
-// token of the cluster, is Unauthenticated; a Pod of the workers'
+// failing; a caller without an API credential (from the host, and from a
+// Pod), or with a ServiceAccount token of the cluster, is Unauthenticated; a Pod of the workers'
 // ServiceAccount that is not a worker Pod gets no node certificate for its
 // token, nor does a worker Pod's token under another node name. It also
 // times 40 activations through the router Service (BENCHMARKS.md), as the
@@ -126,7 +126,7 @@ func testWorkerIdentity(t *testing.T, ctx context.Context, in *install, dir stri
 		}
 	}
 
-	in.activations(t, ctx, "chart defaults (TLS, API tokens)", "default/rotation-1", 40)
+	in.activations(t, ctx, "chart defaults (TLS, API tokens)", "default/rotation-1", "/", 40)
 
 	// No API credential, or the cluster's own ServiceAccount token (not
 	// an API credential on the chart's defaults): Unauthenticated.
@@ -149,6 +149,40 @@ func testWorkerIdentity(t *testing.T, ctx context.Context, in *install, dir stri
 		}
 	}
 
+	// The same from inside the cluster: a Pod that trusts the
+	// installation's CA (the workers' CA ConfigMap) but has no API
+	// credential is Unauthenticated on the API server's Pod IP.
+	apiIP, err := kc.kubectl(ctx, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o", "jsonpath={.items[0].status.podIP}")
+	if err != nil || strings.TrimSpace(apiIP) == "" {
+		t.Fatalf("an API server Pod's IP: %q %v", apiIP, err)
+	}
+	apiIP = strings.TrimSpace(apiIP)
+	if _, err := kc.apply(ctx, `apiVersion: v1
+kind: Pod
+metadata: {name: no-credentials, namespace: `+ns+`}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  imagePullSecrets: [{name: ate-pull}]
+  volumes: [{name: ca, configMap: {name: example-workers-ca}}]
+  containers:
+  - name: c
+    image: `+kc.reg.addr+`/ate/ate:test
+    args: [get, actors, --server, "`+net.JoinHostPort(apiIP, "7070")+`", --certificate-authority, /ca/ca.crt]
+    env: [{name: HOME, value: /tmp}]
+    volumeMounts: [{name: ca, mountPath: /ca}]
+`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.kubectl(ctx, "-n", ns, "wait", "pod/no-credentials", "--for=jsonpath={.status.phase}=Failed", "--timeout=90s"); err != nil {
+		out, _ := kc.kubectl(ctx, "-n", ns, "describe", "pod", "no-credentials")
+		t.Fatalf("a Pod without API credentials calling the API: %v\n%s", err, out)
+	}
+	if logs, err := kc.kubectl(ctx, "-n", ns, "logs", "no-credentials"); err != nil || !strings.Contains(logs, "authentication required") {
+		t.Errorf("a Pod without API credentials: %q %v, want Unauthenticated", logs, err)
+	}
+	_, _ = kc.kubectl(ctx, "-n", ns, "delete", "pod", "no-credentials", "--wait=false")
+
 	// A Pod of the workers' ServiceAccount that no pool made.
 	if _, err := kc.apply(ctx, `apiVersion: v1
 kind: Pod
@@ -156,18 +190,13 @@ metadata: {name: intruder, namespace: `+ns+`}
 spec:
   serviceAccountName: ate-worker
   restartPolicy: Never
+  imagePullSecrets: [{name: ate-pull}]
   containers:
-  - {name: c, image: ate.local/ate:test, imagePullPolicy: Never, command: [ate, --help]}
+  - {name: c, image: `+kc.reg.addr+`/ate/ate:test, command: [ate, --help]}
 `); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _, _ = kc.kubectl(context.Background(), "-n", ns, "delete", "pod", "intruder", "--wait=false") }()
-	// Any API server replica: the first one's Pod IP.
-	apiIP, err := kc.kubectl(ctx, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o", "jsonpath={.items[0].status.podIP}")
-	if err != nil || strings.TrimSpace(apiIP) == "" {
-		t.Fatalf("an API server Pod's IP: %q %v", apiIP, err)
-	}
-	apiIP = strings.TrimSpace(apiIP)
 	var worker string
 	for name := range pods {
 		worker = name

@@ -14,19 +14,20 @@ import (
 )
 
 // counterTemplateYAML is a template of the counter example named name,
-// idle after idleAfter, plus extra top-level YAML; its image is the OCI
-// layout the ate image carries (no registry is reachable here).
+// idle after idleAfter, plus extra top-level YAML; its image is the
+// counter example in the registry, by digest, which the API server and
+// the worker Pods pull with the default atespace's key.
 func counterTemplateYAML(name, idleAfter, extra string) string {
 	return fmt.Sprintf(`name: %s
 containers:
 - name: counter
-  image: oci:/images/counter
+  image: %s
   ports: [8080]
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
 newActors: golden
 idle: {after: %s, action: suspend}
-%s`, name, idleAfter, extra)
+%s`, name, kc.images["counter"], idleAfter, extra)
 }
 
 // TestSubstrate installs Substrate with the two Helm commands of the
@@ -48,8 +49,8 @@ func TestSubstrate(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
-	// The same image under a second tag, for the upgrade.
-	if _, err := kc.ctr(ctx, "images", "tag", "--force", "ate.local/ate:test", "ate.local/ate:test2"); err != nil {
+	// The same images under a second tag, for the upgrade.
+	if _, err := kc.reg.push(ctx, "test2"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -62,6 +63,7 @@ func TestSubstrate(t *testing.T) {
 		run  func(*testing.T, context.Context, *install)
 	}{
 		{"worker identity", func(t *testing.T, ctx context.Context, in *install) { testWorkerIdentity(t, ctx, in, dir) }},
+		{"python example", func(t *testing.T, ctx context.Context, in *install) { testPython(t, ctx, in, dir) }},
 		{"upgrade keeps actors", func(t *testing.T, ctx context.Context, in *install) { testUpgradeImage(t, ctx, in, dir) }},
 		{"worker Pod deleted", testWorkerPodDeleted},
 		{"drain", testDrain},
@@ -93,6 +95,12 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 		{"-n", ns, "create", "secret", "generic", "ate-s3-credentials",
 			"--from-literal=AWS_ACCESS_KEY_ID=" + in.host.accessKey, "--from-literal=AWS_SECRET_ACCESS_KEY=" + in.host.secretKey},
 		{"-n", ns, "create", "secret", "generic", "ate-tokens", "--from-literal=tokens.csv=" + token + `,admin,admin,"ate:admins"`},
+		// The kubelet's key for the ate image (imagePullSecrets), and the
+		// default atespace's for template images, with the registry's CA.
+		{"-n", ns, "create", "secret", "docker-registry", "ate-pull", "--docker-server=" + kc.reg.addr,
+			"--docker-username=" + registryUser, "--docker-password=" + kc.reg.password},
+		{"-n", ns, "create", "secret", "generic", "ate-registry-credentials",
+			"--from-file=default.json=" + filepath.Join(kc.reg.dockerConfig, "config.json"), "--from-file=ca.crt=" + kc.reg.caFile},
 	} {
 		if _, err := kc.kubectl(ctx, args...); err != nil {
 			t.Fatal(err)
@@ -141,6 +149,20 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	}
 	// Resumed by the request, with its memory.
 	in.hit(t, ctx, "default/counter-1")
+
+	// A tenant of an atespace with no key for the registry: its template
+	// naming the same private image is refused when it is created, with
+	// the registry's refusal, not when an actor first starts.
+	if _, err := in.ate(ctx, "create", "atespace", "keyless"); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "keyless.yaml")
+	if err := os.WriteFile(f, []byte(counterTemplateYAML("counter", "10m", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := in.ate(ctx, "-n", "keyless", "create", "template", "-f", f); err == nil || !strings.Contains(out, "registry refused the pull") {
+		t.Fatalf("a template of an atespace without registry credentials: %v %q, want it refused with the registry's refusal", err, out)
+	}
 }
 
 // writeAndCreateTemplate creates template name from its YAML with
@@ -177,14 +199,15 @@ func testUpgradeImage(t *testing.T, ctx context.Context, in *install, dir string
 	// The controller gives worker Pods its own image: the worker
 	// Deployment changes once the new controller runs, so wait for every
 	// Pod, not for one rollout.
-	if err := kc.waitFor("every ate-system Pod on ate.local/ate:test2", 4*time.Minute, func() error {
+	image := kc.reg.addr + "/ate/ate:test2"
+	if err := kc.waitFor("every ate-system Pod on "+image, 4*time.Minute, func() error {
 		out, err := kc.kubectl(ctx, "-n", ns, "get", "pods", "-o",
 			`jsonpath={range .items[*]}{.metadata.name} {.spec.containers[0].image} {.metadata.deletionTimestamp}{"\n"}{end}`)
 		if err != nil {
 			return err
 		}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(line); len(f) != 2 || f[1] != "ate.local/ate:test2" {
+			if f := strings.Fields(line); len(f) != 2 || f[1] != image {
 				return fmt.Errorf("pod %q", line)
 			}
 		}
@@ -280,5 +303,5 @@ func testPlaintext(t *testing.T, ctx context.Context, in *install) {
 		t.Fatalf("kubectl ate get actors over plaintext: %q %v", out, err)
 	}
 	in.hit(t, ctx, "default/counter-1")
-	in.activations(t, ctx, "tls.mode none (plaintext, no tokens)", "default/rotation-1", 40)
+	in.activations(t, ctx, "tls.mode none (plaintext, no tokens)", "default/rotation-1", "/", 40)
 }

@@ -33,6 +33,11 @@ type kubeCluster struct {
 	kubeconfig string // admin (system:masters)
 	procs      map[string]*proc
 	order      []string
+	// reg is the registry the cluster pulls our images from; images
+	// are what was pushed there at setup: each image's name (ate,
+	// counter, python-notes) → its reference by digest.
+	reg    *registry
+	images map[string]string
 }
 
 type proc struct {

@@ -37,11 +37,12 @@ var (
 // chooseLayout picks free ports on the host and Pod and Service ranges
 // that overlap no address or route of the host.
 func chooseLayout() error {
-	ports, err := freePorts(6)
+	ports, err := freePorts(7)
 	if err != nil {
 		return err
 	}
 	apiPort, etcdPort, etcdPeerPort, kubeletPort, proxyMetricsPort, proxyHealth = ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	registryPort = ports[6]
 	used, err := hostPrefixes()
 	if err != nil {
 		return err

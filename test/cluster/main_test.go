@@ -76,7 +76,9 @@ func runMain(m *testing.M) (code int) {
 	}
 	fmt.Fprintf(os.Stderr, "test/cluster: Pods %s, Services %s, kube-apiserver on port %d\n", clusterCIDR, serviceCIDR, apiPort)
 	root := k8stest.RepoRoot()
-	images := []string{filepath.Join(root, "build/images/pause.tar"), filepath.Join(root, "build/images/ate.tar")}
+	// The Pod sandbox image is imported (the kubelet's infrastructure, as
+	// a node image would carry it); ours come from the registry.
+	images := []string{filepath.Join(root, "build/images/pause.tar")}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	start := time.Now()
 	c, err := upCluster(ctx, clusterDir, images)

@@ -17,7 +17,8 @@ import (
 // clusterPKI writes the cluster's CA (ca.crt, ca.key), the kube-apiserver's
 // serving certificate (apiserver.crt/.key, for every name Pods and the host
 // use), its client certificate towards the kubelet (apiserver-kubelet.crt/.key,
-// group system:masters), and the service-account signing key pair
+// group system:masters), the registry's serving certificate
+// (registry.crt/.key), and the service-account signing key pair
 // (sa.key, sa.pub) into dir.
 func clusterPKI(dir string, hostIP net.IP, serviceIP net.IP) error {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -57,6 +58,12 @@ func clusterPKI(dir string, hostIP net.IP, serviceIP net.IP) error {
 	if err := leaf("apiserver", 2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
 		[]net.IP{net.IPv4(127, 0, 0, 1), hostIP, serviceIP},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}); err != nil {
+		return err
+	}
+	// The registry's serving certificate, for the host's address (the
+	// name Pods and containerd pull by).
+	if err := leaf("registry", 4, pkix.Name{CommonName: "ate-test-registry"}, x509.ExtKeyUsageServerAuth,
+		[]net.IP{hostIP}, nil); err != nil {
 		return err
 	}
 	if err := leaf("apiserver-kubelet", 3, pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},

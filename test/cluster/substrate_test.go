@@ -37,12 +37,15 @@ type install struct {
 // defaults for security (TLS from the Secrets `ate certs secrets` makes,
 // worker Pods' certificates from the API server for their ServiceAccount
 // tokens, static API tokens from Secret ate-tokens), and besides: the
-// imported image, the host's stores, small requests (the node has 2
+// ate image from the registry with its pull Secret, the registry keys of
+// template pulls, the host's stores, small requests (the node has 2
 // cores), a WorkerPool of 3 Pods, and a pin cap of 6 so the router test
 // can hold all 6 workers with evictable: false actors (the default cap,
 // 4, would let two be evicted).
 func (in *install) values(tag string) string {
-	return fmt.Sprintf(`image: {repository: ate.local/ate, tag: %q, pullPolicy: IfNotPresent}
+	return fmt.Sprintf(`image: {repository: %s/ate/ate, tag: %q, pullPolicy: IfNotPresent}
+imagePullSecrets: [{name: ate-pull}]
+registryCredentials: {secret: ate-registry-credentials}
 tls: {nodeCertTTL: 90s}
 postgres: {url: %q}
 snapshots: {url: %q, credentialsSecret: ate-s3-credentials}
@@ -51,7 +54,7 @@ controller: {replicas: 1, extraArgs: [--resync=5s], resources: {requests: {cpu: 
 router: {replicas: 1, resources: {requests: {cpu: 10m, memory: 64Mi}}}
 workerPool: {enabled: true, name: example, replicas: 3, workersPerPod: 2, terminationGracePeriodSeconds: 60,
   resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 2Gi}}}
-`, tag, in.host.storeURL, in.host.snapsURL)
+`, kc.reg.addr, tag, in.host.storeURL, in.host.snapsURL)
 }
 
 // apply is kubectl apply of manifest, with more arguments.

@@ -101,6 +101,12 @@ func upCluster(ctx context.Context, dir string, images []string) (*kubeCluster, 
 			return k, err
 		}
 	}
+	if k.reg, err = k.startRegistry(ctx); err != nil {
+		return k, err
+	}
+	if k.images, err = k.reg.push(ctx, "test"); err != nil {
+		return k, err
+	}
 	if err := k.start("kubelet", filepath.Join(k.kubeBin, "kubelet"),
 		"--config="+k.path("kubelet.yaml"), "--kubeconfig="+k.path("kubelet.kubeconfig"),
 		"--root-dir="+k.path("kubelet"), "--hostname-override="+nodeName, "--node-ip="+hostIP.String()); err != nil {

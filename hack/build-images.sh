@@ -10,6 +10,11 @@
 #                                         (ATE_CACHE=/opt/ate: where ate
 #                                         looks for it)
 #                    /tmp                 an empty, sticky, world-writable dir
+#                    /etc/ssl/certs/ca-certificates.crt
+#                                         this machine's CA bundle (Debian's
+#                                         ca-certificates), where Go looks:
+#                                         S3 over https, OIDC discovery and
+#                                         registry pulls need system roots
 #                  with PATH=/usr/local/bin:/opt/ate/bin:/usr/bin:/bin. The
 #                  host's architecture gets hack/install-runsc.sh's runsc
 #                  ($ATE_CACHE/bin/runsc, precompiled seccomp programs), the
@@ -35,6 +40,7 @@ log() { printf 'build-images: %s\n' "$*" >&2; }
 CACHE="${ATE_CACHE:-$HOME/.cache/ate}"
 # The order of the index; fixed, so every host builds the same one.
 arches=(amd64 arm64)
+cabundle=/etc/ssl/certs/ca-certificates.crt
 
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(ate counter python-notes node-sessions)
@@ -79,7 +85,11 @@ build_ate() {
 	mkdir -p build/bin
 	go build -o build/bin/ocipack ./hack/ocipack
 	go build -o build/bin/ociindex ./hack/ociindex
-	if ! stale "$out" cmd internal api pkg go.mod go.sum hack/ocipack hack/ociindex "${runsc[@]}"; then
+	if [[ ! -s $cabundle ]]; then
+		log "no CA bundle at $cabundle (apt-get install ca-certificates)"
+		exit 1
+	fi
+	if ! stale "$out" cmd internal api pkg go.mod go.sum hack/ocipack hack/ociindex "${runsc[@]}" "$cabundle"; then
 		log "ate: up to date ($(grep -o 'sha256:[0-9a-f]*' "$out/index.json" | head -1))"
 		return
 	fi
@@ -96,7 +106,7 @@ build_ate() {
 		log "ate: packing linux/$arch (runsc ${runsc[$arch]})"
 		build/bin/ocipack --arch "$arch" \
 			--add "$tmp/$arch/ate:/usr/local/bin/ate" --add "${runsc[$arch]}:/opt/ate/bin/runsc" \
-			--add "$tmp/tmp:/tmp" \
+			--add "$tmp/tmp:/tmp" --add "$cabundle:/etc/ssl/certs/ca-certificates.crt" \
 			--env ATE_CACHE=/opt/ate --env PATH=/usr/local/bin:/opt/ate/bin:/usr/bin:/bin \
 			--entrypoint /usr/local/bin/ate \
 			--compression gzip --tag latest --out "$tmp/layout-$arch"

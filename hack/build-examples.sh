@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # build-examples.sh builds the example images as OCI image layouts:
 #
-#   build/images/counter       static Go server, gzip layer
+#   build/images/counter       static Go server, gzip layer; one
+#                              multi-platform index of linux/amd64 and
+#                              linux/arm64 images (ate resolves it to
+#                              this host's; `make image-push` pushes both)
 #   build/images/python-notes  Debian python3 rootfs + /app/notes.py,
 #                              uncompressed layer (needs root once, for
-#                              hack/python-rootfs.sh)
+#                              hack/python-rootfs.sh); this host's
+#                              architecture only, like the rootfs
 #   build/images/node-sessions Debian nodejs rootfs + /app/server.js,
 #                              uncompressed layer (needs root once, for
 #                              hack/node-rootfs.sh; 3-4 min the first time)
@@ -22,9 +26,10 @@ cd "$(dirname "$0")/.."
 log() { printf 'build-examples: %s\n' "$*" >&2; }
 
 ocipack=build/bin/ocipack
+ociindex=build/bin/ociindex
 # The packer's own sources are inputs of every image: a change to the
 # layer format must repack.
-pack_inputs=(hack/ocipack internal/image)
+pack_inputs=(hack/ocipack hack/ociindex internal/image)
 
 # stale OUT INPUT... succeeds when OUT/index.json is missing or older than
 # any input file (directories are searched, test files ignored).
@@ -45,6 +50,7 @@ build_ocipack() {
 	# go build is itself cached; this costs well under a second when
 	# nothing changed.
 	go build -o "$ocipack" ./hack/ocipack
+	go build -o "$ociindex" ./hack/ociindex
 }
 
 build_counter() {
@@ -57,13 +63,18 @@ build_counter() {
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' RETURN
 	# -trimpath and no build ID keep the binary (and so the digest) the
-	# same across checkouts and machines.
-	log "counter: building and packing (a few seconds)"
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp/counter" ./examples/counter
-	local start=$SECONDS
-	"$ocipack" --add "$tmp/counter:/counter" --entrypoint /counter \
-		--env PORT=8080 --workdir / --port 8080 \
-		--compression gzip --tag latest --out "$out"
+	# same across checkouts and machines. One image per architecture,
+	# always in this order, so the index is the same on any host.
+	log "counter: building and packing for linux/amd64 and linux/arm64 (a few seconds)"
+	local start=$SECONDS arch
+	for arch in amd64 arm64; do
+		mkdir -p "$tmp/$arch"
+		CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp/$arch/counter" ./examples/counter
+		"$ocipack" --arch "$arch" --add "$tmp/$arch/counter:/counter" --entrypoint /counter \
+			--env PORT=8080 --workdir / --port 8080 \
+			--compression gzip --tag latest --out "$tmp/layout-$arch"
+	done
+	"$ociindex" --tag latest --out "$out" "$tmp/layout-amd64" "$tmp/layout-arm64"
 	log "counter: packed in $((SECONDS - start)) s ($(digest "$out"))"
 }
 

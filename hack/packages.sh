@@ -32,6 +32,11 @@ kube_packages=(
 	./internal/k8s/...
 	./pkg/apis/...
 )
+# The CNCF distribution registry server (hack/install-registry.sh), which
+# hack/ocipush's test runs with TLS and htpasswd authentication.
+registry_packages=(
+	./hack/ocipush/
+)
 # Everything, each with its own stage in hack/test.sh.
 e2e_packages=(./test/e2e/)
 cluster_packages=(./test/cluster/)
@@ -39,7 +44,7 @@ cluster_packages=(./test/cluster/)
 # quick_packages: the rest.
 mapfile -t _all < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed '/^$/d')
 mapfile -t _listed < <(go list -f '{{.ImportPath}}' "${root_packages[@]}" "${race_packages[@]}" "${component_packages[@]}" \
-	"${kube_packages[@]}" "${e2e_packages[@]}" "${cluster_packages[@]}")
+	"${kube_packages[@]}" "${registry_packages[@]}" "${e2e_packages[@]}" "${cluster_packages[@]}")
 quick_packages=()
 for _p in "${_all[@]}"; do
 	_in=0

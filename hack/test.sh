@@ -3,18 +3,19 @@
 # tests), one iteration of the router's, runtime's and control plane's
 # benchmark harnesses (the end-to-end ones run in `make bench`), the stores under the
 # race detector, the suites that need root and built components (runsc,
-# PostgreSQL, SeaweedFS, kube-apiserver, Chromium) and, last, the real
-# Kubernetes cluster. Needs root (network namespaces, runsc); CI runs as
-# root.
+# PostgreSQL, SeaweedFS, kube-apiserver, the registry server, Chromium)
+# and, last, the real Kubernetes cluster. Needs root (network namespaces,
+# runsc); CI runs as root.
 #
 # Every stage runs even when an earlier one failed; the run ends with a
 # table of the stages and exits non-zero if any failed.
 #
 # Nothing is cached by hand: each component's install script is
 # idempotent. On a cold machine the builds that only later suites need
-# (SeaweedFS, PostgreSQL, Chromium, Kubernetes, containerd, the cluster
-# images) run in the background at low CPU priority while the earlier
-# stages test; a stage that needs a component waits for it.
+# (SeaweedFS, PostgreSQL, Chromium, Kubernetes, the registry server,
+# containerd, the cluster images) run in the background at low CPU
+# priority while the earlier stages test; a stage that needs a component
+# waits for it.
 #
 # The run is hermetic towards the user's own files: HOME is a fresh
 # directory holding a deliberately wrong ~/.ate/config.yaml and
@@ -164,6 +165,9 @@ stage build-examples bash hack/build-examples.sh
 	build_bg postgres bash hack/install-postgres.sh
 	build_bg chromium bash hack/install-chromium.sh
 	build_bg kube-control bash hack/install-kube.sh control
+	# After kube-control, which the foreground waits for first: the
+	# registry (~3 min cold) builds while the kube stage runs.
+	build_bg registry bash hack/install-registry.sh
 	build_bg kube-node bash hack/install-kube.sh node
 	build_bg cluster bash hack/install-cluster.sh
 	build_bg cluster-images bash hack/build-cluster-images.sh
@@ -189,6 +193,9 @@ stage need-seaweedfs need seaweedfs
 stage components go test -vet=off -count=1 -p 1 -timeout 30m "${component_packages[@]}"
 stage need-kube-control need kube-control
 stage kube go test -vet=off -count=1 -p 1 -timeout 30m "${kube_packages[@]}"
+stage need-registry need registry
+# hack/ocipush against a real registry server (TLS, htpasswd; ~1 s).
+stage registry go test -vet=off -count=1 "${registry_packages[@]}"
 stage need-chromium need chromium
 # The e2e test binary runs from its package directory as `go test` would.
 # Its benchmarks (3 min even at one iteration each) run in `make bench`

@@ -202,7 +202,7 @@ stage need-chromium need chromium
 # only: with them the warm run took 30.6 min, over the 30 it must fit.
 stage build-e2e go test -vet=off -c -o "$state/e2e.test" ./test/e2e/
 stage e2e in_dir test/e2e "$state/e2e.test" -test.count=1 -test.timeout 60m
-stage need-cluster need kube-node cluster cluster-images
+stage need-cluster need kube-node cluster cluster-images registry
 stage cluster go test -vet=off -count=1 -timeout 30m ./test/cluster/
 wait "$bg"
 

@@ -60,7 +60,7 @@ idle: {after: 10m, action: suspend}
 		t.Fatalf("ballast after suspend and resume: %+v, was %+v", after, before)
 	}
 	in.activations(t, ctx, "python-notes, 64 MB of live state", actor, "/healthz", 20)
-	if _, err := in.ate(ctx, "delete", "actor", "notes-1"); err != nil {
+	if _, err := in.ate(ctx, "delete", "actor", "notes-1", "--force"); err != nil {
 		t.Fatal(err)
 	}
 }

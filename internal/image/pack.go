@@ -97,21 +97,11 @@ func Pack(ctx context.Context, o PackOptions) error {
 	}
 	start := time.Now()
 	o.Out = filepath.Clean(o.Out)
-	parent := filepath.Dir(o.Out)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("pack: %w", err)
-	}
-	if err := checkReplaceable(o.Out); err != nil {
+	tmp, err := stagingDir(o.Out, "pack")
+	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(o.Out)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("pack: %w", err)
-	}
 	defer os.RemoveAll(tmp) // after a successful rename there is nothing left
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("pack: %w", err)
-	}
 
 	entries, err := collect(ctx, o)
 	if err != nil {
@@ -278,4 +268,27 @@ func replaceDir(tmp, out string) error {
 // root ("" for the root itself).
 func destName(dest string) string {
 	return strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(dest)), "/")
+}
+
+// stagingDir makes the directory a layout is written into before it is
+// renamed to out: beside out (so the rename stays on one filesystem),
+// world-readable as a layout is, after checking that out may be replaced.
+// op prefixes errors. The caller removes it.
+func stagingDir(out, op string) (string, error) {
+	parent := filepath.Dir(out)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	if err := checkReplaceable(out); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	return tmp, nil
 }

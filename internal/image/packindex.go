@@ -84,21 +84,11 @@ func PackIndex(ctx context.Context, o IndexOptions) error {
 		})
 	}
 
-	parent := filepath.Dir(o.Out)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("pack index: %w", err)
-	}
-	if err := checkReplaceable(o.Out); err != nil {
+	tmp, err := stagingDir(o.Out, "pack index")
+	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(o.Out)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("pack index: %w", err)
-	}
 	defer os.RemoveAll(tmp) // after a successful rename there is nothing left
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("pack index: %w", err)
-	}
 	lp, err := layout.Write(tmp, empty.Index)
 	if err != nil {
 		return fmt.Errorf("pack index: write layout: %w", err)

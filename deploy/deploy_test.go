@@ -700,12 +700,17 @@ func testRBAC(t *testing.T, env *k8stest.Env, objs []*unstructured.Unstructured)
 		access{"ate-apiserver", "get", "", "services", "", namespace, "ate-apiserver", false},
 		access{"ate-apiserver", "list", "discovery.k8s.io", "endpointslices", "", namespace, "", false})
 	// The API server signs worker Pods' node certificates: it reviews
-	// their tokens and reads the Pod and Namespace each names, in any
+	// their tokens and reads the Pod and Namespace each names, and the
+	// Pod's ReplicaSet and Deployment, in any
 	// namespace a pool may be in, and nothing more.
 	cases = append(cases,
 		access{"ate-apiserver", "create", "authentication.k8s.io", "tokenreviews", "", "", "", true},
 		access{"ate-apiserver", "get", "", "pods", "", "team-a", "w", true},
 		access{"ate-apiserver", "get", "", "namespaces", "", "", "team-a", true},
+		access{"ate-apiserver", "get", "apps", "replicasets", "", "team-a", "w", true},
+		access{"ate-apiserver", "get", "apps", "deployments", "", "team-a", "w", true},
+		access{"ate-apiserver", "list", "apps", "deployments", "", "team-a", "", false},
+		access{"ate-apiserver", "update", "apps", "deployments", "", "team-a", "w", false},
 		access{"ate-apiserver", "list", "", "pods", "", "team-a", "", false},
 		access{"ate-apiserver", "watch", "", "pods", "", "team-a", "", false},
 		access{"ate-apiserver", "create", "", "serviceaccounts/token", "", "team-a", "ate-worker", false},

@@ -150,7 +150,7 @@ const (
 
 // caConfigMapName is the name of pool's ConfigMap carrying the CA its
 // worker Pods trust the API server by (TLSBootstrap).
-func caConfigMapName(pool string) string { return deploymentName(pool) + "-ca" }
+func caConfigMapName(pool string) string { return DeploymentName(pool) + "-ca" }
 
 // workerCAConfigMap renders the ConfigMap of pool's worker CA
 // (TLSBootstrap; nil otherwise), owned by the pool.
@@ -218,8 +218,9 @@ const DefaultTokenAudience = "ate-node"
 // manifests (deploy/).
 const DefaultWorkerServiceAccount = "ate-worker"
 
-// deploymentName is the name of pool's Deployment.
-func deploymentName(pool string) string { return pool + "-workers" }
+// DeploymentName is the name of the worker Deployment of the WorkerPool
+// named pool (the node identity issuer checks worker Pods' owners by it).
+func DeploymentName(pool string) string { return pool + "-workers" }
 
 // selectorLabels are the worker Pods' selector: immutable in a
 // Deployment, so only what never changes for a pool.
@@ -387,7 +388,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            deploymentName(pool.Name),
+			Name:            DeploymentName(pool.Name),
 			Namespace:       pool.Namespace,
 			Labels:          map[string]string{atek8s.PoolLabel: pool.Name, nameLabel: workerName, managedByLabel: FieldManager},
 			OwnerReferences: poolOwner(pool),

@@ -56,7 +56,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	var current *appsv1.Deployment
 	var d appsv1.Deployment
-	switch err := r.client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: deploymentName(pool.Name)}, &d); {
+	switch err := r.client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: DeploymentName(pool.Name)}, &d); {
 	case err == nil:
 		current = &d
 	case !apierrors.IsNotFound(err):
@@ -67,7 +67,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return r.refuse(ctx, &pool, current, err)
 	}
 	degraded := metav1.Condition{Type: atek8s.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonReconciled,
-		Message: "Deployment " + deploymentName(pool.Name) + " applied"}
+		Message: "Deployment " + DeploymentName(pool.Name) + " applied"}
 	runsc, apply, cause := r.runtimeArgs(ctx, &pool, current)
 	if cause != nil {
 		degraded.Status, degraded.Message = metav1.ConditionTrue, cause.Error()
@@ -203,6 +203,6 @@ func (r *poolReconciler) record(pool *atek8s.WorkerPool, current *appsv1.Deploym
 		r.events.Eventf(pool, nil, corev1.EventTypeNormal, ReasonReconciled, "Reconcile", "%s", degraded.Message)
 	}
 	if current == nil && degraded.Reason != ReasonApplyFailed && degraded.Status == metav1.ConditionFalse {
-		r.events.Eventf(pool, nil, corev1.EventTypeNormal, "DeploymentCreated", "Apply", "Deployment %s created", deploymentName(pool.Name))
+		r.events.Eventf(pool, nil, corev1.EventTypeNormal, "DeploymentCreated", "Apply", "Deployment %s created", DeploymentName(pool.Name))
 	}
 }

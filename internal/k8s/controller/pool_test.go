@@ -50,7 +50,7 @@ func create(t *testing.T, obj client.Object) {
 func deployment(t *testing.T, ns, pool string) *appsv1.Deployment {
 	t.Helper()
 	var d appsv1.Deployment
-	err := testEnv.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: deploymentName(pool)}, &d)
+	err := testEnv.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: DeploymentName(pool)}, &d)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -80,12 +80,12 @@ func replicasOf(d *appsv1.Deployment) int32 {
 // (kubectl scale: the scale subresource).
 func scaleDeployment(t *testing.T, ns, pool string, n int32) {
 	t.Helper()
-	s, err := testEnv.Clientset.AppsV1().Deployments(ns).GetScale(t.Context(), deploymentName(pool), metav1.GetOptions{})
+	s, err := testEnv.Clientset.AppsV1().Deployments(ns).GetScale(t.Context(), DeploymentName(pool), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Spec.Replicas = n
-	if _, err := testEnv.Clientset.AppsV1().Deployments(ns).UpdateScale(t.Context(), deploymentName(pool), s, metav1.UpdateOptions{}); err != nil {
+	if _, err := testEnv.Clientset.AppsV1().Deployments(ns).UpdateScale(t.Context(), DeploymentName(pool), s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"substrate.dev/ate/internal/auth"
 	"substrate.dev/ate/internal/k8s/controller"
 	"substrate.dev/ate/internal/pki"
+	atek8s "substrate.dev/ate/pkg/apis/ate/v1alpha1"
 )
 
 const (
@@ -242,8 +243,18 @@ func (s *Server) review(ctx context.Context, token string) (*corev1.Pod, error) 
 	if pod.Spec.ServiceAccountName != sa {
 		return nil, denied(fmt.Sprintf("the token is ServiceAccount %s's, the Pod runs as %s", sa, pod.Spec.ServiceAccountName))
 	}
-	if _, ok := controller.WorkerPodOf(pod); !ok {
+	pool, ok := controller.WorkerPodOf(pod)
+	if !ok {
 		return nil, denied("it is not a worker Pod of a WorkerPool")
+	}
+	// Labels are whatever the Pod's creator wrote: the Pod must also be
+	// one its pool's Deployment made, through its ReplicaSet, and run as
+	// that Deployment's ServiceAccount.
+	if err := s.ownedByPool(ctx, pod, pool); err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+			return nil, err
+		}
+		return nil, denied(err.Error())
 	}
 	nsObj, err := s.cfg.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -254,6 +265,47 @@ func (s *Server) review(ctx context.Context, token string) (*corev1.Pod, error) 
 		return nil, denied(fmt.Sprintf("namespace %s is not labelled %s=%s", ns, controller.PoolNamespaceLabel, controller.PoolNamespaceAllowed))
 	}
 	return pod, nil
+}
+
+// ownedByPool checks that pod's controller is a ReplicaSet of the
+// Deployment the controller makes for pool (controller.DeploymentName),
+// which the WorkerPool of that name controls, and that pod runs as the
+// Deployment's ServiceAccount. It returns why not, or Unavailable when
+// the cluster cannot be asked.
+func (s *Server) ownedByPool(ctx context.Context, pod *corev1.Pod, pool string) error {
+	rsRef := metav1.GetControllerOf(pod)
+	if rsRef == nil || rsRef.Kind != "ReplicaSet" || rsRef.APIVersion != "apps/v1" {
+		return errors.New("no ReplicaSet controls it")
+	}
+	rs, err := s.cfg.Client.AppsV1().ReplicaSets(pod.Namespace).Get(ctx, rsRef.Name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		s.log.Error("node certificate: ReplicaSet unreadable", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return status.Error(codes.Unavailable, "the Pod's ReplicaSet could not be read; retry")
+	}
+	if err != nil || rs.UID != rsRef.UID {
+		return fmt.Errorf("its ReplicaSet %s is gone", rsRef.Name)
+	}
+	depRef := metav1.GetControllerOf(rs)
+	want := controller.DeploymentName(pool)
+	if depRef == nil || depRef.Kind != "Deployment" || depRef.APIVersion != "apps/v1" || depRef.Name != want {
+		return fmt.Errorf("its ReplicaSet %s is not Deployment %s's", rs.Name, want)
+	}
+	dep, err := s.cfg.Client.AppsV1().Deployments(pod.Namespace).Get(ctx, want, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		s.log.Error("node certificate: Deployment unreadable", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return status.Error(codes.Unavailable, "the Pod's Deployment could not be read; retry")
+	}
+	if err != nil || dep.UID != depRef.UID {
+		return fmt.Errorf("its Deployment %s is gone", want)
+	}
+	poolRef := metav1.GetControllerOf(dep)
+	if poolRef == nil || poolRef.Kind != "WorkerPool" || poolRef.APIVersion != atek8s.GroupVersion.String() || poolRef.Name != pool {
+		return fmt.Errorf("its Deployment %s is not WorkerPool %s's", want, pool)
+	}
+	if sa := dep.Spec.Template.Spec.ServiceAccountName; pod.Spec.ServiceAccountName != sa {
+		return fmt.Errorf("it runs as ServiceAccount %s, its pool's Pods as %s", pod.Spec.ServiceAccountName, sa)
+	}
+	return nil
 }
 
 // serviceAccountOf splits a ServiceAccount's user name,

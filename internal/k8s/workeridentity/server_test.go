@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -40,7 +42,7 @@ import (
 
 // cluster is a real kube-apiserver with two namespaces: "pools", opted
 // in to worker pools, and "elsewhere", not. Both have the workers'
-// ServiceAccount.
+// ServiceAccount and another.
 type cluster struct {
 	t  *testing.T
 	cs kubernetes.Interface
@@ -52,6 +54,7 @@ const (
 	poolsNS     = "pools"
 	elsewhereNS = "elsewhere"
 	workerSA    = controller.DefaultWorkerServiceAccount
+	otherSA     = "build-bot"
 	trustDomain = "test.local"
 )
 
@@ -66,8 +69,10 @@ func startCluster(t *testing.T) *cluster {
 		if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := env.Clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: workerSA}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		for _, sa := range []string{workerSA, otherSA} {
+			if _, err := env.Clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	ca, err := pki.NewCA(trustDomain, 24*time.Hour)
@@ -86,11 +91,44 @@ func workerLabels(pool string) map[string]string {
 	return map[string]string{atek8s.PoolLabel: pool, "app.kubernetes.io/name": "ate-worker", "app.kubernetes.io/managed-by": controller.FieldManager}
 }
 
-// pod creates a Pod (it stays Pending: no kubelet).
-func (c *cluster) pod(ns, name, sa string, labels map[string]string) *corev1.Pod {
+// owners makes, in ns, what the controller and kube-controller-manager
+// make for a pool: Deployment <pool>-workers running as sa, controlled by
+// WorkerPool pool (unless orphan), and a ReplicaSet it controls; it
+// returns the controller reference a Pod of that ReplicaSet carries.
+// Nothing garbage-collects here (no kube-controller-manager), so the
+// WorkerPool need not exist.
+func (c *cluster) owners(ns, pool, sa string, orphan bool) []metav1.OwnerReference {
+	c.t.Helper()
+	ctx := context.Background()
+	labels := workerLabels(pool)
+	tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "node", Image: "ate"}}}}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: controller.DeploymentName(pool)},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tpl}}
+	if !orphan {
+		dep.OwnerReferences = []metav1.OwnerReference{{APIVersion: atek8s.GroupVersion.String(), Kind: "WorkerPool", Name: pool,
+			UID: types.UID("pool-" + pool), Controller: ptr.To(true)}}
+	}
+	dep, err := c.cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	rs, err := c.cs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: dep.Name + "-7d9f", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID, Controller: ptr.To(true)}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tpl},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}
+}
+
+// pod creates a Pod (it stays Pending: no kubelet) with owners.
+func (c *cluster) pod(ns, name, sa string, labels map[string]string, owners []metav1.OwnerReference) *corev1.Pod {
 	c.t.Helper()
 	p, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owners},
 		Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "node", Image: "ate"}}},
 	}, metav1.CreateOptions{})
@@ -141,7 +179,8 @@ func request(t *testing.T, subject string) (*ecdsa.PrivateKey, []byte) {
 func TestIssueNodeCertificate(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
-	worker := c.pod(poolsNS, "pool-a-workers-7d9f-x2k", workerSA, workerLabels("pool-a"))
+	poolA := c.owners(poolsNS, "pool-a", workerSA, false)
+	worker := c.pod(poolsNS, "pool-a-workers-7d9f-x2k", workerSA, workerLabels("pool-a"), poolA)
 
 	t.Run("worker Pod", func(t *testing.T) {
 		key, csr := request(t, "node/someone-else")
@@ -171,19 +210,24 @@ func TestIssueNodeCertificate(t *testing.T) {
 	})
 
 	// Each refusal, with the code a caller sees.
-	plain := c.pod(poolsNS, "debug-shell", workerSA, nil)
-	outside := c.pod(elsewhereNS, "pool-b-workers-5c4d-q9z", workerSA, workerLabels("pool-b"))
-	gone := c.pod(poolsNS, "pool-a-workers-7d9f-gone", workerSA, workerLabels("pool-a"))
+	plain := c.pod(poolsNS, "debug-shell", workerSA, nil, nil)
+	outside := c.pod(elsewhereNS, "pool-b-workers-5c4d-q9z", workerSA, workerLabels("pool-b"), c.owners(elsewhereNS, "pool-b", workerSA, false))
+	// Pods with a worker Pod's labels that the pool did not make.
+	handMade := c.pod(poolsNS, "pool-a-workers-7d9f-hand", workerSA, workerLabels("pool-a"), nil)
+	otherAccount := c.pod(poolsNS, "pool-a-workers-7d9f-sa", otherSA, workerLabels("pool-a"), poolA)
+	noPool := c.pod(poolsNS, "pool-c-workers-7d9f-x", workerSA, workerLabels("pool-c"), c.owners(poolsNS, "pool-c", workerSA, true))
+	wrongPool := c.pod(poolsNS, "pool-d-workers-7d9f-x", workerSA, workerLabels("pool-d"), poolA)
+	gone := c.pod(poolsNS, "pool-a-workers-7d9f-gone", workerSA, workerLabels("pool-a"), poolA)
 	goneToken := c.token(poolsNS, workerSA, gone, DefaultAudience)
 	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, gone.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	replaced := c.pod(poolsNS, "pool-a-workers-7d9f-again", workerSA, workerLabels("pool-a"))
+	replaced := c.pod(poolsNS, "pool-a-workers-7d9f-again", workerSA, workerLabels("pool-a"), poolA)
 	replacedToken := c.token(poolsNS, workerSA, replaced, DefaultAudience)
 	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, replaced.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	c.pod(poolsNS, replaced.Name, workerSA, workerLabels("pool-a"))
+	c.pod(poolsNS, replaced.Name, workerSA, workerLabels("pool-a"), poolA)
 	_, goodCSR := request(t, "")
 	for _, tc := range []struct {
 		name  string
@@ -193,6 +237,10 @@ func TestIssueNodeCertificate(t *testing.T) {
 	}{
 		{"another Pod of the workers' ServiceAccount", c.token(poolsNS, workerSA, plain, DefaultAudience), goodCSR, codes.PermissionDenied},
 		{"a worker Pod in a namespace not opted in", c.token(elsewhereNS, workerSA, outside, DefaultAudience), goodCSR, codes.PermissionDenied},
+		{"a Pod with the worker labels that no ReplicaSet controls", c.token(poolsNS, workerSA, handMade, DefaultAudience), goodCSR, codes.PermissionDenied},
+		{"a Pod of the pool's ReplicaSet running as another ServiceAccount", c.token(poolsNS, otherSA, otherAccount, DefaultAudience), goodCSR, codes.PermissionDenied},
+		{"a Pod of a Deployment no WorkerPool controls", c.token(poolsNS, workerSA, noPool, DefaultAudience), goodCSR, codes.PermissionDenied},
+		{"a Pod labelled for one pool under another pool's ReplicaSet", c.token(poolsNS, workerSA, wrongPool, DefaultAudience), goodCSR, codes.PermissionDenied},
 		{"a worker Pod's token for another audience", c.token(poolsNS, workerSA, worker, "ate"), goodCSR, codes.Unauthenticated},
 		{"a token bound to no Pod", c.token(poolsNS, workerSA, nil, DefaultAudience), goodCSR, codes.Unauthenticated},
 		{"a deleted Pod's token", goneToken, goodCSR, codes.Unauthenticated},

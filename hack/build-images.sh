@@ -11,8 +11,9 @@
 #                                         looks for it)
 #                    /tmp                 an empty, sticky, world-writable dir
 #                    /etc/ssl/certs/ca-certificates.crt
-#                                         this machine's CA bundle (Debian's
-#                                         ca-certificates), where Go looks:
+#                                         Debian's ca-certificates roots as
+#                                         packaged (not local additions),
+#                                         where Go looks:
 #                                         S3 over https, OIDC discovery and
 #                                         registry pulls need system roots
 #                  with PATH=/usr/local/bin:/opt/ate/bin:/usr/bin:/bin. The
@@ -40,7 +41,12 @@ log() { printf 'build-images: %s\n' "$*" >&2; }
 CACHE="${ATE_CACHE:-$HOME/.cache/ate}"
 # The order of the index; fixed, so every host builds the same one.
 arches=(amd64 arm64)
-cabundle=/etc/ssl/certs/ca-certificates.crt
+# The roots the image trusts: Debian's ca-certificates package (Mozilla's
+# list) as shipped, concatenated in name order, never this machine's
+# /etc/ssl/certs, which also holds whatever roots were added locally (a
+# corporate proxy's, mkcert's) and would then be trusted in production.
+cabundle=build/bin/ca-certificates.crt
+cadir=/usr/share/ca-certificates/mozilla
 
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(ate counter python-notes node-sessions)
@@ -85,9 +91,16 @@ build_ate() {
 	mkdir -p build/bin
 	go build -o build/bin/ocipack ./hack/ocipack
 	go build -o build/bin/ociindex ./hack/ociindex
-	if [[ ! -s $cabundle ]]; then
-		log "no CA bundle at $cabundle (apt-get install ca-certificates)"
+	if ! compgen -G "$cadir/*.crt" >/dev/null; then
+		log "no CA certificates in $cadir (apt-get install ca-certificates)"
 		exit 1
+	fi
+	# Rewritten only when it changes, so its mtime marks a real change.
+	LC_ALL=C cat $(LC_ALL=C ls "$cadir"/*.crt | sort) >"$cabundle.tmp"
+	if cmp -s "$cabundle.tmp" "$cabundle"; then
+		rm "$cabundle.tmp"
+	else
+		mv "$cabundle.tmp" "$cabundle"
 	fi
 	if ! stale "$out" cmd internal api pkg go.mod go.sum hack/ocipack hack/ociindex "${runsc[@]}" "$cabundle"; then
 		log "ate: up to date ($(grep -o 'sha256:[0-9a-f]*' "$out/index.json" | head -1))"

@@ -216,6 +216,47 @@ func TestRegistryCA(t *testing.T) {
 	}
 }
 
+// TestRegistryPlainHTTPRefused: pulls never go to a registry over plain
+// HTTP unless it is on loopback (go-containerregistry falls back to HTTP
+// for private-network registries): the request is refused before it
+// leaves, with what to do instead.
+func TestRegistryPlainHTTPRefused(t *testing.T) {
+	sent := 0
+	next := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		sent++
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+	})
+	for _, tc := range []struct {
+		url  string
+		sent bool
+	}{
+		{"http://10.1.2.3:5000/v2/", false},
+		{"http://192.168.1.10/v2/", false},
+		{"http://registry.example/v2/", false},
+		{"https://10.1.2.3:5000/v2/", true},
+		{"http://127.0.0.1:5000/v2/", true},
+		{"http://[::1]:5000/v2/", true},
+		{"http://localhost:5000/v2/", true},
+	} {
+		before := sent
+		req, err := http.NewRequest(http.MethodGet, tc.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = httpsOnly{next}.RoundTrip(req)
+		if got := sent > before; got != tc.sent || (err == nil) != tc.sent {
+			t.Errorf("%s: sent %v, err %v; want sent %v", tc.url, got, err, tc.sent)
+		}
+		if err != nil && !strings.Contains(err.Error(), "plain HTTP refused") {
+			t.Errorf("%s: %v, want it to say plain HTTP is refused", tc.url, err)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // serveRegistry runs an in-process OCI distribution server, behind
 // wrap, on 127.0.0.1 (plain HTTP, as go-containerregistry uses for
 // loopback registries) and returns its host:port.

@@ -2,11 +2,13 @@ package image
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"runtime"
 	"slices"
 	"strings"
@@ -37,17 +39,41 @@ func resolve(ctx context.Context, r Ref, roots localRoots, auth authn.Keychain) 
 	case TransportOCI, TransportOCIArchive:
 		return resolveLocal(r, roots)
 	case TransportRegistry:
-		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(auth), remote.WithPlatform(platform)}
+		rt := remote.DefaultTransport
 		if t, ok := auth.(trustingKeychain); ok {
-			opts = append(opts, remote.WithTransport(t.transport))
+			rt = t.transport
 		}
-		img, err := remote.Image(r.Remote, opts...)
+		img, err := remote.Image(r.Remote, remote.WithContext(ctx), remote.WithAuthFromKeychain(auth),
+			remote.WithPlatform(platform), remote.WithTransport(httpsOnly{rt}))
 		if err != nil {
 			return nil, nil, registryError(r, err)
 		}
 		return img, noClose{}, nil
 	}
 	return nil, nil, fmt.Errorf("%w: unknown transport %q", ErrBadRef, r.Transport)
+}
+
+// httpsOnly refuses plain-HTTP requests to every registry but one on
+// this machine's loopback. go-containerregistry falls back to HTTP for a
+// registry on a private network (10/8, 172.16/12, 192.168/16) when HTTPS
+// fails or is slow; whoever answers on the path would then get an
+// atespace's credentials in clear, and serve a tag whatever image it
+// likes.
+type httpsOnly struct{ next http.RoundTripper }
+
+func (h httpsOnly) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != "https" && !isLoopback(r.URL.Hostname()) {
+		return nil, fmt.Errorf("registry %s: plain HTTP refused: pulls use HTTPS (only a registry on this machine's loopback is reached over HTTP); give the registry a certificate, and if your own CA issued it, put that CA in ca.crt of --registry-credentials", r.URL.Host)
+	}
+	return h.next.RoundTrip(r)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // registryError classifies a failed registry fetch of r: a refusal of
@@ -58,6 +84,10 @@ func resolve(ctx context.Context, r Ref, roots localRoots, auth authn.Keychain) 
 func registryError(r Ref, err error) error {
 	if refused(err) {
 		return fmt.Errorf("%w: %s: %w", ErrUnauthorized, r.Remote.Name(), err)
+	}
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		return fmt.Errorf("fetch %s: %w (the registry's certificate is not from a trusted CA: if your own CA issued it, an operator puts that CA in ca.crt of --registry-credentials)", r.Remote.Name(), err)
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {

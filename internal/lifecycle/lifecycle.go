@@ -373,8 +373,13 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 		return nil, false, nil
 	}
 	if !paused {
-		if _, err := m.snaps.Committed(ctx, a.PendingSnapshot); err == nil || !errors.Is(err, snapshot.ErrNotFound) {
-			return nil, false, nil // adoptPending's to adopt, or to leave pending while unsure
+		switch _, err := m.snaps.Committed(ctx, a.PendingSnapshot); {
+		case err == nil:
+			return nil, false, nil // adoptPending's to adopt
+		case !errors.Is(err, snapshot.ErrNotFound):
+			// Unsure: stopping the sandbox now (recoverLocked) could
+			// destroy the only copy of what the actor answered.
+			return nil, true, fmt.Errorf("actor %s: is the interrupted suspend's snapshot %s committed? %w", a.Key(), a.PendingSnapshot, err)
 		}
 	}
 	action := checkpoint.Suspend
@@ -401,17 +406,23 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 	ref, err := on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
 	if err == nil && !paused {
 		ref, err = reportedRef(ref, a.UID)
+		if err == nil && snapshot.Bare(ref) != a.PendingSnapshot {
+			err = fmt.Errorf("%w: %q, asked for %s", ErrForeignSnapshot, ref, a.PendingSnapshot)
+		}
 	}
 	switch {
 	case err == nil:
-	case m.mayStillRun(a.Worker, err):
-		return nil, true, fmt.Errorf("%w: actor %s: interrupted %s: %w", ErrNodeUnavailable, a.Key(), a.State, err)
-	default:
+	case errors.Is(err, nodeapi.ErrStale), errors.Is(err, nodeapi.ErrUnknownWorker):
 		// The worker is empty: the first call's checkpoint ran (to be
-		// adopted, if committed), or this one failed and the node
-		// emptied the worker; either way the sandbox is gone.
+		// adopted, if committed), or the sandbox died; either way it is
+		// gone, and recoverLocked adopts or rolls back.
 		m.log.InfoContext(ctx, "interrupted checkpoint not taken again; the sandbox is gone", "actor", a.Key(), "err", err)
 		return nil, false, nil
+	default:
+		// Any other answer does not say the sandbox is gone (a failed
+		// checkpoint empties the worker, so the next try finds it
+		// stale): the actor stays as it is, on its worker.
+		return nil, true, fmt.Errorf("%w: actor %s: interrupted %s not finished: %w", ErrNodeUnavailable, a.Key(), a.State, err)
 	}
 	out, err := m.recordCheckpoint(ctx, a, on, ref, paused, func(done *store.Actor) {
 		done.Message = action.Done() + " (an interrupted " + action.String() + " was completed on its node)"

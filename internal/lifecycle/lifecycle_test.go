@@ -66,6 +66,9 @@ type fakeNode struct {
 	// gone, while set, fails Checkpoint as a node whose worker no
 	// longer hosts the actor (nodeapi.ErrStale).
 	gone atomic.Bool
+	// checkpointErr, if set, is Checkpoint's error (an answer that
+	// says nothing of the sandbox).
+	checkpointErr error
 	// checkpoints counts Checkpoint calls that reached the node.
 	checkpoints atomic.Int64
 }
@@ -92,6 +95,9 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.Checkp
 	if f.gone.Load() {
 		return "", fmt.Errorf("checkpoint %s: %w", uid, nodeapi.ErrStale)
 	}
+	if f.checkpointErr != nil {
+		return "", f.checkpointErr
+	}
 	if f.onCheckpoint != nil {
 		f.onCheckpoint()
 	}
@@ -103,6 +109,9 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.Checkp
 	}
 	if f.reportRef != "" {
 		return f.reportRef, nil
+	}
+	if o.ID != "" {
+		return uid + "/" + o.ID, nil
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
@@ -921,6 +930,41 @@ func TestInterruptedSuspendWaitsWhenUnsure(t *testing.T) {
 	if got := e.get(t); got.State != store.Suspending || got.PendingSnapshot != pending {
 		t.Fatalf("actor after the unsure resume: %s, pending %q; want SUSPENDING with %q", got.State, got.PendingSnapshot, pending)
 	}
+	if n, c := e.node.stops.Load(), e.node.checkpoints.Load(); n != 0 || c != 0 {
+		t.Fatalf("the unsure resume stopped %d sandboxes and asked %d checkpoints; the sandbox may hold the only copy, want it left alone", n, c)
+	}
+}
+
+// TestInterruptedSuspendUnclearAnswer: the node answers the checkpoint
+// asked again with an error that does not say the sandbox is gone (not
+// ErrStale): the actor stays SUSPENDING on its worker with its pending
+// snapshot and its sandbox is not stopped; once the node says the worker
+// is empty, it is rolled back.
+func TestInterruptedSuspendUnclearAnswer(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	a := e.get(t)
+	pending := a.UID + "/" + snapshot.NewID()
+	a.State, a.PendingSnapshot = store.Suspending, pending
+	_, err := e.st.UpdateActor(ctx, a)
+	must(t, err)
+	e.node.checkpointErr = errors.New("internal error")
+	if _, err := e.m.Resume(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("resume with an unclear answer from the node = %v, want ErrNodeUnavailable", err)
+	}
+	if got := e.get(t); got.State != store.Suspending || got.Worker != a.Worker || got.PendingSnapshot != pending || e.node.stops.Load() != 0 {
+		t.Fatalf("after an unclear answer: %s on %q, pending %q, %d stops; want SUSPENDING on %s, its sandbox left alone",
+			got.State, got.Worker, got.PendingSnapshot, e.node.stops.Load(), a.Worker)
+	}
+	e.node.checkpointErr = nil
+	e.node.gone.Store(true)
+	if _, err := e.m.Resume(ctx, key("a")); err != nil {
+		t.Fatal(err)
+	}
+	if from := e.node.last.Snapshot; from != "tpl-uid/golden" {
+		t.Fatalf("resumed from %q once the sandbox was gone, want the last snapshot", from)
+	}
 }
 
 // TestIdleSuspendListeningStreams: an open listening stream keeps an
@@ -1040,5 +1084,32 @@ func TestResumePlacesElsewhereWhenNodeNotServing(t *testing.T) {
 	}
 	if refused.Load() != 1 {
 		t.Errorf("n1 was asked to start %d times while it refused, want no more", refused.Load())
+	}
+}
+
+// TestRevertDropsThePendingSnapshot: reverting an actor left SUSPENDING
+// discards its interrupted suspend's snapshot with the rest: the record
+// names no pending snapshot any more (orphan collection would keep it
+// forever), and the snapshot is deleted.
+func TestRevertDropsThePendingSnapshot(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	a := e.get(t)
+	st, err := e.snaps.Stage(a.UID, "")
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+	pending, err := e.snaps.Commit(ctx, st, snapshot.ScopeFull)
+	must(t, err)
+	a.State, a.PendingSnapshot = store.Suspending, pending
+	_, err = e.st.UpdateActor(ctx, a)
+	must(t, err)
+	out, err := e.m.Revert(ctx, key("a"))
+	must(t, err)
+	if out.State != store.Suspended || out.PendingSnapshot != "" || out.Snapshot != a.Snapshot {
+		t.Fatalf("after revert: %s at %q, pending %q; want SUSPENDED at %q, none pending", out.State, out.Snapshot, out.PendingSnapshot, a.Snapshot)
+	}
+	if _, err := e.snaps.Open(ctx, pending); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("the interrupted suspend's snapshot after revert: %v, want deleted", err)
 	}
 }

@@ -367,10 +367,15 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 			return err
 		}
 		r := *a
-		r.State, r.Worker, r.PausedSnapshot, r.Node = store.Suspended, "", "", ""
+		r.State, r.Worker, r.PausedSnapshot, r.Node, r.PendingSnapshot = store.Suspended, "", "", "", ""
 		r.Message = "reverted to the last durable snapshot"
 		if out, err = m.update(ctx, a, &r); err != nil {
 			return err
+		}
+		// An interrupted suspend's snapshot, if it was committed, is
+		// discarded with the rest (orphan collection keeps a pending one).
+		if strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
+			m.dropSnapshot(a.PendingSnapshot)
 		}
 		if n, ok := m.nodes.Get(a.Node); ok && a.PausedSnapshot != "" {
 			_ = n.DeletePaused(a.PausedSnapshot)

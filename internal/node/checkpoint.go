@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,17 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	defer s.opMu.Unlock()
 	if !s.gate.hosts(actorUID) {
 		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
+	}
+	// Snapshot ids are minted once per checkpoint: one already committed
+	// is a repeated request (a first call delayed in the network, arriving
+	// after the control plane asked again under the same id and the actor
+	// was resumed here). Writing it again would overwrite the snapshot
+	// the actor's record names, and stop the sandbox it now runs in.
+	if !opts.Paused && opts.ID != "" {
+		ref := cmp.Or(opts.Owner, actorUID) + "/" + opts.ID
+		if _, err := n.cfg.Snapshots.Committed(ctx, ref); err == nil {
+			return "", fmt.Errorf("checkpoint %s on %s: snapshot %s is already committed (a repeated request): %w", actorUID, worker, ref, ErrStale)
+		}
 	}
 	if opts.LeaveRunning {
 		return n.checkpointLive(ctx, s, actorUID, opts)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"substrate.dev/ate/internal/sandbox/fake"
 	"substrate.dev/ate/internal/snapshot"
@@ -50,5 +51,44 @@ func TestCheckpointOutlivesAStoreOutage(t *testing.T) {
 	}
 	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: ref}); err != nil {
 		t.Fatalf("restore of the snapshot committed after the outage: %v", err)
+	}
+}
+
+// TestRepeatedCheckpointLeavesTheSandbox: a checkpoint request under a
+// snapshot id that is already committed (a first request delayed in the
+// network, arriving after the control plane asked again under the same
+// id, and the actor was resumed on this worker since) is refused as
+// stale: the sandbox keeps running and the committed snapshot is left as
+// it is.
+func TestRepeatedCheckpointLeavesTheSandbox(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	ctx := t.Context()
+	w := n.order[0]
+	start := func(snap string) {
+		t.Helper()
+		if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: snap}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("")
+	id := snapshot.NewID()
+	ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(ref)
+	// Bounded: without the refusal the repeated commit fails and is
+	// retried for as long as its context lasts.
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := n.Checkpoint(rctx, w, "a", CheckpointOptions{ID: id}); !errors.Is(err, ErrStale) {
+		t.Fatalf("a repeated checkpoint under committed id %s = %v, want ErrStale", id, err)
+	}
+	if !n.slots[w].gate.hosts("a") {
+		t.Fatal("the repeated checkpoint stopped the sandbox the actor runs in now")
+	}
+	if _, err := n.cfg.Snapshots.Committed(ctx, ref); err != nil {
+		t.Fatalf("the committed snapshot after the repeated request: %v", err)
 	}
 }

@@ -53,6 +53,9 @@ idle: {after: 10m, action: suspend}
 	if _, err := in.ate(ctx, "suspend", "actor", "notes-1"); err != nil {
 		t.Fatal(err)
 	}
+	if st, err := in.actorState(ctx, actor); err != nil || st != "SUSPENDED" {
+		t.Fatalf("%s after suspend: %q %v, want SUSPENDED", actor, st, err)
+	}
 	if got := call(t, ctx, actor, http.MethodGet, "/memo", "", http.StatusOK); got != "kept in memory only" {
 		t.Fatalf("memo after suspend and resume: %q", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,10 @@ import (
 type identityCluster struct {
 	*cluster
 	kube *k8stest.Env
+	// owner is the controller reference of pool-a's worker Pods: a
+	// ReplicaSet of Deployment pool-a-workers, which WorkerPool pool-a
+	// controls (no kube-controller-manager here: the test makes them).
+	owner []metav1.OwnerReference
 }
 
 const identityNS = "pools"
@@ -50,23 +55,47 @@ func startIdentityCluster(t *testing.T, certTTL string) *identityCluster {
 		ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultWorkerServiceAccount}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	labels := workerPodLabels("pool-a")
+	tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+		ServiceAccountName: controller.DefaultWorkerServiceAccount, Containers: []corev1.Container{{Name: "node", Image: "ate"}}}}
+	dep, err := kube.Clientset.AppsV1().Deployments(identityNS).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: controller.DeploymentName("pool-a"), OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: atek8s.GroupVersion.String(), Kind: "WorkerPool", Name: "pool-a", UID: "pool-a-uid", Controller: ptr.To(true)}}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tpl}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := kube.Clientset.AppsV1().ReplicaSets(identityNS).Create(ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: dep.Name + "-6f7c9", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID, Controller: ptr.To(true)}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tpl}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := startClusterWith(t, clusterOptions{timing: clusterTiming, apiArgs: []string{
 		"--node-signer-dir", caDir, "--kubeconfig", kube.Kubeconfig, "--node-cert-ttl", certTTL}})
-	return &identityCluster{cluster: c, kube: kube}
+	return &identityCluster{cluster: c, kube: kube, owner: []metav1.OwnerReference{{
+		APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}}
+}
+
+// workerPodLabels are the labels the controller gives pool's worker Pods.
+func workerPodLabels(pool string) map[string]string {
+	return map[string]string{atek8s.PoolLabel: pool, "app.kubernetes.io/name": "ate-worker", "app.kubernetes.io/managed-by": controller.FieldManager}
 }
 
 // pod writes a Pod of the workers' ServiceAccount, a worker Pod of a
-// pool (the controller's labels) or not, and returns a --tls-bootstrap-dir
+// pool (the controller's labels, under its ReplicaSet) or not, and returns a --tls-bootstrap-dir
 // for it: its token of audience, bound to it, and the CA.
 func (ic *identityCluster) pod(name string, worker bool, audience string) string {
 	ic.t.Helper()
 	ctx := context.Background()
 	var labels map[string]string
+	var owner []metav1.OwnerReference
 	if worker {
-		labels = map[string]string{atek8s.PoolLabel: "pool-a", "app.kubernetes.io/name": "ate-worker", "app.kubernetes.io/managed-by": controller.FieldManager}
+		labels, owner = workerPodLabels("pool-a"), ic.owner
 	}
 	p, err := ic.kube.Clientset.CoreV1().Pods(identityNS).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owner},
 		Spec: corev1.PodSpec{ServiceAccountName: controller.DefaultWorkerServiceAccount, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "node", Image: "ate"}}},
 	}, metav1.CreateOptions{})

@@ -744,19 +744,7 @@ func TestInterruptedSuspendAdoptsCommittedSnapshot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.resume(t)
-			a := e.get(t)
-			pending := a.UID + "/" + snapshot.NewID()
-			if tc.committed {
-				st, err := e.snaps.Stage(a.UID, "")
-				must(t, err)
-				must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
-				pending, err = e.snaps.Commit(ctx, st, snapshot.ScopeFull)
-				must(t, err)
-			}
-			a.State, a.PendingSnapshot = store.Suspending, pending
-			_, err := e.st.UpdateActor(ctx, a)
-			must(t, err)
+			a, pending := e.interruptedSuspend(t, tc.committed)
 			e.node.gone.Store(!tc.alive)
 			asked := e.node.checkpoints.Load()
 			out, err := e.m.Resume(ctx, key("a"))
@@ -818,6 +806,30 @@ func TestInterruptedPauseFinishedOnItsNode(t *testing.T) {
 		t.Fatalf("after the interrupted pause was asked again: %s on node %q, paused %q, worker %q; want PAUSED on n1",
 			out.State, out.Node, out.PausedSnapshot, out.Worker)
 	}
+}
+
+// interruptedSuspend resumes the actor and then leaves its record as a
+// suspend's workflow that died does: SUSPENDING on its worker with a
+// pending snapshot, committed by the node or not. It returns the record
+// before the suspend began and the pending snapshot.
+func (e *env) interruptedSuspend(t *testing.T, committed bool) (*store.Actor, string) {
+	t.Helper()
+	ctx := context.Background()
+	e.resume(t)
+	a := e.get(t)
+	pending := a.UID + "/" + snapshot.NewID()
+	if committed {
+		st, err := e.snaps.Stage(a.UID, "")
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+		pending, err = e.snaps.Commit(ctx, st, snapshot.ScopeFull)
+		must(t, err)
+	}
+	ing := *a
+	ing.State, ing.PendingSnapshot = store.Suspending, pending
+	_, err := e.st.UpdateActor(ctx, &ing)
+	must(t, err)
+	return a, pending
 }
 
 // stallingStore fails lease renewals while stalled is set, as a process
@@ -916,12 +928,7 @@ func (unsureSnapshots) Committed(context.Context, string) (string, error) {
 func TestInterruptedSuspendWaitsWhenUnsure(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.resume(t)
-	a := e.get(t)
-	pending := a.UID + "/" + snapshot.NewID()
-	a.State, a.PendingSnapshot = store.Suspending, pending
-	_, err := e.st.UpdateActor(ctx, a)
-	must(t, err)
+	_, pending := e.interruptedSuspend(t, false)
 	m := New(e.st, testNodes{n: e.node, live: []string{"n1"}}, unsureSnapshots{e.snaps}, "test", nil)
 	t.Cleanup(m.Close)
 	if _, err := m.Resume(ctx, key("a")); err == nil {
@@ -943,12 +950,7 @@ func TestInterruptedSuspendWaitsWhenUnsure(t *testing.T) {
 func TestInterruptedSuspendUnclearAnswer(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.resume(t)
-	a := e.get(t)
-	pending := a.UID + "/" + snapshot.NewID()
-	a.State, a.PendingSnapshot = store.Suspending, pending
-	_, err := e.st.UpdateActor(ctx, a)
-	must(t, err)
+	a, pending := e.interruptedSuspend(t, false)
 	e.node.checkpointErr = errors.New("internal error")
 	if _, err := e.m.Resume(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
 		t.Fatalf("resume with an unclear answer from the node = %v, want ErrNodeUnavailable", err)
@@ -1094,16 +1096,7 @@ func TestResumePlacesElsewhereWhenNodeNotServing(t *testing.T) {
 func TestRevertDropsThePendingSnapshot(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.resume(t)
-	a := e.get(t)
-	st, err := e.snaps.Stage(a.UID, "")
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
-	pending, err := e.snaps.Commit(ctx, st, snapshot.ScopeFull)
-	must(t, err)
-	a.State, a.PendingSnapshot = store.Suspending, pending
-	_, err = e.st.UpdateActor(ctx, a)
-	must(t, err)
+	a, pending := e.interruptedSuspend(t, true)
 	out, err := e.m.Revert(ctx, key("a"))
 	must(t, err)
 	if out.State != store.Suspended || out.PendingSnapshot != "" || out.Snapshot != a.Snapshot {

@@ -36,6 +36,7 @@
 # cache (runsc ~2 of it); then ~30 s when ate changed, 1 s when nothing did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/lib.sh
 log() { printf 'build-images: %s\n' "$*" >&2; }
 
 CACHE="${ATE_CACHE:-$HOME/.cache/ate}"
@@ -92,8 +93,8 @@ build_ate() {
 	go build -o build/bin/ocipack ./hack/ocipack
 	go build -o build/bin/ociindex ./hack/ociindex
 	if ! compgen -G "$cadir/*.crt" >/dev/null; then
-		log "no CA certificates in $cadir (apt-get install ca-certificates)"
-		exit 1
+		log "installing Debian's ca-certificates (the roots the image carries)"
+		apt_install --no-install-recommends ca-certificates >/dev/null
 	fi
 	# Rewritten only when it changes, so its mtime marks a real change.
 	LC_ALL=C cat $(LC_ALL=C ls "$cadir"/*.crt | sort) >"$cabundle.tmp"

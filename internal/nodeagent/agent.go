@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -390,6 +391,10 @@ func (a *Agent) follow(ctx context.Context, addrs []string, first func(error)) e
 // keep runs l's sessions one after another until ctx ends.
 func (a *Agent) keep(ctx context.Context, l *link, first func(error)) {
 	backoff := minBackoff
+	// Until when a refusal that names a wait (the name still held by a
+	// predecessor whose registration has not lapsed) is waited out
+	// rather than reported: set by the first such refusal.
+	var waitUntil time.Time
 	for ctx.Err() == nil {
 		welcomed, err := a.session(ctx, l, func() {
 			first(nil)
@@ -402,7 +407,19 @@ func (a *Agent) keep(ctx context.Context, l *link, first func(error)) {
 			break
 		}
 		if !welcomed && status.Code(err) != codes.Unavailable {
-			first(err)
+			d, ok := retryDelay(err)
+			if ok && waitUntil.IsZero() {
+				// A dead predecessor falls silent within d; twice that
+				// (and a second for scheduling) before concluding it is
+				// alive.
+				waitUntil = time.Now().Add(2*d + time.Second)
+			}
+			if ok && time.Now().Before(waitUntil) {
+				a.log.Warn("this node's name is still registered by another incarnation; waiting for it to fall silent",
+					"replica", l.addr, "err", err, "until", waitUntil)
+			} else {
+				first(err)
+			}
 		}
 		a.log.Warn("node registration interrupted; retrying", "replica", l.addr, "err", err, "backoff", backoff)
 		// The replica may be gone for good (a rolling update): look for
@@ -694,4 +711,14 @@ func waitTick(ctx context.Context, tick *time.Ticker, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// retryDelay is the wait a refusal names (errdetails.RetryInfo), if any.
+func retryDelay(err error) (time.Duration, bool) {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
 }

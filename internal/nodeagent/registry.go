@@ -11,10 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -663,6 +665,22 @@ func (r *Registry) event(ctx context.Context, m *member, wf nodeapi.Events, ev *
 	}
 }
 
+// nameTaken refuses a node whose name another incarnation holds, one
+// heard from less than LostAfter ago. The refusal carries, as RetryInfo,
+// when that one will have been silent for LostAfter if it is not heard
+// again: a restarted node whose predecessor died with its stream still
+// open (a proxy or a half-open connection keeps it) waits that long and
+// is admitted, where a second live process under the name, still
+// heartbeating, is refused again and gives up.
+func nameTaken(name, address string, silentIn time.Duration) error {
+	st := status.Newf(codes.AlreadyExists,
+		"node %s is already registered from %s and heartbeating; stop it first or give this node another --name", name, address)
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(max(silentIn, 0))}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
 // admit registers the node of hello h: it refuses a name live under
 // another epoch and workers already registered by another node; a new
 // epoch declares the previous incarnation lost first. It records the
@@ -681,9 +699,9 @@ func (r *Registry) admit(ctx context.Context, h *atev1.NodeHello, end context.Ca
 	r.mu.Lock()
 	prev := r.members[name]
 	if prev != nil && prev.live() && prev.epoch != h.GetEpoch() && time.Since(prev.lastHeard) <= r.cfg.LostAfter && prev.end != nil {
+		silentIn := r.cfg.LostAfter - time.Since(prev.lastHeard)
 		r.mu.Unlock()
-		return nil, nil, status.Errorf(codes.AlreadyExists,
-			"node %s is already registered from %s and heartbeating; stop it first or give this node another --name", name, prev.address)
+		return nil, nil, nameTaken(name, prev.address, silentIn)
 	}
 	for _, w := range h.GetWorkers() {
 		if owner, ok := r.byWorker[w.GetName()]; ok && owner != name {

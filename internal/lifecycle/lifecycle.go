@@ -365,7 +365,8 @@ func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Ac
 // decides), or the suspend's pending snapshot is already committed.
 func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *store.Actor, done bool, _ error) {
 	paused := a.State == store.Pausing
-	if a.Worker == "" || (!paused && !strings.HasPrefix(a.PendingSnapshot, a.UID+"/")) {
+	pending := strings.HasPrefix(a.PendingSnapshot, a.UID+"/")
+	if a.Worker == "" || (!paused && !pending) {
 		return nil, false, nil
 	}
 	on, err := m.nodeOf(a.Worker)
@@ -387,13 +388,19 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 		action = checkpoint.Pause
 	}
 	opts, _ := m.checkpointOptionsFor(ctx, a, action)
-	if paused {
-		opts.ID = m.newSnapshotID()
-	} else {
+	switch {
+	case pending:
 		// The pending id, so that whichever of the two calls the node
-		// ran is the snapshot the record already names.
+		// ran is the snapshot the record already names. For a pause the
+		// node answers a repeated id with the checkpoint it committed:
+		// the pause finished there, its PAUSED write was what was lost.
 		opts.ID = strings.TrimPrefix(a.PendingSnapshot, a.UID+"/")
-		m.minted.add(opts.ID)
+		if !paused {
+			m.minted.add(opts.ID)
+		}
+	default:
+		// A PAUSING record written before pauses recorded their id.
+		opts.ID = m.newSnapshotID()
 	}
 	// As stopSandbox: the node does not check leases.
 	if f, ok := store.FenceFrom(ctx); ok {
@@ -404,7 +411,7 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 	m.log.InfoContext(ctx, "interrupted checkpoint asked of its node again: the sandbox may still hold what the actor answered",
 		"actor", a.Key(), "state", a.State, "worker", a.Worker, "snapshot_id", opts.ID)
 	ref, err := on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
-	if err == nil && !paused {
+	if err == nil && pending {
 		ref, err = reportedRef(ref, a.UID)
 		if err == nil && snapshot.Bare(ref) != a.PendingSnapshot {
 			err = fmt.Errorf("%w: %q, asked for %s", ErrForeignSnapshot, ref, a.PendingSnapshot)

@@ -808,6 +808,36 @@ func TestInterruptedPauseFinishedOnItsNode(t *testing.T) {
 	}
 }
 
+// TestInterruptedPauseAdoptsItsCheckpoint: a pause whose call to the
+// node went unanswered leaves the actor PAUSING with the checkpoint's id
+// recorded. The next workflow asks the node again under that id (the
+// node answers a finished pause with the checkpoint it committed), and
+// the actor is PAUSED at exactly that checkpoint: a pause that finished
+// on the node with its answer lost is not rolled back.
+func TestInterruptedPauseAdoptsItsCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.resume(t)
+	e.node.unreachable.Store(true)
+	if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
+	}
+	a := e.get(t)
+	if a.State != store.Pausing || !strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
+		t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
+	}
+	e.node.unreachable.Store(false)
+	out, err := e.m.Pause(ctx, key("a"))
+	must(t, err)
+	if got := e.node.lastCheckpoint.ID; a.UID+"/"+got != a.PendingSnapshot {
+		t.Fatalf("the node was asked again under id %q, want the recorded %s", got, a.PendingSnapshot)
+	}
+	if out.State != store.Paused || out.PausedSnapshot != a.PendingSnapshot || out.PendingSnapshot != "" {
+		t.Fatalf("after the interrupted pause was asked again: %s at %q (pending %q), want PAUSED at %s",
+			out.State, out.PausedSnapshot, out.PendingSnapshot, a.PendingSnapshot)
+	}
+}
+
 // interruptedSuspend resumes the actor and then leaves its record as a
 // suspend's workflow that died does: SUSPENDING on its worker with a
 // pending snapshot, committed by the node or not. It returns the record

@@ -200,9 +200,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	ing.State = store.Suspending
 	if paused {
 		ing.State = store.Pausing
-	} else {
-		ing.PendingSnapshot = a.UID + "/" + opts.ID
 	}
+	// For a pause, the id of the checkpoint on the node's disk: a workflow
+	// that finds the actor PAUSING asks the node for it again under this
+	// id and adopts what the node committed (finishInterrupted).
+	ing.PendingSnapshot = a.UID + "/" + opts.ID
 	a, err = m.update(ctx, a, &ing)
 	if err != nil {
 		return nil, err
@@ -373,8 +375,15 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 			return err
 		}
 		// An interrupted suspend's snapshot, if it was committed, is
-		// discarded with the rest (orphan collection keeps a pending one).
-		if strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
+		// discarded with the rest (orphan collection keeps a pending one);
+		// an interrupted pause's is on its node's disk.
+		switch {
+		case !strings.HasPrefix(a.PendingSnapshot, a.UID+"/"):
+		case a.State == store.Pausing:
+			if n, err := m.nodeOf(a.Worker); err == nil {
+				_ = n.DeletePaused(a.PendingSnapshot)
+			}
+		default:
 			m.dropSnapshot(a.PendingSnapshot)
 		}
 		if n, ok := m.nodes.Get(a.Node); ok && a.PausedSnapshot != "" {

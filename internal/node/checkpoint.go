@@ -34,6 +34,15 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	// A pause asked again under an id this node committed: the pause
+	// finished here and its answer, or the record of it, was lost. Its
+	// checkpoint is the answer; nothing is touched (the worker may host
+	// the actor again by now, or another).
+	if opts.Paused && opts.ID != "" {
+		if ref, err := n.cfg.Paused.Committed(ctx, cmp.Or(opts.Owner, actorUID)+"/"+opts.ID); err == nil {
+			return ref, nil
+		}
+	}
 	if !s.gate.hosts(actorUID) {
 		return "", fmt.Errorf("checkpoint %s on %s: %w", actorUID, worker, ErrStale)
 	}

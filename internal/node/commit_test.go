@@ -92,3 +92,40 @@ func TestRepeatedCheckpointLeavesTheSandbox(t *testing.T) {
 		t.Fatalf("the committed snapshot after the repeated request: %v", err)
 	}
 }
+
+// TestRepeatedPauseAnswersItsCheckpoint: a pause asked again under the id
+// of one that finished here (its answer, or the PAUSED write, was lost)
+// is answered with the checkpoint committed then, whether the worker is
+// empty or hosts the actor again; the sandbox is left alone. A new id on
+// an empty worker is still stale.
+func TestRepeatedPauseAnswersItsCheckpoint(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	ctx := t.Context()
+	w := n.order[0]
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	id := snapshot.NewID()
+	ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: id})
+	if err != nil || again != ref {
+		t.Fatalf("the pause asked again on the emptied worker = %q, %v; want %q", again, err, ref)
+	}
+	if _, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: snapshot.NewID()}); !errors.Is(err, ErrStale) {
+		t.Fatalf("a new pause on the emptied worker = %v, want ErrStale", err)
+	}
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: ref, Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	again, err = n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: id})
+	if err != nil || again != ref {
+		t.Fatalf("the pause asked again once the actor runs there again = %q, %v; want %q", again, err, ref)
+	}
+	if !n.slots[w].gate.hosts("a") {
+		t.Fatal("the repeated pause stopped the sandbox the actor runs in now")
+	}
+}

@@ -181,7 +181,8 @@ type Lifecycle struct {
 	// SUSPENDED write (a replica killed, a store outage past its lease),
 	// the workflow that finds the actor SUSPENDING adopts it when it was
 	// committed, so work the actor answered before it was checkpointed
-	// is not rolled back.
+	// is not rolled back. A PAUSING workflow records the same for the
+	// checkpoint it is having written to its node's disk.
 	PendingSnapshot string `json:"pendingSnapshot,omitempty"`
 	// PausedSnapshot and Node locate a PAUSED actor's checkpoint on a
 	// node's disk; it is newer than Snapshot.

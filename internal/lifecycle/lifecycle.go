@@ -341,6 +341,9 @@ func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Ac
 	}
 	switch a.State {
 	case store.Suspending, store.Pausing:
+		if a.State == store.Suspending && a.Worker == "" && a.PausedSnapshot != "" {
+			return m.finishUpload(ctx, a)
+		}
 		if out, done, err := m.finishInterrupted(ctx, a); done || err != nil {
 			return out, err
 		}
@@ -441,6 +444,27 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 	return out, true, nil
 }
 
+// finishUpload settles a PAUSED actor's interrupted upload (SUSPENDING,
+// no worker, its paused checkpoint on a node): SUSPENDED at the durable
+// copy if that was committed, else PAUSED again at the checkpoint it
+// came from, which the upload does not remove until it is recorded. A
+// crash there must not leave it CRASHED at its older durable snapshot:
+// that would lose what it answered before the pause.
+func (m *Manager) finishUpload(ctx context.Context, a *store.Actor) (*store.Actor, error) {
+	if out, adopted, err := m.adoptPending(ctx, a); adopted || err != nil {
+		return out, err
+	}
+	back := *a
+	back.State, back.PendingSnapshot = store.Paused, ""
+	back.Message = "paused (an interrupted upload of its checkpoint was rolled back)"
+	out, err := m.update(ctx, a, &back)
+	if err != nil {
+		return nil, err
+	}
+	m.log.InfoContext(ctx, "interrupted upload rolled back: the actor is paused at its checkpoint", "actor", a.Key(), "node", a.Node, "paused", a.PausedSnapshot)
+	return out, nil
+}
+
 // adoptPending finishes the interrupted suspend of a SUSPENDING actor
 // whose snapshot was committed: it becomes SUSPENDED at that snapshot
 // (nothing it answered is rolled back) and its previous one is deleted.
@@ -465,6 +489,7 @@ func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Ac
 	// The pointer records the digest of the manifest found now: from here
 	// on nothing else may stand in for it (snapshot.ParseRef).
 	n.State, n.Worker, n.Snapshot, n.PendingSnapshot = store.Suspended, "", committed, ""
+	n.PausedSnapshot, n.Node = "", "" // an upload's: its durable copy replaces it
 	n.Message = "suspended (an interrupted suspend was completed from its committed snapshot)"
 	out, err := m.update(ctx, a, &n)
 	if err != nil {
@@ -472,6 +497,11 @@ func (m *Manager) adoptPending(ctx context.Context, a *store.Actor) (_ *store.Ac
 	}
 	if a.Worker != "" {
 		m.workerFreed()
+	}
+	if a.PausedSnapshot != "" {
+		if on, ok := m.nodes.Get(a.Node); ok {
+			_ = on.DeletePaused(a.PausedSnapshot)
+		}
 	}
 	m.deleteOld(ctx, a, a.Snapshot)
 	m.log.InfoContext(ctx, "interrupted suspend completed from its committed snapshot", "actor", a.Key(), "snapshot", out.Snapshot)

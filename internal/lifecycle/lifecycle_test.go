@@ -838,6 +838,50 @@ func TestInterruptedPauseAdoptsItsCheckpoint(t *testing.T) {
 	}
 }
 
+// TestInterruptedUploadKeepsThePause: a PAUSED actor's upload (PAUSED →
+// SUSPENDING → SUSPENDED) whose workflow died before its last write is
+// settled by the next one: SUSPENDED at the durable copy if that was
+// committed, else PAUSED again at its checkpoint on the node, from which
+// the next resume restores. Never CRASHED at the older durable snapshot,
+// which would lose what the actor answered before its pause.
+func TestInterruptedUploadKeepsThePause(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			e.resume(t)
+			paused, err := e.m.Pause(ctx, key("a"))
+			must(t, err)
+			pending := paused.UID + "/" + snapshot.NewID()
+			if committed {
+				st, err := e.snaps.Stage(paused.UID, "")
+				must(t, err)
+				must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+				pending, err = e.snaps.Commit(ctx, st, snapshot.ScopeFull)
+				must(t, err)
+			}
+			ing := *paused
+			ing.State, ing.PendingSnapshot = store.Suspending, pending
+			_, err = e.st.UpdateActor(ctx, &ing)
+			must(t, err)
+
+			var started nodeapi.StartRequest
+			e.node.onStart = func(req nodeapi.StartRequest) error { started = req; return nil }
+			e.resume(t)
+			want := nodeapi.StartRequest{Snapshot: paused.PausedSnapshot, Paused: true}
+			if committed {
+				want = nodeapi.StartRequest{Snapshot: pending}
+			}
+			if started.Snapshot != want.Snapshot || started.Paused != want.Paused {
+				t.Fatalf("resumed from %q (paused %v), want %q (paused %v)", started.Snapshot, started.Paused, want.Snapshot, want.Paused)
+			}
+			if got := e.get(t); got.State != store.Running || got.PendingSnapshot != "" {
+				t.Fatalf("after the resume: %s, pending %q; want RUNNING, nothing pending", got.State, got.PendingSnapshot)
+			}
+		})
+	}
+}
+
 // interruptedSuspend resumes the actor and then leaves its record as a
 // suspend's workflow that died does: SUSPENDING on its worker with a
 // pending snapshot, committed by the node or not. It returns the record

@@ -297,8 +297,13 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 		tracing.End(span, err)
 	}()
 	opts, idleAfter := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
+	id := m.newSnapshotID()
 	ing := *a
-	ing.State = store.Suspending
+	// The durable copy to come is named, as a suspend's: a workflow that
+	// finds the upload interrupted adopts it if it was committed, and
+	// otherwise puts the actor back PAUSED (getSettled), its paused
+	// checkpoint still on the node.
+	ing.State, ing.PendingSnapshot = store.Suspending, a.UID+"/"+id
 	a, err = m.update(ctx, a, &ing)
 	if err != nil {
 		return nil, err
@@ -306,19 +311,19 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	on, err := m.nodeNamed(a.Node)
 	ref := ""
 	if err == nil {
-		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, m.newSnapshotID(), opts.Scope)
+		ref, err = on.Upload(ctx, a.PausedSnapshot, a.UID, id, opts.Scope)
 	}
 	if err == nil {
 		ref, err = reportedRef(ref, a.UID)
 	}
 	if err != nil {
 		back := *a
-		back.State, back.Message = store.Paused, "upload of the paused checkpoint failed: "+err.Error()
+		back.State, back.Message, back.PendingSnapshot = store.Paused, "upload of the paused checkpoint failed: "+err.Error(), ""
 		_, _ = m.update(ctx, a, &back)
 		return nil, fmt.Errorf("%w: actor %s: %w", ErrSuspendFailed, a.Key(), err)
 	}
 	done := *a
-	done.State, done.Snapshot, done.PausedSnapshot, done.Node = store.Suspended, ref, "", ""
+	done.State, done.Snapshot, done.PausedSnapshot, done.Node, done.PendingSnapshot = store.Suspended, ref, "", "", ""
 	done.Message, done.Reason, done.EvictedFor = why.message(checkpoint.Suspend.Done(), idleAfter, a.Atespace), why.Reason, why.EvictedFor
 	out, err := m.update(ctx, a, &done)
 	if err != nil {

@@ -150,6 +150,8 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	// Resumed by the request, with its memory.
 	in.hit(t, ctx, "default/counter-1")
 
+	testBeforeGoldenIsReady(t, ctx, in, dir)
+
 	// A tenant of an atespace with no key for the registry: its template
 	// naming the same private image is refused when it is created, with
 	// the registry's refusal, not when an actor first starts.
@@ -165,12 +167,45 @@ func testInstall(t *testing.T, ctx context.Context, in *install, dir string) {
 	}
 }
 
+// testBeforeGoldenIsReady: an actor created and requested at once after
+// its template, without waiting for the template's golden snapshot (as
+// a user who skips --wait does), counts in order, is suspended and
+// resumes with its memory. Once, in about ten runs, such an actor turned
+// CRASHED after answering two requests: a replica that had not yet heard
+// the nodes took their workers for lost (fixed since; this is the path
+// the cluster suite had avoided).
+func testBeforeGoldenIsReady(t *testing.T, ctx context.Context, in *install, dir string) {
+	f := filepath.Join(dir, "counter-cold.yaml")
+	if err := os.WriteFile(f, []byte(counterTemplateYAML("counter-cold", "10m", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ate(ctx, "create", "template", "-f", f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ate(ctx, "create", "actor", "cold-1", "--template", "counter-cold"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := in.ate(ctx, "get", "template", "counter-cold", "-o", "json"); err == nil {
+		t.Logf("counter-cold when cold-1 is first requested: %s", out)
+	}
+	in.hit(t, ctx, "default/cold-1")
+	in.hit(t, ctx, "default/cold-1")
+	if _, err := in.ate(ctx, "suspend", "actor", "cold-1"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := in.actorState(ctx, "default/cold-1"); err != nil || st != "SUSPENDED" {
+		t.Fatalf("cold-1 after its suspend: %q %v, want SUSPENDED", st, err)
+	}
+	in.hit(t, ctx, "default/cold-1")
+	// Its worker back for the stories that follow, which count on them.
+	if _, err := in.ate(ctx, "suspend", "actor", "cold-1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeAndCreateTemplate creates template name from its YAML with
 // kubectl ate create template -f --wait (until its golden snapshot is
-// ready), as a user would. Without --wait, one run of the suite (of
-// about ten) saw the first actor, started cold before the golden was
-// ready, turn CRASHED right after answering two requests: an open bug,
-// written up in the note, that this suite does not cover yet.
+// ready), as a user would (testBeforeGoldenIsReady takes the other path).
 func writeAndCreateTemplate(ctx context.Context, in *install, dir, name, yaml string) error {
 	f := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(f, []byte(yaml), 0o644); err != nil {

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +90,51 @@ func benchActivation(b *testing.B, in *installation, prepare func() (actor strin
 		}
 	}
 	latency.Report(b, "", lat, 0.50, 0.95, 0.99)
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkActivationCycle measures activations that follow each other
+// at once, as a user's requests come: the counter is suspended and
+// requested, then paused and requested, back to back, with no wait for
+// the node to prepare a standby in between (the other Activation
+// benchmarks wait for one). One op is the whole cycle. suspended-* and
+// paused-* are the two requests' latencies from send to full response;
+// *-standby-hits the share of their restores that found a standby ready
+// (ate_node_standby_starts_total).
+func BenchmarkActivationCycle(b *testing.B) {
+	in := startUp(b, 2, "--demo")
+	in.mustCount("default/counter-1", 1) // untimed: the actor runs before the first suspend
+	count := 1
+	hits := func() float64 {
+		v, _ := sum(b, in.scrape(), "ate_node_standby_starts_total", map[string]string{"standby": "hit"})
+		return v
+	}
+	activate := func(lat *[]time.Duration, hit *float64) {
+		before := hits()
+		b.StartTimer()
+		start := time.Now()
+		code, body, _, err := in.request(http.MethodGet, "default/counter-1", "/", "")
+		*lat = append(*lat, time.Since(start))
+		b.StopTimer()
+		count++
+		if err != nil || code != http.StatusOK || strings.TrimSpace(body) != fmt.Sprintf("count=%d", count) {
+			b.Fatalf("GET = %d %q %v, want 200 count=%d", code, body, err, count)
+		}
+		*hit += hits() - before
+	}
+	var suspended, paused []time.Duration
+	var suspendedHits, pausedHits float64
+	for b.Loop() {
+		b.StopTimer()
+		in.suspend("counter-1")
+		activate(&suspended, &suspendedHits)
+		in.pause("counter-1")
+		activate(&paused, &pausedHits)
+		b.StartTimer()
+	}
+	latency.Report(b, "suspended-", suspended, 0.50, 0.95, 0.99)
+	latency.Report(b, "paused-", paused, 0.50, 0.95, 0.99)
+	b.ReportMetric(suspendedHits/float64(len(suspended)), "suspended-standby-hits")
+	b.ReportMetric(pausedHits/float64(len(paused)), "paused-standby-hits")
 	b.ReportMetric(0, "ns/op")
 }

@@ -118,7 +118,7 @@ func checkDeltas(t *testing.T, before, after map[string]*dto.MetricFamily, ds []
 
 // sample sums name's series whose labels include labels: counter and
 // gauge values, a histogram's count.
-func sample(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+func sample(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
 	t.Helper()
 	v, ok := sum(t, fams, name, labels)
 	if !ok {
@@ -129,7 +129,7 @@ func sample(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels
 
 // sum is sample, reporting whether any series matched instead of
 // failing.
-func sum(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+func sum(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
 	var total float64
 	var matched bool

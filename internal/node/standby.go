@@ -103,6 +103,68 @@ type standbys struct {
 	// readied gets a signal (never blocking) whenever a standby becomes
 	// ready: the node's viewChanged.
 	readied chan<- struct{}
+
+	// Starts under way (startBegan, startEnded), for deferred refills
+	// (afterStarts).
+	startsMu sync.Mutex
+	starts   int
+	// ended counts starts that ended; endedCh is closed and replaced
+	// whenever one does.
+	ended   uint64
+	endedCh chan struct{}
+}
+
+// startBegan records a start under way; startEnded its end.
+func (st *standbys) startBegan() {
+	st.startsMu.Lock()
+	st.starts++
+	st.startsMu.Unlock()
+}
+
+func (st *standbys) startEnded() {
+	st.startsMu.Lock()
+	defer st.startsMu.Unlock()
+	st.starts--
+	st.ended++
+	if st.endedCh != nil {
+		close(st.endedCh)
+	}
+	st.endedCh = make(chan struct{})
+}
+
+// startsEnded is how many starts have ended so far, for afterStarts.
+func (st *standbys) startsEnded() uint64 {
+	st.startsMu.Lock()
+	defer st.startsMu.Unlock()
+	return st.ended
+}
+
+// afterStarts returns once no start is under way and either one ended
+// since startsEnded returned from, or grace passed with none ending: the
+// resume that follows the suspend (or pause) that freed a worker has
+// restored, or did not come. It returns early when done closes.
+func (st *standbys) afterStarts(done <-chan struct{}, from uint64, grace time.Duration) {
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	expired := timer.C
+	for waited := false; ; {
+		st.startsMu.Lock()
+		if st.endedCh == nil {
+			st.endedCh = make(chan struct{})
+		}
+		busy, ended, ch := st.starts > 0, st.ended > from, st.endedCh
+		st.startsMu.Unlock()
+		if !busy && (ended || waited) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-expired:
+			waited, expired = true, nil
+		case <-done:
+			return
+		}
+	}
 }
 
 func (st *standbys) init(rt sandbox.Runtime, off bool, readied chan<- struct{}) {
@@ -216,13 +278,14 @@ func (n *Node) refill(s *slot) {
 	if !n.standbys.enabled() || s == n.golden.slot {
 		return
 	}
+	from := n.standbys.startsEnded()
 	n.goBackground(func() {
 		if n.otherStandbyReady(s) {
 			// No hurry: let a resume that follows the suspend (or pause)
-			// that freed s have both cores for its restore.
-			select {
-			case <-time.After(standbyDefer):
-			case <-n.ctx.Done():
+			// that freed s have both cores for its restore, and prepare
+			// as soon as it has, ready for the next one.
+			n.standbys.afterStarts(n.ctx.Done(), from, standbyDefer)
+			if n.ctx.Err() != nil {
 				return
 			}
 		}
@@ -234,9 +297,9 @@ func (n *Node) refill(s *slot) {
 	})
 }
 
-// standbyDefer is how long a freed worker waits before preparing its
-// standby when another free worker already holds one for the same
-// template. `runsc create` takes a core for a while; on the 2-core
+// standbyDefer is how long a freed worker waits for a start to come and
+// end before preparing its standby when another free worker already
+// holds one for the same template (afterStarts). `runsc create` takes a core for a while; on the 2-core
 // development VM a resume right after a suspend, restoring into another
 // worker's standby while the freed worker prepared its own, took up to
 // twice as long (BENCHMARKS.md, Activation latency).

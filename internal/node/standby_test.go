@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/image"
@@ -278,4 +279,56 @@ func TestStandbyProbeFailureNotRetried(t *testing.T) {
 		t.Fatalf("the failed start did not use standby %s:\n%s", standbyID, log)
 	}
 	waitPrepared(t, rt, 1)
+}
+
+// TestAfterStarts: a deferred refill waits for the start that follows
+// the suspend which freed its worker and goes as soon as that start has
+// ended, not a fixed time later; with no start it goes after its grace,
+// and a start under way then is waited for.
+func TestAfterStarts(t *testing.T) {
+	wait := func(t *testing.T, st *standbys, grace time.Duration) <-chan struct{} {
+		done := make(chan struct{})
+		from := st.startsEnded()
+		go func() {
+			st.afterStarts(t.Context().Done(), from, grace)
+			close(done)
+		}()
+		return done
+	}
+	returned := func(t *testing.T, done <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("afterStarts did not return %s", what)
+		}
+	}
+	pending := func(t *testing.T, done <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-done:
+			t.Fatalf("afterStarts returned %s", what)
+		default:
+		}
+	}
+	t.Run("a start comes and ends", func(t *testing.T) {
+		var st standbys
+		done := wait(t, &st, time.Hour)
+		st.startBegan()
+		pending(t, done, "while the start was under way")
+		st.startEnded()
+		returned(t, done, "once the start ended, within its hour of grace")
+	})
+	t.Run("no start: the grace", func(t *testing.T) {
+		var st standbys
+		returned(t, wait(t, &st, time.Millisecond), "after its grace")
+	})
+	t.Run("a start under way when the grace ends", func(t *testing.T) {
+		var st standbys
+		st.startBegan()
+		done := wait(t, &st, time.Millisecond)
+		pending(t, done, "with the start under way")
+		st.startEnded()
+		returned(t, done, "once the start ended")
+	})
 }

@@ -50,6 +50,8 @@ func (n *Node) Start(ctx context.Context, req StartRequest) (err error) {
 	if err != nil {
 		return err
 	}
+	n.standbys.startBegan()
+	defer n.standbys.startEnded()
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	// Checked under the slot's lock, so a start that waited for it sees

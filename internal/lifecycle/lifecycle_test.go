@@ -852,14 +852,7 @@ func TestInterruptedUploadKeepsThePause(t *testing.T) {
 			e.resume(t)
 			paused, err := e.m.Pause(ctx, key("a"))
 			must(t, err)
-			pending := paused.UID + "/" + snapshot.NewID()
-			if committed {
-				st, err := e.snaps.Stage(paused.UID, "")
-				must(t, err)
-				must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
-				pending, err = e.snaps.Commit(ctx, st, snapshot.ScopeFull)
-				must(t, err)
-			}
+			pending := e.pendingSnapshot(t, paused.UID, committed)
 			ing := *paused
 			ing.State, ing.PendingSnapshot = store.Suspending, pending
 			_, err = e.st.UpdateActor(ctx, &ing)
@@ -891,19 +884,28 @@ func (e *env) interruptedSuspend(t *testing.T, committed bool) (*store.Actor, st
 	ctx := context.Background()
 	e.resume(t)
 	a := e.get(t)
-	pending := a.UID + "/" + snapshot.NewID()
-	if committed {
-		st, err := e.snaps.Stage(a.UID, "")
-		must(t, err)
-		must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
-		pending, err = e.snaps.Commit(ctx, st, snapshot.ScopeFull)
-		must(t, err)
-	}
+	pending := e.pendingSnapshot(t, a.UID, committed)
 	ing := *a
 	ing.State, ing.PendingSnapshot = store.Suspending, pending
 	_, err := e.st.UpdateActor(ctx, &ing)
 	must(t, err)
 	return a, pending
+}
+
+// pendingSnapshot names a new durable snapshot of uid, as a workflow
+// records the one it is having written; committed, it is written too,
+// and the name carries its digest.
+func (e *env) pendingSnapshot(t *testing.T, uid string, committed bool) string {
+	t.Helper()
+	if !committed {
+		return uid + "/" + snapshot.NewID()
+	}
+	st, err := e.snaps.Stage(uid, "")
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(st.Dir, "checkpoint.img"), []byte("x"), 0o600))
+	ref, err := e.snaps.Commit(context.Background(), st, snapshot.ScopeFull)
+	must(t, err)
+	return ref
 }
 
 // stallingStore fails lease renewals while stalled is set, as a process

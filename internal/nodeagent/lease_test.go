@@ -148,10 +148,23 @@ func welcomedNode(t *testing.T, dial func(p *InProcess) func(string) (*grpc.Clie
 		dialer = dial(p)
 	}
 	agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: dialer, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
-	var wg sync.WaitGroup
 	first := make(chan error, 1)
+	serveAll(t, ctx, cancel, p, reg, agent, st, first)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the node to serve once welcomed", n.Serving)
+	return n, p, atLoss
+}
+
+// serveAll runs p's server for reg and agent's node, reg and agent until
+// the test ends, when it cancels ctx (cancel), waits for them and closes
+// reg, the node and st. first is Agent.Run's.
+func serveAll(t *testing.T, ctx context.Context, cancel context.CancelFunc, p *InProcess, reg *Registry, agent *Agent, st store.Store, first chan<- error) {
+	t.Helper()
+	var wg sync.WaitGroup
 	for _, run := range []func() error{
-		func() error { return p.Serve(ctx, reg, NewServer(n, agent)) },
+		func() error { return p.Serve(ctx, reg, NewServer(agent.cfg.Node, agent)) },
 		func() error { return reg.Run(ctx) },
 		func() error { return agent.Run(ctx, first) },
 	} {
@@ -165,14 +178,9 @@ func welcomedNode(t *testing.T, dial func(p *InProcess) func(string) (*grpc.Clie
 		cancel()
 		wg.Wait()
 		reg.Close()
-		n.Shutdown(context.Background())
+		agent.cfg.Node.Shutdown(context.Background())
 		st.Close()
 	})
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	testwait.Until(t, "the node to serve once welcomed", n.Serving)
-	return n, p, atLoss
 }
 
 // TestDrainNodeReachesEveryReplica: DrainNode through one replica (a);

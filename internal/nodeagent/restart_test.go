@@ -55,16 +55,13 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var wg sync.WaitGroup
-			t.Cleanup(func() {
-				cancel()
-				wg.Wait()
-				reg.Close()
-				n.Shutdown(context.Background())
-				st.Close()
-			})
+			first := make(chan error, 1)
+			serveAll(t, ctx, cancel, p, reg, agent, st, first)
 			if tc.alive {
-				wg.Go(func() {
+				// Its heartbeats, as the registry records them.
+				var beating sync.WaitGroup
+				t.Cleanup(func() { cancel(); beating.Wait() }) // before serveAll's
+				beating.Go(func() {
 					tick := time.NewTicker(50 * time.Millisecond)
 					defer tick.Stop()
 					for {
@@ -76,18 +73,6 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 						reg.mu.Lock()
 						prev.lastHeard = time.Now()
 						reg.mu.Unlock()
-					}
-				})
-			}
-			first := make(chan error, 1)
-			for _, run := range []func() error{
-				func() error { return p.Serve(ctx, reg, NewServer(n, agent)) },
-				func() error { return reg.Run(ctx) },
-				func() error { return agent.Run(ctx, first) },
-			} {
-				wg.Go(func() {
-					if err := run(); err != nil {
-						t.Error(err)
 					}
 				})
 			}

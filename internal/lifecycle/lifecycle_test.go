@@ -43,6 +43,10 @@ type fakeNode struct {
 	onStart func(req nodeapi.StartRequest) error
 	// onCheckpoint, if set, runs inside Checkpoint.
 	onCheckpoint func()
+	// onUpload, if set, runs inside Upload.
+	onUpload func()
+	// deletedPaused counts DeletePaused calls.
+	deletedPaused atomic.Int64
 	// reportRef, if set, is the reference Checkpoint reports, whatever
 	// it was asked to write (a compromised node's answer).
 	reportRef string
@@ -126,9 +130,12 @@ func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.A
 	return "", "", nil
 }
 func (f *fakeNode) Upload(_ context.Context, _, owner, _ string, _ snapshot.Scope) (string, error) {
+	if f.onUpload != nil {
+		f.onUpload()
+	}
 	return owner + "/uploaded", nil
 }
-func (f *fakeNode) DeletePaused(string) error { return nil }
+func (f *fakeNode) DeletePaused(string) error { f.deletedPaused.Add(1); return nil }
 func (f *fakeNode) ForgetActor(string)        {}
 func (f *fakeNode) HostedActors(context.Context) (map[string]string, error) {
 	if f.unreachable.Load() {
@@ -950,6 +957,68 @@ func TestFencedWorkflowLeavesTheNodeAlone(t *testing.T) {
 	if n := e.node.stops.Load(); n != 0 {
 		t.Fatalf("the fenced workflow stopped %d sandboxes on the node; it must leave them to the lease's new holder", n)
 	}
+}
+
+// TestFencedCheckpointKeepsWhatItWrote: a pause (or an upload) whose
+// last write is refused because its lease was taken over meanwhile
+// leaves the checkpoint it wrote in place: the record names it as
+// pending, and the lease's new holder adopts it (finishInterrupted,
+// finishUpload), perhaps already. Deleting it would leave that one's
+// record naming nothing.
+func TestFencedCheckpointKeepsWhatItWrote(t *testing.T) {
+	ctx := context.Background()
+	for _, upload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upload=%v", upload), func(t *testing.T) {
+			e := newEnv(t)
+			e.resume(t)
+			st := &stallingStore{Store: e.st}
+			snaps := &deleteRecorder{Store: e.snaps}
+			m := New(st, testNodes{n: e.node, live: []string{"n1"}}, snaps, "stalled-replica", nil)
+			t.Cleanup(m.Close)
+			m.SetLeases(LeaseConfig{Duration: 100 * time.Millisecond})
+			takeOver := func() {
+				st.stalled.Store(true)
+				defer st.stalled.Store(false)
+				testwait.Until(t, "the stalled lease taken over", func() bool {
+					_, err := e.st.AcquireLease(ctx, "actor/default/a", "other-replica", time.Hour)
+					return err == nil
+				})
+			}
+			var err error
+			if upload {
+				_, err = e.m.Pause(ctx, key("a"))
+				must(t, err)
+				e.node.onUpload = takeOver
+				_, err = m.Suspend(ctx, key("a"))
+			} else {
+				e.node.onCheckpoint = takeOver
+				_, err = m.Pause(ctx, key("a"))
+			}
+			if !errors.Is(err, store.ErrFenced) {
+				t.Fatalf("a checkpoint whose lease was taken over = %v, want ErrFenced", err)
+			}
+			if n := e.node.deletedPaused.Load(); n != 0 {
+				t.Fatalf("the fenced workflow deleted %d paused checkpoints", n)
+			}
+			if d := snaps.deleted.Load(); d != 0 {
+				t.Fatalf("the fenced workflow deleted %d durable snapshots", d)
+			}
+			if a := e.get(t); a.PendingSnapshot == "" {
+				t.Fatalf("after the fenced write: %s with nothing pending, want the checkpoint named for the next workflow", a.State)
+			}
+		})
+	}
+}
+
+// deleteRecorder is a snapshot store that counts deletions.
+type deleteRecorder struct {
+	snapshot.Store
+	deleted atomic.Int64
+}
+
+func (d *deleteRecorder) Delete(ctx context.Context, ref string) error {
+	d.deleted.Add(1)
+	return d.Store.Delete(ctx, ref)
 }
 
 // TestClaimsNotHostedAsksTheNode: a node's hello that shows a claimed

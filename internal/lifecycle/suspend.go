@@ -264,11 +264,13 @@ func (m *Manager) recordCheckpoint(ctx context.Context, a *store.Actor, on nodea
 	}
 	out, err := m.update(ctx, a, &done)
 	m.workerFreed()
-	if err != nil && !paused && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFenced)) {
-		// The record still names the snapshot as pending: whichever
-		// workflow takes the actor next adopts it (adoptPending).
-		m.log.WarnContext(ctx, "suspend not recorded; the next workflow on the actor completes it from its snapshot",
-			"actor", a.Key(), "snapshot", ref, "err", err)
+	if err != nil && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFenced)) {
+		// The record still names the checkpoint as pending: whichever
+		// workflow takes the actor next adopts it (adoptPending, or for
+		// a pause finishInterrupted), and may have already: deleting it
+		// here could take the only copy from under that one's record.
+		m.log.WarnContext(ctx, "checkpoint not recorded; the next workflow on the actor completes it from its checkpoint",
+			"actor", a.Key(), "paused", paused, "snapshot", ref, "err", err)
 		return nil, err
 	}
 	if err != nil {
@@ -327,13 +329,18 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	done.Message, done.Reason, done.EvictedFor = why.message(checkpoint.Suspend.Done(), idleAfter, a.Atespace), why.Reason, why.EvictedFor
 	out, err := m.update(ctx, a, &done)
 	if err != nil {
-		m.dropSnapshot(ref)
+		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrFenced) {
+			m.dropSnapshot(ref)
+		}
+		// Otherwise the record names the copy as pending, for the next
+		// workflow to adopt (finishUpload), which may have already.
 		return nil, err
 	}
 	_ = on.DeletePaused(a.PausedSnapshot)
 	m.deleteOld(ctx, a, a.Snapshot)
 	return out, nil
 }
+
 
 // dropSnapshot deletes a durable snapshot nobody came to point at.
 func (m *Manager) dropSnapshot(ref string) {

@@ -204,7 +204,7 @@ stage build-e2e go test -vet=off -c -o "$state/e2e.test" ./test/e2e/
 stage e2e in_dir test/e2e "$state/e2e.test" -test.count=1 -test.timeout 60m
 # One cycle of back-to-back activations (suspend, request, pause,
 # request; ~20 s), so the benchmark issue 35 is judged by cannot rot.
-stage bench-cycle in_dir test/e2e "$state/e2e.test" -test.run XXX -test.bench 'ActivationCycle$' -test.benchtime 1x
+stage bench-cycle in_dir test/e2e "$state/e2e.test" -test.run XXX -test.bench 'ActivationCycle$' -test.benchtime 1x -test.timeout 10m
 stage need-cluster need kube-node cluster cluster-images registry
 stage cluster go test -vet=off -count=1 -timeout 30m ./test/cluster/
 wait "$bg"

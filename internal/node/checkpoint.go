@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,7 +40,7 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	// checkpoint is the answer; nothing is touched (the worker may host
 	// the actor again by now, or another).
 	if opts.Paused && opts.ID != "" {
-		if ref, err := n.cfg.Paused.Committed(ctx, cmp.Or(opts.Owner, actorUID)+"/"+opts.ID); err == nil {
+		if ref, err := n.cfg.Paused.Committed(ctx, actorUID+"/"+opts.ID); err == nil {
 			return ref, nil
 		}
 	}
@@ -50,10 +51,16 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	// is a repeated request (a first call delayed in the network, arriving
 	// after the control plane asked again under the same id and the actor
 	// was resumed here). Writing it again would overwrite the snapshot
-	// the actor's record names, and stop the sandbox it now runs in.
-	if !opts.Paused && opts.ID != "" {
+	// the actor's record names, and stop the sandbox it now runs in. The
+	// snapshot may be gone by then (a resume deletes a paused checkpoint,
+	// a later suspend the snapshot before it): the ids this process
+	// committed are remembered too.
+	if opts.ID != "" {
 		ref := cmp.Or(opts.Owner, actorUID) + "/" + opts.ID
-		if _, err := n.cfg.Snapshots.Committed(ctx, ref); err == nil {
+		if n.committedIDs.has(opts.ID) {
+			return "", fmt.Errorf("checkpoint %s on %s: %s was committed here before (a repeated request): %w", actorUID, worker, ref, ErrStale)
+		}
+		if _, err := n.cfg.Snapshots.Committed(ctx, ref); !opts.Paused && err == nil {
 			return "", fmt.Errorf("checkpoint %s on %s: snapshot %s is already committed (a repeated request): %w", actorUID, worker, ref, ErrStale)
 		}
 	}
@@ -76,6 +83,9 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	}
 	n.cfg.Metrics.Checkpoint(time.Since(began), err)
 	tracing.End(span, err)
+	if err == nil && opts.ID != "" {
+		n.committedIDs.add(opts.ID)
+	}
 	n.clearOp(ctx, s)
 	n.refill(s)
 	return ref, err
@@ -216,4 +226,39 @@ func (n *Node) copyVolumeOut(stageDir string, v volume) error {
 		return fmt.Errorf("copy volume %s: %w", v.name, err)
 	}
 	return nil
+}
+
+// recentIDs remembers the last recentIDsKept checkpoint ids this node
+// committed, for Checkpoint's refusal of a repeated request. Safe for
+// concurrent use; the zero value is ready.
+type recentIDs struct {
+	mu   sync.Mutex
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+// recentIDsKept bounds recentIDs: a repeated request comes within a
+// lease or two of the first, and a node commits far fewer checkpoints
+// than this in that time.
+const recentIDsKept = 4096
+
+func (r *recentIDs) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.set == nil {
+		r.set, r.ring = make(map[string]struct{}, recentIDsKept), make([]string, recentIDsKept)
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next], r.set[id] = id, struct{}{}
+	r.next = (r.next + 1) % recentIDsKept
+}
+
+func (r *recentIDs) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.set[id]
+	return ok
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,5 +128,49 @@ func TestRepeatedPauseAnswersItsCheckpoint(t *testing.T) {
 	}
 	if !n.slots[w].gate.hosts("a") {
 		t.Fatal("the repeated pause stopped the sandbox the actor runs in now")
+	}
+}
+
+// TestRepeatedCheckpointAfterItsSnapshotIsGone: a request repeated under
+// the id of a checkpoint committed here is refused as stale even once
+// that checkpoint has been deleted (a resume deletes a paused one, a
+// later suspend the snapshot before it) and the actor runs on the same
+// worker again: it must not checkpoint, and so stop, the running actor.
+func TestRepeatedCheckpointAfterItsSnapshotIsGone(t *testing.T) {
+	for _, paused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("paused=%v", paused), func(t *testing.T) {
+			rt := fake.New(fake.Config{})
+			n := newTestNode(t, rt)
+			ctx := t.Context()
+			w := n.order[0]
+			start := func(snap string) {
+				t.Helper()
+				if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: snap, Paused: paused && snap != ""}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start("")
+			id := snapshot.NewID()
+			ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: paused, ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(ref)
+			store := n.cfg.Snapshots
+			if paused {
+				store = n.cfg.Paused
+			}
+			if err := store.Delete(ctx, ref); err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if _, err := n.Checkpoint(rctx, w, "a", CheckpointOptions{Paused: paused, ID: id}); !errors.Is(err, ErrStale) {
+				t.Fatalf("a repeated checkpoint under id %s, its snapshot deleted = %v, want ErrStale", id, err)
+			}
+			if !n.slots[w].gate.hosts("a") {
+				t.Fatal("the repeated checkpoint stopped the sandbox the actor runs in now")
+			}
+		})
 	}
 }

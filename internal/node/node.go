@@ -133,6 +133,8 @@ type Node struct {
 
 	golden   goldenBuilder
 	standbys standbys
+	// committedIDs: the checkpoint ids committed here (checkpoint.go).
+	committedIDs recentIDs
 	// viewChanged: ViewChanged.
 	viewChanged chan struct{}
 	ids         identityWriter

@@ -142,25 +142,37 @@ func (st *standbys) startsEnded() uint64 {
 // afterStarts returns once no start is under way and either one ended
 // since startsEnded returned from, or grace passed with none ending: the
 // resume that follows the suspend (or pause) that freed a worker has
-// restored, or did not come. It returns early when done closes.
-func (st *standbys) afterStarts(done <-chan struct{}, from uint64, grace time.Duration) {
-	timer := time.NewTimer(grace)
+// restored, or did not come. It returns early when done closes, when
+// still (asked whenever a start ends) reports the wait is no longer
+// wanted, and at the latest after most, so that starts that never pause
+// (steady load) do not keep a worker without a standby.
+func (st *standbys) afterStarts(done <-chan struct{}, from uint64, grace, most time.Duration, still func() bool) {
+	timer, bound := time.NewTimer(grace), time.NewTimer(most)
 	defer timer.Stop()
-	expired := timer.C
+	defer bound.Stop()
+	expired, seen := timer.C, from
 	for waited := false; ; {
 		st.startsMu.Lock()
 		if st.endedCh == nil {
 			st.endedCh = make(chan struct{})
 		}
-		busy, ended, ch := st.starts > 0, st.ended > from, st.endedCh
+		busy, ended, ch := st.starts > 0, st.ended, st.endedCh
 		st.startsMu.Unlock()
-		if !busy && (ended || waited) {
+		if ended > seen {
+			seen = ended
+			if !still() {
+				return
+			}
+		}
+		if !busy && (ended > from || waited) {
 			return
 		}
 		select {
 		case <-ch:
 		case <-expired:
 			waited, expired = true, nil
+		case <-bound.C:
+			return
 		case <-done:
 			return
 		}
@@ -284,7 +296,7 @@ func (n *Node) refill(s *slot) {
 			// No hurry: let a resume that follows the suspend (or pause)
 			// that freed s have both cores for its restore, and prepare
 			// as soon as it has, ready for the next one.
-			n.standbys.afterStarts(n.ctx.Done(), from, standbyDefer)
+			n.standbys.afterStarts(n.ctx.Done(), from, standbyDefer, standbyDeferMost, func() bool { return n.otherStandbyReady(s) })
 			if n.ctx.Err() != nil {
 				return
 			}
@@ -304,6 +316,10 @@ func (n *Node) refill(s *slot) {
 // worker's standby while the freed worker prepared its own, took up to
 // twice as long (BENCHMARKS.md, Activation latency).
 const standbyDefer = 300 * time.Millisecond
+
+// standbyDeferMost bounds that wait when starts follow each other
+// without a pause.
+const standbyDeferMost = 5 * standbyDefer
 
 // otherStandbyReady reports whether a free worker other than s holds a
 // standby for the template s hosted last.

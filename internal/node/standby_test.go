@@ -286,11 +286,11 @@ func TestStandbyProbeFailureNotRetried(t *testing.T) {
 // ended, not a fixed time later; with no start it goes after its grace,
 // and a start under way then is waited for.
 func TestAfterStarts(t *testing.T) {
-	wait := func(t *testing.T, st *standbys, grace time.Duration) <-chan struct{} {
+	wait := func(t *testing.T, st *standbys, grace, most time.Duration) <-chan struct{} {
 		done := make(chan struct{})
 		from := st.startsEnded()
 		go func() {
-			st.afterStarts(t.Context().Done(), from, grace)
+			st.afterStarts(t.Context().Done(), from, grace, most, func() bool { return true })
 			close(done)
 		}()
 		return done
@@ -313,7 +313,7 @@ func TestAfterStarts(t *testing.T) {
 	}
 	t.Run("a start comes and ends", func(t *testing.T) {
 		var st standbys
-		done := wait(t, &st, time.Hour)
+		done := wait(t, &st, time.Hour, time.Hour)
 		st.startBegan()
 		pending(t, done, "while the start was under way")
 		st.startEnded()
@@ -321,12 +321,31 @@ func TestAfterStarts(t *testing.T) {
 	})
 	t.Run("no start: the grace", func(t *testing.T) {
 		var st standbys
-		returned(t, wait(t, &st, time.Millisecond), "after its grace")
+		returned(t, wait(t, &st, time.Millisecond, time.Hour), "after its grace")
+	})
+	t.Run("no longer wanted: the first start that ends", func(t *testing.T) {
+		var st standbys
+		st.startBegan()
+		st.startBegan()
+		from := st.startsEnded()
+		done := make(chan struct{})
+		go func() {
+			st.afterStarts(t.Context().Done(), from, time.Hour, time.Hour, func() bool { return false })
+			close(done)
+		}()
+		st.startEnded()
+		returned(t, done, "once a start ended and the wait was no longer wanted, another under way")
+		st.startEnded()
+	})
+	t.Run("starts that never end: at most its bound", func(t *testing.T) {
+		var st standbys
+		st.startBegan()
+		returned(t, wait(t, &st, time.Hour, time.Millisecond), "at its bound")
 	})
 	t.Run("a start under way when the grace ends", func(t *testing.T) {
 		var st standbys
 		st.startBegan()
-		done := wait(t, &st, time.Millisecond)
+		done := wait(t, &st, time.Millisecond, time.Hour)
 		pending(t, done, "with the start under way")
 		st.startEnded()
 		returned(t, done, "once the start ended")

@@ -341,7 +341,6 @@ func (m *Manager) uploadLocked(ctx context.Context, a *store.Actor, why Why) (_ 
 	return out, nil
 }
 
-
 // dropSnapshot deletes a durable snapshot nobody came to point at.
 func (m *Manager) dropSnapshot(ref string) {
 	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)

@@ -461,7 +461,7 @@ func (m *Manager) finishUpload(ctx context.Context, a *store.Actor) (*store.Acto
 	if err != nil {
 		return nil, err
 	}
-	m.log.InfoContext(ctx, "interrupted upload rolled back: the actor is paused at its checkpoint", "actor", a.Key(), "node", a.Node, "paused", a.PausedSnapshot)
+	m.log.InfoContext(ctx, "interrupted upload rolled back: the actor is paused at its checkpoint", "actor", a.Key(), "node", a.Node, "paused_snapshot", a.PausedSnapshot)
 	return out, nil
 }
 

@@ -270,7 +270,7 @@ func (m *Manager) recordCheckpoint(ctx context.Context, a *store.Actor, on nodea
 		// a pause finishInterrupted), and may have already: deleting it
 		// here could take the only copy from under that one's record.
 		m.log.WarnContext(ctx, "checkpoint not recorded; the next workflow on the actor completes it from its checkpoint",
-			"actor", a.Key(), "paused", paused, "snapshot", ref, "err", err)
+			"actor", a.Key(), "state", done.State, "snapshot", ref, "err", err)
 		return nil, err
 	}
 	if err != nil {

@@ -96,6 +96,10 @@ type Watch struct {
 	portName string // EndpointSlice port name the target's port maps to
 	inf      cache.SharedIndexInformer
 	last     update // most recent state, sent to new subscribers
+	// listed is set once the cache has synced, just before last first
+	// holds its addresses; synced is closed after, so a WaitSynced that
+	// returns finds them (Addresses).
+	listed bool
 	lastErr  error  // most recent list, watch or get failure, for WaitSynced's message
 	subs     map[int]func(update)
 	nextSub  int
@@ -188,7 +192,7 @@ func (w *Watch) subscribe(fn func(update)) (cancel func()) {
 	id := w.nextSub
 	w.nextSub++
 	w.subs[id] = fn
-	last, ready := w.last, w.isSynced() || w.last.err != nil
+	last, ready := w.last, w.listed || w.last.err != nil
 	w.mu.Unlock()
 	if ready {
 		fn(last)
@@ -198,15 +202,6 @@ func (w *Watch) subscribe(fn func(update)) (cancel func()) {
 		w.mu.Lock()
 		delete(w.subs, id)
 		w.mu.Unlock()
-	}
-}
-
-func (w *Watch) isSynced() bool {
-	select {
-	case <-w.synced:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -253,8 +248,11 @@ func (w *Watch) run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return // stopped
 	}
-	close(w.synced)
+	w.mu.Lock()
+	w.listed = true
+	w.mu.Unlock()
 	w.recompute()
+	close(w.synced)
 	w.log.Debug("k8s resolver: endpoints synced", "addresses", w.Addresses())
 }
 
@@ -332,7 +330,7 @@ func (w *Watch) fail(resource string, err error) {
 	defer w.sendMu.Unlock()
 	w.mu.Lock()
 	w.lastErr = err
-	if !w.isSynced() {
+	if !w.listed {
 		w.last = update{err: err} // what a connection subscribing now gets
 	}
 	subs := w.subscribers()
@@ -357,7 +355,7 @@ func (w *Watch) recompute() {
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
 	w.mu.Lock()
-	if !w.isSynced() {
+	if !w.listed {
 		w.mu.Unlock()
 		return // the first complete list is sent once, not item by item
 	}

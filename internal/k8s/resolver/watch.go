@@ -99,8 +99,8 @@ type Watch struct {
 	// listed is set once the cache has synced, just before last first
 	// holds its addresses; synced is closed after, so a WaitSynced that
 	// returns finds them (Addresses).
-	listed bool
-	lastErr  error  // most recent list, watch or get failure, for WaitSynced's message
+	listed   bool
+	lastErr  error // most recent list, watch or get failure, for WaitSynced's message
 	subs     map[int]func(update)
 	nextSub  int
 	stopOnce sync.Once

@@ -55,7 +55,7 @@ func startIdentityCluster(t *testing.T, certTTL string) *identityCluster {
 		ObjectMeta: metav1.ObjectMeta{Name: controller.DefaultWorkerServiceAccount}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	labels := workerPodLabels("pool-a")
+	labels := controller.WorkerPodLabels("pool-a")
 	tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 		ServiceAccountName: controller.DefaultWorkerServiceAccount, Containers: []corev1.Container{{Name: "node", Image: "ate"}}}}
 	dep, err := kube.Clientset.AppsV1().Deployments(identityNS).Create(ctx, &appsv1.Deployment{
@@ -78,11 +78,6 @@ func startIdentityCluster(t *testing.T, certTTL string) *identityCluster {
 		APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}}
 }
 
-// workerPodLabels are the labels the controller gives pool's worker Pods.
-func workerPodLabels(pool string) map[string]string {
-	return map[string]string{atek8s.PoolLabel: pool, "app.kubernetes.io/name": "ate-worker", "app.kubernetes.io/managed-by": controller.FieldManager}
-}
-
 // pod writes a Pod of the workers' ServiceAccount, a worker Pod of a
 // pool (the controller's labels, under its ReplicaSet) or not, and returns a --tls-bootstrap-dir
 // for it: its token of audience, bound to it, and the CA.
@@ -92,7 +87,7 @@ func (ic *identityCluster) pod(name string, worker bool, audience string) string
 	var labels map[string]string
 	var owner []metav1.OwnerReference
 	if worker {
-		labels, owner = workerPodLabels("pool-a"), ic.owner
+		labels, owner = controller.WorkerPodLabels("pool-a"), ic.owner
 	}
 	p, err := ic.kube.Clientset.CoreV1().Pods(identityNS).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owner},

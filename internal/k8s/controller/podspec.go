@@ -300,8 +300,7 @@ func workerDeployment(pool *atek8s.WorkerPool, w WorkerSettings, runscArgs []str
 	if podLabels == nil {
 		podLabels = map[string]string{}
 	}
-	maps.Copy(podLabels, selectorLabels(pool.Name))
-	podLabels[managedByLabel] = FieldManager
+	maps.Copy(podLabels, WorkerPodLabels(pool.Name))
 	image := pool.Spec.Image
 	if image == "" {
 		image = w.Image
@@ -440,6 +439,14 @@ func nodeSelector(pool map[string]string, runscArgs []string) map[string]string 
 		sel[archLabel] = arch
 	}
 	return sel
+}
+
+// WorkerPodLabels are the labels the controller puts on every worker Pod
+// of pool, besides the pool template's own: WorkerPodOf's inverse.
+func WorkerPodLabels(pool string) map[string]string {
+	l := selectorLabels(pool)
+	l[managedByLabel] = FieldManager
+	return l
 }
 
 // WorkerPodOf returns the pool of a worker Pod the controller made: one

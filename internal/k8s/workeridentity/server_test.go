@@ -86,11 +86,6 @@ func startCluster(t *testing.T) *cluster {
 	return &cluster{t: t, cs: env.Clientset, s: s, ca: ca}
 }
 
-// workerLabels are those the controller puts on a worker Pod.
-func workerLabels(pool string) map[string]string {
-	return map[string]string{atek8s.PoolLabel: pool, "app.kubernetes.io/name": "ate-worker", "app.kubernetes.io/managed-by": controller.FieldManager}
-}
-
 // owners makes, in ns, what the controller and kube-controller-manager
 // make for a pool: Deployment <pool>-workers running as sa, controlled by
 // WorkerPool pool (unless orphan), and a ReplicaSet it controls; it
@@ -100,7 +95,7 @@ func workerLabels(pool string) map[string]string {
 func (c *cluster) owners(ns, pool, sa string, orphan bool) []metav1.OwnerReference {
 	c.t.Helper()
 	ctx := context.Background()
-	labels := workerLabels(pool)
+	labels := controller.WorkerPodLabels(pool)
 	tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 		Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "node", Image: "ate"}}}}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: controller.DeploymentName(pool)},
@@ -180,7 +175,7 @@ func TestIssueNodeCertificate(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
 	poolA := c.owners(poolsNS, "pool-a", workerSA, false)
-	worker := c.pod(poolsNS, "pool-a-workers-7d9f-x2k", workerSA, workerLabels("pool-a"), poolA)
+	worker := c.pod(poolsNS, "pool-a-workers-7d9f-x2k", workerSA, controller.WorkerPodLabels("pool-a"), poolA)
 
 	t.Run("worker Pod", func(t *testing.T) {
 		key, csr := request(t, "node/someone-else")
@@ -211,23 +206,23 @@ func TestIssueNodeCertificate(t *testing.T) {
 
 	// Each refusal, with the code a caller sees.
 	plain := c.pod(poolsNS, "debug-shell", workerSA, nil, nil)
-	outside := c.pod(elsewhereNS, "pool-b-workers-5c4d-q9z", workerSA, workerLabels("pool-b"), c.owners(elsewhereNS, "pool-b", workerSA, false))
+	outside := c.pod(elsewhereNS, "pool-b-workers-5c4d-q9z", workerSA, controller.WorkerPodLabels("pool-b"), c.owners(elsewhereNS, "pool-b", workerSA, false))
 	// Pods with a worker Pod's labels that the pool did not make.
-	handMade := c.pod(poolsNS, "pool-a-workers-7d9f-hand", workerSA, workerLabels("pool-a"), nil)
-	otherAccount := c.pod(poolsNS, "pool-a-workers-7d9f-sa", otherSA, workerLabels("pool-a"), poolA)
-	noPool := c.pod(poolsNS, "pool-c-workers-7d9f-x", workerSA, workerLabels("pool-c"), c.owners(poolsNS, "pool-c", workerSA, true))
-	wrongPool := c.pod(poolsNS, "pool-d-workers-7d9f-x", workerSA, workerLabels("pool-d"), poolA)
-	gone := c.pod(poolsNS, "pool-a-workers-7d9f-gone", workerSA, workerLabels("pool-a"), poolA)
+	handMade := c.pod(poolsNS, "pool-a-workers-7d9f-hand", workerSA, controller.WorkerPodLabels("pool-a"), nil)
+	otherAccount := c.pod(poolsNS, "pool-a-workers-7d9f-sa", otherSA, controller.WorkerPodLabels("pool-a"), poolA)
+	noPool := c.pod(poolsNS, "pool-c-workers-7d9f-x", workerSA, controller.WorkerPodLabels("pool-c"), c.owners(poolsNS, "pool-c", workerSA, true))
+	wrongPool := c.pod(poolsNS, "pool-d-workers-7d9f-x", workerSA, controller.WorkerPodLabels("pool-d"), poolA)
+	gone := c.pod(poolsNS, "pool-a-workers-7d9f-gone", workerSA, controller.WorkerPodLabels("pool-a"), poolA)
 	goneToken := c.token(poolsNS, workerSA, gone, DefaultAudience)
 	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, gone.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	replaced := c.pod(poolsNS, "pool-a-workers-7d9f-again", workerSA, workerLabels("pool-a"), poolA)
+	replaced := c.pod(poolsNS, "pool-a-workers-7d9f-again", workerSA, controller.WorkerPodLabels("pool-a"), poolA)
 	replacedToken := c.token(poolsNS, workerSA, replaced, DefaultAudience)
 	if err := c.cs.CoreV1().Pods(poolsNS).Delete(ctx, replaced.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	c.pod(poolsNS, replaced.Name, workerSA, workerLabels("pool-a"), poolA)
+	c.pod(poolsNS, replaced.Name, workerSA, controller.WorkerPodLabels("pool-a"), poolA)
 	_, goodCSR := request(t, "")
 	for _, tc := range []struct {
 		name  string
@@ -343,7 +338,7 @@ func TestIssueNodeCertificateTerminatingPod(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
 	p, err := c.cs.CoreV1().Pods(poolsNS).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-workers-7d9f-fin", Labels: workerLabels("pool-a"), Finalizers: []string{"example.com/hold"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-a-workers-7d9f-fin", Labels: controller.WorkerPodLabels("pool-a"), Finalizers: []string{"example.com/hold"}},
 		Spec: corev1.PodSpec{ServiceAccountName: workerSA, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "node", Image: "ate"}}},
 	}, metav1.CreateOptions{})

@@ -60,8 +60,13 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 		if n.committedIDs.has(opts.ID) {
 			return "", fmt.Errorf("checkpoint %s on %s: %s was committed here before (a repeated request): %w", actorUID, worker, ref, ErrStale)
 		}
-		if _, err := n.cfg.Snapshots.Committed(ctx, ref); !opts.Paused && err == nil {
-			return "", fmt.Errorf("checkpoint %s on %s: snapshot %s is already committed (a repeated request): %w", actorUID, worker, ref, ErrStale)
+		// A suspend's snapshot may have been committed by an earlier
+		// process of this node; a pause's is on this node's disk, looked
+		// up above.
+		if !opts.Paused {
+			if _, err := n.cfg.Snapshots.Committed(ctx, ref); err == nil {
+				return "", fmt.Errorf("checkpoint %s on %s: snapshot %s is already committed (a repeated request): %w", actorUID, worker, ref, ErrStale)
+			}
 		}
 	}
 	if opts.LeaveRunning {

@@ -66,19 +66,13 @@ func TestRepeatedCheckpointLeavesTheSandbox(t *testing.T) {
 	n := newTestNode(t, rt)
 	ctx := t.Context()
 	w := n.order[0]
-	start := func(snap string) {
-		t.Helper()
-		if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: snap}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start("")
+	startA(t, n, w, "", false)
 	id := snapshot.NewID()
 	ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(ref)
+	startA(t, n, w, ref, false)
 	// Bounded: without the refusal the repeated commit fails and is
 	// retried for as long as its context lasts.
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -104,9 +98,7 @@ func TestRepeatedPauseAnswersItsCheckpoint(t *testing.T) {
 	n := newTestNode(t, rt)
 	ctx := t.Context()
 	w := n.order[0]
-	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-		t.Fatal(err)
-	}
+	startA(t, n, w, "", true)
 	id := snapshot.NewID()
 	ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: id})
 	if err != nil {
@@ -116,12 +108,14 @@ func TestRepeatedPauseAnswersItsCheckpoint(t *testing.T) {
 	if err != nil || again != ref {
 		t.Fatalf("the pause asked again on the emptied worker = %q, %v; want %q", again, err, ref)
 	}
-	if _, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: snapshot.NewID()}); !errors.Is(err, ErrStale) {
-		t.Fatalf("a new pause on the emptied worker = %v, want ErrStale", err)
+	for _, other := range []string{snapshot.NewID(), "../" + id, ".." + id} {
+		// Another id, or one that names a path beside the checkpoint's,
+		// finds nothing committed: the emptied worker is stale.
+		if got, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: other}); !errors.Is(err, ErrStale) {
+			t.Fatalf("a pause under id %q on the emptied worker = %q, %v; want ErrStale", other, got, err)
+		}
 	}
-	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: ref, Paused: true}); err != nil {
-		t.Fatal(err)
-	}
+	startA(t, n, w, ref, true)
 	again, err = n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: true, ID: id})
 	if err != nil || again != ref {
 		t.Fatalf("the pause asked again once the actor runs there again = %q, %v; want %q", again, err, ref)
@@ -143,19 +137,13 @@ func TestRepeatedCheckpointAfterItsSnapshotIsGone(t *testing.T) {
 			n := newTestNode(t, rt)
 			ctx := t.Context()
 			w := n.order[0]
-			start := func(snap string) {
-				t.Helper()
-				if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: snap, Paused: paused && snap != ""}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			start("")
+			startA(t, n, w, "", paused)
 			id := snapshot.NewID()
 			ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Paused: paused, ID: id})
 			if err != nil {
 				t.Fatal(err)
 			}
-			start(ref)
+			startA(t, n, w, ref, paused)
 			store := n.cfg.Snapshots
 			if paused {
 				store = n.cfg.Paused
@@ -172,5 +160,15 @@ func TestRepeatedCheckpointAfterItsSnapshotIsGone(t *testing.T) {
 				t.Fatal("the repeated checkpoint stopped the sandbox the actor runs in now")
 			}
 		})
+	}
+}
+
+// startA starts actor "a" (template img1) on worker w of n, from snap
+// (none: a boot), a paused checkpoint when paused.
+func startA(t *testing.T, n *Node, w, snap string, paused bool) {
+	t.Helper()
+	req := StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1"), Snapshot: snap, Paused: paused && snap != ""}
+	if err := n.Start(t.Context(), req); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -126,10 +126,17 @@ func (st *standbys) startEnded() {
 	defer st.startsMu.Unlock()
 	st.starts--
 	st.ended++
-	if st.endedCh != nil {
-		close(st.endedCh)
-	}
+	close(st.endedChLocked())
 	st.endedCh = make(chan struct{})
+}
+
+// endedChLocked is the channel the next start's end closes; startsMu is
+// held.
+func (st *standbys) endedChLocked() chan struct{} {
+	if st.endedCh == nil {
+		st.endedCh = make(chan struct{})
+	}
+	return st.endedCh
 }
 
 // startsEnded is how many starts have ended so far, for afterStarts.
@@ -153,10 +160,7 @@ func (st *standbys) afterStarts(done <-chan struct{}, from uint64, grace, most t
 	expired, seen := timer.C, from
 	for waited := false; ; {
 		st.startsMu.Lock()
-		if st.endedCh == nil {
-			st.endedCh = make(chan struct{})
-		}
-		busy, ended, ch := st.starts > 0, st.ended, st.endedCh
+		busy, ended, ch := st.starts > 0, st.ended, st.endedChLocked()
 		st.startsMu.Unlock()
 		if ended > seen {
 			seen = ended
@@ -311,10 +315,11 @@ func (n *Node) refill(s *slot) {
 
 // standbyDefer is how long a freed worker waits for a start to come and
 // end before preparing its standby when another free worker already
-// holds one for the same template (afterStarts). `runsc create` takes a core for a while; on the 2-core
-// development VM a resume right after a suspend, restoring into another
-// worker's standby while the freed worker prepared its own, took up to
-// twice as long (BENCHMARKS.md, Activation latency).
+// holds one for the same template (afterStarts). `runsc create` takes a
+// core for a while; on the 2-core development VM a resume right after a
+// suspend, restoring into another worker's standby while the freed
+// worker prepared its own, took up to twice as long (BENCHMARKS.md,
+// Activation latency).
 const standbyDefer = 300 * time.Millisecond
 
 // standbyDeferMost bounds that wait when starts follow each other

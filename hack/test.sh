@@ -102,8 +102,11 @@ stage() {
 	shift
 	s=$(date +%s)
 	echo "=== stage $name: $*" >&2
-	"$@"
-	rc=$?
+	# Kept whole in the run's logs; a failure's own lines are repeated
+	# in the summary (below), since a failed end-to-end test prints its
+	# components' logs after them and a CI log keeps only its tail.
+	"$@" 2>&1 | tee "$state/logs/stage-$name.log"
+	rc=${PIPESTATUS[0]}
 	local secs=$(($(date +%s) - s))
 	local left
 	if ! left=$("$leftovers" check -before "$state/before.json" -run "$run_id" -self $$ -clean 2>&1); then
@@ -122,9 +125,22 @@ $(echo "$left" | head -20 | sed 's/^/             /')")
 	else
 		stage_results+=("FAIL ($rc)")
 		failed=1
+		failure_lines+=("$(failure_lines "$state/logs/stage-$name.log" | sed "s/^/  $name: /")")
 	fi
 	echo "=== stage $name: $([[ $rc == 0 ]] && echo ok || echo "FAIL ($rc)") in ${secs}s" >&2
 }
+
+# failure_lines LOG: what a failed go test run said of its failures,
+# from its first failed test on — the tests that failed and their
+# messages — without the logs of components the tests print when they
+# fail (each line of those is indented under a "... log:" line, or is a
+# JSON log record).
+failure_lines() {
+	awk '/^[[:space:]]*--- FAIL|^panic:/ { failed = 1 }
+		failed && /^[[:space:]]*(--- FAIL|FAIL|panic:)|^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / && !/\.go:[0-9]+: .* log:$/' "$1" |
+		head -n 40
+}
+declare -a failure_lines
 
 # The background builds: each writes $state/built/NAME.ok or .fail; need
 # waits for one.
@@ -220,5 +236,10 @@ for i in "${!stage_names[@]}"; do
 done
 ((failed)) || rm -rf "$state/home" /tmp/ate-t
 # The plain closing line CI reads.
+if ((${#failure_lines[@]})); then
+	echo
+	echo "test: what the failed stages said (whole output in $state/logs/stage-*.log):"
+	printf '%s\n' "${failure_lines[@]}"
+fi
 echo "stages: $passed passed, $nfailed failed"
 exit "$failed"

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"io"
@@ -45,6 +46,9 @@ const (
 	selfServiceIdleTimeout = 30 * time.Second
 	// refusalTimeout bounds the answer to a connection over the cap.
 	refusalTimeout = time.Second
+	// refusalHeadWait bounds the wait for the request head of a
+	// connection over the cap before it is answered anyway.
+	refusalHeadWait = 250 * time.Millisecond
 	// maxRefusing bounds the refusals being answered at once; beyond it,
 	// a connection over the cap is closed without an answer.
 	maxRefusing = 16
@@ -153,8 +157,15 @@ func (l *capListener) Close() error {
 // refuse writes answer on c and closes it, reading what the client sent
 // meanwhile: closing with unread bytes would reset the connection, and a
 // reset can discard the answer before the client reads it.
+//
+// The answer waits for the request head (refusalHeadWait at most): an
+// HTTP client that reads an answer before it has sent its request takes
+// it for an unsolicited response on an idle connection and fails the
+// call (Go's net/http does) instead of returning the 503 and its reason.
 func refuse(c net.Conn, answer []byte) {
 	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(refusalHeadWait))
+	awaitHead(c)
 	_ = c.SetDeadline(time.Now().Add(refusalTimeout))
 	if _, err := c.Write(answer); err != nil {
 		return
@@ -163,6 +174,20 @@ func refuse(c net.Conn, answer []byte) {
 		_ = cw.CloseWrite()
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(c, maxSelfBody+8<<10))
+}
+
+// awaitHead reads from c until it has read the end of an HTTP request
+// head, 8 KiB, an error or c's deadline.
+func awaitHead(c net.Conn) {
+	buf := make([]byte, 0, 8<<10)
+	for len(buf) < cap(buf) {
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		// The end may span two reads: look a little back.
+		if bytes.Contains(buf[max(0, len(buf)-n-3):], []byte("\r\n\r\n")) || err != nil {
+			return
+		}
+	}
 }
 
 // cappedConn gives its place in the cap back when closed.

@@ -147,7 +147,15 @@ func TestSelfServiceConnectionCap(t *testing.T) {
 		held = append(held, dial())
 	}
 	for i := range 3 * maxConns {
-		answer := readUntilClosed(t, dial(), 5*time.Second)
+		c := dial()
+		// The first sends nothing: it is answered once the wait for a
+		// request head runs out.
+		if i > 0 {
+			if _, err := io.WriteString(c, "POST /v1/token HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		answer := readUntilClosed(t, c, 5*time.Second)
 		if !strings.HasPrefix(answer, "HTTP/1.1 503 ") || !strings.Contains(answer, "holds 4 connections") {
 			t.Fatalf("connection %d over the cap answered %q, want a 503 saying the worker holds 4 connections", i+1, answer)
 		}

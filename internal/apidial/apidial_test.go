@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -78,6 +79,9 @@ type replica struct {
 	// everything else, probes too): a resume waiting for a worker.
 	busy   atomic.Pointer[chan struct{}]
 	probes atomic.Int64
+	// storeCut: the replica's health check answers NOT_SERVING, as an
+	// API server's does while it cannot reach its record store.
+	storeCut atomic.Bool
 }
 
 // stall holds r's calls until the returned function is called.
@@ -148,6 +152,12 @@ func serve(t *testing.T, r *replica) string {
 		r.probes.Add(1)
 		if err := r.wait(stream.Context()); err != nil {
 			return err
+		}
+		if r.storeCut.Load() {
+			if err := stream.RecvMsg(&healthpb.HealthCheckRequest{}); err != nil {
+				return err
+			}
+			return stream.SendMsg(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
 		}
 		return status.Error(codes.Unimplemented, "unknown method")
 	}))
@@ -353,6 +363,33 @@ func TestReplicaStandsStillDuringAChange(t *testing.T) {
 	}
 	if suspects.usable(addrB, false) {
 		t.Fatal("replica b stood still through a resume and its probe, but is not suspect")
+	}
+}
+
+// TestReplicaCutOffFromItsStoreLosesItsChange: a resume held by a
+// replica that answers its probes NOT_SERVING — cut off from its record
+// store, it cannot finish the change until the cut heals — is abandoned
+// there and answered by the other replica, and the replica is passed
+// over after.
+func TestReplicaCutOffFromItsStoreLosesItsChange(t *testing.T) {
+	_, b, addrB, c := twoReplicas(t)
+	busy := make(chan struct{})
+	defer close(busy)
+	b.busy.Store(&busy)
+	b.storeCut.Store(true)
+	for i := 0; b.resumes.Load() == 0 || i < 5; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		got, err := c.ResumeActor(ctx, &atev1.ResumeActorRequest{})
+		cancel()
+		if err != nil || got.GetName() != "a" {
+			t.Fatalf("ResumeActor %d with replica b cut off from its store = %v, %v; want a's answer", i, got, err)
+		}
+	}
+	if n := b.resumes.Load(); n != 1 {
+		t.Fatalf("replica b got %d resumes, want 1: it is passed over once found cut off", n)
+	}
+	if suspects.usable(addrB, false) {
+		t.Fatal("replica b answered NOT_SERVING through a resume, but is not suspect")
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/roundrobin"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // A replica that stands still (SIGSTOP, a frozen VM, a connection left
@@ -34,9 +34,11 @@ import (
 //     with no answer after hedgeAfter, and every hedgeAfter after that,
 //     the replica is probed with a call any live server answers at once
 //     (probeMethod). A replica that does not answer the probe within
-//     hedgeAfter either stands still: the change is abandoned there and
-//     sent to another replica, once. A replica that answers is working
-//     on it (a resume may wait seconds for a worker) and is left to.
+//     hedgeAfter either stands still, and one that answers NOT_SERVING
+//     is cut off from its record store: the change is abandoned there
+//     and sent to another replica, once. A replica that answers
+//     otherwise is working on it (a resume may wait seconds for a
+//     worker) and is left to.
 //   - The balancer (picker) sends nothing more to a replica that
 //     lost such a race (it is suspect) until a call to it succeeds
 //     again: reads try it once every suspectFor to find out; other calls
@@ -76,10 +78,11 @@ func init() {
 }
 
 // probeMethod is what a watched call's replica is probed with: gRPC's
-// health check, which API servers do not register, so a server process
-// that runs answers UNIMPLEMENTED at once, without authentication,
-// authorisation or its store; one that stands still answers nothing.
-const probeMethod = "/grpc.health.v1.Health/Check"
+// health check, which an API server answers at once from a cached
+// status, without credentials or a store read (apiserver.StoreHealth;
+// one without it answers UNIMPLEMENTED as fast); one that stands still
+// answers nothing.
+const probeMethod = healthpb.Health_Check_FullMethodName
 
 // balancerName is the LB policy every API connection uses (serviceConfig).
 const balancerName = "ate_replicas"
@@ -229,14 +232,26 @@ func watch(ctx context.Context, cc *grpc.ClientConn, at *attempt, done <-chan er
 	}
 }
 
-// answers reports whether the replica at addr answers a probe within
-// hedgeAfter. Only silence is a no: an error of the probe's own (the
-// replica's connection gone, the caller's deadline) is not a verdict.
+// answers reports whether the replica at addr can go on with a change:
+// it answers a probe within hedgeAfter, and not NOT_SERVING (a replica
+// cut off from its record store says so: apiserver.StoreHealth). Only
+// silence and NOT_SERVING are a no: an error of the probe's own
+// (UNIMPLEMENTED from a server without the health check, the replica's
+// connection gone, the caller's deadline) is not a verdict.
 func answers(ctx context.Context, cc *grpc.ClientConn, addr string) bool {
 	pctx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, &attempt{want: addr}), hedgeAfter)
 	defer cancel()
-	err := cc.Invoke(pctx, probeMethod, &emptypb.Empty{}, &emptypb.Empty{})
-	return status.Code(err) != codes.DeadlineExceeded || ctx.Err() != nil
+	var resp healthpb.HealthCheckResponse
+	err := cc.Invoke(pctx, probeMethod, &healthpb.HealthCheckRequest{}, &resp)
+	switch {
+	case ctx.Err() != nil:
+		return true
+	case status.Code(err) == codes.DeadlineExceeded:
+		return false
+	case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING:
+		return false
+	}
+	return true
 }
 
 // writesBack reports whether o writes a call's results into the caller's

@@ -308,7 +308,7 @@ func (a *Authorizer) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if !ok {
 			return nil, status.Errorf(codes.PermissionDenied, "%s has no authorisation rule", info.FullMethod)
 		}
-		if rule.Access == SelfAuthenticating {
+		if rule.Access == SelfAuthenticating || rule.Access == Public {
 			return handler(ctx, req)
 		}
 		p, err := a.principal(ctx, info.FullMethod)
@@ -341,8 +341,8 @@ func (a *Authorizer) StreamInterceptor() grpc.StreamServerInterceptor {
 		if !ok {
 			return status.Errorf(codes.PermissionDenied, "%s has no authorisation rule", info.FullMethod)
 		}
-		if rule.Access == SelfAuthenticating {
-			return status.Errorf(codes.Internal, "%s: a stream cannot authenticate itself", info.FullMethod)
+		if rule.Access == SelfAuthenticating || rule.Access == Public {
+			return status.Errorf(codes.Internal, "%s: a stream cannot authenticate itself or go without", info.FullMethod)
 		}
 		ctx := ss.Context()
 		p, err := a.principal(ctx, info.FullMethod)

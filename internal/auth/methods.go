@@ -1,6 +1,8 @@
 package auth
 
 import (
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
 
@@ -20,6 +22,10 @@ const (
 	// has no certificate yet and shows a ServiceAccount token); the
 	// interceptors let every caller through, with no principal.
 	SelfAuthenticating
+	// Public: no credential is asked for and no principal set. Only
+	// gRPC's health check is (apiserver.StoreHealth): it says whether
+	// the server reaches its store, and nothing of any atespace.
+	Public
 )
 
 // Rule is how one RPC is authorised.
@@ -216,4 +222,8 @@ var Methods = map[string]Rule{
 	atev1.NodeRegistry_SelfCall_FullMethodName: {Verb: "relay self call", Access: Cluster, Components: node, ComponentsOnly: true,
 		Node: func(r any) string { return r.(*atev1.SelfCallRequest).GetNode() }},
 	atev1.NodeIdentity_IssueNodeCertificate_FullMethodName: {Verb: "issue node certificate", Access: SelfAuthenticating},
+
+	// Probes: clients moving a state change off a replica cut from its
+	// store (apidial), load balancers.
+	healthpb.Health_Check_FullMethodName: {Verb: "check health", Access: Public},
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
@@ -24,6 +25,8 @@ func TestEveryMethodHasARule(t *testing.T) {
 		{atev1.Control_ServiceDesc.ServiceName, methodNames(atev1.Control_ServiceDesc.Methods, atev1.Control_ServiceDesc.Streams)},
 		{atev1.NodeRegistry_ServiceDesc.ServiceName, methodNames(atev1.NodeRegistry_ServiceDesc.Methods, atev1.NodeRegistry_ServiceDesc.Streams)},
 		{atev1.NodeIdentity_ServiceDesc.ServiceName, methodNames(atev1.NodeIdentity_ServiceDesc.Methods, atev1.NodeIdentity_ServiceDesc.Streams)},
+		// Only Check of it is served (apiserver.StoreHealth).
+		{healthpb.Health_ServiceDesc.ServiceName, []string{"Check"}},
 	} {
 		for _, m := range sd.methods {
 			full := "/" + sd.name + "/" + m
@@ -46,6 +49,9 @@ func TestEveryMethodHasARule(t *testing.T) {
 			// the interceptors; a new one must be added here on purpose.
 			if rule.Access == SelfAuthenticating && full != atev1.NodeIdentity_IssueNodeCertificate_FullMethodName {
 				t.Errorf("%s: self-authenticating, which only IssueNodeCertificate is", full)
+			}
+			if rule.Access == Public && full != healthpb.Health_Check_FullMethodName {
+				t.Errorf("%s: public, which only the health check is", full)
 			}
 		}
 	}

@@ -29,3 +29,9 @@ type CommitObserver interface {
 type CommitObserved interface {
 	SetCommitObserver(o CommitObserver)
 }
+
+// Pinger is a backend that can say whether it reaches its database now
+// (PostgreSQL). One in this process (bbolt) always does.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}

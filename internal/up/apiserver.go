@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/client-go/kubernetes"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -170,6 +171,8 @@ type apiServerAssembly struct {
 	nodeIdentity *workeridentity.Server
 	// dash is the dashboard's listener; nil when there is none.
 	dash *dashboardServer
+	// health answers gRPC's health check: whether the store is reached.
+	health *apiserver.StoreHealth
 }
 
 // configure checks the settings, starts tracing, loads the TLS
@@ -359,6 +362,8 @@ func (s *apiServerAssembly) listen(context.Context) error {
 	if s.nodeIdentity != nil {
 		atev1.RegisterNodeIdentityServer(gs, s.nodeIdentity)
 	}
+	s.health = apiserver.NewStoreHealth(s.st, s.log)
+	healthpb.RegisterHealthServer(gs, s.health)
 	initMetrics()
 	s.gs = gs
 	return nil
@@ -417,6 +422,7 @@ func (s *apiServerAssembly) run(ctx context.Context) error {
 	// waits for every call, and they never end by themselves. The nodes
 	// retry until an API server is back.
 	r.Add("node registry", s.registry.Run)
+	r.Add("store health", s.health.Run)
 	dashURL := ""
 	if s.dash != nil {
 		r.Add("dashboard", s.dash.Start)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -99,6 +101,7 @@ func startAuthEnvWith(t *testing.T, configure func(*auth.Config)) *authEnv {
 	gs := grpc.NewServer(authz.ServerOptions()...)
 	atev1.RegisterControlServer(gs, api)
 	atev1.RegisterNodeRegistryServer(gs, atev1.UnimplementedNodeRegistryServer{})
+	healthpb.RegisterHealthServer(gs, apiserver.NewStoreHealth(st, slog.New(slog.DiscardHandler)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -269,9 +272,10 @@ func TestViewerCannotMutate(t *testing.T) {
 	mds := methods(t)
 	n := 0
 	for full, rule := range auth.Methods {
-		if rule.Access == auth.Read || rule.Access == auth.SelfAuthenticating {
+		if rule.Access == auth.Read || rule.Access == auth.SelfAuthenticating || rule.Access == auth.Public {
 			// A self-authenticating method checks its own credential
-			// (workeridentity's tests): no role applies to it.
+			// (workeridentity's tests), and the health check asks for
+			// none (TestHealthCheckIsPublic): no role applies to them.
 			continue
 		}
 		md, ok := mds[full]
@@ -295,6 +299,33 @@ func TestViewerCannotMutate(t *testing.T) {
 	}
 	if after := e.dump(t); after != before {
 		t.Errorf("refused calls changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestHealthCheckIsPublic: a caller with no token (a probe carries none)
+// gets the health check's answer, and nothing else of the health
+// service: its List and Watch, which say more, have no rule and are
+// refused, as an anonymous Control call still is.
+func TestHealthCheckIsPublic(t *testing.T) {
+	e := startAuthEnv(t)
+	ctx := context.Background()
+	anon := e.conn(t, "")
+	hc := healthpb.NewHealthClient(anon)
+	if got, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || got.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("anonymous health check = %v, %v; want SERVING", got, err)
+	}
+	if _, err := hc.List(ctx, &healthpb.HealthListRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("anonymous health List = %v, want PERMISSION_DENIED", err)
+	}
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("anonymous health Watch = %v, want PERMISSION_DENIED", err)
+	}
+	if _, err := atev1.NewControlClient(anon).ListActors(ctx, &atev1.ListActorsRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("anonymous ListActors beside the health check = %v, want UNAUTHENTICATED", err)
 	}
 }
 
@@ -438,8 +469,8 @@ func TestRouterComponent(t *testing.T) {
 	conn := e.conn(t, routerTok)
 	mds := methods(t)
 	for full, rule := range auth.Methods {
-		if rule.Access == auth.SelfAuthenticating {
-			continue // its handler checks its credential, not the caller
+		if rule.Access == auth.SelfAuthenticating || rule.Access == auth.Public {
+			continue // its handler checks its credential, or needs none
 		}
 		md := mds[full]
 		allowed := slices.Contains(rule.Components, auth.ComponentRouter)

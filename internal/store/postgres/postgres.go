@@ -141,6 +141,8 @@ type Store struct {
 	announced chan struct{}
 	// observer, if set, is told of every transaction tx commits.
 	observer atomic.Pointer[store.CommitObserver]
+	// ping is Ping's connection.
+	ping pinger
 }
 
 var (
@@ -257,6 +259,7 @@ func (s *Store) Close() error {
 	s.stop()
 	<-s.done
 	<-s.announced
+	s.ping.close()
 	s.pool.Close()
 	s.async.Close()
 	return nil

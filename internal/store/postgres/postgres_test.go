@@ -190,8 +190,9 @@ func TestOpenUnreachable(t *testing.T) {
 
 // TestServerRestartAndLoss: across a server restart the store recovers
 // by itself (calls may fail with ErrUnavailable meanwhile, never with
-// anything else) and its view's listener reconnects and reloads; once
-// the server is gone, every call fails with ErrUnavailable.
+// anything else), Ping dials its connection again, and its view's
+// listener reconnects and reloads; once the server is gone, every call
+// fails with ErrUnavailable, Ping's too.
 func TestServerRestartAndLoss(t *testing.T) {
 	ctx := context.Background()
 	private, err := pgtest.StartLocal(ctx)
@@ -204,10 +205,21 @@ func TestServerRestartAndLoss(t *testing.T) {
 	if err := s.CreateAtespace(ctx, &store.Atespace{Name: "default"}); err != nil {
 		t.Fatal(err)
 	}
+	// Ping's own connection is open from here, and the restart cuts it.
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
 
 	if err := private.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "Ping answers after a restart", func() bool {
+		err := s.Ping(ctx)
+		if err != nil && !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("Ping across a restart: %v, want nil or ErrUnavailable", err)
+		}
+		return err == nil
+	})
 	waitFor(t, "the store answers after a restart", func() bool {
 		_, err := s.GetAtespace(ctx, "default")
 		if err != nil && !errors.Is(err, store.ErrUnavailable) {
@@ -231,6 +243,7 @@ func TestServerRestartAndLoss(t *testing.T) {
 	}
 	a := &store.Actor{Atespace: "default", Name: "a", UID: "u"}
 	for name, call := range map[string]func() error{
+		"Ping":         func() error { return s.Ping(ctx) },
 		"GetAtespace":  func() error { _, err := s.GetAtespace(ctx, "default"); return err },
 		"ListActors":   func() error { _, _, err := s.ListActors(ctx, "", 10, ""); return err },
 		"UpdateActor":  func() error { _, err := s.UpdateActor(ctx, a); return err },

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -117,6 +118,10 @@ func (r *replica) ResumeActor(ctx context.Context, _ *atev1.ResumeActorRequest) 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	// As the API server's resume says how it activated the actor.
+	if err := grpc.SetHeader(ctx, metadata.Pairs("replica", r.name)); err != nil {
+		return nil, err
 	}
 	return &atev1.Actor{Name: r.name}, nil
 }
@@ -363,6 +368,25 @@ func TestReplicaStandsStillDuringAChange(t *testing.T) {
 	}
 	if suspects.usable(addrB, false) {
 		t.Fatal("replica b stood still through a resume and its probe, but is not suspect")
+	}
+}
+
+// TestChangeAskingForItsHeaderIsWatched: a resume that asks for its
+// answer's header, as the router's does, is watched as any other: with
+// replica b standing still it is answered by a, and the header the
+// caller gets is a's.
+func TestChangeAskingForItsHeaderIsWatched(t *testing.T) {
+	_, b, _, c := twoReplicas(t)
+	release := b.stall()
+	defer release()
+	for i := 0; b.resumes.Load() == 0 || i < 5; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		var md metadata.MD
+		got, err := c.ResumeActor(ctx, &atev1.ResumeActorRequest{}, grpc.Header(&md))
+		cancel()
+		if err != nil || got.GetName() != "a" || !slices.Equal(md.Get("replica"), []string{"a"}) {
+			t.Fatalf("ResumeActor %d with its header, replica b standing still = %v, %v, header %v; want a's answer and header", i, got, err, md)
+		}
 	}
 }
 

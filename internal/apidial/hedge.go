@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/roundrobin"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
@@ -128,17 +130,21 @@ func interceptorFor(target string) grpc.UnaryClientInterceptor {
 	return hedgeInterceptor
 }
 
-// hedgeInterceptor hedges the calls in hedged (the comment at the top
-// of this file says why).
-// Calls whose options write results into the caller's variables (header,
-// trailer, peer) are not hedged: two copies would write them at once.
+// hedgeInterceptor hedges the calls in hedged and watches those in
+// watched (the comment at the top of this file says why). Reads whose
+// options write results into the caller's variables (header, trailer,
+// peer) are not hedged: two copies would write them at once. A watched
+// call's copies write into variables of their own (perAttempt).
 func hedgeInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	out, ok := reply.(proto.Message)
-	if !ok || slices.ContainsFunc(opts, writesBack) || !hedged[method] && !watched[method] {
+	if !ok || !hedged[method] && !watched[method] {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if watched[method] {
 		return watchedCall(ctx, method, req, out, cc, invoker, opts)
+	}
+	if slices.ContainsFunc(opts, writesBack) {
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	type result struct {
 		reply proto.Message
@@ -196,9 +202,10 @@ func watchedCall(ctx context.Context, method string, req any, out proto.Message,
 		at := &attempt{avoid: avoid, change: true}
 		actx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, at))
 		r := out.ProtoReflect().New().Interface()
+		own, commit := perAttempt(opts)
 		done := make(chan error, 1)
-		go func() { done <- invoker(actx, method, req, r, cc, opts...) }()
-		err, resend := watch(ctx, cc, at, done, try == 0)
+		go func() { done <- invoker(actx, method, req, r, cc, own...) }()
+		err, returned, resend := watch(ctx, cc, at, done, try == 0)
 		cancel()
 		if resend {
 			suspects.mark(at.address())
@@ -209,24 +216,62 @@ func watchedCall(ctx context.Context, method string, req any, out proto.Message,
 			proto.Reset(out)
 			proto.Merge(out, r)
 		}
+		// Only once the attempt returned: one the caller gave up on
+		// may still write what it was given.
+		if returned {
+			commit()
+		}
 		return err
 	}
 }
 
-// watch waits for a watched call's result from done, probing its
-// replica every hedgeAfter while probing (resend: it stands still).
-func watch(ctx context.Context, cc *grpc.ClientConn, at *attempt, done <-chan error, probing bool) (err error, resend bool) {
+// perAttempt returns opts with every option that writes back into the
+// caller's variables (writesBack) pointed at variables of one attempt's
+// own, and commit, which copies those into the caller's. The router's
+// resume asks for the answer's header: were it passed as it is, an
+// attempt abandoned on a replica that stands still, still running, and
+// the next one would write it at once.
+func perAttempt(opts []grpc.CallOption) (own []grpc.CallOption, commit func()) {
+	own = slices.Clone(opts)
+	var commits []func()
+	for i, o := range own {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			md := new(metadata.MD)
+			own[i] = grpc.Header(md)
+			commits = append(commits, func() { *o.HeaderAddr = *md })
+		case grpc.TrailerCallOption:
+			md := new(metadata.MD)
+			own[i] = grpc.Trailer(md)
+			commits = append(commits, func() { *o.TrailerAddr = *md })
+		case grpc.PeerCallOption:
+			p := new(peer.Peer)
+			own[i] = grpc.Peer(p)
+			commits = append(commits, func() { *o.PeerAddr = *p })
+		}
+	}
+	return own, func() {
+		for _, c := range commits {
+			c()
+		}
+	}
+}
+
+// watch waits for a watched call's result from done (returned), probing
+// its replica every hedgeAfter while probing (resend: it stands still,
+// or is cut off from its store).
+func watch(ctx context.Context, cc *grpc.ClientConn, at *attempt, done <-chan error, probing bool) (err error, returned, resend bool) {
 	tick := time.NewTicker(hedgeAfter)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
-			return err, false
+			return err, true, false
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err(), false
+			return status.FromContextError(ctx.Err()).Err(), false, false
 		case <-tick.C:
 			if probing && at.address() != "" && !answers(ctx, cc, at.address()) {
-				return nil, true
+				return nil, false, true
 			}
 		}
 	}

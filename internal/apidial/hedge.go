@@ -205,7 +205,7 @@ func watchedCall(ctx context.Context, method string, req any, out proto.Message,
 		own, commit := perAttempt(opts)
 		done := make(chan error, 1)
 		go func() { done <- invoker(actx, method, req, r, cc, own...) }()
-		err, returned, resend := watch(ctx, cc, at, done, try == 0)
+		returned, resend, err := watch(ctx, cc, at, done, try == 0)
 		cancel()
 		if resend {
 			suspects.mark(at.address())
@@ -260,18 +260,18 @@ func perAttempt(opts []grpc.CallOption) (own []grpc.CallOption, commit func()) {
 // watch waits for a watched call's result from done (returned), probing
 // its replica every hedgeAfter while probing (resend: it stands still,
 // or is cut off from its store).
-func watch(ctx context.Context, cc *grpc.ClientConn, at *attempt, done <-chan error, probing bool) (err error, returned, resend bool) {
+func watch(ctx context.Context, cc *grpc.ClientConn, at *attempt, done <-chan error, probing bool) (returned, resend bool, err error) {
 	tick := time.NewTicker(hedgeAfter)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
-			return err, true, false
+			return true, false, err
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err(), false, false
+			return false, false, status.FromContextError(ctx.Err()).Err()
 		case <-tick.C:
 			if probing && at.address() != "" && !answers(ctx, cc, at.address()) {
-				return nil, false, true
+				return false, true, nil
 			}
 		}
 	}

@@ -13,8 +13,11 @@ import (
 
 // StoreHealth answers gRPC's health check (grpc.health.v1.Health/Check)
 // for the whole server: SERVING while this replica reaches its record
-// store, NOT_SERVING from the first ping of it that fails or takes
-// longer than storePingTimeout until one succeeds.
+// store, NOT_SERVING from the second ping in a row that fails or takes
+// longer than storePingTimeout until one succeeds. One slow ping is not
+// enough: when every replica's pings are slow at once (a database busy
+// or restarting), each would hand its changes to another that fares no
+// better.
 //
 // Clients ask it while a state change they sent here takes long
 // (apidial's watched calls): a replica that answers is working on the
@@ -30,7 +33,8 @@ type StoreHealth struct {
 	healthpb.UnimplementedHealthServer
 	pinger store.Pinger
 	log    *slog.Logger
-	// cut is set while the last ping failed.
+	// cut is set from the second failed ping in a row until one
+	// succeeds.
 	cut atomic.Bool
 	// every and timeout are storePingEvery and storePingTimeout
 	// (tests shorten them).
@@ -39,7 +43,7 @@ type StoreHealth struct {
 
 const (
 	// storePingEvery is how often StoreHealth pings the store: a cut is
-	// reported within storePingEvery+storePingTimeout.
+	// reported within two pings, 2*storePingTimeout+storePingEvery.
 	storePingEvery = 500 * time.Millisecond
 	// storePingTimeout is far above a ping's round trip (under a
 	// millisecond on a LAN, a few on a loaded database: it runs no
@@ -71,6 +75,7 @@ func (h *StoreHealth) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(h.every)
 	defer t.Stop()
+	failed := 0
 	for {
 		pctx, cancel := context.WithTimeout(ctx, h.timeout)
 		err := h.pinger.Ping(pctx)
@@ -78,10 +83,15 @@ func (h *StoreHealth) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		switch was := h.cut.Swap(err != nil); {
-		case err != nil && !was:
+		if err != nil {
+			failed++
+		} else {
+			failed = 0
+		}
+		switch was := h.cut.Swap(failed >= 2); {
+		case failed >= 2 && !was:
 			h.log.WarnContext(ctx, "record store out of reach: the health check answers NOT_SERVING, so clients move their changes to other replicas", "err", err)
-		case err == nil && was:
+		case failed == 0 && was:
 			h.log.InfoContext(ctx, "record store reached again: the health check answers SERVING")
 		}
 		select {

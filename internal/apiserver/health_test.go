@@ -26,10 +26,15 @@ const (
 	pingOK int32 = iota
 	pingRefused
 	pingSilent
+	// pingRefusedOnce: the next ping is refused, the ones after answer.
+	pingRefusedOnce
 )
 
 func (s *pingStore) Ping(ctx context.Context) error {
 	s.pings.Add(1)
+	if s.answer.CompareAndSwap(pingRefusedOnce, pingOK) {
+		return store.ErrUnavailable
+	}
 	switch s.answer.Load() {
 	case pingRefused:
 		return store.ErrUnavailable
@@ -42,8 +47,9 @@ func (s *pingStore) Ping(ctx context.Context) error {
 
 // TestStoreHealth: the health check says NOT_SERVING while the store's
 // pings fail — refused, or unanswered past their timeout — and SERVING
-// again once one succeeds; a store that cannot be pinged (bbolt, in this
-// process) is always SERVING.
+// again once one succeeds; one failed ping alone changes nothing; a
+// store that cannot be pinged (bbolt, in this process) is always
+// SERVING.
 func TestStoreHealth(t *testing.T) {
 	st := &pingStore{}
 	h := NewStoreHealth(st, slog.New(slog.DiscardHandler))
@@ -71,6 +77,15 @@ func TestStoreHealth(t *testing.T) {
 		testwait.Until(t, what, func() bool { return st.pings.Load() >= from+2 && status() == want })
 	}
 	after("SERVING while the store answers", healthpb.HealthCheckResponse_SERVING)
+	st.answer.Store(pingRefusedOnce)
+	from, flipped := st.pings.Load(), false
+	testwait.Until(t, "three pings around one refused", func() bool {
+		flipped = flipped || status() != healthpb.HealthCheckResponse_SERVING
+		return st.pings.Load() >= from+3
+	})
+	if flipped {
+		t.Fatal("one refused ping made the health check say NOT_SERVING")
+	}
 	st.answer.Store(pingRefused)
 	after("NOT_SERVING while the store refuses", healthpb.HealthCheckResponse_NOT_SERVING)
 	st.answer.Store(pingOK)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 type pinger struct {
 	mu   sync.Mutex
 	conn *pgx.Conn
+	// closed: the Store is closed, and Ping dials no more.
+	closed bool
 }
 
 // Ping reports whether the server answers a round trip within ctx, on a
@@ -23,6 +26,9 @@ type pinger struct {
 func (s *Store) Ping(ctx context.Context) error {
 	s.ping.mu.Lock()
 	defer s.ping.mu.Unlock()
+	if s.ping.closed {
+		return errors.New("postgres store closed")
+	}
 	if s.ping.conn == nil || s.ping.conn.IsClosed() {
 		c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
 		if err != nil {
@@ -49,9 +55,10 @@ func (p *pinger) closeLocked() {
 	p.conn = nil
 }
 
-// close closes the ping connection, for Store.Close.
+// close closes the ping connection for good, for Store.Close.
 func (p *pinger) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	p.closeLocked()
 }

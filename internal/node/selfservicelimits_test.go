@@ -146,12 +146,34 @@ func TestSelfServiceConnectionCap(t *testing.T) {
 	for range maxConns {
 		held = append(held, dial())
 	}
+	// Nothing is answered before the request head has come: an HTTP
+	// client takes an answer that comes first for an unsolicited one
+	// and fails the call instead of reading the 503.
+	quiet := func(i int, c net.Conn, what string) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("connection %d over the cap answered before %s: read %d bytes, %v", i+1, what, n, err)
+		}
+	}
+	const head = "POST /v1/token HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n"
 	for i := range 3 * maxConns {
 		c := dial()
-		// The first sends nothing: it is answered once the wait for a
-		// request head runs out.
-		if i > 0 {
-			if _, err := io.WriteString(c, "POST /v1/token HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n"); err != nil {
+		switch i {
+		case 0:
+			// Sends nothing: answered once the wait for a head runs out.
+			quiet(i, c, "its request")
+		case 1:
+			// The head's end split across two writes.
+			if _, err := io.WriteString(c, head[:len(head)-1]); err != nil {
+				t.Fatal(err)
+			}
+			quiet(i, c, "the end of its request head")
+			if _, err := io.WriteString(c, head[len(head)-1:]); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if _, err := io.WriteString(c, head); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -105,8 +105,12 @@ stage() {
 	# Kept whole in the run's logs; a failure's own lines are repeated
 	# in the summary (below), since a failed end-to-end test prints its
 	# components' logs after them and a CI log keeps only its tail.
-	"$@" 2>&1 | tee "$state/logs/stage-$name.log"
-	rc=${PIPESTATUS[0]}
+	# Not a pipe: bash would wait for tee, and tee for every process
+	# holding the pipe, so a process the stage left behind holding its
+	# output would hang the run before the check below could remove it.
+	"$@" > >(tee "$state/logs/stage-$name.log") 2>&1
+	rc=$?
+	local tee_pid=$!
 	local secs=$(($(date +%s) - s))
 	local left
 	if ! left=$("$leftovers" check -before "$state/before.json" -run "$run_id" -self $$ -clean 2>&1); then
@@ -119,6 +123,7 @@ $(echo "$left" | head -20 | sed 's/^/             /')")
 		stage_results+=("FAIL")
 		failed=1
 	fi
+	wait "$tee_pid" 2>/dev/null
 	stage_names+=("$name (${secs}s)")
 	if ((rc == 0)); then
 		stage_results+=("ok")
@@ -136,9 +141,16 @@ $(echo "$left" | head -20 | sed 's/^/             /')")
 # fail (each line of those is indented under a "... log:" line, or is a
 # JSON log record).
 failure_lines() {
-	awk '/^[[:space:]]*--- FAIL|^panic:/ { failed = 1 }
+	local lines
+	lines=$(awk '/^[[:space:]]*--- FAIL|^panic:/ { failed = 1 }
 		failed && /^[[:space:]]*(--- FAIL|FAIL|panic:)|^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / && !/\.go:[0-9]+: .* log:$/' "$1" |
-		head -n 40
+		head -n 40)
+	# Not a test's failure (vet, staticcheck, a build, an install): the
+	# end of what the stage said.
+	if [[ -z $lines ]]; then
+		lines=$(tail -n 20 "$1")
+	fi
+	printf '%s\n' "$lines"
 }
 declare -a failure_lines
 

@@ -340,6 +340,19 @@ func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Ac
 		return nil, err
 	}
 	switch a.State {
+	case store.Suspending, store.Pausing, store.Resuming:
+		return m.settleLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back to the last snapshot")
+	}
+	return a, nil
+}
+
+// settleLocked ends a as a workflow that died, or a sandbox that is
+// gone, leaves it: an interrupted checkpoint is finished where its node
+// still has it (finishUpload, finishInterrupted), and otherwise the
+// actor goes back to its last snapshot (recoverLocked, with why). The
+// caller holds its lock and lease.
+func (m *Manager) settleLocked(ctx context.Context, a *store.Actor, why string) (*store.Actor, error) {
+	switch a.State {
 	case store.Suspending, store.Pausing:
 		if a.State == store.Suspending && a.Worker == "" && a.PausedSnapshot != "" {
 			return m.finishUpload(ctx, a)
@@ -347,11 +360,8 @@ func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Ac
 		if out, done, err := m.finishInterrupted(ctx, a); done || err != nil {
 			return out, err
 		}
-		fallthrough
-	case store.Resuming:
-		return m.recoverLocked(ctx, a, "interrupted "+string(a.State)+" was rolled back to the last snapshot")
 	}
-	return a, nil
+	return m.recoverLocked(ctx, a, why)
 }
 
 // finishInterrupted asks a's node again for the checkpoint of an actor
@@ -636,7 +646,9 @@ func (m *Manager) WorkerExited(worker, actorUID string) {
 // crashHolder makes the actor holding w CRASHED at its last snapshot with
 // why as its message, if it is still the incarnation w names on w; a
 // stale report (the actor deleted, recreated or moved) only frees w if
-// that incarnation still holds it.
+// that incarnation still holds it. An actor left SUSPENDING or PAUSING
+// by a workflow that died is settled instead (settleLocked): its
+// checkpoint, if its node committed it, is kept.
 func (m *Manager) crashHolder(ctx context.Context, w *store.Worker, why string) error {
 	return m.crashHolderIf(ctx, w, why, func(*store.Actor) bool { return true })
 }
@@ -656,7 +668,10 @@ func (m *Manager) crashHolderIf(ctx context.Context, w *store.Worker, why string
 			m.log.InfoContext(ctx, "report of a lost sandbox is older than the actor's record; left as it is", "actor", a.Key(), "worker", w.Name, "state", a.State)
 			return nil
 		}
-		_, err = m.recoverLocked(ctx, a, why)
+		// A checkpoint under way when its workflow died may have been
+		// committed on a node that is still heard: finished, not
+		// rolled back.
+		_, err = m.settleLocked(ctx, a, why)
 		return err
 	})
 }

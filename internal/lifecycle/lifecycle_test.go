@@ -1059,6 +1059,36 @@ func TestClaimsNotHostedAsksTheNode(t *testing.T) {
 	}
 }
 
+// TestClaimsNotHostedFinishesAnInterruptedPause: a pause that ran on its
+// node but whose answer was lost leaves the actor PAUSING on an empty
+// worker, and the node's next hello shows that worker empty. The actor
+// is not rolled back to its last durable snapshot (losing what it
+// answered since) but settled as the next workflow would: the node is
+// asked for the pause again under its id and answers with the
+// checkpoint it committed, which the actor is then PAUSED at.
+func TestClaimsNotHostedFinishesAnInterruptedPause(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.resume(t)
+	e.node.unreachable.Store(true)
+	if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
+	}
+	e.node.unreachable.Store(false)
+	a := e.get(t)
+	if a.State != store.Pausing || a.PendingSnapshot == "" {
+		t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
+	}
+	w, err := e.st.GetWorker(ctx, a.Worker)
+	must(t, err)
+	must(t, e.m.ClaimsNotHosted(ctx, "n1", []*store.Worker{w}, "test: the node no longer runs it"))
+	out := e.get(t)
+	if out.State != store.Paused || out.PausedSnapshot != a.PendingSnapshot {
+		t.Fatalf("after a hello showed the pausing actor's worker empty: %s at %q (%s), want PAUSED at %s",
+			out.State, out.PausedSnapshot, out.Message, a.PendingSnapshot)
+	}
+}
+
 // unsureSnapshots cannot tell whether a snapshot was committed.
 type unsureSnapshots struct{ *snapshot.Local }
 

@@ -393,8 +393,10 @@ func (a *Agent) keep(ctx context.Context, l *link, first func(error)) {
 	backoff := minBackoff
 	// Until when a refusal that names a wait (the name still held by a
 	// predecessor whose registration has not lapsed) is waited out
-	// rather than reported: set by the first such refusal.
+	// rather than reported: set by the first such refusal, and moved
+	// once by a later one that names a longer wait.
 	var waitUntil time.Time
+	extended := false
 	for ctx.Err() == nil {
 		welcomed, err := a.session(ctx, l, func() {
 			first(nil)
@@ -408,11 +410,19 @@ func (a *Agent) keep(ctx context.Context, l *link, first func(error)) {
 		}
 		if !welcomed && status.Code(err) != codes.Unavailable {
 			d, ok := retryDelay(err)
-			if ok && waitUntil.IsZero() {
+			switch until := time.Now().Add(2*d + time.Second); {
+			case !ok:
+			case waitUntil.IsZero():
 				// A dead predecessor falls silent within d; twice that
 				// (and a second for scheduling) before concluding it is
 				// alive.
-				waitUntil = time.Now().Add(2*d + time.Second)
+				waitUntil = until
+			case until.After(waitUntil) && !extended:
+				// A replica whose loss check ran late (it stood still)
+				// counts the silence anew, so a dead predecessor's wait
+				// can start over once. Not more: a live one, heartbeating,
+				// names a full wait every time, and must be reported.
+				waitUntil, extended = until, true
 			}
 			if ok && time.Now().Before(waitUntil) {
 				a.log.Warn("this node's name is still registered by another incarnation; waiting for it to fall silent",

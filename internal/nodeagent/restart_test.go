@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -25,10 +26,16 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		alive bool
-		want  codes.Code
+		// lateCheck: the predecessor had been silent for most of the
+		// loss deadline, and a replica's loss check that ran late (it
+		// stood still) restarts its silence once the new incarnation
+		// has been refused: the wait it was told of grows.
+		lateCheck bool
+		want      codes.Code
 	}{
-		{"the predecessor died with its stream open: welcomed once it is declared lost", false, codes.OK},
-		{"the predecessor is alive and heartbeating: refused", true, codes.AlreadyExists},
+		{"the predecessor died with its stream open: welcomed once it is declared lost", false, false, codes.OK},
+		{"the predecessor died, and a late loss check restarted its silence: welcomed", false, true, codes.OK},
+		{"the predecessor is alive and heartbeating: refused", true, false, codes.AlreadyExists},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
@@ -38,13 +45,21 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := newFakeNode(t, ctx, dir)
-			reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: 500 * time.Millisecond})
+			lostAfter := 500 * time.Millisecond
+			if tc.lateCheck {
+				// Long enough that one restart of the silence outlasts
+				// the first wait the node was told of.
+				lostAfter = 2 * time.Second
+			}
+			reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: lostAfter})
 			if err != nil {
 				t.Fatal(err)
 			}
 			reg.SetWorkflows(&lostRecorder{st: st})
 			p := NewInProcess()
-			agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: p.DialRegistry, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1"})
+			waiting := make(chan struct{}, 1)
+			agent := NewAgent(AgentConfig{Node: n, Replicas: p.Replicas, Dial: p.DialRegistry, Address: InProcessAddress, TunnelAddr: "127.0.0.1:1",
+				Logger: slog.New(signalOn{msg: waitingMsg, ch: waiting})})
 
 			// The predecessor: the same node and workers under another
 			// epoch, welcomed, its stream never ended.
@@ -55,8 +70,25 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			if tc.lateCheck {
+				reg.mu.Lock()
+				prev.lastHeard = time.Now().Add(-lostAfter + 200*time.Millisecond)
+				reg.mu.Unlock()
+			}
+
 			first := make(chan error, 1)
 			serveAll(t, ctx, cancel, p, reg, agent, st, first)
+			if tc.lateCheck {
+				select {
+				case <-waiting:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the restarted node was not refused within 10 s")
+				}
+				// What Registry.Run does after a late check.
+				reg.mu.Lock()
+				prev.lastHeard = time.Now()
+				reg.mu.Unlock()
+			}
 			if tc.alive {
 				// Its heartbeats, as the registry records them.
 				var beating sync.WaitGroup
@@ -87,3 +119,27 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 		})
 	}
 }
+
+// waitingMsg is what the agent logs when a refusal names a wait it
+// waits out.
+const waitingMsg = "this node's name is still registered by another incarnation; waiting for it to fall silent"
+
+// signalOn is a log handler that signals ch (without blocking) at each
+// record whose message is msg, and discards everything.
+type signalOn struct {
+	msg string
+	ch  chan<- struct{}
+}
+
+func (h signalOn) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalOn) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h signalOn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalOn) WithGroup(string) slog.Handler      { return h }

@@ -152,7 +152,7 @@ failure_lines() {
 	fi
 	printf '%s\n' "$lines"
 }
-declare -a failure_lines
+failure_lines=()
 
 # The background builds: each writes $state/built/NAME.ok or .fail; need
 # waits for one.

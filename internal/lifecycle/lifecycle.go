@@ -423,7 +423,12 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 	}
 	m.log.InfoContext(ctx, "interrupted checkpoint asked of its node again: the sandbox may still hold what the actor answered",
 		"actor", a.Key(), "state", a.State, "worker", a.Worker, "snapshot_id", opts.ID)
-	ref, err := on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+	// Bounded: the crash paths call this too, holding the actor, and a
+	// node that never answers must not hold it for good. Long enough for
+	// the first call's checkpoint, which runs first, and this one.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*nodeOpTimeout)
+	defer cancel()
+	ref, err := on.Checkpoint(cctx, a.Worker, a.UID, opts)
 	if err == nil && pending {
 		ref, err = reportedRef(ref, a.UID)
 		if err == nil && snapshot.Bare(ref) != a.PendingSnapshot {

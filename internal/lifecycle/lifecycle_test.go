@@ -1065,27 +1065,47 @@ func TestClaimsNotHostedAsksTheNode(t *testing.T) {
 // is not rolled back to its last durable snapshot (losing what it
 // answered since) but settled as the next workflow would: the node is
 // asked for the pause again under its id and answers with the
-// checkpoint it committed, which the actor is then PAUSED at.
+// checkpoint it committed, which the actor is then PAUSED at. A node
+// that answers the worker empty and nothing committed (the sandbox died
+// before the pause ran) gets it CRASHED, as before.
 func TestClaimsNotHostedFinishesAnInterruptedPause(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
-	e.resume(t)
-	e.node.unreachable.Store(true)
-	if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
-		t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
-	}
-	e.node.unreachable.Store(false)
-	a := e.get(t)
-	if a.State != store.Pausing || a.PendingSnapshot == "" {
-		t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
-	}
-	w, err := e.st.GetWorker(ctx, a.Worker)
-	must(t, err)
-	must(t, e.m.ClaimsNotHosted(ctx, "n1", []*store.Worker{w}, "test: the node no longer runs it"))
-	out := e.get(t)
-	if out.State != store.Paused || out.PausedSnapshot != a.PendingSnapshot {
-		t.Fatalf("after a hello showed the pausing actor's worker empty: %s at %q (%s), want PAUSED at %s",
-			out.State, out.PausedSnapshot, out.Message, a.PendingSnapshot)
+	for _, tc := range []struct {
+		name string
+		// gone: the node answers the repeated pause ErrStale.
+		gone bool
+		want store.ActorState
+	}{
+		{"the node committed the pause", false, store.Paused},
+		{"the sandbox died before the pause ran", true, store.Crashed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			e.resume(t)
+			e.node.unreachable.Store(true)
+			if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
+				t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
+			}
+			e.node.unreachable.Store(false)
+			e.node.gone.Store(tc.gone)
+			a := e.get(t)
+			if a.State != store.Pausing || a.PendingSnapshot == "" {
+				t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
+			}
+			w, err := e.st.GetWorker(ctx, a.Worker)
+			must(t, err)
+			must(t, e.m.ClaimsNotHosted(ctx, "n1", []*store.Worker{w}, "test: the node no longer runs it"))
+			out := e.get(t)
+			if out.State != tc.want {
+				t.Fatalf("after a hello showed the pausing actor's worker empty: %s at %q (%s), want %s", out.State, out.PausedSnapshot, out.Message, tc.want)
+			}
+			if tc.want == store.Paused && out.PausedSnapshot != a.PendingSnapshot {
+				t.Fatalf("PAUSED at %q, want the pause's own checkpoint %s", out.PausedSnapshot, a.PendingSnapshot)
+			}
+			if got := e.node.lastCheckpoint.ID; a.UID+"/"+got != a.PendingSnapshot && !tc.gone {
+				t.Fatalf("the node was asked again under id %q, want the recorded %s", got, a.PendingSnapshot)
+			}
+		})
 	}
 }
 

@@ -410,6 +410,7 @@ func (a *Agent) keep(ctx context.Context, l *link, first func(error)) {
 		}
 		if !welcomed && status.Code(err) != codes.Unavailable {
 			d, ok := retryDelay(err)
+			d = min(d, maxPredecessorWait)
 			switch until := time.Now().Add(2*d + time.Second); {
 			case !ok:
 			case waitUntil.IsZero():
@@ -722,6 +723,11 @@ func waitTick(ctx context.Context, tick *time.Ticker, cond func() bool) error {
 	}
 	return nil
 }
+
+// maxPredecessorWait bounds the wait a refusal may name: a loss
+// deadline is seconds, and a replica's answer should not park a node's
+// start for longer.
+const maxPredecessorWait = 5 * time.Minute
 
 // retryDelay is the wait a refusal names (errdetails.RetryInfo), if any.
 func retryDelay(err error) (time.Duration, bool) {

@@ -45,13 +45,15 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := newFakeNode(t, ctx, dir)
-			lostAfter := 500 * time.Millisecond
+			heartbeat, lostAfter := 50*time.Millisecond, 500*time.Millisecond
 			if tc.lateCheck {
 				// Long enough that one restart of the silence outlasts
-				// the first wait the node was told of.
-				lostAfter = 2 * time.Second
+				// the first wait the node is told of (a second left:
+				// 2×1 s + 1 s < 4 s), with a heartbeat slow enough that
+				// a busy machine's stall is not a second late check.
+				heartbeat, lostAfter = 200*time.Millisecond, 4*time.Second
 			}
-			reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: 50 * time.Millisecond, LostAfter: lostAfter})
+			reg, err := NewRegistry(ctx, RegistryConfig{Store: st, Heartbeat: heartbeat, LostAfter: lostAfter})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,7 +74,7 @@ func TestRestartWaitsOutItsPredecessor(t *testing.T) {
 
 			if tc.lateCheck {
 				reg.mu.Lock()
-				prev.lastHeard = time.Now().Add(-lostAfter + 200*time.Millisecond)
+				prev.lastHeard = time.Now().Add(-lostAfter + time.Second)
 				reg.mu.Unlock()
 			}
 

@@ -824,16 +824,7 @@ func TestInterruptedPauseFinishedOnItsNode(t *testing.T) {
 func TestInterruptedPauseAdoptsItsCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.resume(t)
-	e.node.unreachable.Store(true)
-	if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
-		t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
-	}
-	a := e.get(t)
-	if a.State != store.Pausing || !strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
-		t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
-	}
-	e.node.unreachable.Store(false)
+	a := e.interruptedPause(t)
 	out, err := e.m.Pause(ctx, key("a"))
 	must(t, err)
 	if got := e.node.lastCheckpoint.ID; a.UID+"/"+got != a.PendingSnapshot {
@@ -880,6 +871,25 @@ func TestInterruptedUploadKeepsThePause(t *testing.T) {
 			}
 		})
 	}
+}
+
+// interruptedPause resumes the actor and pauses it while the node does
+// not answer, as a pause whose call or answer was lost: the actor is
+// left PAUSING on its worker with its checkpoint's id recorded. The node
+// answers again afterwards. It returns that record.
+func (e *env) interruptedPause(t *testing.T) *store.Actor {
+	t.Helper()
+	e.resume(t)
+	e.node.unreachable.Store(true)
+	if _, err := e.m.Pause(context.Background(), key("a")); !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
+	}
+	e.node.unreachable.Store(false)
+	a := e.get(t)
+	if a.State != store.Pausing || !strings.HasPrefix(a.PendingSnapshot, a.UID+"/") {
+		t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
+	}
+	return a
 }
 
 // interruptedSuspend resumes the actor and then leaves its record as a
@@ -1081,17 +1091,8 @@ func TestClaimsNotHostedFinishesAnInterruptedPause(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			e := newEnv(t)
-			e.resume(t)
-			e.node.unreachable.Store(true)
-			if _, err := e.m.Pause(ctx, key("a")); !errors.Is(err, ErrNodeUnavailable) {
-				t.Fatalf("pause with the node not answering = %v, want ErrNodeUnavailable", err)
-			}
-			e.node.unreachable.Store(false)
+			a := e.interruptedPause(t)
 			e.node.gone.Store(tc.gone)
-			a := e.get(t)
-			if a.State != store.Pausing || a.PendingSnapshot == "" {
-				t.Fatalf("after the unanswered pause: %s, pending %q; want PAUSING with its checkpoint's id", a.State, a.PendingSnapshot)
-			}
 			w, err := e.st.GetWorker(ctx, a.Worker)
 			must(t, err)
 			must(t, e.m.ClaimsNotHosted(ctx, "n1", []*store.Worker{w}, "test: the node no longer runs it"))

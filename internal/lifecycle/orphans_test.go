@@ -30,7 +30,8 @@ func stageOrphan(t *testing.T, e *env, owner, id string) string {
 // workflows record or drop it), and so is an interrupted suspend's
 // snapshot that an actor's record names as pending (the next workflow
 // adopts it); the collection ends by itself once the
-// window has passed, and with its context before that.
+// window has passed, and with its context before that; its first pass
+// is announced once.
 func TestCollectOrphans(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -54,7 +55,10 @@ func TestCollectOrphans(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- e.m.CollectOrphans(ctx, c.o) }()
+			passes := 0 // FirstPassDone's calls: read once done is received
+			o := c.o
+			o.FirstPassDone = func() { passes++ }
+			go func() { done <- e.m.CollectOrphans(ctx, o) }()
 			select {
 			case err := <-done:
 				if !c.ends {
@@ -67,6 +71,9 @@ func TestCollectOrphans(t *testing.T) {
 				}
 				cancel()
 				must(t, <-done)
+			}
+			if passes != 1 {
+				t.Errorf("FirstPassDone called %d times, want once", passes)
 			}
 			if _, err := e.snaps.Open(t.Context(), orphan); !errors.Is(err, snapshot.ErrNotFound) {
 				t.Errorf("a dead predecessor's orphan: %v, want collected", err)

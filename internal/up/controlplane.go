@@ -135,9 +135,13 @@ type ControlPlane struct {
 	background     context.Context
 	stopBackground context.CancelFunc
 	// snapshotGCDone is closed when Start's snapshot collection has
-	// returned.
+	// made its first pass.
 	snapshotGCDone chan struct{}
-	started        atomic.Bool
+	// sharedWithOthers: other control planes' workflows run over the
+	// store (shared, not Exclusive), so Start's collection waits theirs
+	// out.
+	sharedWithOthers bool
+	started          atomic.Bool
 	// expiryInterval is ControlPlaneConfig.ExpiryInterval.
 	expiryInterval time.Duration
 	// metrics is ControlPlaneConfig.Metrics.
@@ -205,6 +209,7 @@ func (a *controlPlaneAssembly) openStore(ctx context.Context) error {
 		return fmt.Errorf("record store: %w", err)
 	}
 	cp.Store, a.shared = opened.Store, opened.Shared
+	cp.sharedWithOthers = a.shared && !a.cfg.Exclusive
 	observeCommits(cp.Store, a.cfg.Metrics)
 	if a.shared && a.cfg.Exclusive {
 		// This data dir on this host: a restarted `ate up` takes its
@@ -331,10 +336,20 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	defer context.AfterFunc(cp.background, cancel)()
 	r := runner.New(cp.log)
 	r.Add("snapshot collection", func(ctx context.Context) error {
-		defer close(cp.snapshotGCDone)
+		var once sync.Once
+		firstPassDone := func() { once.Do(func() { close(cp.snapshotGCDone) }) }
+		defer firstPassDone()
+		if cp.sharedWithOthers {
+			// Another control plane's snapshot may be committed and not
+			// yet recorded (a golden build, a suspend): one pass would
+			// take it as an orphan.
+			return cp.Lifecycle.CollectOrphans(ctx, lifecycle.OrphanCollection{
+				Shared: true, CheckpointTimeout: nodeagent.CheckpointTimeout, FirstPassDone: firstPassDone})
+		}
 		start := time.Now()
-		// The node is in this process: a predecessor's died with it, so
-		// one pass finds every orphan.
+		// Alone over the store, and the node is in this process: a
+		// predecessor's workflows died with it, so one pass finds every
+		// orphan.
 		defer cp.Lifecycle.ForgetMinted()
 		if err := cp.Lifecycle.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
 			cp.log.Warn("snapshot garbage collection", "err", err)
@@ -381,7 +396,10 @@ func newAPIGRPCServer(ms *metrics.Metrics, opts ...grpc.ServerOption) (gs *grpc.
 }
 
 // SnapshotGCDone is closed once the snapshot garbage collection that
-// Start runs has finished (it reads every actor).
+// Start runs has made its first pass (it reads every actor). Alone over
+// its store that is the whole collection; over a store shared with
+// other control planes, later passes take what stayed unreferenced for
+// lifecycle.OrphanCollection's window.
 func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCDone }
 
 // Close shuts the node down (destroying every sandbox, tearing its slots

@@ -39,9 +39,11 @@ func IsAccessRecord(r slog.Record) bool {
 // own goroutine touches it, except the request body's counter, which a
 // transport goroutine that ReverseProxy left behind may still add to.
 type access struct {
-	start    time.Time
-	key      names.ActorKey
-	how      activation.Kind
+	start time.Time
+	key   names.ActorKey
+	how   activation.Kind
+	// act is the request's activation so far, over its tries (carry).
+	act      activated
 	wait     time.Duration
 	upstream time.Duration
 	in       countingBody
@@ -113,3 +115,20 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 // Unwrap is for http.ResponseController.
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// carry makes act, one try's activation, the request's: a request sent
+// again (its target was stale, or its node was lost under it) that finds
+// its actor running on a later try was still resumed, or joined a resume,
+// on an earlier one, and waited for it. So the earlier activation stands
+// unless the later try resumed or joined again itself, and the wait is
+// the whole request's. Without this, a request that resumed its actor,
+// met a node that had stopped serving and was sent again said "warm"
+// after waiting seconds.
+func (a *access) carry(act activated) activated {
+	if act.how == activation.Warm && a.act.how != activation.None && a.act.how != activation.Warm {
+		act.how, act.evicted = a.act.how, a.act.evicted
+	}
+	act.waited = a.wait
+	a.act, a.how = act, act.how
+	return act
+}

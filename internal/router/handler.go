@@ -31,7 +31,10 @@ import (
 // so clients comparing it whole keep working; those that want the
 // parameter parse the value as a structured-field item.
 // HeaderActivationMs, set with "resumed" and "joined", is how long the
-// request waited for its actor, in milliseconds.
+// request waited for its actor, in milliseconds. A request sent again
+// after a try that resumed or joined (its new target was stale, or its
+// node was lost under it) keeps that activation and counts the whole
+// wait, though a later try found the actor running (access.carry).
 const (
 	HeaderActivation   = "Ate-Activation"
 	HeaderActivationMs = "Ate-Activation-Ms"
@@ -330,7 +333,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, key names.Acto
 	if err != nil {
 		return Target{}, activation.None, err
 	}
-	rec.how = act.how
+	act = rec.carry(act)
 	// Deferred: a stream cut mid-way ends the handler with a panic
 	// (http.ErrAbortHandler), and the request must still stop counting.
 	defer h.act.done(key, listen)

@@ -468,3 +468,39 @@ func TestWaiterCancelDoesNotCancelSharedResume(t *testing.T) {
 		t.Errorf("Resume called %d times, want 1", n)
 	}
 }
+
+// TestActivationSurvivesARetry: a request that resumed its actor, found
+// the new target stale (its node stopped serving under it) and was sent
+// again to the actor, found running on that try, still says it resumed
+// the actor, and how long it waited over both tries. It said "warm" after
+// waiting seconds (seen with `ate up` whose node fell behind its lease).
+func TestActivationSurvivesARetry(t *testing.T) {
+	var lookups, hits atomic.Int64
+	misdirected, fresh := misdirectedTunnel(t), echoTunnel(t, "fresh", &hits)
+	res := &fakeResolver{t: t,
+		// Suspended at first; running on the fresh tunnel once resumed.
+		lookup: func(_ context.Context, key names.ActorKey) (Target, bool, error) {
+			if lookups.Add(1) == 1 {
+				return Target{}, false, nil
+			}
+			return targetAt(key, "fresh", fresh), true, nil
+		},
+		resume: func(_ context.Context, key names.ActorKey) (Target, error) {
+			return targetAt(key, "stale", misdirected), nil
+		},
+	}
+	srv, _ := newRouter(t, Config{}, res)
+	got := get(t, srv, "app.default.actors.localhost", "/", nil)
+	if got.status != 200 || hits.Load() != 1 {
+		t.Fatalf("got %d %q after %d requests to the fresh tunnel, want 200 after 1", got.status, got.body, hits.Load())
+	}
+	if got.activation != "resumed" {
+		t.Errorf("%s = %q, want resumed", HeaderActivation, got.activation)
+	}
+	if ms := got.header.Get(HeaderActivationMs); ms == "" {
+		t.Errorf("%s missing", HeaderActivationMs)
+	}
+	if n := lookups.Load(); n != 2 {
+		t.Errorf("Lookup called %d times, want 2", n)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -62,6 +63,9 @@ type apiserverFields struct {
 	MaxStreamsPerCaller  *int
 	ExpiryInterval       *time.Duration
 	Heartbeat, LostAfter *time.Duration
+	// LostAfterDefault is --node-lost-after's default; zero is
+	// nodeagent.DefaultLostAfter.
+	LostAfterDefault time.Duration
 }
 
 // apiserverFlags are the API server's flags, on `ate apiserver` and `ate
@@ -77,7 +81,8 @@ func apiserverFlags(f *pflag.FlagSet, a apiserverFields) {
 	f.DurationVar(a.ExpiryInterval, "expiry-interval", lifecycle.DefaultExpiryInterval,
 		"how often actors SUSPENDED or CRASHED past their template's ttl.deleteAfterIdle are deleted (ate get actors --expired lists them)")
 	f.DurationVar(a.Heartbeat, "node-heartbeat", nodeagent.DefaultHeartbeat, "how often nodes heartbeat")
-	f.DurationVar(a.LostAfter, "node-lost-after", nodeagent.DefaultLostAfter, "a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
+	f.DurationVar(a.LostAfter, "node-lost-after", cmp.Or(a.LostAfterDefault, nodeagent.DefaultLostAfter),
+		"a node silent this long is lost: its running actors go CRASHED, resumable elsewhere")
 }
 
 // workloadFields are where workloadFlags put their values.

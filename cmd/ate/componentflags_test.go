@@ -58,6 +58,8 @@ var apart = map[string]map[string]string{
 var otherDefaultInUp = map[string]string{
 	"image-root": "ate up reads images where hack/build-examples.sh writes them (up.DefaultUpImageRoot), the components where the ate container image carries them (up.DefaultImageRoot)",
 	"http-addr":  "ate up serves its dashboard on loopback by default (up.DefaultHTTPAddr); a cluster's API server only where told",
+	"node-lost-after": "ate up's node is in its process, so a long lease fences nothing sooner and rides out the process's own stalls (up.InProcessLostAfter); " +
+		"a cluster's nodes are lost within seconds (nodeagent.DefaultLostAfter)",
 }
 
 // onlyInUp are `ate up`'s flags no component has.

@@ -54,7 +54,8 @@ flag is an error.`,
 			// Every component's flags (componentflags.go), each once.
 			cfg.Ceilings = &up.CeilingsConfig{}
 			apiserverFlags(f, apiserverFields{Store: &cfg.Store, StoreFile: &cfg.StoreFile, Identity: &cfg.Identity, Auth: &cfg.API.Auth, Ceilings: cfg.Ceilings,
-				MaxStreamsPerCaller: &cfg.API.MaxStreamsPerCaller, ExpiryInterval: &cfg.API.ExpiryInterval, Heartbeat: &cfg.API.Heartbeat, LostAfter: &cfg.API.LostAfter})
+				MaxStreamsPerCaller: &cfg.API.MaxStreamsPerCaller, ExpiryInterval: &cfg.API.ExpiryInterval, Heartbeat: &cfg.API.Heartbeat, LostAfter: &cfg.API.LostAfter,
+				LostAfterDefault: up.InProcessLostAfter})
 			workloadFlags(f, workloadFields{SandboxClass: &cfg.Node.SandboxClass, ImageRoots: &cfg.ImageRoots, RegistryCredentials: &cfg.RegistryCredentials,
 				Ceilings: cfg.Ceilings}, up.DefaultUpImageRoot)
 			nodeFlags(f, &cfg.Node, &cfg.Gvisor)

@@ -9,12 +9,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"substrate.dev/ate/internal/cli"
 	"substrate.dev/ate/internal/k8s/controller"
+	"substrate.dev/ate/internal/nodeagent"
 	"substrate.dev/ate/internal/up"
 )
 
@@ -303,5 +305,22 @@ func TestControllerFlags(t *testing.T) {
 				t.Errorf("--%s left the config as it was", f.Name)
 			}
 		})
+	}
+}
+
+// TestUpNodeLostAfter: `ate up`'s in-process node gets a lease of
+// up.InProcessLostAfter unless --node-lost-after says otherwise; at a
+// cluster's 5 s a burst that stalled the store made ate up declare its
+// own node lost.
+func TestUpNodeLostAfter(t *testing.T) {
+	cfg, _, err := runUp(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.API.LostAfter != up.InProcessLostAfter || up.InProcessLostAfter <= nodeagent.DefaultLostAfter {
+		t.Errorf("ate up's node lease = %s, want up.InProcessLostAfter (%s), longer than a cluster's %s", cfg.API.LostAfter, up.InProcessLostAfter, nodeagent.DefaultLostAfter)
+	}
+	if cfg, _, err = runUp(t, "--node-lost-after=4s"); err != nil || cfg.API.LostAfter != 4*time.Second {
+		t.Errorf("--node-lost-after=4s: %s, %v", cfg.API.LostAfter, err)
 	}
 }

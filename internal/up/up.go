@@ -4,6 +4,7 @@
 package up
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -45,6 +46,17 @@ type Info struct {
 // ClientConfigName is the client config file `ate up` writes in the data
 // directory (internal/ateconfig).
 const ClientConfigName = "config.yaml"
+
+// InProcessLostAfter is `ate up`'s --node-lost-after default, longer
+// than a cluster's (nodeagent.DefaultLostAfter). Its node is in the
+// process, over a store no other process uses, so no other node can
+// serve its actors and fencing it soon protects nothing; what its lease
+// meets instead are the process's own stalls. Under a burst of 70
+// restores on two cores the record store went up to 7 s without
+// committing a renewal, and at 5 s the node's lease lapsed: its tunnel
+// refused requests and the API server declared its own node lost,
+// crashing every actor (BENCHMARKS.md, Issue 35's other targets).
+const InProcessLostAfter = 30 * time.Second
 
 // Run starts everything and blocks until ctx ends, then stops it all.
 func Run(ctx context.Context, cfg Config) error {
@@ -155,7 +167,7 @@ func (u *upAssembly) newControlPlane(ctx context.Context) error {
 	cfg := u.cfg
 	cp, err := NewControlPlane(ctx, ControlPlaneConfig{DataDir: cfg.DataDir, Store: cfg.Store, Exclusive: true, Node: u.node, Logger: u.log, Metrics: u.ms, ImageRoots: cfg.ImageRoots, RegistryCredentials: cfg.RegistryCredentials, Ceilings: cfg.Ceilings,
 		ExpiryInterval: cfg.API.ExpiryInterval, Identity: cfg.Identity, AlarmTunnelTLS: u.tr.api.HTTPClientConfig(auth.ComponentNode),
-		Heartbeat: cfg.API.Heartbeat, LostAfter: cfg.API.LostAfter, MaxStreamsPerCaller: cfg.API.MaxStreamsPerCaller})
+		Heartbeat: cfg.API.Heartbeat, LostAfter: cmp.Or(cfg.API.LostAfter, InProcessLostAfter), MaxStreamsPerCaller: cfg.API.MaxStreamsPerCaller})
 	if err != nil {
 		return err
 	}

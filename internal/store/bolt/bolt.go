@@ -675,18 +675,29 @@ func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Dur
 }
 
 // RenewLease implements store.Store.
-func (s *Store) RenewLease(_ context.Context, key, holder string, token int64, ttl time.Duration) (out *store.Lease, err error) {
-	err = s.update(func(tx *bbolt.Tx) error {
+func (s *Store) RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (*store.Lease, error) {
+	// A renewal gives up with ctx while the commits queued before it
+	// take long (seen: 6.5 s without a commit under a burst of 70
+	// restores on two cores). The node registry renews on a heartbeat
+	// under a deadline, and waiting here kept it from hearing the node's
+	// next heartbeats until it declared its own `ate up` node lost
+	// (BENCHMARKS.md, Issue 35's other targets). renewed is read only
+	// once the write has committed, never after giving up on it.
+	var renewed *store.Lease
+	err := s.writes.updateUnlessDone(ctx, func(tx *bbolt.Tx) error {
 		now := time.Now()
 		cur, err := liveLease(tx, store.Fence{Key: key, Holder: holder, Token: token}, now)
 		if err != nil {
 			return err
 		}
 		cur.Expiry = now.Add(ttl)
-		out = cur
+		renewed = cur
 		return put(tx.Bucket(bLeases), []byte(key), cur)
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return renewed, nil
 }
 
 // checkFence fails with store.ErrFenced unless the fence ctx carries, if

@@ -1,7 +1,9 @@
 package bolt
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,19 +63,47 @@ func newCommitter(db *bbolt.DB) *committer {
 // update runs fn in a write transaction, possibly shared with other
 // writes, and returns fn's error or the commit's.
 func (c *committer) update(fn func(*bbolt.Tx) error) error {
+	w, err := c.enqueue(fn)
+	if err != nil {
+		return err
+	}
+	return <-w.done
+}
+
+// updateUnlessDone is update for a caller that stops waiting when ctx
+// ends, with store.ErrUnavailable and ctx's error: fn stays queued and
+// may still run and commit. Only a write whose late commit is harmless
+// may use it — a lease renewal, which only ever extends a lease for a
+// holder and token that still hold it — so a caller with a deadline
+// (the node registry renewing a node's lease on a heartbeat) is not held
+// for as long as the commits queued before it take.
+func (c *committer) updateUnlessDone(ctx context.Context, fn func(*bbolt.Tx) error) error {
+	w, err := c.enqueue(fn)
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("write still queued behind other commits: %w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+// enqueue queues fn for the next transaction.
+func (c *committer) enqueue(fn func(*bbolt.Tx) error) (*write, error) {
 	w := &write{fn: fn, done: make(chan error, 1)}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
-		return errClosed
+		return nil, errClosed
 	}
 	c.queue = append(c.queue, w)
 	select {
 	case c.kick <- struct{}{}:
 	default: // the loop is already due to look at the queue
 	}
-	c.mu.Unlock()
-	return <-w.done
+	return w, nil
 }
 
 // loop commits queued writes whenever kicked, until close.

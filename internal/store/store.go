@@ -329,7 +329,9 @@ type Store interface {
 	// RenewLease extends key's lease to now+ttl, keeping its token, if
 	// holder still holds it with token and it has not expired; else
 	// ErrFenced (the holder lost it and must stop). It returns the lease
-	// with its new Expiry.
+	// with its new Expiry. A renewal whose ctx ended first may still
+	// commit later (bolt leaves it queued): harmless, since it only ever
+	// extends a lease its holder and token still hold.
 	RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (*Lease, error)
 	// ReleaseLease ends holder's lease; a no-op when holder lost it.
 	ReleaseLease(ctx context.Context, key, holder string) error

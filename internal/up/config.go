@@ -112,8 +112,9 @@ type APIConfig struct {
 	// 0 means apiserver.DefaultMaxStreamsPerCaller.
 	MaxStreamsPerCaller int
 	// Heartbeat and LostAfter: nodeagent.RegistryConfig (zero: its
-	// defaults), as APIServerConfig's: the in-process node is subject to
-	// them as any node.
+	// defaults, but LostAfter's is InProcessLostAfter), as
+	// APIServerConfig's: the in-process node is subject to them as any
+	// node.
 	Heartbeat, LostAfter time.Duration
 }
 

@@ -135,8 +135,10 @@ type ControlPlane struct {
 	background     context.Context
 	stopBackground context.CancelFunc
 	// snapshotGCDone is closed when Start's snapshot collection has
-	// made its first pass.
-	snapshotGCDone chan struct{}
+	// made its first pass, snapshotGCEnded when it has returned (Close
+	// waits for that: over a shared store passes go on after the
+	// first).
+	snapshotGCDone, snapshotGCEnded chan struct{}
 	// sharedWithOthers: other control planes' workflows run over the
 	// store (shared, not Exclusive), so Start's collection waits theirs
 	// out.
@@ -165,7 +167,7 @@ func NewControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *ControlPla
 	log := orDiscard(cfg.Logger)
 	// A local, not the named result: `return nil, err` clears the result
 	// before the deferred Close runs.
-	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{}), expiryInterval: cfg.ExpiryInterval, metrics: cfg.Metrics}
+	cp := &ControlPlane{log: log, snapshotGCDone: make(chan struct{}), snapshotGCEnded: make(chan struct{}), expiryInterval: cfg.ExpiryInterval, metrics: cfg.Metrics}
 	cp.background, cp.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
 	// While building, ending ctx ends the background work too (a recovery
 	// cut short by a signal stops its builds); afterwards only Start's
@@ -336,6 +338,7 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	defer context.AfterFunc(cp.background, cancel)()
 	r := runner.New(cp.log)
 	r.Add("snapshot collection", func(ctx context.Context) error {
+		defer close(cp.snapshotGCEnded)
 		var once sync.Once
 		firstPassDone := func() { once.Do(func() { close(cp.snapshotGCDone) }) }
 		defer firstPassDone()
@@ -410,7 +413,7 @@ func (cp *ControlPlane) SnapshotGCDone() <-chan struct{} { return cp.snapshotGCD
 func (cp *ControlPlane) Close() error {
 	cp.stopBackground()
 	if cp.started.Load() {
-		<-cp.snapshotGCDone
+		<-cp.snapshotGCEnded
 	}
 	if cp.Lifecycle != nil {
 		cp.Lifecycle.Close()

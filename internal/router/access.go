@@ -41,8 +41,8 @@ func IsAccessRecord(r slog.Record) bool {
 type access struct {
 	start time.Time
 	key   names.ActorKey
-	how   activation.Kind
-	// act is the request's activation so far, over its tries (carry).
+	// act is the request's activation so far, over its tries (carry);
+	// its kind is activation.None until a try found the actor.
 	act      activated
 	wait     time.Duration
 	upstream time.Duration
@@ -63,7 +63,7 @@ func (a *access) log(logger *slog.Logger, r *http.Request, rid string) {
 	attrs = append(attrs,
 		slog.String("method", r.Method),
 		slog.Int("status", a.out.status),
-		slog.String("activation", a.how.String()),
+		slog.String("activation", a.act.how.String()),
 		slog.Int64("wait_ms", a.wait.Milliseconds()),
 		slog.Int64("upstream_ms", a.upstream.Milliseconds()),
 		slog.Int64("ms", time.Since(a.start).Milliseconds()),
@@ -129,6 +129,6 @@ func (a *access) carry(act activated) activated {
 		act.how, act.evicted = a.act.how, a.act.evicted
 	}
 	act.waited = a.wait
-	a.act, a.how = act, act.how
+	a.act = act
 	return act
 }

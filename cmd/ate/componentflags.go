@@ -47,6 +47,9 @@ func nodeFlags(f *pflag.FlagSet, n *node.Config, g *gvisor.Config) {
 		"prefix of worker and network namespace names (default: derived from --data-dir and, on ate node, --name, so two installations on one machine never collide)")
 	negatedBoolVar(f, &n.NoStandbys, "standbys",
 		"keep a sandbox created ahead on each free worker for the template it ran last, halving the next restore (costs ~55 MB RSS per free worker)")
+	f.IntVar(&n.MaxParallelStarts, "max-parallel-starts", 0,
+		"most sandbox restores and boots this node runs at once; more wait their turn in order, so a burst is answered first come first served "+
+			"instead of all at its end (0: two per CPU)")
 	f.StringVar(&n.EgressDNS, "egress-dns", "", "DNS server (host:port) resolving the host names templates allow egress to (default: this machine's resolver)")
 	selfServiceFlags(f, &n.SelfService)
 	volumeLimitFlags(f, &n.VolumeLimits)

@@ -48,7 +48,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		a.attempts, a.lateness,
 		r.parkOutcomes, r.open,
 		l.checkpointSeconds, l.actors, l.leaseConflicts, l.casRetries,
-		n.workers, n.restoreSeconds, n.checkpointSeconds, n.snapshotBytes, n.imageCache,
+		n.workers, n.restoreSeconds, n.checkpointSeconds, n.snapshotBytes, n.imageCache, n.startWait,
 		m.Store.commitSeconds, m.Store.batch,
 	}
 }

@@ -217,6 +217,7 @@ type nodeMore struct {
 	checkpointSeconds *prometheus.HistogramVec
 	snapshotBytes     *prometheus.CounterVec
 	imageCache        *prometheus.CounterVec
+	startWait         prometheus.Histogram
 }
 
 func newNodeMore() nodeMore {
@@ -239,6 +240,11 @@ func newNodeMore() nodeMore {
 			Name: "ate_node_snapshot_bytes_total",
 			Help: "Snapshot bytes this node committed (written) and opened for restores (read).",
 		}, []string{"direction"}),
+		startWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ate_node_start_wait_seconds",
+			Help:    "Time actor starts on this node waited for their turn to restore or boot (--max-parallel-starts).",
+			Buckets: waitBuckets,
+		}),
 		imageCache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ate_node_image_cache_total",
 			Help: "Image lookups of actor starts, by whether the unpacked image was cached.",
@@ -300,6 +306,15 @@ func (n *Node) Start(restore bool, d time.Duration, err error) {
 		kind = "restore"
 	}
 	n.restoreSeconds.WithLabelValues(kind, outcome(err)).Observe(d.Seconds())
+}
+
+// StartWait records how long a start waited for its turn to restore or
+// boot.
+func (n *Node) StartWait(d time.Duration) {
+	if n == nil {
+		return
+	}
+	n.startWait.Observe(d.Seconds())
 }
 
 // Checkpoint records a checkpoint that took d, failed if err is set.

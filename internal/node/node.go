@@ -92,6 +92,10 @@ type Config struct {
 	// checkpoint (a suspend leaves the actor CRASHED at its last
 	// snapshot). Zero fields do not bound.
 	VolumeLimits snapshot.Limits
+	// MaxParallelStarts is how many sandbox starts (restores and cold
+	// boots, the runtime's part of a start) run at once; more wait their
+	// turn in order (startturns.go). Zero is DefaultMaxParallelStarts.
+	MaxParallelStarts int
 	// SelfService bounds what each worker's actor may consume through
 	// its self-service endpoint (selfservicelimits.go); zero fields take
 	// the defaults.
@@ -164,6 +168,9 @@ type Node struct {
 	// the wakeup probe; open tracks them per container (tunnel.go).
 	conns *http.Transport
 	open  openConns
+
+	// turns admits sandbox starts a few at a time (startturns.go).
+	turns *startTurns
 }
 
 // New sets up every worker slot (and the golden-build slot). A previous
@@ -176,6 +183,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.SelfService.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxParallelStarts < 0 {
+		return nil, fmt.Errorf("--max-parallel-starts is %d: give a positive number of starts, or 0 for the default (two per CPU)", cfg.MaxParallelStarts)
+	}
 	if cfg.EgressResolver == nil && cfg.EgressDNS != "" {
 		cfg.EgressResolver = egress.DNSResolver(cfg.EgressDNS)
 	}
@@ -183,6 +193,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		viewChanged: make(chan struct{}, 1)}
 	n.standbys.init(cfg.Runtime, cfg.NoStandbys, n.viewChanged)
 	n.conns = n.newSandboxTransport()
+	n.turns = newStartTurns(cfg.MaxParallelStarts)
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, d := range []string{"bundles", "logs", "workers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {

@@ -35,8 +35,9 @@ func newTestNode(t *testing.T, rt *fake.Runtime) *Node {
 	return newTestNodeWith(t, rt, false)
 }
 
-// newTestNodeWith is newTestNode on any runtime, standbys on or off.
-func newTestNodeWith(t *testing.T, rt sandbox.Runtime, noStandbys bool) *Node {
+// newTestNodeWith is newTestNode on any runtime, standbys on or off,
+// its Config changed by each of configure.
+func newTestNodeWith(t *testing.T, rt sandbox.Runtime, noStandbys bool, configure ...func(*Config)) *Node {
 	t.Helper()
 	dir := t.TempDir()
 	snaps, err := snapshot.NewLocal(filepath.Join(dir, "snapshots"))
@@ -47,11 +48,15 @@ func newTestNodeWith(t *testing.T, rt sandbox.Runtime, noStandbys bool) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(t.Context(), Config{
+	cfg := Config{
 		Name: "n1", Workers: 1, WorkerPrefix: "n1", SandboxClass: "fake", Runtime: rt,
 		Setup: fake.Setup, Images: stubImages{rootfs: t.TempDir()},
 		Snapshots: snaps, Paused: paused, StateDir: filepath.Join(dir, "state"), NoStandbys: noStandbys,
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	n, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,25 +178,34 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		n.ids.logStart(s, req, sspec.ID, gen)
 		n.beginActorLog(ctx, s, req, restore)
 		nodeapi.Progress(ctx, nodeapi.PhaseBoot)
-		rctx, span := tracing.Span(ctx, "node.boot", attribute.Bool("ate.standby", sspec.Prepared))
-		if restore {
-			span.SetName("node.restore")
-			err = n.cfg.Runtime.Restore(rctx, s.sb, sspec, snapDir)
-		} else {
-			err = n.cfg.Runtime.Run(rctx, s.sb, sspec)
-		}
-		tracing.End(span, err)
-		started := err == nil
-		if started {
-			nodeapi.Progress(ctx, nodeapi.PhaseProbe)
-			pctx, span := tracing.Span(ctx, "node.wakeup_probe")
-			err = n.probe(pctx, s.sb, sspec.ID, spec, port)
+		var turn *turn
+		turn, err = n.waitStartTurn(ctx)
+		started := false
+		if err == nil {
+			rctx, span := tracing.Span(ctx, "node.boot", attribute.Bool("ate.standby", sspec.Prepared))
+			if restore {
+				span.SetName("node.restore")
+				err = n.cfg.Runtime.Restore(rctx, s.sb, sspec, snapDir)
+			} else {
+				err = n.cfg.Runtime.Run(rctx, s.sb, sspec)
+			}
 			tracing.End(span, err)
-		}
-		if err == nil && restore {
-			// Before the tunnel admits anything (the gate opens
-			// below): no request may see the state the snapshot copied.
-			err = n.restoreHook(ctx, s.sb, sspec.ID, req)
+			started = err == nil
+			stopTurnBound := turn.booted()
+			if started {
+				nodeapi.Progress(ctx, nodeapi.PhaseProbe)
+				pctx, span := tracing.Span(ctx, "node.wakeup_probe")
+				err = n.probe(pctx, s.sb, sspec.ID, spec, port)
+				tracing.End(span, err)
+			}
+			if err == nil && restore {
+				// Before the tunnel admits anything (the gate opens
+				// below): no request may see the state the snapshot
+				// copied.
+				err = n.restoreHook(ctx, s.sb, sspec.ID, req)
+			}
+			stopTurnBound()
+			turn.end()
 		}
 		if err == nil {
 			break

@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	atev1 "substrate.dev/ate/api/ate/v1"
+	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/testwait"
+)
+
+// heldRuntime is the fake runtime whose boots wait for a token on
+// release (or their ctx), counting how many are inside at once.
+type heldRuntime struct {
+	*fake.Runtime
+	release chan struct{}
+
+	mu           sync.Mutex
+	inside, most int
+	entered      int
+}
+
+func (r *heldRuntime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	r.mu.Lock()
+	r.inside++
+	r.entered++
+	r.most = max(r.most, r.inside)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inside--
+		r.mu.Unlock()
+	}()
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.Runtime.Run(ctx, slot, spec)
+}
+
+func (r *heldRuntime) counts() (entered, most int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.entered, r.most
+}
+
+// newTurnsNode is a node of workers workers, no standbys, whose boots
+// wait on rt and which runs at most maxStarts at once.
+func newTurnsNode(t *testing.T, rt *heldRuntime, workers, maxStarts int) *Node {
+	t.Helper()
+	return newTestNodeWith(t, rt, true, func(c *Config) { c.Workers, c.MaxParallelStarts = workers, maxStarts })
+}
+
+func startReq(n *Node, i int) StartRequest {
+	name := fmt.Sprintf("a%d", i)
+	return StartRequest{Worker: n.order[i], ActorUID: name, Atespace: "ns", Name: name, Spec: template("img1")}
+}
+
+// TestStartsTakeTurns: with MaxParallelStarts 2, a third start waits
+// until one of the first two has booted, then boots; never more than
+// two are inside the runtime.
+func TestStartsTakeTurns(t *testing.T) {
+	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
+	n := newTurnsNode(t, rt, 3, 2)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() { errs <- n.Start(t.Context(), startReq(n, i)) }()
+	}
+	testwait.Until(t, "two starts booting and one waiting its turn", func() bool {
+		entered, _ := rt.counts()
+		return entered == 2 && n.turns.waiting.Load() == 1
+	})
+	rt.release <- struct{}{}
+	testwait.Until(t, "the third start booting", func() bool {
+		entered, _ := rt.counts()
+		return entered == 3 && n.turns.waiting.Load() == 0
+	})
+	close(rt.release)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, most := rt.counts(); most != 2 {
+		t.Fatalf("%d starts booted at once, want at most 2", most)
+	}
+}
+
+// TestStartWaitingItsTurnEnds: a start whose caller gives up while it
+// waits for its turn returns the caller's error without booting, and
+// leaves its worker ready for the next start.
+func TestStartWaitingItsTurnEnds(t *testing.T) {
+	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
+	n := newTurnsNode(t, rt, 2, 1)
+	first := make(chan error, 1)
+	go func() { first <- n.Start(t.Context(), startReq(n, 0)) }()
+	testwait.Until(t, "the first start booting", func() bool { e, _ := rt.counts(); return e == 1 })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	second := make(chan error, 1)
+	go func() { second <- n.Start(ctx, startReq(n, 1)) }()
+	testwait.Until(t, "the second start waiting its turn", func() bool { return n.turns.waiting.Load() == 1 })
+	cancel()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("start given up while waiting: %v, want context.Canceled", err)
+	}
+	if e, _ := rt.counts(); e != 1 {
+		t.Fatalf("%d boots, want 1: the start given up booted", e)
+	}
+
+	close(rt.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context(), startReq(n, 1)); err != nil {
+		t.Fatalf("the next start on the worker: %v", err)
+	}
+}
+
+// TestStartTurnIsBoundedPastBoot: an actor whose wakeup probe never
+// passes keeps its start's turn for probeTurn at most, so the next start
+// boots and serves while the first still probes.
+func TestStartTurnIsBoundedPastBoot(t *testing.T) {
+	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
+	close(rt.release)
+	n := newTurnsNode(t, rt, 2, 1)
+	silent := startReq(n, 0)
+	silent.Spec.WakeupProbe = &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/never"}, TimeoutSeconds: 30}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- n.Start(ctx, silent) }()
+	testwait.Until(t, "the silent actor booted", func() bool { e, _ := rt.counts(); return e == 1 })
+
+	if err := n.Start(t.Context(), startReq(n, 1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the silent actor's start ended (%v) before the next start got its turn", err)
+	default:
+	}
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("a start whose probe never passed succeeded")
+	}
+}

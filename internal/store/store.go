@@ -242,8 +242,7 @@ func (w *Worker) Free() bool { return w.ActorUID == "" }
 // Lease is a per-key exclusive lease with a fencing token that grows with
 // every acquisition, so a stale holder's writes can be recognised.
 // Expiry is computed, and compared, by the backend's clock: the local
-// monotonic clock for bolt (whose leases live in the one process that
-// holds the file), the database server's for postgres (so API server
+// clock for bolt, the database server's for postgres (so API server
 // replicas' clock skew does not matter).
 type Lease struct {
 	Key    string    `json:"key"`
@@ -331,8 +330,8 @@ type Store interface {
 	// holder still holds it with token and it has not expired; else
 	// ErrFenced (the holder lost it and must stop). It returns the lease
 	// with its new Expiry. A renewal whose ctx ended first may still
-	// commit later: harmless, since it only ever extends a lease its
-	// holder and token still hold.
+	// commit later (bolt leaves it queued): harmless, since it only ever
+	// extends a lease its holder and token still hold.
 	RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (*Lease, error)
 	// ReleaseLease ends holder's lease; a no-op when holder lost it.
 	ReleaseLease(ctx context.Context, key, holder string) error

@@ -1,8 +1,9 @@
 package bolt
 
 import (
+	"context"
 	"errors"
-	"slices"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,10 +50,8 @@ type committer struct {
 }
 
 type write struct {
-	fn func(*bbolt.Tx) error
-	// between, when set, is run instead of a transaction (between).
-	between func()
-	done    chan error
+	fn   func(*bbolt.Tx) error
+	done chan error
 }
 
 func newCommitter(db *bbolt.DB) *committer {
@@ -71,24 +70,29 @@ func (c *committer) update(fn func(*bbolt.Tx) error) error {
 	return <-w.done
 }
 
-// between runs fn on the committer's goroutine outside any transaction,
-// after every write queued before it has committed and before any queued
-// after it runs, and returns once fn has (errClosed after close).
-func (c *committer) between(fn func()) error {
-	w, err := c.queueWrite(&write{between: fn, done: make(chan error, 1)})
+// updateUnlessDone is update for a caller that stops waiting when ctx
+// ends, with store.ErrUnavailable and ctx's error: fn stays queued and
+// may still run and commit. Only a write whose late commit is harmless
+// may use it — a lease renewal, which only ever extends a lease for a
+// holder and token that still hold it — so a caller with a deadline
+// (the node registry renewing a node's lease on a heartbeat) is not held
+// for as long as the commits queued before it take.
+func (c *committer) updateUnlessDone(ctx context.Context, fn func(*bbolt.Tx) error) error {
+	w, err := c.enqueue(fn)
 	if err != nil {
 		return err
 	}
-	return <-w.done
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("write still queued behind other commits: %w: %w", store.ErrUnavailable, ctx.Err())
+	}
 }
 
 // enqueue queues fn for the next transaction.
 func (c *committer) enqueue(fn func(*bbolt.Tx) error) (*write, error) {
-	return c.queueWrite(&write{fn: fn, done: make(chan error, 1)})
-}
-
-// queueWrite queues w.
-func (c *committer) queueWrite(w *write) (*write, error) {
+	w := &write{fn: fn, done: make(chan error, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -119,28 +123,8 @@ func (c *committer) loop() {
 	}
 }
 
-// commit runs batch in order: its writes in as few transactions as
-// its failures and the between functions in it allow.
+// commit runs batch in as few transactions as its failures allow.
 func (c *committer) commit(batch []*write) {
-	for len(batch) > 0 {
-		i := slices.IndexFunc(batch, func(w *write) bool { return w.between != nil })
-		switch {
-		case i == 0:
-			batch[0].between()
-			batch[0].done <- nil
-			batch = batch[1:]
-			continue
-		case i < 0:
-			i = len(batch)
-		}
-		c.commitWrites(batch[:i])
-		batch = batch[i:]
-	}
-}
-
-// commitWrites runs writes in as few transactions as their failures
-// allow.
-func (c *committer) commitWrites(batch []*write) {
 	for len(batch) > 0 {
 		failed := -1 // stays -1 if the transaction never began
 		var fnErr error

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"substrate.dev/ate/internal/store"
 )
 
 // TestCommitterKeepsSerialSemantics: many concurrent writes, some of which
@@ -75,5 +78,62 @@ func TestCommitterKeepsSerialSemantics(t *testing.T) {
 	}
 	if got != ok {
 		t.Fatalf("durable counter = %d, want %d successful writes (%d refused)", got, ok, failed)
+	}
+}
+
+// TestRenewLeaseGivesUpWithItsContext: a lease renewal queued behind a
+// commit that does not end returns when its context does, with
+// store.ErrUnavailable, instead of waiting for the queue (the node
+// registry renews under a deadline, and waiting stopped it hearing its
+// node); the renewal stays queued and commits once the queue moves,
+// extending the lease. Other writes still wait for their commit.
+func TestRenewLeaseGivesUpWithItsContext(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "ate.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	l, err := s.AcquireLease(ctx, "node/n1", "n1@1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A commit that holds the queue until release is closed.
+	release, holding := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		// It succeeds, so the committer runs it once.
+		blocked <- s.update(func(*bbolt.Tx) error {
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	<-holding
+	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.RenewLease(rctx, "node/n1", "n1@1", l.Token, time.Hour); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("RenewLease behind a held commit = %v, want ErrUnavailable and DeadlineExceeded", err)
+	}
+	close(release)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	// Writes commit in order: once this one has, so has the renewal.
+	if err := s.update(func(*bbolt.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var got store.Lease
+	if err := s.db.View(func(tx *bbolt.Tx) error {
+		cur, err := get[store.Lease](tx.Bucket(bLeases), []byte("node/n1"))
+		if err == nil {
+			got = *cur
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Expiry.After(l.Expiry.Add(30 * time.Minute)) {
+		t.Errorf("lease expiry after the queued renewal committed: %s, want about an hour from now (acquired until %s)", got.Expiry, l.Expiry)
 	}
 }

@@ -63,14 +63,27 @@ func (t *turn) end() { t.once.Do(func() { t.sem.Release(1) }) }
 const probeTurn = time.Second
 
 // waitStartTurn blocks until a start may run its sandbox, or ctx ends
-// (its error). The caller calls booted once the runtime's call returned
-// and end when the start is over.
+// (its error), or the node shuts down (errShuttingDown: Shutdown must not
+// wait for starts queued behind others, nor see them boot). The caller
+// calls booted once the runtime's call returned and end when the start
+// is over.
 func (n *Node) waitStartTurn(ctx context.Context) (*turn, error) {
 	began := time.Now()
 	ctx, span := tracing.Span(ctx, "node.start_wait")
+	wait, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(n.ctx, cancel)
+	defer stop()
 	n.turns.waiting.Add(1)
-	err := n.turns.sem.Acquire(ctx, 1)
+	err := n.turns.sem.Acquire(wait, 1)
 	n.turns.waiting.Add(-1)
+	if err == nil && n.ctx.Err() != nil {
+		n.turns.sem.Release(1)
+		err = errShuttingDown
+	}
+	if err != nil && ctx.Err() == nil && n.ctx.Err() != nil {
+		err = errShuttingDown
+	}
 	tracing.End(span, err)
 	n.cfg.Metrics.StartWait(time.Since(began))
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -22,6 +24,7 @@ type heldRuntime struct {
 	mu           sync.Mutex
 	inside, most int
 	entered      int
+	booted       []string // the containers, in boot order
 }
 
 func (r *heldRuntime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
@@ -29,6 +32,7 @@ func (r *heldRuntime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	r.inside++
 	r.entered++
 	r.most = max(r.most, r.inside)
+	r.booted = append(r.booted, spec.ID)
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -41,6 +45,18 @@ func (r *heldRuntime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 		return ctx.Err()
 	}
 	return r.Runtime.Run(ctx, slot, spec)
+}
+
+// order is the actors whose boots began, in order (a container's id
+// is "ate-<actor uid>-<random>").
+func (r *heldRuntime) order() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var actors []string
+	for _, id := range r.booted {
+		actors = append(actors, strings.Split(id, "-")[1])
+	}
+	return actors
 }
 
 func (r *heldRuntime) counts() (entered, most int) {
@@ -149,4 +165,56 @@ func TestStartTurnIsBoundedPastBoot(t *testing.T) {
 	if err := <-first; err == nil {
 		t.Fatal("a start whose probe never passed succeeded")
 	}
+}
+
+// TestStartsTakeTurnsInOrder: starts that wait are admitted in the order
+// they began to wait.
+func TestStartsTakeTurnsInOrder(t *testing.T) {
+	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
+	n := newTurnsNode(t, rt, 4, 1)
+	errs := make(chan error, 4)
+	go func() { errs <- n.Start(t.Context(), startReq(n, 0)) }()
+	testwait.Until(t, "the first start booting", func() bool { e, _ := rt.counts(); return e == 1 })
+	for i := 1; i < 4; i++ {
+		go func() { errs <- n.Start(t.Context(), startReq(n, i)) }()
+		testwait.Until(t, fmt.Sprintf("start %d waiting its turn", i), func() bool { return n.turns.waiting.Load() == int64(i) })
+	}
+	for i := range 4 {
+		rt.release <- struct{}{}
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			testwait.Until(t, fmt.Sprintf("start %d booting", i+1), func() bool { e, _ := rt.counts(); return e == i+2 })
+		}
+	}
+	if got, want := rt.order(), []string{"a0", "a1", "a2", "a3"}; !slices.Equal(got, want) {
+		t.Fatalf("boot order %v, want %v", got, want)
+	}
+}
+
+// TestShutdownEndsStartsWaitingTheirTurn: a start waiting for its turn
+// when the node shuts down ends with errShuttingDown without booting,
+// instead of booting once the starts before it are done.
+func TestShutdownEndsStartsWaitingTheirTurn(t *testing.T) {
+	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
+	n := newTurnsNode(t, rt, 2, 1)
+	first := make(chan error, 1)
+	go func() { first <- n.Start(t.Context(), startReq(n, 0)) }()
+	testwait.Until(t, "the first start booting", func() bool { e, _ := rt.counts(); return e == 1 })
+	second := make(chan error, 1)
+	go func() { second <- n.Start(t.Context(), startReq(n, 1)) }()
+	testwait.Until(t, "the second start waiting its turn", func() bool { return n.turns.waiting.Load() == 1 })
+
+	shut := make(chan struct{})
+	go func() { n.Shutdown(context.Background()); close(shut) }()
+	if err := <-second; !errors.Is(err, errShuttingDown) {
+		t.Fatalf("start waiting its turn at shutdown: %v, want errShuttingDown", err)
+	}
+	if e, _ := rt.counts(); e != 1 {
+		t.Fatalf("%d boots, want 1: the waiting start booted", e)
+	}
+	close(rt.release)
+	<-first
+	<-shut
 }

@@ -45,6 +45,8 @@ type fakeNode struct {
 	onCheckpoint func()
 	// onUpload, if set, runs inside Upload.
 	onUpload func()
+	// onStop, if set, runs inside Stop.
+	onStop func()
 	// deletedPaused counts DeletePaused calls.
 	deletedPaused atomic.Int64
 	// reportRef, if set, is the reference Checkpoint reports, whatever
@@ -124,6 +126,9 @@ func (f *fakeNode) Stop(context.Context, string, string) error {
 		return fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
 	}
 	f.stops.Add(1)
+	if f.onStop != nil {
+		f.onStop()
+	}
 	return nil
 }
 func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec, string) (string, string, error) {
@@ -501,6 +506,26 @@ func TestDeleteNeedsSuspendOrForce(t *testing.T) {
 	}
 	if n := e.claimedWorkers(t); n != 0 {
 		t.Fatalf("%d workers claimed after force delete", n)
+	}
+}
+
+// TestForceDeleteOutlastsActivityReports: an activity report written
+// while a force delete stops the actor's sandbox (the router reports a
+// running actor's traffic) does not fail the delete with a conflict: the
+// cluster suite met "conflict: record changed concurrently" from `ate
+// delete actor --force` once.
+func TestForceDeleteOutlastsActivityReports(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	e.node.onStop = func() {
+		must(t, e.st.RecordActivity(ctx, []names.Activity{{Actor: key("a"), Last: time.Now().Add(time.Minute)}}))
+	}
+	if err := e.m.Delete(ctx, key("a"), true); err != nil {
+		t.Fatalf("force delete with an activity report during the stop: %v", err)
+	}
+	if _, err := e.st.GetActor(ctx, key("a")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("actor after the delete: %v, want ErrNotFound", err)
 	}
 }
 

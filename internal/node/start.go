@@ -178,36 +178,8 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		n.ids.logStart(s, req, sspec.ID, gen)
 		n.beginActorLog(ctx, s, req, restore)
 		nodeapi.Progress(ctx, nodeapi.PhaseBoot)
-		var turn *turn
-		turn, err = n.waitStartTurn(ctx)
-		started := false
-		if err == nil {
-			rctx, span := tracing.Span(ctx, "node.boot", attribute.Bool("ate.standby", sspec.Prepared))
-			if restore {
-				span.SetName("node.restore")
-				err = n.cfg.Runtime.Restore(rctx, s.sb, sspec, snapDir)
-			} else {
-				err = n.cfg.Runtime.Run(rctx, s.sb, sspec)
-			}
-			tracing.End(span, err)
-			started = err == nil
-			stopTurnBound := turn.booted()
-			if started {
-				nodeapi.Progress(ctx, nodeapi.PhaseProbe)
-				pctx, span := tracing.Span(ctx, "node.wakeup_probe")
-				err = n.probe(pctx, s.sb, sspec.ID, spec, port)
-				tracing.End(span, err)
-			}
-			if err == nil && restore {
-				// Before the tunnel admits anything (the gate opens
-				// below): no request may see the state the snapshot
-				// copied.
-				err = n.restoreHook(ctx, s.sb, sspec.ID, req)
-			}
-			stopTurnBound()
-			turn.end()
-		}
-		if err == nil {
+		var started bool
+		if started, err = n.bootInTurn(ctx, s, req, sspec, snapDir, restore, port); err == nil {
 			break
 		}
 		s.stopWhy = "start failed: " + err.Error()
@@ -226,6 +198,42 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 	s.standby.hosted(&standbyTemplate{spec: spec, imageDigest: img.Digest, atespace: req.Atespace})
 	s.gate.open(req.ActorUID, sspec.ID, port)
 	return sspec.ID, img.Digest, nil
+}
+
+// bootInTurn is one attempt of a start once its sandbox is set up: it
+// waits for a start turn (startturns.go), restores or boots the sandbox,
+// waits for the wakeup probe and runs the restore hook. started reports
+// whether the sandbox came up, so the caller knows whether a retry
+// without the standby can help.
+func (n *Node) bootInTurn(ctx context.Context, s *slot, req StartRequest, sspec sandbox.Spec, snapDir string, restore bool, port int) (started bool, err error) {
+	turn, err := n.waitStartTurn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer turn.end()
+	rctx, span := tracing.Span(ctx, "node.boot", attribute.Bool("ate.standby", sspec.Prepared))
+	if restore {
+		span.SetName("node.restore")
+		err = n.cfg.Runtime.Restore(rctx, s.sb, sspec, snapDir)
+	} else {
+		err = n.cfg.Runtime.Run(rctx, s.sb, sspec)
+	}
+	tracing.End(span, err)
+	if err != nil {
+		return false, err
+	}
+	turn.booted()
+	nodeapi.Progress(ctx, nodeapi.PhaseProbe)
+	pctx, span := tracing.Span(ctx, "node.wakeup_probe")
+	err = n.probe(pctx, s.sb, sspec.ID, req.Spec, port)
+	tracing.End(span, err)
+	if err == nil && restore {
+		// Before the tunnel admits anything (the gate opens once the
+		// start returns): no request may see the state the snapshot
+		// copied.
+		err = n.restoreHook(ctx, s.sb, sspec.ID, req)
+	}
+	return true, err
 }
 
 func trafficPort(c *atev1.ContainerSpec, img *image.Image) int {

@@ -21,15 +21,17 @@ import (
 // so every request is answered at its end (p50 ≈ p99), and the node's
 // own goroutines — the probe's result, the store's write, the tunnel —
 // get a sliver of the CPU between N sandboxes' threads, which stalled
-// `ate up` for seconds (BENCHMARKS.md, Starts in turns). In turns, the early requests are answered early and the rest
-// wait no longer than before, since the cores were busy either way.
+// `ate up` for seconds (BENCHMARKS.md, Starts in turns). In turns, the
+// early requests are answered early and the rest wait no longer than
+// before, since the cores were busy either way.
 //
 // A turn covers the runtime's call and, for at most probeTurn more, the
 // wakeup probe and restore hook: those wait on the actor's own code,
 // which must not be able to hold other tenants' starts back for longer.
 type startTurns struct {
 	sem *semaphore.Weighted
-	// waiting counts the starts waiting for their turn.
+	// waiting counts the starts waiting for their turn: how tests see a
+	// start queued without waiting on a clock.
 	waiting atomic.Int64
 }
 
@@ -49,10 +51,24 @@ func newStartTurns(max int) *startTurns {
 type turn struct {
 	once sync.Once
 	sem  *semaphore.Weighted
+	// bound, set by booted, gives the turn back probeTurn after the boot.
+	bound *time.Timer
 }
 
-// end gives the turn back (once; later calls do nothing).
-func (t *turn) end() { t.once.Do(func() { t.sem.Release(1) }) }
+// release gives the turn back (once; later calls do nothing).
+func (t *turn) release() { t.once.Do(func() { t.sem.Release(1) }) }
+
+// booted starts the bound on the rest of the turn (probeTurn). Call it
+// at most once, on the goroutine that calls end.
+func (t *turn) booted() { t.bound = time.AfterFunc(probeTurn, t.release) }
+
+// end gives the turn back when the start is over, if the bound has not.
+func (t *turn) end() {
+	if t.bound != nil {
+		t.bound.Stop()
+	}
+	t.release()
+}
 
 // probeTurn bounds how long a start keeps its turn after its sandbox
 // booted, while the wakeup probe and restore hook run: long enough to
@@ -77,11 +93,12 @@ func (n *Node) waitStartTurn(ctx context.Context) (*turn, error) {
 	n.turns.waiting.Add(1)
 	err := n.turns.sem.Acquire(wait, 1)
 	n.turns.waiting.Add(-1)
-	if err == nil && n.ctx.Err() != nil {
+	switch {
+	case n.ctx.Err() == nil:
+	case err == nil: // granted as the node began shutting down
 		n.turns.sem.Release(1)
 		err = errShuttingDown
-	}
-	if err != nil && ctx.Err() == nil && n.ctx.Err() != nil {
+	case ctx.Err() == nil: // the shutdown, not the caller, ended the wait
 		err = errShuttingDown
 	}
 	tracing.End(span, err)
@@ -90,10 +107,4 @@ func (n *Node) waitStartTurn(ctx context.Context) (*turn, error) {
 		return nil, err
 	}
 	return &turn{sem: n.turns.sem}, nil
-}
-
-// booted starts the bound on the rest of the turn (probeTurn) and returns
-// what stops it.
-func (t *turn) booted() func() bool {
-	return time.AfterFunc(probeTurn, t.end).Stop
 }

@@ -72,6 +72,19 @@ func newTurnsNode(t *testing.T, rt *heldRuntime, workers, maxStarts int) *Node {
 	return newTestNodeWith(t, rt, true, func(c *Config) { c.Workers, c.MaxParallelStarts = workers, maxStarts })
 }
 
+// queueBehindOne starts a0, which boots and is held in rt, then a1 with
+// ctx, and returns once a1 waits for its turn; their Starts' results
+// come on first and second. The node runs one start at a time.
+func queueBehindOne(t *testing.T, n *Node, rt *heldRuntime, ctx context.Context) (first, second <-chan error) {
+	t.Helper()
+	f, sc := make(chan error, 1), make(chan error, 1)
+	go func() { f <- n.Start(t.Context(), startReq(n, 0)) }()
+	testwait.Until(t, "the first start booting", func() bool { e, _ := rt.counts(); return e == 1 })
+	go func() { sc <- n.Start(ctx, startReq(n, 1)) }()
+	testwait.Until(t, "the second start waiting its turn", func() bool { return n.turns.waiting.Load() == 1 })
+	return f, sc
+}
+
 func startReq(n *Node, i int) StartRequest {
 	name := fmt.Sprintf("a%d", i)
 	return StartRequest{Worker: n.order[i], ActorUID: name, Atespace: "ns", Name: name, Spec: template("img1")}
@@ -113,14 +126,8 @@ func TestStartsTakeTurns(t *testing.T) {
 func TestStartWaitingItsTurnEnds(t *testing.T) {
 	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
 	n := newTurnsNode(t, rt, 2, 1)
-	first := make(chan error, 1)
-	go func() { first <- n.Start(t.Context(), startReq(n, 0)) }()
-	testwait.Until(t, "the first start booting", func() bool { e, _ := rt.counts(); return e == 1 })
-
 	ctx, cancel := context.WithCancel(t.Context())
-	second := make(chan error, 1)
-	go func() { second <- n.Start(ctx, startReq(n, 1)) }()
-	testwait.Until(t, "the second start waiting its turn", func() bool { return n.turns.waiting.Load() == 1 })
+	first, second := queueBehindOne(t, n, rt, ctx)
 	cancel()
 	if err := <-second; !errors.Is(err, context.Canceled) {
 		t.Fatalf("start given up while waiting: %v, want context.Canceled", err)
@@ -199,12 +206,7 @@ func TestStartsTakeTurnsInOrder(t *testing.T) {
 func TestShutdownEndsStartsWaitingTheirTurn(t *testing.T) {
 	rt := &heldRuntime{Runtime: fake.New(fake.Config{}), release: make(chan struct{})}
 	n := newTurnsNode(t, rt, 2, 1)
-	first := make(chan error, 1)
-	go func() { first <- n.Start(t.Context(), startReq(n, 0)) }()
-	testwait.Until(t, "the first start booting", func() bool { e, _ := rt.counts(); return e == 1 })
-	second := make(chan error, 1)
-	go func() { second <- n.Start(t.Context(), startReq(n, 1)) }()
-	testwait.Until(t, "the second start waiting its turn", func() bool { return n.turns.waiting.Load() == 1 })
+	first, second := queueBehindOne(t, n, rt, t.Context())
 
 	shut := make(chan struct{})
 	go func() { n.Shutdown(context.Background()); close(shut) }()

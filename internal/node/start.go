@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -184,7 +185,9 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		}
 		s.stopWhy = "start failed: " + err.Error()
 		n.clearOp(ctx, s)
-		if started || !sspec.Prepared || ctx.Err() != nil {
+		// Only a sandbox that failed to come up in its standby is worth
+		// a second attempt without one.
+		if started || !sspec.Prepared || ctx.Err() != nil || errors.Is(err, errShuttingDown) {
 			return "", "", err
 		}
 		n.log.WarnContext(ctx, "start in standby failed, starting afresh", "worker", s.name, "container", sspec.ID, "err", err)

@@ -395,14 +395,33 @@ func (m *Manager) refusing(node string) bool {
 // the eviction that freed it, to nobody. base is the record the claim
 // was made on.
 func (m *Manager) claimOn(ctx context.Context, a *store.Actor, n string, ready []string) (base, _ *store.Actor, _ *store.Worker, _ error) {
+	var ra *store.Actor
+	var w *store.Worker
+	base, err := m.onFreshRecord(ctx, a, func(a *store.Actor) (err error) {
+		ra, w, err = m.store.ClaimWorker(ctx, a, n, ready...)
+		return err
+	})
+	if err != nil {
+		return base, nil, nil, err
+	}
+	return base, ra, w, nil
+}
+
+// onFreshRecord runs write, a compare-and-set on a's version, and when it
+// fails with store.ErrConflict because the record changed only in fields
+// the workflows do not own (the router's last activity, a new worker
+// selector), runs it again on the stored record, up to five times more;
+// a change of the lifecycle fields is a real conflict and is returned. It
+// returns the record write last ran on.
+func (m *Manager) onFreshRecord(ctx context.Context, a *store.Actor, write func(*store.Actor) error) (*store.Actor, error) {
 	for attempt := 0; ; attempt++ {
-		ra, w, err := m.store.ClaimWorker(ctx, a, n, ready...)
+		err := write(a)
 		if !errors.Is(err, store.ErrConflict) || attempt == 5 {
-			return a, ra, w, err
+			return a, err
 		}
 		cur, gerr := m.store.GetActor(ctx, a.Key())
 		if gerr != nil || !sameLifecycle(cur, a) {
-			return a, nil, nil, err
+			return a, err
 		}
 		m.metrics.CASRetry()
 		a = cur

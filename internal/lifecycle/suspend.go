@@ -424,7 +424,9 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 		if err := m.stopSandbox(ctx, a); err != nil {
 			return err
 		}
-		if a, err = m.deleteRecord(ctx, a); err != nil {
+		// The router's activity report for a running actor may land
+		// while its sandbox is being stopped: no reason to refuse.
+		if a, err = m.onFreshRecord(ctx, a, func(a *store.Actor) error { return m.store.DeleteActor(ctx, a) }); err != nil {
 			return err
 		}
 		m.recordDeleted(a, "deleted on request")
@@ -437,30 +439,6 @@ func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) er
 		m.forgetActor(a.UID)
 		return nil
 	})
-}
-
-// deleteRecord deletes a's record, compare-and-set on its version. A
-// conflict with a write of fields no workflow owns — the router's
-// activity report, which comes while a running actor's sandbox is being
-// stopped — is no reason to refuse the delete: it is retried on the
-// fresh record. A change of the lifecycle is returned (store.ErrConflict).
-// It returns the record deleted.
-func (m *Manager) deleteRecord(ctx context.Context, a *store.Actor) (*store.Actor, error) {
-	for attempt := 0; ; attempt++ {
-		err := m.store.DeleteActor(ctx, a)
-		if err == nil {
-			return a, nil
-		}
-		if !errors.Is(err, store.ErrConflict) || attempt == 5 {
-			return nil, err
-		}
-		cur, gerr := m.store.GetActor(ctx, a.Key())
-		if gerr != nil || !sameLifecycle(cur, a) {
-			return nil, err
-		}
-		m.metrics.CASRetry()
-		a = cur
-	}
 }
 
 // SuspendAll suspends every actor holding one of this store's workers, so

@@ -220,3 +220,12 @@ func TestShutdownEndsStartsWaitingTheirTurn(t *testing.T) {
 	<-first
 	<-shut
 }
+
+// TestNegativeMaxParallelStartsIsRefused: the operator's flag is checked
+// at start-up, with a message naming it.
+func TestNegativeMaxParallelStartsIsRefused(t *testing.T) {
+	_, err := New(t.Context(), Config{Name: "n1", MaxParallelStarts: -1})
+	if err == nil || !strings.Contains(err.Error(), "--max-parallel-starts") {
+		t.Fatalf("New with MaxParallelStarts -1: %v, want an error naming --max-parallel-starts", err)
+	}
+}

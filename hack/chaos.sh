@@ -2,10 +2,11 @@
 # The fault-injection run (`make chaos`): TestChaos (test/e2e/chaos_test.go)
 # for as long and with as many seeds as asked. Two API server replicas over
 # PostgreSQL, two nodes, a router and SeaweedFS run as separate processes,
-# each in its own cgroup; faults are chosen from each seed (partitions by
-# iptables and link proxies, kill -9, SIGSTOP, PostgreSQL restarts, S3
-# errors and latency) while clients send requests to counter actors, and
-# porcupine checks every actor's history. A failing seed replays its fault
+# each component in its own network namespace on a bridge; faults are
+# chosen from each seed (full, partial and one-way partitions by nftables
+# rules, kill -9, SIGSTOP, PostgreSQL restarts, S3 errors and latency)
+# while clients send requests to counter actors, and porcupine checks
+# every actor's history. A failing seed replays its fault
 # schedule: `make chaos SEEDS=<seed>`.
 #
 # Usage: hack/chaos.sh [DURATION per seed, default 10m] [SEEDS, default 1] [FAULTS]
@@ -22,7 +23,7 @@ duration=${1:-10m}
 seeds=${2:-1}
 faults=${3:-}
 if [[ $(id -u) != 0 ]]; then
-	echo "chaos: must run as root (runsc, iptables, cgroups)" >&2
+	echo "chaos: must run as root (runsc, network namespaces, nftables)" >&2
 	exit 1
 fi
 export ATE_CACHE=${ATE_CACHE:-$HOME/.cache/ate}

@@ -9,9 +9,10 @@ source hack/lib.sh
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
 missing=()
-# iptables: the chaos harness (test/e2e/chaos_firewall_test.go) drops
-# packets with it, matched by cgroup.
-for cmd in ip:iproute2 nsenter:util-linux debootstrap:debootstrap protoc:protobuf-compiler iptables:iptables; do
+# nft, ip and nsenter: the chaos harness (test/e2e/chaos_net_test.go) runs
+# each component in a network namespace of its own and drops packets
+# between them with nftables rules.
+for cmd in ip:iproute2 nsenter:util-linux nft:nftables debootstrap:debootstrap protoc:protobuf-compiler; do
 	command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd#*:}")
 done
 if ((${#missing[@]})); then

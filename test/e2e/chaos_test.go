@@ -37,7 +37,7 @@ var (
 
 // TestChaos is the fault-injection harness: two API server replicas
 // over PostgreSQL, two nodes, a router and SeaweedFS, each component a
-// process in its own cgroup, while clients send requests to counter
+// process in a network namespace of its own (chaosNet), while clients send requests to counter
 // actors throughout and a suspender checkpoints them now and then. From
 // a seed it injects one fault after another — partitions (full,
 // partial, one-way) between any two components, kill -9, SIGSTOP, a
@@ -70,28 +70,34 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// chaosRig is the cluster TestChaos injects faults into.
+// chaosRig is the cluster TestChaos injects faults into: every component
+// in a network namespace of its own on one bridge (chaosNet), PostgreSQL
+// and the S3 server on this machine at the bridge's address.
 type chaosRig struct {
 	*cluster
-	fw       *firewall
-	pg       interface{ Restart(context.Context) error }
-	pgPort   int
-	s3       *s3Fault
-	apis     [2]*component
-	addrs    [2]string
-	apiPorts [2]int
-	nodes    []string
-	// agentPort and tunnelPort are fixed per node so its restarts keep
-	// them (the firewall's rules name them).
-	agentPort, tunnelPort map[string]int
-	// links[node][i] carries the node's connections to replica i: a
-	// one-way cut needs to know whose packets are whose, which the
-	// firewall (every reply leaves from the same address) cannot.
-	links  map[string][2]*linkProxy
-	actors []string
+	net   *chaosNet
+	pg    interface{ Restart(context.Context) error }
+	s3    *s3Fault
+	apis  [2]*component
+	addrs [2]string
+	nodes []string
+	// hosts are the components' namespaces, by component name
+	// ("apiserver-0", "node-a", "router"); pgPort and s3Port are where
+	// PostgreSQL and the S3 fault proxy listen on the bridge.
+	hosts          map[string]*chaosHost
+	pgPort, s3Port int
+	actors         []string
 	// replica[i] talks to apis[i] alone.
 	replica [2]atev1.ControlClient
 }
+
+// The ports components listen on, each in its own namespace.
+const (
+	chaosAPIPort    = 7000
+	chaosAgentPort  = 7001
+	chaosTunnelPort = 7002
+	chaosRouterPort = 7003
+)
 
 func portOf(t testing.TB, addr string) int {
 	t.Helper()
@@ -111,54 +117,68 @@ func startChaos(t *testing.T) *chaosRig {
 	return startChaosWith(t, nil)
 }
 
+// replicaHost is replica i's namespace.
+func (r *chaosRig) replicaHost(i int) *chaosHost { return r.hosts[fmt.Sprintf("apiserver-%d", i)] }
+
 // startChaosWith is startChaos with env added to the environment of the
 // components it names ("apiserver-0", "node-a", "router"…).
 func startChaosWith(t *testing.T, env map[string][]string) *chaosRig {
 	t.Helper()
-	// First, so that its cleanup (rules, groups) runs after the
+	// First, so that its cleanup (namespaces, bridge) runs after the
 	// components'.
-	fw := newFirewall(t)
+	cn := newChaosNet(t)
 	s3 := s3test.New(t)
 	r := &chaosRig{
 		cluster: &cluster{t: t, s3: s3, nodes: map[string]*component{}, dir: t.TempDir()},
-		fw:      fw, s3: startS3Fault(t, s3.Endpoint),
-		nodes:     []string{"node-a", "node-b"},
-		agentPort: map[string]int{}, tunnelPort: map[string]int{}, links: map[string][2]*linkProxy{},
+		net:     cn, s3: startS3Fault(t, cn.gw.addr(0), s3.Endpoint),
+		nodes: []string{"node-a", "node-b"}, hosts: map[string]*chaosHost{},
 	}
+	r.s3Port = portOf(t, r.s3.addr())
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
 	// Every component reaches S3 through the fault proxy.
 	r.snaps = strings.Replace(s3.URL("e2e"), url.QueryEscape("http://"+s3.Endpoint), url.QueryEscape("http://"+r.s3.addr()), 1)
 	pg := sharedPostgres(t)
-	r.pg, r.pgPort = pg, portOf(t, pg.Addr())
-	db := pg.NewDatabase(t)
+	r.pg = pg
+	// The shared server listens on loopback, which the namespaces do not
+	// share: a forwarder on the bridge carries their connections.
+	fwd := startLinkProxyOn(t, cn.gw.addr(0), pg.Addr())
+	r.pgPort = portOf(t, fwd.addr())
+	db := strings.Replace(pg.NewDatabase(t), pg.Addr(), fwd.addr(), 1)
+	for _, name := range []string{"apiserver-0", "apiserver-1", "node-a", "node-b", "router"} {
+		r.hosts[name] = cn.add(name)
+	}
+	// withTLS's certificates, also naming the address each component
+	// is reached at.
+	tlsDir := func(host, component, name string) string {
+		return issueCert(t, caDir, component, name, "--ip", r.hosts[host].ip)
+	}
 	addrs := &r.addrs
 	for i := range r.apis {
-		addrs[i] = freeAddr(t)
-		r.apiPorts[i] = portOf(t, addrs[i])
-		r.apis[i] = launchComponentIn(t, env[fmt.Sprintf("apiserver-%d", i)], fw.group(fmt.Sprintf("apiserver-%d", i)), fmt.Sprintf("apiserver-%d", i), "ate apiserver ready",
+		name := fmt.Sprintf("apiserver-%d", i)
+		addrs[i] = r.hosts[name].addr(chaosAPIPort)
+		r.apis[i] = launchComponentIn(t, env[name], r.hosts[name], name, "ate apiserver ready",
 			append([]string{"apiserver", "--data-dir", filepath.Join(r.dir, fmt.Sprintf("api%d", i)), "--listen", addrs[i], "--store", db,
-				"--snapshots", r.snaps, "--log-level", "debug"}, haTiming...)...)
+				"--snapshots", r.snaps, "--log-level", "debug", "--tls-dir", tlsDir(name, "apiserver", "apiserver")}, haTiming...)...)
 	}
 	for _, api := range r.apis {
 		api.waitReady()
 	}
 	r.api = r.apis[0]
 	for _, n := range r.nodes {
-		links := [2]*linkProxy{startLinkProxy(t, addrs[0]), startLinkProxy(t, addrs[1])}
-		r.links[n] = links
-		r.agentPort[n], r.tunnelPort[n] = portOf(t, freeAddr(t)), portOf(t, freeAddr(t))
-		r.cluster.nodes[n] = launchComponentIn(t, env[n], fw.group(n), "node "+n, "ate node ready", "node",
-			"--api", links[0].addr()+","+links[1].addr(), "--name", n, "--labels", "node="+n,
+		h := r.hosts[n]
+		r.cluster.nodes[n] = launchComponentIn(t, env[n], h, "node "+n, "ate node ready", "node",
+			"--api", addrs[0]+","+addrs[1], "--name", n, "--labels", "node="+n,
 			"--worker-prefix", r.workerPrefix(n), "--data-dir", filepath.Join(r.dir, n), "--workers", "4",
-			"--agent-port", fmt.Sprint(r.agentPort[n]), "--tunnel-port", fmt.Sprint(r.tunnelPort[n]),
-			"--snapshots", r.snaps, "--log-level", "debug")
+			"--advertise", h.ip, "--agent-port", fmt.Sprint(chaosAgentPort), "--tunnel-port", fmt.Sprint(chaosTunnelPort),
+			"--snapshots", r.snaps, "--log-level", "debug", "--tls-dir", tlsDir(n, "node", n))
 	}
 	for _, n := range r.nodes {
 		r.cluster.nodes[n].waitReady()
 	}
-	r.router = launchComponentIn(t, env["router"], fw.group("router"), "router", "ate router ready", "router",
-		"--api", addrs[0]+","+addrs[1], "--listen", freeAddr(t), "--drain-delay", "0s", "--log-level", "debug")
+	r.router = launchComponentIn(t, env["router"], r.hosts["router"], "router", "ate router ready", "router",
+		"--api", addrs[0]+","+addrs[1], "--listen", r.hosts["router"].addr(chaosRouterPort), "--drain-delay", "0s", "--log-level", "debug",
+		"--tls-dir", tlsDir("router", "router", "router"))
 	fields := r.router.waitReady()
 	r.in, r.replica = dialReplicas(t, r.dir, r.addrs, fields["router"].(string))
 	r.in.counterTemplate("chaos", nil, "")
@@ -184,9 +204,9 @@ type s3Fault struct {
 	errors  atomic.Int64
 }
 
-func startS3Fault(t testing.TB, endpoint string) *s3Fault {
+func startS3Fault(t testing.TB, listen, endpoint string) *s3Fault {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,74 +270,54 @@ func (r *chaosRig) signal(c *component, sig syscall.Signal) {
 var chaosFaults = []chaosFault{
 	{kind: "partial partition node–replica", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n, i := r.nodes[rng.IntN(2)], rng.IntN(2)
-		r.links[n][i].setCut(true)
-		r.fw.drop(key, fmt.Sprintf("apiserver-%d", i), false, r.agentPort[n])
-		return fmt.Sprintf("%s cut off from replica %d", n, i), func() { r.links[n][i].setCut(false); r.fw.heal(key) }
+		r.net.cut(key, r.hosts[n], r.replicaHost(i))
+		return fmt.Sprintf("%s cut off from replica %d", n, i), func() { r.net.heal(key) }
 	}},
 	{kind: "full partition node–replicas", nodeLoss: true, inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n := r.nodes[rng.IntN(2)]
 		for i := range 2 {
-			r.links[n][i].setCut(true)
-			r.fw.drop(key, fmt.Sprintf("apiserver-%d", i), false, r.agentPort[n])
+			r.net.cut(key, r.hosts[n], r.replicaHost(i))
 		}
-		return n + " cut off from both replicas", func() {
-			for i := range 2 {
-				r.links[n][i].setCut(false)
-			}
-			r.fw.heal(key)
-		}
+		return n + " cut off from both replicas", func() { r.net.heal(key) }
 	}},
 	{kind: "one-way node→replicas dropped", nodeLoss: true, inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n := r.nodes[rng.IntN(2)]
 		for i := range 2 {
-			r.links[n][i].setCutWays(true, false)
+			r.net.drop(key, r.replicaHost(i), r.hosts[n], false, 0)
 		}
-		// Its answers on the replicas' connections to its agent too.
-		r.fw.drop(key, n, true, r.agentPort[n])
-		return n + "'s packets to the replicas dropped", func() {
-			for i := range 2 {
-				r.links[n][i].setCut(false)
-			}
-			r.fw.heal(key)
-		}
+		return n + "'s packets to the replicas dropped", func() { r.net.heal(key) }
 	}},
 	{kind: "one-way replicas→node dropped", nodeLoss: true, inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n := r.nodes[rng.IntN(2)]
 		for i := range 2 {
-			r.links[n][i].setCutWays(false, true)
-			r.fw.drop(key, fmt.Sprintf("apiserver-%d", i), false, r.agentPort[n])
+			r.net.drop(key, r.hosts[n], r.replicaHost(i), false, 0)
 		}
-		return "the replicas' packets to " + n + " dropped", func() {
-			for i := range 2 {
-				r.links[n][i].setCut(false)
-			}
-			r.fw.heal(key)
-		}
+		return "the replicas' packets to " + n + " dropped", func() { r.net.heal(key) }
 	}},
 	{kind: "partition router–replica", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		i := rng.IntN(2)
-		r.fw.drop(key, "router", false, r.apiPorts[i])
-		return fmt.Sprintf("router cut off from replica %d", i), func() { r.fw.heal(key) }
+		r.net.cut(key, r.hosts["router"], r.replicaHost(i))
+		return fmt.Sprintf("router cut off from replica %d", i), func() { r.net.heal(key) }
 	}},
 	{kind: "partition router–node", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n := r.nodes[rng.IntN(2)]
-		r.fw.drop(key, "router", false, r.tunnelPort[n])
-		return "router cut off from " + n, func() { r.fw.heal(key) }
+		r.net.cut(key, r.hosts["router"], r.hosts[n])
+		return "router cut off from " + n, func() { r.net.heal(key) }
 	}},
 	{kind: "one-way node→router dropped", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n := r.nodes[rng.IntN(2)]
-		r.fw.drop(key, n, true, r.tunnelPort[n])
-		return n + "'s answers to the router dropped", func() { r.fw.heal(key) }
+		r.net.drop(key, r.hosts["router"], r.hosts[n], false, 0)
+		return n + "'s packets to the router dropped", func() { r.net.heal(key) }
 	}},
 	{kind: "partition replica–postgres", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		i := rng.IntN(2)
-		r.fw.drop(key, fmt.Sprintf("apiserver-%d", i), false, r.pgPort)
-		return fmt.Sprintf("replica %d cut off from PostgreSQL", i), func() { r.fw.heal(key) }
+		r.net.cutService(key, r.replicaHost(i), r.pgPort)
+		return fmt.Sprintf("replica %d cut off from PostgreSQL", i), func() { r.net.heal(key) }
 	}},
 	{kind: "partition node–S3", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		n := r.nodes[rng.IntN(2)]
-		r.fw.drop(key, n, false, portOf(r.t, r.s3.addr()))
-		return n + " cut off from S3", func() { r.fw.heal(key) }
+		r.net.cutService(key, r.hosts[n], r.s3Port)
+		return n + " cut off from S3", func() { r.net.heal(key) }
 	}},
 	{kind: "kill -9 replica", inject: func(r *chaosRig, rng *rand.Rand, key string, _ time.Duration) (string, func()) {
 		i := rng.IntN(2)

@@ -39,10 +39,10 @@ type component struct {
 	args []string
 	// env is added to the test's environment.
 	env []string
-	// cgroup, if set, is the cgroup v2 group the process starts in (the
-	// chaos harness's firewall aims at it).
-	cgroup *os.File
-	cmd    *exec.Cmd
+	// host, if set, is the network namespace the process runs in (the
+	// chaos harness's: chaosNet).
+	host *chaosHost
+	cmd  *exec.Cmd
 
 	mu   sync.Mutex
 	log  strings.Builder
@@ -77,9 +77,9 @@ func launchComponentEnv(t testing.TB, env []string, name, readyMsg string, args 
 	return launchComponentIn(t, env, nil, name, readyMsg, args...)
 }
 
-// launchComponentIn is launchComponentEnv with the process started in
-// cgroup (nil: the test's own).
-func launchComponentIn(t testing.TB, env []string, cgroup *os.File, name, readyMsg string, args ...string) *component {
+// launchComponentIn is launchComponentEnv with the process run in host's
+// network namespace (nil: the test's own).
+func launchComponentIn(t testing.TB, env []string, host *chaosHost, name, readyMsg string, args ...string) *component {
 	t.Helper()
 	// Separate API servers and nodes read local images only under an
 	// operator's image roots (default /images): the tests' images are the
@@ -87,7 +87,7 @@ func launchComponentIn(t testing.TB, env []string, cgroup *os.File, name, readyM
 	if len(args) > 0 && (args[0] == "apiserver" || args[0] == "node") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--image-root") }) {
 		args = append([]string{args[0], "--image-root", filepath.Join(repoDir, "build/images")}, args[1:]...)
 	}
-	c := &component{t: t, name: name, args: withTLS(t, args), env: env, cgroup: cgroup, done: make(chan struct{})}
+	c := &component{t: t, name: name, args: withTLS(t, args), env: env, host: host, done: make(chan struct{})}
 	c.launch(readyMsg)
 	t.Cleanup(func() {
 		c.terminate(90 * time.Second)
@@ -149,13 +149,14 @@ func (c *component) start(readyMsg string) map[string]any {
 
 func (c *component) launch(readyMsg string) {
 	c.t.Helper()
-	cmd := exec.Command(ateBin, c.args...)
+	argv := append([]string{ateBin}, c.args...)
+	if c.host != nil {
+		argv = c.host.command(argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = repoDir
 	if c.env != nil {
 		cmd.Env = append(os.Environ(), c.env...)
-	}
-	if c.cgroup != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(c.cgroup.Fd())}
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -36,7 +36,13 @@ type linkProxy struct {
 
 func startLinkProxy(t testing.TB, target string) *linkProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startLinkProxyOn(t, "127.0.0.1:0", target)
+}
+
+// startLinkProxyOn is startLinkProxy listening on addr.
+func startLinkProxyOn(t testing.TB, addr, target string) *linkProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,7 @@ func startChaosWith(t *testing.T, env map[string][]string) *chaosRig {
 	r.pg = pg
 	// The shared server listens on loopback, which the namespaces do not
 	// share: a forwarder on the bridge carries their connections.
-	fwd := startLinkProxyOn(t, cn.gw.addr(0), pg.Addr())
+	fwd := startForwarder(t, cn.gw.addr(0), pg.Addr())
 	r.pgPort = portOf(t, fwd.addr())
 	db := strings.Replace(pg.NewDatabase(t), pg.Addr(), fwd.addr(), 1)
 	for _, name := range []string{"apiserver-0", "apiserver-1", "node-a", "node-b", "router"} {

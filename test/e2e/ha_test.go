@@ -72,14 +72,6 @@ var haTiming = append([]string{"--lease-duration", "3s"}, clusterTiming...)
 
 func startHA(t *testing.T, workers int) *haCluster {
 	t.Helper()
-	return startHAVia(t, workers, nil)
-}
-
-// startHAVia is startHA with the node given nodeAPI(replica addresses)
-// as its --api (nil: both replicas' addresses), to reach them through
-// proxies.
-func startHAVia(t *testing.T, workers int, nodeAPI func(addrs [2]string) string) *haCluster {
-	t.Helper()
 	h := &haCluster{cluster: &cluster{t: t, s3: s3test.New(t), nodes: map[string]*component{}, dir: t.TempDir()}, pg: sharedPostgres(t)}
 	t.Setenv("AWS_ACCESS_KEY_ID", h.s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", h.s3.SecretKey)
@@ -98,11 +90,7 @@ func startHAVia(t *testing.T, workers int, nodeAPI func(addrs [2]string) string)
 	wantSchema(t, db)
 	h.api = h.apis[0]
 	both := h.addrs[0] + "," + h.addrs[1]
-	nodeVia := both
-	if nodeAPI != nil {
-		nodeVia = nodeAPI(h.addrs)
-	}
-	h.startNode("node-a", nodeVia, "--workers", fmt.Sprint(workers))
+	h.startNode("node-a", both, "--workers", fmt.Sprint(workers))
 	var fields map[string]any
 	h.router, fields = startComponent(t, "router", "ate router ready", "router", "--api", both,
 		"--listen", freeAddr(t), "--drain-delay", "0s", "--log-level", "debug")

@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -54,10 +58,11 @@ func newChaosNet(t testing.TB) *chaosNet {
 			t.Fatalf("the chaos harness needs %s (iproute2, nftables, util-linux; hack/install-deps.sh): %v", tool, err)
 		}
 	}
-	pid := os.Getpid() % 100000
+	reapChaosNets(t)
+	pid := os.Getpid()
 	n := &chaosNet{
 		t: t, prefix: fmt.Sprintf("ac%d", pid), bridge: fmt.Sprintf("ac%dbr", pid),
-		subnet: fmt.Sprintf("10.251.%d.", 20+pid%200), rules: map[string][]chaosRule{},
+		subnet: freeChaosSubnet(t, pid), rules: map[string][]chaosRule{},
 	}
 	n.gw = &chaosHost{name: "machine", ip: n.subnet + "1"}
 	t.Cleanup(n.close)
@@ -69,6 +74,59 @@ func newChaosNet(t testing.TB) *chaosNet {
 	n.nft(n.gw, "add", "table", "inet", n.gwTable())
 	n.nft(n.gw, "add", "chain", "inet", n.gwTable(), "input", "{ type filter hook input priority 0; policy accept; }")
 	return n
+}
+
+// chaosBridgeRE names the bridges of chaos runs by their test process's
+// pid (at most 7 digits: interface names hold 15 bytes).
+var chaosBridgeRE = regexp.MustCompile(`^ac(\d+)br$`)
+
+// reapChaosNets removes what runs whose test process is gone (killed
+// before its cleanups) left: their bridges, namespaces and tables.
+func reapChaosNets(t testing.TB) {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifaces {
+		m := chaosBridgeRE.FindStringSubmatch(i.Name)
+		if m == nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		if syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // its run is still going
+		}
+		prefix := "ac" + m[1]
+		entries, _ := os.ReadDir("/run/netns")
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix+"-") {
+				_ = exec.Command("ip", "netns", "del", e.Name()).Run()
+			}
+		}
+		_ = exec.Command("nft", "delete", "table", "inet", chaosTable+prefix).Run()
+		if out, err := exec.Command("ip", "link", "del", i.Name).CombinedOutput(); err != nil {
+			t.Fatalf("remove the bridge %s a gone chaos run left: %v\n%s", i.Name, err, out)
+		}
+	}
+}
+
+// freeChaosSubnet picks a 10.251.N.0/24 no interface of this machine is
+// on, starting from one derived from pid: "10.251.N.".
+func freeChaosSubnet(t testing.TB, pid int) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 200 {
+		subnet := fmt.Sprintf("10.251.%d.", 20+(pid+k)%200)
+		if !slices.ContainsFunc(addrs, func(a net.Addr) bool { return strings.HasPrefix(a.String(), subnet) }) {
+			return subnet
+		}
+	}
+	t.Fatal("no free 10.251.N.0/24 for the chaos harness's bridge: 200 chaos runs at once?")
+	return ""
 }
 
 func (n *chaosNet) gwTable() string { return chaosTable + n.prefix }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The fault-injection run (`make chaos`): TestChaos (test/e2e/chaos_test.go)
 # for as long and with as many seeds as asked. Two API server replicas over
-# PostgreSQL, two nodes, a router and SeaweedFS run as separate processes,
-# each component in its own network namespace on a bridge; faults are
-# chosen from each seed (full, partial and one-way partitions by nftables
+# PostgreSQL, two nodes and a router run as separate processes, each in its
+# own network namespace on a bridge, with PostgreSQL and SeaweedFS on the
+# machine behind it; faults are chosen from each seed (full, partial and one-way partitions by nftables
 # rules, kill -9, SIGSTOP, PostgreSQL restarts, S3 errors and latency)
 # while clients send requests to counter actors, and porcupine checks
 # every actor's history. A failing seed replays its fault

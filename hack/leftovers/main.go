@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,14 +153,15 @@ func check(beforePath, run string, self int, clean bool) ([]string, error) {
 	for _, l := range added(before.Listens, now.Listens) {
 		found = append(found, "listening "+l)
 	}
-	// The chaos harness's (test/e2e/chaos_firewall_test.go) packet drops
-	// and cgroups, by their name: a run killed mid-fault leaves them.
-	rules, groups := chaosRules(), chaosGroups()
-	for _, r := range rules {
-		found = append(found, "iptables rule "+r)
+	// The chaos harness's (test/e2e/chaos_net_test.go) bridges and
+	// nftables tables, by their names: a run killed before its cleanup
+	// leaves them (its namespaces are among newNS).
+	bridges, tables := chaosBridges(), chaosTables()
+	for _, b := range bridges {
+		found = append(found, "chaos bridge "+b)
 	}
-	for _, g := range groups {
-		found = append(found, "cgroup "+g)
+	for _, t := range tables {
+		found = append(found, "nftables table inet "+t)
 	}
 	if clean {
 		// Deepest first, so a mount below another is gone before it.
@@ -175,49 +177,53 @@ func check(beforePath, run string, self int, clean bool) ([]string, error) {
 		for _, r := range newRunAte {
 			_ = os.RemoveAll(filepath.Join("/run/ate", r))
 		}
-		for _, r := range rules {
-			_ = exec.Command("iptables", append([]string{"-D"}, strings.Fields(strings.TrimPrefix(r, "-A "))...)...).Run()
+		for _, b := range bridges {
+			_ = exec.Command("ip", "link", "del", b).Run()
 		}
-		for _, g := range groups {
-			children, _ := filepath.Glob(filepath.Join(g, "*", "cgroup.procs"))
-			for _, c := range children {
-				_ = syscall.Rmdir(filepath.Dir(c))
-			}
-			_ = syscall.Rmdir(g)
+		for _, t := range tables {
+			_ = exec.Command("nft", "delete", "table", "inet", t).Run()
 		}
 	}
 	return found, nil
 }
 
-// chaosPrefix names what the chaos harness makes: iptables rule
-// comments and cgroup v2 groups.
-const chaosPrefix = "ate-chaos-"
+// chaosBridge is the form of the chaos harness's bridge names
+// (chaosBridgeRE in test/e2e/chaos_net_test.go): ac<pid>c<n>br.
+var chaosBridge = regexp.MustCompile(`^ac\d+c\d+br$`)
 
-// chaosRules are the OUTPUT rules (iptables -S form) the chaos harness
-// left; none when iptables is missing.
-func chaosRules() []string {
-	out, err := exec.Command("iptables", "-S", "OUTPUT").Output()
+// chaosBridges are the chaos harness's bridges left (their veths went
+// with the namespaces, or go with the bridge).
+func chaosBridges() []string {
+	out, err := exec.Command("ip", "-o", "link", "show", "type", "bridge").Output()
 	if err != nil {
 		return nil
 	}
-	var rules []string
+	var found []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "-A ") && strings.Contains(l, chaosPrefix) {
-			// -S quotes the comment; -D wants it bare (it has no spaces).
-			rules = append(rules, strings.ReplaceAll(l, `"`, ""))
+		// "7: ac123c1br: <BROADCAST,…"
+		if f := strings.Fields(l); len(f) > 1 {
+			if name := strings.TrimSuffix(f[1], ":"); chaosBridge.MatchString(name) {
+				found = append(found, name)
+			}
 		}
 	}
-	return rules
+	return found
 }
 
-// chaosGroups are the chaos harness's cgroup directories left.
-func chaosGroups() []string {
-	var groups []string
-	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		g, _ := filepath.Glob(filepath.Join(root, chaosPrefix+"*"))
-		groups = append(groups, g...)
+// chaosTables are the chaos harness's tables on the machine (inet
+// atechaos<prefix>) left; none when nft is missing.
+func chaosTables() []string {
+	out, err := exec.Command("nft", "list", "tables", "inet").Output()
+	if err != nil {
+		return nil
 	}
-	return groups
+	var found []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "table" && strings.HasPrefix(f[2], "atechaos") {
+			found = append(found, f[2])
+		}
+	}
+	return found
 }
 
 type proc struct {

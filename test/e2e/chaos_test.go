@@ -36,11 +36,14 @@ var (
 )
 
 // TestChaos is the fault-injection harness: two API server replicas
-// over PostgreSQL, two nodes, a router and SeaweedFS, each component a
-// process in a network namespace of its own (chaosNet), while clients send requests to counter
-// actors throughout and a suspender checkpoints them now and then. From
-// a seed it injects one fault after another — partitions (full,
-// partial, one-way) between any two components, kill -9, SIGSTOP, a
+// over PostgreSQL, two nodes and a router, each a process in a network
+// namespace of its own (chaosNet), PostgreSQL and SeaweedFS on the
+// machine, while clients send requests to counter actors throughout and
+// a suspender checkpoints them now and then. From a seed it injects one
+// fault after another — partitions between a node and the replicas
+// (partial, full, one-way either way), the router and a replica or a
+// node (and one-way node→router), a replica and PostgreSQL, a node and
+// S3; kill -9, SIGSTOP, a
 // PostgreSQL restart, S3 errors and latency — each for a few seconds,
 // then heals it and waits until every actor has served a request sent
 // after the heal.
@@ -71,8 +74,9 @@ func TestChaos(t *testing.T) {
 }
 
 // chaosRig is the cluster TestChaos injects faults into: every component
-// in a network namespace of its own on one bridge (chaosNet), PostgreSQL
-// and the S3 server on this machine at the bridge's address.
+// in a network namespace of its own on one bridge (chaosNet); PostgreSQL
+// and the S3 server on this machine's loopback, reached through a
+// forwarder and the S3 fault proxy at the bridge's address.
 type chaosRig struct {
 	*cluster
 	net   *chaosNet
@@ -83,7 +87,8 @@ type chaosRig struct {
 	nodes []string
 	// hosts are the components' namespaces, by component name
 	// ("apiserver-0", "node-a", "router"); pgPort and s3Port are where
-	// PostgreSQL and the S3 fault proxy listen on the bridge.
+	// PostgreSQL's forwarder and the S3 fault proxy listen on the bridge
+	// (the ports a cut from those services names).
 	hosts          map[string]*chaosHost
 	pgPort, s3Port int
 	actors         []string
@@ -91,7 +96,8 @@ type chaosRig struct {
 	replica [2]atev1.ControlClient
 }
 
-// The ports components listen on, each in its own namespace.
+// The ports components listen on. Fixed, since each namespace has ports
+// of its own, so a restarted node advertises the address it had.
 const (
 	chaosAPIPort    = 7000
 	chaosAgentPort  = 7001
@@ -117,7 +123,8 @@ func startChaos(t *testing.T) *chaosRig {
 	return startChaosWith(t, nil)
 }
 
-// replicaHost is replica i's namespace.
+// replicaHost is replica i's namespace (hosts names it apiserver-i, as
+// its log does).
 func (r *chaosRig) replicaHost(i int) *chaosHost { return r.hosts[fmt.Sprintf("apiserver-%d", i)] }
 
 // startChaosWith is startChaos with env added to the environment of the

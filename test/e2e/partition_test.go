@@ -3,101 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 )
-
-// tcpForwarder carries TCP connections from its listener to target, for
-// a server on loopback that the chaos harness's namespaces cannot reach
-// (chaosRig's PostgreSQL). It injects nothing: faults are chaosNet's.
-type tcpForwarder struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	closed bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-// startForwarder forwards connections to addr (host:0 picks a port) to
-// target until the test ends.
-func startForwarder(t testing.TB, addr, target string) *tcpForwarder {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &tcpForwarder{ln: ln, target: target}
-	f.wg.Go(f.serve)
-	t.Cleanup(f.close)
-	return f
-}
-
-func (f *tcpForwarder) addr() string { return f.ln.Addr().String() }
-
-func (f *tcpForwarder) track(c net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		_ = c.Close()
-		return false
-	}
-	f.conns = append(f.conns, c)
-	return true
-}
-
-func (f *tcpForwarder) serve() {
-	for {
-		in, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !f.track(in) {
-			return
-		}
-		f.wg.Go(func() {
-			out, err := net.Dial("tcp", f.target)
-			if err != nil || !f.track(out) {
-				_ = in.Close()
-				return
-			}
-			var both sync.WaitGroup
-			both.Go(func() { pipe(out, in) })
-			both.Go(func() { pipe(in, out) })
-			both.Wait()
-			_ = in.Close()
-			_ = out.Close()
-		})
-	}
-}
-
-// pipe copies src to dst, passing its end on as a half close.
-func pipe(dst, src net.Conn) {
-	_, err := io.Copy(dst, src)
-	if tc, ok := dst.(*net.TCPConn); ok && err == nil {
-		_ = tc.CloseWrite()
-	}
-}
-
-func (f *tcpForwarder) close() {
-	f.mu.Lock()
-	f.closed = true
-	conns := f.conns
-	f.mu.Unlock()
-	_ = f.ln.Close()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	f.wg.Wait()
-}
 
 // TestHANodeCutOffFromOneReplica: a partial partition. The packets
 // between the node running a counter actor and one API server replica

@@ -279,14 +279,9 @@ func (s *Server) Keys(ctx context.Context, prefix string) ([]string, error) {
 
 // Rewrite replaces object key with edit(its content), through the S3 API.
 func (s *Server) Rewrite(ctx context.Context, key string, edit func([]byte) []byte) error {
-	obj, err := s.Client.GetObject(ctx, s.Bucket, key, minio.GetObjectOptions{})
+	data, err := s.get(ctx, key)
 	if err != nil {
 		return err
-	}
-	data, err := io.ReadAll(obj)
-	obj.Close()
-	if err != nil {
-		return fmt.Errorf("s3test: read %s: %w", key, err)
 	}
 	edited := edit(data)
 	if err := s.Put(ctx, key, edited); err != nil {
@@ -306,14 +301,9 @@ func (s *Server) Rewrite(ctx context.Context, key string, edit func([]byte) []by
 func (s *Server) readsBack(ctx context.Context, key string, data []byte) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for try := 1; ; try++ {
-		obj, err := s.Client.GetObject(ctx, s.Bucket, key, minio.GetObjectOptions{})
+		got, err := s.get(ctx, key)
 		if err != nil {
 			return err
-		}
-		got, err := io.ReadAll(obj)
-		obj.Close()
-		if err != nil {
-			return fmt.Errorf("s3test: read %s back: %w", key, err)
 		}
 		if bytes.Equal(got, data) {
 			if try > 1 {
@@ -330,6 +320,20 @@ func (s *Server) readsBack(ctx context.Context, key string, data []byte) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// get reads object key whole.
+func (s *Server) get(ctx context.Context, key string) ([]byte, error) {
+	obj, err := s.Client.GetObject(ctx, s.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	data, err := io.ReadAll(obj)
+	if err != nil {
+		return nil, fmt.Errorf("s3test: read %s: %w", key, err)
+	}
+	return data, nil
 }
 
 // Put stores data as object key.

@@ -41,7 +41,8 @@ type Snapshots interface {
 // API server replicas (Manager.SetLeases). A lease is renewed while its
 // workflow runs, so Duration bounds not the workflow but how long an
 // actor stays unavailable after the replica running its workflow died:
-// another replica takes it over once the lease expires.
+// another replica takes it over once the lease expires, or sooner, once
+// that replica's heartbeat has lapsed (holderSilence).
 type LeaseConfig struct {
 	// Duration is a lease's life unrenewed. Default 10 s: Kubernetes'
 	// leader election uses 15 s with renewals every 2 s; actors are
@@ -145,7 +146,63 @@ func New(s store.Store, n nodeapi.Nodes, snaps Snapshots, holder string, logger 
 	m := &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, leases: LeaseConfig{}.withDefaults(), ctx: ctx, cancel: cancel,
 		events: make(chan *store.Event, eventQueue)}
 	m.goOwned(m.writeEvents)
+	if holder != "" {
+		m.goOwned(m.heartbeat)
+	}
 	return m
+}
+
+// holderSilence is how long a replica may go without renewing its
+// heartbeat (store.HolderKey) before the others take over the actor
+// leases it holds (store.TakeOverLease) without waiting for them to
+// expire: a replica that stands still (SIGSTOP, a frozen VM, cut off
+// from the store) costs the actors it was working on about this much,
+// not a lease (LeaseConfig.Duration). Safe however short, since what the
+// old holder may still do is fenced by the lease's token, in the store
+// and on the nodes (docs/ha.md); a shorter one only makes a replica
+// that is merely slow lose workflows more often. It beats five times
+// per silence.
+const holderSilence = 1500 * time.Millisecond
+
+// heartbeat keeps this replica's heartbeat lease alive until ctx ends.
+// Over PostgreSQL a beat commits without waiting for its flush, like any
+// acquisition: one lost in a crash makes the replica look silent for a
+// moment, which only lets others take over what it holds, fenced.
+func (m *Manager) heartbeat(ctx context.Context) {
+	key := store.HolderKey(m.holder)
+	tick := time.NewTicker(holderSilence / 5)
+	defer tick.Stop()
+	failing := false
+	for {
+		bctx, cancel := context.WithTimeout(ctx, holderSilence)
+		_, err := m.store.AcquireLease(bctx, key, m.holder, holderSilence)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			m.stopHeartbeat(key)
+			return
+		case err != nil && !failing:
+			m.log.Warn("replica heartbeat failed: other replicas may take over the actors this one is working on", "holder", m.holder, "err", err)
+		case err == nil && failing:
+			m.log.Info("replica heartbeat renewed again", "holder", m.holder)
+		}
+		failing = err != nil
+		select {
+		case <-ctx.Done():
+			m.stopHeartbeat(key)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stopHeartbeat lets this replica's heartbeat lapse at once as the
+// manager closes, so what it still holds is taken over without waiting.
+// The row stays (a holder with none would never count as silent).
+func (m *Manager) stopHeartbeat(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = m.store.AcquireLease(ctx, key, m.holder, 0)
 }
 
 // SetLeases sets the per-actor lease configuration (zero fields take
@@ -198,11 +255,12 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 		return fn(ctx)
 	}
 	cfg := m.leases
-	name := "actor/" + key.String()
+	name := actorLease(key)
 	var lease *store.Lease
 	for {
 		var err error
-		lease, err = m.store.AcquireLease(ctx, name, m.holder, cfg.Duration)
+		// From a replica that fell silent, too: it is fenced.
+		lease, err = m.store.TakeOverLease(ctx, name, m.holder, cfg.Duration)
 		if err == nil {
 			break
 		}
@@ -228,6 +286,21 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 		}
 	}()
 	return fn(store.WithFence(ctx, fence))
+}
+
+// actorLease names key's lease in the store.
+func actorLease(key names.ActorKey) string { return "actor/" + key.String() }
+
+// forNode returns ctx for a node call that starts, checkpoints or stops
+// a: it carries the token of a's lease (nodeapi.WithFence) when ctx is
+// fenced by that lease, so the node refuses the call once a newer
+// workflow has acted on a. A call about another actor than the lease's
+// carries none: the node keeps tokens per actor.
+func forNode(ctx context.Context, a *store.Actor) context.Context {
+	if f, ok := store.FenceFrom(ctx); ok && f.Key == actorLease(a.Key()) {
+		return nodeapi.WithFence(ctx, f.Token)
+	}
+	return ctx
 }
 
 // renew keeps f's lease alive until ctx ends, every cfg.RenewEvery with
@@ -415,7 +488,8 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 		// A PAUSING record written before pauses recorded their id.
 		opts.ID = m.newSnapshotID()
 	}
-	// As stopSandbox: the node does not check leases.
+	// As stopSandbox: the lease is checked in the store first, and its
+	// token by the node (forNode).
 	if f, ok := store.FenceFrom(ctx); ok {
 		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
 			return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)
@@ -428,7 +502,7 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 	// the first call's checkpoint, which runs first, and this one.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*nodeOpTimeout)
 	defer cancel()
-	ref, err := on.Checkpoint(cctx, a.Worker, a.UID, opts)
+	ref, err := on.Checkpoint(forNode(cctx, a), a.Worker, a.UID, opts)
 	if err == nil && pending {
 		ref, err = reportedRef(ref, a.UID)
 		if err == nil && snapshot.Bare(ref) != a.PendingSnapshot {

@@ -77,10 +77,20 @@ type fakeNode struct {
 	checkpointErr error
 	// checkpoints counts Checkpoint calls that reached the node.
 	checkpoints atomic.Int64
+	// fences lists the lease token (nodeapi.FenceFrom) each Start,
+	// Checkpoint and Stop carried, as "start 12".
+	fences []string
+}
+
+func (f *fakeNode) fenced(ctx context.Context, op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fences = append(f.fences, fmt.Sprint(op, " ", nodeapi.FenceFrom(ctx)))
 }
 
 func (f *fakeNode) Name() string { return f.name }
-func (f *fakeNode) Start(_ context.Context, req nodeapi.StartRequest) error {
+func (f *fakeNode) Start(ctx context.Context, req nodeapi.StartRequest) error {
+	f.fenced(ctx, "start")
 	f.starts.Add(1)
 	if f.unreachable.Load() {
 		return fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
@@ -93,7 +103,8 @@ func (f *fakeNode) Start(_ context.Context, req nodeapi.StartRequest) error {
 	}
 	return nil
 }
-func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.CheckpointOptions) (string, error) {
+func (f *fakeNode) Checkpoint(ctx context.Context, _, uid string, o nodeapi.CheckpointOptions) (string, error) {
+	f.fenced(ctx, "checkpoint")
 	if f.unreachable.Load() {
 		return "", fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
 	}
@@ -121,7 +132,8 @@ func (f *fakeNode) Checkpoint(_ context.Context, _, uid string, o nodeapi.Checkp
 	}
 	return uid + "/snap-" + time.Now().Format("150405.000000000"), nil
 }
-func (f *fakeNode) Stop(context.Context, string, string) error {
+func (f *fakeNode) Stop(ctx context.Context, _, _ string) error {
+	f.fenced(ctx, "stop")
 	if f.unreachable.Load() {
 		return fmt.Errorf("%w: node %s: connection refused", nodeapi.ErrUnreachable, f.name)
 	}
@@ -950,11 +962,18 @@ func (e *env) pendingSnapshot(t *testing.T, uid string, committed bool) string {
 	return ref
 }
 
-// stallingStore fails lease renewals while stalled is set, as a process
-// that stands still renews nothing.
+// stallingStore fails lease renewals and heartbeats while stalled is
+// set, as a process that stands still renews nothing.
 type stallingStore struct {
 	store.Store
 	stalled atomic.Bool
+}
+
+func (s *stallingStore) AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (*store.Lease, error) {
+	if s.stalled.Load() && key == store.HolderKey(holder) {
+		return nil, store.ErrUnavailable
+	}
+	return s.Store.AcquireLease(ctx, key, holder, ttl)
 }
 
 func (s *stallingStore) RenewLease(ctx context.Context, key, holder string, token int64, ttl time.Duration) (*store.Lease, error) {
@@ -991,6 +1010,111 @@ func TestFencedWorkflowLeavesTheNodeAlone(t *testing.T) {
 	}
 	if n := e.node.stops.Load(); n != 0 {
 		t.Fatalf("the fenced workflow stopped %d sandboxes on the node; it must leave them to the lease's new holder", n)
+	}
+}
+
+// TestStandingStillReplicaIsTakenOver: a replica that stands still in
+// the middle of a resume, with an hour left on the actor's lease, loses
+// the actor to another replica once its heartbeat lapses, not when the
+// lease expires; when it goes on, its write is refused (fenced) and the
+// record keeps the other replica's result.
+func TestStandingStillReplicaIsTakenOver(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	st := &stallingStore{Store: e.st}
+	nodes := testNodes{n: e.node, live: []string{"n1"}}
+	stalled := New(st, nodes, e.snaps, "stalled-replica", nil)
+	t.Cleanup(stalled.Close)
+	other := New(e.st, nodes, e.snaps, "other-replica", nil)
+	t.Cleanup(other.Close)
+	for _, m := range []*Manager{stalled, other} {
+		m.SetLeases(LeaseConfig{Duration: time.Hour})
+	}
+	began, goOn := make(chan struct{}), make(chan struct{})
+	var started atomic.Bool
+	e.node.onStart = func(nodeapi.StartRequest) error {
+		if !started.Swap(true) { // the stalled replica's start
+			st.stalled.Store(true)
+			close(began)
+			<-goOn
+			st.stalled.Store(false)
+		}
+		return nil
+	}
+	stalledResume := make(chan error, 1)
+	go func() {
+		_, err := stalled.Resume(ctx, key("a"))
+		stalledResume <- err
+	}()
+	<-began
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	won, err := other.Resume(rctx, key("a"))
+	if err != nil {
+		t.Fatalf("resume on another replica while the first stands still: %v", err)
+	}
+	close(goOn)
+	if err := <-stalledResume; !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("the stalled replica's resume = %v, want ErrFenced", err)
+	}
+	if a := e.get(t); a.State != store.Running || a.Worker != won.Worker || a.Resumes != won.Resumes {
+		t.Fatalf("record after the stalled replica went on: %s on %q (%d resumes), want the other replica's RUNNING on %q (%d)",
+			a.State, a.Worker, a.Resumes, won.Worker, won.Resumes)
+	}
+}
+
+// TestNodeCallsCarryTheLeaseToken: each start, checkpoint and stop a
+// workflow asks of a node carries the token of the actor's lease it
+// holds, which the node keeps per actor to refuse a late call of a
+// workflow taken over since (node.fenceTokens); each workflow's token
+// is newer than the last one's.
+func TestNodeCallsCarryTheLeaseToken(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	_, err := e.m.Suspend(ctx, key("a"))
+	must(t, err)
+	e.resume(t)
+	// A stop: a forced delete of the running actor.
+	must(t, e.m.Delete(ctx, key("a"), true))
+
+	e.node.mu.Lock()
+	calls := slices.Clone(e.node.fences)
+	e.node.mu.Unlock()
+	var last int64
+	for i, c := range calls {
+		var op string
+		var token int64
+		if _, err := fmt.Sscan(c, &op, &token); err != nil {
+			t.Fatal(err)
+		}
+		if token <= 0 || token < last || (i > 0 && op == "start" && token == last) {
+			t.Fatalf("node calls carried %v; want a token on each, one newer per workflow", calls)
+		}
+		last = token
+	}
+	if len(calls) < 4 {
+		t.Fatalf("node calls %v; want start, checkpoint, start, stop", calls)
+	}
+}
+
+func TestForNode(t *testing.T) {
+	a := &store.Actor{Atespace: "default", Name: "a"}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want int64
+	}{
+		{"no lease", ctx, 0},
+		{"the actor's lease", store.WithFence(ctx, store.Fence{Key: "actor/default/a", Holder: "r1", Token: 12}), 12},
+		// An eviction's call about its victim, made from the lease of
+		// the actor it makes room for.
+		{"another actor's lease", store.WithFence(ctx, store.Fence{Key: "actor/default/b", Holder: "r1", Token: 13}), 0},
+	} {
+		if got := nodeapi.FenceFrom(forNode(tc.ctx, a)); got != tc.want {
+			t.Errorf("%s: token %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
 

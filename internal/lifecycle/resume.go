@@ -154,7 +154,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	if err != nil {
 		return nil, m.resumeFailed(nctx, a, prev, err)
 	}
-	err = on.Start(nctx, nodeapi.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
+	err = on.Start(forNode(nctx, a), nodeapi.StartRequest{Worker: a.Worker, ActorUID: a.UID, Atespace: a.Atespace, Name: a.Name,
 		Spec: tpl.Spec, Snapshot: src.ref, Paused: src.paused, ImageDigest: tpl.ImageDigest, VolumesFrom: src.volumes,
 		LogRun: a.Version})
 	if errors.Is(err, nodeapi.ErrNotServing) {

@@ -212,7 +212,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	on, err := m.nodeOf(a.Worker)
 	ref := ""
 	if err == nil {
-		ref, err = on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+		ref, err = on.Checkpoint(forNode(context.WithoutCancel(ctx), a), a.Worker, a.UID, opts)
 	}
 	if err == nil && !paused {
 		ref, err = reportedRef(ref, a.UID)
@@ -502,10 +502,11 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) error {
 	if a.Worker == "" {
 		return nil
 	}
-	// The node does not check leases: a workflow whose lease was taken
-	// over (it stood still) must not stop what the new holder started,
-	// perhaps on this very worker, for this very actor. The renewal is
-	// the check.
+	// A workflow whose lease was taken over (it stood still) must not
+	// stop what the new holder started, perhaps on this very worker, for
+	// this very actor. The renewal checks the lease in the store; the
+	// node checks its token (forNode) against the new holder's, which
+	// covers a stall between the renewal and the call.
 	if f, ok := store.FenceFrom(ctx); ok {
 		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
 			m.log.WarnContext(ctx, "sandbox left alone: this workflow no longer holds the actor's lease", "actor", a.Key(), "worker", a.Worker, "err", err)
@@ -523,7 +524,7 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) error {
 	// leave the actor stuck for the next workflow to stop again.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
-	if err := n.Stop(sctx, a.Worker, a.UID); errors.Is(err, nodeapi.ErrUnreachable) {
+	if err := n.Stop(forNode(sctx, a), a.Worker, a.UID); errors.Is(err, nodeapi.ErrUnreachable) {
 		return fmt.Errorf("%w: stop actor %s on worker %s: %w", ErrNodeUnavailable, a.Key(), a.Worker, err)
 	}
 	return nil

@@ -166,9 +166,18 @@ func (m *Manager) snapshotFor(ctx context.Context, a *store.Actor, owner string)
 		if err != nil {
 			return "", err
 		}
+		// Renewed, durably, before the node sees the lease's token:
+		// no durable write of this workflow precedes the call, and a
+		// token handed out by a write the store could lose in a crash
+		// might be handed out again, lower than what the node keeps.
+		if f, ok := store.FenceFrom(ctx); ok {
+			if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
+				return "", err
+			}
+		}
 		opts, _ := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 		opts.ID, opts.LeaveRunning, opts.Owner = id, true, owner
-		ref, err := on.Checkpoint(context.WithoutCancel(ctx), a.Worker, a.UID, opts)
+		ref, err := on.Checkpoint(forNode(context.WithoutCancel(ctx), a), a.Worker, a.UID, opts)
 		if err != nil {
 			return "", err
 		}

@@ -35,6 +35,9 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	if err := n.admitFence(ctx, worker, actorUID); err != nil {
+		return "", err
+	}
 	// A pause asked again under an id this node committed: the pause
 	// finished here and its answer, or the record of it, was lost. Its
 	// checkpoint is the answer; nothing is touched (the worker may host

@@ -29,4 +29,5 @@ var (
 	ErrNoFile          = nodeapi.ErrNoFile
 	ErrExecEnded       = nodeapi.ErrExecEnded
 	ErrExecUnsupported = nodeapi.ErrExecUnsupported
+	ErrFenced          = nodeapi.ErrFenced
 )

@@ -139,6 +139,8 @@ type Node struct {
 	standbys standbys
 	// committedIDs: the checkpoint ids committed here (checkpoint.go).
 	committedIDs recentIDs
+	// fences: the newest lease token per actor (fence.go).
+	fences fenceTokens
 	// viewChanged: ViewChanged.
 	viewChanged chan struct{}
 	ids         identityWriter
@@ -359,6 +361,9 @@ func (n *Node) Stop(ctx context.Context, worker, actorUID string) error {
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	if err := n.admitFence(ctx, worker, actorUID); err != nil {
+		return err
+	}
 	if s.gate.hosts(actorUID) {
 		s.gate.stopped()
 		s.stopWhy = "stopped"

@@ -60,6 +60,9 @@ func (n *Node) Start(ctx context.Context, req StartRequest) (err error) {
 	// past the lease would only answer 421 (the tunnel refuses), and a
 	// replica may be about to declare this node lost: refusing lets the
 	// caller place the actor elsewhere at once.
+	if err := n.admitFence(ctx, req.Worker, req.ActorUID); err != nil {
+		return err
+	}
 	if !n.Serving() {
 		return fmt.Errorf("%w: node %s cannot start actor %s on worker %s (its lease ran out %s ago, or the API server fenced it)",
 			ErrNotServing, n.cfg.Name, req.Key(), req.Worker, n.LeaseLapsedFor().Round(time.Millisecond))

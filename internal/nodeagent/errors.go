@@ -28,6 +28,7 @@ var codeOf = []struct {
 	reason string
 }{
 	{nodeapi.ErrNotServing, codes.FailedPrecondition, "NODE_NOT_SERVING"},
+	{nodeapi.ErrFenced, codes.Aborted, "FENCED"},
 	{nodeapi.ErrExecStart, codes.FailedPrecondition, "EXEC_START_FAILED"},
 	{nodeapi.ErrExecEnded, codes.FailedPrecondition, "EXEC_ENDED"},
 	{nodeapi.ErrNoFile, codes.NotFound, "NO_SUCH_FILE"},

@@ -10,6 +10,7 @@ import (
 
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
+	"substrate.dev/ate/internal/store"
 )
 
 // TestErrorsCrossTheWire: a node error sent as its gRPC code comes back
@@ -28,6 +29,8 @@ func TestErrorsCrossTheWire(t *testing.T) {
 		// Shares FAILED_PRECONDITION with ErrStale: told apart by its reason.
 		{fmt.Errorf("%w: node n1 cannot start actor a", nodeapi.ErrNotServing), nodeapi.ErrNotServing},
 		{fmt.Errorf("copy volume data: copy /v: v01: %w", snapshot.ErrTreeChanged), snapshot.ErrTreeChanged},
+		// Shares ABORTED with ErrStartFailed: told apart by its reason.
+		{fmt.Errorf("%w: actor a was acted on under lease token 9 since this call's workflow took token 7", nodeapi.ErrFenced), store.ErrFenced},
 	} {
 		got := fromStatus("n1", toStatus(tc.err))
 		if !errors.Is(got, tc.want) || got.Error() != tc.err.Error() {

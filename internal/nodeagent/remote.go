@@ -46,7 +46,7 @@ func (r *Remote) Name() string { return r.name }
 func (r *Remote) Start(ctx context.Context, req nodeapi.StartRequest) error {
 	_, err := r.client.StartActor(ctx, &atev1.StartActorRequest{Worker: req.Worker, ActorUid: req.ActorUID,
 		Atespace: req.Atespace, Name: req.Name, Spec: req.Spec, Snapshot: req.Snapshot, Paused: req.Paused,
-		ImageDigest: req.ImageDigest, VolumesFrom: req.VolumesFrom, LogRun: req.LogRun})
+		ImageDigest: req.ImageDigest, VolumesFrom: req.VolumesFrom, LogRun: req.LogRun, Fence: nodeapi.FenceFrom(ctx)})
 	if err == nil {
 		r.hosts(req.Worker, req.ActorUID)
 	}
@@ -57,7 +57,7 @@ func (r *Remote) Start(ctx context.Context, req nodeapi.StartRequest) error {
 func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts nodeapi.CheckpointOptions) (string, error) {
 	resp, err := r.client.CheckpointActor(ctx, &atev1.CheckpointActorRequest{Worker: worker, ActorUid: actorUID,
 		Paused: opts.Paused, Scope: opts.Scope.String(), GraceMs: opts.Grace.Milliseconds(), SnapshotId: opts.ID,
-		LeaveRunning: opts.LeaveRunning, Owner: opts.Owner})
+		LeaveRunning: opts.LeaveRunning, Owner: opts.Owner, Fence: nodeapi.FenceFrom(ctx)})
 	if !opts.LeaveRunning {
 		r.clearActivity(worker, actorUID)
 	}
@@ -66,7 +66,7 @@ func (r *Remote) Checkpoint(ctx context.Context, worker, actorUID string, opts n
 
 // Stop implements nodeapi.Node.
 func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
-	_, err := r.client.StopActor(ctx, &atev1.StopActorRequest{Worker: worker, ActorUid: actorUID})
+	_, err := r.client.StopActor(ctx, &atev1.StopActorRequest{Worker: worker, ActorUid: actorUID, Fence: nodeapi.FenceFrom(ctx)})
 	r.clearActivity(worker, actorUID)
 	return fromStatus(r.name, err)
 }

@@ -33,7 +33,7 @@ const CheckpointTimeout = 2 * time.Minute
 
 // StartActor implements atev1.NodeAgentServer.
 func (s *Server) StartActor(ctx context.Context, r *atev1.StartActorRequest) (*atev1.StartActorResponse, error) {
-	err := s.n.Start(ctx, nodeapi.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
+	err := s.n.Start(nodeapi.WithFence(ctx, r.GetFence()), nodeapi.StartRequest{Worker: r.GetWorker(), ActorUID: r.GetActorUid(), Atespace: r.GetAtespace(),
 		Name: r.GetName(), Spec: r.GetSpec(), Snapshot: r.GetSnapshot(), Paused: r.GetPaused(), ImageDigest: r.GetImageDigest(),
 		VolumesFrom: r.GetVolumesFrom(), LogRun: r.GetLogRun()})
 	return &atev1.StartActorResponse{}, toStatus(err)
@@ -45,7 +45,7 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckpointTimeout)
+	cctx, cancel := context.WithTimeout(nodeapi.WithFence(context.WithoutCancel(ctx), r.GetFence()), CheckpointTimeout)
 	defer cancel()
 	ref, err := s.n.Checkpoint(cctx, r.GetWorker(), r.GetActorUid(), nodeapi.CheckpointOptions{
 		Paused: r.GetPaused(), Scope: scope, Grace: time.Duration(r.GetGraceMs()) * time.Millisecond, ID: r.GetSnapshotId(),
@@ -55,7 +55,7 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 
 // StopActor implements atev1.NodeAgentServer.
 func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*atev1.StopActorResponse, error) {
-	return &atev1.StopActorResponse{}, toStatus(s.n.Stop(ctx, r.GetWorker(), r.GetActorUid()))
+	return &atev1.StopActorResponse{}, toStatus(s.n.Stop(nodeapi.WithFence(ctx, r.GetFence()), r.GetWorker(), r.GetActorUid()))
 }
 
 // BuildGolden implements atev1.NodeAgentServer.

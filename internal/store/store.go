@@ -49,6 +49,11 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 )
 
+// HolderKey is the key of holder's heartbeat: a lease holder keeps it
+// (AcquireLease, again and again) to say it is alive, and once it
+// expires the holder's other leases may be taken over (TakeOverLease).
+func HolderKey(holder string) string { return "holder/" + holder }
+
 // Fence is the lease an actor write is made under: Key and Holder as
 // given to AcquireLease, Token as it returned.
 type Fence struct {
@@ -326,6 +331,14 @@ type Store interface {
 	// AcquireLease takes key's lease for holder for ttl if it is free,
 	// expired or already holder's, returning it with a new token.
 	AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (*Lease, error)
+	// TakeOverLease is AcquireLease that also takes key's lease from a
+	// holder that has fallen silent: one whose own lease, HolderKey, it
+	// kept renewed as a heartbeat and has let expire, even while key's
+	// lease has time left. The caller must fence everything the old
+	// holder may still do (its writes by this lease's token, its node
+	// calls by the same token: docs/ha.md). A holder with no HolderKey
+	// lease is never silent: only its lease's expiry frees key.
+	TakeOverLease(ctx context.Context, key, holder string, ttl time.Duration) (*Lease, error)
 	// RenewLease extends key's lease to now+ttl, keeping its token, if
 	// holder still holds it with token and it has not expired; else
 	// ErrFenced (the holder lost it and must stop). It returns the lease

@@ -284,7 +284,7 @@ func TestHAReplicaKilledMidResume(t *testing.T) {
 }
 
 // TestHAStalledReplicaIsFenced: a replica stopped (SIGSTOP) mid-resume
-// past its lease loses the actor to the other replica; when it continues,
+// loses the actor to the other replica once its heartbeat lapses; when it continues,
 // its late writes are refused by the lease's fencing token, and the
 // actor's record keeps the other replica's result. Meanwhile traffic
 // through the router is served: its reads sent to the stopped replica
@@ -325,11 +325,14 @@ func TestHAStalledReplicaIsFenced(t *testing.T) {
 			t.Fatalf("suspend %s on replica 1: %v", name, err)
 		}
 	}
-	// Replica 1 waits out replica 0's lease, rolls the interrupted resume
-	// back and resumes the actor itself.
+	// Replica 1 takes the actor's lease over once replica 0's heartbeat
+	// has lapsed (its lease has 10 s), rolls the interrupted resume back
+	// and resumes the actor itself.
+	took := time.Now()
 	if err := <-h.resumeOn(1, "stalled"); err != nil {
 		t.Fatalf("resume on replica 1 while replica 0 is stopped: %v", err)
 	}
+	t.Logf("replica 1 took the actor over and resumed it in %v", time.Since(took).Round(time.Millisecond))
 	won := h.getOn(1, "stalled")
 	if won.GetState() != atev1.ActorState_RUNNING {
 		t.Fatalf("after replica 1's resume: %s", won.GetState())
@@ -633,13 +636,19 @@ func TestHARollingRestart(t *testing.T) {
 
 // TestHAReplicaStandsStillUnderLoad: one of two replicas is stopped
 // (SIGSTOP) for 15 s while clients read through the API (hedged reads,
-// apidial) and send requests to a counter actor through the router. No
-// call fails and every count is one more than the last; the latencies
-// before and during the stop are logged (BENCHMARKS.md): without hedging,
-// a read sent to the stopped replica waited for keepalive's 15 s.
+// apidial), send requests to a counter actor through the router, and
+// suspend a second counter and wake it with a request, in turns (state
+// changes: watched, moved off a silent replica, and the actor's lease
+// taken over once its heartbeat lapsed). No call fails and every count is
+// one more than the last; the latencies before and during the stop are
+// logged (BENCHMARKS.md): without hedging, a read sent to the stopped
+// replica waited for keepalive's 15 s, and a wake-up whose lease it held
+// waited for that lease (10 s).
 func TestHAReplicaStandsStillUnderLoad(t *testing.T) {
 	h := startHA(t, 2)
 	h.counterActor() // count=1
+	h.in.ate("create", "actor", "counter-2", "--template", "counter")
+	h.in.mustCount("default/counter-2", 1)
 	type sample struct {
 		took   time.Duration
 		during bool
@@ -647,6 +656,8 @@ func TestHAReplicaStandsStillUnderLoad(t *testing.T) {
 	var (
 		mu               sync.Mutex
 		reads, requests  []sample
+		wakes            []sample
+		lastWake         = 1
 		failures         []string
 		stopping         sync.WaitGroup
 		done             = make(chan struct{})
@@ -676,21 +687,38 @@ func TestHAReplicaStandsStillUnderLoad(t *testing.T) {
 			record(&reads, time.Since(start), wasDuring, failure)
 		})
 	}
+	// countNext asks actor for its count, which must be one more than
+	// *last; it returns the failure, if any.
+	countNext := func(actor string, last *int, start time.Time) string {
+		n, err := h.in.count(actor)
+		if err != nil {
+			return fmt.Sprintf("request to %s: %v after %s", actor, err, time.Since(start))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if n != *last+1 {
+			countsOutOfOrder = append(countsOutOfOrder, n)
+		}
+		*last = n
+		return ""
+	}
 	repeat(&stopping, done, func() {
 		start, wasDuring := time.Now(), during.Load()
-		n, err := h.in.count("default/counter-1")
+		failure := countNext("default/counter-1", &lastCount, start)
+		record(&requests, time.Since(start), wasDuring, failure)
+	})
+	repeat(&stopping, done, func() {
+		start, wasDuring := time.Now(), during.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := h.in.client.SuspendActor(ctx, &atev1.SuspendActorRequest{Atespace: "default", Name: "counter-2"})
+		cancel()
 		failure := ""
 		if err != nil {
-			failure = fmt.Sprintf("request: %v after %s", err, time.Since(start))
+			failure = fmt.Sprintf("SuspendActor: %v after %s", err, time.Since(start))
 		} else {
-			mu.Lock()
-			if n != lastCount+1 {
-				countsOutOfOrder = append(countsOutOfOrder, n)
-			}
-			lastCount = n
-			mu.Unlock()
+			failure = countNext("default/counter-2", &lastWake, start)
 		}
-		record(&requests, time.Since(start), wasDuring, failure)
+		record(&wakes, time.Since(start), wasDuring, failure)
 	})
 	var finished sync.Once
 	finish := func() { finished.Do(func() { close(done); stopping.Wait() }) }
@@ -730,7 +758,7 @@ func TestHAReplicaStandsStillUnderLoad(t *testing.T) {
 	for _, s := range []struct {
 		name    string
 		samples []sample
-	}{{"reads (GetActor)", reads}, {"router requests", requests}} {
+	}{{"reads (GetActor)", reads}, {"router requests", requests}, {"suspend + wake-up cycles", wakes}} {
 		var before, stopped []time.Duration
 		for _, x := range s.samples {
 			if x.during {

@@ -349,7 +349,14 @@ type StartActorRequest struct {
 	VolumesFrom string `protobuf:"bytes,9,opt,name=volumes_from,json=volumesFrom,proto3" json:"volumes_from,omitempty"`
 	// log_run numbers this start in the actor's log (ActorLogLine.run); 0
 	// keeps no per-actor log.
-	LogRun        int64 `protobuf:"varint,10,opt,name=log_run,json=logRun,proto3" json:"log_run,omitempty"`
+	LogRun int64 `protobuf:"varint,10,opt,name=log_run,json=logRun,proto3" json:"log_run,omitempty"`
+	// fence is the token of the actor's lease the asking workflow holds
+	// (store leases; 0 when one API server runs alone and holds none). The
+	// node refuses (ABORTED, reason FENCED) a start, checkpoint or stop of
+	// an actor whose fence is older than one a call for that actor already
+	// carried: the asker stood still past its lease and another workflow
+	// has acted on the actor since (docs/ha.md, Node calls are fenced).
+	Fence         int64 `protobuf:"varint,11,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +461,13 @@ func (x *StartActorRequest) GetLogRun() int64 {
 	return 0
 }
 
+func (x *StartActorRequest) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
 type StartActorResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -507,7 +521,9 @@ type CheckpointActorRequest struct {
 	// paused.
 	LeaveRunning bool `protobuf:"varint,7,opt,name=leave_running,json=leaveRunning,proto3" json:"leave_running,omitempty"`
 	// owner owns the new snapshot (a tag's uid, a fork's); empty: actor_uid.
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// fence: as StartActorRequest's.
+	Fence         int64 `protobuf:"varint,9,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +614,13 @@ func (x *CheckpointActorRequest) GetOwner() string {
 	return ""
 }
 
+func (x *CheckpointActorRequest) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
 type CheckpointActorResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Snapshot      string                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
@@ -643,9 +666,11 @@ func (x *CheckpointActorResponse) GetSnapshot() string {
 }
 
 type StopActorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	ActorUid      string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Worker   string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActorUid string                 `protobuf:"bytes,2,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// fence: as StartActorRequest's.
+	Fence         int64 `protobuf:"varint,3,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -692,6 +717,13 @@ func (x *StopActorRequest) GetActorUid() string {
 		return x.ActorUid
 	}
 	return ""
+}
+
+func (x *StopActorRequest) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
 }
 
 type StopActorResponse struct {
@@ -2690,7 +2722,7 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\fR\x04body\"F\n" +
 	"\x14SetSelfAlarmResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
-	"\x06answer\x18\x02 \x01(\fR\x06answer\"\xba\x02\n" +
+	"\x06answer\x18\x02 \x01(\fR\x06answer\"\xd0\x02\n" +
 	"\x11StartActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x1a\n" +
@@ -2702,8 +2734,9 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\fimage_digest\x18\b \x01(\tR\vimageDigest\x12!\n" +
 	"\fvolumes_from\x18\t \x01(\tR\vvolumesFrom\x12\x17\n" +
 	"\alog_run\x18\n" +
-	" \x01(\x03R\x06logRun\"\x14\n" +
-	"\x12StartActorResponse\"\xf2\x01\n" +
+	" \x01(\x03R\x06logRun\x12\x14\n" +
+	"\x05fence\x18\v \x01(\x03R\x05fence\"\x14\n" +
+	"\x12StartActorResponse\"\x88\x02\n" +
 	"\x16CheckpointActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x16\n" +
@@ -2713,12 +2746,14 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\vsnapshot_id\x18\x06 \x01(\tR\n" +
 	"snapshotId\x12#\n" +
 	"\rleave_running\x18\a \x01(\bR\fleaveRunning\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\"5\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12\x14\n" +
+	"\x05fence\x18\t \x01(\x03R\x05fence\"5\n" +
 	"\x17CheckpointActorResponse\x12\x1a\n" +
-	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\"G\n" +
+	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\"]\n" +
 	"\x10StopActorRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
-	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\"\x13\n" +
+	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x14\n" +
+	"\x05fence\x18\x03 \x01(\x03R\x05fence\"\x13\n" +
 	"\x11StopActorResponse\"\xbf\x01\n" +
 	"\x12BuildGoldenRequest\x12!\n" +
 	"\ftemplate_uid\x18\x01 \x01(\tR\vtemplateUid\x12\x1a\n" +

@@ -651,12 +651,27 @@ func (s *Store) ReleaseWorker(ctx context.Context, name, actorUID string) error 
 }
 
 // AcquireLease implements store.Store.
-func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
+func (s *Store) AcquireLease(_ context.Context, key, holder string, ttl time.Duration) (*store.Lease, error) {
+	return s.acquireLease(key, holder, ttl, false)
+}
+
+// TakeOverLease implements store.Store.
+func (s *Store) TakeOverLease(_ context.Context, key, holder string, ttl time.Duration) (*store.Lease, error) {
+	return s.acquireLease(key, holder, ttl, true)
+}
+
+// acquireLease takes key's lease for holder if it is absent, expired or
+// holder's, or, with takeOver, held by a holder whose heartbeat
+// (store.HolderKey) has expired.
+func (s *Store) acquireLease(key, holder string, ttl time.Duration, takeOver bool) (out *store.Lease, err error) {
 	err = s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bLeases)
 		now := time.Now()
 		if cur, err := get[store.Lease](b, []byte(key)); err == nil && cur.Holder != holder && now.Before(cur.Expiry) {
-			return fmt.Errorf("lease %s held by %s: %w", key, cur.Holder, store.ErrLeaseHeld)
+			hb, herr := get[store.Lease](b, []byte(store.HolderKey(cur.Holder)))
+			if !takeOver || herr != nil || hb.Holder != cur.Holder || now.Before(hb.Expiry) {
+				return fmt.Errorf("lease %s held by %s: %w", key, cur.Holder, store.ErrLeaseHeld)
+			}
 		}
 		var token int64
 		if v := tx.Bucket(bMeta).Get(kLeaseToken); v != nil {

@@ -31,6 +31,17 @@ func micros(ttl time.Duration) int64 {
 // if it is absent, expired or holder's, with a token from the
 // lease_tokens sequence.
 func (s *Store) AcquireLease(ctx context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
+	return s.acquireLease(ctx, key, holder, ttl, false)
+}
+
+// TakeOverLease implements store.Store: AcquireLease's statement, which
+// then also takes the row from a holder whose heartbeat row
+// (store.HolderKey) has expired.
+func (s *Store) TakeOverLease(ctx context.Context, key, holder string, ttl time.Duration) (out *store.Lease, err error) {
+	return s.acquireLease(ctx, key, holder, ttl, true)
+}
+
+func (s *Store) acquireLease(ctx context.Context, key, holder string, ttl time.Duration, takeOver bool) (out *store.Lease, err error) {
 	err = s.doAsync(ctx, func(q querier) error {
 		l := &store.Lease{Key: key, Holder: holder}
 		err := q.QueryRow(ctx, `
@@ -38,7 +49,9 @@ func (s *Store) AcquireLease(ctx context.Context, key, holder string, ttl time.D
 			VALUES ($1, $2, nextval('lease_tokens'), clock_timestamp() + $3 * interval '1 microsecond')
 			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = excluded.token, expiry = excluded.expiry
 				WHERE l.holder = excluded.holder OR l.expiry <= clock_timestamp()
-			RETURNING token, expiry`, key, holder, micros(ttl)).Scan(&l.Token, &l.Expiry)
+					OR ($4 AND EXISTS (SELECT 1 FROM leases h
+						WHERE h.key = $5::text || l.holder AND h.holder = l.holder AND h.expiry <= clock_timestamp()))
+			RETURNING token, expiry`, key, holder, micros(ttl), takeOver, store.HolderKey("")).Scan(&l.Token, &l.Expiry)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var other string
 			if err := q.QueryRow(ctx, `SELECT holder FROM leases WHERE key = $1`, key).Scan(&other); err != nil && !errors.Is(err, pgx.ErrNoRows) {

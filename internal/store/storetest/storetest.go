@@ -16,6 +16,7 @@ import (
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
+	"substrate.dev/ate/internal/testwait"
 )
 
 // Run runs the suite; newStore returns an empty store that the suite closes.
@@ -34,6 +35,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClaimWorkerConcurrent", testClaimWorkerConcurrent},
 		{"ClaimWorkerPrefers", testClaimWorkerPrefers},
 		{"Leases", testLeases},
+		{"TakeOverLease", testTakeOverLease},
 		{"WorkerInvariant", testWorkerInvariant},
 		{"NodeScopedClaim", testNodeScopedClaim},
 		{"RecordActivity", testRecordActivity},
@@ -355,6 +357,45 @@ func testLeases(t *testing.T, s store.Store) {
 		}
 	}
 	must(t, err)
+}
+
+// testTakeOverLease: a lease with time left is taken over only from a
+// holder whose heartbeat (store.HolderKey) has expired — not from one
+// that keeps none or keeps it alive, and never by AcquireLease — and the
+// old holder is fenced.
+func testTakeOverLease(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	l1, err := s.AcquireLease(ctx, "actor/t", "h1", time.Hour)
+	must(t, err)
+	_, err = s.TakeOverLease(ctx, "actor/t", "h2", time.Hour)
+	wantErr(t, err, store.ErrLeaseHeld) // h1 keeps no heartbeat
+	_, err = s.AcquireLease(ctx, store.HolderKey("h1"), "h1", time.Hour)
+	must(t, err)
+	_, err = s.TakeOverLease(ctx, "actor/t", "h2", time.Hour)
+	wantErr(t, err, store.ErrLeaseHeld) // h1's heartbeat is alive
+	// h1 falls silent: its heartbeat's last renewal runs out.
+	_, err = s.AcquireLease(ctx, store.HolderKey("h1"), "h1", time.Microsecond)
+	must(t, err)
+	var l2 *store.Lease
+	testwait.Until(t, "h1's heartbeat to expire", func() bool {
+		_, err := s.AcquireLease(ctx, "actor/t", "h3", time.Hour)
+		wantErr(t, err, store.ErrLeaseHeld) // only a takeover may
+		l2, err = s.TakeOverLease(ctx, "actor/t", "h2", time.Hour)
+		if err != nil {
+			wantErr(t, err, store.ErrLeaseHeld)
+		}
+		return err == nil
+	})
+	if l2.Holder != "h2" || l2.Token <= l1.Token {
+		t.Fatalf("taken over as %+v; want h2's, with a token above h1's %d", l2, l1.Token)
+	}
+	_, err = s.RenewLease(ctx, "actor/t", "h1", l1.Token, time.Hour)
+	wantErr(t, err, store.ErrFenced)
+	// A holder whose heartbeat is alive again keeps its leases.
+	_, err = s.AcquireLease(ctx, store.HolderKey("h2"), "h2", time.Hour)
+	must(t, err)
+	_, err = s.TakeOverLease(ctx, "actor/t", "h1", time.Hour)
+	wantErr(t, err, store.ErrLeaseHeld)
 }
 
 // testWorkerInvariant: an actor can never be written as holding a worker

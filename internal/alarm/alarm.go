@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -627,6 +628,9 @@ func (s *Scheduler) deliverHTTP(ctx context.Context, a *store.Alarm, attempt int
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(tunnelproto.HeaderWorker, act.Worker)
 	req.Header.Set(tunnelproto.HeaderActorUID, act.UID)
+	if act.Assignment != 0 {
+		req.Header.Set(tunnelproto.HeaderAssignment, strconv.FormatInt(act.Assignment, 10))
+	}
 	req.Header.Set(tunnelproto.HeaderRequestID, fmt.Sprintf("alarm-%s-%d", a.ID, attempt))
 	req.Header.Set(HeaderID, a.ID)
 	req.Header.Set(HeaderTime, a.At.UTC().Format(time.RFC3339Nano))

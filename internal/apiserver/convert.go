@@ -53,6 +53,9 @@ func actorToProto(ctx context.Context, a *store.Actor) *atev1.Actor {
 		VolumesOnly: a.VolumesOnly, Labels: a.Labels,
 		CreateTime: timestamppb.New(a.CreateTime), StateTime: timestamppb.New(a.StateTime),
 	}
+	if a.State == store.Running {
+		out.Assignment = a.Assignment
+	}
 	if !a.EvictedFor.IsZero() && !auth.MayRead(ctx, a.EvictedFor.Atespace) {
 		out.EvictedFor, out.Message = "", withoutName(a.Message, a.EvictedFor)
 	}

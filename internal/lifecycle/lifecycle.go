@@ -297,10 +297,18 @@ func actorLease(key names.ActorKey) string { return "actor/" + key.String() }
 // workflow has acted on a. A call about another actor than the lease's
 // carries none: the node keeps tokens per actor.
 func forNode(ctx context.Context, a *store.Actor) context.Context {
-	if f, ok := store.FenceFrom(ctx); ok && f.Key == actorLease(a.Key()) {
-		return nodeapi.WithFence(ctx, f.Token)
+	if t := leaseToken(ctx, a); t != 0 {
+		return nodeapi.WithFence(ctx, t)
 	}
 	return ctx
+}
+
+// leaseToken is the token of a's lease when ctx is fenced by it, else 0.
+func leaseToken(ctx context.Context, a *store.Actor) int64 {
+	if f, ok := store.FenceFrom(ctx); ok && f.Key == actorLease(a.Key()) {
+		return f.Token
+	}
+	return 0
 }
 
 // renew keeps f's lease alive until ctx ends, every cfg.RenewEvery with

@@ -1072,6 +1072,14 @@ func TestNodeCallsCarryTheLeaseToken(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.resume(t)
+	// The record names the token the sandbox was started under, which
+	// routers send the tunnel (Actor.assignment).
+	e.node.mu.Lock()
+	started := e.node.fences[0]
+	e.node.mu.Unlock()
+	if a := e.get(t); a.Assignment == 0 || started != fmt.Sprint("start ", a.Assignment) {
+		t.Fatalf("RUNNING record's assignment %d; the node's start carried %q", a.Assignment, started)
+	}
 	_, err := e.m.Suspend(ctx, key("a"))
 	must(t, err)
 	e.resume(t)

@@ -174,6 +174,9 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	}
 	running := *a
 	running.State, running.Message = store.Running, src.note
+	// The token the node started the sandbox under (forNode), which
+	// routers send with each request for the tunnel to match.
+	running.Assignment = leaseToken(nctx, a)
 	running.Reason, running.EvictedFor = "", names.ActorKey{}
 	running.Resumes++
 	if src.paused || prev == store.Paused {

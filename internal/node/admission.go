@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"substrate.dev/ate/internal/streams"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // gate is one worker's tunnel admission and activity bookkeeping: which
@@ -25,6 +27,9 @@ type gate struct {
 	actorUID  string
 	container string
 	port      int
+	// assignment is the lease token the start ran under (0: none), which
+	// requests must name if they name one (tunnelproto.HeaderAssignment).
+	assignment int64
 	// draining refuses new requests; inflight counts admitted ones, old
 	// containers' included; drained is closed when inflight reaches zero
 	// while draining.
@@ -42,12 +47,13 @@ type gate struct {
 	ending chan struct{}
 }
 
-// open admits requests for actorUID to container's port from now on.
-func (g *gate) open(actorUID, container string, port int) {
+// open admits requests for actorUID to container's port from now on,
+// started under lease token assignment.
+func (g *gate) open(actorUID, container string, port int, assignment int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	g.actorUID, g.container, g.port = actorUID, container, port
+	g.actorUID, g.container, g.port, g.assignment = actorUID, container, port, assignment
 	g.act = &actorActivity{started: now, last: now}
 	g.ending = make(chan struct{})
 }
@@ -116,13 +122,17 @@ type admission struct {
 	busied bool
 }
 
-// enter admits one request for actorUID: a stream if stream, a
-// listening stream (streams.IsListen, a stream too) if listen. ok is
-// false when the gate does not admit that actor or is draining.
-func (g *gate) enter(actorUID string, stream, listen bool) (adm admission, ok bool) {
+// enter admits one request for actorUID as assigned by lease token
+// assignment (0: unchecked): a stream if stream, a listening stream
+// (streams.IsListen, a stream too) if listen. ok is false when the gate
+// does not admit that actor, admits it under another assignment (the
+// router's view and the sandbox are of different placements), or is
+// draining.
+func (g *gate) enter(actorUID string, assignment int64, stream, listen bool) (adm admission, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if actorUID == "" || g.actorUID != actorUID || g.draining {
+	if actorUID == "" || g.actorUID != actorUID || g.draining ||
+		assignment != 0 && g.assignment != 0 && assignment != g.assignment {
 		return admission{}, false
 	}
 	g.inflight++
@@ -237,7 +247,11 @@ func (n *Node) enter(worker, actorUID string, r *http.Request) (t tunnelTarget, 
 	if err != nil || !n.Serving() {
 		return tunnelTarget{}, nil, nil, false
 	}
-	adm, ok := s.gate.enter(actorUID, isStream(r), streams.IsListen(r))
+	assignment, err := assignmentOf(r)
+	if err != nil {
+		return tunnelTarget{}, nil, nil, false
+	}
+	adm, ok := s.gate.enter(actorUID, assignment, isStream(r), streams.IsListen(r))
 	if !ok {
 		return tunnelTarget{}, nil, nil, false
 	}
@@ -341,4 +355,14 @@ func (g *gate) enterExec(actorUID string) (container string, release func(), ok 
 		act.inflight--
 		act.last = time.Now()
 	}, true
+}
+
+// assignmentOf is the assignment token r names (tunnelproto.HeaderAssignment),
+// 0 when none.
+func assignmentOf(r *http.Request) (int64, error) {
+	v := r.Header.Get(tunnelproto.HeaderAssignment)
+	if v == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
 }

@@ -3,10 +3,13 @@ package node
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/sandbox/fake"
+	"substrate.dev/ate/internal/tunnelproto"
 )
 
 // TestLateCallOfATakenOverWorkflowIsFenced: a workflow that stood still
@@ -96,5 +99,49 @@ func TestFenceTokens(t *testing.T) {
 	_, x0Kept := f.newest["x0"]
 	if bKept || !x0Kept || len(f.newest) != fenceTokensKept {
 		t.Fatalf("b kept %v, x0 kept %v, %d actors kept; want b forgotten (the oldest), x0 kept, %d", bKept, x0Kept, len(f.newest), fenceTokensKept)
+	}
+}
+
+// TestTunnelChecksTheAssignment: a request that names an assignment
+// token (the router's view of the actor's placement) is served only by
+// a sandbox started under that token; one that names none is not
+// checked.
+func TestTunnelChecksTheAssignment(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	n := newTestNode(t, rt)
+	w := n.order[0]
+	if err := n.Start(nodeapi.WithFence(t.Context(), 7), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	tunnel := httptest.NewServer(n.NewTunnel())
+	defer tunnel.Close()
+	for _, tc := range []struct {
+		assignment string
+		want       int
+	}{
+		{"7", http.StatusOK},
+		{"", http.StatusOK},
+		{"0", http.StatusOK},
+		{"6", tunnelproto.StatusStale}, // an older placement's view
+		{"8", tunnelproto.StatusStale}, // a newer one's: this sandbox is not it
+		{"seven", tunnelproto.StatusStale},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tunnel.URL+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(tunnelproto.HeaderWorker, w)
+		req.Header.Set(tunnelproto.HeaderActorUID, "a")
+		if tc.assignment != "" {
+			req.Header.Set(tunnelproto.HeaderAssignment, tc.assignment)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("assignment %q: %d, want %d", tc.assignment, resp.StatusCode, tc.want)
+		}
 	}
 }

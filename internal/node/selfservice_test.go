@@ -38,7 +38,7 @@ func TestSelfServiceAlarms(t *testing.T) {
 			got.worker, got.uid, got.call, got.body = "", "", "", ""
 			s := &slot{name: "w3"}
 			if tc.hosted != "" {
-				s.gate.open(tc.hosted, "c", 8080)
+				s.gate.open(tc.hosted, "c", 8080, 0)
 			}
 			ss := &selfService{log: slog.New(slog.DiscardHandler), call: tc.handler}
 			rec := httptest.NewRecorder()
@@ -101,7 +101,7 @@ func TestSelfServiceCalls(t *testing.T) {
 			got = call{}
 			s := &slot{name: "w3"}
 			if tc.hosted != "" {
-				s.gate.open(tc.hosted, "c", 8080)
+				s.gate.open(tc.hosted, "c", 8080, 0)
 			}
 			ss := &selfService{log: slog.New(slog.DiscardHandler), call: tc.handler}
 			rec := httptest.NewRecorder()

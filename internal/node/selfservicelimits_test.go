@@ -34,8 +34,8 @@ func startGateways(t *testing.T, l selfServiceLimits) *gateways {
 	t.Helper()
 	g := &gateways{attacker: &slot{name: "w-attacker"}, other: &slot{name: "w-other"}, addr: map[string]string{}, minted: map[string]int{},
 		metrics: metrics.New()}
-	g.attacker.gate.open("uid-a", "c", 8080)
-	g.other.gate.open("uid-b", "c", 8080)
+	g.attacker.gate.open("uid-a", "c", 8080, 0)
+	g.other.gate.open("uid-b", "c", 8080, 0)
 	ss := &selfService{log: slog.New(slog.DiscardHandler), limits: l, metrics: g.metrics.Node,
 		call: func(_ context.Context, worker, _, _ string, _ []byte) (int, []byte) {
 			g.mu.Lock()
@@ -273,7 +273,7 @@ func TestSelfServiceRateLimit(t *testing.T) {
 		}
 	}
 	g.attacker.gate.close()
-	g.attacker.gate.open("uid-a2", "c", 8080)
+	g.attacker.gate.open("uid-a2", "c", 8080, 0)
 	if code, _, body := g.mint(t, client, g.attacker); code != http.StatusOK {
 		t.Fatalf("the worker's next actor's first call = %d %q, want 200", code, body)
 	}

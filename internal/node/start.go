@@ -202,7 +202,7 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 		}
 	}
 	s.standby.hosted(&standbyTemplate{spec: spec, imageDigest: img.Digest, atespace: req.Atespace})
-	s.gate.open(req.ActorUID, sspec.ID, port)
+	s.gate.open(req.ActorUID, sspec.ID, port, nodeapi.FenceFrom(ctx))
 	return sspec.ID, img.Digest, nil
 }
 

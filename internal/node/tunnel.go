@@ -114,6 +114,7 @@ func (n *Node) NewTunnel() http.Handler {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(tunnelproto.HeaderWorker)
 			pr.Out.Header.Del(tunnelproto.HeaderActorUID)
+			pr.Out.Header.Del(tunnelproto.HeaderAssignment)
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 		},
 		Transport:  n.conns,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -212,7 +213,11 @@ func (c *ControlResolver) target(ctx context.Context, key names.ActorKey, a *ate
 	if err != nil {
 		return Target{}, err
 	}
-	return Target{Actor: key, UID: a.GetUid(), Worker: a.GetWorker(), TunnelAddr: tn.addr, Node: tn.node, Policy: p}, nil
+	t := Target{Actor: key, UID: a.GetUid(), Worker: a.GetWorker(), TunnelAddr: tn.addr, Node: tn.node, Policy: p}
+	if n := a.GetAssignment(); n != 0 {
+		t.Assignment = strconv.FormatInt(n, 10)
+	}
+	return t, nil
 }
 
 // tunnel is where a worker's tunnel listens and the node that registered

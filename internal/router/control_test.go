@@ -215,6 +215,9 @@ func TestControlResolver(t *testing.T) {
 			want: Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000"}, wantOK: true, wantLists: 1},
 		// Not running: the incarnation and its template's policy only,
 		// for a listening stream to decide whether it may wake the actor.
+		{name: "lookup running with an assignment", workers: []*atev1.Worker{w1},
+			actors: map[string]*atev1.Actor{"default/app": {Atespace: "default", Name: "app", Uid: "u1", State: atev1.ActorState_RUNNING, Worker: "w1", Assignment: 42}},
+			want:   Target{Actor: key, UID: "u1", Worker: "w1", TunnelAddr: "10.0.0.1:7000", Assignment: "42"}, wantOK: true, wantLists: 1},
 		{name: "lookup suspended", actors: actor(atev1.ActorState_SUSPENDED, ""), want: Target{Actor: key, UID: "u1"}, wantOK: false},
 		{name: "lookup resuming is not running", actors: actor(atev1.ActorState_RESUMING, "w1"), want: Target{Actor: key, UID: "u1"}, wantOK: false},
 		{name: "lookup unknown actor", actors: nil, wantErr: ErrActorNotFound, wantCode: codes.NotFound},

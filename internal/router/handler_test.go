@@ -102,9 +102,10 @@ func TestClientWorkerHeadersAreReplaced(t *testing.T) {
 	req.Header.Add(tunnelproto.HeaderWorker, "evil")
 	req.Header.Add(tunnelproto.HeaderWorker, "evil2")
 	req.Header.Set(tunnelproto.HeaderActorUID, "forged")
+	req.Header.Set(tunnelproto.HeaderAssignment, "1")
 	got := send(srv, req)
-	if got.status != 200 || !strings.Contains(got.body, "worker=w1 uid=uid-default/app ") {
-		t.Fatalf("got %d %q, want 200 with only the router's worker and uid", got.status, got.body)
+	if got.status != 200 || !strings.Contains(got.body, "worker=w1 uid=uid-default/app ") || !strings.Contains(got.body, " assignment=5\n") {
+		t.Fatalf("got %d %q, want 200 with only the router's worker, uid and assignment", got.status, got.body)
 	}
 }
 

@@ -17,6 +17,7 @@ import "net/http"
 var reservedHeaders = map[string]bool{
 	"ate-worker":          true, // tunnelproto.HeaderWorker
 	"ate-actor-uid":       true, // tunnelproto.HeaderActorUID
+	"ate-assignment":      true, // tunnelproto.HeaderAssignment
 	"x-request-id":        true, // tunnelproto.HeaderRequestID
 	"ate-ingress-subject": true, // HeaderIngressSubject
 	"ate-target-actor":    true, // HeaderTargetActor

@@ -66,7 +66,7 @@ func (f *fakeResolver) Assigned(ctx context.Context, key names.ActorKey) (bool, 
 
 // targetAt is the target the fakes hand out for key on a tunnel at addr.
 func targetAt(key names.ActorKey, worker, addr string) Target {
-	return Target{Actor: key, UID: "uid-" + key.String(), Worker: worker, TunnelAddr: addr}
+	return Target{Actor: key, UID: "uid-" + key.String(), Worker: worker, TunnelAddr: addr, Assignment: "5"}
 }
 
 // misdirectedTunnel starts a tunnel that answers every request 421, as
@@ -95,10 +95,11 @@ func echoTunnel(t *testing.T, name string, hits *atomic.Int64) string {
 			hits.Add(1)
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(w, "%s host=%s worker=%s uid=%s uri=%s xff=%t\n", name, r.Host,
+		fmt.Fprintf(w, "%s host=%s worker=%s uid=%s uri=%s xff=%t assignment=%s\n", name, r.Host,
 			strings.Join(r.Header.Values(tunnelproto.HeaderWorker), ","),
 			strings.Join(r.Header.Values(tunnelproto.HeaderActorUID), ","),
-			r.RequestURI, r.Header.Get("X-Forwarded-For") != "")
+			r.RequestURI, r.Header.Get("X-Forwarded-For") != "",
+			strings.Join(r.Header.Values(tunnelproto.HeaderAssignment), ","))
 	})
 }
 

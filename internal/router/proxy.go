@@ -106,7 +106,7 @@ type proxyAttempt struct {
 	// modifyResponse): one-element slices of it, capped, so they need no
 	// allocation of their own and an append to one copies instead of
 	// overwriting its neighbour. Nothing else writes them.
-	values [5]string
+	values [6]string
 }
 
 func (a *proxyAttempt) wroteHeaders() { a.sent.Store(true) }
@@ -196,6 +196,10 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header[canonicalWorker] = a.values[0:1:1]
 	pr.Out.Header[canonicalActorUID] = a.values[1:2:2]
 	pr.Out.Header[canonicalXRequestID] = a.values[2:3:3]
+	if a.t.Assignment != "" {
+		a.values[5] = a.t.Assignment
+		pr.Out.Header[canonicalAssignment] = a.values[5:6:6]
+	}
 	// Only the router says who a caller is.
 	delete(pr.Out.Header, canonicalIngressSubject)
 	if a.t.Policy.Ingress != auth.IngressPublic {
@@ -212,6 +216,7 @@ func (a *proxyAttempt) rewrite(pr *httputil.ProxyRequest) {
 var (
 	canonicalWorker     = http.CanonicalHeaderKey(tunnelproto.HeaderWorker)
 	canonicalActorUID   = http.CanonicalHeaderKey(tunnelproto.HeaderActorUID)
+	canonicalAssignment = http.CanonicalHeaderKey(tunnelproto.HeaderAssignment)
 	canonicalXRequestID = http.CanonicalHeaderKey(headerXRequestID)
 	// canonicalIngressSubject is HeaderIngressSubject's.
 	canonicalIngressSubject = http.CanonicalHeaderKey(HeaderIngressSubject)

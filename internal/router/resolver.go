@@ -24,6 +24,10 @@ type Target struct {
 	// Node is the node that registered the worker: with mutual TLS the
 	// tunnel must prove it is that node (Config.TunnelTLS).
 	Node string
+	// Assignment is the actor's assignment token (atev1.Actor.assignment,
+	// decimal; empty for 0): the tunnel refuses the request unless the
+	// worker's sandbox was started under it (tunnelproto.HeaderAssignment).
+	Assignment string
 	// Policy is the routing policy of the actor's template.
 	Policy Policy
 }

@@ -196,6 +196,11 @@ type Lifecycle struct {
 	Message        string `json:"message,omitempty"`
 	// Resumes counts completed resumes.
 	Resumes int64 `json:"resumes"`
+	// Assignment is the lease token of the resume that last started the
+	// actor on a worker (0 without leases): what routers send the
+	// worker's tunnel, which refuses any other (atev1.Actor.assignment).
+	// Meaningful while RUNNING.
+	Assignment int64 `json:"assignment,omitempty"`
 	// Reason is why the actor was last suspended or paused; Message says
 	// more. Empty while it has not been.
 	Reason CheckpointReason `json:"reason,omitempty"`

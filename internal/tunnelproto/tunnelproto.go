@@ -6,14 +6,17 @@
 // A router sends each request for an actor to the tunnel of the node that
 // hosts the actor's worker, with two headers naming where it believes the
 // actor is: HeaderWorker (the worker's name) and HeaderActorUID (the
-// actor's uid, which identifies one incarnation of it). Clients must not
-// choose them: the router sets both, replacing any the client sent, and
-// the tunnel removes both before the request reaches the actor.
+// actor's uid, which identifies one incarnation of it), and, when the
+// control plane holds leases, HeaderAssignment (the lease token its
+// current placement was started under). Clients must not choose them: the
+// router sets them, replacing any the client sent, and the tunnel removes
+// them before the request reaches the actor.
 //
 // # Stale assignments
 //
 // The tunnel admits a request only if the named worker hosts that actor
-// incarnation now and is admitting requests (a checkpoint stops admitting
+// incarnation now, started under the named assignment if one is named,
+// and is admitting requests (a checkpoint stops admitting
 // before it drains). Otherwise it answers StatusStale (421 Misdirected
 // Request, RFC 9110 §15.5.20) before anything reaches the actor. 421
 // therefore means "the actor never saw this request": the router drops
@@ -50,6 +53,12 @@ const (
 	// HeaderActorUID is the uid of the actor incarnation the router
 	// expects on that worker.
 	HeaderActorUID = "Ate-Actor-Uid"
+	// HeaderAssignment is the actor's assignment token as the router
+	// resolved it (atev1.Actor.assignment, decimal): the tunnel refuses
+	// the request (StatusStale) unless the worker's sandbox was started
+	// under that token. Absent or "0": not checked (a control plane
+	// without leases, or a router that predates it).
+	HeaderAssignment = "Ate-Assignment"
 	// HeaderRequestID carries the router's request id (X-Request-Id, the
 	// load balancers' de-facto header), which the tunnel logs with its
 	// errors and the actor may log too.

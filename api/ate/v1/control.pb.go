@@ -2646,7 +2646,14 @@ type Actor struct {
 	// ListActorsRequest.label_selector. Kubernetes label syntax: keys are
 	// qualified names ([prefix/]name), values at most 63 characters;
 	// at most 64 labels. INVALID_ARGUMENT names a bad key or value.
-	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// assignment fences the actor's placement on its worker while it is
+	// RUNNING: the token of the actor lease under which the resume that
+	// started it there ran (0 when one API server runs alone and holds no
+	// leases). Routers send it with each request, and the worker's node
+	// answers 421 unless its sandbox was started under that very token
+	// (docs/ha.md, Node calls are fenced).
+	Assignment    int64 `protobuf:"varint,21,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2819,6 +2826,13 @@ func (x *Actor) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Actor) GetAssignment() int64 {
+	if x != nil {
+		return x.Assignment
+	}
+	return 0
 }
 
 type CreateActorRequest struct {
@@ -6637,7 +6651,7 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x1aDeleteActorTemplateRequest\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1d\n" +
-	"\x1bDeleteActorTemplateResponse\"\xfa\x06\n" +
+	"\x1bDeleteActorTemplateResponse\"\x9a\a\n" +
 	"\x05Actor\x12\x1a\n" +
 	"\batespace\x18\x01 \x01(\tR\batespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -6662,7 +6676,10 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\vevicted_for\x18\x12 \x01(\tR\n" +
 	"evictedFor\x12!\n" +
 	"\fvolumes_only\x18\x13 \x01(\bR\vvolumesOnly\x121\n" +
-	"\x06labels\x18\x14 \x03(\v2\x19.ate.v1.Actor.LabelsEntryR\x06labels\x1aA\n" +
+	"\x06labels\x18\x14 \x03(\v2\x19.ate.v1.Actor.LabelsEntryR\x06labels\x12\x1e\n" +
+	"\n" +
+	"assignment\x18\x15 \x01(\x03R\n" +
+	"assignment\x1aA\n" +
 	"\x13WorkerSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -90,7 +90,7 @@ func apiserverCommand() *cobra.Command {
 			// Only a separate API server has these.
 			f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the snapshot cache and image metadata (default $HOME/.ate-apiserver)")
 			f.DurationVar(&cfg.Leases.Duration, "lease-duration", lifecycle.DefaultLeaseDuration,
-				"with a shared store: life of an actor's workflow lease unrenewed; an actor whose API server died mid-workflow is taken over after this")
+				"with a shared store: life of an actor's workflow lease unrenewed; an actor whose API server died mid-workflow is taken over after this, or sooner once that server's heartbeat (1.5 s) has lapsed")
 			f.DurationVar(&cfg.Leases.RenewEvery, "lease-renew-interval", 0, "with a shared store: how often a running workflow renews its lease (default lease-duration/3)")
 			f.Float64Var(&cfg.Leases.Jitter, "lease-jitter", lifecycle.DefaultLeaseJitter, "with a shared store: renewals are spread by ± this fraction of the interval")
 			f.StringVar(&cfg.Snapshots, "snapshots", "", "durable snapshot store: s3://bucket/prefix?endpoint=http://host:port&region=R, or a directory (default <data-dir>/snapshots)")

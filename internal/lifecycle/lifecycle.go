@@ -105,6 +105,8 @@ type Manager struct {
 	metrics *metrics.Lifecycle
 
 	leases LeaseConfig
+	// beat is this replica's heartbeat as it has seen it (heartbeat).
+	beat beatState
 	// refused holds, by node, until when placement passes over a node
 	// that refused a start as not serving (capacity.go, notServing).
 	refusedMu     sync.Mutex
@@ -144,7 +146,7 @@ func New(s store.Store, n nodeapi.Nodes, snaps Snapshots, holder string, logger 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{store: s, nodes: n, snaps: snaps, holder: holder, log: logger, leases: LeaseConfig{}.withDefaults(), ctx: ctx, cancel: cancel,
-		events: make(chan *store.Event, eventQueue)}
+		events: make(chan *store.Event, eventQueue), beat: beatState{first: make(chan struct{})}}
 	m.goOwned(m.writeEvents)
 	if holder != "" {
 		m.goOwned(m.heartbeat)
@@ -164,6 +166,75 @@ func New(s store.Store, n nodeapi.Nodes, snaps Snapshots, holder string, logger 
 // per silence.
 const holderSilence = 1500 * time.Millisecond
 
+// beatState is what this replica knows of its own heartbeat. Safe for
+// concurrent use.
+type beatState struct {
+	mu sync.Mutex
+	// lastOK is when the last beat the store took was sent: the store
+	// counts its expiry from later, so it runs until at least lastOK +
+	// holderSilence by this process's monotonic clock.
+	lastOK time.Time
+	// upSince is when beats began to succeed again (zero while failing):
+	// from then on every replica could renew its own.
+	upSince time.Time
+	// first is closed once the first beat has been tried.
+	first     chan struct{}
+	firstOnce sync.Once
+}
+
+func (b *beatState) record(sent time.Time, ok bool) {
+	defer b.firstOnce.Do(func() { close(b.first) })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !ok:
+		b.upSince = time.Time{}
+	case b.upSince.IsZero():
+		b.upSince, b.lastOK = sent, sent
+	default:
+		b.lastOK = sent
+	}
+}
+
+// mayTakeOver reports whether this replica may take leases over from
+// silent ones: only once its own beats have gone through for a whole
+// silence. After a store outage every heartbeat has lapsed; without
+// this, the first replica back would take over the workflows the others
+// are waiting the outage out with, before they could beat again.
+func (m *Manager) mayTakeOver() bool {
+	m.beat.mu.Lock()
+	defer m.beat.mu.Unlock()
+	return !m.beat.upSince.IsZero() && time.Since(m.beat.upSince) >= holderSilence
+}
+
+// errHeartbeatStale: this replica cannot be sure its heartbeat is alive,
+// so another may be taking its actors over; it asks no node to start,
+// checkpoint or stop a sandbox meanwhile.
+var errHeartbeatStale = fmt.Errorf("this API server's heartbeat in the record store may have lapsed (the store is slow or unreachable from it), so another may be taking its actors over: %w", store.ErrUnavailable)
+
+// beatFresh fails with errHeartbeatStale unless this replica's heartbeat
+// is alive by its own count, with a fifth of a silence to spare: checked
+// just before a node call that changes a sandbox, so that a replica
+// that stood still past its silence does not act on what others may
+// have taken over. The node's token check covers a stall between this
+// check and the call when the new holder has reached the node first.
+func (m *Manager) beatFresh() error {
+	if m.holder == "" {
+		return nil
+	}
+	// A manager just made has not beaten yet.
+	select {
+	case <-m.beat.first:
+	case <-time.After(holderSilence):
+	}
+	m.beat.mu.Lock()
+	defer m.beat.mu.Unlock()
+	if m.beat.lastOK.IsZero() || time.Since(m.beat.lastOK) >= holderSilence*4/5 {
+		return errHeartbeatStale
+	}
+	return nil
+}
+
 // heartbeat keeps this replica's heartbeat lease alive until ctx ends.
 // Over PostgreSQL a beat commits without waiting for its flush, like any
 // acquisition: one lost in a crash makes the replica look silent for a
@@ -175,8 +246,10 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	failing := false
 	for {
 		bctx, cancel := context.WithTimeout(ctx, holderSilence)
+		sent := time.Now()
 		_, err := m.store.AcquireLease(bctx, key, m.holder, holderSilence)
 		cancel()
+		m.beat.record(sent, err == nil)
 		switch {
 		case ctx.Err() != nil:
 			m.stopHeartbeat(key)
@@ -260,7 +333,11 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 	for {
 		var err error
 		// From a replica that fell silent, too: it is fenced.
-		lease, err = m.store.TakeOverLease(ctx, name, m.holder, cfg.Duration)
+		if m.mayTakeOver() {
+			lease, err = m.store.TakeOverLease(ctx, name, m.holder, cfg.Duration)
+		} else {
+			lease, err = m.store.AcquireLease(ctx, name, m.holder, cfg.Duration)
+		}
 		if err == nil {
 			break
 		}
@@ -502,6 +579,9 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
 			return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)
 		}
+	}
+	if err := m.beatFresh(); err != nil {
+		return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)
 	}
 	m.log.InfoContext(ctx, "interrupted checkpoint asked of its node again: the sandbox may still hold what the actor answered",
 		"actor", a.Key(), "state", a.State, "worker", a.Worker, "snapshot_id", opts.ID)

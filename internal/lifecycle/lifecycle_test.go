@@ -47,6 +47,8 @@ type fakeNode struct {
 	onUpload func()
 	// onStop, if set, runs inside Stop.
 	onStop func()
+	// stopErr, if set, is Stop's error.
+	stopErr error
 	// deletedPaused counts DeletePaused calls.
 	deletedPaused atomic.Int64
 	// reportRef, if set, is the reference Checkpoint reports, whatever
@@ -141,7 +143,7 @@ func (f *fakeNode) Stop(ctx context.Context, _, _ string) error {
 	if f.onStop != nil {
 		f.onStop()
 	}
-	return nil
+	return f.stopErr
 }
 func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec, string) (string, string, error) {
 	return "", "", nil
@@ -1103,6 +1105,48 @@ func TestNodeCallsCarryTheLeaseToken(t *testing.T) {
 	}
 	if len(calls) < 4 {
 		t.Fatalf("node calls %v; want start, checkpoint, start, stop", calls)
+	}
+}
+
+// TestNodeFencedStopWritesNothing: a stop the node refuses as fenced (a
+// newer workflow acted on the actor there) ends the workflow without a
+// write: it must not record the actor CRASHED and free its worker while
+// the sandbox, the newer workflow's, runs on.
+func TestNodeFencedStopWritesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	before := e.get(t)
+	e.node.stopErr = fmt.Errorf("%w: actor a-uid was acted on under a newer token", nodeapi.ErrFenced)
+	if err := e.m.Delete(ctx, key("a"), true); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("forced delete refused by the node = %v, want ErrFenced", err)
+	}
+	if a := e.get(t); a.State != store.Running || a.Worker != before.Worker {
+		t.Fatalf("after the refused stop: %s on %q, want RUNNING on %q as before", a.State, a.Worker, before.Worker)
+	}
+}
+
+// TestTakeOverOnlyOnceBackForASilence: a replica takes leases over from
+// silent ones only once its own beats have gone through for a whole
+// silence; right after a store outage every heartbeat has lapsed, and
+// the others have not had the time to beat again.
+func TestTakeOverOnlyOnceBackForASilence(t *testing.T) {
+	m := &Manager{beat: beatState{first: make(chan struct{})}}
+	now := time.Now()
+	for i, s := range []struct {
+		sent time.Time
+		ok   bool
+		want bool
+	}{
+		{now.Add(-3 * holderSilence), true, true}, // beating since three silences ago
+		{now.Add(-2 * holderSilence), true, true},
+		{now.Add(-holderSilence / 2), false, false}, // the store went away
+		{now.Add(-holderSilence / 5), true, false},  // back, but only just
+	} {
+		m.beat.record(s.sent, s.ok)
+		if got := m.mayTakeOver(); got != s.want {
+			t.Errorf("step %d: mayTakeOver %v, want %v", i, got, s.want)
+		}
 	}
 }
 

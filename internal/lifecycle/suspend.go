@@ -217,6 +217,12 @@ func (m *Manager) checkpointLocked(ctx context.Context, a *store.Actor, action c
 	if err == nil && !paused {
 		ref, err = reportedRef(ref, a.UID)
 	}
+	if errors.Is(err, nodeapi.ErrFenced) {
+		// A newer workflow has acted on the actor at its node: this
+		// one's lease was taken over, and the record is the new
+		// holder's to write.
+		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
+	}
 	if err != nil && m.mayStillRun(a.Worker, err) {
 		// The sandbox may still run, and the checkpoint may yet finish
 		// there: the actor stays SUSPENDING (PAUSING). The next workflow
@@ -520,12 +526,20 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) error {
 		}
 		return fmt.Errorf("%w: the node of worker %s is neither heard here nor declared lost: actor %s stays on it until it is one or the other", ErrNodeUnavailable, a.Worker, a.Key())
 	}
+	if err := m.beatFresh(); err != nil {
+		return fmt.Errorf("stop actor %s on worker %s: %w", a.Key(), a.Worker, err)
+	}
 	// The stop outlives the caller's deadline: giving up half-way would
 	// leave the actor stuck for the next workflow to stop again.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
-	if err := n.Stop(forNode(sctx, a), a.Worker, a.UID); errors.Is(err, nodeapi.ErrUnreachable) {
+	switch err := n.Stop(forNode(sctx, a), a.Worker, a.UID); {
+	case errors.Is(err, nodeapi.ErrUnreachable):
 		return fmt.Errorf("%w: stop actor %s on worker %s: %w", ErrNodeUnavailable, a.Key(), a.Worker, err)
+	case errors.Is(err, nodeapi.ErrFenced):
+		// A newer workflow has acted on the actor there: nothing this
+		// one would write after the stop is its to write.
+		return fmt.Errorf("stop actor %s on worker %s: %w", a.Key(), a.Worker, err)
 	}
 	return nil
 }

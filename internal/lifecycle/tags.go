@@ -174,6 +174,9 @@ func (m *Manager) snapshotFor(ctx context.Context, a *store.Actor, owner string)
 			if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
 				return "", err
 			}
+			if err := m.beatFresh(); err != nil {
+				return "", err
+			}
 		}
 		opts, _ := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 		opts.ID, opts.LeaveRunning, opts.Owner = id, true, owner

@@ -41,13 +41,18 @@ func (s *Store) TakeOverLease(ctx context.Context, key, holder string, ttl time.
 	return s.acquireLease(ctx, key, holder, ttl, true)
 }
 
+// acquireLease takes key's lease. A row taken over gets its token from
+// the sequence under the row's lock (DO UPDATE), not from VALUES, which
+// is evaluated before the lock is waited for: two takeovers in a row then
+// hold tokens in the order they held the lease, which nodes rely on
+// (docs/ha.md, Node calls are fenced).
 func (s *Store) acquireLease(ctx context.Context, key, holder string, ttl time.Duration, takeOver bool) (out *store.Lease, err error) {
 	err = s.doAsync(ctx, func(q querier) error {
 		l := &store.Lease{Key: key, Holder: holder}
 		err := q.QueryRow(ctx, `
 			INSERT INTO leases AS l (key, holder, token, expiry)
 			VALUES ($1, $2, nextval('lease_tokens'), clock_timestamp() + $3 * interval '1 microsecond')
-			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = excluded.token, expiry = excluded.expiry
+			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = nextval('lease_tokens'), expiry = excluded.expiry
 				WHERE l.holder = excluded.holder OR l.expiry <= clock_timestamp()
 					OR ($4 AND EXISTS (SELECT 1 FROM leases h
 						WHERE h.key = $5::text || l.holder AND h.holder = l.holder AND h.expiry <= clock_timestamp()))

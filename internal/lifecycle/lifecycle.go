@@ -352,6 +352,9 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 		}
 	}
 	fence := store.Fence{Key: name, Holder: m.holder, Token: lease.Token}
+	if lease.TakenFrom != "" {
+		m.fenceTakenOver(ctx, key, fence, lease.TakenFrom)
+	}
 	renewing, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var renewer sync.WaitGroup
 	renewer.Go(func() { m.renew(renewing, fence, cfg) })
@@ -364,6 +367,46 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 	}()
 	return fn(store.WithFence(ctx, fence))
 }
+
+// fenceTakenOver tells the node of key's actor, if any, the token of
+// the lease f just taken from a holder, from, that never released it:
+// that holder may still send a late start, checkpoint or stop, which the
+// node then refuses even if this workflow asks the node nothing else (a
+// resume that finds the actor RUNNING). Best effort: a node that cannot
+// be told now is reached by this workflow's own calls if it makes any
+// (docs/ha.md, Known limits).
+func (m *Manager) fenceTakenOver(ctx context.Context, key names.ActorKey, f store.Fence, from string) {
+	a, err := m.store.GetActor(ctx, key)
+	if err != nil {
+		return
+	}
+	var n nodeapi.Node
+	ok := false
+	switch {
+	case a.Worker != "":
+		n, ok = m.nodes.ForWorker(a.Worker)
+	case a.Node != "": // PAUSED there
+		n, ok = m.nodes.Get(a.Node)
+	}
+	if !ok {
+		return
+	}
+	// Renewed, durably, before the token reaches the node (forNode):
+	// the acquisition's commit was not waited for.
+	if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fenceTimeout)
+	defer cancel()
+	if err := n.FenceActor(nodeapi.WithFence(fctx, f.Token), a.UID); err != nil {
+		m.log.WarnContext(ctx, "could not tell the node the actor's lease was taken over", "actor", key, "from", from, "node", n.Name(), "err", err)
+		return
+	}
+	m.log.InfoContext(ctx, "actor lease taken over; its node told", "actor", key, "from", from, "node", n.Name(), "token", f.Token)
+}
+
+// fenceTimeout bounds fenceTakenOver's call (a node answers it at once).
+const fenceTimeout = 2 * time.Second
 
 // actorLease names key's lease in the store.
 func actorLease(key names.ActorKey) string { return "actor/" + key.String() }

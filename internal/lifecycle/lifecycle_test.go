@@ -145,6 +145,10 @@ func (f *fakeNode) Stop(ctx context.Context, _, _ string) error {
 	}
 	return f.stopErr
 }
+func (f *fakeNode) FenceActor(ctx context.Context, _ string) error {
+	f.fenced(ctx, "fence")
+	return nil
+}
 func (f *fakeNode) BuildGolden(context.Context, string, string, string, *atev1.ActorTemplateSpec, string) (string, string, error) {
 	return "", "", nil
 }
@@ -1105,6 +1109,42 @@ func TestNodeCallsCarryTheLeaseToken(t *testing.T) {
 	}
 	if len(calls) < 4 {
 		t.Fatalf("node calls %v; want start, checkpoint, start, stop", calls)
+	}
+}
+
+// TestTakeoverTellsTheNode: a workflow that takes an actor's lease from
+// a holder that never released it tells the actor's node the new token
+// before anything else, even when it then asks the node nothing (a
+// resume that finds the actor RUNNING), so the old holder's late stop or
+// checkpoint is refused there.
+func TestTakeoverTellsTheNode(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.resume(t)
+	// A replica took the lease and died with it; it has run out.
+	dead, err := e.st.AcquireLease(ctx, "actor/default/a", "dead-replica", time.Nanosecond)
+	must(t, err)
+	e.node.mu.Lock()
+	e.node.fences = nil
+	e.node.mu.Unlock()
+	e.resume(t) // RUNNING already: nothing to start
+	e.node.mu.Lock()
+	calls := slices.Clone(e.node.fences)
+	e.node.mu.Unlock()
+	var token int64
+	if len(calls) != 1 || !strings.HasPrefix(calls[0], "fence ") {
+		t.Fatalf("node calls after the takeover %v, want one fence", calls)
+	}
+	if _, err := fmt.Sscanf(calls[0], "fence %d", &token); err != nil || token <= dead.Token {
+		t.Fatalf("fence token %d (%v), want one above the dead holder's %d", token, err, dead.Token)
+	}
+	// A lease its holder gave back is taken without a word to the node.
+	e.resume(t)
+	e.node.mu.Lock()
+	n := len(e.node.fences)
+	e.node.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("node told again after a released lease was taken: %v", e.node.fences)
 	}
 }
 

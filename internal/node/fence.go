@@ -73,6 +73,11 @@ func (f *fenceTokens) admit(actorUID string, token int64) error {
 	return nil
 }
 
+// FenceActor implements nodeapi.Node.
+func (n *Node) FenceActor(ctx context.Context, actorUID string) error {
+	return n.admitFence(ctx, "", actorUID)
+}
+
 // admitFence is admit with the token ctx carries (nodeapi.FenceFrom). The
 // caller holds the worker's operation lock, so the check and the
 // operation are one step for that worker.

@@ -71,6 +71,12 @@ func (r *Remote) Stop(ctx context.Context, worker, actorUID string) error {
 	return fromStatus(r.name, err)
 }
 
+// FenceActor implements nodeapi.Node.
+func (r *Remote) FenceActor(ctx context.Context, actorUID string) error {
+	_, err := r.client.FenceActor(ctx, &atev1.FenceActorRequest{ActorUid: actorUID, Fence: nodeapi.FenceFrom(ctx)})
+	return fromStatus(r.name, err)
+}
+
 // BuildGolden implements nodeapi.Node. The phases the node reports
 // while it builds (BUILD_PROGRESS events, on the registration stream)
 // reach ctx's nodeapi.ProgressFunc in order, on a goroutine of their own,

@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/actorlog"
 	"substrate.dev/ate/internal/nodeapi"
@@ -56,6 +59,14 @@ func (s *Server) CheckpointActor(ctx context.Context, r *atev1.CheckpointActorRe
 // StopActor implements atev1.NodeAgentServer.
 func (s *Server) StopActor(ctx context.Context, r *atev1.StopActorRequest) (*atev1.StopActorResponse, error) {
 	return &atev1.StopActorResponse{}, toStatus(s.n.Stop(nodeapi.WithFence(ctx, r.GetFence()), r.GetWorker(), r.GetActorUid()))
+}
+
+// FenceActor implements atev1.NodeAgentServer.
+func (s *Server) FenceActor(ctx context.Context, r *atev1.FenceActorRequest) (*atev1.FenceActorResponse, error) {
+	if r.GetFence() == 0 || r.GetActorUid() == "" {
+		return nil, status.Error(codes.InvalidArgument, "FenceActor needs an actor_uid and a fence token")
+	}
+	return &atev1.FenceActorResponse{}, toStatus(s.n.FenceActor(nodeapi.WithFence(ctx, r.GetFence()), r.GetActorUid()))
 }
 
 // BuildGolden implements atev1.NodeAgentServer.

@@ -43,6 +43,11 @@ type Node interface {
 	// returns the committed snapshot's reference.
 	Checkpoint(ctx context.Context, worker, actorUID string, opts CheckpointOptions) (string, error)
 	Stop(ctx context.Context, worker, actorUID string) error
+	// FenceActor records the lease token ctx carries (WithFence) as the
+	// newest for actorUID without touching its sandbox, so the node
+	// refuses older ones from then on; ErrFenced if it has seen a newer
+	// one.
+	FenceActor(ctx context.Context, actorUID string) error
 	// BuildGolden boots a template's image on the node's build slot and
 	// checkpoints it; ctx's ProgressFunc (WithProgress) is told each
 	// phase.

@@ -259,6 +259,12 @@ type Lease struct {
 	Holder string    `json:"holder"`
 	Token  int64     `json:"token"`
 	Expiry time.Time `json:"expiry"`
+	// TakenFrom, in what AcquireLease and TakeOverLease return, names the
+	// holder the lease was taken from: one that had not released it
+	// (it died, stood still or was cut off, and its lease expired or its
+	// heartbeat lapsed). Empty when the lease was free or the caller's.
+	// Not stored.
+	TakenFrom string `json:"-"`
 }
 
 // Store is the persistence contract. Implementations are safe for

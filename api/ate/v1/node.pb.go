@@ -95,7 +95,7 @@ func (x NodeEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeEvent_Kind.Descriptor instead.
 func (NodeEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25, 0}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27, 0}
 }
 
 type IssueNodeCertificateRequest struct {
@@ -762,6 +762,95 @@ func (*StopActorResponse) Descriptor() ([]byte, []int) {
 	return file_ate_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
+type FenceActorRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ActorUid string                 `protobuf:"bytes,1,opt,name=actor_uid,json=actorUid,proto3" json:"actor_uid,omitempty"`
+	// fence: as StartActorRequest's; 0 is refused (INVALID_ARGUMENT).
+	Fence         int64 `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceActorRequest) Reset() {
+	*x = FenceActorRequest{}
+	mi := &file_ate_v1_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceActorRequest) ProtoMessage() {}
+
+func (x *FenceActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceActorRequest.ProtoReflect.Descriptor instead.
+func (*FenceActorRequest) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FenceActorRequest) GetActorUid() string {
+	if x != nil {
+		return x.ActorUid
+	}
+	return ""
+}
+
+func (x *FenceActorRequest) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+type FenceActorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceActorResponse) Reset() {
+	*x = FenceActorResponse{}
+	mi := &file_ate_v1_node_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceActorResponse) ProtoMessage() {}
+
+func (x *FenceActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ate_v1_node_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceActorResponse.ProtoReflect.Descriptor instead.
+func (*FenceActorResponse) Descriptor() ([]byte, []int) {
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{11}
+}
+
 type BuildGoldenRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	TemplateUid string                 `protobuf:"bytes,1,opt,name=template_uid,json=templateUid,proto3" json:"template_uid,omitempty"`
@@ -776,7 +865,7 @@ type BuildGoldenRequest struct {
 
 func (x *BuildGoldenRequest) Reset() {
 	*x = BuildGoldenRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[10]
+	mi := &file_ate_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +877,7 @@ func (x *BuildGoldenRequest) String() string {
 func (*BuildGoldenRequest) ProtoMessage() {}
 
 func (x *BuildGoldenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[10]
+	mi := &file_ate_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +890,7 @@ func (x *BuildGoldenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildGoldenRequest.ProtoReflect.Descriptor instead.
 func (*BuildGoldenRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BuildGoldenRequest) GetTemplateUid() string {
@@ -849,7 +938,7 @@ type BuildGoldenResponse struct {
 
 func (x *BuildGoldenResponse) Reset() {
 	*x = BuildGoldenResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[11]
+	mi := &file_ate_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +950,7 @@ func (x *BuildGoldenResponse) String() string {
 func (*BuildGoldenResponse) ProtoMessage() {}
 
 func (x *BuildGoldenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[11]
+	mi := &file_ate_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +963,7 @@ func (x *BuildGoldenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildGoldenResponse.ProtoReflect.Descriptor instead.
 func (*BuildGoldenResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BuildGoldenResponse) GetSnapshot() string {
@@ -904,7 +993,7 @@ type UploadPausedRequest struct {
 
 func (x *UploadPausedRequest) Reset() {
 	*x = UploadPausedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[12]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1005,7 @@ func (x *UploadPausedRequest) String() string {
 func (*UploadPausedRequest) ProtoMessage() {}
 
 func (x *UploadPausedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[12]
+	mi := &file_ate_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1018,7 @@ func (x *UploadPausedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPausedRequest.ProtoReflect.Descriptor instead.
 func (*UploadPausedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UploadPausedRequest) GetPausedSnapshot() string {
@@ -969,7 +1058,7 @@ type UploadPausedResponse struct {
 
 func (x *UploadPausedResponse) Reset() {
 	*x = UploadPausedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[13]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1070,7 @@ func (x *UploadPausedResponse) String() string {
 func (*UploadPausedResponse) ProtoMessage() {}
 
 func (x *UploadPausedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[13]
+	mi := &file_ate_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1083,7 @@ func (x *UploadPausedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadPausedResponse.ProtoReflect.Descriptor instead.
 func (*UploadPausedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UploadPausedResponse) GetSnapshot() string {
@@ -1013,7 +1102,7 @@ type DeletePausedRequest struct {
 
 func (x *DeletePausedRequest) Reset() {
 	*x = DeletePausedRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[14]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1114,7 @@ func (x *DeletePausedRequest) String() string {
 func (*DeletePausedRequest) ProtoMessage() {}
 
 func (x *DeletePausedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[14]
+	mi := &file_ate_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1127,7 @@ func (x *DeletePausedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePausedRequest.ProtoReflect.Descriptor instead.
 func (*DeletePausedRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeletePausedRequest) GetPausedSnapshot() string {
@@ -1056,7 +1145,7 @@ type DeletePausedResponse struct {
 
 func (x *DeletePausedResponse) Reset() {
 	*x = DeletePausedResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[15]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1157,7 @@ func (x *DeletePausedResponse) String() string {
 func (*DeletePausedResponse) ProtoMessage() {}
 
 func (x *DeletePausedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[15]
+	mi := &file_ate_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1170,7 @@ func (x *DeletePausedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePausedResponse.ProtoReflect.Descriptor instead.
 func (*DeletePausedResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 type ForgetActorRequest struct {
@@ -1093,7 +1182,7 @@ type ForgetActorRequest struct {
 
 func (x *ForgetActorRequest) Reset() {
 	*x = ForgetActorRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1194,7 @@ func (x *ForgetActorRequest) String() string {
 func (*ForgetActorRequest) ProtoMessage() {}
 
 func (x *ForgetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[16]
+	mi := &file_ate_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1207,7 @@ func (x *ForgetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetActorRequest.ProtoReflect.Descriptor instead.
 func (*ForgetActorRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ForgetActorRequest) GetActorUid() string {
@@ -1136,7 +1225,7 @@ type ForgetActorResponse struct {
 
 func (x *ForgetActorResponse) Reset() {
 	*x = ForgetActorResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1237,7 @@ func (x *ForgetActorResponse) String() string {
 func (*ForgetActorResponse) ProtoMessage() {}
 
 func (x *ForgetActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[17]
+	mi := &file_ate_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1250,7 @@ func (x *ForgetActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetActorResponse.ProtoReflect.Descriptor instead.
 func (*ForgetActorResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 type HostedActorsRequest struct {
@@ -1172,7 +1261,7 @@ type HostedActorsRequest struct {
 
 func (x *HostedActorsRequest) Reset() {
 	*x = HostedActorsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1273,7 @@ func (x *HostedActorsRequest) String() string {
 func (*HostedActorsRequest) ProtoMessage() {}
 
 func (x *HostedActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[18]
+	mi := &file_ate_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1286,7 @@ func (x *HostedActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedActorsRequest.ProtoReflect.Descriptor instead.
 func (*HostedActorsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 type HostedActorsResponse struct {
@@ -1210,7 +1299,7 @@ type HostedActorsResponse struct {
 
 func (x *HostedActorsResponse) Reset() {
 	*x = HostedActorsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1311,7 @@ func (x *HostedActorsResponse) String() string {
 func (*HostedActorsResponse) ProtoMessage() {}
 
 func (x *HostedActorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[19]
+	mi := &file_ate_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1324,7 @@ func (x *HostedActorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedActorsResponse.ProtoReflect.Descriptor instead.
 func (*HostedActorsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HostedActorsResponse) GetActorUids() map[string]string {
@@ -1260,7 +1349,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1361,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[20]
+	mi := &file_ate_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1374,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeWorker) GetName() string {
@@ -1328,7 +1417,7 @@ type WorkerActivity struct {
 
 func (x *WorkerActivity) Reset() {
 	*x = WorkerActivity{}
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1429,7 @@ func (x *WorkerActivity) String() string {
 func (*WorkerActivity) ProtoMessage() {}
 
 func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[21]
+	mi := &file_ate_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1442,7 @@ func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
 func (*WorkerActivity) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerActivity) GetWorker() string {
@@ -1424,7 +1513,7 @@ type Standby struct {
 
 func (x *Standby) Reset() {
 	*x = Standby{}
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1525,7 @@ func (x *Standby) String() string {
 func (*Standby) ProtoMessage() {}
 
 func (x *Standby) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[22]
+	mi := &file_ate_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1538,7 @@ func (x *Standby) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Standby.ProtoReflect.Descriptor instead.
 func (*Standby) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Standby) GetKey() string {
@@ -1494,7 +1583,7 @@ type NodeHello struct {
 
 func (x *NodeHello) Reset() {
 	*x = NodeHello{}
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1595,7 @@ func (x *NodeHello) String() string {
 func (*NodeHello) ProtoMessage() {}
 
 func (x *NodeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[23]
+	mi := &file_ate_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1608,7 @@ func (x *NodeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHello.ProtoReflect.Descriptor instead.
 func (*NodeHello) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeHello) GetNode() string {
@@ -1605,7 +1694,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1706,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[24]
+	mi := &file_ate_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1719,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeHeartbeat) GetActivity() []*WorkerActivity {
@@ -1697,7 +1786,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1798,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[25]
+	mi := &file_ate_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1811,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeEvent) GetKind() NodeEvent_Kind {
@@ -1789,7 +1878,7 @@ type NodeMessage struct {
 
 func (x *NodeMessage) Reset() {
 	*x = NodeMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1890,7 @@ func (x *NodeMessage) String() string {
 func (*NodeMessage) ProtoMessage() {}
 
 func (x *NodeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[26]
+	mi := &file_ate_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1903,7 @@ func (x *NodeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMessage.ProtoReflect.Descriptor instead.
 func (*NodeMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeMessage) GetMsg() isNodeMessage_Msg {
@@ -1894,7 +1983,7 @@ type RegistryWelcome struct {
 
 func (x *RegistryWelcome) Reset() {
 	*x = RegistryWelcome{}
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1995,7 @@ func (x *RegistryWelcome) String() string {
 func (*RegistryWelcome) ProtoMessage() {}
 
 func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[27]
+	mi := &file_ate_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2008,7 @@ func (x *RegistryWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryWelcome.ProtoReflect.Descriptor instead.
 func (*RegistryWelcome) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegistryWelcome) GetHeartbeatMs() int64 {
@@ -1961,7 +2050,7 @@ type LeaseRenewed struct {
 
 func (x *LeaseRenewed) Reset() {
 	*x = LeaseRenewed{}
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2062,7 @@ func (x *LeaseRenewed) String() string {
 func (*LeaseRenewed) ProtoMessage() {}
 
 func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[28]
+	mi := &file_ate_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2075,7 @@ func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
 func (*LeaseRenewed) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseRenewed) GetSeq() int64 {
@@ -2008,7 +2097,7 @@ type DrainOrder struct {
 
 func (x *DrainOrder) Reset() {
 	*x = DrainOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2109,7 @@ func (x *DrainOrder) String() string {
 func (*DrainOrder) ProtoMessage() {}
 
 func (x *DrainOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[29]
+	mi := &file_ate_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2122,7 @@ func (x *DrainOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainOrder.ProtoReflect.Descriptor instead.
 func (*DrainOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DrainOrder) GetReason() string {
@@ -2055,7 +2144,7 @@ type StopOrder struct {
 
 func (x *StopOrder) Reset() {
 	*x = StopOrder{}
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2156,7 @@ func (x *StopOrder) String() string {
 func (*StopOrder) ProtoMessage() {}
 
 func (x *StopOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[30]
+	mi := &file_ate_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2169,7 @@ func (x *StopOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopOrder.ProtoReflect.Descriptor instead.
 func (*StopOrder) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StopOrder) GetWorker() string {
@@ -2110,7 +2199,7 @@ type Drained struct {
 
 func (x *Drained) Reset() {
 	*x = Drained{}
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2211,7 @@ func (x *Drained) String() string {
 func (*Drained) ProtoMessage() {}
 
 func (x *Drained) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[31]
+	mi := &file_ate_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2224,7 @@ func (x *Drained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drained.ProtoReflect.Descriptor instead.
 func (*Drained) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Drained) GetError() string {
@@ -2161,7 +2250,7 @@ type RegistryMessage struct {
 
 func (x *RegistryMessage) Reset() {
 	*x = RegistryMessage{}
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2262,7 @@ func (x *RegistryMessage) String() string {
 func (*RegistryMessage) ProtoMessage() {}
 
 func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[32]
+	mi := &file_ate_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2275,7 @@ func (x *RegistryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryMessage.ProtoReflect.Descriptor instead.
 func (*RegistryMessage) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegistryMessage) GetMsg() isRegistryMessage_Msg {
@@ -2287,7 +2376,7 @@ type ReadActorLogsRequest struct {
 
 func (x *ReadActorLogsRequest) Reset() {
 	*x = ReadActorLogsRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2388,7 @@ func (x *ReadActorLogsRequest) String() string {
 func (*ReadActorLogsRequest) ProtoMessage() {}
 
 func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[33]
+	mi := &file_ate_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2401,7 @@ func (x *ReadActorLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadActorLogsRequest) GetActorUid() string {
@@ -2352,7 +2441,7 @@ type ReadActorLogsResponse struct {
 
 func (x *ReadActorLogsResponse) Reset() {
 	*x = ReadActorLogsResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2453,7 @@ func (x *ReadActorLogsResponse) String() string {
 func (*ReadActorLogsResponse) ProtoMessage() {}
 
 func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[34]
+	mi := &file_ate_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2466,7 @@ func (x *ReadActorLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadActorLogsResponse.ProtoReflect.Descriptor instead.
 func (*ReadActorLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadActorLogsResponse) GetLines() []*ActorLogLine {
@@ -2401,7 +2490,7 @@ type NodeExecRequest struct {
 
 func (x *NodeExecRequest) Reset() {
 	*x = NodeExecRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[35]
+	mi := &file_ate_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2502,7 @@ func (x *NodeExecRequest) String() string {
 func (*NodeExecRequest) ProtoMessage() {}
 
 func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[35]
+	mi := &file_ate_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2515,7 @@ func (x *NodeExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeExecRequest.ProtoReflect.Descriptor instead.
 func (*NodeExecRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeExecRequest) GetWorker() string {
@@ -2463,7 +2552,7 @@ type NodeCopyToRequest struct {
 
 func (x *NodeCopyToRequest) Reset() {
 	*x = NodeCopyToRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[36]
+	mi := &file_ate_v1_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2564,7 @@ func (x *NodeCopyToRequest) String() string {
 func (*NodeCopyToRequest) ProtoMessage() {}
 
 func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[36]
+	mi := &file_ate_v1_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2577,7 @@ func (x *NodeCopyToRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyToRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyToRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{36}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeCopyToRequest) GetWorker() string {
@@ -2523,7 +2612,7 @@ type NodeCopyFromRequest struct {
 
 func (x *NodeCopyFromRequest) Reset() {
 	*x = NodeCopyFromRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[37]
+	mi := &file_ate_v1_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2624,7 @@ func (x *NodeCopyFromRequest) String() string {
 func (*NodeCopyFromRequest) ProtoMessage() {}
 
 func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[37]
+	mi := &file_ate_v1_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2637,7 @@ func (x *NodeCopyFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCopyFromRequest.ProtoReflect.Descriptor instead.
 func (*NodeCopyFromRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{37}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeCopyFromRequest) GetWorker() string {
@@ -2588,7 +2677,7 @@ type SelfCallRequest struct {
 
 func (x *SelfCallRequest) Reset() {
 	*x = SelfCallRequest{}
-	mi := &file_ate_v1_node_proto_msgTypes[38]
+	mi := &file_ate_v1_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2689,7 @@ func (x *SelfCallRequest) String() string {
 func (*SelfCallRequest) ProtoMessage() {}
 
 func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[38]
+	mi := &file_ate_v1_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2702,7 @@ func (x *SelfCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallRequest.ProtoReflect.Descriptor instead.
 func (*SelfCallRequest) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{38}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SelfCallRequest) GetNode() string {
@@ -2662,7 +2751,7 @@ type SelfCallResponse struct {
 
 func (x *SelfCallResponse) Reset() {
 	*x = SelfCallResponse{}
-	mi := &file_ate_v1_node_proto_msgTypes[39]
+	mi := &file_ate_v1_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2763,7 @@ func (x *SelfCallResponse) String() string {
 func (*SelfCallResponse) ProtoMessage() {}
 
 func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ate_v1_node_proto_msgTypes[39]
+	mi := &file_ate_v1_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2776,7 @@ func (x *SelfCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfCallResponse.ProtoReflect.Descriptor instead.
 func (*SelfCallResponse) Descriptor() ([]byte, []int) {
-	return file_ate_v1_node_proto_rawDescGZIP(), []int{39}
+	return file_ate_v1_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SelfCallResponse) GetStatus() int32 {
@@ -2754,7 +2843,11 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1b\n" +
 	"\tactor_uid\x18\x02 \x01(\tR\bactorUid\x12\x14\n" +
 	"\x05fence\x18\x03 \x01(\x03R\x05fence\"\x13\n" +
-	"\x11StopActorResponse\"\xbf\x01\n" +
+	"\x11StopActorResponse\"F\n" +
+	"\x11FenceActorRequest\x12\x1b\n" +
+	"\tactor_uid\x18\x01 \x01(\tR\bactorUid\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\x03R\x05fence\"\x14\n" +
+	"\x12FenceActorResponse\"\xbf\x01\n" +
 	"\x12BuildGoldenRequest\x12!\n" +
 	"\ftemplate_uid\x18\x01 \x01(\tR\vtemplateUid\x12\x1a\n" +
 	"\batespace\x18\x02 \x01(\tR\batespace\x12\x1a\n" +
@@ -2897,12 +2990,14 @@ const file_ate_v1_node_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\fR\x04body\"B\n" +
 	"\x10SelfCallResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
-	"\x06answer\x18\x02 \x01(\fR\x06answer2\x82\a\n" +
+	"\x06answer\x18\x02 \x01(\fR\x06answer2\xc7\a\n" +
 	"\tNodeAgent\x12C\n" +
 	"\n" +
 	"StartActor\x12\x19.ate.v1.StartActorRequest\x1a\x1a.ate.v1.StartActorResponse\x12R\n" +
 	"\x0fCheckpointActor\x12\x1e.ate.v1.CheckpointActorRequest\x1a\x1f.ate.v1.CheckpointActorResponse\x12@\n" +
-	"\tStopActor\x12\x18.ate.v1.StopActorRequest\x1a\x19.ate.v1.StopActorResponse\x12F\n" +
+	"\tStopActor\x12\x18.ate.v1.StopActorRequest\x1a\x19.ate.v1.StopActorResponse\x12C\n" +
+	"\n" +
+	"FenceActor\x12\x19.ate.v1.FenceActorRequest\x1a\x1a.ate.v1.FenceActorResponse\x12F\n" +
 	"\vBuildGolden\x12\x1a.ate.v1.BuildGoldenRequest\x1a\x1b.ate.v1.BuildGoldenResponse\x12I\n" +
 	"\fUploadPaused\x12\x1b.ate.v1.UploadPausedRequest\x1a\x1c.ate.v1.UploadPausedResponse\x12I\n" +
 	"\fDeletePaused\x12\x1b.ate.v1.DeletePausedRequest\x1a\x1c.ate.v1.DeletePausedResponse\x12F\n" +
@@ -2932,7 +3027,7 @@ func file_ate_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_ate_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_ate_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_ate_v1_node_proto_goTypes = []any{
 	(NodeEvent_Kind)(0),                  // 0: ate.v1.NodeEvent.Kind
 	(*IssueNodeCertificateRequest)(nil),  // 1: ate.v1.IssueNodeCertificateRequest
@@ -2945,108 +3040,112 @@ var file_ate_v1_node_proto_goTypes = []any{
 	(*CheckpointActorResponse)(nil),      // 8: ate.v1.CheckpointActorResponse
 	(*StopActorRequest)(nil),             // 9: ate.v1.StopActorRequest
 	(*StopActorResponse)(nil),            // 10: ate.v1.StopActorResponse
-	(*BuildGoldenRequest)(nil),           // 11: ate.v1.BuildGoldenRequest
-	(*BuildGoldenResponse)(nil),          // 12: ate.v1.BuildGoldenResponse
-	(*UploadPausedRequest)(nil),          // 13: ate.v1.UploadPausedRequest
-	(*UploadPausedResponse)(nil),         // 14: ate.v1.UploadPausedResponse
-	(*DeletePausedRequest)(nil),          // 15: ate.v1.DeletePausedRequest
-	(*DeletePausedResponse)(nil),         // 16: ate.v1.DeletePausedResponse
-	(*ForgetActorRequest)(nil),           // 17: ate.v1.ForgetActorRequest
-	(*ForgetActorResponse)(nil),          // 18: ate.v1.ForgetActorResponse
-	(*HostedActorsRequest)(nil),          // 19: ate.v1.HostedActorsRequest
-	(*HostedActorsResponse)(nil),         // 20: ate.v1.HostedActorsResponse
-	(*NodeWorker)(nil),                   // 21: ate.v1.NodeWorker
-	(*WorkerActivity)(nil),               // 22: ate.v1.WorkerActivity
-	(*Standby)(nil),                      // 23: ate.v1.Standby
-	(*NodeHello)(nil),                    // 24: ate.v1.NodeHello
-	(*NodeHeartbeat)(nil),                // 25: ate.v1.NodeHeartbeat
-	(*NodeEvent)(nil),                    // 26: ate.v1.NodeEvent
-	(*NodeMessage)(nil),                  // 27: ate.v1.NodeMessage
-	(*RegistryWelcome)(nil),              // 28: ate.v1.RegistryWelcome
-	(*LeaseRenewed)(nil),                 // 29: ate.v1.LeaseRenewed
-	(*DrainOrder)(nil),                   // 30: ate.v1.DrainOrder
-	(*StopOrder)(nil),                    // 31: ate.v1.StopOrder
-	(*Drained)(nil),                      // 32: ate.v1.Drained
-	(*RegistryMessage)(nil),              // 33: ate.v1.RegistryMessage
-	(*ReadActorLogsRequest)(nil),         // 34: ate.v1.ReadActorLogsRequest
-	(*ReadActorLogsResponse)(nil),        // 35: ate.v1.ReadActorLogsResponse
-	(*NodeExecRequest)(nil),              // 36: ate.v1.NodeExecRequest
-	(*NodeCopyToRequest)(nil),            // 37: ate.v1.NodeCopyToRequest
-	(*NodeCopyFromRequest)(nil),          // 38: ate.v1.NodeCopyFromRequest
-	(*SelfCallRequest)(nil),              // 39: ate.v1.SelfCallRequest
-	(*SelfCallResponse)(nil),             // 40: ate.v1.SelfCallResponse
-	nil,                                  // 41: ate.v1.HostedActorsResponse.ActorUidsEntry
-	nil,                                  // 42: ate.v1.NodeWorker.LabelsEntry
-	(*ActorTemplateSpec)(nil),            // 43: ate.v1.ActorTemplateSpec
-	(*timestamppb.Timestamp)(nil),        // 44: google.protobuf.Timestamp
-	(BuildPhase)(0),                      // 45: ate.v1.BuildPhase
-	(*ActorLogLine)(nil),                 // 46: ate.v1.ActorLogLine
-	(*ExecActorRequest)(nil),             // 47: ate.v1.ExecActorRequest
-	(*CopyToActorRequest)(nil),           // 48: ate.v1.CopyToActorRequest
-	(*CopyTarget)(nil),                   // 49: ate.v1.CopyTarget
-	(*ExecActorResponse)(nil),            // 50: ate.v1.ExecActorResponse
-	(*CopyToActorResponse)(nil),          // 51: ate.v1.CopyToActorResponse
-	(*CopyFromActorResponse)(nil),        // 52: ate.v1.CopyFromActorResponse
+	(*FenceActorRequest)(nil),            // 11: ate.v1.FenceActorRequest
+	(*FenceActorResponse)(nil),           // 12: ate.v1.FenceActorResponse
+	(*BuildGoldenRequest)(nil),           // 13: ate.v1.BuildGoldenRequest
+	(*BuildGoldenResponse)(nil),          // 14: ate.v1.BuildGoldenResponse
+	(*UploadPausedRequest)(nil),          // 15: ate.v1.UploadPausedRequest
+	(*UploadPausedResponse)(nil),         // 16: ate.v1.UploadPausedResponse
+	(*DeletePausedRequest)(nil),          // 17: ate.v1.DeletePausedRequest
+	(*DeletePausedResponse)(nil),         // 18: ate.v1.DeletePausedResponse
+	(*ForgetActorRequest)(nil),           // 19: ate.v1.ForgetActorRequest
+	(*ForgetActorResponse)(nil),          // 20: ate.v1.ForgetActorResponse
+	(*HostedActorsRequest)(nil),          // 21: ate.v1.HostedActorsRequest
+	(*HostedActorsResponse)(nil),         // 22: ate.v1.HostedActorsResponse
+	(*NodeWorker)(nil),                   // 23: ate.v1.NodeWorker
+	(*WorkerActivity)(nil),               // 24: ate.v1.WorkerActivity
+	(*Standby)(nil),                      // 25: ate.v1.Standby
+	(*NodeHello)(nil),                    // 26: ate.v1.NodeHello
+	(*NodeHeartbeat)(nil),                // 27: ate.v1.NodeHeartbeat
+	(*NodeEvent)(nil),                    // 28: ate.v1.NodeEvent
+	(*NodeMessage)(nil),                  // 29: ate.v1.NodeMessage
+	(*RegistryWelcome)(nil),              // 30: ate.v1.RegistryWelcome
+	(*LeaseRenewed)(nil),                 // 31: ate.v1.LeaseRenewed
+	(*DrainOrder)(nil),                   // 32: ate.v1.DrainOrder
+	(*StopOrder)(nil),                    // 33: ate.v1.StopOrder
+	(*Drained)(nil),                      // 34: ate.v1.Drained
+	(*RegistryMessage)(nil),              // 35: ate.v1.RegistryMessage
+	(*ReadActorLogsRequest)(nil),         // 36: ate.v1.ReadActorLogsRequest
+	(*ReadActorLogsResponse)(nil),        // 37: ate.v1.ReadActorLogsResponse
+	(*NodeExecRequest)(nil),              // 38: ate.v1.NodeExecRequest
+	(*NodeCopyToRequest)(nil),            // 39: ate.v1.NodeCopyToRequest
+	(*NodeCopyFromRequest)(nil),          // 40: ate.v1.NodeCopyFromRequest
+	(*SelfCallRequest)(nil),              // 41: ate.v1.SelfCallRequest
+	(*SelfCallResponse)(nil),             // 42: ate.v1.SelfCallResponse
+	nil,                                  // 43: ate.v1.HostedActorsResponse.ActorUidsEntry
+	nil,                                  // 44: ate.v1.NodeWorker.LabelsEntry
+	(*ActorTemplateSpec)(nil),            // 45: ate.v1.ActorTemplateSpec
+	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
+	(BuildPhase)(0),                      // 47: ate.v1.BuildPhase
+	(*ActorLogLine)(nil),                 // 48: ate.v1.ActorLogLine
+	(*ExecActorRequest)(nil),             // 49: ate.v1.ExecActorRequest
+	(*CopyToActorRequest)(nil),           // 50: ate.v1.CopyToActorRequest
+	(*CopyTarget)(nil),                   // 51: ate.v1.CopyTarget
+	(*ExecActorResponse)(nil),            // 52: ate.v1.ExecActorResponse
+	(*CopyToActorResponse)(nil),          // 53: ate.v1.CopyToActorResponse
+	(*CopyFromActorResponse)(nil),        // 54: ate.v1.CopyFromActorResponse
 }
 var file_ate_v1_node_proto_depIdxs = []int32{
-	43, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	43, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
-	41, // 2: ate.v1.HostedActorsResponse.actor_uids:type_name -> ate.v1.HostedActorsResponse.ActorUidsEntry
-	42, // 3: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
-	44, // 4: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
-	44, // 5: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
-	21, // 6: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
-	22, // 7: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
-	23, // 8: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
-	44, // 9: ate.v1.NodeHeartbeat.sent:type_name -> google.protobuf.Timestamp
+	45, // 0: ate.v1.StartActorRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	45, // 1: ate.v1.BuildGoldenRequest.spec:type_name -> ate.v1.ActorTemplateSpec
+	43, // 2: ate.v1.HostedActorsResponse.actor_uids:type_name -> ate.v1.HostedActorsResponse.ActorUidsEntry
+	44, // 3: ate.v1.NodeWorker.labels:type_name -> ate.v1.NodeWorker.LabelsEntry
+	46, // 4: ate.v1.WorkerActivity.started:type_name -> google.protobuf.Timestamp
+	46, // 5: ate.v1.WorkerActivity.last:type_name -> google.protobuf.Timestamp
+	23, // 6: ate.v1.NodeHello.workers:type_name -> ate.v1.NodeWorker
+	24, // 7: ate.v1.NodeHeartbeat.activity:type_name -> ate.v1.WorkerActivity
+	25, // 8: ate.v1.NodeHeartbeat.standbys:type_name -> ate.v1.Standby
+	46, // 9: ate.v1.NodeHeartbeat.sent:type_name -> google.protobuf.Timestamp
 	0,  // 10: ate.v1.NodeEvent.kind:type_name -> ate.v1.NodeEvent.Kind
-	45, // 11: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
-	24, // 12: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
-	25, // 13: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
-	26, // 14: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
-	28, // 15: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
-	31, // 16: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
-	32, // 17: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
-	29, // 18: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
-	30, // 19: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
-	46, // 20: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
-	47, // 21: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
-	48, // 22: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
-	49, // 23: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
+	47, // 11: ate.v1.NodeEvent.build_phase:type_name -> ate.v1.BuildPhase
+	26, // 12: ate.v1.NodeMessage.hello:type_name -> ate.v1.NodeHello
+	27, // 13: ate.v1.NodeMessage.heartbeat:type_name -> ate.v1.NodeHeartbeat
+	28, // 14: ate.v1.NodeMessage.event:type_name -> ate.v1.NodeEvent
+	30, // 15: ate.v1.RegistryMessage.welcome:type_name -> ate.v1.RegistryWelcome
+	33, // 16: ate.v1.RegistryMessage.stop:type_name -> ate.v1.StopOrder
+	34, // 17: ate.v1.RegistryMessage.drained:type_name -> ate.v1.Drained
+	31, // 18: ate.v1.RegistryMessage.lease_renewed:type_name -> ate.v1.LeaseRenewed
+	32, // 19: ate.v1.RegistryMessage.drain:type_name -> ate.v1.DrainOrder
+	48, // 20: ate.v1.ReadActorLogsResponse.lines:type_name -> ate.v1.ActorLogLine
+	49, // 21: ate.v1.NodeExecRequest.req:type_name -> ate.v1.ExecActorRequest
+	50, // 22: ate.v1.NodeCopyToRequest.req:type_name -> ate.v1.CopyToActorRequest
+	51, // 23: ate.v1.NodeCopyFromRequest.target:type_name -> ate.v1.CopyTarget
 	5,  // 24: ate.v1.NodeAgent.StartActor:input_type -> ate.v1.StartActorRequest
 	7,  // 25: ate.v1.NodeAgent.CheckpointActor:input_type -> ate.v1.CheckpointActorRequest
 	9,  // 26: ate.v1.NodeAgent.StopActor:input_type -> ate.v1.StopActorRequest
-	11, // 27: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
-	13, // 28: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
-	15, // 29: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
-	17, // 30: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
-	19, // 31: ate.v1.NodeAgent.HostedActors:input_type -> ate.v1.HostedActorsRequest
-	34, // 32: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
-	36, // 33: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
-	37, // 34: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
-	38, // 35: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
-	27, // 36: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
-	3,  // 37: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
-	39, // 38: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
-	1,  // 39: ate.v1.NodeIdentity.IssueNodeCertificate:input_type -> ate.v1.IssueNodeCertificateRequest
-	6,  // 40: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
-	8,  // 41: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
-	10, // 42: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
-	12, // 43: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
-	14, // 44: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
-	16, // 45: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
-	18, // 46: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
-	20, // 47: ate.v1.NodeAgent.HostedActors:output_type -> ate.v1.HostedActorsResponse
-	35, // 48: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
-	50, // 49: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
-	51, // 50: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
-	52, // 51: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
-	33, // 52: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
-	4,  // 53: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
-	40, // 54: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
-	2,  // 55: ate.v1.NodeIdentity.IssueNodeCertificate:output_type -> ate.v1.IssueNodeCertificateResponse
-	40, // [40:56] is the sub-list for method output_type
-	24, // [24:40] is the sub-list for method input_type
+	11, // 27: ate.v1.NodeAgent.FenceActor:input_type -> ate.v1.FenceActorRequest
+	13, // 28: ate.v1.NodeAgent.BuildGolden:input_type -> ate.v1.BuildGoldenRequest
+	15, // 29: ate.v1.NodeAgent.UploadPaused:input_type -> ate.v1.UploadPausedRequest
+	17, // 30: ate.v1.NodeAgent.DeletePaused:input_type -> ate.v1.DeletePausedRequest
+	19, // 31: ate.v1.NodeAgent.ForgetActor:input_type -> ate.v1.ForgetActorRequest
+	21, // 32: ate.v1.NodeAgent.HostedActors:input_type -> ate.v1.HostedActorsRequest
+	36, // 33: ate.v1.NodeAgent.ReadActorLogs:input_type -> ate.v1.ReadActorLogsRequest
+	38, // 34: ate.v1.NodeAgent.ExecActor:input_type -> ate.v1.NodeExecRequest
+	39, // 35: ate.v1.NodeAgent.CopyToActor:input_type -> ate.v1.NodeCopyToRequest
+	40, // 36: ate.v1.NodeAgent.CopyFromActor:input_type -> ate.v1.NodeCopyFromRequest
+	29, // 37: ate.v1.NodeRegistry.Register:input_type -> ate.v1.NodeMessage
+	3,  // 38: ate.v1.NodeRegistry.SetSelfAlarm:input_type -> ate.v1.SetSelfAlarmRequest
+	41, // 39: ate.v1.NodeRegistry.SelfCall:input_type -> ate.v1.SelfCallRequest
+	1,  // 40: ate.v1.NodeIdentity.IssueNodeCertificate:input_type -> ate.v1.IssueNodeCertificateRequest
+	6,  // 41: ate.v1.NodeAgent.StartActor:output_type -> ate.v1.StartActorResponse
+	8,  // 42: ate.v1.NodeAgent.CheckpointActor:output_type -> ate.v1.CheckpointActorResponse
+	10, // 43: ate.v1.NodeAgent.StopActor:output_type -> ate.v1.StopActorResponse
+	12, // 44: ate.v1.NodeAgent.FenceActor:output_type -> ate.v1.FenceActorResponse
+	14, // 45: ate.v1.NodeAgent.BuildGolden:output_type -> ate.v1.BuildGoldenResponse
+	16, // 46: ate.v1.NodeAgent.UploadPaused:output_type -> ate.v1.UploadPausedResponse
+	18, // 47: ate.v1.NodeAgent.DeletePaused:output_type -> ate.v1.DeletePausedResponse
+	20, // 48: ate.v1.NodeAgent.ForgetActor:output_type -> ate.v1.ForgetActorResponse
+	22, // 49: ate.v1.NodeAgent.HostedActors:output_type -> ate.v1.HostedActorsResponse
+	37, // 50: ate.v1.NodeAgent.ReadActorLogs:output_type -> ate.v1.ReadActorLogsResponse
+	52, // 51: ate.v1.NodeAgent.ExecActor:output_type -> ate.v1.ExecActorResponse
+	53, // 52: ate.v1.NodeAgent.CopyToActor:output_type -> ate.v1.CopyToActorResponse
+	54, // 53: ate.v1.NodeAgent.CopyFromActor:output_type -> ate.v1.CopyFromActorResponse
+	35, // 54: ate.v1.NodeRegistry.Register:output_type -> ate.v1.RegistryMessage
+	4,  // 55: ate.v1.NodeRegistry.SetSelfAlarm:output_type -> ate.v1.SetSelfAlarmResponse
+	42, // 56: ate.v1.NodeRegistry.SelfCall:output_type -> ate.v1.SelfCallResponse
+	2,  // 57: ate.v1.NodeIdentity.IssueNodeCertificate:output_type -> ate.v1.IssueNodeCertificateResponse
+	41, // [41:58] is the sub-list for method output_type
+	24, // [24:41] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3058,12 +3157,12 @@ func file_ate_v1_node_proto_init() {
 		return
 	}
 	file_ate_v1_control_proto_init()
-	file_ate_v1_node_proto_msgTypes[26].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[28].OneofWrappers = []any{
 		(*NodeMessage_Hello)(nil),
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_Event)(nil),
 	}
-	file_ate_v1_node_proto_msgTypes[32].OneofWrappers = []any{
+	file_ate_v1_node_proto_msgTypes[34].OneofWrappers = []any{
 		(*RegistryMessage_Welcome)(nil),
 		(*RegistryMessage_Stop)(nil),
 		(*RegistryMessage_Drained)(nil),
@@ -3076,7 +3175,7 @@ func file_ate_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ate_v1_node_proto_rawDesc), len(file_ate_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -29,6 +29,7 @@ const (
 	NodeAgent_StartActor_FullMethodName      = "/ate.v1.NodeAgent/StartActor"
 	NodeAgent_CheckpointActor_FullMethodName = "/ate.v1.NodeAgent/CheckpointActor"
 	NodeAgent_StopActor_FullMethodName       = "/ate.v1.NodeAgent/StopActor"
+	NodeAgent_FenceActor_FullMethodName      = "/ate.v1.NodeAgent/FenceActor"
 	NodeAgent_BuildGolden_FullMethodName     = "/ate.v1.NodeAgent/BuildGolden"
 	NodeAgent_UploadPaused_FullMethodName    = "/ate.v1.NodeAgent/UploadPaused"
 	NodeAgent_DeletePaused_FullMethodName    = "/ate.v1.NodeAgent/DeletePaused"
@@ -52,6 +53,12 @@ type NodeAgentClient interface {
 	StartActor(ctx context.Context, in *StartActorRequest, opts ...grpc.CallOption) (*StartActorResponse, error)
 	CheckpointActor(ctx context.Context, in *CheckpointActorRequest, opts ...grpc.CallOption) (*CheckpointActorResponse, error)
 	StopActor(ctx context.Context, in *StopActorRequest, opts ...grpc.CallOption) (*StopActorResponse, error)
+	// FenceActor tells the node the newest lease token of an actor without
+	// acting on its sandbox: an API server that took the actor's lease
+	// from a holder that never released it sends it first, so the node
+	// refuses the old holder's late start, checkpoint or stop (ABORTED,
+	// FENCED) even if this workflow asks the node nothing else.
+	FenceActor(ctx context.Context, in *FenceActorRequest, opts ...grpc.CallOption) (*FenceActorResponse, error)
 	BuildGolden(ctx context.Context, in *BuildGoldenRequest, opts ...grpc.CallOption) (*BuildGoldenResponse, error)
 	// UploadPaused copies a paused checkpoint into the durable snapshot store.
 	UploadPaused(ctx context.Context, in *UploadPausedRequest, opts ...grpc.CallOption) (*UploadPausedResponse, error)
@@ -106,6 +113,16 @@ func (c *nodeAgentClient) StopActor(ctx context.Context, in *StopActorRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StopActorResponse)
 	err := c.cc.Invoke(ctx, NodeAgent_StopActor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeAgentClient) FenceActor(ctx context.Context, in *FenceActorRequest, opts ...grpc.CallOption) (*FenceActorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FenceActorResponse)
+	err := c.cc.Invoke(ctx, NodeAgent_FenceActor_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +246,12 @@ type NodeAgentServer interface {
 	StartActor(context.Context, *StartActorRequest) (*StartActorResponse, error)
 	CheckpointActor(context.Context, *CheckpointActorRequest) (*CheckpointActorResponse, error)
 	StopActor(context.Context, *StopActorRequest) (*StopActorResponse, error)
+	// FenceActor tells the node the newest lease token of an actor without
+	// acting on its sandbox: an API server that took the actor's lease
+	// from a holder that never released it sends it first, so the node
+	// refuses the old holder's late start, checkpoint or stop (ABORTED,
+	// FENCED) even if this workflow asks the node nothing else.
+	FenceActor(context.Context, *FenceActorRequest) (*FenceActorResponse, error)
 	BuildGolden(context.Context, *BuildGoldenRequest) (*BuildGoldenResponse, error)
 	// UploadPaused copies a paused checkpoint into the durable snapshot store.
 	UploadPaused(context.Context, *UploadPausedRequest) (*UploadPausedResponse, error)
@@ -267,6 +290,9 @@ func (UnimplementedNodeAgentServer) CheckpointActor(context.Context, *Checkpoint
 }
 func (UnimplementedNodeAgentServer) StopActor(context.Context, *StopActorRequest) (*StopActorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StopActor not implemented")
+}
+func (UnimplementedNodeAgentServer) FenceActor(context.Context, *FenceActorRequest) (*FenceActorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FenceActor not implemented")
 }
 func (UnimplementedNodeAgentServer) BuildGolden(context.Context, *BuildGoldenRequest) (*BuildGoldenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BuildGolden not implemented")
@@ -366,6 +392,24 @@ func _NodeAgent_StopActor_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(NodeAgentServer).StopActor(ctx, req.(*StopActorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NodeAgent_FenceActor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FenceActorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeAgentServer).FenceActor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeAgent_FenceActor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeAgentServer).FenceActor(ctx, req.(*FenceActorRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -521,6 +565,10 @@ var NodeAgent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StopActor",
 			Handler:    _NodeAgent_StopActor_Handler,
+		},
+		{
+			MethodName: "FenceActor",
+			Handler:    _NodeAgent_FenceActor_Handler,
 		},
 		{
 			MethodName: "BuildGolden",

@@ -667,11 +667,15 @@ func (s *Store) acquireLease(key, holder string, ttl time.Duration, takeOver boo
 	err = s.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bLeases)
 		now := time.Now()
-		if cur, err := get[store.Lease](b, []byte(key)); err == nil && cur.Holder != holder && now.Before(cur.Expiry) {
-			hb, herr := get[store.Lease](b, []byte(store.HolderKey(cur.Holder)))
-			if !takeOver || herr != nil || hb.Holder != cur.Holder || now.Before(hb.Expiry) {
-				return fmt.Errorf("lease %s held by %s: %w", key, cur.Holder, store.ErrLeaseHeld)
+		from := ""
+		if cur, err := get[store.Lease](b, []byte(key)); err == nil && cur.Holder != holder {
+			if now.Before(cur.Expiry) {
+				hb, herr := get[store.Lease](b, []byte(store.HolderKey(cur.Holder)))
+				if !takeOver || herr != nil || hb.Holder != cur.Holder || now.Before(hb.Expiry) {
+					return fmt.Errorf("lease %s held by %s: %w", key, cur.Holder, store.ErrLeaseHeld)
+				}
 			}
+			from = cur.Holder
 		}
 		var token int64
 		if v := tx.Bucket(bMeta).Get(kLeaseToken); v != nil {
@@ -683,7 +687,7 @@ func (s *Store) acquireLease(key, holder string, ttl time.Duration, takeOver boo
 		if err := put(tx.Bucket(bMeta), kLeaseToken, token); err != nil {
 			return err
 		}
-		out = &store.Lease{Key: key, Holder: holder, Token: token, Expiry: now.Add(ttl)}
+		out = &store.Lease{Key: key, Holder: holder, Token: token, Expiry: now.Add(ttl), TakenFrom: from}
 		return put(b, []byte(key), out)
 	})
 	return out, err

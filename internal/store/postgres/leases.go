@@ -49,14 +49,19 @@ func (s *Store) TakeOverLease(ctx context.Context, key, holder string, ttl time.
 func (s *Store) acquireLease(ctx context.Context, key, holder string, ttl time.Duration, takeOver bool) (out *store.Lease, err error) {
 	err = s.doAsync(ctx, func(q querier) error {
 		l := &store.Lease{Key: key, Holder: holder}
+		var prev *string
+		// prev is the holder as the statement began (TakenFrom): the
+		// row taken is that one unless a takeover raced this one, and
+		// TakenFrom is only a hint to fence the old holder's calls.
 		err := q.QueryRow(ctx, `
+			WITH prev AS (SELECT holder FROM leases WHERE key = $1)
 			INSERT INTO leases AS l (key, holder, token, expiry)
 			VALUES ($1, $2, nextval('lease_tokens'), clock_timestamp() + $3 * interval '1 microsecond')
 			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = nextval('lease_tokens'), expiry = excluded.expiry
 				WHERE l.holder = excluded.holder OR l.expiry <= clock_timestamp()
 					OR ($4 AND EXISTS (SELECT 1 FROM leases h
 						WHERE h.key = $5::text || l.holder AND h.holder = l.holder AND h.expiry <= clock_timestamp()))
-			RETURNING token, expiry`, key, holder, micros(ttl), takeOver, store.HolderKey("")).Scan(&l.Token, &l.Expiry)
+			RETURNING token, expiry, (SELECT holder FROM prev)`, key, holder, micros(ttl), takeOver, store.HolderKey("")).Scan(&l.Token, &l.Expiry, &prev)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var other string
 			if err := q.QueryRow(ctx, `SELECT holder FROM leases WHERE key = $1`, key).Scan(&other); err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -68,6 +73,9 @@ func (s *Store) acquireLease(ctx context.Context, key, holder string, ttl time.D
 			return err
 		}
 		l.Expiry = l.Expiry.UTC()
+		if prev != nil && *prev != holder {
+			l.TakenFrom = *prev
+		}
 		out = l
 		return nil
 	})

@@ -348,15 +348,19 @@ func testLeases(t *testing.T, s store.Store) {
 	if l2.Token <= l1b.Token {
 		t.Fatal("token did not grow across holders")
 	}
-	// An expired lease can be taken over.
+	// An expired lease can be taken over, and says from whom.
 	deadline := time.Now().Add(5 * time.Second)
+	var l3 *store.Lease
 	for {
-		_, err = s.AcquireLease(ctx, "actor/a", "h3", time.Minute)
+		l3, err = s.AcquireLease(ctx, "actor/a", "h3", time.Minute)
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
 	must(t, err)
+	if l1.TakenFrom != "" || l1b.TakenFrom != "" || l3.TakenFrom != "h2" {
+		t.Fatalf("taken from %q, %q (a free lease, then its own), %q (h2's, expired); want \"\", \"\", \"h2\"", l1.TakenFrom, l1b.TakenFrom, l3.TakenFrom)
+	}
 }
 
 // testTakeOverLease: a lease with time left is taken over only from a
@@ -386,8 +390,8 @@ func testTakeOverLease(t *testing.T, s store.Store) {
 		}
 		return err == nil
 	})
-	if l2.Holder != "h2" || l2.Token <= l1.Token {
-		t.Fatalf("taken over as %+v; want h2's, with a token above h1's %d", l2, l1.Token)
+	if l2.Holder != "h2" || l2.Token <= l1.Token || l2.TakenFrom != "h1" {
+		t.Fatalf("taken over as %+v; want h2's, from h1, with a token above h1's %d", l2, l1.Token)
 	}
 	_, err = s.RenewLease(ctx, "actor/t", "h1", l1.Token, time.Hour)
 	wantErr(t, err, store.ErrFenced)

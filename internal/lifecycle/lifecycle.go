@@ -391,9 +391,7 @@ func (m *Manager) fenceTakenOver(ctx context.Context, key names.ActorKey, f stor
 	if !ok {
 		return
 	}
-	// Renewed, durably, before the token reaches the node (forNode):
-	// the acquisition's commit was not waited for.
-	if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
+	if err := m.renewBeforeNodeCall(store.WithFence(ctx, f)); err != nil {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fenceTimeout)
@@ -403,6 +401,20 @@ func (m *Manager) fenceTakenOver(ctx context.Context, key names.ActorKey, f stor
 		return
 	}
 	m.log.InfoContext(ctx, "actor lease taken over; its node told", "actor", key, "from", from, "node", n.Name(), "token", f.Token)
+}
+
+// renewBeforeNodeCall renews, durably, the lease ctx is fenced with, if
+// any: the check a workflow makes just before it asks a node to act on a
+// sandbox. It also flushes the lease's acquisition, which commits
+// without waiting for it over PostgreSQL, before its token reaches a
+// node (forNode; docs/ha.md, Node calls are fenced).
+func (m *Manager) renewBeforeNodeCall(ctx context.Context) error {
+	f, ok := store.FenceFrom(ctx)
+	if !ok {
+		return nil
+	}
+	_, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration)
+	return err
 }
 
 // fenceTimeout bounds fenceTakenOver's call (a node answers it at once).
@@ -618,10 +630,8 @@ func (m *Manager) finishInterrupted(ctx context.Context, a *store.Actor) (_ *sto
 	}
 	// As stopSandbox: the lease is checked in the store first, and its
 	// token by the node (forNode).
-	if f, ok := store.FenceFrom(ctx); ok {
-		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
-			return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)
-		}
+	if err := m.renewBeforeNodeCall(ctx); err != nil {
+		return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)
 	}
 	if err := m.beatFresh(); err != nil {
 		return nil, true, fmt.Errorf("actor %s: interrupted %s left alone: %w", a.Key(), a.State, err)

@@ -513,11 +513,9 @@ func (m *Manager) stopSandbox(ctx context.Context, a *store.Actor) error {
 	// this very actor. The renewal checks the lease in the store; the
 	// node checks its token (forNode) against the new holder's, which
 	// covers a stall between the renewal and the call.
-	if f, ok := store.FenceFrom(ctx); ok {
-		if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
-			m.log.WarnContext(ctx, "sandbox left alone: this workflow no longer holds the actor's lease", "actor", a.Key(), "worker", a.Worker, "err", err)
-			return nil // the workflow's next write is fenced
-		}
+	if err := m.renewBeforeNodeCall(ctx); err != nil {
+		m.log.WarnContext(ctx, "sandbox left alone: this workflow no longer holds the actor's lease", "actor", a.Key(), "worker", a.Worker, "err", err)
+		return nil // the workflow's next write is fenced
 	}
 	n, ok := m.nodes.ForWorker(a.Worker)
 	if !ok {

@@ -170,13 +170,11 @@ func (m *Manager) snapshotFor(ctx context.Context, a *store.Actor, owner string)
 		// no durable write of this workflow precedes the call, and a
 		// token handed out by a write the store could lose in a crash
 		// might be handed out again, lower than what the node keeps.
-		if f, ok := store.FenceFrom(ctx); ok {
-			if _, err := m.store.RenewLease(ctx, f.Key, f.Holder, f.Token, m.leases.Duration); err != nil {
-				return "", err
-			}
-			if err := m.beatFresh(); err != nil {
-				return "", err
-			}
+		if err := m.renewBeforeNodeCall(ctx); err != nil {
+			return "", err
+		}
+		if err := m.beatFresh(); err != nil {
+			return "", err
 		}
 		opts, _ := m.checkpointOptionsFor(ctx, a, checkpoint.Suspend)
 		opts.ID, opts.LeaveRunning, opts.Owner = id, true, owner

@@ -239,12 +239,7 @@ func (n *Node) copyVolumeOut(stageDir string, v volume) error {
 // recentIDs remembers the last recentIDsKept checkpoint ids this node
 // committed, for Checkpoint's refusal of a repeated request. Safe for
 // concurrent use; the zero value is ready.
-type recentIDs struct {
-	mu   sync.Mutex
-	set  map[string]struct{}
-	ring []string
-	next int
-}
+type recentIDs struct{ ids firstSeen[struct{}] }
 
 // recentIDsKept bounds recentIDs: a repeated request comes within a
 // lease or two of the first, and a node commits far fewer checkpoints
@@ -252,21 +247,53 @@ type recentIDs struct {
 const recentIDsKept = 4096
 
 func (r *recentIDs) add(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.set == nil {
-		r.set, r.ring = make(map[string]struct{}, recentIDsKept), make([]string, recentIDsKept)
-	}
-	if old := r.ring[r.next]; old != "" {
-		delete(r.set, old)
-	}
-	r.ring[r.next], r.set[id] = id, struct{}{}
-	r.next = (r.next + 1) % recentIDsKept
+	_ = r.ids.update(id, recentIDsKept, func(struct{}, bool) (struct{}, error) { return struct{}{}, nil })
 }
 
 func (r *recentIDs) has(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.set[id]
+	_, ok := r.ids.get(id)
 	return ok
+}
+
+// firstSeen is a map that keeps the keys seen last, at most a bound of
+// them, forgetting the one first seen longest ago. Safe for concurrent
+// use; the zero value is ready.
+type firstSeen[V any] struct {
+	mu   sync.Mutex
+	m    map[string]V
+	ring []string
+	next int
+}
+
+func (f *firstSeen[V]) get(key string) (V, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.m[key]
+	return v, ok
+}
+
+// update sets key's value to what next returns for its current one (ok
+// false when it has none), unless next fails, all under the lock; a new
+// key makes room by forgetting the one first seen longest ago of the
+// last keep.
+func (f *firstSeen[V]) update(key string, keep int, next func(cur V, ok bool) (V, error)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m, f.ring = make(map[string]V, keep), make([]string, keep)
+	}
+	cur, ok := f.m[key]
+	v, err := next(cur, ok)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if old := f.ring[f.next]; old != "" {
+			delete(f.m, old)
+		}
+		f.ring[f.next] = key
+		f.next = (f.next + 1) % keep
+	}
+	f.m[key] = v
+	return nil
 }

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"substrate.dev/ate/internal/nodeapi"
 )
@@ -36,12 +35,7 @@ import (
 // for the fenceTokensKept actors seen last, in the order first seen: a
 // late call arrives within a lease or so of its workflow, long before a
 // node has seen that many other actors.
-type fenceTokens struct {
-	mu     sync.Mutex
-	newest map[string]int64
-	ring   []string
-	next   int
-}
+type fenceTokens struct{ newest firstSeen[int64] }
 
 const fenceTokensKept = 1 << 16
 
@@ -52,25 +46,13 @@ func (f *fenceTokens) admit(actorUID string, token int64) error {
 	if token == 0 {
 		return nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.newest == nil {
-		f.newest, f.ring = make(map[string]int64), make([]string, fenceTokensKept)
-	}
-	seen, ok := f.newest[actorUID]
-	switch {
-	case ok && token < seen:
-		return fmt.Errorf("%w: actor %s was acted on under lease token %d since this call's workflow took token %d",
-			ErrFenced, actorUID, seen, token)
-	case !ok:
-		if old := f.ring[f.next]; old != "" {
-			delete(f.newest, old)
+	return f.newest.update(actorUID, fenceTokensKept, func(seen int64, ok bool) (int64, error) {
+		if ok && token < seen {
+			return 0, fmt.Errorf("%w: actor %s was acted on under lease token %d since this call's workflow took token %d",
+				ErrFenced, actorUID, seen, token)
 		}
-		f.ring[f.next] = actorUID
-		f.next = (f.next + 1) % fenceTokensKept
-	}
-	f.newest[actorUID] = token
-	return nil
+		return token, nil
+	})
 }
 
 // FenceActor implements nodeapi.Node.

@@ -95,10 +95,10 @@ func TestFenceTokens(t *testing.T) {
 	if err := f.admit("a", 1); err != nil {
 		t.Fatalf("a forgotten actor's token: %v", err)
 	}
-	_, bKept := f.newest["b"]
-	_, x0Kept := f.newest["x0"]
-	if bKept || !x0Kept || len(f.newest) != fenceTokensKept {
-		t.Fatalf("b kept %v, x0 kept %v, %d actors kept; want b forgotten (the oldest), x0 kept, %d", bKept, x0Kept, len(f.newest), fenceTokensKept)
+	_, bKept := f.newest.get("b")
+	_, x0Kept := f.newest.get("x0")
+	if bKept || !x0Kept || len(f.newest.m) != fenceTokensKept {
+		t.Fatalf("b kept %v, x0 kept %v, %d actors kept; want b forgotten (the oldest), x0 kept, %d", bKept, x0Kept, len(f.newest.m), fenceTokensKept)
 	}
 }
 

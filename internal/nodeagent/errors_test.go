@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/nodeapi"
 	"substrate.dev/ate/internal/snapshot"
 	"substrate.dev/ate/internal/store"
@@ -42,5 +43,17 @@ func TestErrorsCrossTheWire(t *testing.T) {
 	}
 	if fromStatus("n1", toStatus(nil)) != nil {
 		t.Error("nil did not cross as nil")
+	}
+}
+
+// TestFenceActorNeedsAToken: FenceActor without an actor or a token is
+// refused as INVALID_ARGUMENT before it reaches the node (a zero token
+// would record nothing and fence nothing, silently).
+func TestFenceActorNeedsAToken(t *testing.T) {
+	s := &Server{} // no node: a refused call must not reach one
+	for _, r := range []*atev1.FenceActorRequest{{ActorUid: "a"}, {Fence: 7}} {
+		if _, err := s.FenceActor(t.Context(), r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("FenceActor(%v) = %v, want INVALID_ARGUMENT", r, err)
+		}
 	}
 }

@@ -142,9 +142,21 @@ $(echo "$left" | head -20 | sed 's/^/             /')")
 # JSON log record).
 failure_lines() {
 	local lines
+	# A message of several lines (a chaos run's violations) goes on
+	# under its .go line, indented deeper: those lines are kept too,
+	# unless they are a log record.
 	lines=$(awk '/^[[:space:]]*--- FAIL|^panic:/ { failed = 1 }
-		failed && /^[[:space:]]*(--- FAIL|FAIL|panic:)|^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / && !/\.go:[0-9]+: .* log:$/' "$1" |
-		head -n 40)
+		!failed { next }
+		/^[[:space:]]*(--- FAIL|FAIL|panic:)|^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / {
+			cont = 0
+			if ($0 ~ /\.go:[0-9]+: .* log:$/) next
+			print
+			if ($0 ~ /\.go:[0-9]+: /) { match($0, /^[[:space:]]*/); cont = RLENGTH }
+			next
+		}
+		cont && match($0, /^[[:space:]]*/) && RLENGTH > cont && $0 !~ /^[[:space:]]*\{/ { print; next }
+		{ cont = 0 }' "$1" |
+		head -n 60)
 	# Not a test's failure (vet, staticcheck, a build, an install): the
 	# end of what the stage said.
 	if [[ -z $lines ]]; then

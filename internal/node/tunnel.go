@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -135,6 +136,21 @@ func (n *Node) NewTunnel() http.Handler {
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(tunnelproto.HeaderError)
 			resp.Header.Del(tunnelproto.HeaderNotServing)
+			// Admission checked the lease, but the actor may have
+			// computed this answer after it ran out: a slow handler, or
+			// a node that stood still between the two. By then a
+			// replica may have declared the node lost and restored the
+			// actor elsewhere, so the answer would come from a copy
+			// that is being abandoned (docs/ha.md, "The node counts
+			// its own lease").
+			if !n.Serving() {
+				return errPastLease // the proxy closes the body
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				// An upgraded connection's body must stay a
+				// ReadWriteCloser; it is not checked (see docs).
+				resp.Body = &servingBody{ReadCloser: resp.Body, serving: n.Serving}
+			}
 			if le, ok := resp.Request.Context().Value(listenKey).(*listenEnd); ok {
 				resp.Body = le.wrap(resp.Body)
 			}
@@ -146,6 +162,17 @@ func (n *Node) NewTunnel() http.Handler {
 		// with the router's request id; the router replaces the
 		// marked answer with its own (tunnelproto.WriteError).
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errPastLease) {
+				// As for a request refused at admission past the
+				// lease: the router parks it and looks again (it
+				// replays only what is safe to replay; the actor may
+				// have counted this one).
+				n.log.InfoContext(r.Context(), "answer withheld: the actor gave it after this node's lease ran out",
+					"worker", r.Context().Value(targetKey).(tunnelTarget).worker, "request_id", r.Header.Get(tunnelproto.HeaderRequestID))
+				w.Header().Set(tunnelproto.HeaderNotServing, "1")
+				http.Error(w, "this node's lease ran out before the actor answered", tunnelproto.StatusStale)
+				return
+			}
 			if errors.Is(context.Cause(r.Context()), errListenEnded) {
 				// A checkpoint drained the worker before the actor
 				// answered this listening stream: the actor's answer
@@ -207,4 +234,24 @@ func (n *Node) NewTunnel() http.Handler {
 		}
 		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// errPastLease: the actor answered after the node stopped serving.
+var errPastLease = errors.New("the actor answered after this node's lease ran out")
+
+// servingBody is a response body that ends with errPastLease instead of
+// passing on what the actor sends once the node no longer serves: a
+// stream's later bytes are computed then, possibly by a copy that a
+// restore elsewhere has replaced.
+type servingBody struct {
+	io.ReadCloser
+	serving func() bool
+}
+
+func (b *servingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && !b.serving() {
+		return 0, errPastLease
+	}
+	return n, err
 }

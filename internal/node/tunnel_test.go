@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,7 +116,13 @@ func TestTunnelSaysWhenTheNodeServesNothing(t *testing.T) {
 // tunnel's URL.
 func startedTunnel(t *testing.T) (*Node, string, string) {
 	t.Helper()
-	n := newTestNode(t, fake.New(fake.Config{}))
+	return startedTunnelOn(t, fake.New(fake.Config{}))
+}
+
+// startedTunnelOn is startedTunnel with the sandbox runtime rt.
+func startedTunnelOn(t *testing.T, rt *fake.Runtime) (*Node, string, string) {
+	t.Helper()
+	n := newTestNode(t, rt)
 	w := n.order[0]
 	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 		t.Fatal(err)
@@ -122,6 +130,87 @@ func startedTunnel(t *testing.T) (*Node, string, string) {
 	tunnel := httptest.NewServer(n.NewTunnel())
 	t.Cleanup(tunnel.Close)
 	return n, w, tunnel.URL
+}
+
+// TestTunnelWithholdsAnAnswerGivenPastTheLease: a request admitted
+// within the node's lease whose actor answers only after the lease ran
+// out gets 421 with the not-serving mark, as a request refused at
+// admission would, and not the actor's answer: by then a replica may
+// have declared the node lost and restored the actor elsewhere, and
+// that answer would come from the copy being abandoned.
+func TestTunnelWithholdsAnAnswerGivenPastTheLease(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		lapse      bool
+		status     int
+		notServing bool
+	}{
+		{"answered within the lease", false, http.StatusOK, false},
+		{"answered after the lease ran out", true, tunnelproto.StatusStale, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hold, arrived := make(chan struct{}), make(chan struct{})
+			n, w, url := startedTunnelOn(t, fake.New(fake.Config{Hold: hold, Arrived: arrived}))
+			n.ExtendLease(time.Now().Add(time.Hour))
+			type answer struct {
+				resp *http.Response
+				body []byte
+			}
+			got := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/held", nil)
+				req.Header.Set(tunnelproto.HeaderWorker, w)
+				req.Header.Set(tunnelproto.HeaderActorUID, "a")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					got <- answer{}
+					return
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				got <- answer{resp, body}
+			}()
+			<-arrived // admitted: the actor has the request
+			if c.lapse {
+				past := time.Now().Add(-time.Second)
+				n.lease.Store(&past)
+			}
+			close(hold)
+			a := <-got
+			if a.resp == nil {
+				return
+			}
+			if a.resp.StatusCode != c.status || (a.resp.Header.Get(tunnelproto.HeaderNotServing) != "") != c.notServing {
+				t.Errorf("%d %q (not-serving mark %q), want %d, mark %t", a.resp.StatusCode, a.body,
+					a.resp.Header.Get(tunnelproto.HeaderNotServing), c.status, c.notServing)
+			}
+			if c.lapse && strings.Contains(string(a.body), "count=") {
+				t.Errorf("the actor's answer given past the lease reached the client: %q", a.body)
+			}
+		})
+	}
+}
+
+// TestServingBodyEndsWhenTheNodeStopsServing: a streamed answer passes
+// on what the actor sent while the node served, and ends with an error,
+// passing nothing more on, once it does not.
+func TestServingBodyEndsWhenTheNodeStopsServing(t *testing.T) {
+	pr, pw := io.Pipe()
+	var serving atomic.Bool
+	serving.Store(true)
+	b := &servingBody{ReadCloser: pr, serving: serving.Load}
+	buf := make([]byte, 64)
+	go func() { _, _ = pw.Write([]byte("event: 1\n\n")) }()
+	if n, err := b.Read(buf); err != nil || string(buf[:n]) != "event: 1\n\n" {
+		t.Fatalf("while serving: %q, %v", buf[:n], err)
+	}
+	serving.Store(false)
+	go func() { _, _ = pw.Write([]byte("event: 2\n\n")) }()
+	if n, err := b.Read(buf); !errors.Is(err, errPastLease) || n != 0 {
+		t.Fatalf("past the lease: %q, %v; want nothing and errPastLease", buf[:n], err)
+	}
+	_ = pw.Close()
 }
 
 // TestStartRefusedPastTheLease: a node past its lease starts no sandbox

@@ -3,6 +3,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -651,6 +652,50 @@ func (r *chaosRig) explain(h *chaosHistory, actor string, ops []porcupine.Operat
 	}
 	for _, l := range losses {
 		fmt.Fprintf(&b, "[node-loss window %s–%s] ", at(l.Call), at(l.Return))
+	}
+	b.WriteString(r.lossRecords(h, actor))
+	return b.String()
+}
+
+// lossRecords lists what the replicas logged that can take an actor's
+// count back: a node declared lost, the actor CRASHED or rolled back to
+// an older snapshot, timed from the run's start, so that a violation's
+// report says whether one happened outside a fault that may cause it.
+func (r *chaosRig) lossRecords(h *chaosHistory, actor string) string {
+	var b strings.Builder
+	n := 0
+	for i, api := range r.apis {
+		for line := range strings.Lines(api.logText()) {
+			var rec struct {
+				Time  time.Time `json:"time"`
+				Msg   string    `json:"msg"`
+				Node  string    `json:"node"`
+				Why   string    `json:"why"`
+				State string    `json:"state"`
+				Actor struct {
+					Name string `json:"name"`
+				} `json:"actor"`
+			}
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			var what string
+			switch {
+			case rec.Msg == "node lost":
+				what = fmt.Sprintf("node %s lost (%s)", rec.Node, rec.Why)
+			case rec.Actor.Name != actor:
+				continue
+			case rec.State == "CRASHED", strings.Contains(rec.Msg, "roll"):
+				what = fmt.Sprintf("%s: %s %s", actor, rec.Msg, rec.State)
+			default:
+				continue
+			}
+			if n++; n > 12 {
+				b.WriteString("…; ")
+				return b.String()
+			}
+			fmt.Fprintf(&b, "replica %d at %.3fs: %s; ", i, rec.Time.Sub(h.start).Seconds(), what)
+		}
 	}
 	return b.String()
 }

@@ -77,6 +77,12 @@ type Config struct {
 	DestroyDelay    time.Duration
 	// Logger receives debug records of every operation; nil discards.
 	Logger *slog.Logger
+	// Hold, if set, makes GET /held wait until it is closed (or the
+	// request ends) before it counts and answers as GET / does; Arrived,
+	// if set, receives once per /held request as it starts to wait.
+	// Tests use them to change the world while an answer is computed.
+	Hold    <-chan struct{}
+	Arrived chan<- struct{}
 }
 
 // Runtime is the fake sandbox class. It is safe for concurrent use; unlike
@@ -382,7 +388,7 @@ func (r *Runtime) start(slot sandbox.Slot, spec sandbox.Spec, count int64) error
 		r.mu.Unlock()
 		return fmt.Errorf("container id %s is in use", spec.ID)
 	}
-	c := newContainer(spec.ID, slot.Name, port, count, r.log)
+	c := newContainer(spec.ID, slot.Name, port, count, r.log, r.cfg.Hold, r.cfg.Arrived)
 	r.byID[c.id], r.bySlot[c.slot] = c, c
 	r.mu.Unlock()
 	go c.serve()
@@ -477,11 +483,11 @@ type container struct {
 	stopped bool
 }
 
-func newContainer(id, slot string, port int, count int64, log *slog.Logger) *container {
+func newContainer(id, slot string, port int, count int64, log *slog.Logger, hold <-chan struct{}, arrived chan<- struct{}) *container {
 	c := &container{id: id, slot: slot, port: port, ln: newPipeListener(), count: count,
 		served: make(chan struct{}), exited: make(chan struct{})}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+	countHandler := func(w http.ResponseWriter, _ *http.Request) {
 		n, ok := c.increment()
 		if !ok {
 			http.Error(w, "container stopped", http.StatusServiceUnavailable)
@@ -489,7 +495,24 @@ func newContainer(id, slot string, port int, count int64, log *slog.Logger) *con
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintf(w, "count=%d\n", n)
-	})
+	}
+	mux.HandleFunc("GET /{$}", countHandler)
+	if hold != nil {
+		mux.HandleFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {
+			if arrived != nil {
+				select {
+				case arrived <- struct{}{}:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			select {
+			case <-hold:
+				countHandler(w, r)
+			case <-r.Context().Done():
+			}
+		})
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "ok\n")

@@ -146,9 +146,11 @@ func (n *Node) NewTunnel() http.Handler {
 			if !n.Serving() {
 				return errPastLease // the proxy closes the body
 			}
-			if resp.StatusCode != http.StatusSwitchingProtocols {
-				// An upgraded connection's body must stay a
-				// ReadWriteCloser; it is not checked (see docs).
+			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+				// An upgraded connection (WebSocket): the proxy needs
+				// its body to stay writable.
+				resp.Body = &servingConn{ReadWriteCloser: rwc, serving: n.Serving}
+			} else {
 				resp.Body = &servingBody{ReadCloser: resp.Body, serving: n.Serving}
 			}
 			if le, ok := resp.Request.Context().Value(listenKey).(*listenEnd); ok {
@@ -248,9 +250,25 @@ type servingBody struct {
 	serving func() bool
 }
 
-func (b *servingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if n > 0 && !b.serving() {
+func (b *servingBody) Read(p []byte) (int, error) { return readServing(b.ReadCloser, p, b.serving) }
+
+// servingConn is servingBody for an upgraded connection: what the actor
+// sends stops there too; what the client sends is passed on, to a copy
+// whose answers no longer reach anyone.
+type servingConn struct {
+	io.ReadWriteCloser
+	serving func() bool
+}
+
+func (c *servingConn) Read(p []byte) (int, error) {
+	return readServing(c.ReadWriteCloser, p, c.serving)
+}
+
+// readServing reads from r into p, unless the node no longer serves
+// once the read returns.
+func readServing(r io.Reader, p []byte, serving func() bool) (int, error) {
+	n, err := r.Read(p)
+	if n > 0 && !serving() {
 		return 0, errPastLease
 	}
 	return n, err

@@ -1,8 +1,11 @@
 package node
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -189,6 +192,42 @@ func TestTunnelWithholdsAnAnswerGivenPastTheLease(t *testing.T) {
 				t.Errorf("the actor's answer given past the lease reached the client: %q", a.body)
 			}
 		})
+	}
+}
+
+// TestTunnelCutsAnUpgradedConnectionPastTheLease: an upgraded
+// connection (a WebSocket's) opened within the lease passes the actor's
+// bytes on while the node serves, and is cut, passing nothing more on,
+// once the lease has run out.
+func TestTunnelCutsAnUpgradedConnectionPastTheLease(t *testing.T) {
+	n, w, url := startedTunnel(t)
+	n.ExtendLease(time.Now().Add(time.Hour))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A bound, not a wait: a connection left open fails the test
+	// instead of hanging it.
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "GET /echo HTTP/1.1\r\nHost: a\r\nUpgrade: echo\r\nConnection: Upgrade\r\n%s: %s\r\n%s: a\r\n\r\n",
+		tunnelproto.HeaderWorker, w, tunnelproto.HeaderActorUID)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v; want 101", resp, err)
+	}
+	if _, err := io.WriteString(conn, "one\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "one\n" {
+		t.Fatalf("within the lease: %q, %v; want the echo", line, err)
+	}
+	past := time.Now().Add(-time.Second)
+	n.lease.Store(&past)
+	_, _ = io.WriteString(conn, "two\n")
+	if line, err := br.ReadString('\n'); err == nil || line == "two\n" {
+		t.Fatalf("past the lease: %q, %v; want the connection cut, nothing passed on", line, err)
 	}
 }
 

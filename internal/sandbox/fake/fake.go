@@ -527,6 +527,24 @@ func newContainer(id, slot string, port int, count int64, log *slog.Logger, hold
 		}
 		fmt.Fprint(w, "ok\n")
 	})
+	// GET /echo with "Upgrade: echo" switches protocols (101) and then
+	// echoes what it reads: an upgraded connection, as a WebSocket's is.
+	mux.HandleFunc("GET /echo", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, `send "Upgrade: echo"`, http.StatusUpgradeRequired)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		if brw.Flush() != nil {
+			return
+		}
+		_, _ = io.Copy(conn, brw.Reader) // from any bytes it buffered already
+	})
 	// GET /events?every=MS is a Server-Sent Events stream that sends a
 	// keep-alive comment at once and then every MS milliseconds (default
 	// 1000) until the client leaves: a listening stream.

@@ -33,18 +33,23 @@ func (a *app) waitGolden(cmd *cobra.Command, s *session, atespace, name string) 
 		}
 		elapsed := a.now().Sub(begin).Round(100 * time.Millisecond)
 		st := t.GetStatus()
-		switch phase := st.PhaseOrName(); phase {
+		phase := st.PhaseOrName()
+		if phase != atev1.ActorTemplateStatus_FAILED {
+			// READY keeps the build's phases: those a fast build ran
+			// between two polls are shown before it.
+			phases := st.GetBuildPhases()
+			for _, p := range phases[min(printed, len(phases)):] {
+				fmt.Fprintf(out, "  %s (%s)\n", p.Text(), elapsed)
+			}
+			printed = max(printed, len(phases))
+		}
+		switch phase {
 		case atev1.ActorTemplateStatus_READY:
 			fmt.Fprintf(out, "template %s/%s %s after %s\n", atespace, name, phase, elapsed)
 			return nil
 		case atev1.ActorTemplateStatus_FAILED:
 			return fmt.Errorf("golden build of template %s/%s %s after %s: %s", atespace, name, phase, elapsed, st.GetMessage())
 		}
-		phases := st.GetBuildPhases()
-		for _, p := range phases[min(printed, len(phases)):] {
-			fmt.Fprintf(out, "  %s (%s)\n", p.Text(), elapsed)
-		}
-		printed = max(printed, len(phases))
 		select {
 		case <-cmd.Context().Done():
 			return cmd.Context().Err()

@@ -48,8 +48,10 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 		cur.Phase, cur.Message = store.TemplateFailed, err.Error()
 		log.WarnContext(ctx, "golden build failed", "err", err)
 	} else {
+		// BuildPhases stay: a client that polled the BUILDING template
+		// too late for the last ones (or for all, in a fast build) still
+		// shows them before READY.
 		cur.Phase, cur.Message, cur.GoldenSnapshot, cur.ImageDigest = store.TemplateReady, "", ref, digest
-		cur.BuildPhases = nil
 		log.InfoContext(ctx, "golden snapshot ready", "snapshot", ref)
 	}
 	if _, err := m.store.UpdateTemplateStatus(ctx, cur); err != nil && !errors.Is(err, context.Canceled) {
@@ -60,8 +62,7 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 // buildProgress returns the ProgressFunc of t's golden build: while it is
 // BUILDING, the template's BuildPhases list the phases begun so far,
 // oldest first, so a client polling them (`ate create template --wait`)
-// misses none begun before its last poll of the BUILDING template (READY
-// clears the list). For clients older than BuildPhases, the status
+// misses none (READY keeps the list). For clients older than BuildPhases, the status
 // message lists the same phases' human text, joined by
 // atev1.BuildPhaseSeparator. A failed write only loses a progress line.
 func (m *Manager) buildProgress(ctx context.Context, t *store.Template) nodeapi.ProgressFunc {

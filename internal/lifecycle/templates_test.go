@@ -71,8 +71,10 @@ func (b *phasedBuildNode) BuildGolden(ctx context.Context, uid, atespace, name s
 
 // TestGoldenBuildPhases: while a template is BUILDING its status lists
 // the phases begun, oldest first, as BuildPhases and, for clients older
-// than those, as their text joined in the message; READY clears both,
-// FAILED replaces the message by the reason and keeps the phases.
+// than those, as their text joined in the message; READY clears the
+// message and keeps the phases (a client that polled too late for them
+// still shows them), FAILED replaces the message by the reason and keeps
+// the phases.
 func TestGoldenBuildPhases(t *testing.T) {
 	phases := []nodeapi.BuildPhase{nodeapi.PhaseImage, nodeapi.PhaseBoot}
 	wantPhases := []atev1.BuildPhase{atev1.BuildPhase_IMAGE, atev1.BuildPhase_BOOT}
@@ -83,7 +85,7 @@ func TestGoldenBuildPhases(t *testing.T) {
 		wantMessage string
 		wantPhases  []atev1.BuildPhase
 	}{
-		{"ready", nil, store.TemplateReady, "", nil},
+		{"ready", nil, store.TemplateReady, "", wantPhases},
 		{"failed", errors.New("probe timed out"), store.TemplateFailed, "probe timed out", wantPhases},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

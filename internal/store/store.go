@@ -132,7 +132,7 @@ type Template struct {
 	// ImageDigest pins the image the golden snapshot was built from.
 	ImageDigest string `json:"imageDigest,omitempty"`
 	// BuildPhases are the golden build's phases begun so far, oldest
-	// first, while BUILDING (READY clears them). Kept as the enum's
+	// first (READY and FAILED keep them). Kept as the enum's
 	// numbers, which the API never changes.
 	BuildPhases []atev1.BuildPhase `json:"buildPhases,omitempty"`
 }

@@ -2166,9 +2166,9 @@ type ActorTemplateStatus struct {
 	// start uses exactly that content.
 	ImageDigest string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
 	// build_phases are the phases of the golden build begun so far, oldest
-	// first, while BUILDING (READY clears them; FAILED keeps them, so they
-	// show how far the build got). A client polling them misses none
-	// begun before its last poll of the BUILDING template.
+	// first. READY and FAILED keep them (FAILED's show how far the build
+	// got), so a client polling them misses none, even of a build that
+	// ends between two polls.
 	BuildPhases   []BuildPhase `protobuf:"varint,6,rep,packed,name=build_phases,json=buildPhases,proto3,enum=ate.v1.BuildPhase" json:"build_phases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	atev1 "substrate.dev/ate/api/ate/v1"
@@ -66,10 +67,18 @@ func (m *Manager) BuildGolden(ctx context.Context, t *store.Template) {
 // message lists the same phases' human text, joined by
 // atev1.BuildPhaseSeparator. A failed write only loses a progress line.
 func (m *Manager) buildProgress(ctx context.Context, t *store.Template) nodeapi.ProgressFunc {
+	var begun atomic.Bool
 	return func(phase nodeapi.BuildPhase) {
 		cur, err := m.store.GetTemplate(ctx, t.Atespace, t.Name)
 		if err != nil || cur.UID != t.UID || cur.Phase != store.TemplateBuilding {
 			return
+		}
+		if !begun.Swap(true) {
+			// This build's first phase: what the list holds is an
+			// interrupted earlier attempt's (a build restarted by
+			// resumeGoldenBuilds), which READY would otherwise keep
+			// beside this one's.
+			cur.BuildPhases, cur.Message = nil, ""
 		}
 		cur.BuildPhases = append(cur.BuildPhases, phase)
 		if cur.Message == "" {

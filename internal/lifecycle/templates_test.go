@@ -94,7 +94,10 @@ func TestGoldenBuildPhases(t *testing.T) {
 			m := New(e.st, testNodes{n: n, live: []string{"n1"}}, e.snaps, "test", nil)
 			t.Cleanup(m.Close)
 			ctx := t.Context()
+			// As an attempt interrupted before this one left it: its
+			// phases must not stay beside this build's.
 			tpl := &store.Template{Atespace: "default", Name: "building", UID: "building-uid", Phase: store.TemplateBuilding,
+				BuildPhases: []atev1.BuildPhase{atev1.BuildPhase_IMAGE}, Message: atev1.BuildPhase_IMAGE.Text(),
 				Spec: &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "c", Image: "oci:/x"}}}}
 			must(t, e.st.CreateTemplate(ctx, tpl))
 			m.BuildGolden(ctx, tpl)

@@ -129,27 +129,79 @@ func (p *nodeProc) cpu() (time.Duration, error) {
 
 // procCPU reads a process's user and system time from /proc/<pid>/stat.
 func procCPU(pid int) (time.Duration, error) {
+	st, err := readProcStat(pid)
+	return st.cpu, err
+}
+
+// procStat is what the bench reads of /proc/<pid>/stat.
+type procStat struct {
+	ppid int
+	// cpu is the process's user and system time; waited its children's
+	// that it has waited for.
+	cpu, waited time.Duration
+}
+
+func readProcStat(pid int) (procStat, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	// Fields after the command name (in parentheses, which may hold
+	// spaces): state is field 3, ppid 4, utime 14, stime 15, cutime 16,
+	// cstime 17.
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	var n [5]int64
+	for i, v := range []string{f[1], f[11], f[12], f[13], f[14]} {
+		if n[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return procStat{}, err
+		}
+	}
+	// USER_HZ is 100 on every Linux Go supports.
+	const tick = 10 * time.Millisecond
+	return procStat{ppid: int(n[0]), cpu: time.Duration(n[1]+n[2]) * tick, waited: time.Duration(n[3]+n[4]) * tick}, nil
+}
+
+// pgCPU is the CPU time the PostgreSQL server behind url has used so
+// far: its postmaster's, the children it has waited for, and every child
+// still running (backends, WAL writer, checkpointer...). It must run on
+// this machine.
+func pgCPU(ctx context.Context, url string) (time.Duration, error) {
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return 0, err
 	}
-	// Fields after the command name (in parentheses, which may hold
-	// spaces): state is field 3, utime 14, stime 15.
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	defer conn.Close(context.WithoutCancel(ctx))
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0, err
 	}
-	var ticks int64
-	for _, v := range f[11:13] {
-		n, err := strconv.ParseInt(v, 10, 64)
+	self, err := readProcStat(backend)
+	if err != nil {
+		return 0, err
+	}
+	postmaster, err := readProcStat(self.ppid)
+	if err != nil {
+		return 0, err
+	}
+	total := postmaster.cpu + postmaster.waited
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
-			return 0, err
+			continue
 		}
-		ticks += n
+		if st, err := readProcStat(pid); err == nil && st.ppid == self.ppid {
+			total += st.cpu // gone meanwhile: not counted, as a waited child is counted above
+		}
 	}
-	// USER_HZ is 100 on every Linux Go supports.
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
+	return total, nil
 }
 
 // apiReplica is one `ate apiserver` run in this process by up.RunAPIServer,
@@ -371,7 +423,9 @@ func (c *protoCluster) nodesCPU(b *testing.B) time.Duration {
 // p50/p99-ms of ResumeActor as the client sees it, cycle-p50/p99-ms of
 // the resume and suspend, api-cpu-ms/wakeup (this process: API servers
 // and clients) and node-cpu-ms/wakeup (both node processes); over
-// PostgreSQL also pg-active-backends and pg-lock-wait-share, and with -v
+// PostgreSQL also pg-cpu-ms/wakeup (every process of the server, the
+// benchmark's own sampling included: pgCPU), pg-active-backends and
+// pg-lock-wait-share, and with -v
 // every wait event's share and the statements per wake-up in the log
 // (waitSampler, logStatements).
 func BenchmarkNodeProtocol(b *testing.B) {
@@ -461,9 +515,13 @@ func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 	cpu0, node0 := processCPU(b), c.nodesCPU(b)
 	var waits *waitSampler
 	var stmts0 map[string]stmtStats
+	var pg0 time.Duration
 	if c.pgURL != "" {
 		var err error
 		if stmts0, err = pgStatements(ctx, c.pgURL); err != nil {
+			b.Fatal(err)
+		}
+		if pg0, err = pgCPU(ctx, c.pgURL); err != nil {
 			b.Fatal(err)
 		}
 		waits = sampleWaits(c.pgURL)
@@ -482,6 +540,11 @@ func runProtoWakeups(b *testing.B, c *protoCluster, clients int) {
 	cpu, nodeCPU := processCPU(b)-cpu0, c.nodesCPU(b)-node0
 	if waits != nil {
 		waits.end(b)
+		pg, err := pgCPU(ctx, c.pgURL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(latency.Ms(pg-pg0)/float64(b.N), "pg-cpu-ms/wakeup")
 		stmts, err := pgStatements(ctx, c.pgURL)
 		if err != nil {
 			b.Fatal(err)

@@ -256,7 +256,7 @@ func (m *Manager) evict(ctx context.Context, c candidate, forActor names.ActorKe
 	}
 	defer unlock()
 	err = m.leased(ctx, c.actor.Key(), func(ctx context.Context) error {
-		a, err := m.store.GetActor(ctx, c.actor.Key())
+		a, err := m.leasedActor(ctx, c.actor.Key())
 		if err != nil {
 			return err
 		}

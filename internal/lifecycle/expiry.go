@@ -203,7 +203,7 @@ func (m *Manager) expire(ctx context.Context, key names.ActorKey, ttls *TTLs, no
 	err = m.leased(lctx, key, func(lctx context.Context) error {
 		// The deletion itself runs to its end once started.
 		ctx := context.WithoutCancel(lctx)
-		a, err := m.store.GetActor(ctx, key)
+		a, err := m.leasedActor(ctx, key)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil // another replica's sweep was first
 		}

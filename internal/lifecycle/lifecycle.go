@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"substrate.dev/ate/internal/checkpoint"
@@ -333,12 +334,7 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 	for {
 		var err error
 		// From a replica that fell silent, too: it is fenced.
-		if m.mayTakeOver() {
-			lease, err = m.store.TakeOverLease(ctx, name, m.holder, cfg.Duration)
-		} else {
-			lease, err = m.store.AcquireLease(ctx, name, m.holder, cfg.Duration)
-		}
-		if err == nil {
+		if lease, ctx, err = m.acquire(ctx, name, key, m.mayTakeOver()); err == nil {
 			break
 		}
 		if !errors.Is(err, store.ErrLeaseHeld) {
@@ -366,6 +362,68 @@ func (m *Manager) leased(ctx context.Context, key names.ActorKey, fn func(ctx co
 		}
 	}()
 	return fn(store.WithFence(ctx, fence))
+}
+
+// acquire takes the actor lease name of key for this replica, taking it
+// over from a silent holder with takeOver. When the store reads the
+// actor and its template in the same round trip (store.ActorLeaser), the
+// returned ctx carries them for the workflow's first reads (leasedActor,
+// leasedTemplate).
+func (m *Manager) acquire(ctx context.Context, name string, key names.ActorKey, takeOver bool) (*store.Lease, context.Context, error) {
+	if l, ok := m.store.(store.ActorLeaser); ok {
+		lease, a, tpl, err := l.LeaseActor(ctx, name, key, m.holder, m.leases.Duration, takeOver)
+		if err != nil {
+			return nil, ctx, err
+		}
+		r := &leasedRead{key: key}
+		r.actor.Store(a)
+		r.tpl.Store(tpl)
+		return lease, context.WithValue(ctx, leasedReadKey{}, r), nil
+	}
+	var lease *store.Lease
+	var err error
+	if takeOver {
+		lease, err = m.store.TakeOverLease(ctx, name, m.holder, m.leases.Duration)
+	} else {
+		lease, err = m.store.AcquireLease(ctx, name, m.holder, m.leases.Duration)
+	}
+	return lease, ctx, err
+}
+
+// leasedRead is what an actor's lease brought along (acquire): the
+// actor's record and its template as they stood once the lease was held.
+// Each is handed out once, to the workflow's first read of it, which
+// would otherwise read the same thing again; every later read goes to
+// the store, as before, so a workflow never reads its own writes stale.
+type leasedRead struct {
+	key   names.ActorKey
+	actor atomic.Pointer[store.Actor]
+	tpl   atomic.Pointer[store.Template]
+}
+
+type leasedReadKey struct{}
+
+// leasedActor reads key's actor: the record its lease brought (once),
+// else the store's. Only for a workflow's first read of its actor,
+// before it writes it.
+func (m *Manager) leasedActor(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
+	if r, ok := ctx.Value(leasedReadKey{}).(*leasedRead); ok && r.key == key {
+		if a := r.actor.Swap(nil); a != nil {
+			return a, nil
+		}
+	}
+	return m.store.GetActor(ctx, key)
+}
+
+// leasedTemplate reads a's template: the one a's lease brought (once),
+// else the store's.
+func (m *Manager) leasedTemplate(ctx context.Context, a *store.Actor) (*store.Template, error) {
+	if r, ok := ctx.Value(leasedReadKey{}).(*leasedRead); ok && r.key == a.Key() {
+		if t := r.tpl.Load(); t != nil && t.Atespace == a.Atespace && t.Name == a.Template && r.tpl.CompareAndSwap(t, nil) {
+			return t, nil
+		}
+	}
+	return m.store.GetTemplate(ctx, a.Atespace, a.Template)
 }
 
 // fenceTakenOver tells the node of key's actor, if any, the token of
@@ -548,7 +606,7 @@ func (m *Manager) recoverLocked(ctx context.Context, a *store.Actor, why string)
 // so no workflow runs it, and one died before its last write (its
 // replica, or its store, went away).
 func (m *Manager) getSettled(ctx context.Context, key names.ActorKey) (*store.Actor, error) {
-	a, err := m.store.GetActor(ctx, key)
+	a, err := m.leasedActor(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -877,7 +935,7 @@ func (m *Manager) crashHolder(ctx context.Context, w *store.Worker, why string) 
 // applies(actor) says the report is newer than the actor's record.
 func (m *Manager) crashHolderIf(ctx context.Context, w *store.Worker, why string, applies func(*store.Actor) bool) error {
 	return m.withActor(ctx, w.Actor, func(ctx context.Context) error {
-		a, err := m.store.GetActor(ctx, w.Actor)
+		a, err := m.leasedActor(ctx, w.Actor)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (a.UID != w.ActorUID || a.Worker != w.Name)) {
 			return m.store.ReleaseWorker(ctx, w.Name, w.ActorUID)
 		}

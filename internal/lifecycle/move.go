@@ -42,7 +42,7 @@ func (m *Manager) MoveTemplate(ctx context.Context, key names.ActorKey, to strin
 		if err := movable(a); err != nil {
 			return err
 		}
-		from, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
+		from, err := m.leasedTemplate(ctx, a)
 		if err != nil {
 			return fmt.Errorf("actor %s: template %s: %w", key, a.Template, err)
 		}

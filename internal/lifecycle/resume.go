@@ -90,7 +90,7 @@ func (m *Manager) resumeLocked(ctx context.Context, key names.ActorKey, r *Resum
 	default:
 		return nil, fmt.Errorf("%w: actor %s is %s and cannot be resumed", ErrFailedPrecondition, a.Key(), a.State)
 	}
-	tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template)
+	tpl, err := m.leasedTemplate(ctx, a)
 	if err != nil {
 		return nil, fmt.Errorf("actor %s: %w", a.Key(), err)
 	}

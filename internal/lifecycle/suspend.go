@@ -135,7 +135,7 @@ func (m *Manager) busy(ctx context.Context, a *store.Actor) error {
 		return nil
 	}
 	var spec *atev1.ActorTemplateSpec // nil: the defaults
-	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
+	if tpl, err := m.leasedTemplate(ctx, a); err == nil {
 		spec = tpl.Spec
 	}
 	idleAfter := spec.GetIdle().GetAfter()
@@ -158,7 +158,7 @@ func (m *Manager) busy(ctx context.Context, a *store.Actor) error {
 // the template's idle.after.
 func (m *Manager) checkpointOptionsFor(ctx context.Context, a *store.Actor, action checkpoint.Action) (nodeapi.CheckpointOptions, string) {
 	var spec *atev1.ActorTemplateSpec // nil: the defaults
-	if tpl, err := m.store.GetTemplate(ctx, a.Atespace, a.Template); err == nil {
+	if tpl, err := m.leasedTemplate(ctx, a); err == nil {
 		spec = tpl.Spec
 	}
 	return checkpointOptions(spec, action), spec.GetIdle().GetAfter()
@@ -370,7 +370,7 @@ func (m *Manager) deleteOld(ctx context.Context, a *store.Actor, ref string) {
 // paused checkpoint and volume changes since. SUSPENDED is a no-op.
 func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Actor, err error) {
 	err = m.withActor(ctx, key, func(ctx context.Context) error {
-		a, err := m.store.GetActor(ctx, key)
+		a, err := m.leasedActor(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -419,7 +419,7 @@ func (m *Manager) Revert(ctx context.Context, key names.ActorKey) (out *store.Ac
 // any state goes, its sandbox stopped first.
 func (m *Manager) Delete(ctx context.Context, key names.ActorKey, force bool) error {
 	return m.withActor(ctx, key, func(ctx context.Context) error {
-		a, err := m.store.GetActor(ctx, key)
+		a, err := m.leasedActor(ctx, key)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"substrate.dev/ate/internal/names"
 )
 
 // ActorCounter counts actors by state. Both backends implement it
@@ -34,4 +36,19 @@ type CommitObserved interface {
 // (PostgreSQL). One in this process (bbolt) always does.
 type Pinger interface {
 	Ping(ctx context.Context) error
+}
+
+// ActorLeaser is a backend that takes an actor's lease and reads the
+// actor and its template in one round trip (PostgreSQL): the first three
+// things every workflow over a shared store does, each a round trip
+// otherwise. Not part of Store: over bbolt a read is a memory access and
+// one process needs no leases.
+type ActorLeaser interface {
+	// LeaseActor is AcquireLease of lease for holder (TakeOverLease
+	// with takeOver), with the same errors, that also returns key's
+	// actor and that actor's template as they stood once the lease was
+	// held: a write the acquisition waited for is seen. Either is nil
+	// when it is missing or could not be read; the caller then reads it
+	// itself, for the error.
+	LeaseActor(ctx context.Context, lease string, key names.ActorKey, holder string, ttl time.Duration, takeOver bool) (*Lease, *Actor, *Template, error)
 }

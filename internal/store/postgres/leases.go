@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
 
@@ -41,45 +42,122 @@ func (s *Store) TakeOverLease(ctx context.Context, key, holder string, ttl time.
 	return s.acquireLease(ctx, key, holder, ttl, true)
 }
 
-// acquireLease takes key's lease. A row taken over gets its token from
-// the sequence under the row's lock (DO UPDATE), not from VALUES, which
-// is evaluated before the lock is waited for: two takeovers in a row then
-// hold tokens in the order they held the lease, which nodes rely on
-// (docs/ha.md, Node calls are fenced).
+// acquireLease takes key's lease.
 func (s *Store) acquireLease(ctx context.Context, key, holder string, ttl time.Duration, takeOver bool) (out *store.Lease, err error) {
 	err = s.doAsync(ctx, func(q querier) error {
-		l := &store.Lease{Key: key, Holder: holder}
-		var prev *string
-		// prev is the holder as the statement began (TakenFrom): the
-		// row taken is that one unless a takeover raced this one, and
-		// TakenFrom is only a hint to fence the old holder's calls.
-		err := q.QueryRow(ctx, `
-			WITH prev AS (SELECT holder FROM leases WHERE key = $1)
-			INSERT INTO leases AS l (key, holder, token, expiry)
-			VALUES ($1, $2, nextval('lease_tokens'), clock_timestamp() + $3 * interval '1 microsecond')
-			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = nextval('lease_tokens'), expiry = excluded.expiry
-				WHERE l.holder = excluded.holder OR l.expiry <= clock_timestamp()
-					OR ($4 AND EXISTS (SELECT 1 FROM leases h
-						WHERE h.key = $5::text || l.holder AND h.holder = l.holder AND h.expiry <= clock_timestamp()))
-			RETURNING token, expiry, (SELECT holder FROM prev)`, key, holder, micros(ttl), takeOver, store.HolderKey("")).Scan(&l.Token, &l.Expiry, &prev)
-		if errors.Is(err, pgx.ErrNoRows) {
-			var other string
-			if err := q.QueryRow(ctx, `SELECT holder FROM leases WHERE key = $1`, key).Scan(&other); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			return fmt.Errorf("lease %s held by %s: %w", key, other, store.ErrLeaseHeld)
+		var r acquiredRow
+		err := r.scan(q.QueryRow(ctx, acquireQuery, acquireArgs(key, holder, ttl, takeOver)...))
+		out, err = r.lease(ctx, q, err, key, holder)
+		return err
+	})
+	return out, err
+}
+
+// acquireQuery takes a lease (arguments: acquireArgs). A row taken over
+// gets its token from the sequence under the row's lock (DO UPDATE), not
+// from VALUES, which is evaluated before the lock is waited for: two
+// takeovers in a row then hold tokens in the order they held the lease,
+// which nodes rely on (docs/ha.md, Node calls are fenced). The third
+// column is the holder as the statement began (TakenFrom): the row taken
+// is that one unless a takeover raced this one, and TakenFrom is only a
+// hint to fence the old holder's calls.
+const acquireQuery = `
+	WITH prev AS (SELECT holder FROM leases WHERE key = $1)
+	INSERT INTO leases AS l (key, holder, token, expiry)
+	VALUES ($1, $2, nextval('lease_tokens'), clock_timestamp() + $3 * interval '1 microsecond')
+	ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = nextval('lease_tokens'), expiry = excluded.expiry
+		WHERE l.holder = excluded.holder OR l.expiry <= clock_timestamp()
+			OR ($4 AND EXISTS (SELECT 1 FROM leases h
+				WHERE h.key = $5::text || l.holder AND h.holder = l.holder AND h.expiry <= clock_timestamp()))
+	RETURNING token, expiry, (SELECT holder FROM prev)`
+
+func acquireArgs(key, holder string, ttl time.Duration, takeOver bool) []any {
+	return []any{key, holder, micros(ttl), takeOver, store.HolderKey("")}
+}
+
+// acquiredRow is acquireQuery's row.
+type acquiredRow struct {
+	token  int64
+	expiry time.Time
+	prev   *string
+}
+
+func (r *acquiredRow) scan(row pgx.Row) error { return row.Scan(&r.token, &r.expiry, &r.prev) }
+
+// lease is what acquireQuery did, given scan's error: the lease, or
+// store.ErrLeaseHeld naming its holder (read with q: the connection must
+// be free again).
+func (r *acquiredRow) lease(ctx context.Context, q querier, scanErr error, key, holder string) (*store.Lease, error) {
+	if errors.Is(scanErr, pgx.ErrNoRows) {
+		var other string
+		if err := q.QueryRow(ctx, `SELECT holder FROM leases WHERE key = $1`, key).Scan(&other); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
 		}
+		return nil, fmt.Errorf("lease %s held by %s: %w", key, other, store.ErrLeaseHeld)
+	}
+	if scanErr != nil {
+		return nil, scanErr
+	}
+	l := &store.Lease{Key: key, Holder: holder, Token: r.token, Expiry: r.expiry.UTC()}
+	if r.prev != nil && *r.prev != holder {
+		l.TakenFrom = *r.prev
+	}
+	return l, nil
+}
+
+// LeaseActor implements store.ActorLeaser: acquireQuery and the read of
+// the actor with its template go in one batch, on the async pool as
+// acquireLease. The read is a statement of its own, not part of
+// acquireQuery, because a statement reads from the snapshot it began
+// with: an acquisition that waited for the lease row (a takeover waits
+// for a fenced write of the old holder, which locks it FOR SHARE until
+// it commits) would read the record as it was before that write. READ
+// COMMITTED gives the next statement a snapshot taken after it.
+func (s *Store) LeaseActor(ctx context.Context, lease string, key names.ActorKey, holder string, ttl time.Duration, takeOver bool) (l *store.Lease, a *store.Actor, t *store.Template, err error) {
+	err = s.doAsync(ctx, func(q querier) error {
+		l, a, t = nil, nil, nil
+		b := &pgx.Batch{}
+		b.Queue(acquireQuery, acquireArgs(lease, holder, ttl, takeOver)...)
+		b.Queue(`SELECT a.record, t.key, t.spec, t.record FROM actors a
+			LEFT JOIN templates t ON t.atespace = a.atespace AND t.name = a.template
+			WHERE a.key = $1`, key.String())
+		br := q.SendBatch(ctx, b)
+		var r acquiredRow
+		var rec, tspec, trec []byte
+		var tkey *string
+		lerr := r.scan(br.QueryRow())
+		rerr := br.QueryRow().Scan(&rec, &tkey, &tspec, &trec)
+		if err := br.Close(); err != nil {
+			return err
+		}
+		got, err := r.lease(ctx, q, lerr, lease, holder)
 		if err != nil {
 			return err
 		}
-		l.Expiry = l.Expiry.UTC()
-		if prev != nil && *prev != holder {
-			l.TakenFrom = *prev
+		l = got
+		// The lease is held from here: a read that failed is the
+		// caller's own read to make (and to report), not a reason to
+		// leave the lease to expire unreleased.
+		if rerr == nil {
+			a, t = leasedRecords(key, rec, tkey, tspec, trec)
 		}
-		out = l
 		return nil
 	})
-	return out, err
+	return l, a, t, err
+}
+
+// leasedRecords decodes LeaseActor's read; what does not decode is left
+// nil.
+func leasedRecords(key names.ActorKey, rec []byte, tkey *string, tspec, trec []byte) (*store.Actor, *store.Template) {
+	a, err := decode[store.Actor]("actor "+key.String(), rec)
+	if err != nil || tkey == nil {
+		return a, nil
+	}
+	t, err := scanTemplate(*tkey, tspec, trec)
+	if err != nil {
+		return a, nil
+	}
+	return a, t
 }
 
 // RenewLease implements store.Store, durably (above).

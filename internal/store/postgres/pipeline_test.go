@@ -46,6 +46,18 @@ func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
+// openCounted opens a Store on a new database whose round trips trips
+// counts, closed when t ends.
+func openCounted(t testing.TB, trips *tripCounter) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), srv.NewDatabase(t), Options{Logger: testLogger(), tracer: trips})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // during returns the round trips fn made.
 func (c *tripCounter) during(fn func()) []string {
 	c.mu.Lock()
@@ -65,13 +77,8 @@ func (c *tripCounter) during(fn func()) []string {
 // batch of events takes one.
 func TestWakeupWritesRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	url := srv.NewDatabase(t)
 	trips := &tripCounter{}
-	s, err := Open(ctx, url, Options{Logger: testLogger(), tracer: trips})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := openCounted(t, trips)
 	if err := s.PutWorker(ctx, &store.Worker{Name: "w0", Node: "n"}); err != nil {
 		t.Fatal(err)
 	}

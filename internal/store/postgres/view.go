@@ -73,6 +73,9 @@ type view struct {
 	// every worker: flat from a thousand workers to a hundred thousand.
 	// Guarded by mu.
 	free *btree.BTreeG[freeKey]
+	// claiming counts the claims under way whose first candidate each
+	// worker is (candidates). Guarded by mu.
+	claiming map[string]int
 }
 
 // freeKey is a free worker's place in view.free.
@@ -86,7 +89,7 @@ func (a freeKey) less(b freeKey) bool {
 const freeDegree = 32
 
 func newView() *view {
-	return &view{workers: map[string]viewEntry{}, free: btree.NewG(freeDegree, freeKey.less)}
+	return &view{workers: map[string]viewEntry{}, free: btree.NewG(freeDegree, freeKey.less), claiming: map[string]int{}}
 }
 
 // set makes e worker name's entry, keeping free in step; v.mu is held.
@@ -149,8 +152,17 @@ func (v *view) get(name string) (viewEntry, bool) {
 // workers in that order until it has limit: a few for a claim without a
 // selector, however many workers there are; with a selector few workers
 // match, as many as it takes.
-func (v *view) candidates(node string, selector map[string]string, limit int) []string {
-	var out []string
+//
+// Workers that are the first candidate of a claim of this Store still
+// under way go last, and the first candidate returned becomes one until
+// the caller calls done (after it has put its claim's result in the
+// view). Without this, claims at once all tried the same first few
+// workers: each locked or re-checked the ones the others were binding
+// (SKIP LOCKED), and at 1024 clients some found none left and fell back
+// to the query (BENCHMARKS.md, issue 33). A claim alone sees none under
+// way, so it still gets the first free worker in order.
+func (v *view) candidates(node string, selector map[string]string, limit int) (out []string, done func()) {
+	var later []string
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.free.AscendGreaterOrEqual(freeKey{node: node}, func(k freeKey) bool {
@@ -158,11 +170,29 @@ func (v *view) candidates(node string, selector map[string]string, limit int) []
 			return false
 		}
 		if store.MatchLabels(selector, v.workers[k.name].labels) {
-			out = append(out, k.name)
+			if v.claiming[k.name] > 0 {
+				later = append(later, k.name)
+			} else {
+				out = append(out, k.name)
+			}
 		}
-		return len(out) < limit
+		// Every claim under way may hold one worker in the way.
+		return len(out) < limit && len(out)+len(later) < limit+len(v.claiming)
 	})
-	return out
+	out = append(out, later...)
+	out = out[:min(len(out), limit)]
+	if len(out) == 0 {
+		return out, func() {}
+	}
+	first := out[0]
+	v.claiming[first]++
+	return out, func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.claiming[first]--; v.claiming[first] == 0 {
+			delete(v.claiming, first)
+		}
+	}
 }
 
 // viewCols are the workers columns an entry is read from, in scanEntry's

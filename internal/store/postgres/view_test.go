@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,7 +69,9 @@ func TestViewFollowsOtherStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	viewSays("w0 deleted", func(_ viewEntry, ok bool) bool { return !ok })
-	if got := s1.view.candidates("", nil, 10); len(got) != 0 {
+	got, done := s1.view.candidates("", nil, 10)
+	done()
+	if len(got) != 0 {
 		t.Fatalf("candidates after the delete: %v", got)
 	}
 }
@@ -300,7 +304,9 @@ func TestViewCandidates(t *testing.T) {
 	put("c1", "nc", false, 4, nil)
 	check := func(what, node string, sel map[string]string, limit int, want ...string) {
 		t.Helper()
-		if got := v.candidates(node, sel, limit); strings.Join(got, ",") != strings.Join(want, ",") {
+		got, done := v.candidates(node, sel, limit)
+		done()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("%s: candidates(%q, %v, %d) = %v, want %v", what, node, sel, limit, got, want)
 		}
 	}
@@ -320,6 +326,133 @@ func TestViewCandidates(t *testing.T) {
 	check("moved worker's old node", "nb", nil, 10)
 	v.remove("a2", 8)
 	check("after a delete", "", nil, 10, "c1", "b1")
+
+	// Claims under way: each one's first candidate goes last for the
+	// next, until it ends.
+	first, done1 := v.candidates("", nil, 2)
+	second, done2 := v.candidates("", nil, 2)
+	third, done3 := v.candidates("", nil, 10)
+	if strings.Join(first, ",") != "c1,b1" || strings.Join(second, ",") != "b1,c1" || strings.Join(third, ",") != "c1,b1" {
+		t.Errorf("candidates of three claims at once: %v, %v, %v; want [c1 b1], [b1 c1], [c1 b1] (all under way: in order)", first, second, third)
+	}
+	done2()
+	done3()
+	check("with the first claim still under way", "", nil, 10, "b1", "c1")
+	done1()
+	check("after every claim ended", "", nil, 10, "c1", "b1")
+	if len(v.claiming) != 0 {
+		t.Errorf("claims under way after every one ended: %v", v.claiming)
+	}
+
 	v.replace(map[string]viewEntry{"z9": {node: "na", free: true, rev: 9}, "y1": {node: "na", rev: 10}})
 	check("after a reload", "", nil, 10, "z9")
+}
+
+// TestConcurrentClaimsEachTakeTheirOwn: claims at once on one Store bind
+// each the first worker the view offered it, without falling back to the
+// query over the table: each passes over the workers the others under
+// way are binding (view.candidates). Before, they all tried the same
+// first few, and at 1024 clients the claims that found those taken fell
+// back to a query of 9–11 ms (issue 33).
+func TestConcurrentClaimsEachTakeTheirOwn(t *testing.T) {
+	ctx := context.Background()
+	trips := &tripCounter{}
+	s := openCounted(t, trips)
+	const claims = 48
+	for i := range claims + 16 {
+		if err := s.PutWorker(ctx, &store.Worker{Name: fmt.Sprintf("w%03d", i), Node: "n"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actors := make([]*store.Actor, claims)
+	for i := range actors {
+		actors[i] = seedActor(t, s, fmt.Sprintf("a%02d", i))
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	sent := trips.during(func() {
+		for _, a := range actors {
+			wg.Go(func() {
+				<-start
+				if _, _, err := s.ClaimWorker(ctx, a, "n"); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	})
+	fallbacks := 0
+	for _, sql := range sent {
+		if strings.Contains(sql, "FROM workers WHERE actor_uid IS NULL") {
+			fallbacks++
+		}
+	}
+	if fallbacks > 0 {
+		t.Errorf("%d of %d claims at once fell back to the query over the table", fallbacks, claims)
+	}
+	if len(sent) != 2*claims {
+		t.Errorf("%d round trips for %d claims, want two each", len(sent), claims)
+	}
+}
+
+// TestClaimLocksOneCandidate: a claim's bind locks the one worker it
+// binds, with the table's statistics missing (workers just registered)
+// and with them: not its other candidates, which concurrent claims would
+// then pass over, and never a worker that is not free.
+func TestClaimLocksOneCandidate(t *testing.T) {
+	ctx := context.Background()
+	url := srv.NewDatabase(t)
+	s := openStore(t, url)
+	for i := range 64 {
+		if err := s.PutWorker(ctx, &store.Worker{Name: fmt.Sprintf("w%02d", i), Node: "n"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, w, err := s.ClaimWorker(ctx, seedActor(t, s, "holder"), "n"); err != nil || w.Name != "w00" {
+		t.Fatalf("holder's claim: %v, %v; want w00", w, err)
+	}
+	a := seedActor(t, s, "a")
+	var candidates []string
+	for i := range 16 {
+		candidates = append(candidates, fmt.Sprintf("w%02d", i))
+	}
+	claimer, other := connect(t, url), connect(t, url)
+	for _, analysed := range []bool{false, true} {
+		if analysed {
+			if _, err := claimer.Exec(ctx, `ANALYZE workers`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tx, err := claimer.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bf := newBinder(a, "n", nil)
+		b := &pgx.Batch{}
+		bf.queueCandidates(b, candidates)
+		br := tx.SendBatch(ctx, b)
+		w, _, err := bf.result(br.QueryRow())
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil || w == nil || w.Name != "w01" {
+			t.Fatalf("analysed %v: bound %v, %v; want w01, the first free candidate", analysed, w, err)
+		}
+		rows, err := other.Query(ctx, `SELECT name FROM workers WHERE name = ANY($1) ORDER BY name FOR UPDATE SKIP LOCKED`, candidates)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lockable, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Concat(candidates[:1], candidates[2:])
+		if !slices.Equal(lockable, want) {
+			t.Errorf("analysed %v: the candidates other claims can lock during the bind: %v; want all but w01", analysed, lockable)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -89,7 +89,9 @@ func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, pr
 	if err != nil {
 		return nil, nil, err
 	}
-	candidates := slices.Concat(prefer, s.view.candidates(node, a.WorkerSelector, viewCandidates))
+	viewed, done := s.view.candidates(node, a.WorkerSelector, viewCandidates)
+	defer done() // after the claim's result is in the view (changed)
+	candidates := slices.Concat(prefer, viewed)
 	var entry viewEntry
 	// Two round trips when a candidate holds: BEGIN, the fence, the
 	// actor's lock and the candidates' bind in one batch (a bind the
@@ -189,14 +191,23 @@ func bindSQL(pick string) string {
 }
 
 // queueCandidates queues on b the bind of the first free candidate,
-// driven by the candidates, one primary-key lookup each. Written as
-// name = ANY(…) the planner chose, for a generic plan, to walk the
-// node's free workers (workers_free) and filter by name: 5.7 ms a claim
-// with 512 workers a node, growing with their dead rows, against 0.1 ms
-// (BENCHMARKS.md, The PostgreSQL control plane).
+// driven by the candidates in order, one index lookup each, stopping at
+// the first that is free and not locked. Written as name = ANY(…) the
+// planner chose, for a generic plan, to walk the node's free workers
+// (workers_free) and filter by name: 5.7 ms a claim with 512 workers a
+// node, growing with their dead rows, against 0.1 ms (BENCHMARKS.md, The
+// PostgreSQL control plane). Written as a join it did the same whenever
+// the table's statistics were missing or stale (a cluster's workers just
+// registered): it hashed every free worker of the node. The lookup is a
+// LATERAL subquery behind OFFSET 0, which the planner cannot turn into
+// a join, so it stays a lookup per candidate whatever the statistics.
+// The row lock is taken inside the subquery, after its filter (a worker
+// not free is never locked), and the candidates come in their order
+// (WITH ORDINALITY), so LIMIT 1 stops at the first one locked
+// (TestClaimLocksOneCandidate).
 func (bf *binder) queueCandidates(b *pgx.Batch, candidates []string) {
 	b.Queue(bindSQL(fmt.Sprintf(`SELECT w.name FROM unnest($%d::text[]) WITH ORDINALITY AS c(name, i)
-		JOIN workers w ON w.name = c.name WHERE %s
+		CROSS JOIN LATERAL (SELECT name FROM workers WHERE name = c.name AND %s OFFSET 0) w
 		ORDER BY c.i LIMIT 1 FOR UPDATE OF w SKIP LOCKED`, len(bf.args)+1, bf.filter)), append(slices.Clip(bf.args), candidates)...)
 }
 

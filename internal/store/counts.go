@@ -47,8 +47,10 @@ type ActorLeaser interface {
 	// LeaseActor is AcquireLease of lease for holder (TakeOverLease
 	// with takeOver), with the same errors, that also returns key's
 	// actor and that actor's template as they stood once the lease was
-	// held: a write the acquisition waited for is seen. Either is nil
-	// when it is missing or could not be read; the caller then reads it
-	// itself, for the error.
+	// held: a write the acquisition waited for is seen. The actor is
+	// nil when there is none or its record does not decode, the
+	// template when the actor or it is missing or does not decode; the
+	// caller then reads it itself, for the error. A read that fails
+	// otherwise fails the call, and the lease is not taken.
 	LeaseActor(ctx context.Context, lease string, key names.ActorKey, holder string, ttl time.Duration, takeOver bool) (*Lease, *Actor, *Template, error)
 }

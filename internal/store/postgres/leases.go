@@ -118,9 +118,11 @@ func (s *Store) LeaseActor(ctx context.Context, lease string, key names.ActorKey
 		l, a, t = nil, nil, nil
 		b := &pgx.Batch{}
 		b.Queue(acquireQuery, acquireArgs(lease, holder, ttl, takeOver)...)
+		// Only once the lease is this holder's: a workflow polling a
+		// lease another holds reads nothing it would throw away.
 		b.Queue(`SELECT a.record, t.key, t.spec, t.record FROM actors a
 			LEFT JOIN templates t ON t.atespace = a.atespace AND t.name = a.template
-			WHERE a.key = $1`, key.String())
+			WHERE a.key = $1 AND EXISTS (SELECT 1 FROM leases WHERE key = $2 AND holder = $3)`, key.String(), lease, holder)
 		br := q.SendBatch(ctx, b)
 		var r acquiredRow
 		var rec, tspec, trec []byte
@@ -135,9 +137,11 @@ func (s *Store) LeaseActor(ctx context.Context, lease string, key names.ActorKey
 			return err
 		}
 		l = got
-		// The lease is held from here: a read that failed is the
-		// caller's own read to make (and to report), not a reason to
-		// leave the lease to expire unreleased.
+		// The lease is held from here. No row (no such actor), or a
+		// record that does not decode, leaves the record to the
+		// caller's own read and its error. A read the server failed
+		// aborted the batch's implicit transaction, the acquisition
+		// with it, and Close said so above.
 		if rerr == nil {
 			a, t = leasedRecords(key, rec, tkey, tspec, trec)
 		}

@@ -3,9 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
@@ -66,8 +69,25 @@ func TestLeaseActor(t *testing.T) {
 // acquisition began. One statement cannot do this (it reads from the
 // snapshot it began with), so the read is a statement of its own.
 func TestLeaseActorSeesTheWriteItWaitedFor(t *testing.T) {
+	t.Run("server defaults", func(t *testing.T) { leaseWaitedFor(t, "") })
+	// A database whose default is another isolation level: the store's
+	// transactions stay READ COMMITTED all the same.
+	t.Run("database default repeatable read", func(t *testing.T) { leaseWaitedFor(t, "repeatable read") })
+}
+
+func leaseWaitedFor(t *testing.T, isolation string) {
 	ctx := context.Background()
 	url := srv.NewDatabase(t)
+	if isolation != "" {
+		admin := connect(t, url)
+		var db string
+		if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s SET default_transaction_isolation = '%s'`, pgx.Identifier{db}.Sanitize(), isolation)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s := openStore(t, url)
 	a := seedActor(t, s, "a")
 	l, _, _, err := s.LeaseActor(ctx, "actor/default/a", a.Key(), "r1", time.Minute, false)

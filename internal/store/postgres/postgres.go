@@ -195,6 +195,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ate"
 	}
+	// Every transaction of the store is READ COMMITTED, whatever the
+	// server's or the role's default: its writes re-check rows they
+	// waited for, and LeaseActor's read must see the write its lease's
+	// acquisition waited for, which needs each statement's own snapshot.
+	// Under REPEATABLE READ that read would be silently stale.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

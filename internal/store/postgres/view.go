@@ -154,14 +154,17 @@ func (v *view) get(name string) (viewEntry, bool) {
 // match, as many as it takes.
 //
 // Workers that are the first candidate of a claim of this Store still
-// under way go last, and the first candidate returned becomes one until
-// the caller calls done (after it has put its claim's result in the
-// view). Without this, claims at once all tried the same first few
-// workers: each locked or re-checked the ones the others were binding
-// (SKIP LOCKED), and at 1024 clients some found none left and fell back
-// to the query (BENCHMARKS.md, issue 33). A claim alone sees none under
-// way, so it still gets the first free worker in order.
-func (v *view) candidates(node string, selector map[string]string, limit int) (out []string, done func()) {
+// under way go last, and, with mark, the first candidate returned
+// becomes one until the caller calls done (after it has put its claim's
+// result in the view). Without this, claims at once all tried the same
+// first few workers: each locked or re-checked the ones the others were
+// binding (SKIP LOCKED), and at 1024 clients some found none left and
+// fell back to the query (BENCHMARKS.md, issue 33). A claim alone sees
+// none under way, so it still gets the first free worker in order. The
+// walk passes over at most passedOver claimed workers, so however many
+// claims are under way it stays short under v.mu; past that the claim
+// shares candidates, as before.
+func (v *view) candidates(node string, selector map[string]string, limit int, mark bool) (out []string, done func()) {
 	var later []string
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -176,12 +179,11 @@ func (v *view) candidates(node string, selector map[string]string, limit int) (o
 				out = append(out, k.name)
 			}
 		}
-		// Every claim under way may hold one worker in the way.
-		return len(out) < limit && len(out)+len(later) < limit+len(v.claiming)
+		return len(out) < limit && len(later) < passedOver
 	})
 	out = append(out, later...)
 	out = out[:min(len(out), limit)]
-	if len(out) == 0 {
+	if len(out) == 0 || !mark {
 		return out, func() {}
 	}
 	first := out[0]
@@ -194,6 +196,10 @@ func (v *view) candidates(node string, selector map[string]string, limit int) (o
 		}
 	}
 }
+
+// passedOver bounds how many workers other claims under way are binding
+// one claim's walk of the view passes over (candidates).
+const passedOver = 64
 
 // viewCols are the workers columns an entry is read from, in scanEntry's
 // order.

@@ -89,7 +89,9 @@ func (s *Store) ClaimWorker(ctx context.Context, a *store.Actor, node string, pr
 	if err != nil {
 		return nil, nil, err
 	}
-	viewed, done := s.view.candidates(node, a.WorkerSelector, viewCandidates)
+	// A claim that prefers workers (a standby's) tries those first, so
+	// it marks none of the view's as its own.
+	viewed, done := s.view.candidates(node, a.WorkerSelector, viewCandidates, len(prefer) == 0)
 	defer done() // after the claim's result is in the view (changed)
 	candidates := slices.Concat(prefer, viewed)
 	var entry viewEntry

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/names"
 	"substrate.dev/ate/internal/store"
 )
@@ -23,6 +24,14 @@ func TestLeaseActor(t *testing.T) {
 	ctx := context.Background()
 	trips := &tripCounter{}
 	s := openCounted(t, trips)
+	// Another tenant's template of the same name, stored first, must not
+	// come along.
+	if err := s.CreateAtespace(ctx, &store.Atespace{Name: "other", UID: "other-ns"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTemplate(ctx, &store.Template{Atespace: "other", Name: "tpl", UID: "other-t", Spec: &atev1.ActorTemplateSpec{}}); err != nil {
+		t.Fatal(err)
+	}
 	a := seedActor(t, s, "a")
 
 	var l *store.Lease
@@ -43,7 +52,7 @@ func TestLeaseActor(t *testing.T) {
 		t.Errorf("actor %+v, want %+v", got, a)
 	}
 	if tpl == nil || tpl.Atespace != "default" || tpl.Name != "tpl" || tpl.UID != "t" || tpl.Spec == nil {
-		t.Errorf("template %+v, want default/tpl with its spec", tpl)
+		t.Errorf("template %+v, want default/tpl (uid t) with its spec, not another atespace's", tpl)
 	}
 
 	if _, _, _, err := s.LeaseActor(ctx, "actor/default/a", a.Key(), "r2", time.Minute, false); !errors.Is(err, store.ErrLeaseHeld) || !strings.Contains(err.Error(), "r1") {

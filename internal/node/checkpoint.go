@@ -27,7 +27,9 @@ const DefaultDrainGrace = 10 * time.Second
 // snapshot of the actor and empties the worker. It returns the committed
 // snapshot's reference. Errors wrap ErrStale when actorUID is not hosted
 // there; on any error the worker is emptied too, since a failed checkpoint
-// may have stopped the sandbox.
+// may have stopped the sandbox. Where it can, the worker's next standby is
+// created while the checkpoint runs (prepareBeside), and Checkpoint
+// returns once both have ended, so the start that follows finds it.
 func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts CheckpointOptions) (string, error) {
 	s, err := n.slot(worker)
 	if err != nil {
@@ -80,6 +82,7 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	n.drain(ctx, s, opts.Grace)
 	ctx, span := tracing.Span(ctx, "node.checkpoint", attribute.String("ate.worker", worker), attribute.Bool("ate.paused", opts.Paused))
 	began := time.Now()
+	standbyReady := n.prepareBeside(s, opts)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	switch {
 	case err != nil:
@@ -95,6 +98,7 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 		n.committedIDs.add(opts.ID)
 	}
 	n.clearOp(ctx, s)
+	standbyReady()
 	n.refill(s)
 	return ref, err
 }

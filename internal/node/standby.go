@@ -14,6 +14,7 @@ import (
 
 	atev1 "substrate.dev/ate/api/ate/v1"
 	"substrate.dev/ate/internal/sandbox"
+	"substrate.dev/ate/internal/snapshot"
 )
 
 // A standby is a container prepared ahead of time on a free worker
@@ -348,26 +349,10 @@ func (n *Node) refillOp(s *slot) error {
 	// Shutdown waits for opMu instead and destroys the finished standby.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), refillTimeout)
 	defer cancel()
-	c := tpl.spec.GetContainers()[0]
-	img, err := n.cfg.Images.EnsurePinned(ctx, tpl.atespace, c.GetImage(), tpl.imageDigest)
-	if err != nil {
-		return fmt.Errorf("image %s: %w", c.GetImage(), err)
-	}
-	// The volume directories are bind-mounted at Prepare and emptied or
-	// filled in place by the start that takes the standby.
-	vols, err := n.prepareVolumes(s, tpl.spec, "")
+	spec, err := n.standbySpec(ctx, s, tpl)
 	if err != nil {
 		return err
 	}
-	spec, err := n.containerSpec(s, "standby", c, img, vols)
-	if err != nil {
-		return err
-	}
-	em, err := n.egressMounts(s, tpl.spec)
-	if err != nil {
-		return err
-	}
-	spec.Mounts = append(spec.Mounts, em...)
 	start := time.Now()
 	if err := n.standbys.prep.Prepare(ctx, s.sb, spec); err != nil {
 		return err
@@ -375,6 +360,91 @@ func (n *Node) refillOp(s *slot) error {
 	n.standbys.set(s.name, &s.standby, &spec, tpl.key())
 	n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start))
 	return nil
+}
+
+// standbySpec is the container a standby for tpl on s is. It empties s's
+// volume directories for tpl's volumes, so it must not run while s hosts
+// an actor that has volumes. s.opMu is held.
+func (n *Node) standbySpec(ctx context.Context, s *slot, tpl *standbyTemplate) (sandbox.Spec, error) {
+	c := tpl.spec.GetContainers()[0]
+	img, err := n.cfg.Images.EnsurePinned(ctx, tpl.atespace, c.GetImage(), tpl.imageDigest)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("image %s: %w", c.GetImage(), err)
+	}
+	// The volume directories are bind-mounted at Prepare and emptied or
+	// filled in place by the start that takes the standby.
+	vols, err := n.prepareVolumes(s, tpl.spec, "")
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	spec, err := n.containerSpec(s, "standby", c, img, vols)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	em, err := n.egressMounts(s, tpl.spec)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	spec.Mounts = append(spec.Mounts, em...)
+	return spec, nil
+}
+
+// prepareBeside begins preparing s's next standby while the actor s
+// hosts is checkpointed (after its drain, before the checkpoint), so that
+// a start that follows at once — an eviction hands the worker over the
+// moment the victim's checkpoint is written — finds the sandbox created
+// instead of paying for `runsc create` after the checkpoint
+// (BENCHMARKS.md, "Eviction beside the checkpoint"). The returned finish
+// waits for the preparation and records the standby; the caller calls it
+// once the checkpoint has ended, whatever its outcome, still under
+// s.opMu. The standby holds no actor state, and nothing is restored into
+// it before the checkpoint has returned, so a victim's state is written
+// before its worker hosts anyone else's.
+//
+// It prepares nothing, leaving it to refill after the checkpoint, when
+// refill would not prepare at once either (another free worker holds a
+// standby for the template), when the template has volumes (a standby's
+// preparation empties the worker's volume directories, which hold the
+// victim's data until the checkpoint has copied it out), and for a
+// Data-scope checkpoint. Preparing takes the worker's network over from
+// the container being checkpointed (sandbox.Preparer), which is why it
+// begins only after the drain.
+func (n *Node) prepareBeside(s *slot, opts CheckpointOptions) (finish func()) {
+	none := func() {}
+	tpl := s.standby.current()
+	if tpl == nil || !n.standbys.enabled() || s == n.golden.slot || len(s.leftovers) > 0 || n.ctx.Err() != nil ||
+		opts.Scope == snapshot.ScopeData || len(tpl.spec.GetVolumes()) > 0 || s.standby.held() || n.otherStandbyReady(s) {
+		return none
+	}
+	// Not cancelled by Shutdown, as in refillOp.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), refillTimeout)
+	spec, err := n.standbySpec(ctx, s, tpl)
+	if err != nil {
+		cancel()
+		n.log.Warn("prepare standby beside a checkpoint", "worker", s.name, "err", err)
+		return none
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	// Joined by finish within the checkpoint's call, so no tracking
+	// beyond it (goBackground) is needed.
+	go func() { done <- n.standbys.prep.Prepare(ctx, s.sb, spec) }()
+	return func() {
+		defer cancel()
+		if err := <-done; err != nil {
+			n.log.Warn("prepare standby beside a checkpoint", "worker", s.name, "err", err)
+			return
+		}
+		if len(s.leftovers) > 0 {
+			// The checkpointed container outlived its destroy (clearOp):
+			// the worker hosts nothing until it is gone, and a standby
+			// there would only draw claims to it.
+			n.destroy(ctx, s, spec.ID)
+			return
+		}
+		n.standbys.set(s.name, &s.standby, &spec, tpl.key())
+		n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start), "besideCheckpoint", true)
+	}
 }
 
 // StopStandbys stops preparing standbys, e.g. while shutting down, when

@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,6 +164,118 @@ func TestStandby(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(vol, "mine")); err != nil || string(got) != "a's" {
 		t.Fatalf("a's volume after restore = %q, %v", got, err)
+	}
+}
+
+// heldCheckpoints is the fake runtime with each Checkpoint held, once it
+// has begun, until release closes.
+type heldCheckpoints struct {
+	*fake.Runtime
+	began   chan struct{}
+	release chan struct{}
+}
+
+func (h heldCheckpoints) Checkpoint(ctx context.Context, slot sandbox.Slot, id, imageDir string) error {
+	h.began <- struct{}{}
+	<-h.release
+	return h.Runtime.Checkpoint(ctx, slot, id, imageDir)
+}
+
+// noVolumes is a template of image with no volumes.
+func noVolumes(image string) *atev1.ActorTemplateSpec {
+	return &atev1.ActorTemplateSpec{Containers: []*atev1.ContainerSpec{{Name: "app", Image: image}}}
+}
+
+// TestStandbyPreparedBesideCheckpoint: a worker whose actor is
+// checkpointed creates its next standby while the checkpoint runs, so
+// the start that follows at once (an eviction's) finds it ready; and the
+// checkpointed actor restores into it with its state.
+func TestStandbyPreparedBesideCheckpoint(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	h := heldCheckpoints{Runtime: rt, began: make(chan struct{}, 1), release: make(chan struct{})}
+	n := newTestNodeWith(t, h, false)
+	ctx := t.Context()
+	w := n.order[0]
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: noVolumes("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ref string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ref, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull})
+		done <- result{ref, err}
+	}()
+	<-h.began
+	waitPrepared(t, rt, 1) // while the checkpoint is held
+	close(h.release)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	standbyID := standbyOf(n.slots[w])
+	if standbyID == "" {
+		t.Fatal("no standby recorded once the checkpoint returned")
+	}
+	if got := n.StandbyWorkers(noVolumes("img1"), "sha256:img1"); len(got) != 1 || got[0] != w {
+		t.Fatalf("StandbyWorkers(img1) = %v, want [%s]", got, w)
+	}
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "b", Atespace: "ns", Name: "b", Spec: noVolumes("img1"), Snapshot: res.ref}); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := rt.Container(w); id != standbyID {
+		t.Fatalf("the restore runs in container %s, want the standby %s", id, standbyID)
+	}
+}
+
+// failedCheckpoint is the fake runtime whose Checkpoint, once victim is
+// set, fails leaving the container running, and whose Destroy of victim
+// fails too: a sandbox that outlived its destroy.
+type failedCheckpoint struct {
+	*fake.Runtime
+	victim atomic.Pointer[string]
+}
+
+func (r *failedCheckpoint) Checkpoint(ctx context.Context, slot sandbox.Slot, id, imageDir string) error {
+	if r.victim.Load() != nil {
+		return errors.New("runsc checkpoint: sandbox did not answer")
+	}
+	return r.Runtime.Checkpoint(ctx, slot, id, imageDir)
+}
+
+func (r *failedCheckpoint) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {
+	if v := r.victim.Load(); v != nil && *v == id {
+		return errors.New("runsc delete: sandbox did not stop")
+	}
+	return r.Runtime.Destroy(ctx, slot, id)
+}
+
+// TestNoStandbyBesideALeftover: a standby prepared beside a checkpoint
+// that failed, and whose container then outlived its destroy, is
+// destroyed rather than offered: the worker hosts nothing until that
+// container is gone.
+func TestNoStandbyBesideALeftover(t *testing.T) {
+	rt := fake.New(fake.Config{})
+	failing := &failedCheckpoint{Runtime: rt}
+	n := newTestNodeWith(t, failing, false)
+	w := n.order[0]
+	ctx := t.Context()
+	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: noVolumes("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	victim, _ := rt.Container(w)
+	failing.victim.Store(&victim)
+	t.Cleanup(func() { _ = rt.Close() }) // the leftover, which the node cannot destroy
+	if _, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull}); err == nil {
+		t.Fatal("checkpoint succeeded, want its failure")
+	}
+	if id := standbyOf(n.slots[w]); id != "" || rt.Prepared() != 0 {
+		t.Fatalf("standby %q, %d prepared containers beside a leftover; want none", id, rt.Prepared())
+	}
+	if got := n.StandbyWorkers(noVolumes("img1"), "sha256:img1"); len(got) != 0 {
+		t.Fatalf("StandbyWorkers(img1) = %v, want none", got)
 	}
 }
 

@@ -108,6 +108,13 @@ type LiveCheckpointer interface {
 // spec and Prepared set. Destroy removes a prepared container too. Its
 // stdout and stderr are fixed at Prepare (spec.LogPath), so a restore into
 // it writes there, not to the restored container's earlier log.
+//
+// Prepare is the one call that may run on a slot beside another: while
+// (or before) the container the slot runs is checkpointed. The prepared
+// container takes the slot's network over from the running one, which
+// can then serve no more; so a caller prepares beside a container only
+// once it is to be checkpointed and serves nothing, never beside one that
+// goes on serving.
 type Preparer interface {
 	Prepare(ctx context.Context, slot Slot, spec Spec) error
 }

@@ -567,6 +567,49 @@ func testPreparedRestoreAndRun(t *testing.T, r *Runtime) {
 	checkGone(t, r, unused.ID, "after Destroy of a prepared container")
 }
 
+// TestPrepareBesideCheckpoint: a standby may be created in the slot whose
+// container is being checkpointed, before or while the checkpoint runs
+// (the node overlaps an eviction's `runsc create` with the victim's
+// checkpoint), and that checkpoint then restores into it with its state.
+func TestPrepareBesideCheckpoint(t *testing.T) {
+	for _, concurrent := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before", true: "during"}[concurrent], func(t *testing.T) {
+			r := newRuntime(t)
+			w := newSlot(t)
+			spec := newSpec(t, r)
+			runReady(t, r, w, spec)
+			mustGet(t, r, w, "/")
+			mustGet(t, r, w, "/write?v=kept")
+			standby := newSpec(t, r)
+			prepared := make(chan error, 1)
+			go func() { prepared <- r.Prepare(t.Context(), w, standby) }()
+			if !concurrent {
+				if err := <-prepared; err != nil {
+					t.Fatalf("Prepare beside a running container: %v", err)
+				}
+				prepared <- nil
+			}
+			img := checkpoint(t, r, w, spec.ID)
+			if err := <-prepared; err != nil {
+				t.Fatalf("Prepare beside a checkpoint: %v", err)
+			}
+			standby.Prepared = true
+			if err := r.Restore(t.Context(), w, standby, img); err != nil {
+				t.Fatalf("Restore into the standby prepared beside the checkpoint: %v", err)
+			}
+			if got := mustGet(t, r, w, "/"); got != "2" {
+				t.Fatalf("counter after the restore = %s, want 2", got)
+			}
+			if got := mustGet(t, r, w, "/read"); got != "kept" {
+				t.Fatalf("/read after the restore = %q, want kept", got)
+			}
+			if err := r.Destroy(t.Context(), w, standby.ID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // countedOnce runs a counter in w, counts once and checkpoints it; it
 // returns the image, whose next count is 2.
 func countedOnce(t testing.TB, r *Runtime, w sandbox.Slot) string {

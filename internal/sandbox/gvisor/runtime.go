@@ -102,8 +102,9 @@ type Config struct {
 
 // Runtime is the gvisor sandbox class. It is safe for concurrent use on
 // different slots; calls for one slot must be serialised by the caller (as
-// sandbox.Runtime requires). It keeps no state of its own: runsc's state
-// under RootDir is the truth.
+// sandbox.Runtime requires), but for a Prepare beside a Checkpoint
+// (sandbox.Preparer). It keeps no state of its own: runsc's state under
+// RootDir is the truth.
 type Runtime struct {
 	runsc      string
 	rootDir    string
@@ -241,6 +242,14 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 // On failure the container is force-deleted. A prepared sandbox (sentry
 // and gofer, no application) costs memory on every free worker
 // (BENCHMARKS.md, Activation latency: standbys).
+//
+// Beside a container that still runs in slot (one being checkpointed),
+// re-applying the address gives it to the host's side of the slot's
+// namespace again, which then answers the running container's packets
+// (refused connections) until a restore or start into spec takes it:
+// the running container has lost its network for good, even if spec is
+// destroyed instead (seen on runsc of RunscVersion). Its checkpoint
+// restores into spec as any other (TestPrepareBesideCheckpoint).
 func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
 	done, err := r.creating()
 	if err != nil {

@@ -63,7 +63,9 @@ var everywhere = []string{"internal", "cmd"}
 
 var wordRules = []wordRule{
 	{name: "checkpoint action", words: []string{"pause", "suspend"}, enum: "internal/checkpoint/action.go",
-		use: "checkpoint.Action", dirs: everywhere},
+		use: "checkpoint.Action", dirs: everywhere,
+		allow: []allowed{{"internal/sandbox/gvisor/runsc.go", "pause", "runscPause",
+			"runsc's subcommand that freezes a container in place, not a checkpoint action"}}},
 	{name: "snapshot scope", words: []string{"Full", "Data"}, enum: "internal/snapshot/snapshot.go",
 		use: "snapshot.Scope", dirs: everywhere},
 	{name: "sandbox class", words: []string{"gvisor", "fake"}, enum: "internal/nodeapi/class.go",

@@ -28,8 +28,9 @@ const DefaultDrainGrace = 10 * time.Second
 // snapshot's reference. Errors wrap ErrStale when actorUID is not hosted
 // there; on any error the worker is emptied too, since a failed checkpoint
 // may have stopped the sandbox. Where it can, the worker's next standby is
-// created while the checkpoint runs (prepareBeside), and Checkpoint
-// returns once both have ended, so the start that follows finds it.
+// created while the checkpoint runs (prepareBeside: the container is
+// frozen first), and Checkpoint returns once both have ended, so the
+// start that follows finds it.
 func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts CheckpointOptions) (string, error) {
 	s, err := n.slot(worker)
 	if err != nil {
@@ -82,7 +83,7 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 	n.drain(ctx, s, opts.Grace)
 	ctx, span := tracing.Span(ctx, "node.checkpoint", attribute.String("ate.worker", worker), attribute.Bool("ate.paused", opts.Paused))
 	began := time.Now()
-	standbyReady := n.prepareBeside(s, opts)
+	beside := n.prepareBeside(ctx, s, opts)
 	ref, err := n.checkpointOp(ctx, s, actorUID, opts)
 	switch {
 	case err != nil:
@@ -93,12 +94,16 @@ func (n *Node) Checkpoint(ctx context.Context, worker, actorUID string, opts Che
 		s.stopWhy = "suspended"
 	}
 	n.cfg.Metrics.Checkpoint(time.Since(began), err)
+	// Before clearOp, whose destroy of a container a failed checkpoint
+	// left would otherwise run beside the preparation; within the span,
+	// which then shows a create that outlasted the checkpoint.
+	beside.wait()
 	tracing.End(span, err)
 	if err == nil && opts.ID != "" {
 		n.committedIDs.add(opts.ID)
 	}
 	n.clearOp(ctx, s)
-	standbyReady()
+	n.recordBeside(ctx, s, beside)
 	n.refill(s)
 	return ref, err
 }

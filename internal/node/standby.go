@@ -389,61 +389,100 @@ func (n *Node) standbySpec(ctx context.Context, s *slot, tpl *standbyTemplate) (
 	return spec, nil
 }
 
+// standbyBesideTimeout bounds a standby's preparation beside a
+// checkpoint, which the checkpoint's answer waits for: `runsc create`
+// takes well under a second (BENCHMARKS.md), and one that stalls is
+// discarded by the runtime, refill trying again afterwards.
+const standbyBesideTimeout = 5 * time.Second
+
+// besideStandby is a standby being prepared beside a checkpoint.
+type besideStandby struct {
+	spec   sandbox.Spec
+	key    string
+	start  time.Time
+	done   chan error
+	err    error
+	cancel context.CancelFunc
+}
+
 // prepareBeside begins preparing s's next standby while the actor s
-// hosts is checkpointed (after its drain, before the checkpoint), so that
-// a start that follows at once — an eviction hands the worker over the
-// moment the victim's checkpoint is written — finds the sandbox created
-// instead of paying for `runsc create` after the checkpoint
-// (BENCHMARKS.md, "Eviction beside the checkpoint"). The returned finish
-// waits for the preparation and records the standby; the caller calls it
-// once the checkpoint has ended, whatever its outcome, still under
-// s.opMu. The standby holds no actor state, and nothing is restored into
-// it before the checkpoint has returned, so a victim's state is written
-// before its worker hosts anyone else's.
+// hosts is checkpointed, so that a start that follows at once — an
+// eviction hands the worker over the moment the victim's checkpoint is
+// written — finds the sandbox created instead of paying for `runsc
+// create` after the checkpoint (BENCHMARKS.md, "A standby created beside
+// the checkpoint"). It first freezes the actor's container
+// (sandbox.Freezer), since the preparation takes the worker's network
+// from it (sandbox.Preparer): the actor's code never runs without its
+// network, and the checkpoint saves it as frozen. The caller waits for
+// the preparation (wait) once the checkpoint has ended, whatever its
+// outcome, and records the standby (recordBeside) after clearOp, both
+// under s.opMu. The standby holds no actor state, and nothing is restored
+// into it before the checkpoint has returned, so a victim's state is
+// written before its worker hosts anyone else's.
 //
-// It prepares nothing, leaving it to refill after the checkpoint, when
-// refill would not prepare at once either (another free worker holds a
-// standby for the template), when the template has volumes (a standby's
-// preparation empties the worker's volume directories, which hold the
-// victim's data until the checkpoint has copied it out), and for a
-// Data-scope checkpoint. Preparing takes the worker's network over from
-// the container being checkpointed (sandbox.Preparer), which is why it
-// begins only after the drain.
-func (n *Node) prepareBeside(s *slot, opts CheckpointOptions) (finish func()) {
-	none := func() {}
+// It returns nil, preparing nothing and leaving it to refill after the
+// checkpoint, when refill would not prepare at once either (another free
+// worker holds a standby for the template), when the template has
+// volumes (a standby's preparation empties the worker's volume
+// directories, which hold the victim's data until the checkpoint has
+// copied it out), for a Data-scope checkpoint, when the runtime cannot
+// freeze, and when the freeze fails.
+func (n *Node) prepareBeside(ctx context.Context, s *slot, opts CheckpointOptions) *besideStandby {
+	freezer, ok := n.cfg.Runtime.(sandbox.Freezer)
 	tpl := s.standby.current()
-	if tpl == nil || !n.standbys.enabled() || s == n.golden.slot || len(s.leftovers) > 0 || n.ctx.Err() != nil ||
+	if !ok || tpl == nil || !n.standbys.enabled() || s == n.golden.slot || len(s.leftovers) > 0 || n.ctx.Err() != nil ||
 		opts.Scope == snapshot.ScopeData || len(tpl.spec.GetVolumes()) > 0 || s.standby.held() || n.otherStandbyReady(s) {
-		return none
+		return nil
+	}
+	s.mu.Lock()
+	id := s.containerID
+	s.mu.Unlock()
+	if id == "" {
+		return nil
 	}
 	// Not cancelled by Shutdown, as in refillOp.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), refillTimeout)
-	spec, err := n.standbySpec(ctx, s, tpl)
+	prepCtx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), standbyBesideTimeout)
+	spec, err := n.standbySpec(prepCtx, s, tpl)
+	if err == nil {
+		err = freezer.Freeze(ctx, s.sb, id)
+	}
 	if err != nil {
 		cancel()
-		n.log.Warn("prepare standby beside a checkpoint", "worker", s.name, "err", err)
-		return none
+		n.log.WarnContext(ctx, "prepare standby beside a checkpoint", "worker", s.name, "err", err)
+		return nil
 	}
-	start := time.Now()
-	done := make(chan error, 1)
-	// Joined by finish within the checkpoint's call, so no tracking
-	// beyond it (goBackground) is needed.
-	go func() { done <- n.standbys.prep.Prepare(ctx, s.sb, spec) }()
-	return func() {
-		defer cancel()
-		if err := <-done; err != nil {
-			n.log.Warn("prepare standby beside a checkpoint", "worker", s.name, "err", err)
-			return
-		}
-		if len(s.leftovers) > 0 {
-			// The checkpointed container outlived its destroy (clearOp):
-			// the worker hosts nothing until it is gone, and a standby
-			// there would only draw claims to it.
-			n.destroy(ctx, s, spec.ID)
-			return
-		}
-		n.standbys.set(s.name, &s.standby, &spec, tpl.key())
-		n.log.Debug("standby prepared", "worker", s.name, "container", spec.ID, "duration", time.Since(start), "besideCheckpoint", true)
+	b := &besideStandby{spec: spec, key: tpl.key(), start: time.Now(), done: make(chan error, 1), cancel: cancel}
+	// Joined by wait within the checkpoint's call, so no tracking beyond
+	// it (goBackground) is needed.
+	go func() { b.done <- n.standbys.prep.Prepare(prepCtx, s.sb, spec) }()
+	return b
+}
+
+// wait waits for b's preparation to end; nil b has none.
+func (b *besideStandby) wait() {
+	if b == nil {
+		return
+	}
+	b.err = <-b.done
+	b.cancel()
+}
+
+// recordBeside records b, once waited for, as s's standby. s.opMu is held.
+func (n *Node) recordBeside(ctx context.Context, s *slot, b *besideStandby) {
+	switch {
+	case b == nil:
+		return
+	case b.err != nil:
+		n.containerGone(b.spec.ID) // the runtime discarded it; its bundle stays otherwise
+		n.log.WarnContext(ctx, "prepare standby beside a checkpoint", "worker", s.name, "err", b.err)
+	case len(s.leftovers) > 0:
+		// The checkpointed container outlived its destroy (clearOp): the
+		// worker hosts nothing until it is gone, and a standby there
+		// would only draw claims to it.
+		n.destroy(ctx, s, b.spec.ID)
+	default:
+		n.standbys.set(s.name, &s.standby, &b.spec, b.key)
+		n.log.DebugContext(ctx, "standby prepared", "worker", s.name, "container", b.spec.ID, "duration", time.Since(b.start), "besideCheckpoint", true)
 	}
 }
 

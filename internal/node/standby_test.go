@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,14 +169,36 @@ func TestStandby(t *testing.T) {
 }
 
 // heldCheckpoints is the fake runtime with each Checkpoint held, once it
-// has begun, until release closes.
+// has begun, until release closes; unfrozen counts the containers
+// prepared in a slot whose running container was not frozen.
 type heldCheckpoints struct {
 	*fake.Runtime
-	began   chan struct{}
-	release chan struct{}
+	began    chan struct{}
+	release  chan struct{}
+	mu       sync.Mutex
+	frozen   map[string]bool
+	unfrozen int
 }
 
-func (h heldCheckpoints) Checkpoint(ctx context.Context, slot sandbox.Slot, id, imageDir string) error {
+func (h *heldCheckpoints) Freeze(ctx context.Context, slot sandbox.Slot, id string) error {
+	h.mu.Lock()
+	h.frozen[id] = true
+	h.mu.Unlock()
+	return h.Runtime.Freeze(ctx, slot, id)
+}
+
+func (h *heldCheckpoints) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	if id, ok := h.Container(slot.Name); ok {
+		h.mu.Lock()
+		if !h.frozen[id] {
+			h.unfrozen++
+		}
+		h.mu.Unlock()
+	}
+	return h.Runtime.Prepare(ctx, slot, spec)
+}
+
+func (h *heldCheckpoints) Checkpoint(ctx context.Context, slot sandbox.Slot, id, imageDir string) error {
 	h.began <- struct{}{}
 	<-h.release
 	return h.Runtime.Checkpoint(ctx, slot, id, imageDir)
@@ -192,8 +215,12 @@ func noVolumes(image string) *atev1.ActorTemplateSpec {
 // checkpointed actor restores into it with its state.
 func TestStandbyPreparedBesideCheckpoint(t *testing.T) {
 	rt := fake.New(fake.Config{})
-	h := heldCheckpoints{Runtime: rt, began: make(chan struct{}, 1), release: make(chan struct{})}
+	h := &heldCheckpoints{Runtime: rt, began: make(chan struct{}, 1), release: make(chan struct{}), frozen: map[string]bool{}}
 	n := newTestNodeWith(t, h, false)
+	// Registered after the node's Shutdown, so run before it: a failed
+	// wait must not leave the checkpoint, and Shutdown, held.
+	release := sync.OnceFunc(func() { close(h.release) })
+	t.Cleanup(release)
 	ctx := t.Context()
 	w := n.order[0]
 	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: noVolumes("img1")}); err != nil {
@@ -210,7 +237,7 @@ func TestStandbyPreparedBesideCheckpoint(t *testing.T) {
 	}()
 	<-h.began
 	waitPrepared(t, rt, 1) // while the checkpoint is held
-	close(h.release)
+	release()
 	res := <-done
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -221,6 +248,12 @@ func TestStandbyPreparedBesideCheckpoint(t *testing.T) {
 	}
 	if got := n.StandbyWorkers(noVolumes("img1"), "sha256:img1"); len(got) != 1 || got[0] != w {
 		t.Fatalf("StandbyWorkers(img1) = %v, want [%s]", got, w)
+	}
+	h.mu.Lock()
+	unfrozen := h.unfrozen
+	h.mu.Unlock()
+	if unfrozen != 0 {
+		t.Errorf("%d standbys prepared beside a running actor, want it frozen first (it would run without its network)", unfrozen)
 	}
 	if err := n.Start(ctx, StartRequest{Worker: w, ActorUID: "b", Atespace: "ns", Name: "b", Spec: noVolumes("img1"), Snapshot: res.ref}); err != nil {
 		t.Fatal(err)
@@ -235,7 +268,13 @@ func TestStandbyPreparedBesideCheckpoint(t *testing.T) {
 // fails too: a sandbox that outlived its destroy.
 type failedCheckpoint struct {
 	*fake.Runtime
-	victim atomic.Pointer[string]
+	victim   atomic.Pointer[string]
+	prepares atomic.Int32
+}
+
+func (r *failedCheckpoint) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
+	r.prepares.Add(1)
+	return r.Runtime.Prepare(ctx, slot, spec)
 }
 
 func (r *failedCheckpoint) Checkpoint(ctx context.Context, slot sandbox.Slot, id, imageDir string) error {
@@ -267,9 +306,13 @@ func TestNoStandbyBesideALeftover(t *testing.T) {
 	}
 	victim, _ := rt.Container(w)
 	failing.victim.Store(&victim)
+	failing.prepares.Store(0)
 	t.Cleanup(func() { _ = rt.Close() }) // the leftover, which the node cannot destroy
 	if _, err := n.Checkpoint(ctx, w, "a", CheckpointOptions{Scope: snapshot.ScopeFull}); err == nil {
 		t.Fatal("checkpoint succeeded, want its failure")
+	}
+	if got := failing.prepares.Load(); got != 1 {
+		t.Fatalf("%d standbys prepared beside the checkpoint, want 1", got)
 	}
 	if id := standbyOf(n.slots[w]); id != "" || rt.Prepared() != 0 {
 		t.Fatalf("standby %q, %d prepared containers beside a leftover; want none", id, rt.Prepared())

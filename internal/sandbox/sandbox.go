@@ -110,13 +110,24 @@ type LiveCheckpointer interface {
 // it writes there, not to the restored container's earlier log.
 //
 // Prepare is the one call that may run on a slot beside another: while
-// (or before) the container the slot runs is checkpointed. The prepared
-// container takes the slot's network over from the running one, which
-// can then serve no more; so a caller prepares beside a container only
-// once it is to be checkpointed and serves nothing, never beside one that
-// goes on serving.
+// the container the slot runs is checkpointed, once Freezer.Freeze has
+// stopped it. The prepared container takes the slot's network over from
+// the frozen one, which can then serve no more; so a caller prepares
+// beside a container only once it is frozen for its checkpoint, never
+// beside one that goes on running.
 type Preparer interface {
 	Prepare(ctx context.Context, slot Slot, spec Spec) error
+}
+
+// Freezer is implemented by sandbox classes that can stop every process
+// of a container in place (`runsc pause`); the container's Checkpoint then
+// saves it as it stood, and a restore of that checkpoint runs it again.
+// A node freezes a container before a standby prepared beside its
+// checkpoint takes the slot's network (Preparer), so the container's
+// code never runs without its network. A frozen container that is not
+// checkpointed is destroyed.
+type Freezer interface {
+	Freeze(ctx context.Context, slot Slot, id string) error
 }
 
 // ErrRestoreFailed marks a Restore that failed because of the checkpoint

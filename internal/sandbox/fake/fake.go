@@ -236,6 +236,21 @@ func (r *Runtime) CheckpointLive(ctx context.Context, slot sandbox.Slot, id stri
 
 var _ sandbox.LiveCheckpointer = (*Runtime)(nil)
 
+// Freeze implements sandbox.Freezer. The fake's count changes only when
+// asked, so freezing it needs nothing beyond finding it.
+func (r *Runtime) Freeze(ctx context.Context, slot sandbox.Slot, id string) error {
+	r.mu.Lock()
+	c := r.byID[id]
+	r.mu.Unlock()
+	if c == nil || c.slot != slot.Name {
+		return fmt.Errorf("fake: freeze %s in %s: %w", id, slot.Name, ErrUnknownContainer)
+	}
+	r.log.DebugContext(ctx, "fake freeze", "worker", slot.Name, "container", id)
+	return nil
+}
+
+var _ sandbox.Freezer = (*Runtime)(nil)
+
 // Destroy stops and forgets container id. It is idempotent and returns nil
 // for an unknown id.
 func (r *Runtime) Destroy(ctx context.Context, slot sandbox.Slot, id string) error {

@@ -567,41 +567,49 @@ func testPreparedRestoreAndRun(t *testing.T, r *Runtime) {
 	checkGone(t, r, unused.ID, "after Destroy of a prepared container")
 }
 
-// TestPrepareBesideCheckpoint: a standby may be created in the slot whose
-// container is being checkpointed, before or while the checkpoint runs
-// (the node overlaps an eviction's `runsc create` with the victim's
-// checkpoint), and that checkpoint then restores into it with its state.
+// TestPrepareBesideCheckpoint: a standby may be created in the slot of a
+// container frozen for its checkpoint, while the checkpoint runs (the
+// node overlaps an eviction's `runsc create` with the victim's
+// checkpoint); the frozen container's checkpoint then restores into it
+// with its state, and a fresh boot into it serves too.
 func TestPrepareBesideCheckpoint(t *testing.T) {
-	for _, concurrent := range []bool{false, true} {
-		t.Run(map[bool]string{false: "before", true: "during"}[concurrent], func(t *testing.T) {
+	for _, restore := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restore", false: "boot"}[restore], func(t *testing.T) {
 			r := newRuntime(t)
 			w := newSlot(t)
 			spec := newSpec(t, r)
 			runReady(t, r, w, spec)
 			mustGet(t, r, w, "/")
 			mustGet(t, r, w, "/write?v=kept")
+			if err := r.Freeze(t.Context(), w, spec.ID); err != nil {
+				t.Fatalf("Freeze: %v", err)
+			}
 			standby := newSpec(t, r)
 			prepared := make(chan error, 1)
 			go func() { prepared <- r.Prepare(t.Context(), w, standby) }()
-			if !concurrent {
-				if err := <-prepared; err != nil {
-					t.Fatalf("Prepare beside a running container: %v", err)
-				}
-				prepared <- nil
-			}
 			img := checkpoint(t, r, w, spec.ID)
 			if err := <-prepared; err != nil {
 				t.Fatalf("Prepare beside a checkpoint: %v", err)
 			}
 			standby.Prepared = true
-			if err := r.Restore(t.Context(), w, standby, img); err != nil {
-				t.Fatalf("Restore into the standby prepared beside the checkpoint: %v", err)
-			}
-			if got := mustGet(t, r, w, "/"); got != "2" {
-				t.Fatalf("counter after the restore = %s, want 2", got)
-			}
-			if got := mustGet(t, r, w, "/read"); got != "kept" {
-				t.Fatalf("/read after the restore = %q, want kept", got)
+			if !restore {
+				if err := r.Run(t.Context(), w, standby); err != nil {
+					t.Fatalf("Run in the standby prepared beside the checkpoint: %v", err)
+				}
+				waitReady(t, r, w)
+				if got := mustGet(t, r, w, "/"); got != "1" {
+					t.Fatalf("counter of a fresh boot = %s, want 1", got)
+				}
+			} else {
+				if err := r.Restore(t.Context(), w, standby, img); err != nil {
+					t.Fatalf("Restore into the standby prepared beside the checkpoint: %v", err)
+				}
+				if got := mustGet(t, r, w, "/"); got != "2" {
+					t.Fatalf("counter after the restore = %s, want 2", got)
+				}
+				if got := mustGet(t, r, w, "/read"); got != "kept" {
+					t.Fatalf("/read after the restore = %q, want kept", got)
+				}
 			}
 			if err := r.Destroy(t.Context(), w, standby.ID); err != nil {
 				t.Fatal(err)

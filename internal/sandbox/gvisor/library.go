@@ -103,6 +103,12 @@ func (l *library) checkpoint(ctx context.Context, id, imageDir string) error {
 	})
 }
 
+// pause stops container id's processes in place (`runsc pause`); a
+// checkpoint of the paused container saves them as they stood.
+func (l *library) pause(ctx context.Context, id string) error {
+	return l.call(ctx, runscPause, id, container.LoadOpts{}, false, func(c *container.Container) error { return c.Pause() })
+}
+
 // checkpointLive is checkpoint leaving the container running (`runsc
 // checkpoint --leave-running`). A ctx that ends mid-way kills the
 // sandbox (call's kill), as for checkpoint.

@@ -13,6 +13,10 @@ import (
 	"substrate.dev/ate/internal/sandbox"
 )
 
+// runscPause is runsc's subcommand that freezes a container (Freeze); not
+// the checkpoint action of that name.
+const runscPause = "pause"
+
 // maxErrOutput bounds how much of runsc's output goes into an error, in
 // bytes: enough for its one-line fatal message and a little context.
 const maxErrOutput = 4096

@@ -102,9 +102,9 @@ type Config struct {
 
 // Runtime is the gvisor sandbox class. It is safe for concurrent use on
 // different slots; calls for one slot must be serialised by the caller (as
-// sandbox.Runtime requires), but for a Prepare beside a Checkpoint
-// (sandbox.Preparer). It keeps no state of its own: runsc's state under
-// RootDir is the truth.
+// sandbox.Runtime requires), but for a Prepare beside a frozen container's
+// Checkpoint (sandbox.Preparer). It keeps no state of its own: runsc's
+// state under RootDir is the truth.
 type Runtime struct {
 	runsc      string
 	rootDir    string
@@ -143,6 +143,7 @@ func (r *Runtime) creating() (done func(), err error) {
 var (
 	_ sandbox.Runtime  = (*Runtime)(nil)
 	_ sandbox.Preparer = (*Runtime)(nil)
+	_ sandbox.Freezer  = (*Runtime)(nil)
 )
 
 // DefaultRunscPath returns where hack/install-runsc.sh installs runsc:
@@ -243,13 +244,13 @@ func (r *Runtime) Run(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec)
 // and gofer, no application) costs memory on every free worker
 // (BENCHMARKS.md, Activation latency: standbys).
 //
-// Beside a container that still runs in slot (one being checkpointed),
-// re-applying the address gives it to the host's side of the slot's
-// namespace again, which then answers the running container's packets
-// (refused connections) until a restore or start into spec takes it:
-// the running container has lost its network for good, even if spec is
-// destroyed instead (seen on runsc of RunscVersion). Its checkpoint
-// restores into spec as any other (TestPrepareBesideCheckpoint).
+// Beside a container that still exists in slot (one frozen for its
+// checkpoint), re-applying the address gives it to the host's side of the
+// slot's namespace again, which then answers that container's packets
+// (refused connections) until a restore or start into spec takes it: the
+// old container has lost its network for good, even if spec is destroyed
+// instead (seen on runsc of RunscVersion). Its checkpoint restores into
+// spec as any other (TestPrepareBesideCheckpoint).
 func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.Spec) error {
 	done, err := r.creating()
 	if err != nil {
@@ -262,6 +263,21 @@ func (r *Runtime) Prepare(ctx context.Context, slot sandbox.Slot, spec sandbox.S
 	if err := r.runDetached(ctx, spec, "create", "--bundle", spec.BundleDir, spec.ID); err != nil {
 		r.discard(ctx, spec)
 		return fmt.Errorf("gvisor: prepare %s in %s: %w", spec.ID, slot.Name, err)
+	}
+	return nil
+}
+
+// Freeze pauses container id (`runsc pause`): its processes stop where
+// they are, and a later Checkpoint saves them so (sandbox.Freezer).
+func (r *Runtime) Freeze(ctx context.Context, slot sandbox.Slot, id string) error {
+	var err error
+	if r.lib != nil {
+		err = r.lib.pause(ctx, id)
+	} else {
+		_, err = r.command(ctx, runscPause, id)
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: freeze %s in %s: %w", id, slot.Name, err)
 	}
 	return nil
 }

@@ -215,10 +215,8 @@ func (r *Runtime) CheckpointLive(ctx context.Context, slot sandbox.Slot, id stri
 	if err := delay(ctx, r.cfg.CheckpointDelay); err != nil {
 		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, err)
 	}
-	r.mu.Lock()
-	c := r.byID[id]
-	r.mu.Unlock()
-	if c == nil || c.slot != slot.Name {
+	c := r.inSlot(slot, id)
+	if c == nil {
 		return fmt.Errorf("fake: checkpoint %s in %s: %w", id, slot.Name, ErrUnknownContainer)
 	}
 	c.mu.Lock()
@@ -239,10 +237,8 @@ var _ sandbox.LiveCheckpointer = (*Runtime)(nil)
 // Freeze implements sandbox.Freezer. The fake's count changes only when
 // asked, so freezing it needs nothing beyond finding it.
 func (r *Runtime) Freeze(ctx context.Context, slot sandbox.Slot, id string) error {
-	r.mu.Lock()
-	c := r.byID[id]
-	r.mu.Unlock()
-	if c == nil || c.slot != slot.Name {
+	c := r.inSlot(slot, id)
+	if c == nil {
 		return fmt.Errorf("fake: freeze %s in %s: %w", id, slot.Name, ErrUnknownContainer)
 	}
 	r.log.DebugContext(ctx, "fake freeze", "worker", slot.Name, "container", id)
@@ -297,10 +293,8 @@ func (r *Runtime) DialContext(ctx context.Context, slot sandbox.Slot, port int) 
 // then returns nil, or until ctx ends. An unknown id returns at once with
 // ErrUnknownContainer.
 func (r *Runtime) Wait(ctx context.Context, slot sandbox.Slot, id string) error {
-	r.mu.Lock()
-	c := r.byID[id]
-	r.mu.Unlock()
-	if c == nil || c.slot != slot.Name {
+	c := r.inSlot(slot, id)
+	if c == nil {
 		return fmt.Errorf("fake: wait %s in %s: %w", id, slot.Name, ErrUnknownContainer)
 	}
 	if r.waiting != nil {
@@ -326,6 +320,16 @@ func (r *Runtime) Kill(id string) error {
 	}
 	c.stop()
 	r.log.Debug("fake kill", "worker", c.slot, "container", id)
+	return nil
+}
+
+// inSlot returns container id if it runs in slot, nil otherwise.
+func (r *Runtime) inSlot(slot sandbox.Slot, id string) *container {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.byID[id]; c != nil && c.slot == slot.Name {
+		return c
+	}
 	return nil
 }
 

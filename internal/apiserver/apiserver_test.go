@@ -59,6 +59,12 @@ func TestValidateTemplateSpec(t *testing.T) {
 		{"ttl zero", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "0s"} }, "or absent: never"},
 		{"ttl garbage", func(s *atev1.ActorTemplateSpec) { s.Ttl = &atev1.TTLPolicy{DeleteAfterIdle: "two weeks"} }, `want a Go duration ("36h") or whole days ("14d")`},
 		{"probe off the traffic port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090} }, "wakeupProbe.httpGet.port 8080 is not the port traffic goes to"},
+		{"probe skipped after a restore", func(s *atev1.ActorTemplateSpec) { s.WakeupProbe.AfterRestore = "skip" }, ""},
+		{"TCP probe skipped after a restore", func(s *atev1.ActorTemplateSpec) {
+			s.WakeupProbe = &atev1.Probe{AfterRestore: "skip"}
+		}, ""},
+		{"probe after a restore", func(s *atev1.ActorTemplateSpec) { s.WakeupProbe.AfterRestore = "probe" }, ""},
+		{"bad probe afterRestore", func(s *atev1.ActorTemplateSpec) { s.WakeupProbe.AfterRestore = "Skip" }, `wakeupProbe.afterRestore "Skip": want probe (the default) or skip`},
 		{"probe on a second port", func(s *atev1.ActorTemplateSpec) { s.Containers[0].Ports = []int32{9090, 8080} }, "containers[0].ports[0] = 9090"},
 		{"eviction", func(s *atev1.ActorTemplateSpec) {
 			s.Eviction = &atev1.EvictionPolicy{Evictable: proto.Bool(false), Priority: -3, MinRunSeconds: proto.Int32(0), AllowOpenStreams: true}

@@ -76,6 +76,12 @@ func validateTemplateSpec(spec *atev1.ActorTemplateSpec, sandboxClass string) er
 	if s := spec.GetWakeupProbe().GetTimeoutSeconds(); s < 0 || s > maxProbeSecond {
 		return fmt.Errorf("%w: wakeupProbe.timeoutSeconds must be 0..%d", errInvalid, maxProbeSecond)
 	}
+	switch v := spec.GetWakeupProbe().GetAfterRestore(); v {
+	case "", atev1.ProbeAfterRestoreProbe, atev1.ProbeAfterRestoreSkip:
+	default:
+		return fmt.Errorf("%w: wakeupProbe.afterRestore %q: want %s (the default) or %s", errInvalid,
+			v, atev1.ProbeAfterRestoreProbe, atev1.ProbeAfterRestoreSkip)
+	}
 	if c := spec.GetSandboxClass(); c != "" && c != sandboxClass {
 		return fmt.Errorf("%w: sandboxClass %q: this installation runs %q workers", errInvalid, c, sandboxClass)
 	}

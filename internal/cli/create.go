@@ -131,6 +131,8 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
   wakeupProbe:
     httpGet: {path: /healthz, port: 8080}
     timeoutSeconds: 60                # optional
+    afterRestore: skip                # optional: probe after a boot only; default probe
+                                      # (after every boot and restore; docs/restore.md)
   sandboxClass: gvisor                # optional
   onRestore:                          # optional: called after every restore
     httpPost: {path: /ate/restored, port: 8080}

@@ -58,6 +58,8 @@ type containerFile struct {
 type probeFile struct {
 	HTTPGet        *httpGetFile `json:"httpGet,omitempty"`
 	TimeoutSeconds int32        `json:"timeoutSeconds,omitempty"`
+	// AfterRestore is probe (default) or skip; the API server checks it.
+	AfterRestore string `json:"afterRestore,omitempty"`
 }
 
 type httpGetFile struct {
@@ -178,7 +180,7 @@ func parseTemplate(data []byte, baseDir string) (*atev1.ActorTemplate, error) {
 		spec.Containers = append(spec.Containers, cs)
 	}
 	if p := f.WakeupProbe; p != nil {
-		spec.WakeupProbe = &atev1.Probe{TimeoutSeconds: p.TimeoutSeconds}
+		spec.WakeupProbe = &atev1.Probe{TimeoutSeconds: p.TimeoutSeconds, AfterRestore: p.AfterRestore}
 		if p.TimeoutSeconds < 0 {
 			return nil, fmt.Errorf("wakeupProbe.timeoutSeconds must not be negative")
 		}

@@ -23,6 +23,7 @@ containers:
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
   timeoutSeconds: 30
+  afterRestore: skip
 sandboxClass: gvisor
 workerSelector: {zone: a}
 `
@@ -37,7 +38,7 @@ func TestParseTemplate(t *testing.T) {
 			Name: "counter", Image: "oci:/work/build/images/counter", Command: []string{"/counter"},
 			Args: []string{"-v"}, Env: map[string]string{"K": "V"}, Ports: []int32{8080}, WorkingDir: "/srv",
 		}},
-		WakeupProbe:    &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/healthz", Port: 8080}, TimeoutSeconds: 30},
+		WakeupProbe:    &atev1.Probe{HttpGet: &atev1.HTTPGetAction{Path: "/healthz", Port: 8080}, TimeoutSeconds: 30, AfterRestore: "skip"},
 		SandboxClass:   "gvisor",
 		WorkerSelector: map[string]string{"zone": "a"},
 	}}

@@ -208,7 +208,8 @@ func (n *Node) startIn(ctx context.Context, s *slot, req StartRequest) (id, dige
 
 // bootInTurn is one attempt of a start once its sandbox is set up: it
 // waits for a start turn (startturns.go), restores or boots the sandbox,
-// waits for the wakeup probe and runs the restore hook. started reports
+// waits for the wakeup probe (unless the template skips it after a
+// restore) and runs the restore hook. started reports
 // whether the sandbox came up, so the caller knows whether a retry
 // without the standby can help.
 func (n *Node) bootInTurn(ctx context.Context, s *slot, req StartRequest, sspec sandbox.Spec, snapDir string, restore bool, port int) (started bool, err error) {
@@ -229,10 +230,16 @@ func (n *Node) bootInTurn(ctx context.Context, s *slot, req StartRequest, sspec 
 		return false, err
 	}
 	turn.booted()
-	nodeapi.Progress(ctx, nodeapi.PhaseProbe)
-	pctx, span := tracing.Span(ctx, "node.wakeup_probe")
-	err = n.probe(pctx, s.sb, sspec.ID, req.Spec, port)
-	tracing.End(span, err)
+	if restore && req.Spec.GetWakeupProbe().SkipsRestore() {
+		// The template's app serves once its memory is back: its first,
+		// slowest answer after the restore goes to the waking request.
+		n.log.DebugContext(ctx, "wakeup probe skipped after the restore", "worker", s.name, "container", sspec.ID)
+	} else {
+		nodeapi.Progress(ctx, nodeapi.PhaseProbe)
+		pctx, span := tracing.Span(ctx, "node.wakeup_probe")
+		err = n.probe(pctx, s.sb, sspec.ID, req.Spec, port)
+		tracing.End(span, err)
+	}
 	if err == nil && restore {
 		// Before the tunnel admits anything (the gate opens once the
 		// start returns): no request may see the state the snapshot

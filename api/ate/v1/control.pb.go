@@ -1501,8 +1501,15 @@ type Probe struct {
 	// timeout_seconds bounds how long the probe may keep failing after a boot
 	// or restore before the start counts as failed; 0 means the default (60).
 	TimeoutSeconds int32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// after_restore is whether the probe also gates a restore: "probe" (the
+	// default, also when empty) probes after every boot and restore; "skip"
+	// probes after a boot only, and lets the request that woke a restored
+	// actor in once the restore (and the onRestore hook) returned, for apps
+	// that serve as soon as their memory is back. A restored interpreter's
+	// first answer is its slowest, and the probe would be it.
+	AfterRestore  string `protobuf:"bytes,3,opt,name=after_restore,json=afterRestore,proto3" json:"after_restore,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Probe) Reset() {
@@ -1547,6 +1554,13 @@ func (x *Probe) GetTimeoutSeconds() int32 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *Probe) GetAfterRestore() string {
+	if x != nil {
+		return x.AfterRestore
+	}
+	return ""
 }
 
 type ActorTemplateSpec struct {
@@ -6562,10 +6576,11 @@ const file_ate_v1_control_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\"7\n" +
 	"\rHTTPGetAction\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04port\x18\x02 \x01(\x05R\x04port\"b\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"\x87\x01\n" +
 	"\x05Probe\x120\n" +
 	"\bhttp_get\x18\x01 \x01(\v2\x15.ate.v1.HTTPGetActionR\ahttpGet\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\xb0\a\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\x12#\n" +
+	"\rafter_restore\x18\x03 \x01(\tR\fafterRestore\"\xb0\a\n" +
 	"\x11ActorTemplateSpec\x125\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x15.ate.v1.ContainerSpecR\n" +

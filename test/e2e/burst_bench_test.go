@@ -331,6 +331,7 @@ containers:
   env: {STATE_MB: "%d"}
 wakeupProbe:
   httpGet: {path: /healthz, port: 8080}
+  afterRestore: skip
 newActors: golden
 `, name, filepath.Join(repoDir, "build/images/python-notes"), stateMB)
 	file := filepath.Join(in.t.TempDir(), name+".yaml")

@@ -25,20 +25,23 @@ func TestProbePathKeepsQuery(t *testing.T) {
 // TestWakeupProbeAfterRestore: a template's wakeup probe runs after every
 // boot, and after every restore unless its afterRestore is skip.
 func TestWakeupProbeAfterRestore(t *testing.T) {
-	own := func(paused bool) func(*testing.T, *Node) StartRequest {
+	own := func(opts CheckpointOptions) func(*testing.T, *Node) StartRequest {
 		return func(t *testing.T, n *Node) StartRequest {
 			t.Helper()
 			w := n.order[0]
 			if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
 				t.Fatal(err)
 			}
-			ref, err := n.Checkpoint(t.Context(), w, "a", CheckpointOptions{Scope: snapshot.ScopeFull, Paused: paused})
+			ref, err := n.Checkpoint(t.Context(), w, "a", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Snapshot: ref, Paused: paused}
+			return StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Snapshot: ref, Paused: opts.Paused}
 		}
 	}
+	full := CheckpointOptions{Scope: snapshot.ScopeFull}
+	paused := CheckpointOptions{Scope: snapshot.ScopeFull, Paused: true}
+	data := CheckpointOptions{Scope: snapshot.ScopeData}
 	golden := func(t *testing.T, n *Node) StartRequest {
 		t.Helper()
 		ref, _, err := n.BuildGolden(t.Context(), "tpl", "ns", "tpl", template("img1"), "")
@@ -57,12 +60,13 @@ func TestWakeupProbeAfterRestore(t *testing.T) {
 		probed       bool
 	}{
 		{"default, boot", "", boot, true},
-		{"default, restore of the actor's own snapshot", "", own(false), true},
-		{"probe, restore of a paused checkpoint", atev1.ProbeAfterRestoreProbe, own(true), true},
+		{"default, restore of the actor's own snapshot", "", own(full), true},
+		{"probe, restore of a paused checkpoint", atev1.ProbeAfterRestoreProbe, own(paused), true},
 		{"default, restore of the golden snapshot", "", golden, true},
 		{"skip, boot", atev1.ProbeAfterRestoreSkip, boot, true},
-		{"skip, restore of the actor's own snapshot", atev1.ProbeAfterRestoreSkip, own(false), false},
-		{"skip, restore of a paused checkpoint", atev1.ProbeAfterRestoreSkip, own(true), false},
+		{"skip, boot behind a Data snapshot", atev1.ProbeAfterRestoreSkip, own(data), true},
+		{"skip, restore of the actor's own snapshot", atev1.ProbeAfterRestoreSkip, own(full), false},
+		{"skip, restore of a paused checkpoint", atev1.ProbeAfterRestoreSkip, own(paused), false},
 		{"skip, restore of the golden snapshot", atev1.ProbeAfterRestoreSkip, golden, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -110,6 +110,12 @@ func withHook(timeoutSeconds int32) *atev1.ActorTemplateSpec {
 	return spec
 }
 
+// skipProbe is spec with a wakeup probe that runs after a boot only.
+func skipProbe(spec *atev1.ActorTemplateSpec) *atev1.ActorTemplateSpec {
+	spec.WakeupProbe = &atev1.Probe{AfterRestore: atev1.ProbeAfterRestoreSkip}
+	return spec
+}
+
 // TestRestoreNotificationFiles: every start — golden build, restore of
 // the golden snapshot into a new actor, of an actor's own durable
 // snapshot, of its paused checkpoint, a cold boot — finds a new
@@ -241,6 +247,7 @@ func TestRestoreHook(t *testing.T) {
 			prepare: func(_ *testing.T, n *Node) StartRequest {
 				return StartRequest{Worker: n.order[0], ActorUID: "a", Atespace: "ns", Name: "a"}
 			}},
+		{name: "wakeup probe skipped after the restore", spec: skipProbe(withHook(0)), prepare: golden, status: http.StatusNoContent, calls: 1},
 		{name: "no hook", spec: template("img1"), prepare: golden, status: http.StatusNoContent, calls: 0},
 		{name: "hook answers 500", spec: withHook(0), prepare: golden, status: http.StatusInternalServerError, calls: 1,
 			wantErr: "onRestore hook POST /ate/restored on port 9000: answered 500"},

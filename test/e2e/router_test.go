@@ -157,7 +157,7 @@ func TestRouterParking(t *testing.T) {
 // waiting at least that long. A third template probes after a boot only
 // (afterRestore: skip): the request that wakes it, from its golden
 // snapshot or its own, reaches the app at once, which is still warming up
-// for a minute and says so.
+// for 30 s and says so.
 func TestRouterWaitsForWakeupProbe(t *testing.T) {
 	const warmup = 1500 * time.Millisecond
 	in := startUp(t, 2)
@@ -166,7 +166,7 @@ func TestRouterWaitsForWakeupProbe(t *testing.T) {
 	// Data scope: a resume after suspend cold-boots the image.
 	in.counterTemplate("ready-tcp", map[string]string{"LISTEN_DELAY_MS": "1500"},
 		"snapshotPolicy: {onSuspend: Data}\n")
-	in.counterTemplate("ready-skip", map[string]string{"WARMUP_MS": "60000", "RESTORE_GAP_MS": "300"},
+	in.counterTemplate("ready-skip", map[string]string{"WARMUP_MS": "30000", "RESTORE_GAP_MS": "300"},
 		"wakeupProbe:\n  httpGet: {path: /ready, port: 8080}\n  afterRestore: skip\n")
 	built := time.Now()
 

@@ -150,9 +150,9 @@ func newCreateTemplateCommand(a *app) *cobra.Command {
 Relative oci: and oci-archive: paths are resolved against the current
 directory. The template is created in --atespace.
 
-New actors start from the template's golden snapshot and so share its
-memory, random seeds included; the command warns when nothing in the
-template addresses that (docs/restore.md).`,
+New actors boot the image afresh unless the template has an onRestore
+hook or says newActors: golden; actors that restore the golden snapshot
+share its memory, random seeds included (docs/restore.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.createTemplate(cmd, file, wait) },
 	}

@@ -26,18 +26,7 @@ func TestProbePathKeepsQuery(t *testing.T) {
 // boot, and after every restore unless its afterRestore is skip.
 func TestWakeupProbeAfterRestore(t *testing.T) {
 	own := func(opts CheckpointOptions) func(*testing.T, *Node) StartRequest {
-		return func(t *testing.T, n *Node) StartRequest {
-			t.Helper()
-			w := n.order[0]
-			if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-				t.Fatal(err)
-			}
-			ref, err := n.Checkpoint(t.Context(), w, "a", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Snapshot: ref, Paused: opts.Paused}
-		}
+		return func(t *testing.T, n *Node) StartRequest { return startAndCheckpoint(t, n, opts) }
 	}
 	full := CheckpointOptions{Scope: snapshot.ScopeFull}
 	paused := CheckpointOptions{Scope: snapshot.ScopeFull, Paused: true}

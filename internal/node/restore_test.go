@@ -110,6 +110,22 @@ func withHook(timeoutSeconds int32) *atev1.ActorTemplateSpec {
 	return spec
 }
 
+// startAndCheckpoint starts actor "a" on n's first worker and checkpoints
+// it with opts, returning the request that starts it from that snapshot
+// (without a Spec: the caller's case sets it).
+func startAndCheckpoint(t *testing.T, n *Node, opts CheckpointOptions) StartRequest {
+	t.Helper()
+	w := n.order[0]
+	if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := n.Checkpoint(t.Context(), w, "a", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Snapshot: ref, Paused: opts.Paused}
+}
+
 // skipProbe is spec with a wakeup probe that runs after a boot only.
 func skipProbe(spec *atev1.ActorTemplateSpec) *atev1.ActorTemplateSpec {
 	spec.WakeupProbe = &atev1.Probe{AfterRestore: atev1.ProbeAfterRestoreSkip}
@@ -199,18 +215,6 @@ func TestRestoreNotificationFiles(t *testing.T) {
 func TestRestoreHook(t *testing.T) {
 	// Each prepare readies what the case's Start needs on n's worker and
 	// returns the request (its Spec is filled in from the case).
-	ownSnapshot := func(t *testing.T, n *Node, opts CheckpointOptions) StartRequest {
-		t.Helper()
-		w := n.order[0]
-		if err := n.Start(t.Context(), StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Spec: template("img1")}); err != nil {
-			t.Fatal(err)
-		}
-		ref, err := n.Checkpoint(t.Context(), w, "a", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return StartRequest{Worker: w, ActorUID: "a", Atespace: "ns", Name: "a", Snapshot: ref, Paused: opts.Paused}
-	}
 	// The build's template has the hook, and until the case sets its
 	// handler the hook port answers 404: a build that called it fails.
 	golden := func(t *testing.T, n *Node) StartRequest {
@@ -233,15 +237,15 @@ func TestRestoreHook(t *testing.T) {
 		{name: "restore of the golden snapshot", spec: withHook(0), prepare: golden, status: http.StatusNoContent, calls: 1},
 		{name: "restore of the actor's own snapshot", spec: withHook(0), status: http.StatusOK, calls: 1,
 			prepare: func(t *testing.T, n *Node) StartRequest {
-				return ownSnapshot(t, n, CheckpointOptions{Scope: snapshot.ScopeFull})
+				return startAndCheckpoint(t, n, CheckpointOptions{Scope: snapshot.ScopeFull})
 			}},
 		{name: "restore of a paused checkpoint", spec: withHook(0), status: http.StatusNoContent, calls: 1,
 			prepare: func(t *testing.T, n *Node) StartRequest {
-				return ownSnapshot(t, n, CheckpointOptions{Scope: snapshot.ScopeFull, Paused: true})
+				return startAndCheckpoint(t, n, CheckpointOptions{Scope: snapshot.ScopeFull, Paused: true})
 			}},
 		{name: "Data snapshot cold-boots", spec: withHook(0), status: http.StatusNoContent, calls: 0,
 			prepare: func(t *testing.T, n *Node) StartRequest {
-				return ownSnapshot(t, n, CheckpointOptions{Scope: snapshot.ScopeData})
+				return startAndCheckpoint(t, n, CheckpointOptions{Scope: snapshot.ScopeData})
 			}},
 		{name: "cold boot", spec: withHook(0), status: http.StatusNoContent, calls: 0,
 			prepare: func(_ *testing.T, n *Node) StartRequest {
